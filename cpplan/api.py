@@ -1,0 +1,182 @@
+"""The public entry points: ``plan`` (the portfolio) and ``verify``."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from .card import ModelCard, Phase, load_model
+from .errors import CpplanError, NoFitError
+from .planners import PLANNERS, Planner
+from .problem import Problem
+from .profile import SolverProfile, load_solver
+from .result import Candidate, Plan, PlanResult, SolverStats
+from .serialize import plan_to_dict
+from .topology import Topology
+from .units import parse_bytes
+from .verify import Verification, verify_plan
+from .workload import Workload
+
+
+def build_problem(
+    workload: Workload,
+    *,
+    topology: Topology | None = None,
+    model: ModelCard | str | Path,
+    memory_bytes: int | str,
+    num_layers: int | None = None,
+    phase: Phase = "cold",
+) -> Problem:
+    """Validate and assemble a :class:`Problem` from user-level arguments."""
+    card = model if isinstance(model, ModelCard) else load_model(model)
+    memory = parse_bytes(memory_bytes) if isinstance(memory_bytes, str) else memory_bytes
+    return Problem.build(
+        workload,
+        topology=topology or Topology(),
+        model=card,
+        memory_bytes=memory,
+        num_layers=num_layers,
+        phase=phase,
+    )
+
+
+def plan(
+    workload: Workload,
+    *,
+    topology: Topology | None = None,
+    model: ModelCard | str | Path,
+    memory_bytes: int | str,
+    solver: SolverProfile | str | Path | None = None,
+    num_layers: int | None = None,
+    phase: Phase = "cold",
+    time_budget_s: float | None = None,
+    planners: Mapping[str, Planner] | None = None,
+) -> PlanResult:
+    """Plan ``workload``: run the profile's strategies, verify each plan independently, keep the
+    cheapest valid one. Raises :class:`NoFitError` when no strategy yields a valid plan."""
+    started = time.perf_counter()
+    problem = build_problem(
+        workload,
+        topology=topology,
+        model=model,
+        memory_bytes=memory_bytes,
+        num_layers=num_layers,
+        phase=phase,
+    )
+    profile = solver if isinstance(solver, SolverProfile) else load_solver(solver or "runtime")
+    profile = profile.with_time_budget(time_budget_s)
+    return solve(problem, profile, planners=planners, started=started)
+
+
+def solve(
+    problem: Problem,
+    profile: SolverProfile,
+    *,
+    planners: Mapping[str, Planner] | None = None,
+    started: float | None = None,
+) -> PlanResult:
+    """The portfolio over an already built problem."""
+    started = time.perf_counter() if started is None else started
+    deadline = started + profile.time_budget_s
+    backends = {**PLANNERS, **(planners or {})}
+    outcomes: list[tuple[str, Plan | None, Verification | None, str, float]] = []
+    refusal: NoFitError | None = None
+    stats = SolverStats(status="not_run")
+    for strategy in profile.strategies:
+        backend = backends.get(strategy)
+        t0 = time.perf_counter()
+        if backend is None:
+            outcomes.append((strategy, None, None, "backend not available", 0.0))
+            continue
+        try:
+            candidate, solver_stats = backend(problem, profile, deadline)
+        except NoFitError as exc:
+            refusal = refusal or exc
+            outcomes.append((strategy, None, None, f"refused: {exc}", time.perf_counter() - t0))
+            continue
+        except CpplanError as exc:
+            outcomes.append((strategy, None, None, f"failed: {exc}", time.perf_counter() - t0))
+            continue
+        except Exception as exc:  # a faulty backend costs time, never the plan
+            outcomes.append(
+                (strategy, None, None, f"raised {type(exc).__name__}: {exc}", time.perf_counter() - t0)
+            )
+            continue
+        if solver_stats is not None:
+            stats = solver_stats
+        if candidate is None:
+            outcomes.append((strategy, None, None, f"no solution ({stats.status})", time.perf_counter() - t0))
+            continue
+        verdict = verify_plan(
+            plan_to_dict(problem, candidate),
+            problem.workload,
+            problem.card,
+            problem.budget_bytes,
+            chunk_tokens=problem.chunk_tokens,
+        )
+        outcomes.append((strategy, candidate, verdict, "", time.perf_counter() - t0))
+    valid = [(s, p, v) for s, p, v, _, _ in outcomes if p is not None and v is not None and v.valid]
+    if not valid:
+        if refusal is not None:
+            raise refusal
+        reasons = "; ".join(f"{s}: {r or (v.violations[0] if v else '?')}" for s, _, v, r, _ in outcomes)
+        raise NoFitError(f"no strategy produced a valid plan ({reasons})")
+    winner_strategy, winner, winner_verdict = min(valid, key=lambda x: x[2].cost_s)
+    candidates = []
+    for strategy, candidate, verdict, reason, wall in outcomes:
+        if candidate is None or verdict is None:
+            candidates.append(
+                Candidate(strategy=strategy, cost_s=None, valid=False, reason=reason, wall_s=wall)
+            )
+            continue
+        if not verdict.valid:
+            why = f"invalid: {verdict.violations[0]}" + (
+                f" (+{len(verdict.violations) - 1} more)" if len(verdict.violations) > 1 else ""
+            )
+        elif strategy == winner_strategy:
+            why = "chosen: cheapest valid plan"
+        else:
+            why = (
+                f"costs {verdict.cost_s:.6f} s, not below the chosen {winner_verdict.cost_s:.6f} s"
+                if verdict.cost_s >= winner_verdict.cost_s
+                else "tied"
+            )
+        candidates.append(
+            Candidate(
+                strategy=strategy,
+                cost_s=verdict.cost_s,
+                valid=verdict.valid,
+                reason=why,
+                wall_s=wall,
+                num_waves=candidate.num_waves,
+            )
+        )
+    return PlanResult(
+        problem=problem,
+        plan=winner,
+        candidates=tuple(candidates),
+        solver=stats,
+        profile=profile.name,
+        wall_s=time.perf_counter() - started,
+    )
+
+
+def verify(
+    plan_data: dict[str, Any] | PlanResult,
+    workload: Workload,
+    *,
+    topology: Topology | None = None,
+    model: ModelCard | str | Path,
+    memory_bytes: int | str,
+    num_layers: int | None = None,
+    phase: Phase = "cold",
+) -> Verification:
+    """Check a plan (its JSON dictionary or a :class:`PlanResult`) against a workload and card."""
+    card = model if isinstance(model, ModelCard) else load_model(model)
+    memory = parse_bytes(memory_bytes) if isinstance(memory_bytes, str) else memory_bytes
+    resolved = card.resolve(topology or Topology(), num_layers=num_layers, phase=phase)
+    if isinstance(plan_data, PlanResult):
+        plan_data = plan_to_dict(plan_data.problem, plan_data.plan)
+    return verify_plan(plan_data, workload, resolved, memory)

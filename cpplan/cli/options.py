@@ -1,0 +1,73 @@
+"""Options shared by the subcommands that price plans."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from pathlib import Path
+
+import click
+
+from ..card import load_model
+from ..problem import Problem
+from ..topology import Topology
+from ..units import parse_bytes
+from ..workload import Workload
+
+
+def problem_options(func: Callable) -> Callable:
+    """``--model --topology --memory --layers --phase``."""
+    options = [
+        click.option(
+            "--model",
+            "model",
+            required=True,
+            metavar="NAME|PATH",
+            help="Shipped model card name or path to a TOML card.",
+        ),
+        click.option(
+            "--topology",
+            "topology",
+            default="",
+            metavar="tp=1,cp=4,...",
+            show_default=False,
+            help="Parallel sizes; those left out are 1.",
+        ),
+        click.option(
+            "--memory",
+            "memory",
+            required=True,
+            metavar="SIZE",
+            help="Bytes a wave may use per rank, e.g. 80GiB, 80GB, 512MiB.",
+        ),
+        click.option(
+            "--layers",
+            "layers",
+            type=int,
+            default=None,
+            metavar="N",
+            help="Run the card with N layers, keeping its layer pattern.",
+        ),
+        click.option(
+            "--phase",
+            "phase",
+            type=click.Choice(["cold", "warm"]),
+            default="cold",
+            show_default=True,
+            help="Price a first (cold) call or a warm repeat.",
+        ),
+    ]
+    return functools.reduce(lambda f, option: option(f), reversed(options), func)
+
+
+def build(
+    workload_path: Path, model: str, topology: str, memory: str, layers: int | None, phase: str
+) -> Problem:
+    """Read the workload and assemble the problem (errors are :class:`InputError`)."""
+    topo = Topology.parse(topology)
+    budget = parse_bytes(memory)
+    card = load_model(model)
+    workload = Workload.from_jsonl(workload_path)
+    return Problem.build(
+        workload, topology=topo, model=card, memory_bytes=budget, num_layers=layers, phase=phase
+    )

@@ -1,0 +1,71 @@
+"""``cpplan plan``: plan a workload and write the plan JSON."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from ..api import solve
+from ..profile import load_solver
+from ..serialize import dumps, result_to_dict
+from ..summary import print_summary
+from . import cli
+from .options import build, problem_options
+
+
+@cli.command("plan")
+@click.argument("workload", type=click.Path(path_type=Path))
+@problem_options
+@click.option(
+    "--solver",
+    "solver",
+    default="runtime",
+    show_default=True,
+    metavar="NAME|PATH",
+    help="Solver profile: runtime, offline, deterministic or a TOML path.",
+)
+@click.option(
+    "--time-budget",
+    "time_budget",
+    type=float,
+    default=None,
+    metavar="SECONDS",
+    help="Override the profile's time budget.",
+)
+@click.option(
+    "--output",
+    "output",
+    type=click.Path(path_type=Path),
+    default=None,
+    metavar="PLAN.json",
+    help="Write the plan JSON here (default: standard output).",
+)
+@click.option("--quiet", is_flag=True, help="No summary table on standard error.")
+def plan_command(
+    workload: Path,
+    model: str,
+    topology: str,
+    memory: str,
+    layers: int | None,
+    phase: str,
+    solver: str,
+    time_budget: float | None,
+    output: Path | None,
+    quiet: bool,
+) -> int:
+    """Plan WORKLOAD (JSONL, one item a line) into verified waves."""
+    profile = load_solver(solver).with_time_budget(time_budget)
+    problem = build(workload, model, topology, memory, layers, phase)
+    result = solve(problem, profile)
+    text = dumps(result_to_dict(result))
+    if output is None:
+        sys.stdout.write(text)
+    else:
+        tmp = output.with_name(output.name + ".tmp")
+        tmp.write_text(text)
+        tmp.replace(output)
+    if not quiet:
+        print_summary(result)
+    return 0

@@ -1,0 +1,71 @@
+"""The greedy exact planner and the full-sharing fallback.
+
+Items are taken in order. For each wave the width is grown (1, 2, 4, ...) while the wave still fits,
+then binary-searched between the last width that fits and the first that does not. Every candidate
+wave is priced exactly: its packed layout (the cheapest fitting one of the given layouts) and its
+contiguous CP ownership. No wave is admitted whose priced peak exceeds the budget on any rank.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..errors import NoFitError
+from ..problem import Problem
+from ..result import Plan
+from ..units import format_bytes
+from ..wave import WavePlan, best_wave
+
+
+def greedy_plan(problem: Problem, layouts: Sequence[str], *, strategy: str = "greedy") -> Plan:
+    """Plan every item in order with the widest fitting waves; raise :class:`NoFitError` naming the
+    item, rank, bytes and budget when a single item cannot fit under any layout."""
+    waves: list[WavePlan] = []
+    start, n = 0, problem.num_items
+    while start < n:
+        first, lowest = best_wave(problem, [start], layouts)
+        if first is None:
+            raise refusal(problem, start, lowest)
+        width, best, failed = 1, first, None
+        while start + width < n:
+            trial = min(2 * width, n - start)
+            wave, _ = best_wave(problem, range(start, start + trial), layouts)
+            if wave is None:
+                failed = trial
+                break
+            width, best = trial, wave
+        if failed is not None:
+            lo, hi = width, failed
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                wave, _ = best_wave(problem, range(start, start + mid), layouts)
+                if wave is None:
+                    hi = mid
+                else:
+                    lo, best = mid, wave
+            width = lo
+        waves.append(best)
+        start += width
+    return Plan(strategy=strategy, waves=tuple(waves))
+
+
+def full_sharing_plan(problem: Problem) -> Plan:
+    """The greedy planner restricted to the memory-minimal layout (share every decision)."""
+    return greedy_plan(problem, ("full",), strategy="full_sharing")
+
+
+def refusal(problem: Problem, item: int, lowest: WavePlan) -> NoFitError:
+    """The error for an item that fits no wave: its id, the busiest rank, the bytes and the budget."""
+    rank = lowest.busiest_rank
+    needed = lowest.peak_bytes
+    budget = problem.budget_bytes
+    item_id = problem.workload.items[item].id
+    return NoFitError(
+        f"item {item_id!r} does not fit: rank {rank} needs {needed:,} bytes ({format_bytes(needed)}) "
+        f"with its best layout ({lowest.layout_name}), over the budget of {budget:,} bytes "
+        f"({format_bytes(budget)})",
+        item=item_id,
+        rank=rank,
+        needed_bytes=needed,
+        budget_bytes=budget,
+    )

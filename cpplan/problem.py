@@ -1,0 +1,126 @@
+"""The validated, immutable planning problem: workload, topology, card, budget and the prefix tree."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from .card import ModelCard, Phase, ResolvedCard
+from .errors import InputError
+from .layout import PackedLayout, pack, share_mask
+from .ownership import CHUNK_TOKENS
+from .topology import Topology
+from .tree import PrefixTree
+from .workload import Workload
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class Problem:
+    """Everything a planner reads. Build it with :meth:`Problem.build`; nothing writes back onto it."""
+
+    workload: Workload
+    topology: Topology
+    model: ModelCard
+    card: ResolvedCard
+    memory_bytes: int
+    tree: PrefixTree
+    request_item: np.ndarray
+    request_index: np.ndarray
+    request_grad: np.ndarray
+    request_loss: np.ndarray
+    item_ptr: np.ndarray
+    chunk_tokens: int = CHUNK_TOKENS
+
+    @classmethod
+    def build(
+        cls,
+        workload: Workload,
+        *,
+        topology: Topology,
+        model: ModelCard,
+        memory_bytes: int,
+        num_layers: int | None = None,
+        phase: Phase = "cold",
+    ) -> Problem:
+        """Validate the inputs against each other and build the prefix tree."""
+        if (
+            isinstance(memory_bytes, bool)
+            or not isinstance(memory_bytes, int | np.integer)
+            or memory_bytes <= 0
+        ):
+            raise InputError(f"must be a positive number of bytes, got {memory_bytes!r}", field="memory")
+        if phase not in ("cold", "warm"):
+            raise InputError(f"must be 'cold' or 'warm', got {phase!r}", field="phase")
+        card = model.resolve(topology, num_layers=num_layers, phase=phase)
+        sequences, item_of, index_of, grad, loss, ptr = [], [], [], [], [], [0]
+        for i, item in enumerate(workload.items):
+            for k, request in enumerate(item.requests):
+                if request.num_tokens > card.max_context:
+                    raise InputError(
+                        f"item {item.id!r} request {k} has {request.num_tokens} tokens, more than the "
+                        f"model's maximum context of {card.max_context}",
+                        file=workload.source,
+                        field=f"items[{i}].requests[{k}].tokens",
+                    )
+                sequences.append(request.tokens)
+                item_of.append(i), index_of.append(k)
+                grad.append(request.grad), loss.append(request.output in ("loss", "logits"))
+            ptr.append(len(sequences))
+        tree = PrefixTree(sequences)
+        full = int(tree.node_length.sum())
+        if full < topology.cp:
+            raise InputError(
+                f"cp={topology.cp} is larger than the {full} packed tokens of the whole "
+                "workload: some CP ranks would own nothing",
+                field="topology.cp",
+            )
+        return cls(
+            workload=workload,
+            topology=topology,
+            model=model,
+            card=card,
+            memory_bytes=int(memory_bytes),
+            tree=tree,
+            request_item=np.array(item_of, dtype=np.int64),
+            request_index=np.array(index_of, dtype=np.int64),
+            request_grad=np.array(grad, dtype=bool),
+            request_loss=np.array(loss, dtype=bool),
+            item_ptr=np.array(ptr, dtype=np.int64),
+        )
+
+    @property
+    def num_items(self) -> int:
+        """Items in the workload."""
+        return self.workload.num_items
+
+    @property
+    def budget_bytes(self) -> int:
+        """Bytes a wave may use on each rank (the admission limit for ``peak_bytes``)."""
+        return self.memory_bytes
+
+    def item_requests(self, items) -> np.ndarray:
+        """Tree request indices of the given item indices, in item order."""
+        return np.concatenate([np.arange(self.item_ptr[i], self.item_ptr[i + 1]) for i in items]).astype(
+            np.int64
+        )
+
+    @cached_property
+    def _masks(self) -> dict[str, np.ndarray]:
+        return {}
+
+    def share_mask(self, spec: str) -> np.ndarray:
+        """The node mask of a layout spec (cached per spec)."""
+        if spec not in self._masks:
+            self._masks[spec] = share_mask(self.tree, spec)
+        return self._masks[spec]
+
+    def pack(self, items, spec_or_mask: str | np.ndarray) -> PackedLayout:
+        """Pack the requests of ``items`` under a layout spec or an explicit node mask."""
+        mask = self.share_mask(spec_or_mask) if isinstance(spec_or_mask, str) else spec_or_mask
+        return pack(self.tree, self.item_requests(items), mask, self.request_grad, self.request_loss)
+
+    def logical_tokens(self, items) -> int:
+        """Unpacked tokens of the given items."""
+        return int(sum(self.workload.items[i].num_tokens for i in items))
