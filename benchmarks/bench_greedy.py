@@ -58,8 +58,8 @@ def main() -> None:
         plan = greedy_plan(problem, LAYOUTS)
         samples = timed(lambda p=problem: greedy_plan(p, LAYOUTS), args.repeats)
         build = timed(
-            lambda w=wl: Problem.build(
-                w, topology=cpplan.Topology(cp=cp), model=card, memory_bytes=80 * 2**30
+            lambda w=wl, c=cp: Problem.build(
+                w, topology=cpplan.Topology(cp=c), model=card, memory_bytes=80 * 2**30
             ),
             args.repeats,
         )

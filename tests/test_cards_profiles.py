@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 import cpplan
@@ -19,9 +21,9 @@ def test_shipped_cards_and_profiles_load():
 
 def test_unknown_names():
     """Unknown model and solver names are refused listing what ships."""
-    with pytest.raises(InputError, match="unknown model 'gpt-9'.*qwen3-8b"):
+    with pytest.raises(InputError, match=r"unknown model 'gpt-9'.*qwen3-8b"):
         cpplan.load_model("gpt-9")
-    with pytest.raises(InputError, match="unknown solver profile 'fast'.*runtime"):
+    with pytest.raises(InputError, match=r"unknown solver profile 'fast'.*runtime"):
         cpplan.load_solver("fast")
 
 
@@ -46,7 +48,7 @@ def test_pp_refused(qwen36):
 
 
 def card_text(qwen36_path, old: str, new: str) -> str:
-    text = open(qwen36_path).read()
+    text = Path(qwen36_path).read_text()
     assert old in text
     return text.replace(old, new, 1)
 

@@ -104,7 +104,7 @@ def test_price_is_max_of_sums_with_safety(qwen36):
     envelopes = []
     for e in range(card.num_envelopes):
         total = card.envelope_static_bytes[e]
-        for t, name in enumerate(card.term_names):
+        for t in range(len(card.term_names)):
             if card.envelope_terms[e, t]:
                 total += card.term_bytes[t] * q[0, card.term_quantity[t]]
         envelopes.append(total)

@@ -23,7 +23,7 @@ def brute_force_node_count(seqs: list[list[int]]) -> int:
         children = [
             p
             for p in (
-                prefix + (t,)
+                (*prefix, t)
                 for t in {
                     q[len(prefix)]
                     for q in map(list, prefixes)

@@ -74,7 +74,7 @@ def test_malformed_json_line(tmp_path):
 def test_duplicate_ids_and_empty_file(tmp_path):
     """Duplicate item ids name both lines; an empty file is refused."""
     path = write(tmp_path, ['{"id": "a", "tokens": [1]}', '{"id": "a", "tokens": [2]}'])
-    with pytest.raises(InputError, match="duplicate item id 'a' .first on line 1"):
+    with pytest.raises(InputError, match=r"duplicate item id 'a' .first on line 1"):
         Workload.from_jsonl(path)
     empty = tmp_path / "e.jsonl"
     empty.write_text("\n")
