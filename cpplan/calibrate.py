@@ -107,7 +107,7 @@ def calibrate(
             f"unknown coefficient(s) {', '.join(unknown)}; the card has: {', '.join(coefficients) or 'none'}",
             field="fit",
         )
-    if not 1.0 <= max_ratio:
+    if not max_ratio >= 1.0:
         raise InputError(f"must be at least 1, got {max_ratio}", field="max_ratio")
     own = [r for r in rows if matches(model, r.model)]
     skipped = tuple(r for r in rows if not matches(model, r.model))
@@ -164,8 +164,9 @@ def calibrate(
         method=(
             "linear program (OR-Tools GLOP): minimize the sum of predicted/observed over rows subject to "
             "every row's predicted peak_bytes (safety included) >= its observed maximum and every "
-            "coefficient >= 0; rows priced through Problem.build and price_wave (one wave, full sharing, "
-            f"the planner's CP ownership); coefficients rounded up to {_SIGNIFICANT_DIGITS} significant digits"
+            "coefficient >= 0; rows priced through Problem.build and price_wave (one wave, full "
+            "sharing, the planner's CP ownership); coefficients rounded up to "
+            f"{_SIGNIFICANT_DIGITS} significant digits"
         ),
         tool=f"cpplan {cpplan_version()} calibrate",
         notes=(model.calibration.notes if model.calibration else ""),
@@ -340,7 +341,8 @@ def _check_tight(results: list[RowFit], max_ratio: float, source: str) -> None:
     ]
     raise InputError(
         f"rows contradict each other: keeping every row at or above its observed maximum predicts "
-        f"{worst.predicted_bytes / GB:.2f} GB here against {worst.row.observed_max_bytes / GB:.2f} GB observed "
+        f"{worst.predicted_bytes / GB:.2f} GB here against "
+        f"{worst.row.observed_max_bytes / GB:.2f} GB observed "
         f"({worst.ratio:.3f}x, over the {max_ratio:.2f}x allowed), because of line(s) "
         f"{', '.join(str(r.row.line) for r in tight)} held at their observations",
         file=source,
