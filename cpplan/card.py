@@ -430,6 +430,14 @@ def _check_formulas(card: ModelCard) -> None:
         raise InputError(str(exc), file=where, field="derived") from None
     for axis in AXES:
         env.setdefault(axis, 1.0)
+    for name in card.memory.terms:
+        if name in env:
+            raise InputError(
+                f"term name {name!r} is already a geometry, topology, constant or derived name",
+                file=where,
+                line=_line_of(card.path, name),
+                field=f"memory.terms.{name}",
+            )
     earlier_terms: set[str] = set()
     for field, formulas in (
         ("memory.terms", {k: (t.bytes_per_unit, t.when) for k, t in card.memory.terms.items()}),
