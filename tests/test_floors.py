@@ -361,3 +361,21 @@ def test_transferred_cards_carry_the_calibrated_coefficients():
             continue
         assert card.calibration.method.startswith("transferred")
         assert card.calibration.coefficients == reference, name
+
+
+def test_cold_excess_grows_with_tokens_and_warm_omits_it():
+    """The cold peak exceeds the warm peak of the same wave, and the excess grows with the rank's tokens
+    (60,000 vs 195,000 tokens at CP2), as the measured first-call excess does."""
+    card = load_model(MODEL)
+
+    def excess(tokens: int) -> int:
+        peaks = {
+            phase: predict(
+                card, topology=Topology(cp=2), num_layers=8, phase=phase, num_requests=10, total_tokens=tokens
+            ).peak_bytes
+            for phase in ("cold", "warm")
+        }
+        return peaks["cold"] - peaks["warm"]
+
+    small, large = excess(60_000), excess(195_000)
+    assert 0 < small < large
