@@ -95,7 +95,7 @@ def main() -> None:
             }
         )
     example = cpplan.Workload.from_jsonl(Path(__file__).parent.parent / "examples" / "grpo.jsonl")
-    result = cpplan.plan(example, topology=cpplan.Topology(cp=2), model=card, memory_bytes="10GiB")
+    result = cpplan.plan(example, topology=cpplan.Topology(cp=2), model=card, memory_bytes="12GiB")
     bundled = {
         "logical_tokens": result.plan.logical_tokens,
         "packed_tokens": result.plan.packed_tokens,
@@ -117,7 +117,7 @@ def main() -> None:
         print(f"{r['tokens']:>12,} {r['requests']:>9} {r['median_ms']:>10.2f} {r['ns_per_token']:>9.1f}")
     print(
         f"\nbundled example: {bundled['packed_tokens']:,} packed of {bundled['logical_tokens']:,} logical "
-        f"({bundled['ratio']:.1%}), {bundled['waves']} waves at cp=2, 10 GiB"
+        f"({bundled['ratio']:.1%}), {bundled['waves']} waves at cp=2, 12 GiB"
     )
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "greedy.json").write_text(

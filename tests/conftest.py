@@ -58,3 +58,16 @@ def qwen3_8b() -> cpplan.ModelCard:
 def rng() -> np.random.Generator:
     """A seeded generator."""
     return np.random.default_rng(0)
+
+
+def middle_budget(workload: Workload, model: cpplan.ModelCard, cp: int) -> int:
+    """A per-rank budget between the largest single item's full-sharing peak and the whole workload's:
+    every item fits alone, but not all together (so plans need several waves)."""
+    from cpplan.problem import Problem
+    from cpplan.wave import best_wave
+
+    problem = Problem.build(workload, topology=cpplan.Topology(cp=cp), model=model, memory_bytes=2**60)
+    single = max(best_wave(problem, [i], ("full",))[0].peak_bytes for i in range(workload.num_items))
+    whole = best_wave(problem, range(workload.num_items), ("full",))[0].peak_bytes
+    assert single < whole
+    return (single + whole) // 2

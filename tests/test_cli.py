@@ -27,7 +27,7 @@ def test_plan_then_verify_bundled_example(tmp_path, capsys):
     summary table on stderr; `cpplan verify` of that file exits 0."""
     plan_path = tmp_path / "plan.json"
     code, _, err = run(
-        ["plan", EXAMPLE, *MODEL, "--topology", "cp=2", "--memory", "10GiB", "--output", plan_path], capsys
+        ["plan", EXAMPLE, *MODEL, "--topology", "cp=2", "--memory", "12GiB", "--output", plan_path], capsys
     )
     assert code == 0
     assert "busiest rank" in err and "candidates" in err
@@ -43,7 +43,7 @@ def test_plan_then_verify_bundled_example(tmp_path, capsys):
     )
     assert sum(len(w["items"]) for w in data["waves"]) == 6
     code, _, err = run(
-        ["verify", plan_path, EXAMPLE, *MODEL, "--topology", "cp=2", "--memory", "10GiB"], capsys
+        ["verify", plan_path, EXAMPLE, *MODEL, "--topology", "cp=2", "--memory", "12GiB"], capsys
     )
     assert code == 0 and "valid" in err
 
@@ -60,7 +60,7 @@ def test_verify_reports_violations(tmp_path, capsys):
                 "--topology",
                 "cp=2",
                 "--memory",
-                "10GiB",
+                "12GiB",
                 "--output",
                 plan_path,
                 "--quiet",
@@ -126,7 +126,7 @@ def test_console_script(tmp_path):
             "--topology",
             "cp=2",
             "--memory",
-            "10GiB",
+            "12GiB",
             "--output",
             str(tmp_path / "p.json"),
         ],

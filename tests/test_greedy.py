@@ -9,6 +9,7 @@ from cpplan import NoFitError, Topology
 from cpplan.planners.greedy import full_sharing_plan, greedy_plan
 from cpplan.problem import Problem
 from cpplan.wave import best_wave
+from tests.conftest import middle_budget
 
 LAYOUTS = ("full", "none", "min_span:512")
 
@@ -16,7 +17,8 @@ LAYOUTS = ("full", "none", "min_span:512")
 @pytest.fixture(scope="module")
 def tight(small_grpo, qwen36):
     """The small GRPO workload at CP2 with a budget that forces several waves."""
-    return Problem.build(small_grpo, topology=Topology(cp=2), model=qwen36, memory_bytes=6 * 2**30)
+    budget = middle_budget(small_grpo, qwen36, 2)
+    return Problem.build(small_grpo, topology=Topology(cp=2), model=qwen36, memory_bytes=budget)
 
 
 def test_waves_fit_keep_order_and_are_maximal(tight):
@@ -65,7 +67,11 @@ def test_portfolio_lists_every_candidate(small_grpo, qwen36):
     """plan() verifies every strategy's plan, picks the cheapest valid one and lists each candidate
     with its cost, validity and reason."""
     result = cpplan.plan(
-        small_grpo, topology=Topology(cp=2), model=qwen36, memory_bytes="6GiB", solver="runtime"
+        small_grpo,
+        topology=Topology(cp=2),
+        model=qwen36,
+        memory_bytes=middle_budget(small_grpo, qwen36, 2),
+        solver="runtime",
     )
     names = [c.strategy for c in result.candidates]
     assert names[:2] == ["greedy", "full_sharing"]

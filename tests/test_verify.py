@@ -10,12 +10,15 @@ import cpplan
 from cpplan import Topology
 from cpplan.serialize import plan_to_dict
 from cpplan.verify import verify_plan
+from tests.conftest import middle_budget
 
 
 @pytest.fixture(scope="module")
 def planned(small_grpo, qwen36):
     """A valid plan of the small GRPO workload at CP2 (several waves)."""
-    result = cpplan.plan(small_grpo, topology=Topology(cp=2), model=qwen36, memory_bytes="6GiB")
+    result = cpplan.plan(
+        small_grpo, topology=Topology(cp=2), model=qwen36, memory_bytes=middle_budget(small_grpo, qwen36, 2)
+    )
     return result.problem, plan_to_dict(result.problem, result.plan)
 
 
