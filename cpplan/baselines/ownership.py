@@ -7,12 +7,14 @@ and ring attention as verl, axolotl and TRL shard a packed micro-batch).
 sharing a segment is one whole request) is cut into ``2 * cp`` near-equal pieces and rank ``r`` holds
 pieces ``r`` and ``2 * cp - 1 - r``, so every rank gets one early (cheap) and one late (expensive) piece.
 Megatron assigns tokens; cpplan's verifier and evaluator own whole 128-token chunks of the packed
-sequence. The mapping: every token gets its zigzag rank, then each chunk goes to the rank zigzag gives
-most of that chunk's tokens, ties to the rank holding the fewest tokens so far (then the lowest rank).
-For pieces of 128 tokens or more (sequences of at least ``256 * cp`` tokens) this moves only the tokens
-of chunks straddling a piece boundary; for shorter sequences several pieces share a chunk and the
-mapping is coarser than Megatron's (which would also pad each sequence to a multiple of ``2 * cp``;
-no padding is added here, so packed token counts stay comparable).
+sequence. The mapping: every token gets its zigzag rank; each chunk then goes to one of the ranks
+zigzag gives tokens in that chunk, the one furthest behind its zigzag token share so far (error
+diffusion; ties to the lower rank). A chunk inside one piece goes to that piece's rank, so for pieces
+of 128 tokens or more (sequences of at least ``256 * cp`` tokens) only chunks straddling a piece
+boundary move; for shorter sequences several pieces share a chunk and the split is coarser than
+Megatron's, but every rank stays within about a chunk of its zigzag share. Megatron would also pad
+each sequence to a multiple of ``2 * cp``; no padding is added here, so packed token counts stay
+comparable.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ def zigzag_token_owner(seg_length: np.ndarray, cp: int) -> np.ndarray:
 
 
 def zigzag(layout: PackedLayout, stats: ChunkStats, cp: int) -> np.ndarray:
-    """Chunk owners from the zigzag token owners (majority per chunk, ties to the lighter rank)."""
+    """Chunk owners from the zigzag token owners (each chunk to the rank furthest behind its share)."""
     if cp == 1:
         return np.zeros(stats.num_chunks, dtype=np.int64)
     token_owner = zigzag_token_owner(layout.seg_length, cp)
@@ -47,10 +49,10 @@ def zigzag(layout: PackedLayout, stats: ChunkStats, cp: int) -> np.ndarray:
     votes = np.bincount(chunk_of * cp + token_owner, minlength=stats.num_chunks * cp)
     votes = votes.reshape(stats.num_chunks, cp)
     owner = np.empty(stats.num_chunks, dtype=np.int64)
-    held = np.zeros(cp, dtype=np.int64)
+    behind = np.zeros(cp, dtype=np.int64)
     for c, row in enumerate(votes.tolist()):
-        top = max(row)
-        rank = min((r for r in range(cp) if row[r] == top), key=lambda r: (held[r], r))
+        behind += row
+        rank = max((r for r in range(cp) if row[r]), key=lambda r: (behind[r], -r))
         owner[c] = rank
-        held[rank] += int(stats.tokens[c])
+        behind[rank] -= int(stats.tokens[c])
     return owner
