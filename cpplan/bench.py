@@ -269,19 +269,42 @@ def format_headline(table: Sequence[dict[str, Any]], *, families: Sequence[str] 
     return "\n".join(lines)
 
 
+def format_pivot(table: Sequence[dict[str, Any]]) -> str:
+    """Planner by family: step seconds against cpplan (geometric mean over instances where both plans
+    verify) and how many of the planner's plans verify."""
+    families = list(dict.fromkeys(r["family"] for r in table))
+    planners = list(dict.fromkeys(r["planner"] for r in table))
+    cell = {(r["planner"], r["family"]): r for r in table}
+    lines = [
+        "| planner | " + " | ".join(families) + " |",
+        "|---|" + "---|" * len(families),
+    ]
+    for planner in planners:
+        parts = []
+        for family in families:
+            row = cell.get((planner, family))
+            if row is None:
+                parts.append("")
+                continue
+            ratio = "-" if row["vs_cpplan"] is None else f"{row['vs_cpplan']:.2f}x"
+            parts.append(f"{ratio} ({row['valid']}/{row['instances']} valid)")
+        lines.append(f"| {planner} | " + " | ".join(parts) + " |")
+    return "\n".join(lines)
+
+
 def format_rows(rows: Sequence[dict[str, Any]]) -> str:
     """Every instance and planner as a Markdown table."""
     header = (
         "| case | cp | memory | planner | status | step s | waves | packed | busiest/mean | OOM waves "
-        "| plan ms p50 | p99 |"
+        "| plan ms p50 | p99 | worst OOM |"
     )
-    lines = [header, "|" + "---|" * 12]
+    lines = [header, "|" + "---|" * 13]
     for r in rows:
         times = np.array(r["plan_s"]) * 1e3
         lines.append(
             f"| {r['case']} | {r['cp']} | {r['memory']} | {r['planner']} | {r['status']} "
             f"| {_fmt(r['cost_s'], '.3f')} | {_fmt(r['num_waves'], 'd')} | {_fmt(r['packed_tokens'], ',')} "
             f"| {_fmt(r['busiest_over_mean'], '.3f')} | {r['num_oom_waves']} "
-            f"| {np.median(times):.1f} | {np.percentile(times, 99):.1f} |"
+            f"| {np.median(times):.1f} | {np.percentile(times, 99):.1f} | {r['worst_oom']} |"
         )
     return "\n".join(lines)

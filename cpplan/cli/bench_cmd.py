@@ -7,7 +7,15 @@ from pathlib import Path
 
 import click
 
-from ..bench import DEFAULT_CPS, DEFAULT_MEMORIES, DEFAULT_MODEL, format_headline, format_rows, run_bench
+from ..bench import (
+    DEFAULT_CPS,
+    DEFAULT_MEMORIES,
+    DEFAULT_MODEL,
+    format_headline,
+    format_pivot,
+    format_rows,
+    run_bench,
+)
 from ..topology import Topology
 from ..units import parse_bytes
 from . import cli
@@ -80,6 +88,8 @@ def bench_command(
     if detail:
         click.echo(format_rows(result["rows"]))
         click.echo()
+    click.echo(format_pivot(result["headline"]))
+    click.echo()
     click.echo(format_headline(result["headline"]))
     click.echo(f"\n{len(result['rows'])} runs in {result['wall_s']:.1f} s; saved {path}")
     return 0
