@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from .api import build_problem, solve
-from .baselines import BASELINES, Baseline, check, find_ooms
+from .baselines import BASELINES, Baseline, check, find_ooms, other_violations
 from .card import load_model
 from .errors import NoFitError
 from .planners import PLANNERS
@@ -69,8 +69,8 @@ def busiest_over_mean(plan: Plan) -> float:
 def _row(case: Case, problem: Problem, memory: str, planner: str, plan: Plan, times, strategy: str) -> Row:
     ooms = find_ooms(problem, plan)
     verdict = check(problem, plan)
-    budget_only = all("exceeds the budget" in v for v in verdict.violations)
-    status = "valid" if verdict.valid else ("oom" if ooms and budget_only else "invalid")
+    others = other_violations(verdict)
+    status = "valid" if verdict.valid else ("oom" if ooms and not others else "invalid")
     worst = max(ooms, key=lambda o: o.peak_bytes) if ooms else None
     return Row(
         case=case.name,
@@ -88,7 +88,7 @@ def _row(case: Case, problem: Problem, memory: str, planner: str, plan: Plan, ti
         worst_oom=str(worst) if worst else "",
         strategy=strategy,
         plan_s=tuple(times),
-        note="" if status != "invalid" else verdict.violations[0],
+        note=others[0] if others else "",
     )
 
 

@@ -123,9 +123,12 @@ def test_bench_command_prints_and_saves_the_table(tmp_path, capsys):
     assert "| all | cpplan |" in printed and "plan ms p50" in printed
 
 
-def test_bench_rejects_a_bad_memory_size():
-    """A malformed ``--memory`` is bad input (exit 2), not a traceback."""
+def test_bench_rejects_bad_options():
+    """A malformed ``--memory``, a CP size below 1 or an unknown model is bad input (exit 2), not a
+    traceback."""
     assert main(["bench", "--quick", "--memory", "lots"]) == 2
+    assert main(["bench", "--quick", "--cp", "0"]) == 2
+    assert main(["bench", "--quick", "--model", "no-such-model", "--cp", "1"]) == 2
 
 
 def test_sharegpt_loader_reads_the_packaged_dataset():

@@ -9,7 +9,7 @@ is kept and reported as an :class:`Oom` (wave, rank, bytes), never repaired.
 from __future__ import annotations
 
 from . import axolotl, cpplan_own, megatron, prefix_grouper, trl, verl
-from .base import Baseline, Oom, Outcome, build_plan, check, find_ooms, run
+from .base import Baseline, Oom, Outcome, build_plan, check, find_ooms, other_violations, run
 from .capacity import per_gpu_token_capacity, token_capacity
 
 BASELINES: dict[str, Baseline] = {
@@ -33,6 +33,7 @@ __all__ = [
     "build_plan",
     "check",
     "find_ooms",
+    "other_violations",
     "per_gpu_token_capacity",
     "run",
     "token_capacity",

@@ -87,7 +87,12 @@ class Outcome:
     @property
     def other_violations(self) -> tuple[str, ...]:
         """Violations that are not budget violations (a correct baseline has none)."""
-        return tuple(v for v in self.verification.violations if not _BUDGET_VIOLATION.match(v))
+        return other_violations(self.verification)
+
+
+def other_violations(verification: Verification) -> tuple[str, ...]:
+    """The verifier's violations other than a rank's peak over the budget."""
+    return tuple(v for v in verification.violations if not _BUDGET_VIOLATION.match(v))
 
 
 def build_plan(

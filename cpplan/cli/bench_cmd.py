@@ -16,7 +16,6 @@ from ..bench import (
     format_rows,
     run_bench,
 )
-from ..topology import Topology
 from ..units import parse_bytes
 from . import cli
 
@@ -32,7 +31,11 @@ from . import cli
     help=f"Per-rank budget; repeat for several (default {' and '.join(DEFAULT_MEMORIES)}).",
 )
 @click.option(
-    "--cp", "cps", multiple=True, type=int, help="CP size; repeat for several (default 1, 2, 4 and 8)."
+    "--cp",
+    "cps",
+    multiple=True,
+    type=click.IntRange(min=1, max=1024),
+    help="CP size; repeat for several (default 1, 2, 4 and 8).",
 )
 @click.option("--solver", default="runtime", show_default=True, metavar="NAME|PATH", help="cpplan's profile.")
 @click.option("--repeats", type=click.IntRange(min=1), default=None, help="Timed runs per planner.")
@@ -57,8 +60,6 @@ def bench_command(
     """Run every baseline planner and cpplan on the fixed suite; print and save the table."""
     for size in memories:
         parse_bytes(size)
-    for cp in cps:
-        Topology(cp=cp)
     if not cps:
         cps = (1, 4) if quick else DEFAULT_CPS
     if not memories:
