@@ -219,7 +219,8 @@ def test_cpplan_baselines_refuse_an_item_that_fits_nowhere():
 
 def test_seeded_strategy_wins_where_greedy_loses_and_is_reproducible():
     """On long-tail sequences at CP2 verl's Karmarkar-Karp waves beat the in-order greedy planner (a
-    better balanced split of the same number of waves); the portfolio's seeded strategy takes them, and planning twice gives the same plan bytes."""
+    better balanced split of the same number of waves); the portfolio's seeded strategy takes them,
+    and planning twice gives the same plan bytes."""
     from cpplan.serialize import dumps, result_to_dict, strip_timing
 
     problem = _problem(_small_workloads()["long_tail"], 2, "5GiB")
