@@ -1,0 +1,181 @@
+"""Per-rank materialization: owned tokens, whole-wave tree metadata, read-back and loss indices."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from prefix_trees import LAYOUTS, build_problem, hand_plan, prefix_workloads
+
+import cpplan
+from cpplan import InputError, Item, Request, Workload, synthetic
+from cpplan.materialize import materialize_wave
+from cpplan.serialize import result_to_dict
+
+SETTINGS = settings(max_examples=40, deadline=None)
+
+
+def _plans(data, workload):
+    cp = data.draw(st.integers(1, 4), label="cp")
+    problem = build_problem(workload, cp=cp, chunk_tokens=data.draw(st.sampled_from((1, 4, 16))))
+    plan = hand_plan(
+        problem,
+        layout=data.draw(st.sampled_from(LAYOUTS), label="layout"),
+        num_waves=data.draw(st.integers(1, 2), label="waves"),
+        owner_seed=data.draw(st.none() | st.integers(0, 2**16), label="owner_seed"),
+    )
+    return problem, plan
+
+
+@SETTINGS
+@given(workload=prefix_workloads(), data=st.data())
+def test_rank_batches_rebuild_the_packed_wave(workload, data):
+    """Ranks own disjoint token sets covering the wave; their ids, positions and the whole-wave segment
+    and parent ids equal the layout's own per-token metadata; ranges list exactly the owned positions;
+    and every request's read-back indices return its tokens at positions 0..n-1."""
+    problem, plan = _plans(data, workload)
+    for w, wave in enumerate(plan.waves):
+        meta = wave.layout.token_metadata(problem.tree)
+        batches = [cpplan.materialize(plan, workload, wave=w, rank=r) for r in range(problem.topology.cp)]
+        owned = np.sort(np.concatenate([b.packed_index.numpy() for b in batches]))
+        assert np.array_equal(owned, np.arange(wave.packed_tokens))
+        full_ids = np.empty(wave.packed_tokens, dtype=np.int64)
+        for b in batches:
+            for name in ("input_ids", "position_ids", "packed_index"):
+                tensor = getattr(b, name)
+                assert tensor.dtype == torch.int64 and tensor.dim() == 1
+            index = b.packed_index.numpy()
+            assert np.all(np.diff(index) > 0)
+            assert np.array_equal(b.input_ids.numpy(), meta["input_ids"][index])
+            assert np.array_equal(b.position_ids.numpy(), meta["position_ids"][index])
+            assert np.array_equal(b.segment_ids.numpy(), meta["segment_ids"])
+            assert np.array_equal(b.parent_ids.numpy(), meta["parent_ids"])
+            expanded = [p for lo, hi in b.ranges for p in range(lo, hi)]
+            assert expanded == index.tolist()
+            full_ids[index] = b.input_ids.numpy()
+        expected = [
+            (workload.items[i].id, k) for i in wave.items for k in range(len(workload.items[i].requests))
+        ]
+        assert sorted(batches[0].requests) == sorted(expected)
+        for k, (item_id, index) in enumerate(batches[0].requests):
+            tokens = workload.items[workload.index_of[item_id]].requests[index].tokens
+            readback = batches[0].readback(k).numpy()
+            assert np.array_equal(full_ids[readback], tokens)
+            assert np.array_equal(meta["position_ids"][readback], np.arange(tokens.size))
+
+
+@SETTINGS
+@given(workload=prefix_workloads(), data=st.data())
+def test_loss_pairs_are_every_loss_requests_targets(workload, data):
+    """The ranks' weighted (packed position, target) pairs are, as a multiset, exactly the next-token
+    targets of every request whose output is the loss, read at its read-back positions; a request
+    that wants logits, hidden states or nothing adds no target."""
+    _, plan = _plans(data, workload)
+    for w in range(plan.num_waves):
+        batches = materialize_wave(plan, workload, wave=w)
+        got: Counter = Counter()
+        for b in batches:
+            positions = b.packed_index[b.loss_index].tolist()
+            for p, t, n in zip(positions, b.loss_targets.tolist(), b.loss_weights.tolist(), strict=True):
+                assert n > 0
+                got[(p, t)] += n
+        want: Counter = Counter()
+        for k, (item_id, index) in enumerate(batches[0].requests):
+            request = workload.items[workload.index_of[item_id]].requests[index]
+            if request.output != "loss":
+                continue
+            readback = batches[0].readback(k).tolist()
+            for j in range(request.num_tokens - 1):
+                want[(readback[j], int(request.tokens[j + 1]))] += 1
+        assert got == want
+
+
+def test_grpo_plan_contract():
+    """On a planned GRPO workload (CP4, as in DESIGN's example), ``cpplan.materialize`` gives each rank
+    its owned ranges exactly as the plan JSON lists them, and the wave's packed tokens once."""
+    wl = synthetic.grpo(
+        num_prompts=3, group_size=4, system_tokens=300, prompt_tokens=500, completion_tokens=100
+    )
+    result = cpplan.plan(
+        wl, topology=cpplan.Topology(cp=4), model="qwen3-8b", memory_bytes=80 * 2**30, solver="deterministic"
+    )
+    data = result_to_dict(result)
+    for w, wave in enumerate(data["waves"]):
+        total = 0
+        for rank in range(4):
+            batch = cpplan.materialize(result.plan, wl, wave=w, rank=rank)
+            assert isinstance(batch, cpplan.RankBatch)
+            assert [list(r) for r in batch.ranges] == wave["ranks"][rank]["ranges"]
+            assert batch.num_tokens == wave["ranks"][rank]["tokens"]
+            total += batch.num_tokens
+        assert total == wave["packed_tokens"] < wave["logical_tokens"]
+
+
+def test_materialize_wave_equals_per_rank_calls():
+    """``materialize_wave`` (whole-wave work done once) returns the same batches as one
+    ``materialize`` call per rank."""
+    wl = synthetic.agent_trees(num_trees=2, depth=3, branching=2, turn_tokens=(20, 60))
+    problem = build_problem(wl, cp=3, chunk_tokens=16)
+    plan = cpplan.Plan(
+        strategy="test", waves=hand_plan(problem, layout="full", num_waves=1, owner_seed=3).waves
+    )
+    together = materialize_wave(plan, wl, wave=0)
+    for rank, batch in enumerate(together):
+        alone = cpplan.materialize(plan, wl, wave=0, rank=rank)
+        for name in (
+            "input_ids",
+            "position_ids",
+            "packed_index",
+            "loss_index",
+            "loss_targets",
+            "loss_weights",
+        ):
+            assert torch.equal(getattr(batch, name), getattr(alone, name)), name
+        assert batch.ranges == alone.ranges
+    assert sum(b.num_tokens for b in together) == plan.waves[0].packed_tokens
+
+
+def _small_plan():
+    wl = synthetic.grpo(num_prompts=2, group_size=2, system_tokens=20, prompt_tokens=30, completion_tokens=10)
+    problem = build_problem(wl, cp=2, chunk_tokens=8)
+    return wl, hand_plan(problem, layout="full", num_waves=2, owner_seed=None)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"wave": 2, "rank": 0}, "wave"),
+        ({"wave": -1, "rank": 0}, "wave"),
+        ({"wave": 0, "rank": 2}, "rank"),
+        ({"wave": 0, "rank": True}, "rank"),
+    ],
+)
+def test_out_of_range_arguments_name_the_field(kwargs, field):
+    """A wave or rank outside the plan is an InputError naming the field and the plan's size."""
+    wl, plan = _small_plan()
+    with pytest.raises(InputError, match="out of range") as info:
+        cpplan.materialize(plan, wl, **kwargs)
+    assert info.value.field == field
+
+
+def test_wrong_workload_is_refused():
+    """Materializing against a workload the plan was not made for (one request one token longer, or
+    fewer requests) raises an InputError naming the request, not a silent wrong batch."""
+    wl, plan = _small_plan()
+    longer = list(wl.items)
+    first = longer[0].requests[1]
+    longer[0] = Item(
+        id=longer[0].id,
+        requests=(longer[0].requests[0], Request(tokens=np.append(first.tokens, 7))),
+    )
+    with pytest.raises(InputError, match="does not match the workload") as info:
+        cpplan.materialize(plan, Workload(items=tuple(longer)), wave=0, rank=0)
+    assert info.value.field == "items[0].requests[1]"
+    with pytest.raises(InputError, match="workload has only"):
+        cpplan.materialize(plan, Workload(items=wl.items[:1]), wave=1, rank=0)
+    with pytest.raises(InputError, match="expected a Plan"):
+        cpplan.materialize({"waves": []}, wl, wave=0, rank=0)
