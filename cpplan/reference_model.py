@@ -81,7 +81,7 @@ class Block(nn.Module):
         keys, values = kv.unbind(1)
         scores = torch.einsum("qhd,khd->hqk", q, keys) / math.sqrt(self.config.head_dim)
         probs = scores.masked_fill(~mask[None], float("-inf")).softmax(dim=-1)
-        attended = torch.einsum("hqk,khd->qhd", probs, values).reshape(h.shape[0], -1)
+        attended = torch.einsum("hqk,khd->qhd", probs, values).reshape(h.shape)
         h = h + self.out(attended)
         return h + self.down(F.silu(self.up(self.mlp_norm(h))))
 
