@@ -17,6 +17,7 @@ import torch.distributed as dist
 
 from .errors import CpplanError
 from .result import Plan, PlanResult
+from .workload import Workload
 
 DIGEST_BYTES = 32
 
@@ -31,13 +32,20 @@ class PlanMismatchError(CpplanError):
         super().__init__(message)
 
 
-def plan_digest(plan: Plan | PlanResult) -> str:
+def plan_digest(plan: Plan | PlanResult, workload: Workload | None = None) -> str:
     """SHA-256 (hex) of everything that decides what a rank runs: strategy, and per wave its items,
-    layout, segments, request chains, chunk ownership and predicted cost."""
+    layout, segments, request chains, chunk ownership and predicted cost. With ``workload``, its item
+    ids and token ids too (two plans of the same shape over different tokens then differ)."""
     if isinstance(plan, PlanResult):
         plan = plan.plan
     h = hashlib.sha256()
     h.update(f"cpplan-plan-v1|{plan.strategy}|{plan.num_waves}".encode())
+    if workload is not None:
+        for item in workload.items:
+            h.update(f"|item|{item.id}|{len(item.requests)}".encode())
+            for request in item.requests:
+                h.update(f"|{request.num_tokens}|{request.output}|{request.grad}|".encode())
+                h.update(np.ascontiguousarray(request.tokens, dtype="<i8").tobytes())
     for wave in plan.waves:
         layout = wave.layout
         h.update(
@@ -60,13 +68,16 @@ def plan_digest(plan: Plan | PlanResult) -> str:
     return h.hexdigest()
 
 
-def agree_on_plan(plan: Plan | PlanResult, *, group: dist.ProcessGroup | None = None) -> str:
-    """Confirm with one all-gather that every rank of ``group`` holds the same plan; returns the digest.
+def agree_on_plan(
+    plan: Plan | PlanResult, *, workload: Workload | None = None, group: dist.ProcessGroup | None = None
+) -> str:
+    """Confirm with one all-gather that every rank of ``group`` holds the same plan (and, given
+    ``workload``, the same tokens); returns the digest.
 
     Raises :class:`PlanMismatchError` on every rank when the digests differ, naming the ranks (of
     ``group``) whose digest is not the majority's.
     """
-    digest = plan_digest(plan)
+    digest = plan_digest(plan, workload)
     local = torch.frombuffer(bytearray(bytes.fromhex(digest)), dtype=torch.uint8)
     world = dist.get_world_size(group)
     gathered = [torch.empty(DIGEST_BYTES, dtype=torch.uint8) for _ in range(world)]
