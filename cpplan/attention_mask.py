@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 try:  # flex_attention appeared in torch 2.5
@@ -135,20 +136,102 @@ class TreeMask:
 
         return mask_mod
 
-    def block_mask(self, *, block_size: int = 128, compile: bool = False) -> BlockMask:
-        """A flex_attention BlockMask (batch and heads broadcast). Raises ``RuntimeError`` when the
-        installed torch has no flex_attention."""
+    def block_mask(self, *, block_size: int = 128) -> BlockMask:
+        """A flex_attention BlockMask (batch and heads broadcast) built from the segment intervals
+        directly, without evaluating the mask token by token, so it scales to long waves: per query
+        block, the key blocks it may touch and those every one of its queries sees entirely ("full");
+        ``mask_mod`` decides inside the partial ones. Raises ``RuntimeError`` when the installed torch
+        has no flex_attention."""
+        if not flex_attention_available():
+            raise RuntimeError("this torch has no torch.nn.attention.flex_attention")
+        touched, full = self.block_structure(block_size)
+        partial = touched & ~full
+
+        def blocks(marks: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+            counts = marks.sum(axis=1).astype(np.int32)
+            indices = np.argsort(~marks, axis=1, kind="stable").astype(np.int32)
+            return torch.from_numpy(counts)[None, None], torch.from_numpy(np.ascontiguousarray(indices))[
+                None, None
+            ]
+
+        kv_num, kv_indices = blocks(partial)
+        full_num, full_indices = blocks(full)
+        q_num, q_indices = blocks(partial.T)  # the transposed lists drive the backward pass
+        full_q_num, full_q_indices = blocks(full.T)
+        return BlockMask(
+            seq_lengths=(self.num_queries, self.num_keys),
+            kv_num_blocks=kv_num,
+            kv_indices=kv_indices,
+            full_kv_num_blocks=full_num,
+            full_kv_indices=full_indices,
+            q_num_blocks=q_num,
+            q_indices=q_indices,
+            full_q_num_blocks=full_q_num,
+            full_q_indices=full_q_indices,
+            BLOCK_SIZE=(block_size, block_size),
+            mask_mod=self.mask_mod(),
+        )
+
+    def block_structure(self, block_size: int) -> tuple[np.ndarray, np.ndarray]:
+        """Boolean ``(query blocks, key blocks)`` matrices: blocks holding any allowed pair, and blocks
+        whose every pair is allowed (a block running past the last query or key is never full).
+
+        A query ``q`` of segment ``s`` sees the intervals of ``s``'s strict ancestors and ``[offset_s,
+        q]``. A query block sees the union of its queries' intervals; every query of it sees the
+        ancestors common to all its segments (a common ancestor that is itself one of the block's
+        segments only up to its first query there).
+        """
+        seg = self.segment_ids.numpy()
+        queries = self.query_index.numpy()
+        depth = self.depth.numpy()
+        table = self.ancestors.numpy()
+        starts = np.flatnonzero(np.r_[True, seg[1:] != seg[:-1]]) if seg.size else np.zeros(0, np.int64)
+        ends = np.r_[starts[1:], seg.size]
+        assert starts.size == depth.size, "segment_ids must list the segments in packed order"
+        num_q_blocks = -(-queries.size // block_size)
+        num_k_blocks = -(-seg.size // block_size)
+        touched = np.zeros((num_q_blocks, num_k_blocks + 1), dtype=np.int64)
+        full = np.zeros((num_q_blocks, num_k_blocks + 1), dtype=np.int64)
+        for i in range(num_q_blocks):
+            block = queries[i * block_size : (i + 1) * block_size]
+            segs, first = np.unique(seg[block], return_index=True)
+            last = np.r_[first[1:], block.size] - 1
+            # Union: every strict ancestor in full, each own segment up to its last query.
+            anc = np.concatenate([table[s, : depth[s]] for s in segs.tolist()])
+            lo = np.r_[starts[anc], starts[segs]]
+            hi = np.r_[ends[anc], block[last] + 1]
+            np.add.at(touched[i], lo // block_size, 1)
+            np.add.at(touched[i], (hi - 1) // block_size + 1, -1)
+            if block.size < block_size:
+                continue
+            # Intersection: ancestors shared by all the block's segments.
+            rows = table[segs]
+            shared = int(np.argmin(np.r_[(rows == rows[:1]).all(axis=0) & (rows[0] >= 0), False]))
+            common = rows[0, :shared]
+            lo = starts[common]
+            hi = ends[common].copy()
+            own = np.searchsorted(segs, common)
+            mine = (own < segs.size) & (segs[np.minimum(own, segs.size - 1)] == common)
+            hi[mine] = block[first[own[mine]]] + 1
+            # Merge touching intervals, then mark the key blocks each covers whole.
+            if lo.size:
+                breaks = np.r_[True, lo[1:] != hi[:-1]]
+                lo, hi = lo[breaks], np.r_[hi[:-1][breaks[1:]], hi[-1]]
+                first_block, end_block = -(-lo // block_size), hi // block_size
+                keep = first_block < end_block
+                np.add.at(full[i], first_block[keep], 1)
+                np.add.at(full[i], end_block[keep], -1)
+        touched = np.cumsum(touched, axis=1)[:, :num_k_blocks] > 0
+        full = np.cumsum(full, axis=1)[:, :num_k_blocks] > 0
+        return touched, full
+
+    def block_mask_from_mask_mod(self, *, block_size: int = 128) -> BlockMask:
+        """The BlockMask torch derives by evaluating ``mask_mod`` on every pair (``create_block_mask``):
+        quadratic in memory, an independent check of :meth:`block_mask` on small waves."""
         if not flex_attention_available():
             raise RuntimeError("this torch has no torch.nn.attention.flex_attention")
         return create_block_mask(
-            self.mask_mod(),
-            None,
-            None,
-            self.num_queries,
-            self.num_keys,
-            device="cpu",
-            BLOCK_SIZE=block_size,
-            _compile=compile,
+            self.mask_mod(), None, None, self.num_queries, self.num_keys, device="cpu", BLOCK_SIZE=block_size
         )
 
 
