@@ -20,6 +20,15 @@ from cpplan.attention_mask import (
 from cpplan.materialize import materialize_wave
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """The tensors here are tiny: on shared cores, intra-op threads cost more than the arithmetic."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 def _wave(workload, layout, cp, owner_seed):
     problem = build_problem(workload, cp=cp, chunk_tokens=4)
     plan = hand_plan(problem, layout=layout, num_waves=1, owner_seed=owner_seed)

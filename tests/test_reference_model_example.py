@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -19,6 +20,7 @@ def test_grpo_reference_example():
         text=True,
         timeout=120,
         check=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
     )
     packed = int(re.search(r"wave 0: .*?, ([\d,]+) packed", run.stdout).group(1).replace(",", ""))
     rows = re.findall(r"^\s+(\d+)\s+(\d+)\s+\d+\s+", run.stdout, flags=re.MULTILINE)
