@@ -13,6 +13,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -22,6 +23,7 @@ import pytest
 import cpplan
 from cpplan import Item, Request, Topology, Workload
 from cpplan.distributed import plan_digest
+from cpplan.wave import price_wave
 
 TIMEOUT_S = 240
 VOCAB = 16
@@ -51,10 +53,7 @@ def _worker(rank: int, world: int, port: int, out: Path) -> None:
     import torch
     import torch.distributed as dist
 
-    from cpplan.attention_mask import TreeMask
-    from cpplan.distributed import PlanMismatchError, agree_on_plan, kv_all_gather
-    from cpplan.materialize import materialize_wave
-    from cpplan.reference_model import ReferenceConfig, ReferenceLM, batch_loss, run_wave
+    from cpplan.distributed import PlanMismatchError, agree_on_plan
 
     torch.set_num_threads(1)
     dist.init_process_group(
@@ -79,40 +78,61 @@ def _worker(rank: int, world: int, port: int, out: Path) -> None:
         except PlanMismatchError as exc:
             record["mismatch"] = {"ranks": list(exc.ranks), "message": str(exc)}
 
-        batch = cpplan.materialize(result.plan, workload, wave=0, rank=rank)
-        torch.manual_seed(0)
-        model = ReferenceLM(ReferenceConfig(vocab_size=VOCAB, hidden=16, num_heads=2, num_layers=2, ffn=32))
-        model = model.double()
-        logits = model(
-            batch.input_ids, batch.position_ids, TreeMask.for_batch(batch).dense(), kv_all_gather(batch)
-        )
-        loss = batch_loss(logits, batch)
-        loss.backward()
-        grads = torch.cat([p.grad.flatten() for p in model.parameters()])
-        dist.all_reduce(grads)
-        total = loss.detach().clone()
-        dist.all_reduce(total)
-
-        batches = materialize_wave(result.plan, workload, wave=0)
-        model.zero_grad()
-        full = run_wave(model, batches)
-        full_loss = sum(batch_loss(full[b.packed_index], b) for b in batches)
-        full_loss.backward()
-        full_grads = torch.cat([p.grad.flatten() for p in model.parameters()])
-        record.update(
-            tokens=batch.num_tokens,
-            packed_tokens=batch.packed_tokens,
-            logits_max_diff=float((logits - full[batch.packed_index]).abs().max())
-            if batch.num_tokens
-            else 0.0,
-            loss=float(total),
-            loss_diff=abs(float(total) - float(full_loss)),
-            grad_max_diff=float((grads - full_grads).abs().max()),
-            grad_scale=float(full_grads.abs().max()),
-        )
+        # The planner's contiguous ranges, then chunks dealt round-robin (non-contiguous ownership).
+        wave = result.plan.waves[0]
+        dealt = np.arange(wave.owner.size) % world
+        round_robin = price_wave(result.problem, wave.items, wave.layout, wave.layout_name, dealt)
+        record["cp"] = {
+            "planned": _cp_run(result.plan, workload, rank),
+            "round_robin": _cp_run(cpplan.Plan(strategy="test", waves=(round_robin,)), workload, rank),
+        }
     finally:
         dist.destroy_process_group()
         out.write_text(json.dumps(record))
+
+
+def _cp_run(plan, workload: Workload, rank: int) -> dict:
+    """This rank's share of wave 0 with keys and values all-gathered, against the unsharded wave."""
+    import torch
+    import torch.distributed as dist
+
+    from cpplan.attention_mask import TreeMask
+    from cpplan.distributed import kv_all_gather
+    from cpplan.materialize import materialize_wave
+    from cpplan.reference_model import ReferenceConfig, ReferenceLM, batch_loss, run_wave
+
+    batch = cpplan.materialize(plan, workload, wave=0, rank=rank)
+    torch.manual_seed(0)
+    model = ReferenceLM(
+        ReferenceConfig(vocab_size=VOCAB, hidden=16, num_heads=2, num_layers=2, ffn=32)
+    ).double()
+    mask = TreeMask.for_batch(batch).dense()
+    logits = model(batch.input_ids, batch.position_ids, mask, kv_all_gather(batch))
+    loss = batch_loss(logits, batch)
+    loss.backward()
+    grads = torch.cat([p.grad.flatten() for p in model.parameters()])
+    dist.all_reduce(grads)
+    total = loss.detach().clone()
+    dist.all_reduce(total)
+
+    batches = materialize_wave(plan, workload, wave=0)
+    model.zero_grad()
+    full = run_wave(model, batches)
+    full_loss = sum(batch_loss(full[b.packed_index], b) for b in batches)
+    full_loss.backward()
+    full_grads = torch.cat([p.grad.flatten() for p in model.parameters()])
+    return {
+        "tokens": batch.num_tokens,
+        "num_ranges": len(batch.ranges),
+        "packed_tokens": batch.packed_tokens,
+        "logits_max_diff": float((logits - full[batch.packed_index]).abs().max())
+        if batch.num_tokens
+        else 0.0,
+        "loss": float(total),
+        "loss_diff": abs(float(total) - float(full_loss)),
+        "grad_max_diff": float((grads - full_grads).abs().max()),
+        "grad_scale": float(full_grads.abs().max()),
+    }
 
 
 def _free_port() -> int:
@@ -139,9 +159,10 @@ def records(request, tmp_path_factory) -> list[dict]:
         for rank in range(world)
     ]
     outputs = []
+    deadline = time.monotonic() + TIMEOUT_S
     try:
         for proc in procs:
-            outputs.append(proc.communicate(timeout=TIMEOUT_S)[0])
+            outputs.append(proc.communicate(timeout=max(1.0, deadline - time.monotonic()))[0])
     finally:
         for proc in procs:
             if proc.poll() is None:
@@ -174,16 +195,21 @@ def test_disagreeing_rank_is_named_on_every_rank(records):
         assert f"rank {odd} has" in r["mismatch"]["message"]
 
 
-def test_cp_ranks_together_equal_the_unsharded_wave(records):
-    """Each rank computed only its owned queries against all-gathered keys and values; its logits equal
-    the unsharded wave's rows, the all-reduced loss and parameter gradients equal the unsharded ones
-    (float64: logits and loss within 1e-10, gradients within 1e-9 relative to the largest)."""
-    assert sum(r["tokens"] for r in records) == records[0]["packed_tokens"]
-    assert sum(1 for r in records if r["tokens"]) >= 2
-    for r in records:
-        assert r["logits_max_diff"] < 1e-10
-        assert r["loss_diff"] < 1e-10 * max(1.0, r["loss"])
-        assert r["grad_max_diff"] < 1e-9 * r["grad_scale"]
+@pytest.mark.parametrize("ownership", ["planned", "round_robin"])
+def test_cp_ranks_together_equal_the_unsharded_wave(records, ownership):
+    """Each rank computed only its owned queries against all-gathered keys and values, for the planner's
+    contiguous ranges and for chunks dealt round-robin; its logits equal the unsharded wave's rows, and
+    the all-reduced loss and parameter gradients equal the unsharded ones (float64: logits within
+    1e-10, loss within 1e-10 relative, gradients within 1e-9 of the largest)."""
+    runs = [r["cp"][ownership] for r in records]
+    assert sum(run["tokens"] for run in runs) == runs[0]["packed_tokens"]
+    assert sum(1 for run in runs if run["tokens"]) >= 2
+    if ownership == "round_robin":
+        assert max(run["num_ranges"] for run in runs) >= 2
+    for run in runs:
+        assert run["logits_max_diff"] < 1e-10
+        assert run["loss_diff"] < 1e-10 * max(1.0, run["loss"])
+        assert run["grad_max_diff"] < 1e-9 * run["grad_scale"]
 
 
 def test_digest_tracks_plan_and_tokens():
