@@ -114,15 +114,12 @@ class _WaveData:
     wave: int
     plan_wave: WavePlan
     num_ranks: int
-    item_ids: tuple[str, ...]
     flat_tokens: np.ndarray
     request_base: np.ndarray
     segment_ids: np.ndarray
     token_owner: np.ndarray
     seg_loss_count: np.ndarray
     requests: tuple[tuple[str, int], ...]
-    readback_index: np.ndarray
-    readback_ptr: np.ndarray
     tensors: dict[str, torch.Tensor]
 
     @classmethod
@@ -137,8 +134,8 @@ class _WaveData:
             )
         wp = plan.waves[int(wave)]
         layout = wp.layout
-        sequences, item_of, index_of = _flatten(workload)
-        num_requests = len(sequences)
+        item_ptr = np.cumsum([0, *(len(item.requests) for item in workload.items)])
+        num_requests = int(item_ptr[-1])
         if layout.request_ids.size and int(layout.request_ids.max()) >= num_requests:
             raise InputError(
                 f"wave {wave} reads request {int(layout.request_ids.max())} but the workload has only "
@@ -146,6 +143,16 @@ class _WaveData:
                 file=workload.source,
                 field="workload",
             )
+        wave_requests = layout.request_ids.tolist()
+        item_of = dict(
+            zip(
+                wave_requests,
+                (np.searchsorted(item_ptr, wave_requests, side="right") - 1).tolist(),
+                strict=True,
+            )
+        )
+        index_of = {r: r - int(item_ptr[i]) for r, i in item_of.items()}
+        sequences = {r: workload.items[i].requests[index_of[r]].tokens for r, i in item_of.items()}
         _check_chains(layout, sequences, item_of, index_of, workload, int(wave))
         # Token ids of every request a segment is copied from, in one flat array.
         srcs = np.unique(layout.seg_src)
@@ -161,7 +168,6 @@ class _WaveData:
         token_owner = np.repeat(wp.owner.astype(np.int64), wp.stats.tokens)
         assert token_owner.size == segment_ids.size
         chain_lengths = np.diff(layout.request_ptr)
-        wave_requests = layout.request_ids.tolist()
         outputs = [workload.items[item_of[r]].requests[index_of[r]].output for r in wave_requests]
         is_loss = np.array([o == "loss" for o in outputs], dtype=np.float64)
         seg_loss_count = np.bincount(
@@ -186,15 +192,12 @@ class _WaveData:
             wave=int(wave),
             plan_wave=wp,
             num_ranks=int(wp.quantities.shape[0]),
-            item_ids=tuple(item.id for item in workload.items),
             flat_tokens=flat_tokens,
             request_base=request_base,
             segment_ids=segment_ids,
             token_owner=token_owner,
             seg_loss_count=seg_loss_count,
             requests=tuple((workload.items[item_of[r]].id, index_of[r]) for r in wave_requests),
-            readback_index=readback_index,
-            readback_ptr=readback_ptr,
             tensors=tensors,
         )
 
@@ -260,16 +263,6 @@ class _WaveData:
             np.concatenate([inner_targets, edge_targets])[order][keep],
             weights[keep],
         )
-
-
-def _flatten(workload: Workload) -> tuple[list[np.ndarray], list[int], list[int]]:
-    sequences, item_of, index_of = [], [], []
-    for i, item in enumerate(workload.items):
-        for k, request in enumerate(item.requests):
-            sequences.append(request.tokens)
-            item_of.append(i)
-            index_of.append(k)
-    return sequences, item_of, index_of
 
 
 def _check_chains(layout, sequences, item_of, index_of, workload: Workload, wave: int) -> None:
