@@ -40,8 +40,10 @@ class RankBatch:
     parent precedes it (``seg_parent[s] < s``, -1 for a root). Request ``k`` of the wave (``requests[k]``
     is its ``(item id, request index in the item)``) reads back from packed positions
     ``readback_index[readback_ptr[k]:readback_ptr[k + 1]]``. The rank's share of the summed loss over
-    every loss request's next-token targets is ``sum(loss_weights * CE(logits[loss_index],
-    loss_targets))`` with ``loss_index`` local (into the owned tokens).
+    every loss request's (``output == "loss"``) next-token targets is ``sum(loss_weights *
+    CE(logits[loss_index], loss_targets))`` with ``loss_index`` local (into the owned tokens).
+    Batches of one :func:`materialize_wave` call share their whole-wave tensors: treat them as
+    read-only.
     """
 
     wave: int

@@ -13,8 +13,10 @@ from prefix_trees import LAYOUTS, build_problem, hand_plan, prefix_workloads
 
 import cpplan
 from cpplan import InputError, Item, Request, Workload, synthetic
+from cpplan.layout import pack
 from cpplan.materialize import materialize_wave
 from cpplan.serialize import result_to_dict
+from cpplan.wave import price_wave
 
 SETTINGS = settings(max_examples=40, deadline=None)
 
@@ -179,3 +181,23 @@ def test_wrong_workload_is_refused():
         cpplan.materialize(plan, Workload(items=wl.items[:1]), wave=1, rank=0)
     with pytest.raises(InputError, match="expected a Plan"):
         cpplan.materialize({"waves": []}, wl, wave=0, rank=0)
+
+
+def test_split_wave_holds_a_subset_of_an_items_requests():
+    """A split wave (some requests of one item, as the split path makes) materializes exactly those
+    requests: read-back returns their tokens and the ranks own the packed tokens once."""
+    wl = synthetic.agent_trees(num_trees=1, depth=3, branching=3, turn_tokens=(5, 20), seed=4)
+    problem = build_problem(wl, cp=2, chunk_tokens=8)
+    subset = problem.item_requests([0])[[1, 4, 5, 8]]
+    layout = pack(
+        problem.tree, subset, problem.share_mask("full"), problem.request_grad, problem.request_loss
+    )
+    plan = cpplan.Plan(strategy="test", waves=(price_wave(problem, (0,), layout, "full", split=True),))
+    batches = materialize_wave(plan, wl, wave=0)
+    assert batches[0].requests == tuple(("tree0", int(r)) for r in subset)
+    ids = np.empty(batches[0].packed_tokens, dtype=np.int64)
+    for b in batches:
+        ids[b.packed_index.numpy()] = b.input_ids.numpy()
+    assert sum(b.num_tokens for b in batches) == layout.packed_tokens
+    for k, (_, index) in enumerate(batches[0].requests):
+        assert np.array_equal(ids[batches[0].readback(k).numpy()], wl.items[0].requests[index].tokens)
