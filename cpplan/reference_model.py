@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -22,6 +23,7 @@ from torch import nn
 from .attention_mask import TreeMask
 
 Exchange = Callable[[torch.Tensor], torch.Tensor]
+Mask = Any  # a boolean (queries, keys) tensor or a flex_attention BlockMask
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -75,19 +77,25 @@ class Block(nn.Module):
         q, k, v = self.qkv(self.attn_norm(h)).view(h.shape[0], 3, heads, dim).unbind(1)
         return apply_rotary(q, rope), torch.stack([apply_rotary(k, rope), v], dim=1)
 
-    def attend(self, h: torch.Tensor, q: torch.Tensor, kv: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    def attend(self, h: torch.Tensor, q: torch.Tensor, kv: torch.Tensor, mask: Mask) -> torch.Tensor:
         """The rest of the block for local states ``h`` given every key and value ``kv`` the queries
-        may see and the (local queries, keys) boolean ``mask``."""
+        may see and the mask: a (local queries, keys) boolean tensor, or a flex_attention BlockMask
+        (:meth:`cpplan.attention_mask.TreeMask.block_mask`)."""
         keys, values = kv.unbind(1)
-        scores = torch.einsum("qhd,khd->hqk", q, keys) / math.sqrt(self.config.head_dim)
-        probs = scores.masked_fill(~mask[None], float("-inf")).softmax(dim=-1)
-        attended = torch.einsum("hqk,khd->qhd", probs, values).reshape(h.shape)
+        if isinstance(mask, torch.Tensor):
+            scores = torch.einsum("qhd,khd->hqk", q, keys) / math.sqrt(self.config.head_dim)
+            probs = scores.masked_fill(~mask[None], float("-inf")).softmax(dim=-1)
+            attended = torch.einsum("hqk,khd->qhd", probs, values)
+        else:
+            from torch.nn.attention.flex_attention import flex_attention
+
+            heads_first = [t.transpose(0, 1)[None] for t in (q, keys, values)]
+            attended = flex_attention(*heads_first, block_mask=mask)[0].transpose(0, 1)
+        attended = attended.reshape(h.shape)
         h = h + self.out(attended)
         return h + self.down(F.silu(self.up(self.mlp_norm(h))))
 
-    def forward(
-        self, h: torch.Tensor, rope: torch.Tensor, mask: torch.Tensor, exchange: Exchange
-    ) -> torch.Tensor:
+    def forward(self, h: torch.Tensor, rope: torch.Tensor, mask: Mask, exchange: Exchange) -> torch.Tensor:
         """``h``: local hidden states; ``mask``: (local queries, all keys) booleans; ``exchange`` turns
         the local keys and values into all of them, in packed order."""
         q, kv = self.project(h, rope)
@@ -109,7 +117,7 @@ class ReferenceLM(nn.Module):
         self,
         input_ids: torch.Tensor,
         position_ids: torch.Tensor,
-        mask: torch.Tensor,
+        mask: Mask,
         exchange: Exchange | None = None,
     ) -> torch.Tensor:
         """Logits of the local tokens. ``mask`` is (local queries, all keys); without an ``exchange``
@@ -182,14 +190,18 @@ def wave_tokens(batches: Sequence) -> tuple[torch.Tensor, torch.Tensor]:
     return input_ids, position_ids
 
 
-def run_simulated_cp(model: ReferenceLM, batches: Sequence) -> list[torch.Tensor]:
+def run_simulated_cp(
+    model: ReferenceLM, batches: Sequence, *, block_size: int | None = None
+) -> list[torch.Tensor]:
     """Run one wave as CP ranks in one process: each rank computes only the queries it owns, against
     keys and values rebuilt from every rank's local pieces layer by layer. Returns each rank's logits
-    (rows in its ``packed_index`` order); autograd flows through the exchange."""
+    (rows in its ``packed_index`` order); autograd flows through the exchange. Dense masks by default;
+    with ``block_size``, flex_attention BlockMasks of that block size."""
     order = torch.cat([b.packed_index for b in batches])
     inverse = torch.empty_like(order)
     inverse[order] = torch.arange(order.numel())
-    masks = [TreeMask.for_batch(b).dense() for b in batches]
+    trees = [TreeMask.for_batch(b) for b in batches]
+    masks = [t.dense() if block_size is None else t.block_mask(block_size=block_size) for t in trees]
     states = [model.layer_inputs(b.input_ids, b.position_ids) for b in batches]
     hidden = [h for h, _ in states]
     for block in model.blocks:

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from prefix_trees import LAYOUTS, build_problem, hand_plan, prefix_workloads
 
 from cpplan import Item, Request, Workload
+from cpplan.attention_mask import TreeMask, flex_attention_available
 from cpplan.materialize import materialize_wave
 from cpplan.reference_model import (
     ReferenceConfig,
@@ -173,3 +174,36 @@ def test_token_outside_vocabulary_is_a_clear_error():
     model = _model()
     with pytest.raises(ValueError, match="token id 9 is outside the reference model's vocabulary of 6"):
         run_alone(model, torch.tensor([1, 9]))
+
+
+@pytest.mark.skipif(not flex_attention_available(), reason="torch has no flex_attention")
+@pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
+def test_flex_attention_path_equals_dense_path():
+    """The model run with flex_attention BlockMasks (16-token blocks) gives the dense-mask logits and
+    summed loss (float64), for the whole wave and for each CP rank's owned queries against all keys
+    (forward only: torch 2.13 has no flex_attention backward on CPU). The CPU kernel applies mask_mod
+    in every listed block, so this catches a missing block, not a wrongly "full" one: block-for-block
+    structure is checked in test_materialize_mask."""
+    workload = Workload(
+        items=tuple(
+            Item(
+                id=f"g{g}",
+                requests=tuple(Request(tokens=[g, *range(1, 5), g, k % VOCAB] * 6) for k in range(3)),
+            )
+            for g in range(2)
+        )
+    )
+    plan = hand_plan(build_problem(workload, cp=2, chunk_tokens=8), layout="full", num_waves=1, owner_seed=5)
+    batches = materialize_wave(plan, workload, wave=0)
+    model = _model()
+    input_ids, position_ids = wave_tokens(batches)
+    wave_mask = TreeMask.for_batch(batches[0], queries="all")
+    with torch.no_grad():
+        dense = model(input_ids, position_ids, wave_mask.dense())
+        flex = model(input_ids, position_ids, wave_mask.block_mask(block_size=16))
+        sharded = run_simulated_cp(model, batches, block_size=16)
+    torch.testing.assert_close(flex, dense, **LOGITS)
+    losses = [sum(batch_loss(out[b.packed_index], b) for b in batches) for out in (dense, flex)]
+    torch.testing.assert_close(losses[1], losses[0], **LOGITS)
+    for b, logits in zip(batches, sharded, strict=True):
+        torch.testing.assert_close(logits, dense[b.packed_index], **LOGITS)
