@@ -146,7 +146,8 @@ def test_block_mask_marks_exactly_the_allowed_blocks(workload, layout, cp, seed,
 @pytest.mark.parametrize(("layout", "rank"), [("full", 0), ("full", 1), ("none", 1), ("depth:1", 0)])
 def test_flex_attention_with_block_mask_equals_dense_attention(layout, rank):
     """The mask_mod evaluated on every pair is the dense mask, and flex_attention with the BlockMask
-    equals dense masked attention (float64) for a rank's queries of an agent-tree wave."""
+    equals dense masked attention (float64) for a rank's queries of an agent-tree wave. (torch's CPU
+    path applies the mask_mod to every pair; the block lists are checked by the test above.)"""
     from torch.nn.attention.flex_attention import create_mask, flex_attention
 
     wl = synthetic.agent_trees(num_trees=2, depth=3, branching=2, turn_tokens=(10, 40), seed=1)
