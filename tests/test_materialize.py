@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 
 import numpy as np
@@ -15,10 +16,27 @@ import cpplan
 from cpplan import InputError, Item, Request, Workload, synthetic
 from cpplan.layout import pack
 from cpplan.materialize import materialize_wave
-from cpplan.serialize import result_to_dict
+from cpplan.serialize import plan_to_dict, result_to_dict
 from cpplan.wave import price_wave
 
 SETTINGS = settings(max_examples=40, deadline=None)
+TENSORS = (
+    "input_ids",
+    "position_ids",
+    "packed_index",
+    "segment_ids",
+    "parent_ids",
+    "token_owner",
+    "seg_parent",
+    "seg_offset",
+    "seg_length",
+    "seg_position",
+    "readback_index",
+    "readback_ptr",
+    "loss_index",
+    "loss_targets",
+    "loss_weights",
+)
 
 
 def _plans(data, workload):
@@ -180,7 +198,104 @@ def test_wrong_workload_is_refused():
     with pytest.raises(InputError, match="workload has only"):
         cpplan.materialize(plan, Workload(items=wl.items[:1]), wave=1, rank=0)
     with pytest.raises(InputError, match="expected a Plan"):
-        cpplan.materialize({"waves": []}, wl, wave=0, rank=0)
+        cpplan.materialize([plan], wl, wave=0, rank=0)
+
+
+def test_same_shape_other_tokens_is_refused():
+    """A workload with the planned lengths but one token changed (so a read-back would return the wrong
+    id) is refused with an InputError naming the position and a request of the item that disagrees with
+    the packed copy (the shared prefix is copied from one request, so either may be named)."""
+    wl, plan = _small_plan()
+    items = list(wl.items)
+    tokens = items[1].requests[0].tokens.copy()
+    tokens[3] += 1
+    items[1] = Item(id=items[1].id, requests=(Request(tokens=tokens), items[1].requests[1]))
+    with pytest.raises(InputError, match=r"token 3 of item 'p1' request [01]") as info:
+        cpplan.materialize(plan, Workload(items=tuple(items)), wave=1, rank=0)
+    assert info.value.field in ("items[1].requests[0].tokens", "items[1].requests[1].tokens")
+
+
+@SETTINGS
+@given(workload=prefix_workloads(), data=st.data())
+def test_plan_json_materializes_like_the_plan(workload, data, tmp_path_factory):
+    """The plan file JSON (loaded, or as a path) gives every rank the same batch as the Plan object."""
+    problem, plan = _plans(data, workload)
+    text = json.dumps(plan_to_dict(problem, plan))
+    path = tmp_path_factory.mktemp("plan") / "plan.json"
+    path.write_text(text)
+    for w in range(plan.num_waves):
+        for rank in range(problem.topology.cp):
+            want = cpplan.materialize(plan, workload, wave=w, rank=rank)
+            for source in (json.loads(text), path):
+                got = cpplan.materialize(source, workload, wave=w, rank=rank)
+                assert got.ranges == want.ranges and got.requests == want.requests
+                for name in TENSORS:
+                    assert torch.equal(getattr(got, name), getattr(want, name)), name
+
+
+def _share_completions(data):
+    """Claim the two different completions share one segment: well formed, wrong tokens."""
+    wave = data["waves"][0]
+    wave["segments"].pop()
+    wave["requests"][1]["segments"] = [0, 1]
+    wave["ranks"][1]["ranges"] = [[40, 60]]
+
+
+def _json_plan():
+    wl, plan = _small_plan()
+    problem = build_problem(wl, cp=2, chunk_tokens=8)
+    return wl, json.loads(json.dumps(plan_to_dict(problem, plan)))
+
+
+@pytest.mark.parametrize(
+    ("edit", "field", "message"),
+    [
+        (lambda d: d["waves"][0].pop("segments"), "waves[0].segments", "must be a list of"),
+        (lambda d: d["waves"][0]["segments"].append([7, 0, 1]), "waves[0].segments", "earlier segment"),
+        (lambda d: d["waves"][0]["requests"][0].update(item="nope"), "waves[0].requests[0].item", "not in"),
+        (
+            lambda d: d["waves"][0]["requests"][0].update(request=9),
+            "waves[0].requests[0].request",
+            "no request",
+        ),
+        (
+            lambda d: d["waves"][0]["requests"][0].update(segments=[0, 99]),
+            "waves[0].requests[0].segments",
+            "[",
+        ),
+        (lambda d: d["waves"][0]["ranks"][1]["ranges"].clear(), "waves[0].ranks", "owned by no rank"),
+        (lambda d: d["waves"][0]["ranks"][1]["ranges"].append([0, 1]), "waves[0].ranks", "owned by 2 ranks"),
+        (lambda d: d["waves"][0]["ranks"].pop(), "waves[0].ranks", "must list the 2 CP ranks"),
+        (lambda d: d["topology"].update(cp=0), "topology.cp", "positive integer"),
+        (
+            lambda d: d["waves"][0]["requests"][0].update(segments=[1, 0]),
+            "items[0].requests[0]",
+            "root-to-leaf",
+        ),
+        (lambda d: d["waves"][0]["segments"].append([0, 50, 10]), "waves[0].segments", "segment 3 is in no"),
+        (_share_completions, "items[0].requests[1].tokens", "give token 50 of item 'p0' request 1"),
+    ],
+)
+def test_malformed_plan_json_names_the_field(edit, field, message):
+    """Each malformed plan-file field is an InputError naming that field, never a traceback."""
+    wl, data = _json_plan()
+    edit(data)
+    with pytest.raises(InputError) as info:
+        cpplan.materialize(data, wl, wave=0, rank=0)
+    assert info.value.field == field
+    assert message in str(info.value)
+
+
+def test_unreadable_plan_file_names_the_file(tmp_path):
+    """A missing or non-JSON plan file is an InputError naming the file."""
+    wl, _ = _small_plan()
+    with pytest.raises(InputError, match="cannot read plan") as info:
+        cpplan.materialize(tmp_path / "missing.json", wl, wave=0, rank=0)
+    assert info.value.file == str(tmp_path / "missing.json")
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(InputError, match="malformed JSON"):
+        cpplan.materialize(bad, wl, wave=0, rank=0)
 
 
 def test_split_wave_holds_a_subset_of_an_items_requests():
