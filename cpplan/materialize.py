@@ -176,11 +176,13 @@ class _WaveSource:
             at = f"{where}.requests[{k}]"
             if not isinstance(entry, dict):
                 raise InputError("must be an object with item, request and segments", field=at)
-            item = workload.index_of.get(entry.get("item"))
+            item_id = entry.get("item")
+            item = workload.index_of.get(item_id) if isinstance(item_id, str) else None
             if item is None:
-                raise InputError(f"item {entry.get('item')!r} is not in the workload", field=f"{at}.item")
+                raise InputError(f"item {item_id!r} is not in the workload", field=f"{at}.item")
             index = entry.get("request")
-            if not isinstance(index, int) or not 0 <= index < len(workload.items[item].requests):
+            valid_index = isinstance(index, int) and not isinstance(index, bool)
+            if not valid_index or not 0 <= index < len(workload.items[item].requests):
                 raise InputError(f"no request {index!r} in item {entry['item']!r}", field=f"{at}.request")
             chain = _int_array(entry.get("segments"), f"{at}.segments")
             if chain.size == 0 or (chain < 0).any() or (chain >= num_segments).any():

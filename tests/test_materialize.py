@@ -247,31 +247,31 @@ def _json_plan():
     return wl, json.loads(json.dumps(plan_to_dict(problem, plan)))
 
 
+def _first_request(**changes):
+    return lambda d: d["waves"][0]["requests"][0].update(**changes)
+
+
 @pytest.mark.parametrize(
     ("edit", "field", "message"),
     [
         (lambda d: d["waves"][0].pop("segments"), "waves[0].segments", "must be a list of"),
         (lambda d: d["waves"][0]["segments"].append([7, 0, 1]), "waves[0].segments", "earlier segment"),
-        (lambda d: d["waves"][0]["requests"][0].update(item="nope"), "waves[0].requests[0].item", "not in"),
-        (
-            lambda d: d["waves"][0]["requests"][0].update(request=9),
-            "waves[0].requests[0].request",
-            "no request",
-        ),
-        (
-            lambda d: d["waves"][0]["requests"][0].update(segments=[0, 99]),
-            "waves[0].requests[0].segments",
-            "[",
-        ),
+        (lambda d: d["waves"][0]["segments"][1].append(1), "waves[0].segments", "a list of [int, int, int]"),
+        (_first_request(item="nope"), "waves[0].requests[0].item", "not in"),
+        (_first_request(item=["p0"]), "waves[0].requests[0].item", "not in"),
+        (_first_request(request=9), "waves[0].requests[0].request", "no request"),
+        (_first_request(request=True), "waves[0].requests[0].request", "no request"),
+        (_first_request(segments=[0, 99]), "waves[0].requests[0].segments", "must list segments in [0, 3)"),
+        (_first_request(segments=[1, 0]), "items[0].requests[0]", "root-to-leaf"),
         (lambda d: d["waves"][0]["ranks"][1]["ranges"].clear(), "waves[0].ranks", "owned by no rank"),
         (lambda d: d["waves"][0]["ranks"][1]["ranges"].append([0, 1]), "waves[0].ranks", "owned by 2 ranks"),
+        (
+            lambda d: d["waves"][0]["ranks"][0].update(ranges=[[5, 2]]),
+            "waves[0].ranks[0].ranges",
+            "[start, end)",
+        ),
         (lambda d: d["waves"][0]["ranks"].pop(), "waves[0].ranks", "must list the 2 CP ranks"),
         (lambda d: d["topology"].update(cp=0), "topology.cp", "positive integer"),
-        (
-            lambda d: d["waves"][0]["requests"][0].update(segments=[1, 0]),
-            "items[0].requests[0]",
-            "root-to-leaf",
-        ),
         (lambda d: d["waves"][0]["segments"].append([0, 50, 10]), "waves[0].segments", "segment 3 is in no"),
         (_share_completions, "items[0].requests[1].tokens", "give token 50 of item 'p0' request 1"),
     ],
