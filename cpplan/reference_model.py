@@ -1,8 +1,9 @@
 """A small reference causal language model that runs packed, tree-masked and CP-sharded waves.
 
 Token embedding, rotary positions from ``position_ids``, pre-norm (RMSNorm) blocks of multi-head
-attention and a SiLU MLP, a final norm and an LM head. Attention is written out (scores, mask, softmax)
-so the mask is the only thing that decides which keys a query sees. Every per-token operation is local;
+attention and a SiLU MLP, a final norm and an LM head. With a dense boolean mask, attention is written
+out (scores, mask, softmax) so the mask is the only thing that decides which keys a query sees; with a
+flex_attention BlockMask it runs through ``flex_attention``. Every per-token operation is local;
 only attention reads other tokens, through an *exchange* that turns a rank's local keys and values into
 the wave's full keys and values in packed order: the identity for an unsharded run, a permutation of
 all ranks' pieces in a simulated CP run (:func:`run_simulated_cp`), an all-gather across processes
@@ -36,6 +37,12 @@ class ReferenceConfig:
     num_layers: int = 2
     ffn: int = 64
     rope_base: float = 10_000.0
+
+    def __post_init__(self) -> None:
+        if self.hidden % self.num_heads or (self.hidden // self.num_heads) % 2:
+            raise ValueError(
+                f"hidden ({self.hidden}) must split into {self.num_heads} heads of even size (rotary pairs)"
+            )
 
     @property
     def head_dim(self) -> int:
@@ -96,8 +103,8 @@ class Block(nn.Module):
         return h + self.down(F.silu(self.up(self.mlp_norm(h))))
 
     def forward(self, h: torch.Tensor, rope: torch.Tensor, mask: Mask, exchange: Exchange) -> torch.Tensor:
-        """``h``: local hidden states; ``mask``: (local queries, all keys) booleans; ``exchange`` turns
-        the local keys and values into all of them, in packed order."""
+        """``h``: local hidden states; ``mask``: (local queries, all keys) booleans or a BlockMask;
+        ``exchange`` turns the local keys and values into all of them, in packed order."""
         q, kv = self.project(h, rope)
         return self.attend(h, q, exchange(kv), mask)
 
@@ -120,19 +127,17 @@ class ReferenceLM(nn.Module):
         mask: Mask,
         exchange: Exchange | None = None,
     ) -> torch.Tensor:
-        """Logits of the local tokens. ``mask`` is (local queries, all keys); without an ``exchange``
-        the local tokens are all the keys."""
+        """Logits of the local tokens. ``mask`` covers (local queries, all keys), as booleans or a
+        BlockMask; without an ``exchange`` the local tokens are all the keys."""
         if input_ids.numel() and int(input_ids.max()) >= self.config.vocab_size:
             raise ValueError(
                 f"token id {int(input_ids.max())} is outside the reference model's vocabulary of "
                 f"{self.config.vocab_size}"
             )
-        h = self.embed(input_ids)
-        rope = rotary(position_ids, self.config.head_dim, self.config.rope_base, h.dtype)
-        exchange = exchange or _identity
+        h, rope = self.layer_inputs(input_ids, position_ids)
         for block in self.blocks:
-            h = block(h, rope, mask, exchange)
-        return self.head(self.norm(h))
+            h = block(h, rope, mask, exchange or _identity)
+        return self.logits(h)
 
     def layer_inputs(
         self, input_ids: torch.Tensor, position_ids: torch.Tensor
