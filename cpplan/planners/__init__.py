@@ -11,7 +11,7 @@ from collections.abc import Callable
 from ..problem import Problem
 from ..profile import SolverProfile
 from ..result import Plan, SolverStats
-from .greedy import full_sharing_plan, greedy_plan
+from .greedy import cached_greedy_plan, full_sharing_plan
 
 Planner = Callable[[Problem, SolverProfile, float], tuple[Plan, SolverStats | None]]
 PLANNERS: dict[str, Planner] = {}
@@ -23,7 +23,7 @@ def register(name: str, planner: Planner) -> None:
 
 
 def _greedy(problem: Problem, profile: SolverProfile, deadline: float) -> tuple[Plan, None]:
-    return greedy_plan(problem, profile.greedy.layouts), None
+    return cached_greedy_plan(problem, profile.greedy.layouts), None
 
 
 def _full_sharing(problem: Problem, profile: SolverProfile, deadline: float) -> tuple[Plan, None]:
@@ -32,3 +32,12 @@ def _full_sharing(problem: Problem, profile: SolverProfile, deadline: float) -> 
 
 register("greedy", _greedy)
 register("full_sharing", _full_sharing)
+
+
+def _register_cpsat() -> None:
+    from .cpsat import cpsat_planner
+
+    register("cpsat", cpsat_planner)
+
+
+_register_cpsat()

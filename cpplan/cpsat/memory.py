@@ -1,0 +1,88 @@
+"""Memory floors: for every wave and envelope, ``static + Σ coef · rank bound ≤ B / safety``, in KiB.
+
+The coefficients are the card's own (:meth:`ResolvedCard.envelope_coefficients`,
+``envelope_static_bytes``, ``safety``), the numbers the numpy evaluator prices with. Scaling follows
+:mod:`cpplan.cpsat.scaling`: coefficients and statics round up, the budget rounds down. A quantity
+bounded through the per-rank chunk cap (tokens, and gradient / loss tokens when they equal the
+tokens) is priced per chunk (``ceil(128 · bytes per token / 1 KiB)``), so rounding costs at most one
+KiB per 128 tokens. Ranks are symmetric under the bounds of :mod:`cpplan.cpsat.ownership`, so one
+constraint per (wave, envelope) stands for every rank.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from ortools.sat.python import cp_model
+
+from ..card import ResolvedCard
+from ..ownership import CHUNK_TOKENS
+from ..quantities import QUANTITIES, QUANTITY_INDEX
+from .ownership import OwnershipVars
+from .scaling import Scaling
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemoryRows:
+    """Integer envelope rows: per envelope, the static KiB, KiB per chunk of the cap, and KiB per unit
+    of each other bounded quantity; and the per-rank budget in KiB."""
+
+    static_kib: tuple[int, ...]
+    per_chunk_kib: tuple[int, ...]
+    per_unit_kib: tuple[dict[str, int], ...]
+    budget_kib: int
+
+    def rank_kib(self, envelope: int, cap: int, values: dict[str, int]) -> int:
+        """The integer model's price of a rank bounded by ``cap`` chunks and ``values``."""
+        return (
+            self.static_kib[envelope]
+            + self.per_chunk_kib[envelope] * cap
+            + sum(coef * values[name] for name, coef in self.per_unit_kib[envelope].items())
+        )
+
+
+def memory_rows(
+    card: ResolvedCard, memory_bytes: int, scaling: Scaling, *, fold_grad: bool, fold_loss: bool
+) -> MemoryRows:
+    """The envelopes of ``card`` in integer units."""
+    coef = card.envelope_coefficients()
+    folded = (
+        {"tokens"} | ({"grad_tokens"} if fold_grad else set()) | ({"loss_tokens"} if fold_loss else set())
+    )
+    statics, per_chunk, per_unit = [], [], []
+    for e in range(card.num_envelopes):
+        chunk_bytes = sum(float(coef[e, QUANTITY_INDEX[name]]) for name in folded) * CHUNK_TOKENS
+        per_chunk.append(scaling.memory_coef(chunk_bytes))
+        statics.append(scaling.static(float(card.envelope_static_bytes[e])))
+        per_unit.append(
+            {
+                name: scaling.memory_coef(float(coef[e, QUANTITY_INDEX[name]]))
+                for name in QUANTITIES
+                if name not in folded and coef[e, QUANTITY_INDEX[name]] > 0
+            }
+        )
+    return MemoryRows(
+        static_kib=tuple(statics),
+        per_chunk_kib=tuple(per_chunk),
+        per_unit_kib=tuple(per_unit),
+        budget_kib=scaling.budget(memory_bytes, card.safety),
+    )
+
+
+def needed_quantities(card: ResolvedCard) -> frozenset[str]:
+    """Quantities some envelope of ``card`` prices."""
+    used = np.flatnonzero(card.envelope_coefficients().max(axis=0) > 0)
+    return frozenset(QUANTITIES[q] for q in used.tolist())
+
+
+def add_memory(
+    model: cp_model.CpModel, rows: MemoryRows, ownership: OwnershipVars, used: list[cp_model.IntVar]
+) -> None:
+    """One constraint per wave and envelope, enforced on used waves."""
+    for w, bounds in enumerate(ownership.bounds):
+        for e in range(len(rows.static_kib)):
+            load = rows.per_chunk_kib[e] * ownership.cap[w] + sum(
+                coef * bounds[name] for name, coef in rows.per_unit_kib[e].items()
+            )
+            model.add(rows.static_kib[e] + load <= rows.budget_kib).only_enforce_if(used[w])
