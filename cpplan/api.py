@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -109,6 +110,7 @@ def solve(
         if candidate is None:
             outcomes.append((strategy, None, None, f"no solution ({stats.status})", time.perf_counter() - t0))
             continue
+        t_verify = time.perf_counter()
         verdict = verify_plan(
             plan_to_dict(problem, candidate),
             problem.workload,
@@ -116,6 +118,8 @@ def solve(
             problem.budget_bytes,
             chunk_tokens=problem.chunk_tokens,
         )
+        if solver_stats is not None:
+            stats = replace(stats, stage_s={**stats.stage_s, "verify": time.perf_counter() - t_verify})
         outcomes.append((strategy, candidate, verdict, "", time.perf_counter() - t0))
     valid = [(s, p, v) for s, p, v, _, _ in outcomes if p is not None and v is not None and v.valid]
     if not valid:

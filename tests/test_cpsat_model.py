@@ -1,0 +1,186 @@
+"""The integer model itself: its scaling, its agreement with the plain-Python evaluation of a plan,
+the soundness of its proven bound, and that realized plans stay inside its per-rank bounds."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from cpplan import Topology, load_model, load_solver
+from cpplan.cpsat import build_space, compile_model, realize, solve
+from cpplan.cpsat.memory import memory_rows
+from cpplan.cpsat.scaling import SCALING
+from cpplan.evaluator import price
+from cpplan.ownership import CHUNK_TOKENS
+from cpplan.planners.greedy import greedy_plan
+from cpplan.problem import Problem
+from cpplan.quantities import NUM_QUANTITIES, QUANTITY_INDEX
+from cpplan.synthetic import grpo, long_tail
+
+MODEL = load_model("qwen3.6-35b-a3b")
+GIB = 2**30
+
+
+def problem_of(workload, *, cp: int = 1, memory_bytes: int = 80 * GIB, layers: int | None = 4) -> Problem:
+    return Problem.build(
+        workload, topology=Topology(cp=cp), model=MODEL, memory_bytes=memory_bytes, num_layers=layers
+    )
+
+
+def tiny_grpo(seed: int, *, items_per_prompt: bool = True):
+    return grpo(
+        num_prompts=3 if items_per_prompt else 2,
+        group_size=2,
+        system_tokens=64,
+        prompt_tokens=(96, 256),
+        completion_tokens=(32, 300),
+        seed=seed,
+        items_per_prompt=items_per_prompt,
+    )
+
+
+def enumerate_plans(compiled):
+    """Every plan of the model's decision space: items in waves (used first, item i in a wave <= i),
+    every local layout, every subset of cross-node sharing decisions."""
+    space, num_waves = compiled.space, compiled.num_waves
+    num_items = len(space.items)
+    pairs = [
+        (k, w)
+        for k, node in enumerate(space.cross)
+        for w in range(num_waves)
+        if any(i >= w for i in node.items)
+    ]
+    for waves in itertools.product(*[range(min(i, num_waves - 1) + 1) for i in range(num_items)]):
+        used = set(waves)
+        if used != set(range(len(used))):
+            continue
+        for layouts in itertools.product(*[range(len(item.layouts)) for item in space.items]):
+            for bits in itertools.product((False, True), repeat=len(pairs)):
+                shared = {p for p, b in zip(pairs, bits, strict=True) if b}
+                yield compiled.evaluate(list(zip(waves, layouts, strict=True)), shared)
+
+
+def brute_force_optimum(compiled) -> int | None:
+    best = None
+    for values in enumerate_plans(compiled):
+        if values.feasible and (best is None or values.objective < best):
+            best = values.objective
+    return best
+
+
+@pytest.mark.parametrize(
+    ("seed", "cp", "memory_gib", "per_prompt"),
+    [(0, 1, 2.9, True), (0, 1, 3.4, True), (1, 2, 2.7, True), (3, 4, 2.5, True), (4, 2, 2.7, False)],
+)
+def test_bound_is_a_true_lower_bound_of_the_model(seed, cp, memory_gib, per_prompt):
+    """The bound CP-SAT reports never exceeds the model's optimum found by enumerating every plan of
+    the model (waves, local layouts, cross sharing) on tiny instances; when it claims optimality, its
+    objective is that optimum."""
+    problem = problem_of(
+        tiny_grpo(seed, items_per_prompt=per_prompt), cp=cp, memory_bytes=int(memory_gib * GIB)
+    )
+    space = build_space(problem)
+    compiled = compile_model(problem, space, 2)
+    optimum = brute_force_optimum(compiled)
+    assert optimum is not None
+    result = solve(compiled, load_solver("deterministic").cpsat, time_limit_s=None, deterministic=True)
+    assert result.bound_s is not None
+    assert result.bound_s <= SCALING.seconds(optimum) + 1e-9
+    if result.status == "optimal":
+        assert result.objective_s == pytest.approx(SCALING.seconds(optimum), abs=1e-9)
+
+
+def test_solution_values_match_the_python_evaluation():
+    """The objective CP-SAT reports for its solution equals the plain-Python evaluation of that
+    solution's assignment and sharing, and that evaluation passes every memory row."""
+    problem = problem_of(tiny_grpo(5), cp=2, memory_bytes=int(2.7 * GIB))
+    space = build_space(problem)
+    compiled = compile_model(problem, space, 3)
+    result = solve(compiled, load_solver("deterministic").cpsat, time_limit_s=None, deterministic=True)
+    assert result.status == "optimal" and result.solution is not None
+    values = compiled.evaluate(result.solution.assignment, set(result.solution.shared))
+    assert values.feasible
+    assert SCALING.seconds(values.objective) == pytest.approx(result.objective_s, abs=1e-9)
+
+
+def _rank_quantities(rng, num_ranks):
+    q = np.zeros((num_ranks, NUM_QUANTITIES))
+    tokens = rng.integers(1, 60_000, num_ranks)
+    q[:, QUANTITY_INDEX["tokens"]] = tokens
+    q[:, QUANTITY_INDEX["grad_tokens"]] = tokens
+    q[:, QUANTITY_INDEX["loss_tokens"]] = tokens
+    q[:, QUANTITY_INDEX["segments"]] = rng.integers(1, 40, num_ranks)
+    q[:, QUANTITY_INDEX["remote_tokens"]] = rng.integers(0, 200_000, num_ranks) * (num_ranks > 1)
+    return q
+
+
+@pytest.mark.parametrize("cp", [1, 2, 8])
+def test_integer_rows_never_admit_what_the_evaluator_refuses(cp):
+    """At the budget edge (the smallest budget whose KiB rows admit a rank), the exact evaluator's
+    peak for that rank is within the budget; one byte less and the rows refuse it. Priced with whole
+    chunks (the model's token bound) the evaluator lands within 0.01% of the edge: the rounding is
+    safe and tight."""
+    card = MODEL.resolve(Topology(cp=cp))
+    rng = np.random.default_rng(cp)
+    for _ in range(200):
+        q = _rank_quantities(rng, 1)[0]
+        cap = math.ceil(q[QUANTITY_INDEX["tokens"]] / CHUNK_TOKENS)
+        values = {
+            "segments": int(q[QUANTITY_INDEX["segments"]]),
+            "remote_tokens": int(q[QUANTITY_INDEX["remote_tokens"]]),
+            "attn_pairs": 0,
+            "grad_attn_pairs": 0,
+        }
+
+        def admits(budget: int, cap=cap, values=values) -> bool:
+            rows = memory_rows(card, budget, SCALING, fold_grad=True, fold_loss=True)
+            return all(rows.rank_kib(e, cap, values) <= rows.budget_kib for e in range(card.num_envelopes))
+
+        lo, hi = 1, 400 * GIB
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if admits(mid) else (mid, hi)
+        edge = hi
+        assert admits(edge) and not admits(edge - 1)
+        peak = int(price(card, q[None, :]).peak_bytes[0])
+        assert peak <= edge
+        full = q.copy()
+        for name in ("tokens", "grad_tokens", "loss_tokens"):
+            full[QUANTITY_INDEX[name]] = cap * CHUNK_TOKENS
+        peak_full_chunks = int(price(card, full[None, :]).peak_bytes[0])
+        assert peak_full_chunks <= edge
+        assert peak_full_chunks >= edge * (1 - 1e-4), "KiB rounding should cost under 0.01% here"
+
+
+@pytest.mark.parametrize("cp", [1, 2, 4])
+def test_realized_plans_stay_within_the_model_bounds(cp):
+    """Each realized wave packs at most the tokens and segment starts the model counted for it, owns
+    at most the solver's per-rank chunk cap per rank or a wider cap the KiB rows still admit for the
+    realized wave, and fits exactly: the model's per-rank quantities bound the realized ones."""
+    workload = long_tail(num_items=10, median_tokens=1500, max_tokens=4000, seed=cp)
+    problem = problem_of(workload, cp=cp, memory_bytes=6 * GIB)
+    space = build_space(problem)
+    compiled = compile_model(problem, space, greedy_plan(problem, ("full",)).num_waves)
+    result = solve(compiled, load_solver("deterministic").cpsat, time_limit_s=None, deterministic=True)
+    assert result.solution is not None
+    values = compiled.evaluate(result.solution.assignment, set(result.solution.shared))
+    plan = realize(problem, space, compiled.memory, result.solution)
+    used = [w for w, u in enumerate(values.used) if u]
+    assert len(plan.waves) == len(used) >= (3 if cp == 1 else 1)
+    rows = compiled.memory
+    for w, wave in zip(used, plan.waves, strict=True):
+        assert wave.packed_tokens <= values.totals[w]["packed_tokens"]
+        assert wave.layout.num_segments <= values.totals[w]["segments"]
+        cap = math.ceil(wave.quantities[:, QUANTITY_INDEX["tokens"]].max() / CHUNK_TOKENS)
+        realized = {
+            "segments": wave.layout.num_segments,
+            "remote_tokens": wave.packed_tokens if cp > 1 else 0,
+            "attn_pairs": 0,
+            "grad_attn_pairs": 0,
+        }
+        if cap > result.solution.cap[w]:
+            assert all(rows.rank_kib(e, cap, realized) <= rows.budget_kib for e in range(3))
+        assert wave.fits(problem.budget_bytes)
