@@ -85,6 +85,7 @@ def solve(
     outcomes: list[tuple[str, Plan | None, Verification | None, str, float]] = []
     refusal: NoFitError | None = None
     stats = SolverStats(status="not_run")
+    verified: list[tuple[dict[str, Any], Verification]] = []
     for strategy in profile.strategies:
         backend = backends.get(strategy)
         t0 = time.perf_counter()
@@ -111,13 +112,15 @@ def solve(
             outcomes.append((strategy, None, None, f"no solution ({stats.status})", time.perf_counter() - t0))
             continue
         t_verify = time.perf_counter()
-        verdict = verify_plan(
-            plan_to_dict(problem, candidate),
-            problem.workload,
-            problem.card,
-            problem.budget_bytes,
-            chunk_tokens=problem.chunk_tokens,
-        )
+        data = plan_to_dict(problem, candidate)
+        data.pop("strategy")
+        # A plan identical to one already verified (strategies often agree) gets the same verdict.
+        verdict = next((v for d, v in verified if d == data), None)
+        if verdict is None:
+            verdict = verify_plan(
+                data, problem.workload, problem.card, problem.budget_bytes, chunk_tokens=problem.chunk_tokens
+            )
+            verified.append((data, verdict))
         if solver_stats is not None:
             stats = replace(stats, stage_s={**stats.stage_s, "verify": time.perf_counter() - t_verify})
         outcomes.append((strategy, candidate, verdict, "", time.perf_counter() - t0))

@@ -195,8 +195,11 @@ def _check_wave(
     if (owner == -1).any():
         violations.append(f"wave {w}: {int((owner == -1).sum())} packed tokens have no owner")
     # Price token by token.
-    seg_of = np.repeat(np.arange(num_segments), [s[2] for s in segments])
-    pos = np.concatenate([np.arange(s[1], s[1] + s[2]) for s in segments]) if segments else np.zeros(0, int)
+    seg_len = np.array([s[2] for s in segments], dtype=np.int64)
+    seg_of = np.repeat(np.arange(num_segments), seg_len)
+    seg_start = np.array([s[1] for s in segments], dtype=np.int64)
+    shift = np.array(offsets, dtype=np.int64) - seg_start
+    pos = np.arange(packed, dtype=np.int64) - np.repeat(shift, seg_len)
     grad = np.array(seg_grad, dtype=bool)[seg_of]
     loss = np.array(seg_loss, dtype=bool)[seg_of]
     slowest, worst = 0.0, 0
@@ -207,7 +210,7 @@ def _check_wave(
             "tokens": int(mine.sum()),
             "grad_tokens": int((mine & grad).sum()),
             "loss_tokens": int((mine & loss).sum()),
-            "segments": len(set(seg_of[mine].tolist())),
+            "segments": _distinct_sorted(seg_of[mine]),
             "attn_pairs": int((pos[mine] + 1).sum()),
             "grad_attn_pairs": int((pos[mine & grad] + 1).sum()),
             "remote_tokens": int(packed - mine.sum()),
@@ -238,6 +241,11 @@ def _check_wave(
     if "cost_s" in wave and not _close(float(wave["cost_s"]), cost):
         violations.append(f"wave {w}: cost_s {wave['cost_s']} but the verifier prices {cost}")
     return cost, worst
+
+
+def _distinct_sorted(values: np.ndarray) -> int:
+    """Distinct values of a non-decreasing array (segment ids of a rank's tokens, in packed order)."""
+    return int(values.size and 1 + np.count_nonzero(values[1:] != values[:-1]))
 
 
 def _qname(index: int) -> str:
