@@ -135,7 +135,6 @@ def build_space(
     num_nodes = tree.num_nodes
     parent = tree.node_parent.tolist()
     length = tree.node_length.tolist()
-    start = tree.node_start.tolist()
     counts = tree.request_counts.tolist()
     node_items: list[set[int]] = [set() for _ in range(num_nodes)]
     grad = [False] * num_nodes
@@ -160,19 +159,16 @@ def build_space(
     cp = problem.topology.cp
     q = QUANTITY_INDEX
 
-    def pairs_of(v: int) -> int:
-        n = length[v]
-        return n * start[v] + n * (n + 1) // 2
-
-    def copy_seconds(v: int) -> float:
-        n, p = length[v], pairs_of(v)
-        return (
-            n * (coef[q["tokens"]] + (cp - 1) * coef[q["remote_tokens"]])
-            + n * grad[v] * coef[q["grad_tokens"]]
-            + n * loss[v] * coef[q["loss_tokens"]]
-            + p * coef[q["attn_pairs"]]
-            + p * grad[v] * coef[q["grad_attn_pairs"]]
-        )
+    lengths = tree.node_length.astype(np.float64)
+    node_pairs = tree.node_length * tree.node_start + tree.node_length * (tree.node_length + 1) // 2
+    grad_arr, loss_arr = np.array(grad, dtype=np.float64), np.array(loss, dtype=np.float64)
+    node_seconds = (
+        lengths * (coef[q["tokens"]] + (cp - 1) * coef[q["remote_tokens"]])
+        + lengths * grad_arr * coef[q["grad_tokens"]]
+        + lengths * loss_arr * coef[q["loss_tokens"]]
+        + node_pairs * (coef[q["attn_pairs"]] + grad_arr * coef[q["grad_attn_pairs"]])
+    ).tolist()
+    pairs = node_pairs.tolist()
 
     is_cross = [v > 0 and len(node_items[v]) >= 2 for v in range(num_nodes)]
     order = sorted(range(1, num_nodes), key=lambda v: int(tree.node_depth[v]))
@@ -185,8 +181,8 @@ def build_space(
             length=length[v],
             grad=grad[v],
             loss=loss[v],
-            attn_pairs=pairs_of(v),
-            time_units=scaling.time(copy_seconds(v)),
+            attn_pairs=pairs[v],
+            time_units=scaling.time(node_seconds[v]),
         )
         for v in order
         if is_cross[v]
@@ -197,7 +193,15 @@ def build_space(
             (i,) = node_items[v]
             local_nodes[i].append(v)
     tree_facts = _TreeFacts(
-        parent=parent, children=children, counts=counts, length=length, grad=grad, loss=loss, ends=ends
+        parent=parent,
+        children=children,
+        counts=counts,
+        length=length,
+        grad=grad,
+        loss=loss,
+        ends=ends,
+        pairs=pairs,
+        seconds=node_seconds,
     )
     masks = [problem.share_mask(spec) for spec in (*NAMED_SPECS, *extra_specs)]
     items = []
@@ -209,10 +213,7 @@ def build_space(
             candidates = list(itertools.product((False, True), repeat=len(decision)))
         else:
             candidates = list(dict.fromkeys(tuple(bool(m[v]) for v in decision) for m in masks))
-        layouts = [
-            _local_layout(tree_facts, i, nodes, decision, shared, pairs_of, copy_seconds, scaling)
-            for shared in candidates
-        ]
+        layouts = [_local_layout(tree_facts, i, nodes, decision, shared, scaling) for shared in candidates]
         kept, cover = pareto(layouts)
         items.append(
             ItemSpace(
@@ -244,6 +245,8 @@ class _TreeFacts:
     grad: list[bool]
     loss: list[bool]
     ends: dict[tuple[int, int], int]
+    pairs: list[int]
+    seconds: list[float]
 
 
 def local_copies(facts: _TreeFacts, item: int, nodes: list[int], shared: dict[int, bool]) -> dict[int, int]:
@@ -257,26 +260,36 @@ def local_copies(facts: _TreeFacts, item: int, nodes: list[int], shared: dict[in
     return copies
 
 
-def _local_layout(facts, item, nodes, decision, shared, pairs_of, copy_seconds, scaling) -> LocalLayout:
+def _local_layout(facts, item, nodes, decision, shared, scaling) -> LocalLayout:
     is_shared = dict(zip(decision, shared, strict=True))
     copies = local_copies(facts, item, nodes, is_shared)
-    starts = 0
+    starts = tokens = grad_tokens = loss_tokens = pairs = grad_pairs = 0
+    seconds = 0.0
+    root_copies = []
     for v in nodes:
-        p = facts.parent[v]
+        n, p = copies[v], facts.parent[v]
         if p == 0 or is_shared.get(p, False):
-            starts += copies[v]
-    local_parent_roots = [v for v in nodes if facts.parent[v] > 0 and facts.parent[v] not in copies]
-    seconds = sum(copy_seconds(v) * copies[v] for v in nodes)
+            starts += n
+        elif p not in copies:
+            root_copies.append(n)
+        tokens += facts.length[v] * n
+        pairs += facts.pairs[v] * n
+        seconds += facts.seconds[v] * n
+        if facts.grad[v]:
+            grad_tokens += facts.length[v] * n
+            grad_pairs += facts.pairs[v] * n
+        if facts.loss[v]:
+            loss_tokens += facts.length[v] * n
     return LocalLayout(
         shared=tuple(shared),
-        tokens=sum(facts.length[v] * copies[v] for v in nodes),
-        grad_tokens=sum(facts.length[v] * copies[v] for v in nodes if facts.grad[v]),
-        loss_tokens=sum(facts.length[v] * copies[v] for v in nodes if facts.loss[v]),
-        attn_pairs=sum(pairs_of(v) * copies[v] for v in nodes),
-        grad_attn_pairs=sum(pairs_of(v) * copies[v] for v in nodes if facts.grad[v]),
+        tokens=tokens,
+        grad_tokens=grad_tokens,
+        loss_tokens=loss_tokens,
+        attn_pairs=pairs,
+        grad_attn_pairs=grad_pairs,
         time_units=scaling.time(seconds),
         fixed_starts=starts,
-        root_copies=tuple(copies[v] for v in local_parent_roots),
+        root_copies=tuple(root_copies),
     )
 
 
