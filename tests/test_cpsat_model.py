@@ -120,15 +120,16 @@ def _rank_quantities(rng, num_ranks):
 @pytest.mark.parametrize("cp", [1, 2, 8])
 def test_integer_rows_never_admit_what_the_evaluator_refuses(cp):
     """At the budget edge (the smallest budget whose KiB rows admit a rank), the exact evaluator's
-    peak for that rank is within the budget; one byte less and the rows refuse it. Priced with whole
-    chunks (the model's token bound) the evaluator lands within 0.01% of the edge: the rounding is
-    safe and tight."""
+    peak for that rank is within the budget; one byte less and the rows refuse it. Priced at the
+    model's token bound (whole chunks under CP, the exact tokens at CP1) the evaluator lands within
+    0.01% of the edge: the rounding is safe and tight."""
     card = MODEL.resolve(Topology(cp=cp))
     rng = np.random.default_rng(cp)
     for _ in range(200):
         q = _rank_quantities(rng, 1)[0]
         cap = math.ceil(q[QUANTITY_INDEX["tokens"]] / CHUNK_TOKENS)
         values = {
+            "tokens": int(q[QUANTITY_INDEX["tokens"]]),
             "segments": int(q[QUANTITY_INDEX["segments"]]),
             "remote_tokens": int(q[QUANTITY_INDEX["remote_tokens"]]),
             "attn_pairs": 0,
@@ -149,7 +150,7 @@ def test_integer_rows_never_admit_what_the_evaluator_refuses(cp):
         assert peak <= edge
         full = q.copy()
         for name in ("tokens", "grad_tokens", "loss_tokens"):
-            full[QUANTITY_INDEX[name]] = cap * CHUNK_TOKENS
+            full[QUANTITY_INDEX[name]] = cap * CHUNK_TOKENS if cp > 1 else q[QUANTITY_INDEX["tokens"]]
         peak_full_chunks = int(price(card, full[None, :]).peak_bytes[0])
         assert peak_full_chunks <= edge
         assert peak_full_chunks >= edge * (1 - 1e-4), "KiB rounding should cost under 0.01% here"
@@ -176,6 +177,7 @@ def test_realized_plans_stay_within_the_model_bounds(cp):
         assert wave.layout.num_segments <= values.totals[w]["segments"]
         cap = math.ceil(wave.quantities[:, QUANTITY_INDEX["tokens"]].max() / CHUNK_TOKENS)
         realized = {
+            "tokens": wave.packed_tokens,
             "segments": wave.layout.num_segments,
             "remote_tokens": wave.packed_tokens if cp > 1 else 0,
             "attn_pairs": 0,

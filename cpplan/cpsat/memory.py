@@ -30,14 +30,23 @@ class MemoryRows:
 
     static_kib: tuple[int, ...]
     per_chunk_kib: tuple[int, ...]
+    per_token_kib: tuple[tuple[int, int], ...]
     per_unit_kib: tuple[dict[str, int], ...]
     budget_kib: int
+    exact_tokens: bool
 
     def rank_kib(self, envelope: int, cap: int, values: dict[str, int]) -> int:
-        """The integer model's price of a rank bounded by ``cap`` chunks and ``values``."""
+        """The integer model's price of a rank bounded by ``cap`` chunks (or, with ``exact_tokens``,
+        owning ``values["tokens"]`` tokens) and ``values`` for the other quantities."""
+        if self.exact_tokens:
+            whole, fraction = self.per_token_kib[envelope]
+            tokens = values["tokens"]
+            folded = whole * tokens - (-fraction * tokens // CHUNK_TOKENS)
+        else:
+            folded = self.per_chunk_kib[envelope] * cap
         return (
             self.static_kib[envelope]
-            + self.per_chunk_kib[envelope] * cap
+            + folded
             + sum(coef * values[name] for name, coef in self.per_unit_kib[envelope].items())
         )
 
@@ -45,15 +54,17 @@ class MemoryRows:
 def memory_rows(
     card: ResolvedCard, memory_bytes: int, scaling: Scaling, *, fold_grad: bool, fold_loss: bool
 ) -> MemoryRows:
-    """The envelopes of ``card`` in integer units."""
+    """The envelopes of ``card`` in integer units. At CP1 the one rank owns exactly the packed tokens,
+    so those are priced per token at 1/128 KiB precision (no partial-chunk rounding)."""
     coef = card.envelope_coefficients()
     folded = (
         {"tokens"} | ({"grad_tokens"} if fold_grad else set()) | ({"loss_tokens"} if fold_loss else set())
     )
-    statics, per_chunk, per_unit = [], [], []
+    statics, per_chunk, per_token, per_unit = [], [], [], []
     for e in range(card.num_envelopes):
-        chunk_bytes = sum(float(coef[e, QUANTITY_INDEX[name]]) for name in folded) * CHUNK_TOKENS
-        per_chunk.append(scaling.memory_coef(chunk_bytes))
+        token_bytes = sum(float(coef[e, QUANTITY_INDEX[name]]) for name in folded)
+        per_chunk.append(scaling.memory_coef(token_bytes * CHUNK_TOKENS))
+        per_token.append(scaling.memory_coef_split(token_bytes, CHUNK_TOKENS))
         statics.append(scaling.static(float(card.envelope_static_bytes[e])))
         per_unit.append(
             {
@@ -65,8 +76,10 @@ def memory_rows(
     return MemoryRows(
         static_kib=tuple(statics),
         per_chunk_kib=tuple(per_chunk),
+        per_token_kib=tuple(per_token),
         per_unit_kib=tuple(per_unit),
         budget_kib=scaling.budget(memory_bytes, card.safety),
+        exact_tokens=card.topology.cp == 1,
     )
 
 
@@ -78,11 +91,20 @@ def needed_quantities(card: ResolvedCard) -> frozenset[str]:
 
 def add_memory(
     model: cp_model.CpModel, rows: MemoryRows, ownership: OwnershipVars, used: list[cp_model.IntVar]
-) -> None:
-    """One constraint per wave and envelope, enforced on used waves."""
+) -> dict[tuple[int, int], cp_model.IntVar]:
+    """One constraint per wave and envelope, enforced on used waves. Returns the rounding variables
+    ``r[w, e] = ceil(fraction · tokens / 128)`` of the exact-token (CP1) rows."""
+    rounding: dict[tuple[int, int], cp_model.IntVar] = {}
     for w, bounds in enumerate(ownership.bounds):
         for e in range(len(rows.static_kib)):
-            load = rows.per_chunk_kib[e] * ownership.cap[w] + sum(
-                coef * bounds[name] for name, coef in rows.per_unit_kib[e].items()
-            )
+            if rows.exact_tokens:
+                whole, fraction = rows.per_token_kib[e]
+                r = model.new_int_var(0, fraction * ownership.packed_ub, f"r[{w},{e}]")
+                model.add(CHUNK_TOKENS * r >= fraction * bounds["tokens"])
+                rounding[(w, e)] = r
+                folded = whole * bounds["tokens"] + r
+            else:
+                folded = rows.per_chunk_kib[e] * ownership.cap[w]
+            load = folded + sum(coef * bounds[name] for name, coef in rows.per_unit_kib[e].items())
             model.add(rows.static_kib[e] + load <= rows.budget_kib).only_enforce_if(used[w])
+    return rounding

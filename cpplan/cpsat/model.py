@@ -61,6 +61,7 @@ class CompiledModel:
     layout: LayoutVars
     ownership: OwnershipVars
     memory: MemoryRows
+    rounding: dict[tuple[int, int], cp_model.IntVar]
     objective: ObjectiveVars
     needed: frozenset[str]
     fold_grad: bool
@@ -103,8 +104,14 @@ class CompiledModel:
             m.add_hint(own.chunks[w], values.chunks[w])
             if own.cap[w] is not own.chunks[w]:
                 m.add_hint(own.cap[w], values.cap[w])
+            tokens = (
+                values.totals[w]["packed_tokens"] if self.num_ranks == 1 else CHUNK_TOKENS * values.cap[w]
+            )
             for name, var in own.min_vars[w].items():
-                m.add_hint(var, min(CHUNK_TOKENS * values.cap[w], values.totals[w][name]))
+                m.add_hint(var, min(tokens, values.totals[w][name]))
+            for e, (_, fraction) in enumerate(self.memory.per_token_kib):
+                if (w, e) in self.rounding:
+                    m.add_hint(self.rounding[(w, e)], -(-fraction * tokens // CHUNK_TOKENS))
             m.add_hint(self.objective.time[w], values.time[w])
 
 
@@ -122,7 +129,7 @@ def compile_model(problem: Problem, space: LayoutSpace, num_waves: int) -> Compi
         model, waves, layout.totals, cp, fold_grad=fold_grad, fold_loss=fold_loss, needed=needed
     )
     rows = memory_rows(card, problem.memory_bytes, space.scaling, fold_grad=fold_grad, fold_loss=fold_loss)
-    add_memory(model, rows, ownership, waves.used)
+    rounding = add_memory(model, rows, ownership, waves.used)
     objective = add_objective(model, waves, layout.totals, cp, space.scaling.time(card.wave_overhead_s))
     return CompiledModel(
         problem=problem,
@@ -133,6 +140,7 @@ def compile_model(problem: Problem, space: LayoutSpace, num_waves: int) -> Compi
         layout=layout,
         ownership=ownership,
         memory=rows,
+        rounding=rounding,
         objective=objective,
         needed=needed,
         fold_grad=fold_grad,
@@ -228,9 +236,11 @@ def _evaluate(compiled: CompiledModel, assignment, shared: frozenset) -> ModelVa
         cap = chunk if cp == 1 else -(-chunk // cp)
         time = -(-t["time_units"] // cp)
         chunks.append(chunk), caps.append(cap), times.append(time)
+        tokens = t["packed_tokens"] if cp == 1 else CHUNK_TOKENS * cap
         values = {
-            "grad_tokens": min(CHUNK_TOKENS * cap, t["grad_tokens"]),
-            "loss_tokens": min(CHUNK_TOKENS * cap, t["loss_tokens"]),
+            "tokens": tokens,
+            "grad_tokens": min(tokens, t["grad_tokens"]),
+            "loss_tokens": min(tokens, t["loss_tokens"]),
             "segments": t["segments"],
             "attn_pairs": t["attn_pairs"],
             "grad_attn_pairs": t["grad_attn_pairs"],

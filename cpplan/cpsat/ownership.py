@@ -5,7 +5,8 @@ layout, which the joint model is still choosing. So the joint model decides, per
 128-token chunks ``chunks[w] = ceil(packed[w] / 128)`` and a per-rank cap ``K[w]`` with
 ``cp · K[w] ≥ chunks[w]``, and bounds every rank's local quantities from above:
 
-- tokens ``≤ 128 · K``; gradient / loss tokens ``≤ min(128 · K, wave total)``;
+- tokens ``≤ 128 · K`` (at CP1: exactly the packed tokens); gradient / loss tokens ``≤ min(tokens
+  bound, wave total)``;
 - segments touched ``≤`` the wave's segment starts (conservative: a rank may touch them all);
 - attention pairs ``≤`` the wave total; gathered (remote) tokens ``≤`` the wave's packed tokens.
 
@@ -35,6 +36,7 @@ class OwnershipVars:
 
     chunks: list[cp_model.IntVar]
     cap: list[cp_model.IntVar]
+    packed_ub: int
     bounds: list[dict[str, cp_model.LinearExprT]]
     min_vars: list[dict[str, cp_model.IntVar]]
 
@@ -68,13 +70,16 @@ def add_ownership(
             cap = model.new_int_var(0, chunk_ub, f"cap[{w}]")
             model.add(num_ranks * cap >= chunk)
             model.add(cap <= chunk)
-        wave_bounds: dict[str, cp_model.LinearExprT] = {"tokens": chunk_tokens * cap}
+        # One rank owns everything at CP1: its tokens are the packed tokens, exactly.
+        wave_bounds: dict[str, cp_model.LinearExprT] = {
+            "tokens": packed if num_ranks == 1 else chunk_tokens * cap
+        }
         wave_min: dict[str, cp_model.IntVar] = {}
         for name, fold in (("grad_tokens", fold_grad), ("loss_tokens", fold_loss)):
             if name not in needed:
                 continue
             if fold:
-                wave_bounds[name] = chunk_tokens * cap
+                wave_bounds[name] = wave_bounds["tokens"]
             else:
                 var = model.new_int_var(0, totals.packed_tokens_ub, f"{name}[{w}]")
                 model.add_min_equality(var, [chunk_tokens * cap, getattr(totals, name)[w]])
@@ -85,7 +90,9 @@ def add_ownership(
         wave_bounds["grad_attn_pairs"] = totals.grad_attn_pairs[w]
         wave_bounds["remote_tokens"] = packed if num_ranks > 1 else 0
         chunks.append(chunk), caps.append(cap), bounds.append(wave_bounds), min_vars.append(wave_min)
-    return OwnershipVars(chunks=chunks, cap=caps, bounds=bounds, min_vars=min_vars)
+    return OwnershipVars(
+        chunks=chunks, cap=caps, packed_ub=totals.packed_tokens_ub, bounds=bounds, min_vars=min_vars
+    )
 
 
 def capped_split(weights: np.ndarray, num_ranks: int, cap: int) -> np.ndarray:

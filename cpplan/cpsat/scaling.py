@@ -34,6 +34,13 @@ class Scaling:
         assert bytes_per_unit_of_quantity >= 0
         return math.ceil(bytes_per_unit_of_quantity / self.bytes_per_unit)
 
+    def memory_coef_split(self, bytes_per_unit_of_quantity: float, parts: int) -> tuple[int, int]:
+        """A memory coefficient as ``whole + fraction / parts`` model units, the fraction rounded up:
+        ``whole · q + ceil(fraction · q / parts)`` bounds ``q`` units from above at 1/parts precision."""
+        units = bytes_per_unit_of_quantity / self.bytes_per_unit
+        whole = math.floor(units)
+        return whole, math.ceil((units - whole) * parts)
+
     def static(self, static_bytes: float) -> int:
         """Static bytes of an envelope in model units, rounded up."""
         return self.memory_coef(static_bytes)
