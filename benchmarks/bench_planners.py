@@ -48,14 +48,15 @@ def interleaved(workload: Workload, seed: int) -> Workload:
 
 
 def quality_workloads() -> dict[str, Workload]:
-    """The four shapes of the quality benchmark."""
+    """The four shapes of the quality benchmark, sized so that several configurations need more
+    than one wave."""
     return {
         "grpo8": grpo(
-            num_prompts=6,
+            num_prompts=8,
             group_size=8,
             system_tokens=2048,
             prompt_tokens=(4096, 8192),
-            completion_tokens=(256, 1024),
+            completion_tokens=(512, 2048),
             seed=1,
         ),
         "grpo16-split": interleaved(
@@ -63,15 +64,15 @@ def quality_workloads() -> dict[str, Workload]:
                 num_prompts=4,
                 group_size=16,
                 system_tokens=1024,
-                prompt_tokens=(2048, 4096),
-                completion_tokens=(256, 1024),
+                prompt_tokens=(4096, 8192),
+                completion_tokens=(512, 2048),
                 seed=2,
                 items_per_prompt=False,
             ),
             seed=2,
         ),
-        "agent": agent_trees(num_trees=12, depth=3, branching=3, turn_tokens=(256, 1024), seed=3),
-        "longtail": long_tail(num_items=64, median_tokens=2800, max_tokens=20000, seed=4),
+        "agent": agent_trees(num_trees=16, depth=3, branching=3, turn_tokens=(512, 2048), seed=3),
+        "longtail": long_tail(num_items=64, median_tokens=6000, max_tokens=32768, seed=4),
     }
 
 
