@@ -158,9 +158,10 @@ def test_integer_rows_never_admit_what_the_evaluator_refuses(cp):
 
 @pytest.mark.parametrize("cp", [1, 2, 4])
 def test_realized_plans_stay_within_the_model_bounds(cp):
-    """Each realized wave packs at most the tokens and segment starts the model counted for it, owns
-    at most the solver's per-rank chunk cap per rank or a wider cap the KiB rows still admit for the
-    realized wave, and fits exactly: the model's per-rank quantities bound the realized ones."""
+    """Each wave realized with the capped split packs at most the tokens and segment starts the model
+    counted for it, owns at most the solver's per-rank chunk cap per rank or a wider cap the KiB rows
+    still admit for the realized wave, and fits exactly: the model's per-rank quantities bound the
+    realized ones."""
     workload = long_tail(num_items=10, median_tokens=1500, max_tokens=4000, seed=cp)
     problem = problem_of(workload, cp=cp, memory_bytes=6 * GIB)
     space = build_space(problem)
@@ -168,7 +169,7 @@ def test_realized_plans_stay_within_the_model_bounds(cp):
     result = solve(compiled, load_solver("deterministic").cpsat, time_limit_s=None, deterministic=True)
     assert result.solution is not None
     values = compiled.evaluate(result.solution.assignment, set(result.solution.shared))
-    plan = realize(problem, space, compiled.memory, result.solution)
+    plan = realize(problem, space, compiled.memory, result.solution, alternatives=False)
     used = [w for w, u in enumerate(values.used) if u]
     assert len(plan.waves) == len(used) >= (3 if cp == 1 else 1)
     rows = compiled.memory

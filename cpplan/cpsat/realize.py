@@ -4,7 +4,8 @@ Each used wave is packed with :meth:`Problem.pack` under the chosen share mask (
 solver shared them, local decision nodes as the item's chosen local layout). Its chunks go to ranks by
 :func:`~cpplan.cpsat.ownership.capped_split`, with the largest per-rank cap the integer memory rows
 still admit for the realized wave (never below the solver's cap), and the wave is priced exactly by
-:func:`cpplan.wave.price_wave`. The portfolio verifies the result like any other candidate.
+:func:`cpplan.wave.price_wave`; an uncapped balanced ownership replaces it when that fits and is
+cheaper. The portfolio verifies the result like any other candidate.
 """
 
 from __future__ import annotations
@@ -41,8 +42,15 @@ def wave_masks(
     return dict(sorted(waves.items()))
 
 
-def realize(problem: Problem, space: LayoutSpace, rows: MemoryRows, solution: Solution) -> Plan:
-    """The solution as a plan of exactly priced waves."""
+def realize(
+    problem: Problem, space: LayoutSpace, rows: MemoryRows, solution: Solution, *, alternatives: bool = True
+) -> Plan:
+    """The solution as a plan of exactly priced waves.
+
+    The capped split always respects the model's per-rank bounds. With ``alternatives`` the
+    uncapped contiguous ownerships of :func:`cpplan.wave.price_wave` are priced too, and one of them
+    replaces the capped split when it fits and is cheaper (the model prices a wave by its rank average,
+    so the exact evaluator is the better judge of balance)."""
     cp = problem.topology.cp
     time_coef = problem.card.time_coefficients()
     waves: list[WavePlan] = []
@@ -52,7 +60,14 @@ def realize(problem: Problem, space: LayoutSpace, rows: MemoryRows, solution: So
         cap = max(solution.cap[w], widest_cap(rows, layout, stats.num_chunks, cp))
         cap = min(cap, stats.num_chunks)
         owner = capped_split(stats.quantity_matrix() @ time_coef, cp, cap)
-        waves.append(price_wave(problem, items, layout, LAYOUT_NAME, owner=owner))
+        wave = price_wave(problem, items, layout, LAYOUT_NAME, owner=owner)
+        if alternatives and cp > 1:
+            other = price_wave(problem, items, layout, LAYOUT_NAME)
+            if other.fits(problem.budget_bytes) and (
+                not wave.fits(problem.budget_bytes) or other.cost_s < wave.cost_s
+            ):
+                wave = other
+        waves.append(wave)
     return Plan(strategy="cpsat", waves=tuple(waves))
 
 
