@@ -56,6 +56,8 @@ def cpsat_planner(
         return None, SolverStats(status=f"skipped: {problem.num_items} items > max_items {params.max_items}")
     reserve = reserve_s(problem)
     greedy = cached_greedy_plan(problem, profile.greedy.layouts)
+    if any(wave.split for wave in greedy.waves):
+        return None, SolverStats(status="skipped: the greedy plan splits an item (not modelled)")
     if not profile.deterministic and deadline - time.perf_counter() - reserve < MIN_SEARCH_S:
         return None, SolverStats(status="skipped: no time left", stage_s={"build": 0.0})
     space = build_space(problem, extra_specs=tuple(profile.greedy.layouts))
