@@ -9,16 +9,20 @@ import math
 import numpy as np
 import pytest
 
-from cpplan import Topology, load_model, load_solver
+from cpplan import Item, Request, Topology, Workload, load_model, load_solver
 from cpplan.cpsat import build_space, compile_model, realize, solve
 from cpplan.cpsat.memory import memory_rows
+from cpplan.cpsat.realize import wave_masks
 from cpplan.cpsat.scaling import SCALING
+from cpplan.cpsat.solve import Solution
 from cpplan.evaluator import price
 from cpplan.ownership import CHUNK_TOKENS
 from cpplan.planners.greedy import greedy_plan
 from cpplan.problem import Problem
 from cpplan.quantities import NUM_QUANTITIES, QUANTITY_INDEX
+from cpplan.serialize import plan_to_dict
 from cpplan.synthetic import grpo, long_tail
+from cpplan.verify import verify_plan
 
 MODEL = load_model("qwen3.6-35b-a3b")
 GIB = 2**30
@@ -187,3 +191,88 @@ def test_realized_plans_stay_within_the_model_bounds(cp):
         if cap > result.solution.cap[w]:
             assert all(rows.rank_kib(e, cap, realized) <= rows.budget_kib for e in range(3))
         assert wave.fits(problem.budget_bytes)
+
+
+def random_shared_workload(rng: np.random.Generator) -> Workload:
+    """Items whose requests share prefixes within and across items, end inside other requests' paths,
+    repeat exactly, and mix gradient and output flags."""
+    stems = [rng.integers(0, 50, int(rng.integers(1, 300))) for _ in range(3)]
+    items = []
+    for i in range(int(rng.integers(2, 6))):
+        requests = []
+        base = np.concatenate(
+            [stems[int(rng.integers(0, 3))], rng.integers(0, 50, int(rng.integers(0, 200)))]
+        )
+        for _ in range(int(rng.integers(1, 4))):
+            cut = int(rng.integers(1, base.size + 1))
+            tail = rng.integers(0, 50, int(rng.integers(0, 150))) if rng.random() < 0.7 else np.zeros(0, int)
+            tokens = np.concatenate([base[:cut], tail])
+            first = not items and not requests  # the very first request: no gradients, no outputs
+            requests.append(
+                Request(
+                    tokens=tokens,
+                    grad=bool(rng.random() < 0.8) and not first,
+                    output="loss" if rng.random() < 0.8 and not first else "none",
+                )
+            )
+        items.append(Item(id=f"i{i}", requests=tuple(requests)))
+    return Workload(items=tuple(items))
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_model_counts_match_packing_for_any_plan(seed):
+    """For random plans of the model's space (waves, local layouts, cross sharing) on workloads with
+    cross-item prefixes, requests ending mid-path and mixed flags, packing the plan gives exactly the
+    packed tokens and attention pairs the model counts, and at most its segments, gradient tokens and
+    loss tokens."""
+    rng = np.random.default_rng(seed)
+    problem = problem_of(random_shared_workload(rng), cp=2)
+    space = build_space(problem)
+    num_items = len(space.items)
+    compiled = compile_model(problem, space, num_items)
+    pairs = [
+        (k, w)
+        for k, node in enumerate(space.cross)
+        for w in range(num_items)
+        if any(i >= w for i in node.items)
+    ]
+    for _ in range(5):
+        waves, used = [], 0
+        for i in range(num_items):
+            w = int(rng.integers(0, min(i, used) + 1))
+            used = max(used, w + 1)
+            waves.append(w)
+        assignment = [(w, int(rng.integers(0, len(space.items[i].layouts)))) for i, w in enumerate(waves)]
+        shared = {p for p in pairs if rng.random() < 0.5}
+        values = compiled.evaluate(assignment, shared)
+        solution = Solution(assignment=tuple(assignment), shared=frozenset(shared), cap=values.cap)
+        for w, (items, mask) in wave_masks(problem, space, solution).items():
+            layout = problem.pack(items, mask)
+            totals = values.totals[w]
+            lengths = layout.seg_length
+            seg_pairs = lengths * layout.seg_position + lengths * (lengths + 1) // 2
+            assert layout.packed_tokens == totals["packed_tokens"]
+            assert int(seg_pairs.sum()) == totals["attn_pairs"]
+            assert layout.num_segments <= totals["segments"]
+            assert int(lengths[layout.seg_grad].sum()) <= totals["grad_tokens"]
+            assert int(lengths[layout.seg_loss].sum()) <= totals["loss_tokens"]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_solver_plans_verify_with_mixed_flags(seed):
+    """With some requests taking no gradients or reading no outputs (so gradient and loss tokens get
+    their own per-rank bounds), the solver's plan agrees with the Python evaluation, fits the memory
+    rows, and its realized plan passes the independent verifier."""
+    problem = problem_of(
+        random_shared_workload(np.random.default_rng(100 + seed)), cp=2, memory_bytes=int(2.8 * GIB)
+    )
+    space = build_space(problem)
+    assert not (space.all_grad and space.all_loss)
+    compiled = compile_model(problem, space, len(space.items))
+    result = solve(compiled, load_solver("deterministic").cpsat, time_limit_s=None, deterministic=True)
+    assert result.solution is not None
+    values = compiled.evaluate(result.solution.assignment, set(result.solution.shared))
+    assert values.feasible and SCALING.seconds(values.objective) <= result.objective_s + 1e-9
+    plan = realize(problem, space, compiled.memory, result.solution)
+    verdict = verify_plan(plan_to_dict(problem, plan), problem.workload, problem.card, problem.budget_bytes)
+    assert verdict.valid, verdict.violations

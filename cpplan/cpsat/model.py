@@ -193,7 +193,7 @@ def _evaluate(compiled: CompiledModel, assignment, shared: frozenset) -> ModelVa
             elif (k, w) in shared:
                 copies[(k, w)] = 1
             else:
-                total = sum(copies[(j, w)] for j in children.get(k, ()))
+                total = sum(copies.get((j, w), 0) for j in children.get(k, ()))
                 for i in present.intersection(node.items):
                     item = space.items[i]
                     lay = item.layouts[assignment[i][1]]
