@@ -78,8 +78,9 @@ class LocalLayout:
 class ItemSpace:
     """An item's local structure: decision nodes, local roots under cross parents, candidate layouts.
 
-    ``roots`` lists ``(node, parent)`` for each local node whose parent is a cross node or the root
-    (parent 0); ``ends`` lists ``(cross node, requests of this item ending there)``.
+    ``roots`` lists ``(node, parent)`` for each local node whose parent is a cross node (local nodes
+    under the root start their segments unconditionally and are counted in ``fixed_starts``);
+    ``ends`` lists ``(cross node, requests of this item ending there)``.
     """
 
     item: int
