@@ -17,6 +17,7 @@ from cpplan.cpsat.scaling import SCALING
 from cpplan.cpsat.solve import Solution
 from cpplan.evaluator import price
 from cpplan.ownership import CHUNK_TOKENS
+from cpplan.planners.cpsat import greedy_values
 from cpplan.planners.greedy import greedy_plan
 from cpplan.problem import Problem
 from cpplan.quantities import NUM_QUANTITIES, QUANTITY_INDEX
@@ -276,3 +277,23 @@ def test_solver_plans_verify_with_mixed_flags(seed):
     plan = realize(problem, space, compiled.memory, result.solution)
     verdict = verify_plan(plan_to_dict(problem, plan), problem.workload, problem.card, problem.budget_bytes)
     assert verdict.valid, verdict.violations
+
+
+@pytest.mark.parametrize("cp", [1, 4])
+def test_greedy_hint_is_complete_and_never_beaten_by_the_answer(cp):
+    """The runtime path hints every variable of the model with the greedy plan's values (the time
+    variables of the objective included), and the solver's answer is never worse than that hint."""
+    problem = problem_of(tiny_grpo(7, items_per_prompt=False), cp=cp, memory_bytes=int(2.6 * GIB))
+    greedy = greedy_plan(problem, ("full", "none"))
+    space = build_space(problem, extra_specs=("full", "none"))
+    compiled = compile_model(problem, space, greedy.num_waves)
+    values = greedy_values(compiled, space, greedy)
+    assert values.feasible
+    compiled.add_hint(values)
+    proto = compiled.model.proto
+    assert sorted(proto.solution_hint.vars) == list(range(len(proto.variables)))
+    objective_vars = set(proto.objective.vars)
+    assert {t.index for t in compiled.objective.time} <= objective_vars
+    result = solve(compiled, load_solver("runtime").cpsat, time_limit_s=1.0)
+    assert result.objective_s is not None
+    assert result.objective_s <= SCALING.seconds(values.objective) + 1e-9

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import time
@@ -82,7 +83,7 @@ def parameters(params: CpSatParams, *, time_limit_s: float | None, deterministic
         values["interleave_search"] = workers > 1
         if params.deterministic_time_s is not None:
             values["max_deterministic_time"] = params.deterministic_time_s
-    if time_limit_s is not None and not deterministic:
+    if time_limit_s is not None and math.isfinite(time_limit_s) and not deterministic:
         values["max_time_in_seconds"] = max(time_limit_s, 1e-3)
     return values
 
