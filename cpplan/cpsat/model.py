@@ -118,6 +118,7 @@ class CompiledModel:
 def compile_model(problem: Problem, space: LayoutSpace, num_waves: int) -> CompiledModel:
     """Build the joint model over ``num_waves`` candidate waves."""
     assert num_waves >= 1
+    assert problem.chunk_tokens == CHUNK_TOKENS, "the model counts ownership in 128-token chunks"
     model = cp_model.CpModel()
     cp = problem.topology.cp
     card = problem.card
