@@ -1,4 +1,4 @@
-"""Planner backends behind one interface: ``(problem, profile, deadline) -> (Plan, SolverStats | None)``.
+"""Planner backends behind one interface: ``(problem, profile, deadline) -> (Plan | None, SolverStats | None)``.
 
 Each strategy named in a solver profile is looked up here. Backends register themselves with
 :func:`register`; the portfolio in :mod:`cpplan.api` runs them in the profile's order.
@@ -13,7 +13,7 @@ from ..profile import SolverProfile
 from ..result import Plan, SolverStats
 from .greedy import cached_greedy_plan, full_sharing_plan
 
-Planner = Callable[[Problem, SolverProfile, float], tuple[Plan, SolverStats | None]]
+Planner = Callable[[Problem, SolverProfile, float], tuple[Plan | None, SolverStats | None]]
 PLANNERS: dict[str, Planner] = {}
 
 
@@ -33,11 +33,6 @@ def _full_sharing(problem: Problem, profile: SolverProfile, deadline: float) -> 
 register("greedy", _greedy)
 register("full_sharing", _full_sharing)
 
+from .cpsat import cpsat_planner  # noqa: E402  (it builds on the greedy planner above)
 
-def _register_cpsat() -> None:
-    from .cpsat import cpsat_planner
-
-    register("cpsat", cpsat_planner)
-
-
-_register_cpsat()
+register("cpsat", cpsat_planner)
