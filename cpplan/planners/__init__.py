@@ -1,4 +1,4 @@
-"""Planner backends behind one interface: ``(problem, profile, deadline) -> (Plan | None, SolverStats | None)``.
+"""Planner backends behind one interface: ``(problem, profile, deadline) -> (plan or None, stats or None)``.
 
 Each strategy named in a solver profile is looked up here. Backends register themselves with
 :func:`register`; the portfolio in :mod:`cpplan.api` runs them in the profile's order.
