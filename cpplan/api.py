@@ -122,7 +122,8 @@ def solve(
             )
             verified.append((data, verdict))
         if solver_stats is not None:
-            stats = replace(stats, stage_s={**stats.stage_s, "verify": time.perf_counter() - t_verify})
+            verify_s = stats.stage_s.get("verify", 0.0) + time.perf_counter() - t_verify
+            stats = replace(stats, stage_s={**stats.stage_s, "verify": verify_s})
         outcomes.append((strategy, candidate, verdict, "", time.perf_counter() - t0))
     valid = [(s, p, v) for s, p, v, _, _ in outcomes if p is not None and v is not None and v.valid]
     if not valid:

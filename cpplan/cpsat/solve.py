@@ -97,7 +97,11 @@ def solve(
     build_s: float = 0.0,
 ) -> CpSatResult:
     """Run CP-SAT on ``compiled``. With ``deterministic`` the wall-clock limit is not set (only the
-    deterministic one), so the same model and parameters give the same answer on any machine."""
+    deterministic one), so the same model and parameters give the same answer on any machine.
+
+    Stages: ``build`` (passed in), ``presolve`` and ``search`` (from the solver's log), ``verify``:
+    the answer re-evaluated by :meth:`CompiledModel.evaluate` in plain Python, which must pass every
+    memory row and price no higher than the solver's objective; otherwise it is rejected."""
     solver = cp_model.CpSolver()
     for name, value in parameters(params, time_limit_s=time_limit_s, deterministic=deterministic).items():
         setattr(solver.parameters, name, value)
@@ -112,11 +116,17 @@ def solve(
     name = _STATUS.get(status, str(status))
     solution = None
     objective = bound = gap = None
+    verify_s = 0.0
     if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         objective = scaling.seconds(solver.objective_value)
         bound = scaling.seconds(solver.best_objective_bound)
         gap = max(0.0, (objective - bound) / objective) if objective > 0 else 0.0
         solution = _solution(compiled, solver)
+        t0 = time.perf_counter()
+        values = compiled.evaluate(solution.assignment, set(solution.shared))
+        verify_s = time.perf_counter() - t0
+        if not values.feasible or scaling.seconds(values.objective) > objective + 1e-9:
+            name, solution = "rejected: the answer fails its plain-Python re-evaluation", None
     return CpSatResult(
         status=name,
         objective_s=objective,
@@ -128,7 +138,12 @@ def solve(
         num_integers=integers,
         num_constraints=constraints,
         ortools_version=ortools.__version__,
-        stage_s={"build": build_s, "presolve": presolve, "search": max(0.0, wall - presolve)},
+        stage_s={
+            "build": build_s,
+            "presolve": presolve,
+            "search": max(0.0, wall - presolve),
+            "verify": verify_s,
+        },
         solution=solution,
     )
 
