@@ -3,6 +3,7 @@ the soundness of its proven bound, and that realized plans stay inside its per-r
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 
@@ -10,7 +11,7 @@ import numpy as np
 import pytest
 
 from cpplan import Item, Request, Topology, Workload, load_model, load_solver
-from cpplan.cpsat import build_space, compile_model, realize, solve
+from cpplan.cpsat import CompiledModel, build_space, compile_model, realize, solve
 from cpplan.cpsat.memory import memory_rows
 from cpplan.cpsat.realize import wave_masks
 from cpplan.cpsat.scaling import SCALING
@@ -297,3 +298,21 @@ def test_greedy_hint_is_complete_and_never_beaten_by_the_answer(cp):
     result = solve(compiled, load_solver("runtime").cpsat, time_limit_s=1.0)
     assert result.objective_s is not None
     assert result.objective_s <= SCALING.seconds(values.objective) + 1e-9
+
+
+def test_an_answer_failing_re_evaluation_is_rejected(monkeypatch):
+    """solve() re-evaluates the solver's answer in plain Python; if that evaluation says a memory row
+    is broken, the answer is rejected (no solution, a 'rejected' status), never handed on."""
+    problem = problem_of(tiny_grpo(5), cp=2, memory_bytes=int(2.7 * GIB))
+    space = build_space(problem)
+    compiled = compile_model(problem, space, 2)
+    honest = solve(compiled, load_solver("deterministic").cpsat, time_limit_s=None, deterministic=True)
+    assert honest.solution is not None and honest.stage_s["verify"] >= 0.0
+    original = CompiledModel.evaluate
+
+    def broken(self, assignment, shared):
+        return dataclasses.replace(original(self, assignment, shared), feasible=False)
+
+    monkeypatch.setattr(CompiledModel, "evaluate", broken)
+    rejected = solve(compiled, load_solver("deterministic").cpsat, time_limit_s=None, deterministic=True)
+    assert rejected.solution is None and rejected.status.startswith("rejected")
