@@ -13,7 +13,7 @@ import pytest
 from cpplan import Item, Request, Topology, Workload, load_model, load_solver
 from cpplan.cpsat import CompiledModel, build_space, compile_model, realize, solve
 from cpplan.cpsat.memory import memory_rows
-from cpplan.cpsat.realize import wave_masks
+from cpplan.cpsat.realize import chunk_weights, wave_masks, widest_weight_cap
 from cpplan.cpsat.scaling import SCALING
 from cpplan.cpsat.solve import Solution
 from cpplan.evaluator import price
@@ -316,3 +316,38 @@ def test_an_answer_failing_re_evaluation_is_rejected(monkeypatch):
     monkeypatch.setattr(CompiledModel, "evaluate", broken)
     rejected = solve(compiled, load_solver("deterministic").cpsat, time_limit_s=None, deterministic=True)
     assert rejected.solution is None and rejected.status.startswith("rejected")
+
+
+def test_weighted_waves_stay_within_their_weight_cap():
+    """Under CP, a wave in the weighted mode (each rank charged its own segments) is realized with
+    every rank's chunk weight (tokens and segment starts at the largest per-unit bytes of any envelope)
+    within the weight cap the memory rows admit, every rank touching at most its segment starts plus
+    one, and the wave fitting exactly."""
+    base = grpo(
+        num_prompts=3,
+        group_size=4,
+        system_tokens=256,
+        prompt_tokens=(1500, 2500),
+        completion_tokens=(200, 500),
+        seed=3,
+        items_per_prompt=False,
+    )
+    order = np.random.default_rng(3).permutation(base.num_items)
+    problem = problem_of(Workload(items=tuple(base.items[k] for k in order)), cp=2, memory_bytes=5 * GIB)
+    space = build_space(problem)
+    compiled = compile_model(problem, space, greedy_plan(problem, ("full", "none")).num_waves)
+    result = solve(compiled, load_solver("deterministic").cpsat, time_limit_s=None, deterministic=True)
+    assert result.solution is not None and any(result.solution.weighted)
+    rows = compiled.memory
+    plan = realize(problem, space, rows, result.solution, alternatives=False)
+    for w, wave in enumerate(plan.waves):
+        assert wave.fits(problem.budget_bytes)
+        if not result.solution.weighted[w]:
+            continue
+        cap_kib = max(result.solution.weight_cap[w], widest_weight_cap(rows, wave.layout))
+        weights = chunk_weights(rows, wave.layout, wave.stats)
+        starts = np.bincount(wave.layout.seg_offset // CHUNK_TOKENS, minlength=wave.stats.num_chunks)
+        for rank in range(problem.topology.cp):
+            mine = wave.owner == rank
+            assert weights[mine].sum() <= 1024 * cap_kib
+            assert wave.quantities[rank, QUANTITY_INDEX["segments"]] <= starts[mine].sum() + 1

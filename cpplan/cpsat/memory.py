@@ -34,6 +34,12 @@ class MemoryRows:
     per_unit_kib: tuple[dict[str, int], ...]
     budget_kib: int
     exact_tokens: bool
+    weighted: bool = False
+    weight_token_bytes: float = 0.0
+    weight_start_bytes: float = 0.0
+    weight_chunk_kib: int = 0
+    weight_start_kib: int = 0
+    weight_max_kib: int = 0
 
     def rank_kib(self, envelope: int, cap: int, values: dict[str, int]) -> int:
         """The integer model's price of a rank bounded by ``cap`` chunks (or, with ``exact_tokens``,
@@ -50,9 +56,29 @@ class MemoryRows:
             + sum(coef * values[name] for name, coef in self.per_unit_kib[envelope].items())
         )
 
+    def rank_kib_weighted(self, envelope: int, weight_cap_kib: int, values: dict[str, int]) -> int:
+        """The integer model's price of a rank whose chunks weigh at most ``weight_cap_kib`` (the
+        weighted mode of :mod:`cpplan.cpsat.ownership`), with ``values`` for the other quantities."""
+        return (
+            self.static_kib[envelope]
+            + weight_cap_kib
+            + self.weight_start_kib
+            + sum(
+                coef * values[name]
+                for name, coef in self.per_unit_kib[envelope].items()
+                if name != "segments"
+            )
+        )
+
 
 def memory_rows(
-    card: ResolvedCard, memory_bytes: int, scaling: Scaling, *, fold_grad: bool, fold_loss: bool
+    card: ResolvedCard,
+    memory_bytes: int,
+    scaling: Scaling,
+    *,
+    fold_grad: bool,
+    fold_loss: bool,
+    max_starts_per_chunk: int = CHUNK_TOKENS,
 ) -> MemoryRows:
     """The envelopes of ``card`` in integer units. At CP1 the one rank owns exactly the packed tokens,
     so those are priced per token at 1/128 KiB precision (no partial-chunk rounding)."""
@@ -73,7 +99,21 @@ def memory_rows(
                 if name not in folded and coef[e, QUANTITY_INDEX[name]] > 0
             }
         )
+    # The weighted mode (CP > 1, gradient and loss tokens equal to tokens): one chunk weight, the
+    # largest per-token and per-segment bytes of any envelope, bounds every envelope's token and
+    # segment terms at once.
+    token_bytes = max(
+        sum(float(coef[e, QUANTITY_INDEX[n]]) for n in folded) for e in range(card.num_envelopes)
+    )
+    start_bytes = float(coef[:, QUANTITY_INDEX["segments"]].max())
+    weighted = card.topology.cp > 1 and fold_grad and fold_loss
     return MemoryRows(
+        weighted=weighted,
+        weight_token_bytes=token_bytes,
+        weight_start_bytes=start_bytes,
+        weight_chunk_kib=scaling.memory_coef(token_bytes * CHUNK_TOKENS),
+        weight_start_kib=scaling.memory_coef(start_bytes),
+        weight_max_kib=scaling.memory_coef(token_bytes * CHUNK_TOKENS + start_bytes * max_starts_per_chunk),
         static_kib=tuple(statics),
         per_chunk_kib=tuple(per_chunk),
         per_token_kib=tuple(per_token),
@@ -92,10 +132,12 @@ def needed_quantities(card: ResolvedCard) -> frozenset[str]:
 def add_memory(
     model: cp_model.CpModel, rows: MemoryRows, ownership: OwnershipVars, used: list[cp_model.IntVar]
 ) -> dict[tuple[int, int], cp_model.IntVar]:
-    """One constraint per wave and envelope, enforced on used waves. Returns the rounding variables
-    ``r[w, e] = ceil(fraction · tokens / 128)`` of the exact-token (CP1) rows."""
+    """One constraint per wave and envelope, enforced on used waves (in the weighted mode's form when
+    the wave takes it). Returns the rounding variables ``r[w, e] = ceil(fraction · tokens / 128)`` of
+    the exact-token (CP1) rows."""
     rounding: dict[tuple[int, int], cp_model.IntVar] = {}
     for w, bounds in enumerate(ownership.bounds):
+        weighted = ownership.weighted[w]
         for e in range(len(rows.static_kib)):
             if rows.exact_tokens:
                 whole, fraction = rows.per_token_kib[e]
@@ -106,5 +148,16 @@ def add_memory(
             else:
                 folded = rows.per_chunk_kib[e] * ownership.cap[w]
             load = folded + sum(coef * bounds[name] for name, coef in rows.per_unit_kib[e].items())
-            model.add(rows.static_kib[e] + load <= rows.budget_kib).only_enforce_if(used[w])
+            row = model.add(rows.static_kib[e] + load <= rows.budget_kib)
+            if weighted is None:
+                row.only_enforce_if(used[w])
+                continue
+            row.only_enforce_if([used[w], ~weighted])
+            others = sum(
+                coef * bounds[name] for name, coef in rows.per_unit_kib[e].items() if name != "segments"
+            )
+            model.add(
+                rows.static_kib[e] + ownership.weight_cap[w] + rows.weight_start_kib + others
+                <= rows.budget_kib
+            ).only_enforce_if([used[w], weighted])
     return rounding

@@ -43,6 +43,8 @@ class ModelValues:
     totals: tuple[dict[str, int], ...]
     chunks: tuple[int, ...]
     cap: tuple[int, ...]
+    weighted: tuple[bool, ...]
+    weight_cap: tuple[int, ...]
     time: tuple[int, ...]
     objective: int
     feasible: bool
@@ -113,6 +115,9 @@ class CompiledModel:
                 if (w, e) in self.rounding:
                     m.add_hint(self.rounding[(w, e)], -(-fraction * tokens // CHUNK_TOKENS))
             m.add_hint(self.objective.time[w], values.time[w])
+            if own.weighted[w] is not None:
+                m.add_hint(own.weighted[w], values.weighted[w])
+                m.add_hint(own.weight_cap[w], values.weight_cap[w])
 
 
 def compile_model(problem: Problem, space: LayoutSpace, num_waves: int) -> CompiledModel:
@@ -126,10 +131,25 @@ def compile_model(problem: Problem, space: LayoutSpace, num_waves: int) -> Compi
     fold_grad, fold_loss = space.all_grad, space.all_loss
     waves = add_waves(model, space, num_waves)
     layout = add_layout(model, space, waves, cp)
-    ownership = add_ownership(
-        model, waves, layout.totals, cp, fold_grad=fold_grad, fold_loss=fold_loss, needed=needed
+    rows = memory_rows(
+        card,
+        problem.memory_bytes,
+        space.scaling,
+        fold_grad=fold_grad,
+        fold_loss=fold_loss,
+        max_starts_per_chunk=space.max_starts_per_chunk,
     )
-    rows = memory_rows(card, problem.memory_bytes, space.scaling, fold_grad=fold_grad, fold_loss=fold_loss)
+    weights = (rows.weight_chunk_kib, rows.weight_start_kib, rows.weight_max_kib) if rows.weighted else None
+    ownership = add_ownership(
+        model,
+        waves,
+        layout.totals,
+        cp,
+        fold_grad=fold_grad,
+        fold_loss=fold_loss,
+        needed=needed,
+        weights=weights,
+    )
     rounding = add_memory(model, rows, ownership, waves.used)
     objective = add_objective(model, waves, layout.totals, cp, space.scaling.time(card.wave_overhead_s))
     return CompiledModel(
@@ -226,7 +246,7 @@ def _evaluate(compiled: CompiledModel, assignment, shared: frozenset) -> ModelVa
                 value = lay.root_copies[r] if ww == w and (index[p], w) in shared else 0
                 root_starts[(item.item, r, w)] = value
                 add(w, segments=value)
-    chunks, caps, times, kib_rows = [], [], [], []
+    chunks, caps, times, kib_rows, weighted, weight_caps = [], [], [], [], [], []
     feasible = True
     rows = compiled.memory
     objective = 0
@@ -249,7 +269,16 @@ def _evaluate(compiled: CompiledModel, assignment, shared: frozenset) -> ModelVa
         }
         kib = tuple(rows.rank_kib(e, cap, values) for e in range(len(rows.static_kib)))
         kib_rows.append(kib)
-        if used[w] and max(kib) > rows.budget_kib:
+        total_weight = rows.weight_chunk_kib * chunk + rows.weight_start_kib * t["segments"]
+        weight_cap = rows.weight_max_kib - (-total_weight // cp)
+        by_weight = rows.weighted and all(
+            rows.rank_kib_weighted(e, weight_cap, values) <= rows.budget_kib
+            for e in range(len(rows.static_kib))
+        )
+        by_chunks = max(kib) <= rows.budget_kib
+        weighted.append(by_weight and not by_chunks)
+        weight_caps.append(weight_cap)
+        if used[w] and not (by_chunks or by_weight):
             feasible = False
         objective += compiled.objective.overhead_units * used[w] + time
     return ModelValues(
@@ -262,6 +291,8 @@ def _evaluate(compiled: CompiledModel, assignment, shared: frozenset) -> ModelVa
         totals=tuple(totals),
         chunks=tuple(chunks),
         cap=tuple(caps),
+        weighted=tuple(weighted),
+        weight_cap=tuple(weight_caps),
         time=tuple(times),
         objective=objective,
         feasible=feasible,

@@ -11,9 +11,20 @@ layout, which the joint model is still choosing. So the joint model decides, per
 - attention pairs ``≤`` the wave total; gathered (remote) tokens ``≤`` the wave's packed tokens.
 
 Ranks are symmetric under these bounds, so one memory constraint per wave and envelope covers them
-all. Once the model is solved and the wave packed, :func:`capped_split` assigns chunks exactly:
-contiguous ranges, each at most ``K`` chunks, balancing predicted seconds. The realized quantities
-are therefore never above the model's bounds, which is what makes the KiB rounding meaningful.
+all.
+
+A second, *weighted* mode (CP > 1, every request taking gradients and reading its loss) charges each
+rank its own segments rather than all of the wave's: each chunk weighs ``A · tokens + B · segment
+starts`` (``A``, ``B`` the largest per-token and per-segment bytes of any envelope), and ranks get
+contiguous ranges of at most ``weight_cap`` each, with ``cp · (weight_cap - heaviest chunk) ≥`` the
+wave's total weight (so a greedy fill always covers the wave). A rank then costs at most
+``weight_cap + B`` (one segment continuing into its range) plus its other terms. The solver picks the
+mode per wave (``weighted[w]``).
+
+Once the model is solved and the wave packed, :func:`capped_split` (or, in the weighted mode,
+:func:`weight_capped_split`) assigns chunks exactly: contiguous ranges within the cap, balancing
+predicted seconds. The realized quantities are therefore never above the model's bounds, which is
+what makes the KiB rounding meaningful.
 """
 
 from __future__ import annotations
@@ -36,6 +47,8 @@ class OwnershipVars:
 
     chunks: list[cp_model.IntVar]
     cap: list[cp_model.IntVar]
+    weighted: list[cp_model.IntVar | None]
+    weight_cap: list[cp_model.IntVar | None]
     packed_ub: int
     bounds: list[dict[str, cp_model.LinearExprT]]
     min_vars: list[dict[str, cp_model.IntVar]]
@@ -50,6 +63,7 @@ def add_ownership(
     fold_grad: bool,
     fold_loss: bool,
     needed: frozenset[str],
+    weights: tuple[int, int, int] | None = None,
     chunk_tokens: int = CHUNK_TOKENS,
 ) -> OwnershipVars:
     """Chunk counts, per-rank caps and bounds for every quantity named in ``needed``.
@@ -58,7 +72,7 @@ def add_ownership(
     quantities equal the local tokens, and are bounded by the same ``128 · K``.
     """
     chunk_ub = -(-totals.packed_tokens_ub // chunk_tokens)
-    chunks, caps, bounds, min_vars = [], [], [], []
+    chunks, caps, bounds, min_vars, weighted, weight_caps = [], [], [], [], [], []
     for w in range(waves.num_waves):
         packed = totals.packed_tokens[w]
         chunk = model.new_int_var(0, chunk_ub, f"chunks[{w}]")
@@ -90,8 +104,25 @@ def add_ownership(
         wave_bounds["grad_attn_pairs"] = totals.grad_attn_pairs[w]
         wave_bounds["remote_tokens"] = packed if num_ranks > 1 else 0
         chunks.append(chunk), caps.append(cap), bounds.append(wave_bounds), min_vars.append(wave_min)
+        if weights is None or num_ranks == 1:
+            weighted.append(None), weight_caps.append(None)
+            continue
+        per_chunk, per_start, heaviest = weights
+        ub = heaviest + per_chunk * chunk_ub + per_start * totals.segments_ub
+        flag = model.new_bool_var(f"weighted[{w}]")
+        weight_cap = model.new_int_var(0, ub, f"weight_cap[{w}]")
+        model.add(
+            num_ranks * (weight_cap - heaviest) >= per_chunk * chunk + per_start * totals.segments[w]
+        ).only_enforce_if(flag)
+        weighted.append(flag), weight_caps.append(weight_cap)
     return OwnershipVars(
-        chunks=chunks, cap=caps, packed_ub=totals.packed_tokens_ub, bounds=bounds, min_vars=min_vars
+        chunks=chunks,
+        cap=caps,
+        weighted=weighted,
+        weight_cap=weight_caps,
+        packed_ub=totals.packed_tokens_ub,
+        bounds=bounds,
+        min_vars=min_vars,
     )
 
 
@@ -119,6 +150,51 @@ def capped_split(weights: np.ndarray, num_ranks: int, cap: int) -> np.ndarray:
         return result if start >= num_chunks else None
 
     lo, hi = float(weights.max()), float(prefix[-1])
+    for _ in range(60):
+        if hi - lo <= 1e-9 * max(hi, 1.0):
+            break
+        mid = (lo + hi) / 2
+        if ends(mid) is None:
+            lo = mid
+        else:
+            hi = mid
+    cuts = ends(hi)
+    assert cuts is not None
+    owner = np.empty(num_chunks, dtype=np.int64)
+    start = 0
+    for rank, end in enumerate(cuts):
+        owner[start:end] = rank
+        start = end
+    return owner
+
+
+def weight_capped_split(
+    time_weights: np.ndarray, cap_weights: np.ndarray, num_ranks: int, cap: float
+) -> np.ndarray:
+    """Chunk owners: ``num_ranks`` contiguous ranges, each of total ``cap_weights`` at most ``cap``,
+    minimizing the largest range of ``time_weights`` (bisection on that bound, greedy fill).
+
+    Requires that a greedy fill under ``cap`` alone covers every chunk.
+    """
+    time_weights = np.asarray(time_weights, dtype=np.float64)
+    num_chunks = time_weights.size
+    if num_ranks == 1 or num_chunks == 0:
+        return np.zeros(num_chunks, dtype=np.int64)
+    time_prefix = np.concatenate([[0.0], np.cumsum(time_weights)]).tolist()
+    cap_prefix = np.concatenate([[0.0], np.cumsum(np.asarray(cap_weights, dtype=np.float64))]).tolist()
+
+    def ends(bound: float) -> list[int] | None:
+        result, start = [], 0
+        for _ in range(num_ranks):
+            by_time = bisect.bisect_right(time_prefix, time_prefix[start] + bound * (1 + 1e-12)) - 1
+            by_cap = bisect.bisect_right(cap_prefix, cap_prefix[start] + cap) - 1
+            end = min(max(by_time, start + 1) if start < num_chunks else start, by_cap, num_chunks)
+            result.append(end)
+            start = end
+        return result if start >= num_chunks else None
+
+    lo, hi = float(time_weights.max()), float(time_prefix[-1])
+    assert ends(hi) is not None, "the weight cap does not cover the wave"
     for _ in range(60):
         if hi - lo <= 1e-9 * max(hi, 1.0):
             break

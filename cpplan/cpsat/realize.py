@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ownership import CHUNK_TOKENS, chunk_stats
+from ..layout import PackedLayout
+from ..ownership import CHUNK_TOKENS, ChunkStats, chunk_stats
 from ..problem import Problem
 from ..result import Plan
 from ..wave import WavePlan, price_wave
 from .memory import MemoryRows
-from .ownership import capped_split
+from .ownership import capped_split, weight_capped_split
 from .solve import Solution
 from .space import LayoutSpace
 
@@ -57,9 +58,15 @@ def realize(
     for w, (items, mask) in wave_masks(problem, space, solution).items():
         layout = problem.pack(items, mask)
         stats = chunk_stats(layout, problem.chunk_tokens)
-        cap = max(solution.cap[w], widest_cap(rows, layout, stats.num_chunks, cp))
-        cap = min(cap, stats.num_chunks)
-        owner = capped_split(stats.quantity_matrix() @ time_coef, cp, cap)
+        time_weights = stats.quantity_matrix() @ time_coef
+        if solution.weighted and solution.weighted[w]:
+            cap_kib = max(solution.weight_cap[w], widest_weight_cap(rows, layout))
+            owner = weight_capped_split(
+                time_weights, chunk_weights(rows, layout, stats), cp, 1024.0 * cap_kib
+            )
+        else:
+            cap = max(solution.cap[w], widest_cap(rows, layout, stats.num_chunks, cp))
+            owner = capped_split(time_weights, cp, min(cap, stats.num_chunks))
         wave = price_wave(problem, items, layout, LAYOUT_NAME, owner=owner)
         if alternatives and cp > 1:
             other = price_wave(problem, items, layout, LAYOUT_NAME)
@@ -71,22 +78,38 @@ def realize(
     return Plan(strategy="cpsat", waves=tuple(waves))
 
 
-def widest_cap(rows: MemoryRows, layout, num_chunks: int, cp: int) -> int:
-    """The largest chunks-per-rank cap the integer rows admit for a packed wave (every other local
-    quantity bounded by the wave's total), or 0 when none does."""
-    if cp == 1:
-        return num_chunks
-    grad = int(layout.seg_length[layout.seg_grad].sum())
-    loss = int(layout.seg_length[layout.seg_loss].sum())
+def chunk_weights(rows: MemoryRows, layout: PackedLayout, stats: ChunkStats) -> np.ndarray:
+    """The weighted mode's chunk weights in bytes: tokens and segment starts at the largest per-token and
+    per-segment bytes of any envelope."""
+    starts = np.bincount(layout.seg_offset // stats.chunk_tokens, minlength=stats.num_chunks)
+    return rows.weight_token_bytes * stats.tokens + rows.weight_start_bytes * starts[: stats.num_chunks]
+
+
+def widest_weight_cap(rows: MemoryRows, layout: PackedLayout) -> int:
+    """The largest weight cap (KiB) the weighted rows admit for a packed wave (other quantities
+    bounded by the wave's totals)."""
+    values = _wave_totals(layout)
+    return min(rows.budget_kib - rows.rank_kib_weighted(e, 0, values) for e in range(len(rows.static_kib)))
+
+
+def _wave_totals(layout: PackedLayout) -> dict[str, int]:
     pairs = layout.seg_length * layout.seg_position + layout.seg_length * (layout.seg_length + 1) // 2
-    values = {
-        "grad_tokens": grad,
-        "loss_tokens": loss,
+    return {
+        "grad_tokens": int(layout.seg_length[layout.seg_grad].sum()),
+        "loss_tokens": int(layout.seg_length[layout.seg_loss].sum()),
         "segments": layout.num_segments,
         "attn_pairs": int(pairs.sum()),
         "grad_attn_pairs": int(pairs[layout.seg_grad].sum()),
         "remote_tokens": layout.packed_tokens,
     }
+
+
+def widest_cap(rows: MemoryRows, layout, num_chunks: int, cp: int) -> int:
+    """The largest chunks-per-rank cap the integer rows admit for a packed wave (every other local
+    quantity bounded by the wave's total), or 0 when none does."""
+    if cp == 1:
+        return num_chunks
+    values = _wave_totals(layout)
     best = num_chunks
     for e in range(len(rows.static_kib)):
         rest = rows.rank_kib(e, 0, values)

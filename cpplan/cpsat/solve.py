@@ -26,11 +26,14 @@ _SEARCH_START = re.compile(r"Starting search at ([0-9.]+)s")
 
 @dataclass(frozen=True, kw_only=True)
 class Solution:
-    """What the solver chose: per item ``(wave, layout)``, shared cross nodes ``(k, w)``, chunk caps."""
+    """What the solver chose: per item ``(wave, layout)``, shared cross nodes ``(k, w)``, per-wave chunk
+    caps, and (where the model has it) whether a wave takes the weighted mode and its weight cap."""
 
     assignment: tuple[tuple[int, int], ...]
     shared: frozenset[tuple[int, int]]
     cap: tuple[int, ...]
+    weighted: tuple[bool, ...] = ()
+    weight_cap: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -163,5 +166,10 @@ def _solution(compiled: CompiledModel, solver: cp_model.CpSolver) -> Solution:
         for w in range(compiled.num_waves)
         if lay.s[k][w] is not None and solver.boolean_value(lay.s[k][w])
     )
-    cap = tuple(int(solver.value(v)) for v in compiled.ownership.cap)
-    return Solution(assignment=tuple(assignment), shared=shared, cap=cap)
+    own = compiled.ownership
+    cap = tuple(int(solver.value(v)) for v in own.cap)
+    weighted = tuple(v is not None and solver.boolean_value(v) for v in own.weighted)
+    weight_cap = tuple(int(solver.value(v)) if v is not None else 0 for v in own.weight_cap)
+    return Solution(
+        assignment=tuple(assignment), shared=shared, cap=cap, weighted=weighted, weight_cap=weight_cap
+    )

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..ownership import CHUNK_TOKENS
 from ..problem import Problem
 from ..quantities import QUANTITY_INDEX
 from .scaling import SCALING, Scaling
@@ -120,6 +121,7 @@ class LayoutSpace:
     all_grad: bool
     all_loss: bool
     segment_time_units: int
+    max_starts_per_chunk: int
     scaling: Scaling
 
     @property
@@ -233,6 +235,7 @@ def build_space(
         all_grad=bool(problem.request_grad.all()),
         all_loss=bool(problem.request_loss.all()),
         segment_time_units=scaling.time(float(coef[q["segments"]])),
+        max_starts_per_chunk=max_starts_per_chunk(tree.node_length[1:], CHUNK_TOKENS),
         scaling=scaling,
     )
 
@@ -292,6 +295,13 @@ def _local_layout(facts, item, nodes, decision, shared, scaling) -> LocalLayout:
         fixed_starts=starts,
         root_copies=tuple(root_copies),
     )
+
+
+def max_starts_per_chunk(node_lengths: np.ndarray, chunk_tokens: int) -> int:
+    """Segment starts one chunk can hold: a segment spans at least one node copy, so starts are at
+    least the shortest node apart."""
+    shortest = int(node_lengths.min()) if node_lengths.size else chunk_tokens
+    return min(chunk_tokens, (chunk_tokens - 1) // max(shortest, 1) + 1)
 
 
 def pareto(layouts: list[LocalLayout]) -> tuple[list[LocalLayout], list[int]]:
