@@ -7,7 +7,7 @@ bounded through the per-rank chunk cap (tokens, and gradient / loss tokens when 
 tokens) is priced per chunk (``ceil(128 · bytes per token / 1 KiB)``), so rounding costs at most one
 KiB per 128 tokens. Ranks are symmetric under the bounds of :mod:`cpplan.cpsat.ownership`, so one
 constraint per (wave, envelope) stands for every rank. A wave in the weighted mode uses the other form
-of its rows: ``static + weight_cap + B + Σ coef · (other bounds) ≤ B / safety``.
+of its rows: ``static + weight_cap + (one segment) + Σ coef · (other bounds) ≤ B / safety``.
 """
 
 from __future__ import annotations

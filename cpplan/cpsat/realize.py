@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..layout import PackedLayout
-from ..ownership import CHUNK_TOKENS, ChunkStats, chunk_stats
+from ..ownership import ChunkStats, chunk_stats
 from ..problem import Problem
 from ..result import Plan
 from ..wave import WavePlan, price_wave
@@ -62,7 +62,7 @@ def realize(
         if solution.weighted and solution.weighted[w]:
             cap_kib = max(solution.weight_cap[w], widest_weight_cap(rows, layout))
             owner = weight_capped_split(
-                time_weights, chunk_weights(rows, layout, stats), cp, 1024.0 * cap_kib
+                time_weights, chunk_weights(rows, layout, stats), cp, space.scaling.bytes_per_unit * cap_kib
             )
         else:
             cap = max(solution.cap[w], widest_cap(rows, layout, stats.num_chunks, cp))
@@ -118,5 +118,4 @@ def widest_cap(rows: MemoryRows, layout, num_chunks: int, cp: int) -> int:
             best = min(best, (rows.budget_kib - rest) // per_chunk)
         elif rest > rows.budget_kib:
             return 0
-    assert CHUNK_TOKENS > 0
     return max(best, 0)
