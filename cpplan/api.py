@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +85,7 @@ def solve(
     outcomes: list[tuple[str, Plan | None, Verification | None, str, float]] = []
     refusal: NoFitError | None = None
     stats = SolverStats(status="not_run")
+    verified: list[tuple[dict[str, Any], Verification]] = []
     for strategy in profile.strategies:
         backend = backends.get(strategy)
         t0 = time.perf_counter()
@@ -109,13 +111,19 @@ def solve(
         if candidate is None:
             outcomes.append((strategy, None, None, f"no solution ({stats.status})", time.perf_counter() - t0))
             continue
-        verdict = verify_plan(
-            plan_to_dict(problem, candidate),
-            problem.workload,
-            problem.card,
-            problem.budget_bytes,
-            chunk_tokens=problem.chunk_tokens,
-        )
+        t_verify = time.perf_counter()
+        data = plan_to_dict(problem, candidate)
+        data.pop("strategy")
+        # A plan identical to one already verified (strategies often agree) gets the same verdict.
+        verdict = next((v for d, v in verified if d == data), None)
+        if verdict is None:
+            verdict = verify_plan(
+                data, problem.workload, problem.card, problem.budget_bytes, chunk_tokens=problem.chunk_tokens
+            )
+            verified.append((data, verdict))
+        if solver_stats is not None:
+            verify_s = stats.stage_s.get("verify", 0.0) + time.perf_counter() - t_verify
+            stats = replace(stats, stage_s={**stats.stage_s, "verify": verify_s})
         outcomes.append((strategy, candidate, verdict, "", time.perf_counter() - t0))
     valid = [(s, p, v) for s, p, v, _, _ in outcomes if p is not None and v is not None and v.valid]
     if not valid:

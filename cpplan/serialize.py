@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
@@ -14,6 +15,7 @@ from .wave import WavePlan
 TIMING_FIELDS = ("wall_s", "stage_s", "deterministic_time")
 
 
+@functools.cache
 def cpplan_version() -> str:
     """The installed cpplan version."""
     try:

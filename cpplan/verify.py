@@ -195,23 +195,19 @@ def _check_wave(
     if (owner == -1).any():
         violations.append(f"wave {w}: {int((owner == -1).sum())} packed tokens have no owner")
     # Price token by token.
-    seg_of = np.repeat(np.arange(num_segments), [s[2] for s in segments])
-    pos = np.concatenate([np.arange(s[1], s[1] + s[2]) for s in segments]) if segments else np.zeros(0, int)
+    seg_len = np.array([s[2] for s in segments], dtype=np.int64)
+    seg_of = np.repeat(np.arange(num_segments), seg_len)
+    seg_start = np.array([s[1] for s in segments], dtype=np.int64)
+    shift = np.array(offsets, dtype=np.int64) - seg_start
+    pos = np.arange(packed, dtype=np.int64) - np.repeat(shift, seg_len)
     grad = np.array(seg_grad, dtype=bool)[seg_of]
     loss = np.array(seg_loss, dtype=bool)[seg_of]
     slowest, worst = 0.0, 0
     claimed = {int(r["rank"]): r for r in ranks}
+    per_rank = _rank_sums(owner, seg_of, pos, grad, loss, cp)
     for rank in range(cp):
-        mine = owner == rank
-        local = {
-            "tokens": int(mine.sum()),
-            "grad_tokens": int((mine & grad).sum()),
-            "loss_tokens": int((mine & loss).sum()),
-            "segments": len(set(seg_of[mine].tolist())),
-            "attn_pairs": int((pos[mine] + 1).sum()),
-            "grad_attn_pairs": int((pos[mine & grad] + 1).sum()),
-            "remote_tokens": int(packed - mine.sum()),
-        }
+        local = {name: int(values[rank]) for name, values in per_rank.items()}
+        local["remote_tokens"] = int(packed - local["tokens"])
         peak = _peak(card, local)
         seconds = math.fsum(
             float(card.cost_seconds[c]) * local[_qname(card.cost_quantity[c])]
@@ -238,6 +234,53 @@ def _check_wave(
     if "cost_s" in wave and not _close(float(wave["cost_s"]), cost):
         violations.append(f"wave {w}: cost_s {wave['cost_s']} but the verifier prices {cost}")
     return cost, worst
+
+
+def _rank_sums(owner, seg_of, pos, grad, loss, cp: int) -> dict[str, np.ndarray]:
+    """Per rank, summed over its tokens: owned tokens, gradient and loss tokens, attention pairs (a
+    token at position p attends p + 1 keys, its gradient pairs likewise) and distinct segments touched.
+
+    Ownership comes in runs of consecutive tokens, so each token-level prefix sum is read once per run.
+    """
+    sums = {name: np.zeros(cp, dtype=np.int64) for name in (*_SUMMED, "segments")}
+    if owner.size == 0:
+        return sums
+    bounds = np.concatenate([[0], np.flatnonzero(owner[1:] != owner[:-1]) + 1, [owner.size]])
+    run_owner = owner[bounds[:-1]]
+    keep = (run_owner >= 0) & (run_owner < cp)
+    keys = pos + 1
+    per_token = {
+        "tokens": None,
+        "grad_tokens": grad,
+        "loss_tokens": loss,
+        "attn_pairs": keys,
+        "grad_attn_pairs": None if grad.all() else keys * grad,
+    }
+    for name in _SUMMED:
+        values = per_token[name]
+        if name == "tokens" or (values is grad and grad.all()) or (values is loss and loss.all()):
+            run_sums = np.diff(bounds)
+        elif values is None:
+            run_sums = None
+        else:
+            prefix = np.concatenate([[0], np.cumsum(values, dtype=np.int64)])
+            run_sums = prefix[bounds[1:]] - prefix[bounds[:-1]]
+        if run_sums is None:
+            sums[name] = sums["attn_pairs"].copy()
+        else:
+            np.add.at(sums[name], run_owner[keep], run_sums[keep])
+    # Distinct (rank, segment) pairs: one per run of tokens with the same owner and segment.
+    change = np.flatnonzero((owner[1:] != owner[:-1]) | (seg_of[1:] != seg_of[:-1])) + 1
+    starts = np.concatenate([[0], change])
+    pair_owner = owner[starts]
+    keep = (pair_owner >= 0) & (pair_owner < cp)
+    width = int(seg_of[-1]) + 1
+    pairs = np.unique(pair_owner[keep] * width + seg_of[starts][keep])
+    sums["segments"] = np.bincount(pairs // width, minlength=cp)[:cp].astype(np.int64)
+    return sums
+
+
+_SUMMED = ("tokens", "grad_tokens", "loss_tokens", "attn_pairs", "grad_attn_pairs")
 
 
 def _qname(index: int) -> str:

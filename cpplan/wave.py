@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -105,14 +106,39 @@ def _better(a: WavePlan, b: WavePlan, budget: int) -> bool:
     return a.peak_bytes < b.peak_bytes
 
 
+# Priced waves per problem, keyed by (items, effective share mask): layouts that pack a wave
+# identically are priced once, and the greedy and full-sharing planners of one portfolio call share
+# their work. Keyed weakly on the (immutable) problem, so entries go when the problem does.
+_PRICED: weakref.WeakKeyDictionary[Problem, dict[tuple[tuple[int, ...], bytes], WavePlan]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
 def best_wave(
     problem: Problem, items: Sequence[int], layouts: Sequence[str]
 ) -> tuple[WavePlan | None, WavePlan]:
-    """The cheapest fitting wave over ``layouts`` (or ``None``), and the lowest-peak wave seen."""
+    """The cheapest fitting wave over ``layouts`` (or ``None``), and the lowest-peak wave seen.
+
+    Layouts whose masks take the same sharing decisions on these items pack identically; each such
+    packing is priced once (the first layout naming it wins ties, as before).
+    """
+    items = tuple(items)
+    counts = problem.tree.node_counts(problem.item_requests(items))
+    cache = _PRICED.setdefault(problem, {})
+    seen: set[bytes] = set()
     fitting: WavePlan | None = None
     lowest: WavePlan | None = None
     for spec in layouts:
-        wave = price_wave(problem, items, problem.pack(items, spec), spec)
+        take = (problem.share_mask(spec) & (counts >= 2)).tobytes()
+        if take in seen:
+            continue
+        seen.add(take)
+        wave = cache.get((items, take))
+        if wave is None:
+            wave = price_wave(problem, items, problem.pack(items, spec), spec)
+            cache[(items, take)] = wave
+        elif wave.layout_name != spec:
+            wave = replace(wave, layout_name=spec)
         if wave.fits(problem.budget_bytes) and (fitting is None or wave.cost_s < fitting.cost_s):
             fitting = wave
         if lowest is None or wave.peak_bytes < lowest.peak_bytes:

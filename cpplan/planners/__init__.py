@@ -1,4 +1,4 @@
-"""Planner backends behind one interface: ``(problem, profile, deadline) -> (Plan, SolverStats | None)``.
+"""Planner backends behind one interface: ``(problem, profile, deadline) -> (plan or None, stats or None)``.
 
 Each strategy named in a solver profile is looked up here. Backends register themselves with
 :func:`register`; the portfolio in :mod:`cpplan.api` runs them in the profile's order.
@@ -11,9 +11,9 @@ from collections.abc import Callable
 from ..problem import Problem
 from ..profile import SolverProfile
 from ..result import Plan, SolverStats
-from .greedy import full_sharing_plan, greedy_plan
+from .greedy import cached_greedy_plan, full_sharing_plan
 
-Planner = Callable[[Problem, SolverProfile, float], tuple[Plan, SolverStats | None]]
+Planner = Callable[[Problem, SolverProfile, float], tuple[Plan | None, SolverStats | None]]
 PLANNERS: dict[str, Planner] = {}
 
 
@@ -23,7 +23,7 @@ def register(name: str, planner: Planner) -> None:
 
 
 def _greedy(problem: Problem, profile: SolverProfile, deadline: float) -> tuple[Plan, None]:
-    return greedy_plan(problem, profile.greedy.layouts), None
+    return cached_greedy_plan(problem, profile.greedy.layouts), None
 
 
 def _full_sharing(problem: Problem, profile: SolverProfile, deadline: float) -> tuple[Plan, None]:
@@ -41,3 +41,7 @@ def _seeded(problem: Problem, profile: SolverProfile, deadline: float) -> tuple[
 
 
 register("seeded", _seeded)
+
+from .cpsat import cpsat_planner  # noqa: E402  (it builds on the greedy planner above)
+
+register("cpsat", cpsat_planner)

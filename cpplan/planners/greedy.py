@@ -8,6 +8,7 @@ contiguous CP ownership. No wave is admitted whose priced peak exceeds the budge
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 
 from ..errors import NoFitError
@@ -47,6 +48,27 @@ def greedy_plan(problem: Problem, layouts: Sequence[str], *, strategy: str = "gr
         waves.append(best)
         start += width
     return Plan(strategy=strategy, waves=tuple(waves))
+
+
+_PLANS: weakref.WeakKeyDictionary[Problem, dict[tuple[str, ...], Plan | NoFitError]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def cached_greedy_plan(problem: Problem, layouts: Sequence[str]) -> Plan:
+    """:func:`greedy_plan`, computed once per problem object and layout list (the portfolio's greedy
+    candidate and the CP-SAT hint share it; a problem is immutable, so its plan cannot go stale)."""
+    key = tuple(layouts)
+    plans = _PLANS.setdefault(problem, {})
+    if key not in plans:
+        try:
+            plans[key] = greedy_plan(problem, key)
+        except NoFitError as exc:
+            plans[key] = exc
+    found = plans[key]
+    if isinstance(found, NoFitError):
+        raise found
+    return found
 
 
 def full_sharing_plan(problem: Problem) -> Plan:

@@ -1,0 +1,121 @@
+"""From a solution to a priced :class:`~cpplan.result.Plan`: pack each wave, assign chunks, price.
+
+Each used wave is packed with :meth:`Problem.pack` under the chosen share mask (cross nodes as the
+solver shared them, local decision nodes as the item's chosen local layout). Its chunks go to ranks by
+:func:`~cpplan.cpsat.ownership.capped_split`, with the largest per-rank cap the integer memory rows
+still admit for the realized wave (never below the solver's cap), and the wave is priced exactly by
+:func:`cpplan.wave.price_wave`; an uncapped balanced ownership replaces it when that fits and is
+cheaper. The portfolio verifies the result like any other candidate.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..layout import PackedLayout
+from ..ownership import ChunkStats, chunk_stats
+from ..problem import Problem
+from ..result import Plan
+from ..wave import WavePlan, price_wave
+from .memory import MemoryRows
+from .ownership import capped_split, weight_capped_split
+from .solve import Solution
+from .space import LayoutSpace
+
+LAYOUT_NAME = "cpsat"
+
+
+def wave_masks(
+    problem: Problem, space: LayoutSpace, solution: Solution
+) -> dict[int, tuple[list[int], np.ndarray]]:
+    """Per used wave: its items (ascending) and the tree-wide share mask."""
+    waves: dict[int, tuple[list[int], np.ndarray]] = {}
+    for i, (w, j) in enumerate(solution.assignment):
+        if w not in waves:
+            mask = np.zeros(problem.tree.num_nodes, dtype=bool)
+            for k, node in enumerate(space.cross):
+                mask[node.node] = (k, w) in solution.shared
+            waves[w] = ([], mask)
+        items, mask = waves[w]
+        items.append(i)
+        item = space.items[i]
+        mask[list(item.decision_nodes)] = item.layouts[j].shared
+    return dict(sorted(waves.items()))
+
+
+def realize(
+    problem: Problem, space: LayoutSpace, rows: MemoryRows, solution: Solution, *, alternatives: bool = True
+) -> Plan:
+    """The solution as a plan of exactly priced waves.
+
+    The capped split always respects the model's per-rank bounds. With ``alternatives`` the
+    uncapped contiguous ownerships of :func:`cpplan.wave.price_wave` are priced too, and one of them
+    replaces the capped split when it fits and is cheaper (the model prices a wave by its rank average,
+    so the exact evaluator is the better judge of balance)."""
+    cp = problem.topology.cp
+    time_coef = problem.card.time_coefficients()
+    waves: list[WavePlan] = []
+    for w, (items, mask) in wave_masks(problem, space, solution).items():
+        layout = problem.pack(items, mask)
+        stats = chunk_stats(layout, problem.chunk_tokens)
+        time_weights = stats.quantity_matrix() @ time_coef
+        if solution.weighted and solution.weighted[w]:
+            cap_kib = max(solution.weight_cap[w], widest_weight_cap(rows, layout))
+            owner = weight_capped_split(
+                time_weights, chunk_weights(rows, layout, stats), cp, space.scaling.bytes_per_unit * cap_kib
+            )
+        else:
+            cap = max(solution.cap[w], widest_cap(rows, layout, stats.num_chunks, cp))
+            owner = capped_split(time_weights, cp, min(cap, stats.num_chunks))
+        wave = price_wave(problem, items, layout, LAYOUT_NAME, owner=owner)
+        if alternatives and cp > 1:
+            other = price_wave(problem, items, layout, LAYOUT_NAME)
+            if other.fits(problem.budget_bytes) and (
+                not wave.fits(problem.budget_bytes) or other.cost_s < wave.cost_s
+            ):
+                wave = other
+        waves.append(wave)
+    return Plan(strategy="cpsat", waves=tuple(waves))
+
+
+def chunk_weights(rows: MemoryRows, layout: PackedLayout, stats: ChunkStats) -> np.ndarray:
+    """The weighted mode's chunk weights in bytes: tokens and segment starts at the largest per-token and
+    per-segment bytes of any envelope."""
+    starts = np.bincount(layout.seg_offset // stats.chunk_tokens, minlength=stats.num_chunks)
+    return rows.weight_token_bytes * stats.tokens + rows.weight_start_bytes * starts[: stats.num_chunks]
+
+
+def widest_weight_cap(rows: MemoryRows, layout: PackedLayout) -> int:
+    """The largest weight cap (KiB) the weighted rows admit for a packed wave (other quantities
+    bounded by the wave's totals)."""
+    values = _wave_totals(layout)
+    return min(rows.budget_kib - rows.rank_kib_weighted(e, 0, values) for e in range(len(rows.static_kib)))
+
+
+def _wave_totals(layout: PackedLayout) -> dict[str, int]:
+    pairs = layout.seg_length * layout.seg_position + layout.seg_length * (layout.seg_length + 1) // 2
+    return {
+        "grad_tokens": int(layout.seg_length[layout.seg_grad].sum()),
+        "loss_tokens": int(layout.seg_length[layout.seg_loss].sum()),
+        "segments": layout.num_segments,
+        "attn_pairs": int(pairs.sum()),
+        "grad_attn_pairs": int(pairs[layout.seg_grad].sum()),
+        "remote_tokens": layout.packed_tokens,
+    }
+
+
+def widest_cap(rows: MemoryRows, layout, num_chunks: int, cp: int) -> int:
+    """The largest chunks-per-rank cap the integer rows admit for a packed wave (every other local
+    quantity bounded by the wave's total), or 0 when none does."""
+    if cp == 1:
+        return num_chunks
+    values = _wave_totals(layout)
+    best = num_chunks
+    for e in range(len(rows.static_kib)):
+        rest = rows.rank_kib(e, 0, values)
+        per_chunk = rows.per_chunk_kib[e]
+        if per_chunk > 0:
+            best = min(best, (rows.budget_kib - rest) // per_chunk)
+        elif rest > rows.budget_kib:
+            return 0
+    return max(best, 0)

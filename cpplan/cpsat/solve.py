@@ -1,0 +1,175 @@
+"""Solving a compiled model: parameters from a profile, an immutable result, and its solution."""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import time
+from dataclasses import dataclass, field
+
+import ortools
+from ortools.sat.python import cp_model
+
+from ..profile import CpSatParams
+from .model import CompiledModel
+
+_STATUS = {
+    cp_model.OPTIMAL: "optimal",
+    cp_model.FEASIBLE: "feasible",
+    cp_model.INFEASIBLE: "infeasible",
+    cp_model.UNKNOWN: "unknown",
+    cp_model.MODEL_INVALID: "model_invalid",
+}
+_SEARCH_START = re.compile(r"Starting search at ([0-9.]+)s")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Solution:
+    """What the solver chose: per item ``(wave, layout)``, shared cross nodes ``(k, w)``, per-wave chunk
+    caps, and (where the model has it) whether a wave takes the weighted mode and its weight cap."""
+
+    assignment: tuple[tuple[int, int], ...]
+    shared: frozenset[tuple[int, int]]
+    cap: tuple[int, ...]
+    weighted: tuple[bool, ...] = ()
+    weight_cap: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class CpSatResult:
+    """One CP-SAT run: status, objective and proven bound (seconds), relative gap, times, model size."""
+
+    status: str
+    objective_s: float | None
+    bound_s: float | None
+    gap: float | None
+    wall_s: float
+    deterministic_time: float
+    num_booleans: int
+    num_integers: int
+    num_constraints: int
+    ortools_version: str
+    stage_s: dict[str, float] = field(default_factory=dict)
+    solution: Solution | None = None
+
+    @property
+    def has_solution(self) -> bool:
+        """The solver found a feasible assignment."""
+        return self.solution is not None
+
+
+def model_size(model: cp_model.CpModel) -> tuple[int, int, int]:
+    """Booleans, other integer variables and constraints of a model."""
+    proto = model.proto
+    booleans = sum(1 for v in proto.variables if list(v.domain) == [0, 1])
+    return booleans, len(proto.variables) - booleans, len(proto.constraints)
+
+
+def parameters(params: CpSatParams, *, time_limit_s: float | None, deterministic: bool) -> dict:
+    """CP-SAT parameters of a profile: workers, seed, presolve effort, gap and time limits."""
+    workers = params.num_workers or (os.cpu_count() or 1)
+    values: dict = {
+        "num_workers": workers,
+        "random_seed": params.random_seed,
+        "relative_gap_limit": params.relative_gap_limit,
+        "log_search_progress": True,
+        "log_to_stdout": False,
+        "log_to_response": True,
+    }
+    if params.presolve == "off":
+        values["cp_model_presolve"] = False
+    elif params.presolve == "light":
+        values["max_presolve_iterations"] = 1
+        values["cp_model_probing_level"] = 0
+    if deterministic:
+        values["interleave_search"] = workers > 1
+        if params.deterministic_time_s is not None:
+            values["max_deterministic_time"] = params.deterministic_time_s
+    if time_limit_s is not None and math.isfinite(time_limit_s) and not deterministic:
+        values["max_time_in_seconds"] = max(time_limit_s, 1e-3)
+    return values
+
+
+def solve(
+    compiled: CompiledModel,
+    params: CpSatParams,
+    *,
+    time_limit_s: float | None,
+    deterministic: bool = False,
+    build_s: float = 0.0,
+) -> CpSatResult:
+    """Run CP-SAT on ``compiled``. With ``deterministic`` the wall-clock limit is not set (only the
+    deterministic one), so the same model and parameters give the same answer on any machine.
+
+    Stages: ``build`` (passed in), ``presolve`` and ``search`` (from the solver's log), ``verify``:
+    the answer re-evaluated by :meth:`CompiledModel.evaluate` in plain Python, which must pass every
+    memory row and price no higher than the solver's objective; otherwise it is rejected."""
+    solver = cp_model.CpSolver()
+    for name, value in parameters(params, time_limit_s=time_limit_s, deterministic=deterministic).items():
+        setattr(solver.parameters, name, value)
+    started = time.perf_counter()
+    status = solver.solve(compiled.model)
+    wall = time.perf_counter() - started
+    response = solver.response_proto
+    match = _SEARCH_START.search(response.solve_log)
+    presolve = min(float(match.group(1)), wall) if match else 0.0
+    booleans, integers, constraints = model_size(compiled.model)
+    scaling = compiled.space.scaling
+    name = _STATUS.get(status, str(status))
+    solution = None
+    objective = bound = gap = None
+    verify_s = 0.0
+    if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        objective = scaling.seconds(solver.objective_value)
+        bound = scaling.seconds(solver.best_objective_bound)
+        gap = max(0.0, (objective - bound) / objective) if objective > 0 else 0.0
+        solution = _solution(compiled, solver)
+        t0 = time.perf_counter()
+        values = compiled.evaluate(solution.assignment, set(solution.shared))
+        verify_s = time.perf_counter() - t0
+        if not values.feasible or scaling.seconds(values.objective) > objective + 1e-9:
+            name, solution = "rejected: the answer fails its plain-Python re-evaluation", None
+    return CpSatResult(
+        status=name,
+        objective_s=objective,
+        bound_s=bound,
+        gap=gap,
+        wall_s=wall,
+        deterministic_time=float(response.deterministic_time),
+        num_booleans=booleans,
+        num_integers=integers,
+        num_constraints=constraints,
+        ortools_version=ortools.__version__,
+        stage_s={
+            "build": build_s,
+            "presolve": presolve,
+            "search": max(0.0, wall - presolve),
+            "verify": verify_s,
+        },
+        solution=solution,
+    )
+
+
+def _solution(compiled: CompiledModel, solver: cp_model.CpSolver) -> Solution:
+    assignment = []
+    for rows in compiled.waves.x:
+        chosen = [
+            (w, j) for w, row in enumerate(rows) for j, var in enumerate(row) if solver.boolean_value(var)
+        ]
+        assert len(chosen) == 1
+        assignment.append(chosen[0])
+    lay = compiled.layout
+    shared = frozenset(
+        (k, w)
+        for k in range(len(compiled.space.cross))
+        for w in range(compiled.num_waves)
+        if lay.s[k][w] is not None and solver.boolean_value(lay.s[k][w])
+    )
+    own = compiled.ownership
+    cap = tuple(int(solver.value(v)) for v in own.cap)
+    weighted = tuple(v is not None and solver.boolean_value(v) for v in own.weighted)
+    weight_cap = tuple(int(solver.value(v)) if v is not None else 0 for v in own.weight_cap)
+    return Solution(
+        assignment=tuple(assignment), shared=shared, cap=cap, weighted=weighted, weight_cap=weight_cap
+    )
