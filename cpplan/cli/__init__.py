@@ -55,6 +55,6 @@ def run() -> None:
     sys.exit(main())
 
 
-from . import plan_cmd, verify_cmd  # noqa: E402  (subcommands register themselves on ``cli``)
+from . import pack_cmd, plan_cmd, report_cmd, verify_cmd  # noqa: E402  (subcommands register themselves on ``cli``)
 
-__all__ = ["cli", "main", "plan_cmd", "run", "verify_cmd"]
+__all__ = ["cli", "main", "pack_cmd", "plan_cmd", "report_cmd", "run", "verify_cmd"]
