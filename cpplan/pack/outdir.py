@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,7 @@ REJECTS = "rejects.jsonl"
 RUN = "run.json"
 SHARDS = "shards"
 FORMAT = "cpplan-pack/1"
+KILL_AT = "CPPLAN_PACK_KILL_AT"
 ADDITIVE = (
     "items_in",
     "items_planned",
@@ -42,6 +44,13 @@ ADDITIVE = (
     "logical_tokens",
     "packed_tokens",
 )
+
+
+def _crash_point(index: int, stage: str) -> None:
+    """Fault injection for the crash tests: ``CPPLAN_PACK_KILL_AT=WINDOW:STAGE`` kills the process
+    (SIGKILL, as ``kill -9``) at that point of committing window ``WINDOW``."""
+    if os.environ.get(KILL_AT) == f"{index}:{stage}":
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def shard_name(index: int) -> str:
@@ -175,10 +184,13 @@ class OutDir:
         """Make one window durable (see the module docstring for the order)."""
         assert result.index == self.num_windows, (result.index, self.num_windows)
         write_atomic(self.path / shard_name(result.index), result.shard)
+        _crash_point(result.index, "shard")
         windows_bytes = _append(
             self.path / WINDOWS, json.dumps({"shard": shard_name(result.index), **result.stats}) + "\n"
         )
+        _crash_point(result.index, "windows")
         rejects_bytes = _append(self.path / REJECTS, result.rejects)
+        _crash_point(result.index, "rejects")
         _add(self.manifest, result.stats)
         self.manifest.update(
             windows=self.num_windows + 1,
@@ -187,6 +199,7 @@ class OutDir:
             rejects_bytes=rejects_bytes,
         )
         write_atomic(self.path / MANIFEST, self._text())
+        _crash_point(result.index, "manifest")
 
     def finish(self, run: dict[str, Any]) -> None:
         """Mark the pack complete and record this run's wall-clock figures beside it."""

@@ -205,9 +205,13 @@ def plan_window(job: WindowJob, ctx: PackContext) -> WindowResult:
     for record in job.records:
         try:
             item = _parse(record, ctx)
-            _check_lengths(item, card, ctx, record.line)
         except InputError as exc:
             rejects.append(_reject(record, _known_id(record), "input", str(exc)))
+            continue
+        try:
+            _check_lengths(item, card, ctx, record.line)
+        except InputError as exc:
+            rejects.append(_reject(record, item.id, "input", str(exc)))
             continue
         if item.id in seen:
             rejects.append(
