@@ -357,3 +357,27 @@ def test_overlong_request_is_rejected_not_fatal(tmp_path):
     assert [(r["line"], r["id"], r["kind"]) for r in rejects] == [(2, "long", "input")]
     assert "maximum context" in rejects[0]["reason"]
     assert outcome.manifest["items_planned"] == 4
+
+
+def test_refusal_without_an_item_name_is_traced_to_the_item(tmp_path, monkeypatch):
+    """When the portfolio fails without naming the item (a backend's bare NoFitError), the item that
+    cannot be planned alone is found, rejected with its line, and the rest of its window is planned."""
+    from cpplan import planners
+    from cpplan.errors import NoFitError
+
+    greedy = planners.PLANNERS["greedy"]
+
+    def anonymous(problem, profile, deadline):
+        try:
+            return greedy(problem, profile, deadline)
+        except NoFitError as exc:
+            raise NoFitError(f"anonymous: {exc}") from None
+
+    monkeypatch.setitem(planners.PLANNERS, "greedy", anonymous)
+    monkeypatch.setitem(planners.PLANNERS, "full_sharing", anonymous)
+    data, kinds = write_dataset(tmp_path)
+    outcome = pack(data, output=tmp_path / "out", solver=profile_path(tmp_path), window=16, **SETTINGS)
+    rejects = [json.loads(line) for line in (tmp_path / "out" / "rejects.jsonl").read_text().splitlines()]
+    assert {r["line"]: r["kind"] for r in rejects} == kinds
+    assert "does not fit" in next(r["reason"] for r in rejects if r["id"] == "huge")
+    assert outcome.manifest["items_planned"] == len(workload_lines())

@@ -92,3 +92,28 @@ def test_rerun_of_a_complete_pack_changes_nothing(tmp_path):
     outcome = pack(data, output=out, solver=profile, window=4, **tp.SETTINGS)
     assert outcome.run["items"] == 0
     assert tp.folder_bytes(out) == before
+
+
+@pytest.mark.parametrize("fmt", ["sharegpt", "parquet"])
+def test_resume_reads_on_from_the_cursor_in_every_format(tmp_path, fmt):
+    """For ShareGPT JSON (a byte offset inside one JSON array) and Parquet (a row number), a run killed
+    after committing window 1 resumes from the manifest's cursor and ends byte-identical."""
+    profile = tp.profile_path(tmp_path)
+    if fmt == "sharegpt":
+        data, extra, window = tp.SHAREGPT, ["--tokenizer", "bytes"], 2
+    else:
+        pa = pytest.importorskip("pyarrow")
+        pq = pytest.importorskip("pyarrow.parquet")
+        rows = [json.loads(line) for line in tp.workload_lines()]
+        data, extra, window = tmp_path / "data.parquet", [], 5
+        pq.write_table(pa.Table.from_pylist(rows), data, row_group_size=4)
+    out = tmp_path / "out"
+    env = {**os.environ, "CPPLAN_PACK_KILL_AT": "1:manifest"}
+    killed = subprocess.run([*command(data, out, profile, window), *extra], env=env, capture_output=True)
+    assert killed.returncode == -signal.SIGKILL
+    assert read_manifest(out)["cursor"]["ordinal"] == 2 * window
+    rerun = subprocess.run([*command(data, out, profile, window), *extra], capture_output=True, text=True)
+    assert rerun.returncode == 0, rerun.stderr
+    tokenizer = {"tokenizer": "bytes"} if fmt == "sharegpt" else {}
+    pack(data, output=tmp_path / "reference", solver=profile, window=window, **tokenizer, **tp.SETTINGS)
+    assert tp.folder_bytes(out) == tp.folder_bytes(tmp_path / "reference")

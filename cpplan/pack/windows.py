@@ -140,16 +140,29 @@ def _plan(
             return problem, solve(problem, ctx.profile).plan
         except NoFitError as exc:
             ids = [item.id for item in items]
-            if exc.item not in ids:
+            k = ids.index(exc.item) if exc.item in ids else _first_unplannable(items, ctx)
+            if k is None:
                 raise
-            k = ids.index(exc.item)
-            reason = str(exc)
+            reason = str(exc) if exc.item in ids else _single_refusal(items[k], ctx)
         except InputError as exc:  # the window as a whole is invalid (say, fewer tokens than CP ranks)
             rejects.extend(_reject(r, i.id, "input", str(exc)) for r, i in zip(records, items, strict=True))
             return None
         rejects.append(_reject(records[k], items[k].id, "no_fit", reason))
         del items[k], records[k]
     return None
+
+
+def _single_refusal(item: Item, ctx: PackContext) -> str:
+    try:
+        solve(_build([item], ctx), ctx.profile)
+    except (NoFitError, InputError) as exc:
+        return str(exc)
+    return ""
+
+
+def _first_unplannable(items: Sequence[Item], ctx: PackContext) -> int | None:
+    """When the portfolio fails without naming an item: the first item that cannot be planned alone."""
+    return next((k for k, item in enumerate(items) if _single_refusal(item, ctx)), None)
 
 
 def _baseline(problem: Problem, ctx: PackContext) -> tuple[Plan | None, int]:
