@@ -381,3 +381,26 @@ def test_refusal_without_an_item_name_is_traced_to_the_item(tmp_path, monkeypatc
     assert {r["line"]: r["kind"] for r in rejects} == kinds
     assert "does not fit" in next(r["reason"] for r in rejects if r["id"] == "huge")
     assert outcome.manifest["items_planned"] == len(workload_lines())
+
+
+def test_local_hugging_face_tokenizer_file(tmp_path):
+    """`--tokenizer PATH` loads a local Hugging Face tokenizer.json and renders ChatML with its own
+    <|im_start|> / <|im_end|> ids."""
+    hf = pytest.importorskip("tokenizers")
+    vocab = {
+        "[UNK]": 0,
+        "<|im_start|>": 1,
+        "<|im_end|>": 2,
+        "\n": 3,
+        "user": 4,
+        "assistant": 5,
+        "hi": 6,
+        "yo": 7,
+    }
+    model = hf.Tokenizer(hf.models.WordLevel(vocab=vocab, unk_token="[UNK]"))
+    model.pre_tokenizer = hf.pre_tokenizers.Split(pattern="\n", behavior="isolated")
+    model.save(str(tmp_path / "tokenizer.json"))
+    tokenizer = load_tokenizer(str(tmp_path))
+    record = {"id": "h", "conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "yo"}]}
+    tokens = conversation_item(record, tokenizer, "x", 1).requests[0].tokens.tolist()
+    assert tokens == [1, 4, 3, 6, 2, 3, 1, 5, 3, 7, 2, 3]
