@@ -1,4 +1,4 @@
-"""ShareGPT conversations to items: one request per assistant turn holding the whole history before it.
+"""ShareGPT conversations to items: one request per assistant turn, the conversation up to and including it.
 
 Every message is rendered with the ChatML template the Qwen models train on
 (``<|im_start|>{role}\\n{text}<|im_end|>\\n``) and tokenized once; request ``k`` is the prefix of the

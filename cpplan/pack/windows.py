@@ -253,12 +253,14 @@ def plan_window(job: WindowJob, ctx: PackContext) -> WindowResult:
             lines.append(json.dumps(strip_timing(data), separators=(",", ":"), allow_nan=False))
     rejects.sort(key=lambda r: r["record"])
     num_rejected = len(rejects)
+    num_planned = 0 if planned is None else len({i for wave in planned[1].waves for i in wave.items})
+    assert num_planned + num_rejected == len(job.records), (num_planned, num_rejected, len(job.records))
     stats = {
         "index": job.index,
         "first_line": job.records[0].line,
         "last_line": job.records[-1].line,
         "items_in": len(job.records),
-        "items_planned": len(job.records) - num_rejected,
+        "items_planned": num_planned,
         "items_rejected": num_rejected,
         "requests": requests,
         **figures,
