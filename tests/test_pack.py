@@ -19,15 +19,16 @@ from cpplan import Topology, load_model
 from cpplan.cli import main
 from cpplan.pack import load_tokenizer, pack, read_manifest
 from cpplan.pack.conversations import conversation_item
+from cpplan.problem import Problem
 from cpplan.synthetic import grpo, to_jsonl
 from cpplan.verify import verify_plan
-from cpplan.workload import Workload
+from cpplan.wave import best_wave
+from cpplan.workload import Workload, parse_item_line
 
 DATA = Path(__file__).parent / "data"
 SHAREGPT = DATA / "sharegpt_tiny.json"
 MODEL = "qwen3.6-35b-a3b"
-SETTINGS = {"model": MODEL, "topology": Topology(cp=2), "memory_bytes": 3 * 2**30, "num_layers": 4}
-CLI_SETTINGS = ["--model", MODEL, "--topology", "cp=2", "--memory", "3GiB", "--layers", "4"]
+HUGE = {"id": "huge", "tokens": list(range(60_000))}
 PROFILE_TOML = """name = "pack-test"
 time_budget_s = 30.0
 strategies = ["greedy", "full_sharing"]
@@ -45,7 +46,7 @@ def profile_path(tmp_path: Path) -> Path:
 
 
 def workload_lines(num_prompts: int = 24, seed: int = 3) -> list[str]:
-    """GRPO items as JSONL lines (small enough for many waves at 3 GiB and 4 layers)."""
+    """GRPO items as JSONL lines (small: several waves at :data:`BUDGET` with 4 layers)."""
     workload = grpo(
         num_prompts=num_prompts,
         group_size=3,
@@ -57,13 +58,37 @@ def workload_lines(num_prompts: int = 24, seed: int = 3) -> list[str]:
     return to_jsonl(workload).splitlines()
 
 
+def budget_bytes() -> int:
+    """A per-rank budget (4 layers, CP2) a third of the way from the largest test item's full-sharing
+    peak to all of them together: every item fits alone, waves hold several items, and the 60,000-token
+    ``huge`` request fits nowhere. Derived from the card, so it follows calibration changes."""
+    items = [parse_item_line(line, "x", 1) for line in workload_lines()]
+    problem = Problem.build(
+        Workload(items=(*items, parse_item_line(json.dumps(HUGE), "x", 1))),
+        topology=Topology(cp=2),
+        model=load_model(MODEL),
+        memory_bytes=2**60,
+        num_layers=4,
+    )
+    single = max(best_wave(problem, [i], ("full",))[0].peak_bytes for i in range(len(items)))
+    whole = best_wave(problem, range(len(items)), ("full",))[0].peak_bytes
+    budget = single + (whole - single) // 3
+    assert best_wave(problem, [len(items)], ("full", "none"))[1].peak_bytes > budget
+    return budget
+
+
+BUDGET = budget_bytes()
+SETTINGS = {"model": MODEL, "topology": Topology(cp=2), "memory_bytes": BUDGET, "num_layers": 4}
+CLI_SETTINGS = ["--model", MODEL, "--topology", "cp=2", "--memory", str(BUDGET), "--layers", "4"]
+
+
 def write_dataset(tmp_path: Path, num_prompts: int = 24) -> tuple[Path, dict[int, str]]:
     """A JSONL dataset with good items and, at known lines, bad ones; returns it and {line: kind}."""
     lines = workload_lines(num_prompts)
     bad = {
         3: ("{not json", "input"),
         8: (json.dumps({"id": "neg", "tokens": [1, -5, 3]}), "input"),
-        13: (json.dumps({"id": "huge", "tokens": list(range(60_000))}), "no_fit"),
+        13: (json.dumps(HUGE), "no_fit"),
         17: (json.dumps({"requests": [{"tokens": [1, 2]}]}), "input"),
     }
     for line, (text, _) in sorted(bad.items()):

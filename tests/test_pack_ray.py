@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-import test_pack as tp
 
 from cpplan.pack import pack, read_manifest
+from tests import test_pack as tp
 
 ray = pytest.importorskip("ray")
 

@@ -12,9 +12,9 @@ import time
 from pathlib import Path
 
 import pytest
-import test_pack as tp
 
 from cpplan.pack import pack, read_manifest
+from tests import test_pack as tp
 
 CPPLAN = str(Path(sys.executable).parent / "cpplan")
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import re
 
 import pytest
-import test_pack as tp
 
 from cpplan.cli import main
 from cpplan.pack import pack
 from cpplan.report import PLOTS, read_waves, write_report
+from tests import test_pack as tp
 
 pytest.importorskip("matplotlib")
 
