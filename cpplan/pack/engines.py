@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 from collections import deque
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
@@ -27,6 +28,7 @@ _CONTEXT: PackContext | None = None
 def _init_worker(ctx: PackContext) -> None:
     global _CONTEXT
     _CONTEXT = ctx
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
 
 
 def _run_in_worker(job: WindowJob) -> WindowResult:
@@ -51,15 +53,18 @@ def run_local(jobs: Iterable[WindowJob], ctx: PackContext, workers: int) -> Iter
             yield plan_window(job, ctx)
         return
     method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
-    with ProcessPoolExecutor(
+    pool = ProcessPoolExecutor(
         max_workers=workers,
         mp_context=multiprocessing.get_context(method),
         initializer=_init_worker,
         initargs=(ctx,),
-    ) as pool:
+    )
+    try:
         yield from _in_order(
             lambda job: pool.submit(_run_in_worker, job), jobs, 2 * workers, lambda f: f.result()
         )
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _ray():
