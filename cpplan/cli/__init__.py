@@ -59,8 +59,20 @@ def run() -> None:
 from . import (  # noqa: E402
     bench_cmd,
     calibrate_cmd,
+    pack_cmd,
     plan_cmd,
+    report_cmd,
     verify_cmd,
 )
 
-__all__ = ["bench_cmd", "calibrate_cmd", "cli", "main", "plan_cmd", "run", "verify_cmd"]
+__all__ = [
+    "bench_cmd",
+    "calibrate_cmd",
+    "cli",
+    "main",
+    "pack_cmd",
+    "plan_cmd",
+    "report_cmd",
+    "run",
+    "verify_cmd",
+]

