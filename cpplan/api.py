@@ -19,6 +19,9 @@ from .units import parse_bytes
 from .verify import Verification, verify_plan
 from .workload import Workload
 
+DISAGREEMENT_TOLERANCE = 0.05
+"""Relative gap between a solver's objective and the verified price above which the result notes it."""
+
 
 def build_problem(
     workload: Workload,
@@ -109,14 +112,20 @@ def solve(
         if candidate is None:
             outcomes.append((strategy, None, None, f"no solution ({stats.status})", time.perf_counter() - t0))
             continue
-        verdict = verify_plan(
-            plan_to_dict(problem, candidate),
-            problem.workload,
-            problem.card,
-            problem.budget_bytes,
-            chunk_tokens=problem.chunk_tokens,
-        )
-        outcomes.append((strategy, candidate, verdict, "", time.perf_counter() - t0))
+        try:
+            verdict = verify_plan(
+                plan_to_dict(problem, candidate),
+                problem.workload,
+                problem.card,
+                problem.budget_bytes,
+                chunk_tokens=problem.chunk_tokens,
+            )
+        except Exception as exc:  # a malformed plan object is a failed strategy, not a crash
+            reason = f"returned an unreadable plan ({type(exc).__name__}: {exc})"
+            outcomes.append((strategy, None, None, reason, time.perf_counter() - t0))
+            continue
+        note = _disagreement(solver_stats, verdict)
+        outcomes.append((strategy, candidate, verdict, note, time.perf_counter() - t0))
     valid = [(s, p, v) for s, p, v, _, _ in outcomes if p is not None and v is not None and v.valid]
     if not valid:
         if refusal is not None:
@@ -135,6 +144,7 @@ def solve(
             why = f"invalid: {verdict.violations[0]}" + (
                 f" (+{len(verdict.violations) - 1} more)" if len(verdict.violations) > 1 else ""
             )
+            why += f"; {reason}" if reason else ""
         elif strategy == winner_strategy:
             why = "chosen: cheapest valid plan"
         else:
@@ -143,6 +153,8 @@ def solve(
                 if verdict.cost_s >= winner_verdict.cost_s
                 else "tied"
             )
+        if verdict.valid and reason:
+            why += f"; {reason}"
         candidates.append(
             Candidate(
                 strategy=strategy,
@@ -160,6 +172,20 @@ def solve(
         solver=stats,
         profile=profile.name,
         wall_s=time.perf_counter() - started,
+    )
+
+
+def _disagreement(stats: SolverStats | None, verdict: Verification) -> str:
+    """A note when a solver's own objective differs from the verifier's price of its plan by more
+    than :data:`DISAGREEMENT_TOLERANCE`; the verified price is the one the portfolio ranks by."""
+    if stats is None or stats.objective_s is None or verdict.cost_s is None:
+        return ""
+    claimed, priced = stats.objective_s, verdict.cost_s
+    if abs(claimed - priced) <= DISAGREEMENT_TOLERANCE * max(abs(priced), 1e-9):
+        return ""
+    return (
+        f"solver/evaluator disagreement: the solver's objective is {claimed:.6f} s, "
+        f"the evaluator prices its plan at {priced:.6f} s"
     )
 
 
