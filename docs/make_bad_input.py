@@ -58,6 +58,9 @@ def render(outcomes: list[Outcome]) -> str:
         api_message = str(exc) if exc is not None else ""
         if cli == f"cpplan: error: {api_message}":
             api_message = "same as the CLI"
+        plain = api_message == "same as the CLI"
+        if outcome.case.cli_only:
+            api_type, api_message, plain = "n/a", "CLI only: reading the plan file", True
         cells = [
             str(number),
             outcome.case.kind,
@@ -65,7 +68,7 @@ def render(outcomes: list[Outcome]) -> str:
             str(outcome.exit_code),
             f"`{cli}`",
             api_type,
-            api_message if api_message == "same as the CLI" else f"`{api_message}`",
+            api_message if plain else f"`{api_message}`",
         ]
         rows.append("| " + " | ".join(_cell(c) for c in cells) + " |")
     return HEADER + "\n".join(rows) + "\n"

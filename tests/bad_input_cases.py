@@ -97,6 +97,7 @@ class Case:
     the fields below (``cli_args`` replaces the whole argument list); the API runs the equivalent
     ``Workload.from_jsonl`` / ``Topology.parse`` / ``cpplan.plan`` calls unless ``api`` is given.
     ``expect`` are substrings both messages must contain (the field, the file and the line).
+    ``cli_only`` cases (reading a plan file for ``cpplan verify``) have no API counterpart.
     """
 
     kind: str
@@ -112,6 +113,7 @@ class Case:
     cli_args: tuple[str, ...] | None = None
     api: Callable[[], object] | None = None
     api_error: type[Exception] = cpplan.InputError
+    cli_only: bool = False
     expect: tuple[str, ...] = ()
 
     def argv(self) -> list[str]:
@@ -180,11 +182,12 @@ def run_case(case: Case, directory: Path) -> Outcome:
                 code: int | str = main(case.argv())
             except BaseException as exc:  # reported by the tests, never expected
                 code = f"raised {type(exc).__name__}: {exc}"
-        try:
-            case.call_api()
-            api_exception = None
-        except Exception as exc:
-            api_exception = exc
+        api_exception = None
+        if not case.cli_only:
+            try:
+                case.call_api()
+            except Exception as exc:
+                api_exception = exc
     return Outcome(case=case, exit_code=code, stderr=err.getvalue(), api_exception=api_exception)
 
 
@@ -658,6 +661,23 @@ CASES: tuple[Case, ...] = (
         cli_args=("plan", "ok.jsonl", "--model", "tiny.toml"),
         api=lambda: cpplan.plan(cpplan.Workload.from_jsonl("ok.jsonl"), model="tiny.toml", memory_bytes=0),
         expect=("memory",),
+    ),
+    # ------------------------------------------------------------------ cpplan verify
+    Case(
+        kind="verify: plan file not JSON",
+        what="cpplan verify on a truncated plan file",
+        files={"plan.json": '{"waves": [\n'},
+        cli_args=("verify", "plan.json", "ok.jsonl", "--model", "tiny.toml", "--memory", "64MiB"),
+        cli_only=True,
+        expect=("plan.json:2", "malformed JSON"),
+    ),
+    Case(
+        kind="verify: plan not an object",
+        what="cpplan verify on a plan file holding a list",
+        files={"plan.json": "[]\n"},
+        cli_args=("verify", "plan.json", "ok.jsonl", "--model", "tiny.toml", "--memory", "64MiB"),
+        cli_only=True,
+        expect=("plan.json", "JSON object"),
     ),
     # ------------------------------------------------------------------ Python-only inputs
     Case(
