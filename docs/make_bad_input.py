@@ -60,7 +60,7 @@ def render(outcomes: list[Outcome]) -> str:
             api_message = "same as the CLI"
         plain = api_message == "same as the CLI"
         if outcome.case.cli_only:
-            api_type, api_message, plain = "n/a", "CLI only: reading the plan file", True
+            api_type, api_message, plain = "n/a", "CLI only (a plan file)", True
         cells = [
             str(number),
             outcome.case.kind,

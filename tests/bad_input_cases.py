@@ -662,6 +662,22 @@ CASES: tuple[Case, ...] = (
         api=lambda: cpplan.plan(cpplan.Workload.from_jsonl("ok.jsonl"), model="tiny.toml", memory_bytes=0),
         expect=("memory",),
     ),
+    Case(
+        kind="output in a missing directory",
+        what="--output nowhere/plan.json",
+        cli_args=(
+            "plan",
+            "ok.jsonl",
+            "--model",
+            "tiny.toml",
+            "--memory",
+            "64MiB",
+            "--output",
+            "nowhere/p.json",
+        ),
+        cli_only=True,
+        expect=("nowhere/p.json", "field 'output'", "directory does not exist"),
+    ),
     # ------------------------------------------------------------------ cpplan verify
     Case(
         kind="verify: plan file not JSON",
