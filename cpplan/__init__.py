@@ -3,6 +3,7 @@
 from .api import build_problem, plan, solve, verify
 from .card import ModelCard, ResolvedCard, available_models, load_model
 from .errors import CpplanError, InputError, NoFitError, UnsupportedTopologyError
+from .materialize import RankBatch, materialize, materialize_wave
 from .problem import Problem
 from .profile import SolverProfile, available_solvers, load_solver
 from .result import Candidate, Plan, PlanResult, SolverStats
@@ -22,6 +23,7 @@ __all__ = [
     "PlanResult",
     "PrefixTree",
     "Problem",
+    "RankBatch",
     "Request",
     "ResolvedCard",
     "SolverProfile",
@@ -35,6 +37,8 @@ __all__ = [
     "build_problem",
     "load_model",
     "load_solver",
+    "materialize",
+    "materialize_wave",
     "plan",
     "solve",
     "verify",

@@ -10,7 +10,7 @@ from typing import Any
 from .card import ModelCard, Phase, load_model
 from .errors import CpplanError, NoFitError
 from .planners import PLANNERS, Planner
-from .problem import Problem
+from .problem import Problem, check_static_floor
 from .profile import SolverProfile, load_solver
 from .result import Candidate, Plan, PlanResult, SolverStats
 from .serialize import plan_to_dict
@@ -82,6 +82,7 @@ def solve(
 ) -> PlanResult:
     """The portfolio over an already built problem."""
     started = time.perf_counter() if started is None else started
+    check_static_floor(problem.card, problem.budget_bytes)
     deadline = started + profile.time_budget_s
     backends = {**PLANNERS, **(planners or {})}
     outcomes: list[tuple[str, Plan | None, Verification | None, str, float]] = []

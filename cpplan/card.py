@@ -101,7 +101,8 @@ class MemoryTerm(_Strict):
     """A linear floor term: ``bytes_per_unit`` (a formula) times one local quantity of the rank.
 
     ``when`` (a formula over the topology) states the topologies the term holds for; ``phase`` limits
-    it to cold (first call) or warm pricing.
+    it to cold (first call) or warm pricing. A formula may name an earlier term: that term's bytes per
+    unit here (0 where it does not hold), so a term can scale another without repeating its formula.
     """
 
     quantity: str
@@ -160,15 +161,53 @@ class Cost(_Strict):
     terms: dict[str, CostTerm]
 
 
+class CalibrationRow(_Strict):
+    """One measured row a calibration was fitted on, and what the fitted card predicts for it."""
+
+    line: int = Field(ge=1)
+    layers: int = Field(ge=1)
+    topology: str
+    phase: Literal["cold", "warm"]
+    requests: int = Field(ge=1)
+    total_tokens: int = Field(ge=1)
+    observed_max_bytes: int = Field(ge=0)
+    predicted_bytes: int = Field(ge=0)
+    ratio: float
+
+
 class Calibration(_Strict):
-    """Provenance of calibrated coefficients: what was measured, where, when and how it was fitted."""
+    """Provenance of calibrated coefficients: what was measured, where, when and how it was fitted.
+
+    ``coefficients`` are names the card's formulas may use (non-negative); ``fitted`` names the ones a
+    calibration fitted (the rest are fixed or transferred, see ``method``); ``rows`` the measurements
+    and the fitted card's prediction for each.
+    """
 
     source: str = ""
+    source_sha256: str = ""
     hardware: str = ""
     date: str = ""
     method: str = ""
+    tool: str = ""
     notes: str = ""
-    coefficients: dict[str, FiniteFloat] = Field(default_factory=dict)
+    coefficients: dict[str, float] = Field(default_factory=dict)
+    fitted: tuple[str, ...] = ()
+    rows: tuple[CalibrationRow, ...] = ()
+
+    @field_validator("coefficients")
+    @classmethod
+    def _physical(cls, value: dict[str, float]) -> dict[str, float]:
+        for name, number in value.items():
+            if not math.isfinite(number) or number < 0:
+                raise ValueError(f"coefficient {name!r} is {number}; calibrated coefficients are >= 0")
+        return value
+
+    @model_validator(mode="after")
+    def _fitted_known(self) -> Calibration:
+        unknown = [name for name in self.fitted if name not in self.coefficients]
+        if unknown:
+            raise ValueError(f"fitted names {', '.join(unknown)} are not in coefficients")
+        return self
 
 
 class ModelCard(_Strict):
@@ -214,16 +253,22 @@ class ModelCard(_Strict):
         self, topology: Topology, *, num_layers: int | None = None, phase: Phase = "cold"
     ) -> ResolvedCard:
         """Numbers for one topology, depth and phase."""
-        if num_layers is not None and num_layers < 1:
-            raise InputError(f"must be at least 1, got {num_layers}", field="layers")
+        if num_layers is not None and not 1 <= num_layers <= self.geometry.num_layers:
+            raise InputError(
+                f"must be between 1 and the model's {self.geometry.num_layers} layers, got {num_layers}",
+                field="layers",
+            )
         self.check_supported(topology)
         env = self.environment(topology, num_layers)
         where = self.path or self.name
         term_names, term_q, term_b = [], [], []
+        for name in self.memory.terms:
+            env[name] = 0.0  # a term that does not hold here contributes nothing to terms that name it
         for name, term in self.memory.terms.items():
             if term.phase not in ("any", phase) or not _holds(term.when, env, where, f"memory.terms.{name}"):
                 continue
             value = _value(term.bytes_per_unit, env, where, f"memory.terms.{name}.bytes_per_unit")
+            env[name] = value
             term_names.append(name)
             term_q.append(QUANTITY_INDEX[term.quantity])
             term_b.append(value)
@@ -403,6 +448,15 @@ def _check_formulas(card: ModelCard) -> None:
         raise InputError(str(exc), file=where, field="derived") from None
     for axis in AXES:
         env.setdefault(axis, 1.0)
+    for name in card.memory.terms:
+        if name in env:
+            raise InputError(
+                f"term name {name!r} is already a geometry, topology, constant or derived name",
+                file=where,
+                line=file_line(card.path, f"memory.terms.{name}"),
+                field=f"memory.terms.{name}",
+            )
+    earlier_terms: set[str] = set()
     for field, formulas in (
         ("memory.terms", {k: (t.bytes_per_unit, t.when) for k, t in card.memory.terms.items()}),
         ("cost.terms", {k: (t.seconds_per_unit, t.when) for k, t in card.cost.terms.items()}),
@@ -410,7 +464,8 @@ def _check_formulas(card: ModelCard) -> None:
         for name, pair in formulas.items():
             for formula in pair:
                 if isinstance(formula, str):
-                    unknown = names_in(formula) - set(env) - {"true", "false", "True", "False"}
+                    known = set(env) | (earlier_terms if field == "memory.terms" else set())
+                    unknown = names_in(formula) - known - {"true", "false", "True", "False"}
                     if unknown:
                         raise InputError(
                             f"unknown name(s) {', '.join(sorted(unknown))} in {formula!r}",
@@ -418,6 +473,8 @@ def _check_formulas(card: ModelCard) -> None:
                             line=file_line(card.path, f"{field}.{name}"),
                             field=f"{field}.{name}",
                         )
+            if field == "memory.terms":
+                earlier_terms.add(name)
     if evaluate(card.supports, topology.as_env()):
         card.resolve(topology, phase="cold")
         card.resolve(topology, phase="warm")

@@ -56,7 +56,6 @@ class Problem:
         if phase not in ("cold", "warm"):
             raise InputError(f"must be 'cold' or 'warm', got {phase!r}", field="phase")
         card = model.resolve(topology, num_layers=num_layers, phase=phase)
-        _check_static_floor(card, int(memory_bytes))
         sequences, item_of, index_of, grad, loss, ptr = [], [], [], [], [], [0]
         for i, item in enumerate(workload.items):
             for k, request in enumerate(item.requests):
@@ -130,8 +129,9 @@ class Problem:
         return int(sum(self.workload.items[i].num_tokens for i in items))
 
 
-def _check_static_floor(card: ResolvedCard, memory_bytes: int) -> None:
-    """A budget below the card's static floor (a rank owning no token) fits nothing: bad input."""
+def check_static_floor(card: ResolvedCard, memory_bytes: int) -> None:
+    """A budget below the card's static floor (a rank owning no token) fits nothing: bad input for a
+    planning call (a verifier may still be asked whether a plan fits it)."""
     e = int(np.argmax(card.envelope_static_bytes))
     floor = math.ceil(card.safety * float(card.envelope_static_bytes[e]))
     if memory_bytes < floor:

@@ -11,7 +11,7 @@ from .card import read_toml, validation_error
 from .data import toml_files
 from .errors import InputError
 
-STRATEGIES = ("greedy", "full_sharing", "cpsat")
+STRATEGIES = ("greedy", "full_sharing", "seeded", "cpsat")
 
 
 class CpSatParams(BaseModel):
@@ -60,7 +60,7 @@ class SolverProfile(BaseModel):
     description: str = ""
     time_budget_s: float = Field(gt=0, allow_inf_nan=False)
     deterministic: bool = False
-    strategies: tuple[Literal["greedy", "full_sharing", "cpsat"], ...] = STRATEGIES
+    strategies: tuple[Literal["greedy", "full_sharing", "seeded", "cpsat"], ...] = STRATEGIES
     greedy: GreedyParams = GreedyParams()
     cpsat: CpSatParams = CpSatParams()
     path: str | None = None

@@ -15,42 +15,45 @@ class PrefixTree:
     Every other node is a maximal span of tokens shared by the same set of requests: it holds tokens
     ``[start, start + length)`` of request ``src`` (positions are depths on the path, so they are the
     same for every request through the node). A request's path is the nodes from the root (excluded)
-    to the node where it ends. Building walks each request down the tree once and compares whole spans
-    with numpy, so it runs in time linear in the total number of tokens.
+    to the node where it ends. Building sorts the requests lexicographically (a C-level sort of their
+    bytes), takes each adjacent pair's longest common prefix with one vectorized comparison, and builds
+    the tree from those prefixes with a stack: time linear in the total number of tokens, plus
+    ``O(n log n)`` byte-string comparisons for the sort.
     """
 
     def __init__(self, sequences: Sequence[np.ndarray]) -> None:
         self.sequences = tuple(np.asarray(s, dtype=np.int64) for s in sequences)
+        # Big-endian 32-bit bytes compare like the (non-negative, int32) token ids they encode, so a
+        # C-level sort of byte strings orders the requests lexicographically; prefixes sort first.
+        keys = [s.astype(">u4").tobytes() for s in self.sequences]
+        order = sorted(range(len(keys)), key=keys.__getitem__)
         parent, start, length, src = [-1], [0], [0], [0]
-        children: list[dict[int, int]] = [{}]
         leaf = np.zeros(len(self.sequences), dtype=np.int64)
-        for r, tokens in enumerate(self.sequences):
-            node, pos, end = 0, 0, tokens.size
-            while pos < end:
-                child = children[node].get(int(tokens[pos]))
-                if child is None:
-                    child = len(parent)
-                    parent.append(node), start.append(pos), length.append(end - pos), src.append(r)
-                    children.append({})
-                    children[node][int(tokens[pos])] = child
-                    node, pos = child, end
-                    break
-                span = min(length[child], end - pos)
-                theirs = self.sequences[src[child]][start[child] : start[child] + span]
-                mismatch = np.flatnonzero(theirs != tokens[pos : pos + span])
-                common = int(mismatch[0]) if mismatch.size else span
-                if common < length[child]:
+        stack = [0]
+        previous: np.ndarray | None = None
+        for r in order:
+            tokens = self.sequences[r]
+            common = 0 if previous is None else _common_prefix(previous, tokens)
+            while start[stack[-1]] + length[stack[-1]] > common:
+                top = stack.pop()
+                if start[top] < common:
                     middle = len(parent)
-                    parent.append(node), start.append(start[child]), length.append(common)
-                    src.append(src[child])
-                    children.append({int(self.sequences[src[child]][start[child] + common]): child})
-                    children[node][int(tokens[pos])] = middle
-                    parent[child] = middle
-                    start[child] += common
-                    length[child] -= common
-                    child = middle
-                node, pos = child, pos + common
-            leaf[r] = node
+                    parent.append(parent[top]), start.append(start[top]), length.append(common - start[top])
+                    src.append(src[top])
+                    parent[top] = middle
+                    length[top] -= common - start[top]
+                    start[top] = common
+                    stack.append(middle)
+                    break
+            if tokens.size == common:
+                leaf[r] = stack[-1]
+            else:
+                node = len(parent)
+                parent.append(stack[-1]), start.append(common), length.append(tokens.size - common)
+                src.append(r)
+                stack.append(node)
+                leaf[r] = node
+            previous = tokens
         self.node_parent = _ro(np.array(parent, dtype=np.int64))
         self.node_start = _ro(np.array(start, dtype=np.int64))
         self.node_length = _ro(np.array(length, dtype=np.int64))
@@ -124,6 +127,13 @@ class PrefixTree:
             if v:
                 graph.add_edge(int(self.node_parent[v]), v)
         return graph
+
+
+def _common_prefix(a: np.ndarray, b: np.ndarray) -> int:
+    """Length of the longest common prefix of two token arrays (one vectorized comparison)."""
+    span = min(a.size, b.size)
+    mismatch = np.flatnonzero(a[:span] != b[:span])
+    return int(mismatch[0]) if mismatch.size else span
 
 
 def _ro(array: np.ndarray) -> np.ndarray:

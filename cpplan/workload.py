@@ -9,7 +9,15 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from .errors import InputError
 
@@ -27,7 +35,7 @@ class Request(BaseModel):
     model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True, extra="forbid")
 
     tokens: np.ndarray
-    grad: bool = True
+    grad: StrictBool = True
     output: Output = "loss"
 
     @field_validator("tokens", mode="before")
@@ -60,7 +68,7 @@ class Request(BaseModel):
     @classmethod
     def _grad_is_bool(cls, value: Any) -> bool:
         if not isinstance(value, bool | np.bool_):
-            raise ValueError(f"must be true or false, got {value!r}")
+            raise ValueError(f"must be a boolean (true or false), got {value!r}")
         return bool(value)
 
     @property

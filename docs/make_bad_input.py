@@ -11,9 +11,9 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT))
 
-from bad_input_cases import CASES, Outcome, run_case  # noqa: E402
+from tests.bad_input_cases import CASES, Outcome, run_case  # noqa: E402
 
 HEADER = """\
 # Bad input: what cpplan says

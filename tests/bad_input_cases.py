@@ -342,7 +342,7 @@ CASES: tuple[Case, ...] = (
         what='"grad": "no" (a string, not a boolean)',
         files={"w.jsonl": OK_LINE + '{"id": "p1", "tokens": [1, 2], "grad": "no"}\n'},
         workload="w.jsonl",
-        expect=("w.jsonl:2", "field 'requests.0.grad'", "must be true or false"),
+        expect=("w.jsonl:2", "field 'requests.0.grad'", "must be a boolean"),
     ),
     Case(
         kind="unknown output",
@@ -644,7 +644,7 @@ CASES: tuple[Case, ...] = (
         kind="layers below 1",
         what="--layers 0",
         layers=0,
-        expect=("field 'layers'", "at least 1"),
+        expect=("field 'layers'", "must be between 1"),
     ),
     Case(
         kind="unknown phase",

@@ -10,10 +10,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from bad_input_cases import CASES, OK_WORKLOAD, TINY_CARD, Case, run_case
 
 import cpplan
 from cpplan.cli import main
+from tests.bad_input_cases import CASES, OK_WORKLOAD, TINY_CARD, Case, run_case
 
 ROOT = Path(__file__).resolve().parent.parent
 

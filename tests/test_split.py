@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 
 import numpy as np
 import pytest
@@ -58,7 +59,8 @@ def _problem(budget: int) -> Problem:
 
 
 # At the static floor nothing fits, so each wave is priced with its lowest-peak ownership.
-FLOOR = _problem(int(np.ceil(1.1 * 2**30)))
+_CARD = _problem(2**50).card
+FLOOR = _problem(math.ceil(_CARD.safety * float(_CARD.envelope_static_bytes.max())))
 # Tree requests of item 'big' are 1..4: 1 and 3 share prefix A, 2 and 4 share prefix B.
 PAIR_A = _peak(FLOOR, [1, 3])
 WHOLE = _peak(FLOOR, [1, 2, 3, 4])

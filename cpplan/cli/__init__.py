@@ -55,6 +55,12 @@ def run() -> None:
     sys.exit(main())
 
 
-from . import plan_cmd, verify_cmd  # noqa: E402  (subcommands register themselves on ``cli``)
+# Subcommands register themselves on ``cli``.
+from . import (  # noqa: E402
+    bench_cmd,
+    calibrate_cmd,
+    plan_cmd,
+    verify_cmd,
+)
 
-__all__ = ["cli", "main", "plan_cmd", "run", "verify_cmd"]
+__all__ = ["bench_cmd", "calibrate_cmd", "cli", "main", "plan_cmd", "run", "verify_cmd"]

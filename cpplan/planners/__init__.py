@@ -32,3 +32,12 @@ def _full_sharing(problem: Problem, profile: SolverProfile, deadline: float) -> 
 
 register("greedy", _greedy)
 register("full_sharing", _full_sharing)
+
+
+def _seeded(problem: Problem, profile: SolverProfile, deadline: float) -> tuple[Plan, None]:
+    from ..baselines.seeded import seeded_plan
+
+    return seeded_plan(problem, profile.greedy.layouts), None
+
+
+register("seeded", _seeded)

@@ -1,0 +1,63 @@
+"""The token budgets the baselines are configured with, derived from the same model card.
+
+Token-budget trainers are told a number of tokens per micro-batch, not bytes. To give each baseline its
+best honest setting, the number is read off the card: the largest packed sequence that fits the budget
+when it is one segment split evenly over the CP ranks (every token taking gradients and loss). Anything
+the token count cannot see (many short segments, uneven ownership, shared tokens) is what the
+evaluator then prices.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..card import ResolvedCard
+from ..evaluator import price
+from ..problem import Problem
+from ..quantities import NUM_QUANTITIES, QUANTITY_INDEX
+from ..topology import Topology
+
+
+def even_split_quantities(packed_tokens: int, cp: int) -> np.ndarray:
+    """Quantities of the busiest rank when one segment of ``packed_tokens`` is split evenly."""
+    local = -(-packed_tokens // cp)
+    q = np.zeros((1, NUM_QUANTITIES))
+    for name in ("tokens", "grad_tokens", "loss_tokens"):
+        q[0, QUANTITY_INDEX[name]] = local
+    pairs = local * (packed_tokens - local) + local * (local + 1) / 2
+    q[0, QUANTITY_INDEX["attn_pairs"]] = pairs
+    q[0, QUANTITY_INDEX["grad_attn_pairs"]] = pairs
+    q[0, QUANTITY_INDEX["segments"]] = 1
+    q[0, QUANTITY_INDEX["remote_tokens"]] = packed_tokens - local
+    return q
+
+
+def card_token_capacity(card: ResolvedCard, budget_bytes: int, *, limit: int = 1 << 26) -> int:
+    """The largest packed length (at least 1) whose even split fits ``budget_bytes`` under ``card``."""
+    cp = card.topology.cp
+
+    def fits(tokens: int) -> bool:
+        return bool(price(card, even_split_quantities(tokens, cp)).peak_bytes[0] <= budget_bytes)
+
+    lo, hi = 0, limit
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if fits(mid):
+            lo = mid
+        else:
+            hi = mid
+    return max(lo, 1)
+
+
+def token_capacity(problem: Problem) -> int:
+    """Tokens per wave a well-tuned token budget would allow at the problem's own topology."""
+    return card_token_capacity(problem.card, problem.budget_bytes)
+
+
+def per_gpu_token_capacity(problem: Problem) -> int:
+    """Tokens one GPU fits without context parallelism: the card resolved at cp=1 (the CP factor folded
+    into dp so the expert grid still divides the dense grid)."""
+    sizes = problem.topology.model_dump()
+    topology = Topology(**{**sizes, "cp": 1, "dp": sizes["dp"] * sizes["cp"]})
+    card = problem.model.resolve(topology, num_layers=problem.card.num_layers, phase=problem.card.phase)
+    return card_token_capacity(card, problem.budget_bytes)

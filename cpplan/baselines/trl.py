@@ -1,0 +1,31 @@
+"""TRL's ``bfd`` packing: best-fit-decreasing packing to a token capacity, without prefix sharing.
+
+Samples are sorted by length, longest first, and each goes into the pack it leaves with the least room
+(``max_length`` tokens), or a new pack. No prefix is shared. Under context parallelism the packed
+sequence is split into CP contiguous shards of equal tokens.
+"""
+
+from __future__ import annotations
+
+from ..problem import Problem
+from ..result import Plan
+from .base import Baseline, build_plan, in_workload_order, item_tokens
+from .binpack import best_fit_decreasing
+from .capacity import token_capacity
+from .ownership import even_tokens
+
+NAME = "trl_bfd"
+
+
+def plan(problem: Problem) -> Plan:
+    """Best-fit-decreasing waves to the card's token capacity at the problem's topology."""
+    bins = best_fit_decreasing(item_tokens(problem).tolist(), token_capacity(problem))
+    return build_plan(problem, NAME, in_workload_order(bins), layout="none", ownership=even_tokens)
+
+
+BASELINE = Baseline(
+    name=NAME,
+    origin="TRL",
+    summary="best-fit-decreasing to a token capacity, no sharing, even contiguous CP shards",
+    plan=plan,
+)

@@ -1,0 +1,96 @@
+"""``cpplan bench``: baselines and cpplan side by side on the fixed suite."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from ..bench import (
+    DEFAULT_CPS,
+    DEFAULT_MEMORIES,
+    DEFAULT_MODEL,
+    format_headline,
+    format_pivot,
+    format_rows,
+    run_bench,
+)
+from ..units import parse_bytes
+from . import cli
+
+
+@cli.command("bench")
+@click.option("--quick", is_flag=True, help="A small subset (one GRPO size, two ratios, CP 1 and 4).")
+@click.option("--model", default=DEFAULT_MODEL, show_default=True, metavar="NAME|PATH", help="Model card.")
+@click.option(
+    "--memory",
+    "memories",
+    multiple=True,
+    metavar="SIZE",
+    help=f"Per-rank budget; repeat for several (default {' and '.join(DEFAULT_MEMORIES)}).",
+)
+@click.option(
+    "--cp",
+    "cps",
+    multiple=True,
+    type=click.IntRange(min=1, max=1024),
+    help="CP size; repeat for several (default 1, 2, 4 and 8).",
+)
+@click.option("--solver", default="runtime", show_default=True, metavar="NAME|PATH", help="cpplan's profile.")
+@click.option("--repeats", type=click.IntRange(min=1), default=None, help="Timed runs per planner.")
+@click.option(
+    "--output",
+    type=click.Path(path_type=Path),
+    default=None,
+    metavar="PATH.json",
+    help="Where to save the results (default benchmarks/bench.json, or bench_quick.json with --quick).",
+)
+@click.option("--detail", is_flag=True, help="Also print every instance and planner.")
+def bench_command(
+    quick: bool,
+    model: str,
+    memories: tuple[str, ...],
+    cps: tuple[int, ...],
+    solver: str,
+    repeats: int | None,
+    output: Path | None,
+    detail: bool,
+) -> int:
+    """Run every baseline planner and cpplan on the fixed suite; print and save the table."""
+    for size in memories:
+        parse_bytes(size)
+    if not cps:
+        cps = (1, 4) if quick else DEFAULT_CPS
+    if not memories:
+        memories = DEFAULT_MEMORIES[:1] if quick else DEFAULT_MEMORIES
+
+    def progress(case, cp, memory, rows) -> None:
+        ours = rows[-1]
+        click.echo(
+            f"{case.name} cp={cp} {memory}: cpplan {ours.status} "
+            f"{'-' if ours.cost_s is None else f'{ours.cost_s:.3f} s'} ({ours.strategy or 'refused'}); "
+            f"baseline OOM plans {sum(r.status == 'oom' for r in rows[:-1])}",
+            err=True,
+        )
+
+    result = run_bench(
+        quick=quick,
+        model=model,
+        memories=memories,
+        cps=cps,
+        solver=solver,
+        repeats=repeats,
+        progress=progress,
+    )
+    path = output or Path("benchmarks") / ("bench_quick.json" if quick else "bench.json")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=1) + "\n")
+    if detail:
+        click.echo(format_rows(result["rows"]))
+        click.echo()
+    click.echo(format_pivot(result["headline"]))
+    click.echo()
+    click.echo(format_headline(result["headline"]))
+    click.echo(f"\n{len(result['rows'])} runs in {result['wall_s']:.1f} s; saved {path}")
+    return 0

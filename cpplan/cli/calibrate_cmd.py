@@ -1,0 +1,94 @@
+"""``cpplan calibrate``: fit a card's calibrated coefficients to measured peaks and write the card."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ..calibrate import DEFAULT_MAX_RATIO, calibrate, write_card
+from ..card import load_model
+from ..measurements import GB, read_measurements
+from . import cli
+
+
+@cli.command("calibrate")
+@click.argument("measurements", metavar="MEASUREMENTS.csv", type=click.Path(path_type=Path))
+@click.option("--model", "model", required=True, metavar="NAME|PATH", help="Card to calibrate.")
+@click.option(
+    "--output",
+    "output",
+    required=True,
+    metavar="CARD.toml",
+    type=click.Path(path_type=Path),
+    help="Where to write the calibrated card.",
+)
+@click.option(
+    "--fit",
+    "fit",
+    multiple=True,
+    metavar="NAME",
+    help="Coefficient to fit (repeatable); default: every coefficient in the card's [calibration].",
+)
+@click.option(
+    "--max-ratio",
+    "max_ratio",
+    type=float,
+    default=DEFAULT_MAX_RATIO,
+    show_default=True,
+    help="Refuse the fit when a row is predicted above this multiple of its observed maximum.",
+)
+@click.option("--date", "date", default=None, metavar="ISO-8601", help="Provenance date (default: now, UTC).")
+def calibrate_command(
+    measurements: Path, model: str, output: Path, fit: tuple[str, ...], max_ratio: float, date: str | None
+) -> int:
+    """Fit the card's calibrated coefficients to MEASUREMENTS.csv as a safe upper envelope (a linear
+    program: every row predicted at or above its observed maximum, total over-prediction minimized,
+    coefficients non-negative), print predicted/observed per row and write the card to --output."""
+    card = load_model(model)
+    rows = read_measurements(measurements)
+    result = calibrate(card, rows, source=str(measurements), fit=fit or None, max_ratio=max_ratio, date=date)
+    written = write_card(result, output)
+    header = (
+        "line",
+        "layers",
+        "topology",
+        "phase",
+        "tokens",
+        "observed max GB",
+        "predicted GB",
+        "ratio",
+        "binds",
+    )
+    table = [header]
+    for r in result.rows:
+        table.append(
+            (
+                str(r.row.line),
+                str(r.row.layers),
+                _short(r.row.topology),
+                r.row.phase,
+                f"{r.row.total_tokens:,}",
+                f"{r.row.observed_max_bytes / GB:.2f}",
+                f"{r.predicted_bytes / GB:.2f}",
+                f"{r.ratio:.3f}",
+                f"rank {r.rank} {r.envelope}",
+            )
+        )
+    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+    click.echo(f"calibrated {written.name} on {len(result.rows)} row(s) of {measurements}")
+    for row in table:
+        click.echo("  ".join(cell.rjust(w) for cell, w in zip(row, widths, strict=True)))
+    for name in written.calibration.fitted:
+        click.echo(f"{name} = {written.calibration.coefficients[name]:g}")
+    for skipped in result.skipped:
+        click.echo(f"skipped line {skipped.line}: model {skipped.model!r} is not {written.name!r}")
+    for merged in result.merged:
+        click.echo(f"merged line {merged.line} into a repeat of the same conditions with a larger maximum")
+    click.echo(f"wrote {output}")
+    return 0
+
+
+def _short(topology) -> str:
+    sizes = [f"{axis}={size}" for axis, size in topology.model_dump().items() if size != 1]
+    return ",".join(sizes) or "single rank"

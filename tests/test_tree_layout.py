@@ -1,0 +1,109 @@
+"""The prefix tree, layouts and packed metadata."""
+
+from __future__ import annotations
+
+import networkx as nx
+import numpy as np
+import pytest
+
+from cpplan.layout import pack, parse_layout, share_mask
+from cpplan.tree import PrefixTree
+
+
+def brute_force_node_count(seqs: list[list[int]]) -> int:
+    """Radix-tree nodes (root excluded) from first principles: distinct prefixes that end at a branch
+    point, at a request end, or where the set of requests through them changes."""
+    prefixes: dict[tuple[int, ...], set[int]] = {}
+    for r, s in enumerate(seqs):
+        for k in range(1, len(s) + 1):
+            prefixes.setdefault(tuple(s[:k]), set()).add(r)
+    ends = {tuple(s) for s in seqs}
+    count = 0
+    for prefix, members in prefixes.items():
+        children = [
+            p
+            for p in (
+                (*prefix, t)
+                for t in {
+                    q[len(prefix)]
+                    for q in map(list, prefixes)
+                    if len(q) > len(prefix) and tuple(q[: len(prefix)]) == prefix
+                }
+            )
+            if p in prefixes
+        ]
+        if prefix in ends or len(children) != 1 or prefixes[children[0]] != members:
+            count += 1
+    return count
+
+
+def test_tree_matches_brute_force(rng):
+    """On random sequences over a tiny alphabet (many shared prefixes, prefixes of others, duplicates),
+    the radix tree has exactly the nodes a brute-force trie compression finds, and every node's span is
+    the same tokens in every request through it."""
+    for _ in range(30):
+        seqs = [rng.integers(0, 3, rng.integers(1, 7)).tolist() for _ in range(rng.integers(1, 7))]
+        seqs.append(list(seqs[0]))
+        tree = PrefixTree([np.array(s) for s in seqs])
+        assert tree.num_nodes - 1 == brute_force_node_count(seqs)
+        for r, s in enumerate(seqs):
+            rebuilt = np.concatenate([tree.node_tokens(v) for v in tree.path(r)])
+            assert rebuilt.tolist() == s
+
+
+def test_networkx_view(grpo_design):
+    """The tree as a DiGraph is an arborescence rooted at 0 whose node attributes count requests."""
+    tree = PrefixTree([r.tokens for i in grpo_design.items for r in i.requests])
+    graph = tree.to_networkx()
+    assert nx.is_arborescence(graph)
+    assert graph.nodes[0]["requests"] == 16
+    assert sorted(d["requests"] for _, d in graph.nodes(data=True))[-2:] == [16, 16]
+
+
+@pytest.mark.parametrize(
+    ("spec", "packed"), [("none", 172_032), ("depth:1", 141_312), ("min_span:4096", 28_672), ("full", 26_624)]
+)
+def test_grpo_reference_counts(grpo_design, spec, packed):
+    """DESIGN.md's GRPO shape packs to 172,032 (no sharing), 141,312 (system prompt only), 28,672
+    (prompts only) and 26,624 (full sharing) tokens."""
+    seqs = [r.tokens for i in grpo_design.items for r in i.requests]
+    tree = PrefixTree(seqs)
+    flags = np.ones(len(seqs), dtype=bool)
+    layout = pack(tree, np.arange(len(seqs)), share_mask(tree, spec), flags, flags)
+    assert layout.packed_tokens == packed
+
+
+@pytest.mark.parametrize("spec", ["none", "depth:1", "min_span:4096", "full"])
+def test_packed_metadata_reads_every_request_back(grpo_design, spec):
+    """Per packed token: ids, positions, segments and parents are consistent, parents precede children,
+    and each request's read-back indices return exactly its tokens at positions 0..n-1."""
+    seqs = [r.tokens for i in grpo_design.items for r in i.requests]
+    tree = PrefixTree(seqs)
+    flags = np.ones(len(seqs), dtype=bool)
+    layout = pack(tree, np.arange(len(seqs)), share_mask(tree, spec), flags, flags)
+    meta = layout.token_metadata(tree)
+    assert (layout.seg_parent < np.arange(layout.num_segments)).all()
+    for k, s in enumerate(seqs):
+        index = layout.readback(k)
+        assert np.array_equal(meta["input_ids"][index], s)
+        assert np.array_equal(meta["position_ids"][index], np.arange(s.size))
+    parent_of_token = meta["parent_ids"]
+    assert np.array_equal(parent_of_token, layout.seg_parent[meta["segment_ids"]])
+
+
+def test_wave_subset_compresses_chains():
+    """Packing a subset of the tree's requests merges chains that the subset no longer branches:
+    one request alone is one segment whatever the layout."""
+    seqs = [np.array([1, 2, 3, 4]), np.array([1, 2, 5]), np.array([1, 6])]
+    tree = PrefixTree(seqs)
+    flags = np.ones(3, dtype=bool)
+    for spec in ("full", "none"):
+        layout = pack(tree, [0], share_mask(tree, spec), flags, flags)
+        assert layout.num_segments == 1 and layout.packed_tokens == 4
+
+
+def test_layout_specs():
+    """Unknown layout specs are refused."""
+    assert parse_layout("min_span:64") == ("min_span", 64)
+    with pytest.raises(ValueError, match="unknown layout"):
+        parse_layout("half")
