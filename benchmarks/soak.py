@@ -1,6 +1,6 @@
 """Soak: many random planning calls with the runtime profile in one process.
 
-    python benchmarks/soak.py [--calls 10000] [--seed 0] [--json out/soak.json]
+    python benchmarks/soak.py [--calls 10000] [--seed 0] [--json benchmarks/results/soak.json]
 
 Each call plans a fresh random workload (GRPO groups, agent trees or unique long-tail sequences) for a
 random model, topology and budget, the way a trainer calls ``cpplan.plan`` once per step. Budgets are
@@ -34,6 +34,7 @@ from cpplan.wave import price_wave
 MODELS = ("qwen3-8b", "qwen3.6-35b-a3b")
 TOPOLOGIES = ("cp=1", "cp=2", "cp=4", "tp=2,cp=2")
 FLAT_LIMIT_MIB = 32.0
+RESULTS = Path(__file__).parent / "results"
 
 
 def rss_mib() -> float:
@@ -200,7 +201,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--calls", type=int, default=10_000, help="planning calls (default 10,000)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--json", type=Path, default=Path("out/soak.json"), help="where to write the figures")
+    parser.add_argument("--json", type=Path, default=RESULTS / "soak.json", help="where to write the figures")
     args = parser.parse_args()
     if args.calls < 1:
         parser.error("--calls must be at least 1")
