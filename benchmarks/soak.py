@@ -134,7 +134,8 @@ def run(calls: int, seed: int) -> dict:
         "seed": seed,
         "profile": profile.name,
         "time_budget_s": profile.time_budget_s,
-        "strategies_available": sorted(cpplan.planners.PLANNERS),
+        "strategies_run": [s for s in profile.strategies if s in cpplan.planners.PLANNERS],
+        "strategies_missing": [s for s in profile.strategies if s not in cpplan.planners.PLANNERS],
         "failures": len(failures),
         "failure_examples": failures[:10],
         "latency_ms": {
@@ -187,9 +188,9 @@ def print_table(figures: dict) -> None:
         ("workload shapes", ", ".join(f"{k} {v}" for k, v in sorted(figures["shapes"].items()))),
     ]
     width = max(len(name) for name, _ in rows)
-    print(
-        f"cpplan soak, profile {figures['profile']}, strategies {', '.join(figures['strategies_available'])}"
-    )
+    missing = figures["strategies_missing"]
+    note = f" (not registered: {', '.join(missing)})" if missing else ""
+    print(f"cpplan soak, profile {figures['profile']}: {', '.join(figures['strategies_run'])}{note}")
     for name, value in rows:
         print(f"  {name:<{width}}  {value}")
     for failure in figures["failure_examples"]:
