@@ -178,3 +178,24 @@ def test_verifier_still_enforces_each_request_exactly_once():
     repeated = copy.deepcopy(data)
     repeated["waves"].insert(pieces[-1] + 1, copy.deepcopy(data["waves"][pieces[-1]]))
     assert any("appears in waves" in v for v in _verdict(problem, repeated).violations)
+
+
+def test_split_waves_materialize_and_read_back():
+    """Each split piece materializes on every CP rank (from the Plan and from its JSON), and every
+    request it holds reads back as exactly its own tokens from the packed sequence."""
+    from cpplan.materialize import materialize_wave
+
+    problem, plan = _split_plan()
+    data = plan_to_dict(problem, plan)
+    pieces = [w for w, wave in enumerate(plan.waves) if wave.split]
+    for w in pieces:
+        for source in (plan, data):
+            batches = materialize_wave(source, WORKLOAD, wave=w)
+            assert len(batches) == TOPOLOGY.cp
+            packed = np.zeros(batches[0].packed_tokens, dtype=np.int64)
+            for batch in batches:
+                packed[batch.packed_index.numpy()] = batch.input_ids.numpy()
+            for k, (item_id, index) in enumerate(batches[0].requests):
+                assert item_id == "big"
+                expected = WORKLOAD.items[1].requests[index].tokens
+                assert np.array_equal(packed[batches[0].readback(k).numpy()], expected)
