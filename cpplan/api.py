@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from .card import ModelCard, Phase, load_model
-from .errors import CpplanError, NoFitError
+from .errors import CpplanError, InputError, NoFitError
 from .planners import PLANNERS, Planner
 from .problem import Problem, check_static_floor
 from .profile import SolverProfile, load_solver
@@ -33,6 +33,9 @@ def build_problem(
     phase: Phase = "cold",
 ) -> Problem:
     """Validate and assemble a :class:`Problem` from user-level arguments."""
+    _check_type(workload, Workload, "workload", "a cpplan.Workload (read a file with Workload.from_jsonl)")
+    _check_type(topology, Topology | None, "topology", "a cpplan.Topology (or Topology.parse('cp=4'))")
+    _check_type(model, ModelCard | str | Path, "model", "a ModelCard, a shipped card name or a .toml path")
     card = model if isinstance(model, ModelCard) else load_model(model)
     memory = parse_bytes(memory_bytes) if isinstance(memory_bytes, str) else memory_bytes
     return Problem.build(
@@ -68,6 +71,7 @@ def plan(
         num_layers=num_layers,
         phase=phase,
     )
+    _check_type(solver, SolverProfile | str | Path | None, "solver", "a SolverProfile, a name or a path")
     profile = solver if isinstance(solver, SolverProfile) else load_solver(solver or "runtime")
     profile = profile.with_time_budget(time_budget_s)
     return solve(problem, profile, planners=planners, started=started)
@@ -174,6 +178,11 @@ def solve(
         profile=profile.name,
         wall_s=time.perf_counter() - started,
     )
+
+
+def _check_type(value: Any, expected: Any, field: str, wanted: str) -> None:
+    if not isinstance(value, expected):
+        raise InputError(f"must be {wanted}, got {type(value).__name__}", field=field)
 
 
 def _disagreement(stats: SolverStats | None, verdict: Verification) -> str:

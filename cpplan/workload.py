@@ -196,7 +196,7 @@ def _decoded(handle: Iterable[bytes], source: str) -> Iterator[str]:
     """UTF-8 lines of a binary file; a line that is not UTF-8 is an :class:`InputError` naming it."""
     for line_no, raw in enumerate(handle, start=1):
         try:
-            yield raw.decode("utf-8")
+            yield raw.decode("utf-8-sig" if line_no == 1 else "utf-8")
         except UnicodeDecodeError as exc:
             raise InputError(
                 f"not UTF-8 text: byte 0x{raw[exc.start]:02x} at column {exc.start + 1}",

@@ -97,7 +97,8 @@ class Case:
     the fields below (``cli_args`` replaces the whole argument list); the API runs the equivalent
     ``Workload.from_jsonl`` / ``Topology.parse`` / ``cpplan.plan`` calls unless ``api`` is given.
     ``expect`` are substrings both messages must contain (the field, the file and the line).
-    ``cli_only`` cases (reading a plan file for ``cpplan verify``) have no API counterpart.
+    ``cli_only`` cases (files only the CLI reads) have no API counterpart; ``api_only`` cases (Python
+    objects of the wrong type) have no CLI counterpart.
     """
 
     kind: str
@@ -114,6 +115,7 @@ class Case:
     api: Callable[[], object] | None = None
     api_error: type[Exception] = cpplan.InputError
     cli_only: bool = False
+    api_only: bool = False
     expect: tuple[str, ...] = ()
 
     def argv(self) -> list[str]:
@@ -177,9 +179,11 @@ def run_case(case: Case, directory: Path) -> Outcome:
             path.write_text(content, encoding="utf-8")
     with _inside(directory):
         err = io.StringIO()
+        code: int | str = "n/a"
         with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
             try:
-                code: int | str = main(case.argv())
+                if not case.api_only:
+                    code = main(case.argv())
             except BaseException as exc:  # reported by the tests, never expected
                 code = f"raised {type(exc).__name__}: {exc}"
         api_exception = None
@@ -702,6 +706,29 @@ CASES: tuple[Case, ...] = (
         memory="true",
         api=lambda: cpplan.plan(cpplan.Workload.from_jsonl("ok.jsonl"), model="tiny.toml", memory_bytes=True),
         expect=("field 'memory'",),
+    ),
+    Case(
+        kind="API: workload given as a path",
+        what='cpplan.plan("ok.jsonl", ...) instead of a Workload',
+        api=lambda: cpplan.plan("ok.jsonl", model="tiny.toml", memory_bytes="64MiB"),
+        api_only=True,
+        expect=("field 'workload'", "Workload.from_jsonl"),
+    ),
+    Case(
+        kind="API: topology of the wrong type",
+        what="topology={'cp': 2}",
+        api=lambda: cpplan.plan(
+            cpplan.Workload.from_jsonl("ok.jsonl"), topology={"cp": 2}, model="tiny.toml", memory_bytes=2**26
+        ),
+        api_only=True,
+        expect=("field 'topology'", "got dict"),
+    ),
+    Case(
+        kind="API: model of the wrong type",
+        what="model=42",
+        api=lambda: cpplan.plan(cpplan.Workload.from_jsonl("ok.jsonl"), model=42, memory_bytes="64MiB"),
+        api_only=True,
+        expect=("field 'model'", "got int"),
     ),
     Case(
         kind="API: empty workload",

@@ -30,6 +30,10 @@ def test_bad_input_is_reported(case: Case, tmp_path: Path):
     """The CLI exits 2 without a traceback and the API raises the typed error; both messages name
     the field, the file and the line the case expects."""
     outcome = run_case(case, tmp_path)
+    if case.api_only:
+        assert isinstance(outcome.api_exception, case.api_error), repr(outcome.api_exception)
+        assert all(part in str(outcome.api_exception) for part in case.expect), str(outcome.api_exception)
+        return
     assert outcome.exit_code == 2, outcome.stderr
     assert "Traceback" not in outcome.stderr
     assert outcome.stderr.strip(), "the CLI said nothing"
@@ -69,10 +73,10 @@ def _requests_in_plan(data: dict) -> list[tuple[str, int]]:
 
 
 def test_valid_edge_inputs_lose_no_request(tmp_path: Path):
-    """Blank lines, Windows line ends, identical requests within and across items and the
-    one-request form are all planned: every request of the file is in exactly one wave."""
+    """A byte-order mark, blank lines, Windows line ends, identical requests within and across items
+    and the one-request form are all planned: every request of the file is in exactly one wave."""
     text = (
-        '{"id": "a", "requests": [{"tokens": [5, 6, 7]}, {"tokens": [5, 6, 7]}, {"tokens": [5]}]}\r\n'
+        '\ufeff{"id": "a", "requests": [{"tokens": [5, 6, 7]}, {"tokens": [5, 6, 7]}, {"tokens": [5]}]}\r\n'
         "\n"
         '{"id": "b", "tokens": [5, 6, 7], "grad": false}\r\n'
         '   \n{"id": "c", "requests": [{"tokens": [9], "output": "none"}]}'
