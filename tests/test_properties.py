@@ -64,7 +64,8 @@ def problems(draw) -> Problem:
     model = draw(st.sampled_from(sorted(CARDS)))
     cp = draw(st.sampled_from([1, 2, 3, 4]))
     tp = draw(st.sampled_from([1, 2]))
-    topology = cpplan.Topology(cp=cp, tp=tp)
+    ep = draw(st.sampled_from([1, 2])) if model == "qwen3.6-35b-a3b" and (cp * tp) % 2 == 0 else 1
+    topology = cpplan.Topology(cp=cp, tp=tp, ep=ep)
     layers = draw(st.integers(1, 6))
     assume(workload.num_tokens >= cp)
     roomy = Problem.build(
