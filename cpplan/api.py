@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from .card import ModelCard, Phase, load_model
-from .errors import CpplanError, NoFitError
+from .errors import CpplanError, InputError, NoFitError
 from .planners import PLANNERS, Planner
-from .problem import Problem
+from .problem import Problem, check_static_floor
 from .profile import SolverProfile, load_solver
 from .result import Candidate, Plan, PlanResult, SolverStats
 from .serialize import plan_to_dict
@@ -19,6 +19,9 @@ from .topology import Topology
 from .units import parse_bytes
 from .verify import Verification, verify_plan
 from .workload import Workload
+
+DISAGREEMENT_TOLERANCE = 0.05
+"""Relative gap between a solver's objective and the verified price above which the result notes it."""
 
 
 def build_problem(
@@ -31,6 +34,9 @@ def build_problem(
     phase: Phase = "cold",
 ) -> Problem:
     """Validate and assemble a :class:`Problem` from user-level arguments."""
+    _check_type(workload, Workload, "workload", "a cpplan.Workload (read a file with Workload.from_jsonl)")
+    _check_type(topology, Topology | None, "topology", "a cpplan.Topology (or Topology.parse('cp=4'))")
+    _check_type(model, ModelCard | str | Path, "model", "a ModelCard, a shipped card name or a .toml path")
     card = model if isinstance(model, ModelCard) else load_model(model)
     memory = parse_bytes(memory_bytes) if isinstance(memory_bytes, str) else memory_bytes
     return Problem.build(
@@ -66,6 +72,7 @@ def plan(
         num_layers=num_layers,
         phase=phase,
     )
+    _check_type(solver, SolverProfile | str | Path | None, "solver", "a SolverProfile, a name or a path")
     profile = solver if isinstance(solver, SolverProfile) else load_solver(solver or "runtime")
     profile = profile.with_time_budget(time_budget_s)
     return solve(problem, profile, planners=planners, started=started)
@@ -80,6 +87,7 @@ def solve(
 ) -> PlanResult:
     """The portfolio over an already built problem."""
     started = time.perf_counter() if started is None else started
+    check_static_floor(problem.card, problem.budget_bytes)
     deadline = started + profile.time_budget_s
     backends = {**PLANNERS, **(planners or {})}
     outcomes: list[tuple[str, Plan | None, Verification | None, str, float]] = []
@@ -112,19 +120,29 @@ def solve(
             outcomes.append((strategy, None, None, f"no solution ({stats.status})", time.perf_counter() - t0))
             continue
         t_verify = time.perf_counter()
-        data = plan_to_dict(problem, candidate)
-        data.pop("strategy")
-        # A plan identical to one already verified (strategies often agree) gets the same verdict.
-        verdict = next((v for d, v in verified if d == data), None)
-        if verdict is None:
-            verdict = verify_plan(
-                data, problem.workload, problem.card, problem.budget_bytes, chunk_tokens=problem.chunk_tokens
-            )
-            verified.append((data, verdict))
+        try:
+            data = plan_to_dict(problem, candidate)
+            data.pop("strategy")
+            # A plan identical to one already verified (strategies often agree) gets the same verdict.
+            verdict = next((v for d, v in verified if d == data), None)
+            if verdict is None:
+                verdict = verify_plan(
+                    data,
+                    problem.workload,
+                    problem.card,
+                    problem.budget_bytes,
+                    chunk_tokens=problem.chunk_tokens,
+                )
+                verified.append((data, verdict))
+        except Exception as exc:  # a malformed plan object is a failed strategy, not a crash
+            reason = f"returned an unreadable plan ({type(exc).__name__}: {exc})"
+            outcomes.append((strategy, None, None, reason, time.perf_counter() - t0))
+            continue
         if solver_stats is not None:
             verify_s = stats.stage_s.get("verify", 0.0) + time.perf_counter() - t_verify
             stats = replace(stats, stage_s={**stats.stage_s, "verify": verify_s})
-        outcomes.append((strategy, candidate, verdict, "", time.perf_counter() - t0))
+        note = _disagreement(solver_stats, verdict)
+        outcomes.append((strategy, candidate, verdict, note, time.perf_counter() - t0))
     valid = [(s, p, v) for s, p, v, _, _ in outcomes if p is not None and v is not None and v.valid]
     if not valid:
         if refusal is not None:
@@ -143,6 +161,7 @@ def solve(
             why = f"invalid: {verdict.violations[0]}" + (
                 f" (+{len(verdict.violations) - 1} more)" if len(verdict.violations) > 1 else ""
             )
+            why += f"; {reason}" if reason else ""
         elif strategy == winner_strategy:
             why = "chosen: cheapest valid plan"
         else:
@@ -151,6 +170,8 @@ def solve(
                 if verdict.cost_s >= winner_verdict.cost_s
                 else "tied"
             )
+        if verdict.valid and reason:
+            why += f"; {reason}"
         candidates.append(
             Candidate(
                 strategy=strategy,
@@ -168,6 +189,25 @@ def solve(
         solver=stats,
         profile=profile.name,
         wall_s=time.perf_counter() - started,
+    )
+
+
+def _check_type(value: Any, expected: Any, field: str, wanted: str) -> None:
+    if not isinstance(value, expected):
+        raise InputError(f"must be {wanted}, got {type(value).__name__}", field=field)
+
+
+def _disagreement(stats: SolverStats | None, verdict: Verification) -> str:
+    """A note when a solver's own objective differs from the verifier's price of its plan by more
+    than :data:`DISAGREEMENT_TOLERANCE`; the verified price is the one the portfolio ranks by."""
+    if stats is None or stats.objective_s is None or verdict.cost_s is None:
+        return ""
+    claimed, priced = stats.objective_s, verdict.cost_s
+    if abs(claimed - priced) <= DISAGREEMENT_TOLERANCE * max(abs(priced), 1e-9):
+        return ""
+    return (
+        f"solver/evaluator disagreement: the solver's objective is {claimed:.6f} s, "
+        f"the evaluator prices its plan at {priced:.6f} s"
     )
 
 

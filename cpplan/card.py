@@ -8,6 +8,7 @@ model read (one source of truth, two readers).
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import tomllib
@@ -16,12 +17,21 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    FiniteFloat,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from .data import toml_files
 from .errors import InputError, UnsupportedTopologyError
 from .expr import FormulaError, evaluate, names_in
 from .quantities import QUANTITIES, QUANTITY_INDEX
+from .tomlines import file_line, toml_line
 from .topology import AXES, Topology
 
 Formula = str | float | int
@@ -208,7 +218,7 @@ class ModelCard(_Strict):
     aliases: tuple[str, ...] = ()
     supports: str = "true"
     geometry: Geometry
-    constants: dict[str, float] = Field(default_factory=dict)
+    constants: dict[str, FiniteFloat] = Field(default_factory=dict)
     derived: dict[str, Formula] = Field(default_factory=dict)
     hardware: Hardware
     memory: Memory
@@ -311,20 +321,28 @@ def _holds(formula: str, env: dict[str, float], where: str, field: str) -> bool:
     try:
         return bool(evaluate(formula, env))
     except FormulaError as exc:
-        raise InputError(str(exc), file=where, field=f"{field}.when") from None
+        raise InputError(
+            str(exc), file=where, line=file_line(where, f"{field}.when"), field=f"{field}.when"
+        ) from None
 
 
 def _value(formula: Formula, env: dict[str, float], where: str, field: str) -> float:
+    line = functools.partial(file_line, where, field)
     try:
         value = evaluate(formula, env)
     except (FormulaError, ZeroDivisionError, OverflowError) as exc:
-        raise InputError(f"cannot evaluate {formula!r}: {exc}", file=where, field=field) from None
+        raise InputError(
+            f"cannot evaluate {formula!r}: {exc}", file=where, line=line(), field=field
+        ) from None
     if not math.isfinite(value):
-        raise InputError(f"{formula!r} evaluates to {value}, not a finite number", file=where, field=field)
+        raise InputError(
+            f"{formula!r} evaluates to {value}, not a finite number", file=where, line=line(), field=field
+        )
     if value < 0:
         raise InputError(
             f"{formula!r} evaluates to {value:g}; floors and costs cannot be negative",
             file=where,
+            line=line(),
             field=field,
         )
     return value
@@ -435,7 +453,7 @@ def _check_formulas(card: ModelCard) -> None:
             raise InputError(
                 f"term name {name!r} is already a geometry, topology, constant or derived name",
                 file=where,
-                line=_line_of(card.path, name),
+                line=file_line(card.path, f"memory.terms.{name}"),
                 field=f"memory.terms.{name}",
             )
     earlier_terms: set[str] = set()
@@ -452,7 +470,7 @@ def _check_formulas(card: ModelCard) -> None:
                         raise InputError(
                             f"unknown name(s) {', '.join(sorted(unknown))} in {formula!r}",
                             file=where,
-                            line=_line_of(card.path, name),
+                            line=file_line(card.path, f"{field}.{name}"),
                             field=f"{field}.{name}",
                         )
             if field == "memory.terms":
@@ -485,26 +503,8 @@ def validation_error(exc: ValidationError, path: str | Path, text: str) -> Input
     """The first pydantic error as an :class:`InputError` with file, line and field."""
     error = exc.errors()[0]
     field = ".".join(str(p) for p in error["loc"])
-    keys = [str(p) for p in error["loc"] if not isinstance(p, int)]
-    line = _line_in_text(text, keys[-1]) if keys else None
+    line = toml_line(text, error["loc"])
     message = error["msg"].removeprefix("Value error, ")
     if error["type"] == "missing":
         message = "required field is missing"
     return InputError(message, file=str(path), line=line, field=field)
-
-
-def _line_of(path: str | None, key: str) -> int | None:
-    if path is None:
-        return None
-    try:
-        return _line_in_text(Path(path).read_text(encoding="utf-8"), key)
-    except OSError:
-        return None
-
-
-def _line_in_text(text: str, key: str) -> int | None:
-    pattern = re.compile(rf"^\s*(\[+[^\]]*\b{re.escape(key)}\b[^\]]*\]+|\"?{re.escape(key)}\"?\s*=)")
-    for number, line in enumerate(text.splitlines(), start=1):
-        if pattern.search(line):
-            return number
-    return None

@@ -33,18 +33,20 @@ class UnsupportedTopologyError(InputError):
 
 
 class NoFitError(CpplanError):
-    """Nothing fits: names the item, the rank, the predicted bytes and the budget. The CLI exits 3."""
+    """Nothing fits: names the item (and request), the rank, the bytes and the budget. The CLI exits 3."""
 
     def __init__(
         self,
         message: str,
         *,
         item: str | None = None,
+        request: int | None = None,
         rank: int | None = None,
         needed_bytes: int | None = None,
         budget_bytes: int | None = None,
     ) -> None:
         self.item = item
+        self.request = request
         self.rank = rank
         self.needed_bytes = needed_bytes
         self.budget_bytes = budget_bytes

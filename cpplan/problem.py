@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -13,6 +14,7 @@ from .layout import PackedLayout, pack, share_mask
 from .ownership import CHUNK_TOKENS
 from .topology import Topology
 from .tree import PrefixTree
+from .units import format_bytes
 from .workload import Workload
 
 
@@ -62,6 +64,7 @@ class Problem:
                         f"item {item.id!r} request {k} has {request.num_tokens} tokens, more than the "
                         f"model's maximum context of {card.max_context}",
                         file=workload.source,
+                        line=workload.line_of(i),
                         field=f"items[{i}].requests[{k}].tokens",
                     )
                 sequences.append(request.tokens)
@@ -124,3 +127,17 @@ class Problem:
     def logical_tokens(self, items) -> int:
         """Unpacked tokens of the given items."""
         return int(sum(self.workload.items[i].num_tokens for i in items))
+
+
+def check_static_floor(card: ResolvedCard, memory_bytes: int) -> None:
+    """A budget below the card's static floor (a rank owning no token) fits nothing: bad input for a
+    planning call (a verifier may still be asked whether a plan fits it)."""
+    e = int(np.argmax(card.envelope_static_bytes))
+    floor = math.ceil(card.safety * float(card.envelope_static_bytes[e]))
+    if memory_bytes < floor:
+        raise InputError(
+            f"budget of {memory_bytes:,} bytes ({format_bytes(memory_bytes)}) is below the static floor of "
+            f"{floor:,} bytes ({format_bytes(floor)}): safety {card.safety:g} x the static bytes of "
+            f"envelope {card.envelope_names[e]!r} of model {card.name!r}, before any token",
+            field="memory",
+        )

@@ -42,7 +42,10 @@ class GreedyParams(BaseModel):
         from .layout import parse_layout
 
         for spec in value:
-            parse_layout(spec)
+            try:
+                parse_layout(spec)
+            except InputError:
+                raise ValueError(f"unknown layout {spec!r}; use full, none, depth:K or min_span:T") from None
         if not value:
             raise ValueError("must list at least one layout")
         return value

@@ -41,7 +41,10 @@ def parse_bytes(text: str | int, *, field: str = "memory") -> int:
                 f"unknown unit {unit!r} in {text!r}; known: B, KB, MB, GB, TB, KiB, MiB, GiB, TiB",
                 field=field,
             )
-        scaled = float(number) * (10 ** int(exponent) if exponent else 1) * factor
+        try:
+            scaled = float(number) * (10 ** int(exponent) if exponent else 1) * factor
+        except OverflowError:
+            scaled = math.inf
         if not math.isfinite(scaled):
             raise InputError(f"size {text!r} is not finite", field=field)
         value = int(scaled)

@@ -61,6 +61,7 @@ def verify_plan(
             continue
         wave_costs.append(cost)
         worst_peak = max(worst_peak, peak)
+    violations.extend(_split_violations(waves, seen))
     for key in sorted(expected - set(seen)):
         violations.append(f"request {key[1]} of item {key[0]!r} is in no wave")
     for key in sorted(set(seen) - expected):
@@ -76,6 +77,25 @@ def verify_plan(
         peak_bytes=worst_peak,
         wave_costs_s=tuple(wave_costs),
     )
+
+
+def _split_violations(waves: list, seen: dict[tuple[str, int], int]) -> list[str]:
+    """An item whose requests lie in more than one wave must lie in consecutive waves marked split."""
+    spread: dict[str, set[int]] = {}
+    for (item_id, _), w in seen.items():
+        spread.setdefault(item_id, set()).add(w)
+    found = []
+    for item_id, where in sorted(spread.items()):
+        if len(where) < 2:
+            continue
+        if max(where) - min(where) + 1 != len(where):
+            found.append(f"item {item_id!r} is split over waves {sorted(where)}, which are not consecutive")
+        unmarked = [w for w in sorted(where) if not (isinstance(waves[w], dict) and waves[w].get("split"))]
+        if unmarked:
+            found.append(
+                f"item {item_id!r} is split over waves {sorted(where)}; waves {unmarked} are not marked split"
+            )
+    return found
 
 
 def _close(a: float, b: float) -> bool:

@@ -43,13 +43,18 @@ class Request(BaseModel):
     def _tokens_array(cls, value: Any) -> np.ndarray:
         if isinstance(value, str | bytes) or not isinstance(value, Sequence | np.ndarray):
             raise ValueError("must be a list of integer token ids")
-        array = np.asarray(value)
+        try:
+            array = np.asarray(value)
+        except ValueError:
+            array = np.asarray(value, dtype=object)
         if array.ndim != 1:
             raise ValueError("must be a flat list of integer token ids")
         if array.size == 0:
             raise ValueError("must not be empty")
-        if array.dtype.kind not in "iu":
-            bad = next((i for i, t in enumerate(value) if not _is_int(t)), 0)
+        if array.dtype.kind not in "iu" or (isinstance(value, list) and bool in map(type, value)):
+            bad = next((i for i, t in enumerate(value) if not _is_int(t) or not 0 <= t <= MAX_TOKEN_ID), 0)
+            if _is_int(value[bad]):
+                raise ValueError(f"token {bad} is {value[bad]}, outside [0, {MAX_TOKEN_ID}]")
             raise ValueError(f"token {bad} is {value[bad]!r}, not an integer")
         array = array.astype(np.int64, copy=True)
         out_of_range = np.flatnonzero((array < 0) | (array > MAX_TOKEN_ID))
@@ -58,6 +63,13 @@ class Request(BaseModel):
             raise ValueError(f"token {k} is {int(array[k])}, outside [0, {MAX_TOKEN_ID}]")
         array.flags.writeable = False
         return array
+
+    @field_validator("grad", mode="before")
+    @classmethod
+    def _grad_is_bool(cls, value: Any) -> bool:
+        if not isinstance(value, bool | np.bool_):
+            raise ValueError(f"must be a boolean (true or false), got {value!r}")
+        return bool(value)
 
     @property
     def num_tokens(self) -> int:
@@ -90,9 +102,12 @@ class Workload(BaseModel):
 
     items: tuple[Item, ...] = Field(min_length=1)
     source: str | None = None
+    lines: tuple[int, ...] | None = None
 
     @model_validator(mode="after")
     def _unique_ids(self) -> Workload:
+        if self.lines is not None and len(self.lines) != len(self.items):
+            raise ValueError(f"lines has {len(self.lines)} entries for {len(self.items)} items")
         seen: dict[str, int] = {}
         for index, item in enumerate(self.items):
             if item.id in seen:
@@ -114,13 +129,13 @@ class Workload(BaseModel):
         or ``{"id", "tokens"}``. Errors name the file, the line and the field."""
         path = Path(path)
         try:
-            handle = path.open("r", encoding="utf-8")
+            handle = path.open("rb")
         except OSError as exc:
             raise InputError(f"cannot read workload: {exc.strerror}", file=str(path)) from None
         items: list[Item] = []
         lines: dict[str, int] = {}
         with handle:
-            for line_no, item in iter_jsonl_items(handle, str(path)):
+            for line_no, item in iter_jsonl_items(_decoded(handle, str(path)), str(path)):
                 if item.id in lines:
                     raise InputError(
                         f"duplicate item id {item.id!r} (first on line {lines[item.id]})",
@@ -132,7 +147,7 @@ class Workload(BaseModel):
                 items.append(item)
         if not items:
             raise InputError("workload is empty: no items", file=str(path))
-        return cls(items=tuple(items), source=str(path))
+        return cls(items=tuple(items), source=str(path), lines=tuple(lines.values()))
 
     @cached_property
     def index_of(self) -> dict[str, int]:
@@ -160,7 +175,13 @@ class Workload(BaseModel):
 
     def subset(self, item_ids: Sequence[str]) -> Workload:
         """The workload restricted to ``item_ids``, in the given order."""
-        return Workload(items=tuple(self.items[self.index_of[i]] for i in item_ids), source=self.source)
+        picked = [self.index_of[i] for i in item_ids]
+        lines = None if self.lines is None else tuple(self.lines[i] for i in picked)
+        return Workload(items=tuple(self.items[i] for i in picked), source=self.source, lines=lines)
+
+    def line_of(self, index: int) -> int | None:
+        """The source line of item ``index``, when the workload was read from a file."""
+        return None if self.lines is None else self.lines[index]
 
 
 def iter_jsonl_items(lines: Iterable[str], source: str, *, start_line: int = 1) -> Iterator[tuple[int, Item]]:
@@ -169,6 +190,19 @@ def iter_jsonl_items(lines: Iterable[str], source: str, *, start_line: int = 1) 
         if not raw.strip():
             continue
         yield line_no, parse_item_line(raw, source, line_no)
+
+
+def _decoded(handle: Iterable[bytes], source: str) -> Iterator[str]:
+    """UTF-8 lines of a binary file; a line that is not UTF-8 is an :class:`InputError` naming it."""
+    for line_no, raw in enumerate(handle, start=1):
+        try:
+            yield raw.decode("utf-8-sig" if line_no == 1 else "utf-8")
+        except UnicodeDecodeError as exc:
+            raise InputError(
+                f"not UTF-8 text: byte 0x{raw[exc.start]:02x} at column {exc.start + 1}",
+                file=source,
+                line=line_no,
+            ) from None
 
 
 def parse_item_line(raw: str, source: str, line_no: int) -> Item:

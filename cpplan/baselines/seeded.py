@@ -4,7 +4,8 @@ Each baseline packer (token budgets, no-sharing bins, zigzag, prefix groups) pro
 together. For every proposed wave this strategy keeps the cheaper of two fitting versions: the wave as
 the baseline laid it out and owned it, and the wave under cpplan's own candidate layouts with its
 balanced contiguous ownership. A wave that fits in neither version is split: its items are refilled in
-order into the widest waves that fit. The cheapest seeded plan is returned.
+order into the widest waves that fit (an item too large for any wave takes the split path). The
+cheapest seeded plan is returned.
 
 So a baseline plan that fits the budget is never cheaper than what the portfolio chooses, and one
 that does not fit is turned into one that does instead of being run into an out-of-memory error.
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..planners.greedy import refusal
+from ..planners.split import split_item
 from ..problem import Problem
 from ..result import Plan
 from ..wave import WavePlan, best_wave
@@ -60,9 +61,11 @@ def _refill(problem: Problem, items: Sequence[int], layouts: Sequence[str]) -> l
             continue
         if best is not None:
             waves.append(best)
-        alone, lowest = best_wave(problem, [item], layouts)
-        if alone is None:
-            raise refusal(problem, item, lowest)
+        alone, _ = best_wave(problem, [item], layouts)
+        if alone is None:  # too large for any wave: split along its prefix tree (or refused there)
+            waves.extend(split_item(problem, item, layouts))
+            current, best = [], None
+            continue
         current, best = [item], alone
     if best is not None:
         waves.append(best)

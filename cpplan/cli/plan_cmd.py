@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from ..api import solve
+from ..errors import InputError
 from ..profile import load_solver
 from ..serialize import dumps, result_to_dict
 from ..summary import print_summary
@@ -56,6 +57,9 @@ def plan_command(
     quiet: bool,
 ) -> int:
     """Plan WORKLOAD (JSONL, one item a line) into verified waves."""
+    if output is not None and (output.is_dir() or not output.parent.is_dir()):
+        why = "is a directory" if output.is_dir() else "its directory does not exist"
+        raise InputError(f"cannot write the plan here: {why}", file=str(output), field="output")
     profile = load_solver(solver).with_time_budget(time_budget)
     problem = build(workload, model, topology, memory, layers, phase)
     result = solve(problem, profile)
@@ -64,8 +68,14 @@ def plan_command(
         sys.stdout.write(text)
     else:
         tmp = output.with_name(output.name + ".tmp")
-        tmp.write_text(text)
-        tmp.replace(output)
+        try:
+            tmp.write_text(text)
+            tmp.replace(output)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            raise InputError(
+                f"cannot write the plan: {exc.strerror}", file=str(output), field="output"
+            ) from None
     if not quiet:
         print_summary(result)
     return 0

@@ -16,17 +16,21 @@ from ..problem import Problem
 from ..result import Plan
 from ..units import format_bytes
 from ..wave import WavePlan, best_wave
+from .split import split_item
 
 
 def greedy_plan(problem: Problem, layouts: Sequence[str], *, strategy: str = "greedy") -> Plan:
-    """Plan every item in order with the widest fitting waves; raise :class:`NoFitError` naming the
-    item, rank, bytes and budget when a single item cannot fit under any layout."""
+    """Plan every item in order with the widest fitting waves. An item that fits no wave alone is split
+    along its prefix tree into consecutive waves (:func:`split_item`); :class:`NoFitError`, naming the
+    item, request, rank, bytes and budget, only when a single request cannot fit under any layout."""
     waves: list[WavePlan] = []
     start, n = 0, problem.num_items
     while start < n:
-        first, lowest = best_wave(problem, [start], layouts)
+        first, _ = best_wave(problem, [start], layouts)
         if first is None:
-            raise refusal(problem, start, lowest)
+            waves.extend(split_item(problem, start, layouts))
+            start += 1
+            continue
         width, best, failed = 1, first, None
         while start + width < n:
             trial = min(2 * width, n - start)
