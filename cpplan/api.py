@@ -24,6 +24,12 @@ DISAGREEMENT_TOLERANCE = 0.05
 """Relative gap between a solver's objective and the verified price above which the result notes it."""
 
 
+def _card_and_memory(model: ModelCard | str | Path, memory_bytes: int | str) -> tuple[ModelCard, int]:
+    _check_type(model, ModelCard | str | Path, "model", "a ModelCard, a shipped card name or a .toml path")
+    card = model if isinstance(model, ModelCard) else load_model(model)
+    return card, parse_bytes(memory_bytes) if isinstance(memory_bytes, str) else memory_bytes
+
+
 def build_problem(
     workload: Workload,
     *,
@@ -36,9 +42,7 @@ def build_problem(
     """Validate and assemble a :class:`Problem` from user-level arguments."""
     _check_type(workload, Workload, "workload", "a cpplan.Workload (read a file with Workload.from_jsonl)")
     _check_type(topology, Topology | None, "topology", "a cpplan.Topology (or Topology.parse('cp=4'))")
-    _check_type(model, ModelCard | str | Path, "model", "a ModelCard, a shipped card name or a .toml path")
-    card = model if isinstance(model, ModelCard) else load_model(model)
-    memory = parse_bytes(memory_bytes) if isinstance(memory_bytes, str) else memory_bytes
+    card, memory = _card_and_memory(model, memory_bytes)
     return Problem.build(
         workload,
         topology=topology or Topology(),
@@ -222,8 +226,7 @@ def verify(
     phase: Phase = "cold",
 ) -> Verification:
     """Check a plan (its JSON dictionary or a :class:`PlanResult`) against a workload and card."""
-    card = model if isinstance(model, ModelCard) else load_model(model)
-    memory = parse_bytes(memory_bytes) if isinstance(memory_bytes, str) else memory_bytes
+    card, memory = _card_and_memory(model, memory_bytes)
     resolved = card.resolve(topology or Topology(), num_layers=num_layers, phase=phase)
     if isinstance(plan_data, PlanResult):
         plan_data = plan_to_dict(plan_data.problem, plan_data.plan)

@@ -110,30 +110,46 @@ def rank_quantities(stats: ChunkStats, owner: np.ndarray, num_ranks: int) -> np.
     return q
 
 
-def contiguous_split(weights: np.ndarray, num_ranks: int) -> np.ndarray:
-    """Chunk owners: ``num_ranks`` contiguous ranges minimizing the largest range weight.
+def contiguous_split(
+    weights: np.ndarray,
+    num_ranks: int,
+    *,
+    max_chunks: int | None = None,
+    cap_weights: np.ndarray | None = None,
+    cap: float | None = None,
+) -> np.ndarray:
+    """Chunk owners: ``num_ranks`` contiguous ranges minimizing the largest range of ``weights``.
 
-    Binary search on the bottleneck with a greedy feasibility check (each range grows as far as the
-    bound allows), then the same greedy fills ranks in order.
+    Optional limits on every range: at most ``max_chunks`` chunks, and a total of ``cap_weights`` at
+    most ``cap``. Binary search on the bottleneck with a greedy feasibility check (each range grows as
+    far as the bound and the limits allow), then the same greedy fills ranks in order. The limits must
+    admit a cover of every chunk.
     """
     weights = np.asarray(weights, dtype=np.float64)
     num_chunks = weights.size
     if num_ranks == 1 or num_chunks == 0:
         return np.zeros(num_chunks, dtype=np.int64)
-    prefix = np.concatenate([[0.0], np.cumsum(weights)])
-    prefix_list = prefix.tolist()  # bisect on a list: the same comparisons, far less call overhead
+    prefix = np.concatenate([[0.0], np.cumsum(weights)]).tolist()  # bisect on lists: little call overhead
+    capped = None
+    if cap_weights is not None:
+        assert cap is not None
+        capped = np.concatenate([[0.0], np.cumsum(np.asarray(cap_weights, dtype=np.float64))]).tolist()
+    longest = num_chunks if max_chunks is None else max_chunks
 
     def cuts(bound: float) -> list[int] | None:
         result, start = [], 0
         for _ in range(num_ranks):
-            end = bisect.bisect_right(prefix_list, prefix_list[start] + bound * (1 + 1e-12)) - 1
+            end = bisect.bisect_right(prefix, prefix[start] + bound * (1 + 1e-12)) - 1
             end = max(end, start + 1) if start < num_chunks else start
-            end = min(end, num_chunks)
+            end = min(end, start + longest, num_chunks)
+            if capped is not None:
+                end = min(end, bisect.bisect_right(capped, capped[start] + cap) - 1)
             result.append(end)
             start = end
         return result if start >= num_chunks else None
 
     lo, hi = float(weights.max()), float(prefix[-1])
+    assert cuts(hi) is not None, "the range limits do not cover every chunk"
     for _ in range(60):
         if hi - lo <= 1e-9 * max(hi, 1.0):
             break

@@ -29,13 +29,12 @@ what makes the KiB rounding meaningful.
 
 from __future__ import annotations
 
-import bisect
 from dataclasses import dataclass
 
 import numpy as np
 from ortools.sat.python import cp_model
 
-from ..ownership import CHUNK_TOKENS
+from ..ownership import CHUNK_TOKENS, contiguous_split
 from .layout import WaveTotals
 from .waves import WaveVars
 
@@ -128,86 +127,15 @@ def add_ownership(
 
 def capped_split(weights: np.ndarray, num_ranks: int, cap: int) -> np.ndarray:
     """Chunk owners: ``num_ranks`` contiguous ranges of at most ``cap`` chunks each, minimizing the
-    largest range weight (binary search on the bottleneck, greedy fill in rank order).
-
-    Requires ``num_ranks * cap >= len(weights)``.
-    """
-    weights = np.asarray(weights, dtype=np.float64)
-    num_chunks = weights.size
-    assert num_ranks * cap >= num_chunks, (num_ranks, cap, num_chunks)
-    if num_ranks == 1 or num_chunks == 0:
-        return np.zeros(num_chunks, dtype=np.int64)
-    prefix = np.concatenate([[0.0], np.cumsum(weights)])
-    prefix_list = prefix.tolist()  # bisect on a list: the same comparisons, far less call overhead
-
-    def ends(bound: float) -> list[int] | None:
-        result, start = [], 0
-        for _ in range(num_ranks):
-            end = bisect.bisect_right(prefix_list, prefix_list[start] + bound * (1 + 1e-12)) - 1
-            end = min(max(end, start + 1) if start < num_chunks else start, start + cap, num_chunks)
-            result.append(end)
-            start = end
-        return result if start >= num_chunks else None
-
-    lo, hi = float(weights.max()), float(prefix[-1])
-    for _ in range(60):
-        if hi - lo <= 1e-9 * max(hi, 1.0):
-            break
-        mid = (lo + hi) / 2
-        if ends(mid) is None:
-            lo = mid
-        else:
-            hi = mid
-    cuts = ends(hi)
-    assert cuts is not None
-    owner = np.empty(num_chunks, dtype=np.int64)
-    start = 0
-    for rank, end in enumerate(cuts):
-        owner[start:end] = rank
-        start = end
-    return owner
+    largest range weight. Requires ``num_ranks * cap >= len(weights)``."""
+    assert num_ranks * cap >= np.asarray(weights).size, (num_ranks, cap, np.asarray(weights).size)
+    return contiguous_split(weights, num_ranks, max_chunks=cap)
 
 
 def weight_capped_split(
     time_weights: np.ndarray, cap_weights: np.ndarray, num_ranks: int, cap: float
 ) -> np.ndarray:
     """Chunk owners: ``num_ranks`` contiguous ranges, each of total ``cap_weights`` at most ``cap``,
-    minimizing the largest range of ``time_weights`` (bisection on that bound, greedy fill).
-
-    Requires that a greedy fill under ``cap`` alone covers every chunk.
-    """
-    time_weights = np.asarray(time_weights, dtype=np.float64)
-    num_chunks = time_weights.size
-    if num_ranks == 1 or num_chunks == 0:
-        return np.zeros(num_chunks, dtype=np.int64)
-    time_prefix = np.concatenate([[0.0], np.cumsum(time_weights)]).tolist()
-    cap_prefix = np.concatenate([[0.0], np.cumsum(np.asarray(cap_weights, dtype=np.float64))]).tolist()
-
-    def ends(bound: float) -> list[int] | None:
-        result, start = [], 0
-        for _ in range(num_ranks):
-            by_time = bisect.bisect_right(time_prefix, time_prefix[start] + bound * (1 + 1e-12)) - 1
-            by_cap = bisect.bisect_right(cap_prefix, cap_prefix[start] + cap) - 1
-            end = min(max(by_time, start + 1) if start < num_chunks else start, by_cap, num_chunks)
-            result.append(end)
-            start = end
-        return result if start >= num_chunks else None
-
-    lo, hi = float(time_weights.max()), float(time_prefix[-1])
-    assert ends(hi) is not None, "the weight cap does not cover the wave"
-    for _ in range(60):
-        if hi - lo <= 1e-9 * max(hi, 1.0):
-            break
-        mid = (lo + hi) / 2
-        if ends(mid) is None:
-            lo = mid
-        else:
-            hi = mid
-    cuts = ends(hi)
-    assert cuts is not None
-    owner = np.empty(num_chunks, dtype=np.int64)
-    start = 0
-    for rank, end in enumerate(cuts):
-        owner[start:end] = rank
-        start = end
-    return owner
+    minimizing the largest range of ``time_weights``. Requires that a greedy fill under ``cap`` alone
+    covers every chunk."""
+    return contiguous_split(time_weights, num_ranks, cap_weights=cap_weights, cap=cap)

@@ -14,9 +14,8 @@ from collections.abc import Sequence
 from ..errors import NoFitError
 from ..problem import Problem
 from ..result import Plan
-from ..units import format_bytes
 from ..wave import WavePlan, best_wave
-from .split import split_item
+from .split import split_item, widest
 
 
 def greedy_plan(problem: Problem, layouts: Sequence[str], *, strategy: str = "greedy") -> Plan:
@@ -31,24 +30,9 @@ def greedy_plan(problem: Problem, layouts: Sequence[str], *, strategy: str = "gr
             waves.extend(split_item(problem, start, layouts))
             start += 1
             continue
-        width, best, failed = 1, first, None
-        while start + width < n:
-            trial = min(2 * width, n - start)
-            wave, _ = best_wave(problem, range(start, start + trial), layouts)
-            if wave is None:
-                failed = trial
-                break
-            width, best = trial, wave
-        if failed is not None:
-            lo, hi = width, failed
-            while hi - lo > 1:
-                mid = (lo + hi) // 2
-                wave, _ = best_wave(problem, range(start, start + mid), layouts)
-                if wave is None:
-                    hi = mid
-                else:
-                    lo, best = mid, wave
-            width = lo
+        width, best = widest(
+            lambda w, at=start: best_wave(problem, range(at, at + w), layouts)[0], first, n - start
+        )
         waves.append(best)
         start += width
     return Plan(strategy=strategy, waves=tuple(waves))
@@ -78,20 +62,3 @@ def cached_greedy_plan(problem: Problem, layouts: Sequence[str]) -> Plan:
 def full_sharing_plan(problem: Problem) -> Plan:
     """The greedy planner restricted to the memory-minimal layout (share every decision)."""
     return greedy_plan(problem, ("full",), strategy="full_sharing")
-
-
-def refusal(problem: Problem, item: int, lowest: WavePlan) -> NoFitError:
-    """The error for an item that fits no wave: its id, the busiest rank, the bytes and the budget."""
-    rank = lowest.busiest_rank
-    needed = lowest.peak_bytes
-    budget = problem.budget_bytes
-    item_id = problem.workload.items[item].id
-    return NoFitError(
-        f"item {item_id!r} does not fit: rank {rank} needs {needed:,} bytes ({format_bytes(needed)}) "
-        f"with its best layout ({lowest.layout_name}), over the budget of {budget:,} bytes "
-        f"({format_bytes(budget)})",
-        item=item_id,
-        rank=rank,
-        needed_bytes=needed,
-        budget_bytes=budget,
-    )
