@@ -1,9 +1,9 @@
 """Greedy planner and prefix-tree timings (issue 2's figures).
 
 ``python benchmarks/bench_greedy.py [--repeats N]`` prints a table and writes
-``benchmarks/results/greedy.json``: median and p90 wall time of the greedy exact planner (problem build included) on DESIGN.md's
-16-request GRPO wave and on 200K unique tokens at CP4, the tree build at growing sizes (time per token
-shows the linear scaling), and the bundled example's packed/logical tokens.
+``benchmarks/results/greedy.json``: median and p90 wall time of the greedy exact planner (problem
+build included) on DESIGN.md's 16-request GRPO wave and on 200K unique tokens at CP4, the tree build
+at growing sizes (time per token shows the scaling), and the bundled example's packed/logical tokens.
 """
 
 from __future__ import annotations
