@@ -121,7 +121,8 @@ def solve(
         if solver_stats is not None:
             stats = solver_stats
         if candidate is None:
-            outcomes.append((strategy, None, None, f"no solution ({stats.status})", time.perf_counter() - t0))
+            why = f"no solution ({solver_stats.status})" if solver_stats else "no solution within its time"
+            outcomes.append((strategy, None, None, why, time.perf_counter() - t0))
             continue
         t_verify = time.perf_counter()
         try:

@@ -310,6 +310,8 @@ def test_cli_layers_and_phase_price_the_truncated_model(tmp_path):
     than the cold one, which is lower than the full 40-layer model's."""
     workload = tmp_path / "w.jsonl"
     workload.write_text(to_jsonl(unique_workload(4, 40_000)))
+    greedy_only = tmp_path / "greedy.toml"  # the plan whose ownership `predict` reproduces
+    greedy_only.write_text('name = "greedy-only"\ntime_budget_s = 10\nstrategies = ["greedy"]\n')
     peaks = {}
     for key, extra in {
         "8w": ["--layers", "8", "--phase", "warm"],
@@ -318,6 +320,7 @@ def test_cli_layers_and_phase_price_the_truncated_model(tmp_path):
     }.items():
         out = tmp_path / f"{key}.json"
         args = ["plan", str(workload), "--model", MODEL, "--topology", "cp=2", "--memory", "500GB"]
+        args += ["--solver", str(greedy_only)]
         assert main([*args, *extra, "--output", str(out), "--quiet"]) == 0
         plan = json.loads(out.read_text())
         peaks[key] = max(r["peak_bytes"] for w in plan["waves"] for r in w["ranks"])

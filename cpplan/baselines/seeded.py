@@ -5,7 +5,8 @@ together. For every proposed wave this strategy keeps the cheaper of two fitting
 the baseline laid it out and owned it, and the wave under cpplan's own candidate layouts with its
 balanced contiguous ownership. A wave that fits in neither version is split: its items are refilled in
 order into the widest waves that fit (an item too large for any wave takes the split path). The
-cheapest seeded plan is returned.
+cheapest seeded plan is returned. Under a wall-clock budget (profiles that are not deterministic) it
+starts seeds only within its share of the time left, so CP-SAT, which runs after it, keeps the rest.
 
 So a baseline plan that fits the budget is never cheaper than what the portfolio chooses, and one
 that does not fit is turned into one that does instead of being run into an out-of-memory error.
@@ -13,6 +14,7 @@ that does not fit is turned into one that does instead of being run into an out-
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 from ..planners.split import split_item
@@ -22,12 +24,13 @@ from ..wave import WavePlan, best_wave
 from . import axolotl, megatron, prefix_grouper, trl, verl
 from .base import Baseline
 
+# Cheapest and most often useful first: a time-limited run keeps the seeds it reached.
 SEEDS: tuple[Baseline, ...] = (
+    prefix_grouper.BASELINE,
     verl.BASELINE,
     axolotl.BASELINE,
     trl.BASELINE,
     megatron.BASELINE,
-    prefix_grouper.BASELINE,
 )
 
 
@@ -72,8 +75,14 @@ def _refill(problem: Problem, items: Sequence[int], layouts: Sequence[str]) -> l
     return waves
 
 
-def seeded_plan(problem: Problem, layouts: Sequence[str]) -> Plan:
-    """The cheapest repaired baseline plan."""
+def seeded_plan(problem: Problem, layouts: Sequence[str], *, stop_at: float | None = None) -> Plan | None:
+    """The cheapest repaired baseline plan. With ``stop_at`` (a ``time.perf_counter()`` instant) no
+    seed is started after it, and ``None`` is returned when none was; without it every seed runs, so
+    the answer is the same on every run."""
     cache: dict = {}
-    plans = [repair(problem, seed.plan(problem), layouts, cache) for seed in SEEDS]
-    return min(plans, key=lambda p: p.cost_s)
+    plans = []
+    for seed in SEEDS:
+        if stop_at is not None and time.perf_counter() >= stop_at:
+            break
+        plans.append(repair(problem, seed.plan(problem), layouts, cache))
+    return min(plans, key=lambda p: p.cost_s) if plans else None

@@ -6,6 +6,7 @@ Each strategy named in a solver profile is looked up here. Backends register the
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 from ..problem import Problem
@@ -34,10 +35,17 @@ register("greedy", _greedy)
 register("full_sharing", _full_sharing)
 
 
-def _seeded(problem: Problem, profile: SolverProfile, deadline: float) -> tuple[Plan, None]:
+SEEDED_SHARE = 0.5
+"""The share of the time left that the seeded strategy may start seeds in, under a wall-clock budget."""
+
+
+def _seeded(problem: Problem, profile: SolverProfile, deadline: float) -> tuple[Plan | None, None]:
     from ..baselines.seeded import seeded_plan
 
-    return seeded_plan(problem, profile.greedy.layouts), None
+    if profile.deterministic:
+        return seeded_plan(problem, profile.greedy.layouts), None
+    now = time.perf_counter()
+    return seeded_plan(problem, profile.greedy.layouts, stop_at=now + SEEDED_SHARE * (deadline - now)), None
 
 
 register("seeded", _seeded)
