@@ -312,8 +312,8 @@ def test_an_answer_failing_re_evaluation_is_rejected(monkeypatch):
     assert honest.solution is not None and honest.stage_s["verify"] >= 0.0
     original = CompiledModel.evaluate
 
-    def broken(self, assignment, shared):
-        return dataclasses.replace(original(self, assignment, shared), feasible=False)
+    def broken(self, assignment, shared, columns=None):
+        return dataclasses.replace(original(self, assignment, shared, columns), feasible=False)
 
     monkeypatch.setattr(CompiledModel, "evaluate", broken)
     rejected = solve(compiled, load_solver("deterministic").cpsat, time_limit_s=None, deterministic=True)
