@@ -319,13 +319,15 @@ def test_solver_plans_verify_with_mixed_flags(seed):
 @pytest.mark.parametrize("cp", [1, 4])
 def test_greedy_hint_is_complete_and_never_beaten_by_the_answer(cp):
     """The runtime path hints every variable of the model with the greedy plan's values (the time
-    variables of the objective included), and the solver's answer is never worse than that hint."""
+    variables of the objective and the exact-column choices included: every wave takes its column),
+    and the solver's answer is never worse than that hint."""
     problem = problem_of(tiny_grpo(7, items_per_prompt=False), cp=cp, memory_bytes=int(2.6 * GIB))
     greedy = greedy_plan(problem, ("full", "none"))
     space = build_space(problem, extra_specs=("full", "none"))
-    compiled = compile_model(problem, space, greedy.num_waves)
+    columns = plan_columns(problem, space, greedy.num_waves, greedy)
+    compiled = compile_model(problem, space, greedy.num_waves, columns)
     values = greedy_values(compiled, space, greedy)
-    assert values.feasible
+    assert values.feasible and all(g is not None for g in values.columns)
     compiled.add_hint(values)
     proto = compiled.model.proto
     assert sorted(proto.solution_hint.vars) == list(range(len(proto.variables)))

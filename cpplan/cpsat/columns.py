@@ -41,7 +41,8 @@ from .scaling import Scaling
 
 @dataclass(frozen=True, kw_only=True, eq=False)
 class Column:
-    """A priced wave that fits, and its slowest-rank time in model time units (rounded up)."""
+    """A priced wave that fits, its items (ascending), the slots it may take, and its slowest-rank
+    time in model time units (rounded up)."""
 
     wave: WavePlan
     items: tuple[int, ...]
