@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+import time
 from pathlib import Path
 
 import numpy as np
@@ -13,18 +14,19 @@ import pytest
 
 from cpplan import Item, Request, Topology, Workload, load_model, load_solver
 from cpplan.cpsat import CompiledModel, build_space, compile_model, realize, solve
+from cpplan.cpsat.columns import columns_with_items
 from cpplan.cpsat.memory import memory_rows
 from cpplan.cpsat.realize import chunk_weights, wave_masks, widest_weight_cap
 from cpplan.cpsat.scaling import SCALING
 from cpplan.cpsat.solve import Solution
 from cpplan.evaluator import price
 from cpplan.ownership import CHUNK_TOKENS
-from cpplan.planners.cpsat import greedy_values
-from cpplan.planners.greedy import greedy_plan
+from cpplan.planners.cpsat import compile_for, cpsat_planner, greedy_values, plan_columns
+from cpplan.planners.greedy import full_sharing_plan, greedy_plan
 from cpplan.problem import Problem
 from cpplan.quantities import NUM_QUANTITIES, QUANTITY_INDEX
 from cpplan.serialize import plan_to_dict
-from cpplan.synthetic import grpo, long_tail
+from cpplan.synthetic import agent_trees, grpo, long_tail
 from cpplan.verify import verify_plan
 
 MODEL_PATH = Path(__file__).parent / "data" / "qwen36_uncalibrated.toml"
@@ -52,7 +54,8 @@ def tiny_grpo(seed: int, *, items_per_prompt: bool = True):
 
 def enumerate_plans(compiled):
     """Every plan of the model's decision space: items in waves (used first, item i in a wave <= i),
-    every local layout, every subset of cross-node sharing decisions."""
+    every local layout, every subset of cross-node sharing decisions, and in every wave whose items are
+    exactly an exact column's (at one of the column's slots) the choice of taking that column or not."""
     space, num_waves = compiled.space, compiled.num_waves
     num_items = len(space.items)
     pairs = [
@@ -68,7 +71,19 @@ def enumerate_plans(compiled):
         for layouts in itertools.product(*[range(len(item.layouts)) for item in space.items]):
             for bits in itertools.product((False, True), repeat=len(pairs)):
                 shared = {p for p, b in zip(pairs, bits, strict=True) if b}
-                yield compiled.evaluate(list(zip(waves, layouts, strict=True)), shared)
+                assignment = list(zip(waves, layouts, strict=True))
+                for taken in itertools.product(*column_options(compiled, waves)):
+                    yield compiled.evaluate(assignment, shared, taken)
+
+
+def column_options(compiled, waves):
+    """Per wave slot: ``None`` (modelled) and every exact column with exactly the slot's items."""
+    options = []
+    for w in range(compiled.num_waves):
+        items = [i for i, ww in enumerate(waves) if ww == w]
+        found = columns_with_items(compiled.columns, items) if items else []
+        options.append([None, *(g for g in found if w in compiled.columns[g].slots)])
+    return options
 
 
 def brute_force_optimum(compiled) -> int | None:
@@ -79,21 +94,40 @@ def brute_force_optimum(compiled) -> int | None:
     return best
 
 
+EDGE_CASES = [(3, 1, 2.5, False), (1, 2, 2.45, False), (0, 2, 2.55, True), (1, 4, 2.4, True)]
+
+
 @pytest.mark.parametrize(
     ("seed", "cp", "memory_gib", "per_prompt"),
-    [(0, 1, 2.9, True), (0, 1, 3.4, True), (1, 2, 2.7, True), (3, 4, 2.5, True), (4, 2, 2.7, False)],
+    [
+        (0, 1, 2.9, True),
+        (0, 1, 3.4, True),
+        (1, 2, 2.7, True),
+        (3, 4, 2.5, True),
+        (4, 2, 2.7, False),
+        *EDGE_CASES,
+    ],
 )
 def test_bound_is_a_true_lower_bound_of_the_model(seed, cp, memory_gib, per_prompt):
     """The bound CP-SAT reports never exceeds the model's optimum found by enumerating every plan of
-    the model (waves, local layouts, cross sharing) on tiny instances; when it claims optimality, its
-    objective is that optimum."""
+    the model (waves, local layouts, cross sharing, exact columns from the greedy and full-sharing
+    plans) on tiny instances; when it claims optimality, its objective is that optimum. The last cases
+    sit at the memory edge, where the conservative rows alone reject the greedy plan and only its
+    columns admit it: the enumerated optimum is then never above greedy's value in the model."""
     problem = problem_of(
         tiny_grpo(seed, items_per_prompt=per_prompt), cp=cp, memory_bytes=int(memory_gib * GIB)
     )
     space = build_space(problem)
-    compiled = compile_model(problem, space, 2)
+    greedy = greedy_plan(problem, ("full", "none"))
+    columns = plan_columns(problem, space, 2, greedy, full_sharing_plan(problem))
+    compiled = compile_model(problem, space, 2, columns)
     optimum = brute_force_optimum(compiled)
     assert optimum is not None
+    if (seed, cp, memory_gib, per_prompt) in EDGE_CASES:
+        assert greedy.num_waves <= 2
+        assert not greedy_values(compiled, space, greedy, as_columns=False).feasible
+        in_model = greedy_values(compiled, space, greedy)
+        assert in_model.feasible and optimum <= in_model.objective
     result = solve(compiled, load_solver("deterministic").cpsat, time_limit_s=None, deterministic=True)
     assert result.bound_s is not None
     assert result.bound_s <= SCALING.seconds(optimum) + 1e-9
@@ -285,13 +319,15 @@ def test_solver_plans_verify_with_mixed_flags(seed):
 @pytest.mark.parametrize("cp", [1, 4])
 def test_greedy_hint_is_complete_and_never_beaten_by_the_answer(cp):
     """The runtime path hints every variable of the model with the greedy plan's values (the time
-    variables of the objective included), and the solver's answer is never worse than that hint."""
+    variables of the objective and the exact-column choices included: every wave takes its column),
+    and the solver's answer is never worse than that hint."""
     problem = problem_of(tiny_grpo(7, items_per_prompt=False), cp=cp, memory_bytes=int(2.6 * GIB))
     greedy = greedy_plan(problem, ("full", "none"))
     space = build_space(problem, extra_specs=("full", "none"))
-    compiled = compile_model(problem, space, greedy.num_waves)
+    columns = plan_columns(problem, space, greedy.num_waves, greedy)
+    compiled = compile_model(problem, space, greedy.num_waves, columns)
     values = greedy_values(compiled, space, greedy)
-    assert values.feasible
+    assert values.feasible and all(g is not None for g in values.columns)
     compiled.add_hint(values)
     proto = compiled.model.proto
     assert sorted(proto.solution_hint.vars) == list(range(len(proto.variables)))
@@ -312,8 +348,8 @@ def test_an_answer_failing_re_evaluation_is_rejected(monkeypatch):
     assert honest.solution is not None and honest.stage_s["verify"] >= 0.0
     original = CompiledModel.evaluate
 
-    def broken(self, assignment, shared):
-        return dataclasses.replace(original(self, assignment, shared), feasible=False)
+    def broken(self, assignment, shared, columns=None):
+        return dataclasses.replace(original(self, assignment, shared, columns), feasible=False)
 
     monkeypatch.setattr(CompiledModel, "evaluate", broken)
     rejected = solve(compiled, load_solver("deterministic").cpsat, time_limit_s=None, deterministic=True)
@@ -359,3 +395,72 @@ def test_weighted_waves_stay_within_their_weight_cap():
                 assert weights[mine].sum() <= 1024 * cap_kib
                 assert wave.quantities[rank, QUANTITY_INDEX["segments"]] <= starts[mine].sum() + 1
     assert num_checked > 0, "no budget led the solver to a weighted wave"
+
+
+def edge_agent_problem(seed: int, memory_gib: float) -> Problem:
+    """Agent trees at CP2 on the fixture card, at a budget where greedy's waves sit at the memory edge."""
+    workload = agent_trees(num_trees=5, depth=3, branching=2, turn_tokens=(200, 800), seed=seed)
+    return problem_of(workload, cp=2, memory_bytes=int(memory_gib * GIB))
+
+
+def test_columns_admit_the_greedy_plan_at_the_memory_edge():
+    """Agent trees at CP2 and 6.5 GiB: greedy packs all five trees in one wave that the exact evaluator
+    accepts but the conservative per-rank rows reject, so the model without columns is infeasible.
+    With the greedy plan's waves as exact columns the greedy plan is a solution of the model (priced
+    no lower than its exact cost), the deterministic and runtime solves end optimal or feasible (never
+    unknown or infeasible), the objective is never above greedy's value in the model, and the realized
+    plan is never costlier than greedy and verifies."""
+    problem = edge_agent_problem(seed=1, memory_gib=6.5)
+    profile = load_solver("deterministic")
+    greedy = greedy_plan(problem, profile.greedy.layouts)
+    space, compiled = compile_for(problem, profile, greedy)
+    assert compiled.columns and not greedy_values(compiled, space, greedy, as_columns=False).feasible
+    plain = compile_model(problem, space, greedy.num_waves)
+    assert solve(plain, profile.cpsat, time_limit_s=None, deterministic=True).status == "infeasible"
+
+    in_model = greedy_values(compiled, space, greedy)
+    assert in_model.feasible
+    in_model_s = SCALING.seconds(in_model.objective)
+    assert greedy.cost_s <= in_model_s <= greedy.cost_s + 2e-6 * greedy.num_waves
+    result = solve(compiled, profile.cpsat, time_limit_s=None, deterministic=True)
+    assert result.status in ("optimal", "feasible") and result.solution is not None
+    assert result.objective_s <= in_model_s + 1e-9 and result.bound_s <= result.objective_s
+    plan = realize(problem, space, compiled.memory, result.solution, columns=compiled.columns)
+    assert plan.cost_s <= greedy.cost_s + 1e-12
+    verdict = verify_plan(plan_to_dict(problem, plan), problem.workload, problem.card, problem.budget_bytes)
+    assert verdict.valid, verdict.violations
+
+    runtime = load_solver("runtime").with_time_budget(2.0)
+    runtime_plan, stats = cpsat_planner(problem, runtime, time.perf_counter() + 2.0)
+    assert stats.status in ("optimal", "feasible") and runtime_plan is not None
+    assert runtime_plan.cost_s <= greedy.cost_s + 1e-12
+
+
+def test_a_slot_taking_a_column_realizes_exactly_that_wave():
+    """A wave slot that takes an exact column is realized as that column's priced wave itself (same
+    object: items, layout, ownership, quantities and cost unchanged, no re-packing or re-split), both
+    when every slot takes one (the greedy plan, hinted as its columns, realizes to exactly the greedy
+    plan) and in the solver's own answer at the memory edge."""
+    problem = edge_agent_problem(seed=0, memory_gib=4.25)
+    profile = load_solver("deterministic")
+    greedy = greedy_plan(problem, profile.greedy.layouts)
+    space, compiled = compile_for(problem, profile, greedy)
+    assert greedy.num_waves >= 3
+    values = greedy_values(compiled, space, greedy)
+    assert all(g is not None for g in values.columns)
+    solution = Solution(
+        assignment=values.assignment, shared=values.shared, cap=values.cap, columns=values.columns
+    )
+    plan = realize(problem, space, compiled.memory, solution, columns=compiled.columns)
+    assert [id(w) for w in plan.waves] == [id(w) for w in greedy.waves]
+    assert plan.cost_s == greedy.cost_s
+
+    problem = edge_agent_problem(seed=1, memory_gib=6.5)
+    greedy = greedy_plan(problem, profile.greedy.layouts)
+    space, compiled = compile_for(problem, profile, greedy)
+    result = solve(compiled, profile.cpsat, time_limit_s=None, deterministic=True)
+    taken = [(w, g) for w, g in enumerate(result.solution.columns) if g is not None]
+    assert taken, "the memory-edge instance should take a column"
+    plan = realize(problem, space, compiled.memory, result.solution, columns=compiled.columns)
+    for w, g in taken:
+        assert plan.waves[w] is compiled.columns[g].wave

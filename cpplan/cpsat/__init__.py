@@ -13,7 +13,14 @@ Decomposition (stated, as DESIGN.md allows):
    wave / envelope / rank memory floor in KiB (:mod:`~cpplan.cpsat.memory`), and minimizes per-wave
    overhead plus slowest-rank time (:mod:`~cpplan.cpsat.objective`). Integer units and rounding live
    in :mod:`~cpplan.cpsat.scaling` only.
-3. :func:`~cpplan.cpsat.realize.realize` packs each wave, assigns its chunks to ranks exactly (capped,
+   The per-rank bounds are conservative, so a wave the exact evaluator accepts at the memory edge can
+   break them. Known exact waves (the greedy plan's) therefore enter as *columns*
+   (:mod:`~cpplan.cpsat.columns`): each item is covered either by an ``x`` variable or by a taken
+   column, a slot taking a column holds nothing else, is exempt from the conservative rows and costs
+   the column's exact time (rounded up). The greedy plan is thus always a solution of the model, and
+   the proven bound is a lower bound of a model that contains it.
+3. :func:`~cpplan.cpsat.realize.realize` emits a slot that took a column as the column's own priced
+   wave, unchanged; it packs every other wave, assigns its chunks to ranks exactly (capped,
    time-balanced contiguous ranges, within the model's caps) and prices it with the numpy evaluator;
    :func:`solve` first re-evaluates the answer in plain Python, and the portfolio then verifies the
    realized plan independently.

@@ -14,7 +14,7 @@ their local roots under a cross parent p start ``z ≥ copies`` segments when p 
 
 Wave totals, linear in these variables: packed tokens, gradient tokens, loss tokens, attention
 pairs, segment starts (an upper bound of the packed segments) and time units (every node copy's
-seconds summed over ranks, plus segment time).
+seconds summed over ranks, plus segment time; a wave that takes an exact column counts nothing here).
 """
 
 from __future__ import annotations
@@ -169,7 +169,7 @@ def _totals(space: LayoutSpace, waves: WaveVars, c, st, z, num_ranks: int) -> Wa
         time_units.append(
             cp_model.LinearExpr.weighted_sum(time_vars, time_coefs)
             + space.segment_time_units * seg
-            + space.segment_time_units * (num_ranks - 1) * waves.used[w]
+            + space.segment_time_units * (num_ranks - 1) * waves.modelled[w]
         )
     packed_ub = sum(max(lay.tokens for lay in item.layouts) for item in space.items) + sum(
         node.length * node.max_copies for node in space.cross

@@ -8,6 +8,8 @@ tokens) is priced per chunk (``ceil(128 · bytes per token / 1 KiB)``), so round
 KiB per 128 tokens. Ranks are symmetric under the bounds of :mod:`cpplan.cpsat.ownership`, so one
 constraint per (wave, envelope) stands for every rank. A wave in the weighted mode uses the other form
 of its rows: ``static + weight_cap + (one segment) + Σ coef · (other bounds) ≤ B / safety``.
+A wave that takes an exact column (:mod:`cpplan.cpsat.columns`) is known to fit already: its rows
+are not enforced.
 """
 
 from __future__ import annotations
@@ -131,14 +133,20 @@ def needed_quantities(card: ResolvedCard) -> frozenset[str]:
 
 
 def add_memory(
-    model: cp_model.CpModel, rows: MemoryRows, ownership: OwnershipVars, used: list[cp_model.IntVar]
+    model: cp_model.CpModel,
+    rows: MemoryRows,
+    ownership: OwnershipVars,
+    used: list[cp_model.IntVar],
+    column: list[cp_model.IntVar | None] | None = None,
 ) -> dict[tuple[int, int], cp_model.IntVar]:
-    """One constraint per wave and envelope, enforced on used waves (in the weighted mode's form when
-    the wave takes it). Returns the rounding variables ``r[w, e] = ceil(fraction · tokens / 128)`` of
-    the exact-token (CP1) rows."""
+    """One constraint per wave and envelope, enforced on used waves that take no exact column
+    (``column[w]``, see :mod:`~cpplan.cpsat.columns`), in the weighted mode's form when the wave takes
+    it. Returns the rounding variables ``r[w, e] = ceil(fraction · tokens / 128)`` of the exact-token
+    (CP1) rows."""
     rounding: dict[tuple[int, int], cp_model.IntVar] = {}
     for w, bounds in enumerate(ownership.bounds):
         weighted = ownership.weighted[w]
+        active = [used[w]] if column is None or column[w] is None else [used[w], ~column[w]]
         for e in range(len(rows.static_kib)):
             if rows.exact_tokens:
                 whole, fraction = rows.per_token_kib[e]
@@ -151,14 +159,14 @@ def add_memory(
             load = folded + sum(coef * bounds[name] for name, coef in rows.per_unit_kib[e].items())
             row = model.add(rows.static_kib[e] + load <= rows.budget_kib)
             if weighted is None:
-                row.only_enforce_if(used[w])
+                row.only_enforce_if(active)
                 continue
-            row.only_enforce_if([used[w], ~weighted])
+            row.only_enforce_if([*active, ~weighted])
             others = sum(
                 coef * bounds[name] for name, coef in rows.per_unit_kib[e].items() if name != "segments"
             )
             model.add(
                 rows.static_kib[e] + ownership.weight_cap[w] + rows.weight_start_kib + others
                 <= rows.budget_kib
-            ).only_enforce_if([used[w], weighted])
+            ).only_enforce_if([*active, weighted])
     return rounding

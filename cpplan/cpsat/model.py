@@ -10,6 +10,9 @@
 :meth:`CompiledModel.evaluate` computes, in plain Python, the value every variable takes for a given
 assignment and cross-node sharing (the least values the constraints allow), the objective and
 whether every memory row holds: the complete hint, and the reference the tests check the solver by.
+
+Each slot may instead take one of the exact ``columns`` (:mod:`~cpplan.cpsat.columns`): known
+priced waves that fit, taken as they are, so that the greedy plan is always a solution of the model.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from ortools.sat.python import cp_model
 
 from ..ownership import CHUNK_TOKENS
 from ..problem import Problem
+from .columns import Column, ColumnVars, add_columns
 from .layout import LayoutVars, add_layout
 from .memory import MemoryRows, add_memory, memory_rows, needed_quantities
 from .objective import ObjectiveVars, add_objective
@@ -32,7 +36,10 @@ from .waves import WaveVars, add_waves
 @dataclass(frozen=True, kw_only=True)
 class ModelValues:
     """Values of a plan in the model: per item ``(wave, layout)``, shared cross nodes per wave,
-    per-wave totals, chunk caps and times, the objective (time units) and memory feasibility."""
+    per-wave totals, chunk caps and times, the objective (time units), memory feasibility, and per
+    wave the exact column it takes (``None``: none). A wave taking a column holds no modelled item:
+    its totals and ``time`` are zero, the objective adds the column's time, and the layout of its
+    items in ``assignment`` is ignored."""
 
     assignment: tuple[tuple[int, int], ...]
     shared: frozenset[tuple[int, int]]
@@ -49,6 +56,7 @@ class ModelValues:
     objective: int
     feasible: bool
     rank_kib: tuple[tuple[int, ...], ...] = field(default=())
+    columns: tuple[int | None, ...] = field(default=())
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -65,6 +73,8 @@ class CompiledModel:
     memory: MemoryRows
     rounding: dict[tuple[int, int], cp_model.IntVar]
     objective: ObjectiveVars
+    columns: tuple[Column, ...]
+    column_vars: ColumnVars
     needed: frozenset[str]
     fold_grad: bool
     fold_loss: bool
@@ -74,10 +84,18 @@ class CompiledModel:
         """CP ranks."""
         return self.problem.topology.cp
 
-    def evaluate(self, assignment: Sequence[tuple[int, int]], shared: set[tuple[int, int]]) -> ModelValues:
-        """Values for items placed at ``assignment[i] = (wave, layout)`` and cross nodes ``(k, w)`` in
-        ``shared`` shared. Waves must be used first and item i in a wave ``≤ i``."""
-        return _evaluate(self, assignment, frozenset(shared))
+    def evaluate(
+        self,
+        assignment: Sequence[tuple[int, int]],
+        shared: set[tuple[int, int]],
+        columns: Sequence[int | None] | None = None,
+    ) -> ModelValues:
+        """Values for items placed at ``assignment[i] = (wave, layout)``, cross nodes ``(k, w)`` in
+        ``shared`` shared, and wave w taking exact column ``columns[w]`` (``None``: none; the column's
+        items must be exactly the wave's). Waves must be used first and item i in a wave ``≤ i``."""
+        taken = tuple(columns) if columns is not None else (None,) * self.num_waves
+        assert len(taken) == self.num_waves
+        return _evaluate(self, assignment, frozenset(shared), taken)
 
     def add_hint(self, values: ModelValues) -> None:
         """Hint every variable with ``values``."""
@@ -88,7 +106,7 @@ class CompiledModel:
         for i, rows in enumerate(w_vars.x):
             for w, row in enumerate(rows):
                 for j, var in enumerate(row):
-                    m.add_hint(var, values.assignment[i] == (w, j))
+                    m.add_hint(var, values.assignment[i] == (w, j) and values.columns[w] is None)
         lay = self.layout
         for k in range(len(self.space.cross)):
             for w in range(self.num_waves):
@@ -101,6 +119,12 @@ class CompiledModel:
                     m.add_hint(lay.st[k][w], values.starts[(k, w)])
         for key, var in lay.z.items():
             m.add_hint(var, values.root_starts[key])
+        cols = self.column_vars
+        for (w, g), var in cols.take.items():
+            m.add_hint(var, values.columns[w] == g)
+        for w, var in enumerate(cols.col):
+            if var is not None:
+                m.add_hint(var, values.columns[w] is not None)
         own = self.ownership
         for w in range(self.num_waves):
             m.add_hint(own.chunks[w], values.chunks[w])
@@ -120,8 +144,11 @@ class CompiledModel:
                 m.add_hint(own.weight_cap[w], values.weight_cap[w])
 
 
-def compile_model(problem: Problem, space: LayoutSpace, num_waves: int) -> CompiledModel:
-    """Build the joint model over ``num_waves`` candidate waves."""
+def compile_model(
+    problem: Problem, space: LayoutSpace, num_waves: int, columns: tuple[Column, ...] = ()
+) -> CompiledModel:
+    """Build the joint model over ``num_waves`` candidate waves, with the exact ``columns`` (see
+    :mod:`~cpplan.cpsat.columns`) as options for every slot they may occupy."""
     assert num_waves >= 1
     assert problem.chunk_tokens == CHUNK_TOKENS, "the model counts ownership in 128-token chunks"
     model = cp_model.CpModel()
@@ -129,7 +156,8 @@ def compile_model(problem: Problem, space: LayoutSpace, num_waves: int) -> Compi
     card = problem.card
     needed = needed_quantities(card)
     fold_grad, fold_loss = space.all_grad, space.all_loss
-    waves = add_waves(model, space, num_waves)
+    column_vars = add_columns(model, num_waves, columns)
+    waves = add_waves(model, space, num_waves, columns, column_vars)
     layout = add_layout(model, space, waves, cp)
     rows = memory_rows(
         card,
@@ -150,8 +178,16 @@ def compile_model(problem: Problem, space: LayoutSpace, num_waves: int) -> Compi
         needed=needed,
         weights=weights,
     )
-    rounding = add_memory(model, rows, ownership, waves.used)
-    objective = add_objective(model, waves, layout.totals, cp, space.scaling.time(card.wave_overhead_s))
+    rounding = add_memory(model, rows, ownership, waves.used, column_vars.col)
+    objective = add_objective(
+        model,
+        waves,
+        layout.totals,
+        cp,
+        space.scaling.time(card.wave_overhead_s),
+        columns,
+        column_vars,
+    )
     return CompiledModel(
         problem=problem,
         space=space,
@@ -163,13 +199,15 @@ def compile_model(problem: Problem, space: LayoutSpace, num_waves: int) -> Compi
         memory=rows,
         rounding=rounding,
         objective=objective,
+        columns=columns,
+        column_vars=column_vars,
         needed=needed,
         fold_grad=fold_grad,
         fold_loss=fold_loss,
     )
 
 
-def _evaluate(compiled: CompiledModel, assignment, shared: frozenset) -> ModelValues:
+def _evaluate(compiled: CompiledModel, assignment, shared: frozenset, taken: tuple) -> ModelValues:
     space, num_waves, cp = compiled.space, compiled.num_waves, compiled.num_ranks
     index = space.cross_index
     used = [False] * num_waves
@@ -177,6 +215,11 @@ def _evaluate(compiled: CompiledModel, assignment, shared: frozenset) -> ModelVa
         assert 0 <= w <= i and w < num_waves, (i, w)
         used[w] = True
     assert all(used[w] or not any(used[w + 1 :]) for w in range(num_waves)), "used waves come first"
+    for w, g in enumerate(taken):
+        if g is not None:
+            items = tuple(i for i, (ww, _) in enumerate(assignment) if ww == w)
+            assert compiled.columns[g].items == items and w in compiled.columns[g].slots, (w, g, items)
+    modelled = [used[w] and taken[w] is None for w in range(num_waves)]
     copies: dict[tuple[int, int], int] = {}
     starts: dict[tuple[int, int], int] = {}
     root_starts: dict[tuple[int, int, int], int] = {}
@@ -192,6 +235,8 @@ def _evaluate(compiled: CompiledModel, assignment, shared: frozenset) -> ModelVa
 
     for item in space.items:
         w, j = assignment[item.item]
+        if not modelled[w]:
+            continue
         lay = item.layouts[j]
         add(
             w,
@@ -204,7 +249,7 @@ def _evaluate(compiled: CompiledModel, assignment, shared: frozenset) -> ModelVa
             segments=lay.fixed_starts,
         )
     for w in range(num_waves):
-        present = {i for i, (ww, _) in enumerate(assignment) if ww == w}
+        present = {i for i, (ww, _) in enumerate(assignment) if ww == w and modelled[w]}
         for k in reversed(range(len(space.cross))):
             node = space.cross[k]
             if not any(i >= w for i in node.items):
@@ -243,7 +288,7 @@ def _evaluate(compiled: CompiledModel, assignment, shared: frozenset) -> ModelVa
             ww, j = assignment[item.item]
             lay = item.layouts[j]
             for r, (_, p) in enumerate(item.roots):
-                value = lay.root_copies[r] if ww == w and (index[p], w) in shared else 0
+                value = lay.root_copies[r] if ww == w and modelled[w] and (index[p], w) in shared else 0
                 root_starts[(item.item, r, w)] = value
                 add(w, segments=value)
     chunks, caps, times, kib_rows, weighted, weight_caps = [], [], [], [], [], []
@@ -252,7 +297,7 @@ def _evaluate(compiled: CompiledModel, assignment, shared: frozenset) -> ModelVa
     objective = 0
     for w in range(num_waves):
         t = totals[w]
-        t["time_units"] += space.segment_time_units * (t["segments"] + (cp - 1) * used[w])
+        t["time_units"] += space.segment_time_units * (t["segments"] + (cp - 1) * modelled[w])
         chunk = -(-t["packed_tokens"] // CHUNK_TOKENS)
         cap = chunk if cp == 1 else -(-chunk // cp)
         time = -(-t["time_units"] // cp)
@@ -278,9 +323,11 @@ def _evaluate(compiled: CompiledModel, assignment, shared: frozenset) -> ModelVa
         by_chunks = max(kib) <= rows.budget_kib
         weighted.append(by_weight and not by_chunks)
         weight_caps.append(weight_cap)
-        if used[w] and not (by_chunks or by_weight):
+        if modelled[w] and not (by_chunks or by_weight):
             feasible = False
         objective += compiled.objective.overhead_units * used[w] + time
+        if taken[w] is not None:
+            objective += compiled.columns[taken[w]].time_units
     return ModelValues(
         assignment=tuple(tuple(a) for a in assignment),
         shared=shared,
@@ -297,6 +344,7 @@ def _evaluate(compiled: CompiledModel, assignment, shared: frozenset) -> ModelVa
         objective=objective,
         feasible=feasible,
         rank_kib=tuple(kib_rows),
+        columns=taken,
     )
 
 

@@ -5,7 +5,9 @@ solver shared them, local decision nodes as the item's chosen local layout). Its
 :func:`~cpplan.cpsat.ownership.capped_split`, with the largest per-rank cap the integer memory rows
 still admit for the realized wave (never below the solver's cap), and the wave is priced exactly by
 :func:`cpplan.wave.price_wave`; an uncapped balanced ownership replaces it when that fits and is
-cheaper. The portfolio verifies the result like any other candidate.
+cheaper. A wave that took an exact column (:mod:`cpplan.cpsat.columns`) is not re-packed or re-split:
+it is the column's own priced wave; a modelled wave whose items are exactly a column's is replaced by
+the column's wave when that is cheaper. The portfolio verifies the result like any other candidate.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from ..ownership import ChunkStats, chunk_stats
 from ..problem import Problem
 from ..result import Plan
 from ..wave import WavePlan, price_wave
+from .columns import Column, columns_with_items
 from .memory import MemoryRows
 from .ownership import capped_split, weight_capped_split
 from .solve import Solution
@@ -44,18 +47,31 @@ def wave_masks(
 
 
 def realize(
-    problem: Problem, space: LayoutSpace, rows: MemoryRows, solution: Solution, *, alternatives: bool = True
+    problem: Problem,
+    space: LayoutSpace,
+    rows: MemoryRows,
+    solution: Solution,
+    *,
+    alternatives: bool = True,
+    columns: tuple[Column, ...] = (),
 ) -> Plan:
-    """The solution as a plan of exactly priced waves.
+    """The solution as a plan of exactly priced waves; a wave that took an exact column is that
+    column's priced wave, unchanged (``columns`` are the compiled model's).
 
     The capped split always respects the model's per-rank bounds. With ``alternatives`` the
     uncapped contiguous ownerships of :func:`cpplan.wave.price_wave` are priced too, and one of them
     replaces the capped split when it fits and is cheaper (the model prices a wave by its rank average,
-    so the exact evaluator is the better judge of balance)."""
+    so the exact evaluator is the better judge of balance); so does a column holding exactly the wave's
+    items."""
     cp = problem.topology.cp
     time_coef = problem.card.time_coefficients()
     waves: list[WavePlan] = []
     for w, (items, mask) in wave_masks(problem, space, solution).items():
+        g = solution.column(w)
+        if g is not None:
+            assert columns[g].items == tuple(items), (w, g)
+            waves.append(columns[g].wave)
+            continue
         layout = problem.pack(items, mask)
         stats = chunk_stats(layout, problem.chunk_tokens)
         time_weights = stats.quantity_matrix() @ time_coef
@@ -74,6 +90,9 @@ def realize(
                 not wave.fits(problem.budget_bytes) or other.cost_s < wave.cost_s
             ):
                 wave = other
+        for g in columns_with_items(columns, items) if alternatives else ():  # same items, known wave
+            if not wave.fits(problem.budget_bytes) or columns[g].wave.cost_s < wave.cost_s:
+                wave = columns[g].wave
         waves.append(wave)
     return Plan(strategy="cpsat", waves=tuple(waves))
 

@@ -27,13 +27,19 @@ _SEARCH_START = re.compile(r"Starting search at ([0-9.]+)s")
 @dataclass(frozen=True, kw_only=True)
 class Solution:
     """What the solver chose: per item ``(wave, layout)``, shared cross nodes ``(k, w)``, per-wave chunk
-    caps, and (where the model has it) whether a wave takes the weighted mode and its weight cap."""
+    caps, (where the model has it) whether a wave takes the weighted mode and its weight cap, and per
+    wave the exact column it takes (``None``: none; empty: no wave takes one)."""
 
     assignment: tuple[tuple[int, int], ...]
     shared: frozenset[tuple[int, int]]
     cap: tuple[int, ...]
     weighted: tuple[bool, ...] = ()
     weight_cap: tuple[int, ...] = ()
+    columns: tuple[int | None, ...] = ()
+
+    def column(self, wave: int) -> int | None:
+        """The exact column wave ``wave`` takes, or ``None``."""
+        return self.columns[wave] if self.columns else None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -126,7 +132,7 @@ def solve(
         gap = max(0.0, (objective - bound) / objective) if objective > 0 else 0.0
         solution = _solution(compiled, solver)
         t0 = time.perf_counter()
-        values = compiled.evaluate(solution.assignment, set(solution.shared))
+        values = compiled.evaluate(solution.assignment, set(solution.shared), solution.columns or None)
         verify_s = time.perf_counter() - t0
         if not values.feasible or scaling.seconds(values.objective) > objective + 1e-9:
             name, solution = "rejected: the answer fails its plain-Python re-evaluation", None
@@ -152,11 +158,19 @@ def solve(
 
 
 def _solution(compiled: CompiledModel, solver: cp_model.CpSolver) -> Solution:
+    columns: list[int | None] = [None] * compiled.num_waves
+    by_column: dict[int, tuple[int, int]] = {}
+    for (w, g), var in compiled.column_vars.take.items():
+        if solver.boolean_value(var):
+            columns[w] = g
+            by_column.update((i, (w, 0)) for i in compiled.columns[g].items)
     assignment = []
-    for rows in compiled.waves.x:
+    for i, rows in enumerate(compiled.waves.x):
         chosen = [
             (w, j) for w, row in enumerate(rows) for j, var in enumerate(row) if solver.boolean_value(var)
         ]
+        if i in by_column:
+            chosen.append(by_column[i])
         assert len(chosen) == 1
         assignment.append(chosen[0])
     lay = compiled.layout
@@ -171,5 +185,10 @@ def _solution(compiled: CompiledModel, solver: cp_model.CpSolver) -> Solution:
     weighted = tuple(v is not None and solver.boolean_value(v) for v in own.weighted)
     weight_cap = tuple(int(solver.value(v)) if v is not None else 0 for v in own.weight_cap)
     return Solution(
-        assignment=tuple(assignment), shared=shared, cap=cap, weighted=weighted, weight_cap=weight_cap
+        assignment=tuple(assignment),
+        shared=shared,
+        cap=cap,
+        weighted=weighted,
+        weight_cap=weight_cap,
+        columns=tuple(columns),
     )

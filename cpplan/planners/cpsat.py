@@ -1,5 +1,8 @@
-"""The CP-SAT strategy: the joint wave / layout / ownership model of :mod:`cpplan.cpsat`, hinted with
-the greedy plan, solved within what is left of the portfolio's deadline, realized and priced.
+"""The CP-SAT strategy: the joint wave / layout / ownership model of :mod:`cpplan.cpsat`, with the
+greedy plan's waves as exact columns (:mod:`cpplan.cpsat.columns`) and the greedy plan, taken as those
+columns, as the complete hint; solved within what is left of the portfolio's deadline, realized and
+priced. The greedy plan is therefore always a solution of the model, whatever its conservative
+per-rank bounds say about waves at the memory edge.
 
 Stages (reported in ``SolverStats.stage_s``): ``build`` (decision space, model and hint), ``presolve``
 and ``search`` (CP-SAT), ``realize`` (packing, chunk ownership and exact pricing of the solution); the
@@ -12,6 +15,7 @@ from __future__ import annotations
 import time
 
 from ..cpsat import build_space, compile_model, realize, solve
+from ..cpsat.columns import Column, columns_with_items, make_columns
 from ..cpsat.model import CompiledModel, ModelValues
 from ..cpsat.space import LayoutSpace
 from ..problem import Problem
@@ -33,17 +37,37 @@ def reserve_s(problem: Problem) -> float:
     return MARGIN_S + MARGIN_S_PER_TOKEN * tokens
 
 
-def greedy_values(compiled: CompiledModel, space: LayoutSpace, plan: Plan) -> ModelValues:
-    """The model's values of a greedy-style plan (items in ascending waves, one spec per wave)."""
+def plan_columns(problem: Problem, space: LayoutSpace, num_waves: int, *plans: Plan) -> tuple[Column, ...]:
+    """The waves of ``plans`` (each fits: every strategy prices its waves exactly) as exact columns."""
+    return make_columns((plan.waves for plan in plans), space.scaling, problem.budget_bytes, num_waves)
+
+
+def greedy_values(
+    compiled: CompiledModel, space: LayoutSpace, plan: Plan, *, as_columns: bool = True
+) -> ModelValues:
+    """The model's values of a greedy-style plan (items in ascending waves, one spec per wave). With
+    ``as_columns`` each wave takes the exact column with its items where the model has one; without,
+    the plan is judged by the conservative rows alone."""
     problem = compiled.problem
     assignment: list[tuple[int, int]] = [(0, 0)] * problem.num_items
     shared: set[tuple[int, int]] = set()
+    taken: list[int | None] = [None] * compiled.num_waves
     for w, wave in enumerate(plan.waves):
         mask = problem.share_mask(wave.layout_name)
         for i in wave.items:
             assignment[i] = (w, space.items[i].layout_of(mask))
         shared.update((k, w) for k, node in enumerate(space.cross) if mask[node.node])
-    return compiled.evaluate(assignment, shared)
+        found = columns_with_items(compiled.columns, wave.items) if as_columns else []
+        taken[w] = next((g for g in found if w in compiled.columns[g].slots), None)
+    return compiled.evaluate(assignment, shared, taken)
+
+
+def compile_for(problem: Problem, profile: SolverProfile, greedy: Plan) -> tuple[LayoutSpace, CompiledModel]:
+    """The decision space and the joint model for ``problem``: the greedy plan's wave count (plus the
+    profile's extra waves) and its waves as exact columns."""
+    space = build_space(problem, extra_specs=tuple(profile.greedy.layouts))
+    num_waves = greedy.num_waves + profile.cpsat.max_extra_waves
+    return space, compile_model(problem, space, num_waves, plan_columns(problem, space, num_waves, greedy))
 
 
 def cpsat_planner(
@@ -60,8 +84,7 @@ def cpsat_planner(
         return None, SolverStats(status="skipped: the greedy plan splits an item (not modelled)")
     if not profile.deterministic and deadline - time.perf_counter() - reserve < MIN_SEARCH_S:
         return None, SolverStats(status="skipped: no time left", stage_s={"build": 0.0})
-    space = build_space(problem, extra_specs=tuple(profile.greedy.layouts))
-    compiled = compile_model(problem, space, greedy.num_waves + params.max_extra_waves)
+    space, compiled = compile_for(problem, profile, greedy)
     if params.hint:
         compiled.add_hint(greedy_values(compiled, space, greedy))
     build_s = time.perf_counter() - started
@@ -73,7 +96,7 @@ def cpsat_planner(
     plan = None
     if result.solution is not None:
         t0 = time.perf_counter()
-        plan = realize(problem, space, compiled.memory, result.solution)
+        plan = realize(problem, space, compiled.memory, result.solution, columns=compiled.columns)
         stage_s["realize"] = time.perf_counter() - t0
     stats = SolverStats(
         status=result.status,

@@ -1,0 +1,120 @@
+"""Exact wave columns: known-feasible priced waves the joint model may take as they are.
+
+The joint model's per-rank memory bounds are conservative (whole chunks, every segment a rank might
+touch), so a wave the exact evaluator accepts at the very edge of memory can be infeasible in them.
+A *column* is such a wave, already priced exactly (a :class:`~cpplan.wave.WavePlan` that fits): its
+items, layout, chunk ownership, per-rank quantities, peaks and time are known.
+
+A column comes from a plan, and its slot is its position in that plan (waves ordered by their lowest
+item, so the slot never exceeds its lowest item: the model's symmetry breaking holds). For every
+column g and each of its slots w, a boolean ``take[w, g]`` says "wave w is exactly column g". (Letting
+every column take any slot up to its lowest item would admit more mixed plans, but its relaxation
+after presolve is far weaker: on agent trees at CP2 and 40 GiB the proven bound fell from 8.67 s to
+6.04 s.) Columns enter the model as a set partition, not as a switch on the conservative rows (which
+would relax them by big-M terms and ruin the proven bound):
+
+- every item is covered exactly once: by one ``x[i, w, l]`` (:mod:`~cpplan.cpsat.waves`) or by one
+  ``take[w, g]`` of a column holding it;
+- ``col[w] = Σ_g take[w, g] ≤ 1``; a slot taking a column holds no ``x`` item, so its layout totals,
+  chunks and rank-average time are zero (its ``cp - 1`` boundary segments are charged only to slots
+  without a column), and its conservative memory rows are not enforced (:mod:`~cpplan.cpsat.memory`);
+- the objective adds ``Σ take[w, g] · time[g]``: the column's exact slowest-rank time, rounded up to
+  time units so the model never under-states it; the slot's ``used[w]`` adds the wave overhead as for
+  any wave.
+
+Realization (:func:`~cpplan.cpsat.realize.realize`) emits a slot's column as its own priced wave,
+unchanged. So every plan made of columns (the greedy plan among them) is a feasible solution of the
+model, priced no lower than its exact cost, and the proven bound is a lower bound of a model that
+contains it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from ortools.sat.python import cp_model
+
+from ..wave import WavePlan
+from .scaling import Scaling
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class Column:
+    """A priced wave that fits, its items (ascending), the slots it may take, and its slowest-rank
+    time in model time units (rounded up)."""
+
+    wave: WavePlan
+    items: tuple[int, ...]
+    slots: tuple[int, ...]
+    time_units: int
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class ColumnVars:
+    """``take[(w, g)]`` per allowed (slot, column) pair and ``col[w]`` per slot (``None`` when no
+    column may occupy slot w)."""
+
+    take: dict[tuple[int, int], cp_model.IntVar]
+    col: list[cp_model.IntVar | None]
+
+
+def make_columns(
+    plans: Iterable[Sequence[WavePlan]], scaling: Scaling, budget_bytes: int, num_waves: int
+) -> tuple[Column, ...]:
+    """Columns of the fitting waves of ``plans`` (each a sequence of waves), none from a plan that
+    splits an item: one per item set (the cheapest wave given, first on ties), in the order first seen,
+    with every slot (position in a plan, below ``num_waves``) at which it was seen."""
+    best: dict[tuple[int, ...], WavePlan] = {}
+    slots: dict[tuple[int, ...], list[int]] = {}
+    for plan in plans:
+        if any(wave.split for wave in plan):
+            continue
+        ordered = sorted(plan, key=lambda wave: min(wave.items))
+        for w, wave in enumerate(ordered[:num_waves]):
+            assert wave.fits(budget_bytes), "a column must be a wave the exact evaluator accepts"
+            items = tuple(sorted(wave.items))
+            if items not in best or wave.cost_s < best[items].cost_s:
+                best[items] = wave
+            if w not in slots.setdefault(items, []):
+                slots[items].append(w)
+    return tuple(
+        Column(
+            wave=wave,
+            items=items,
+            slots=tuple(sorted(slots[items])),
+            time_units=scaling.time(float(wave.prices.time_s.max())),
+        )
+        for items, wave in best.items()
+    )
+
+
+def add_columns(model: cp_model.CpModel, num_waves: int, columns: tuple[Column, ...]) -> ColumnVars:
+    """``take`` for every allowed (slot, column) pair and ``col`` per slot (see the module docstring);
+    :func:`~cpplan.cpsat.waves.add_waves` ties them to the items."""
+    take: dict[tuple[int, int], cp_model.IntVar] = {}
+    for g, column in enumerate(columns):
+        for w in column.slots:
+            assert w <= column.items[0] and w < num_waves, (w, column.items)
+            take[(w, g)] = model.new_bool_var(f"take[{w},{g}]")
+    col: list[cp_model.IntVar | None] = []
+    for w in range(num_waves):
+        here = [var for (ww, _), var in take.items() if ww == w]
+        if not here:
+            col.append(None)
+            continue
+        var = model.new_bool_var(f"col[{w}]")
+        model.add(var == sum(here))
+        col.append(var)
+    return ColumnVars(take=take, col=col)
+
+
+def covering(columns: tuple[Column, ...], column_vars: ColumnVars, item: int) -> list[cp_model.IntVar]:
+    """The ``take`` literals of the columns that hold ``item``."""
+    return [var for (_, g), var in column_vars.take.items() if item in columns[g].items]
+
+
+def columns_with_items(columns: tuple[Column, ...], items: Iterable[int]) -> list[int]:
+    """Indices of the columns whose item set is ``items``."""
+    key = tuple(sorted(items))
+    return [g for g, column in enumerate(columns) if column.items == key]
