@@ -270,25 +270,16 @@ def _rank_sums(owner, seg_of, pos, grad, loss, cp: int) -> dict[str, np.ndarray]
     keep = (run_owner >= 0) & (run_owner < cp)
     keys = pos + 1
     per_token = {
-        "tokens": None,
+        "tokens": np.ones_like(pos),
         "grad_tokens": grad,
         "loss_tokens": loss,
         "attn_pairs": keys,
-        "grad_attn_pairs": None if grad.all() else keys * grad,
+        "grad_attn_pairs": keys * grad,
     }
-    for name in _SUMMED:
-        values = per_token[name]
-        if name == "tokens" or (values is grad and grad.all()) or (values is loss and loss.all()):
-            run_sums = np.diff(bounds)
-        elif values is None:
-            run_sums = None
-        else:
-            prefix = np.concatenate([[0], np.cumsum(values, dtype=np.int64)])
-            run_sums = prefix[bounds[1:]] - prefix[bounds[:-1]]
-        if run_sums is None:
-            sums[name] = sums["attn_pairs"].copy()
-        else:
-            np.add.at(sums[name], run_owner[keep], run_sums[keep])
+    for name, values in per_token.items():
+        prefix = np.concatenate([[0], np.cumsum(values, dtype=np.int64)])
+        run_sums = prefix[bounds[1:]] - prefix[bounds[:-1]]
+        np.add.at(sums[name], run_owner[keep], run_sums[keep])
     # Distinct (rank, segment) pairs: one per run of tokens with the same owner and segment.
     change = np.flatnonzero((owner[1:] != owner[:-1]) | (seg_of[1:] != seg_of[:-1])) + 1
     starts = np.concatenate([[0], change])

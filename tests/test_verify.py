@@ -85,3 +85,28 @@ def test_over_budget_is_caught(planned):
     verdict = verify_plan(data, problem.workload, problem.card, 2 * 2**30)
     assert not verdict.valid
     assert any("exceeds the budget of 2,147,483,648 bytes" in v for v in verdict.violations)
+
+
+def test_rank_sums_equal_a_mask_per_rank():
+    """The verifier's run-based per-rank sums equal the plain definition (one boolean mask per rank):
+    tokens, gradient and loss tokens, attention pairs (position + 1 per token) and distinct segments."""
+    import numpy as np
+
+    from cpplan.verify import _rank_sums
+
+    rng = np.random.default_rng(11)
+    for _ in range(50):
+        num_tokens, cp = int(rng.integers(1, 400)), int(rng.integers(1, 5))
+        owner = np.repeat(rng.integers(0, cp, num_tokens // 7 + 1), 7)[:num_tokens]
+        seg_of = np.sort(rng.integers(0, 9, num_tokens))
+        pos = rng.integers(0, 1000, num_tokens)
+        grad, loss = rng.random(num_tokens) < 0.7, rng.random(num_tokens) < 0.5
+        sums = _rank_sums(owner, seg_of, pos, grad, loss, cp)
+        for r in range(cp):
+            mine = owner == r
+            assert sums["tokens"][r] == mine.sum()
+            assert sums["grad_tokens"][r] == (mine & grad).sum()
+            assert sums["loss_tokens"][r] == (mine & loss).sum()
+            assert sums["attn_pairs"][r] == (pos[mine] + 1).sum()
+            assert sums["grad_attn_pairs"][r] == (pos[mine & grad] + 1).sum()
+            assert sums["segments"][r] == len(set(seg_of[mine].tolist()))
