@@ -30,7 +30,6 @@ from .result import Plan
 from .suites import Case, sharegpt_available, suite
 from .topology import Topology
 from .units import parse_bytes
-from .wave import local_tokens
 
 CPPLAN = "cpplan"
 DEFAULT_MODEL = "qwen3.6-35b-a3b"
@@ -60,13 +59,6 @@ class Row:
     note: str = ""
 
 
-def busiest_over_mean(plan: Plan) -> float:
-    """Over the whole step: the sum of each wave's busiest-rank tokens over the sum of its mean."""
-    busiest = sum(float(local_tokens(w).max()) for w in plan.waves)
-    mean = sum(float(local_tokens(w).mean()) for w in plan.waves)
-    return busiest / max(mean, 1e-9)
-
-
 def _row(case: Case, problem: Problem, memory: str, planner: str, plan: Plan, times, strategy: str) -> Row:
     ooms = find_ooms(problem, plan)
     verdict = check(problem, plan)
@@ -84,7 +76,7 @@ def _row(case: Case, problem: Problem, memory: str, planner: str, plan: Plan, ti
         num_waves=plan.num_waves,
         packed_tokens=plan.packed_tokens,
         logical_tokens=plan.logical_tokens,
-        busiest_over_mean=busiest_over_mean(plan),
+        busiest_over_mean=plan.busiest_over_mean,
         num_oom_waves=len({o.wave for o in ooms}),
         worst_oom=str(worst) if worst else "",
         strategy=strategy,

@@ -124,9 +124,19 @@ class Problem:
         mask = self.share_mask(spec_or_mask) if isinstance(spec_or_mask, str) else spec_or_mask
         return pack(self.tree, self.item_requests(items), mask, self.request_grad, self.request_loss)
 
+    @cached_property
+    def request_tokens(self) -> np.ndarray:
+        """Tokens of each tree request."""
+        return np.array([s.size for s in self.tree.sequences], dtype=np.int64)
+
+    @cached_property
+    def _item_tokens(self) -> np.ndarray:
+        total = np.concatenate([[0], np.cumsum(self.request_tokens)])
+        return total[self.item_ptr[1:]] - total[self.item_ptr[:-1]]
+
     def logical_tokens(self, items) -> int:
         """Unpacked tokens of the given items."""
-        return int(sum(self.workload.items[i].num_tokens for i in items))
+        return int(self._item_tokens[np.asarray(list(items), dtype=np.int64)].sum())
 
 
 def check_static_floor(card: ResolvedCard, memory_bytes: int) -> None:

@@ -41,6 +41,14 @@ class Plan:
         """The largest predicted rank peak over all waves."""
         return max(w.peak_bytes for w in self.waves)
 
+    @property
+    def busiest_over_mean(self) -> float:
+        """Rank imbalance over the step: the sum of each wave's busiest-rank local tokens over the sum
+        of its mean."""
+        busiest = sum(float(local_tokens(w).max()) for w in self.waves)
+        mean = sum(float(local_tokens(w).mean()) for w in self.waves)
+        return busiest / max(mean, 1e-9)
+
 
 @dataclass(frozen=True, kw_only=True)
 class Candidate:
@@ -119,10 +127,4 @@ def dp_rank_of(wave_index: int, dp: int) -> int:
     return wave_index % dp
 
 
-def imbalance(wave: WavePlan) -> float:
-    """Busiest rank's local tokens over the mean."""
-    tokens = local_tokens(wave)
-    return float(tokens.max() / max(tokens.mean(), 1e-9)) if tokens.size else 1.0
-
-
-__all__ = ["Candidate", "Plan", "PlanResult", "SolverStats", "dp_rank_of", "imbalance"]
+__all__ = ["Candidate", "Plan", "PlanResult", "SolverStats", "dp_rank_of"]

@@ -59,11 +59,6 @@ class CpSatResult:
     stage_s: dict[str, float] = field(default_factory=dict)
     solution: Solution | None = None
 
-    @property
-    def has_solution(self) -> bool:
-        """The solver found a feasible assignment."""
-        return self.solution is not None
-
 
 def model_size(model: cp_model.CpModel) -> tuple[int, int, int]:
     """Booleans, other integer variables and constraints of a model."""

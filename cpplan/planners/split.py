@@ -53,7 +53,7 @@ def best_piece(
     lowest-peak one seen."""
     fitting: WavePlan | None = None
     lowest: WavePlan | None = None
-    logical = int(sum(problem.tree.sequences[r].size for r in requests.tolist()))
+    logical = int(problem.request_tokens[requests].sum())
     for spec in layouts:
         layout = pack(
             problem.tree, requests, problem.share_mask(spec), problem.request_grad, problem.request_loss
