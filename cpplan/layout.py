@@ -91,7 +91,6 @@ class PackedLayout:
         segment_ids = np.repeat(np.arange(self.num_segments, dtype=np.int64), lengths)
         within = np.arange(self.packed_tokens, dtype=np.int64) - np.repeat(self.seg_offset, lengths)
         position_ids = np.repeat(self.seg_position, lengths) + within
-        src = np.repeat(self.seg_src, lengths)
         input_ids = np.empty(self.packed_tokens, dtype=np.int64)
         for s in range(self.num_segments):
             lo = int(self.seg_offset[s])
@@ -99,7 +98,6 @@ class PackedLayout:
             input_ids[lo : lo + int(lengths[s])] = tree.sequences[int(self.seg_src[s])][
                 pos : pos + int(lengths[s])
             ]
-        del src
         return {
             "input_ids": input_ids,
             "position_ids": position_ids,
@@ -109,12 +107,17 @@ class PackedLayout:
 
     def readback(self, k: int) -> np.ndarray:
         """Packed indices that read the wave's k-th request back, in token order."""
-        chain = self.chain(k)
-        starts = self.seg_offset[chain]
-        lengths = self.seg_length[chain]
-        return np.repeat(starts - np.cumsum(np.concatenate([[0], lengths[:-1]])), lengths) + np.arange(
-            int(lengths.sum()), dtype=np.int64
-        )
+        return chain_positions(self.seg_offset, self.seg_length, self.chain(k))
+
+
+def chain_positions(seg_offset: np.ndarray, seg_length: np.ndarray, segments: np.ndarray) -> np.ndarray:
+    """The packed positions of ``segments``' tokens, segment after segment (a request's read-back
+    indices when ``segments`` is its chain; every request's, concatenated, for all chains)."""
+    lengths = seg_length[segments]
+    run_start = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+    return np.repeat(seg_offset[segments] - run_start, lengths) + np.arange(
+        int(lengths.sum()), dtype=np.int64
+    )
 
 
 def pack(

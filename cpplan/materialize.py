@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .errors import InputError
+from .layout import chain_positions
 from .ownership import CHUNK_TOKENS
 from .result import Plan, PlanResult
 from .wave import WavePlan
@@ -521,9 +522,7 @@ def _readback(layout) -> tuple[np.ndarray, np.ndarray]:
     lengths = layout.seg_length[segs]
     per_request = np.add.reduceat(lengths, layout.request_ptr[:-1]) if segs.size else lengths
     ptr = np.concatenate([[0], np.cumsum(per_request)]).astype(np.int64)
-    run_start = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
-    index = np.repeat(layout.seg_offset[segs] - run_start, lengths) + np.arange(int(ptr[-1]), dtype=np.int64)
-    return index, ptr
+    return chain_positions(layout.seg_offset, layout.seg_length, segs), ptr
 
 
 __all__ = ["RankBatch", "materialize", "materialize_wave"]
