@@ -15,7 +15,22 @@ from .ownership import CHUNK_TOKENS
 from .topology import Topology
 from .tree import PrefixTree
 from .units import format_bytes
-from .workload import Workload
+from .workload import Item, Workload
+
+
+def check_context(
+    item: Item, max_context: int, *, source: str | None, line: int | None, field_prefix: str = ""
+) -> None:
+    """Raise :class:`InputError` for the first request of ``item`` longer than the model's context."""
+    for k, request in enumerate(item.requests):
+        if request.num_tokens > max_context:
+            raise InputError(
+                f"item {item.id!r} request {k} has {request.num_tokens} tokens, more than the "
+                f"model's maximum context of {max_context}",
+                file=source,
+                line=line,
+                field=f"{field_prefix}requests[{k}].tokens",
+            )
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -58,15 +73,14 @@ class Problem:
         card = model.resolve(topology, num_layers=num_layers, phase=phase)
         sequences, item_of, index_of, grad, loss, ptr = [], [], [], [], [], [0]
         for i, item in enumerate(workload.items):
+            check_context(
+                item,
+                card.max_context,
+                source=workload.source,
+                line=workload.line_of(i),
+                field_prefix=f"items[{i}].",
+            )
             for k, request in enumerate(item.requests):
-                if request.num_tokens > card.max_context:
-                    raise InputError(
-                        f"item {item.id!r} request {k} has {request.num_tokens} tokens, more than the "
-                        f"model's maximum context of {card.max_context}",
-                        file=workload.source,
-                        line=workload.line_of(i),
-                        field=f"items[{i}].requests[{k}].tokens",
-                    )
                 sequences.append(request.tokens)
                 item_of.append(i), index_of.append(k)
                 grad.append(request.grad), loss.append(request.output in ("loss", "logits"))

@@ -26,7 +26,7 @@ from typing import Any
 
 from ..errors import InputError
 from .readers import Cursor
-from .windows import WindowResult
+from .windows import WindowResult, plan_figures
 
 MANIFEST = "manifest.json"
 WINDOWS = "windows.jsonl"
@@ -79,15 +79,7 @@ def _append(path: Path, text: str) -> int:
 def _zero_totals() -> dict[str, Any]:
     totals: dict[str, Any] = dict.fromkeys(ADDITIVE, 0)
     totals.update(cost_s=0.0, max_local_tokens=0, mean_local_tokens=0.0, peak_bytes=0)
-    totals["baseline"] = {
-        "waves": 0,
-        "logical_tokens": 0,
-        "packed_tokens": 0,
-        "cost_s": 0.0,
-        "max_local_tokens": 0,
-        "mean_local_tokens": 0.0,
-        "items_unplaced": 0,
-    }
+    totals["baseline"] = {**plan_figures(None), "items_unplaced": 0}
     return totals
 
 

@@ -16,7 +16,7 @@ from ..api import solve
 from ..card import ModelCard, Phase, ResolvedCard
 from ..errors import InputError, NoFitError
 from ..planners.greedy import greedy_plan
-from ..problem import Problem
+from ..problem import Problem, check_context
 from ..profile import SolverProfile
 from ..result import Plan
 from ..serialize import strip_timing, wave_to_dict
@@ -95,18 +95,6 @@ def _parse(record: Record, ctx: PackContext) -> Item:
             ]
         return item_from_record(data, ctx.source, record.line)
     return conversation_item(record.payload, load_tokenizer(ctx.tokenizer), ctx.source, record.line)
-
-
-def _check_lengths(item: Item, card: ResolvedCard, ctx: PackContext, line: int) -> None:
-    for k, request in enumerate(item.requests):
-        if request.num_tokens > card.max_context:
-            raise InputError(
-                f"item {item.id!r} request {k} has {request.num_tokens} tokens, more than the model's "
-                f"maximum context of {card.max_context}",
-                file=ctx.source,
-                line=line,
-                field=f"requests[{k}].tokens",
-            )
 
 
 def _known_id(record: Record) -> str | None:
@@ -222,7 +210,7 @@ def plan_window(job: WindowJob, ctx: PackContext) -> WindowResult:
             rejects.append(_reject(record, _known_id(record), "input", str(exc)))
             continue
         try:
-            _check_lengths(item, card, ctx, record.line)
+            check_context(item, card.max_context, source=ctx.source, line=record.line)
         except InputError as exc:
             rejects.append(_reject(record, item.id, "input", str(exc)))
             continue
