@@ -17,10 +17,10 @@ from pathlib import Path
 import numpy as np
 
 import cpplan
+from cpplan.bench.synthetic import grpo, long_tail
 from cpplan.planners.greedy import greedy_plan
-from cpplan.problem import Problem
-from cpplan.synthetic import grpo, long_tail
-from cpplan.tree import PrefixTree
+from cpplan.pricing.problem import Problem
+from cpplan.pricing.tree import PrefixTree
 
 RESULTS = Path(__file__).parent / "results"
 LAYOUTS = ("full", "none", "min_span:512")

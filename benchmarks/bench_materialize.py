@@ -19,9 +19,11 @@ import statistics
 import time
 from pathlib import Path
 
-from cpplan import Plan, Problem, Topology, load_model, materialize, materialize_wave, synthetic
-from cpplan.attention_mask import TreeMask
-from cpplan.wave import price_wave
+from cpplan import Plan, Problem, Topology, load_model, materialize_wave
+from cpplan.bench import synthetic
+from cpplan.pricing.wave import price_wave
+from cpplan.runtime import materialize
+from cpplan.runtime.attention_mask import TreeMask
 
 CP = 8
 

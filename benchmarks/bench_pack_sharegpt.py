@@ -31,8 +31,8 @@ from rich.table import Table
 
 from cpplan import Topology
 from cpplan.pack import load_tokenizer, pack, read_records
+from cpplan.pack.console import imbalance
 from cpplan.pack.conversations import conversation_item
-from cpplan.pack.summary import imbalance
 
 TARGET_S = 120.0
 SETTINGS = {"model": "qwen3.6-35b-a3b", "topology": Topology(cp=4), "memory_bytes": 80 * 2**30}

@@ -27,16 +27,16 @@ import numpy as np
 
 import cpplan
 from cpplan import Topology, load_model, load_solver
+from cpplan.bench.synthetic import agent_trees, grpo, long_tail
 from cpplan.cpsat import SCALING
-from cpplan.planners.cpsat import compile_for, cpsat_planner, greedy_values
+from cpplan.planners.cpsat_strategy import compile_for, cpsat_planner, greedy_values
 from cpplan.planners.greedy import full_sharing_plan, greedy_plan
-from cpplan.problem import Problem
-from cpplan.result import Plan
-from cpplan.serialize import plan_to_dict
-from cpplan.synthetic import agent_trees, grpo, long_tail
-from cpplan.verify import verify_plan
-from cpplan.wave import local_tokens
-from cpplan.workload import Workload
+from cpplan.pricing.problem import Problem
+from cpplan.pricing.result import Plan
+from cpplan.pricing.serialize import plan_to_dict
+from cpplan.pricing.wave import local_tokens
+from cpplan.spec.workload import Workload
+from cpplan.verifier.plan_check import verify_plan
 
 GIB = 2**30
 MODEL = "qwen3.6-35b-a3b"

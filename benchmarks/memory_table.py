@@ -1,8 +1,8 @@
 """Predicted per-rank peaks for the reference measurements and for CP4 at 8 and 40 layers.
 
-Every number is priced through the real pipeline (:func:`cpplan.measurements.predict`: Problem.build,
-full-sharing packing, the planner's CP ownership, the shipped card) on the reference workload: ten
-unique requests, 195,000 tokens, one wave. Writes ``docs/memory.md`` (markdown) and a JSON file, and
+Every number is priced through the real pipeline (:func:`cpplan.calibration.measurements.predict`:
+Problem.build, full-sharing packing, the planner's CP ownership, the shipped card) on the reference workload:
+ten unique requests, 195,000 tokens, one wave. Writes ``docs/memory.md`` (markdown) and a JSON file, and
 prints the markdown.
 
     python benchmarks/memory_table.py [--output docs/memory.md] [--json docs/memory.json]
@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from cpplan import Topology, load_model
-from cpplan.measurements import GB, predict, read_measurements
+from cpplan.calibration.measurements import GB, predict, read_measurements
 
 ROOT = Path(__file__).resolve().parent.parent
 MEASUREMENTS = ROOT / "tests" / "data" / "measurements.csv"

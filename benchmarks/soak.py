@@ -26,10 +26,10 @@ from pathlib import Path
 import numpy as np
 
 import cpplan
-from cpplan.layout import pack
-from cpplan.problem import Problem
-from cpplan.synthetic import agent_trees, grpo, long_tail
-from cpplan.wave import price_wave
+from cpplan.bench.synthetic import agent_trees, grpo, long_tail
+from cpplan.pricing.layout import pack
+from cpplan.pricing.problem import Problem
+from cpplan.pricing.wave import price_wave
 
 MODELS = ("qwen3-8b", "qwen3.6-35b-a3b")
 TOPOLOGIES = ("cp=1", "cp=2", "cp=4", "tp=2,cp=2")

@@ -1,16 +1,16 @@
 """cpplan: a declarative CP-SAT planner for packed, context-parallel LLM training waves."""
 
-from .api import build_problem, plan, solve, verify
-from .card import ModelCard, ResolvedCard, available_models, load_model
-from .errors import CpplanError, InputError, NoFitError, UnsupportedTopologyError
-from .materialize import RankBatch, materialize, materialize_wave
-from .problem import Problem
-from .profile import SolverProfile, available_solvers, load_solver
-from .result import Candidate, Plan, PlanResult, SolverStats
-from .topology import Topology
-from .tree import PrefixTree
-from .verify import Verification
-from .workload import Item, Request, Workload
+from cpplan.api import build_problem, plan, solve, verify
+from cpplan.errors import CpplanError, InputError, NoFitError, UnsupportedTopologyError
+from cpplan.pricing.problem import Problem
+from cpplan.pricing.result import Candidate, Plan, PlanResult, SolverStats
+from cpplan.pricing.tree import PrefixTree
+from cpplan.runtime.materialize import RankBatch, materialize, materialize_wave
+from cpplan.spec.card import ModelCard, ResolvedCard, available_models, load_model
+from cpplan.spec.profile import SolverProfile, available_solvers, load_solver
+from cpplan.spec.topology import Topology
+from cpplan.spec.workload import Item, Request, Workload
+from cpplan.verifier.plan_check import Verification
 
 __all__ = [
     "Candidate",

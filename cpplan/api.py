@@ -8,17 +8,17 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from .card import ModelCard, Phase, load_model
-from .errors import CpplanError, InputError, NoFitError
-from .planners import PLANNERS, Planner
-from .problem import Problem, check_static_floor
-from .profile import SolverProfile, load_solver
-from .result import Candidate, Plan, PlanResult, SolverStats
-from .serialize import plan_to_dict
-from .topology import Topology
-from .units import parse_bytes
-from .verify import Verification, verify_plan
-from .workload import Workload
+from cpplan.errors import CpplanError, InputError, NoFitError
+from cpplan.planners import PLANNERS, Planner
+from cpplan.pricing.problem import Problem, check_static_floor
+from cpplan.pricing.result import Candidate, Plan, PlanResult, SolverStats
+from cpplan.pricing.serialize import plan_to_dict
+from cpplan.spec.card import ModelCard, Phase, load_model
+from cpplan.spec.profile import SolverProfile, load_solver
+from cpplan.spec.topology import Topology
+from cpplan.spec.units import parse_bytes
+from cpplan.spec.workload import Workload
+from cpplan.verifier.plan_check import Verification, verify_plan
 
 DISAGREEMENT_TOLERANCE = 0.05
 """Relative gap between a solver's objective and the verified price above which the result notes it."""

@@ -14,8 +14,8 @@ import argparse
 import torch
 
 import cpplan
-from cpplan import synthetic
-from cpplan.reference_model import (
+from cpplan.bench import synthetic
+from cpplan.runtime.reference_model import (
     ReferenceConfig,
     ReferenceLM,
     batch_loss,

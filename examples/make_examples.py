@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from cpplan.synthetic import grpo, to_jsonl
+from cpplan.bench.synthetic import grpo, to_jsonl
 
 HERE = Path(__file__).parent
 

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 import cpplan
-from cpplan.synthetic import grpo
-from cpplan.workload import Item, Request, Workload
+from cpplan.bench.synthetic import grpo
+from cpplan.spec.workload import Item, Request, Workload
 
 
 def make_workload(*sequences_per_item: list[list[int]], grad: bool = True) -> Workload:
@@ -63,8 +63,8 @@ def rng() -> np.random.Generator:
 def middle_budget(workload: Workload, model: cpplan.ModelCard, cp: int) -> int:
     """A per-rank budget between the largest single item's full-sharing peak and the whole workload's:
     every item fits alone, but not all together (so plans need several waves)."""
-    from cpplan.problem import Problem
-    from cpplan.wave import best_wave
+    from cpplan.pricing.problem import Problem
+    from cpplan.pricing.wave import best_wave
 
     problem = Problem.build(workload, topology=cpplan.Topology(cp=cp), model=model, memory_bytes=2**60)
     single = max(best_wave(problem, [i], ("full",))[0].peak_bytes for i in range(workload.num_items))

@@ -10,7 +10,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from cpplan import Item, Plan, PrefixTree, Problem, Request, Topology, Workload, load_model
-from cpplan.wave import price_wave
+from cpplan.pricing.wave import price_wave
 
 LAYOUTS = ("full", "none", "depth:1", "depth:2", "min_span:3")
 

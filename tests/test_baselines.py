@@ -6,16 +6,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cpplan import Topology, load_model, load_solver, synthetic
+from cpplan import Topology, load_model, load_solver
 from cpplan.api import build_problem, solve
 from cpplan.baselines import BASELINES, per_gpu_token_capacity, run, token_capacity
 from cpplan.baselines.binpack import best_fit_decreasing, first_fit_decreasing, karmarkar_karp
-from cpplan.baselines.ownership import zigzag, zigzag_token_owner
 from cpplan.baselines.prefix_grouper import groups
-from cpplan.baselines.seeded import repair
+from cpplan.baselines.shard_rules import zigzag, zigzag_token_owner
+from cpplan.bench import synthetic
 from cpplan.errors import NoFitError
-from cpplan.ownership import chunk_stats
-from cpplan.workload import Item, Request, Workload
+from cpplan.planners.seeded import repair
+from cpplan.pricing.ownership import chunk_stats
+from cpplan.spec.workload import Item, Request, Workload
 
 MODEL = load_model("qwen3.6-35b-a3b")
 
@@ -221,7 +222,7 @@ def test_seeded_strategy_wins_where_greedy_loses_and_is_reproducible():
     """On long-tail sequences at CP2 verl's Karmarkar-Karp waves beat the in-order greedy planner (a
     better balanced split of the same number of waves); the portfolio's seeded strategy takes them,
     and planning twice gives the same plan bytes."""
-    from cpplan.serialize import dumps, result_to_dict, strip_timing
+    from cpplan.pricing.serialize import dumps, result_to_dict, strip_timing
 
     problem = _problem(_small_workloads()["long_tail"], 2, "5GiB")
     greedy = BASELINES["cpplan_greedy"].plan(problem)

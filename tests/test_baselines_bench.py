@@ -8,9 +8,16 @@ import json
 import numpy as np
 import pytest
 
-from cpplan.bench import Row, headline
+from cpplan.bench.runner import Row, headline
+from cpplan.bench.suites import (
+    conversation_item,
+    grpo_ratio,
+    iter_json_array,
+    sharegpt,
+    suite,
+    word_ids,
+)
 from cpplan.cli import main
-from cpplan.suites import conversation_item, grpo_ratio, iter_json_array, sharegpt, suite, word_ids
 
 
 def test_grpo_ratio_splits_requests_in_the_given_ratio():

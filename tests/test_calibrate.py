@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from cpplan import InputError, Topology, load_model
-from cpplan.calibrate import calibrate, render_calibration, replace_calibration
-from cpplan.card import available_models, load_card_file
+from cpplan.calibration.fit import calibrate, render_calibration, replace_calibration
+from cpplan.calibration.measurements import COLUMNS, GB, file_sha256, predict, read_measurements
 from cpplan.cli import main
-from cpplan.measurements import COLUMNS, GB, file_sha256, predict, read_measurements
+from cpplan.spec.card import available_models, load_card_file
 
 DATA = Path(__file__).parent / "data"
 REFERENCE = DATA / "measurements.csv"

@@ -13,21 +13,21 @@ import numpy as np
 import pytest
 
 from cpplan import Item, Request, Topology, Workload, load_model, load_solver
+from cpplan.bench.synthetic import agent_trees, grpo, long_tail
 from cpplan.cpsat import CompiledModel, build_space, compile_model, realize, solve
 from cpplan.cpsat.columns import columns_with_items
 from cpplan.cpsat.memory import memory_rows
 from cpplan.cpsat.realize import chunk_weights, wave_masks, widest_weight_cap
 from cpplan.cpsat.scaling import SCALING
 from cpplan.cpsat.solve import Solution
-from cpplan.evaluator import price
-from cpplan.ownership import CHUNK_TOKENS
-from cpplan.planners.cpsat import compile_for, cpsat_planner, greedy_values, plan_columns
+from cpplan.planners.cpsat_strategy import compile_for, cpsat_planner, greedy_values, plan_columns
 from cpplan.planners.greedy import full_sharing_plan, greedy_plan
-from cpplan.problem import Problem
-from cpplan.quantities import NUM_QUANTITIES, QUANTITY_INDEX
-from cpplan.serialize import plan_to_dict
-from cpplan.synthetic import agent_trees, grpo, long_tail
-from cpplan.verify import verify_plan
+from cpplan.pricing.evaluator import price
+from cpplan.pricing.ownership import CHUNK_TOKENS
+from cpplan.pricing.problem import Problem
+from cpplan.pricing.serialize import plan_to_dict
+from cpplan.spec.quantities import NUM_QUANTITIES, QUANTITY_INDEX
+from cpplan.verifier.plan_check import verify_plan
 
 MODEL_PATH = Path(__file__).parent / "data" / "qwen36_uncalibrated.toml"
 MODEL = load_model(MODEL_PATH)

@@ -13,13 +13,13 @@ import pytest
 
 from cpplan import Item, Request, Topology, Workload, load_model, load_solver
 from cpplan.api import solve
-from cpplan.planners.cpsat import cpsat_planner
-from cpplan.problem import Problem
-from cpplan.profile import GreedyParams
-from cpplan.result import Plan, SolverStats
-from cpplan.serialize import strip_timing
-from cpplan.synthetic import agent_trees, grpo, long_tail, to_jsonl
-from cpplan.wave import price_wave
+from cpplan.bench.synthetic import agent_trees, grpo, long_tail, to_jsonl
+from cpplan.planners.cpsat_strategy import cpsat_planner
+from cpplan.pricing.problem import Problem
+from cpplan.pricing.result import Plan, SolverStats
+from cpplan.pricing.serialize import strip_timing
+from cpplan.pricing.wave import price_wave
+from cpplan.spec.profile import GreedyParams
 
 MODEL_PATH = Path(__file__).parent / "data" / "qwen36_uncalibrated.toml"
 MODEL = load_model(MODEL_PATH)

@@ -22,8 +22,8 @@ import pytest
 
 import cpplan
 from cpplan import Item, Request, Topology, Workload
-from cpplan.distributed import plan_digest
-from cpplan.wave import price_wave
+from cpplan.pricing.wave import price_wave
+from cpplan.runtime.distributed import plan_digest
 
 TIMEOUT_S = 240
 VOCAB = 16
@@ -53,7 +53,7 @@ def _worker(rank: int, world: int, port: int, out: Path) -> None:
     import torch
     import torch.distributed as dist
 
-    from cpplan.distributed import PlanMismatchError, agree_on_plan
+    from cpplan.runtime.distributed import PlanMismatchError, agree_on_plan
 
     torch.set_num_threads(1)
     dist.init_process_group(
@@ -96,10 +96,10 @@ def _cp_run(plan, workload: Workload, rank: int) -> dict:
     import torch
     import torch.distributed as dist
 
-    from cpplan.attention_mask import TreeMask
-    from cpplan.distributed import kv_all_gather
-    from cpplan.materialize import materialize_wave
-    from cpplan.reference_model import ReferenceConfig, ReferenceLM, batch_loss, run_wave
+    from cpplan.runtime.attention_mask import TreeMask
+    from cpplan.runtime.distributed import kv_all_gather
+    from cpplan.runtime.materialize import materialize_wave
+    from cpplan.runtime.reference_model import ReferenceConfig, ReferenceLM, batch_loss, run_wave
 
     batch = cpplan.materialize(plan, workload, wave=0, rank=rank)
     torch.manual_seed(0)

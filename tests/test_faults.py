@@ -11,14 +11,14 @@ import pytest
 
 import cpplan
 from cpplan.api import solve
+from cpplan.bench.synthetic import grpo
 from cpplan.planners import PLANNERS
 from cpplan.planners.greedy import greedy_plan
-from cpplan.problem import Problem
-from cpplan.result import Plan, SolverStats
-from cpplan.serialize import plan_to_dict
-from cpplan.synthetic import grpo
-from cpplan.verify import verify_plan
-from cpplan.wave import price_wave
+from cpplan.pricing.problem import Problem
+from cpplan.pricing.result import Plan, SolverStats
+from cpplan.pricing.serialize import plan_to_dict
+from cpplan.pricing.wave import price_wave
+from cpplan.verifier.plan_check import verify_plan
 
 CARD = cpplan.load_model("qwen3-8b")
 
@@ -213,8 +213,8 @@ def test_cli_survives_a_faulty_backend(tmp_path, monkeypatch, capsys):
     candidates in the plan JSON record the failure."""
     import json
 
+    from cpplan.bench.synthetic import to_jsonl
     from cpplan.cli import main
-    from cpplan.synthetic import to_jsonl
 
     def raising(problem, profile, deadline):
         raise RuntimeError("CP-SAT crashed")

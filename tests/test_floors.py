@@ -13,13 +13,13 @@ from hypothesis import strategies as st
 
 import cpplan
 from cpplan import Topology, UnsupportedTopologyError, load_model
-from cpplan.card import available_models
+from cpplan.bench.synthetic import to_jsonl
+from cpplan.calibration.measurements import predict, predict_row, read_measurements, unique_workload
 from cpplan.cli import main
 from cpplan.errors import InputError
-from cpplan.evaluator import price
-from cpplan.measurements import predict, predict_row, read_measurements, unique_workload
-from cpplan.quantities import QUANTITIES, QUANTITY_INDEX
-from cpplan.synthetic import to_jsonl
+from cpplan.pricing.evaluator import price
+from cpplan.spec.card import available_models
+from cpplan.spec.quantities import QUANTITIES, QUANTITY_INDEX
 
 DATA = Path(__file__).parent / "data"
 REFERENCE = DATA / "measurements.csv"

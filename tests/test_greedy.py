@@ -7,8 +7,8 @@ import pytest
 import cpplan
 from cpplan import NoFitError, Topology
 from cpplan.planners.greedy import full_sharing_plan, greedy_plan
-from cpplan.problem import Problem
-from cpplan.wave import best_wave
+from cpplan.pricing.problem import Problem
+from cpplan.pricing.wave import best_wave
 from tests.conftest import middle_budget
 
 LAYOUTS = ("full", "none", "min_span:512")

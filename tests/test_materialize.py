@@ -12,11 +12,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import cpplan
-from cpplan import InputError, Item, Request, Workload, synthetic
-from cpplan.layout import pack
-from cpplan.materialize import materialize_wave
-from cpplan.serialize import plan_to_dict, result_to_dict
-from cpplan.wave import price_wave
+from cpplan import InputError, Item, Request, Workload
+from cpplan.bench import synthetic
+from cpplan.pricing.layout import pack
+from cpplan.pricing.serialize import plan_to_dict, result_to_dict
+from cpplan.pricing.wave import price_wave
+from cpplan.runtime.materialize import materialize_wave
 from tests.prefix_trees import LAYOUTS, build_problem, hand_plan, prefix_workloads
 
 SETTINGS = settings(max_examples=40, deadline=None)

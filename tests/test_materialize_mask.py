@@ -8,15 +8,15 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cpplan import synthetic
-from cpplan.attention_mask import (
+from cpplan.bench import synthetic
+from cpplan.runtime.attention_mask import (
     TreeMask,
     ancestor_table,
     flex_attention_available,
     segment_depths,
     tree_mask,
 )
-from cpplan.materialize import materialize_wave
+from cpplan.runtime.materialize import materialize_wave
 from tests.prefix_trees import LAYOUTS, build_problem, hand_plan, prefix_workloads
 
 

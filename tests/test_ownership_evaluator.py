@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 
 import cpplan
-from cpplan.evaluator import price
-from cpplan.layout import pack, share_mask
-from cpplan.ownership import chunk_stats, contiguous_split, owned_ranges, rank_quantities
-from cpplan.problem import Problem
-from cpplan.quantities import QUANTITIES, QUANTITY_INDEX
-from cpplan.tree import PrefixTree
+from cpplan.pricing.evaluator import price
+from cpplan.pricing.layout import pack, share_mask
+from cpplan.pricing.ownership import chunk_stats, contiguous_split, owned_ranges, rank_quantities
+from cpplan.pricing.problem import Problem
+from cpplan.pricing.tree import PrefixTree
+from cpplan.spec.quantities import QUANTITIES, QUANTITY_INDEX
 
 
 def packed(seqs, spec="full", grad=None):
@@ -132,7 +132,7 @@ def test_cp_ranks_priced_on_local_tokens(small_grpo, qwen36):
     checkpoint bytes, and its peak is below the CP1 peak."""
     one = Problem.build(small_grpo, topology=cpplan.Topology(cp=1), model=qwen36, memory_bytes=10**12)
     four = Problem.build(small_grpo, topology=cpplan.Topology(cp=4), model=qwen36, memory_bytes=10**12)
-    from cpplan.wave import price_wave
+    from cpplan.pricing.wave import price_wave
 
     items = list(range(small_grpo.num_items))
     w1 = price_wave(one, items, one.pack(items, "full"), "full")

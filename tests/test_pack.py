@@ -16,14 +16,14 @@ import numpy as np
 import pytest
 
 from cpplan import Topology, load_model
+from cpplan.bench.synthetic import grpo, to_jsonl
 from cpplan.cli import main
 from cpplan.pack import load_tokenizer, pack, read_manifest
 from cpplan.pack.conversations import conversation_item
-from cpplan.problem import Problem
-from cpplan.synthetic import grpo, to_jsonl
-from cpplan.verify import verify_plan
-from cpplan.wave import best_wave
-from cpplan.workload import Workload, parse_item_line
+from cpplan.pricing.problem import Problem
+from cpplan.pricing.wave import best_wave
+from cpplan.spec.workload import Workload, parse_item_line
+from cpplan.verifier.plan_check import verify_plan
 
 DATA = Path(__file__).parent / "data"
 SHAREGPT = DATA / "sharegpt_tiny.json"

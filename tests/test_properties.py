@@ -13,15 +13,15 @@ from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
 import cpplan
-from cpplan.evaluator import price
-from cpplan.layout import pack
-from cpplan.ownership import chunk_stats, rank_quantities
 from cpplan.planners import PLANNERS
-from cpplan.problem import Problem
-from cpplan.quantities import QUANTITIES
-from cpplan.serialize import plan_to_dict
-from cpplan.verify import verify_plan
-from cpplan.wave import best_wave, price_wave
+from cpplan.pricing.evaluator import price
+from cpplan.pricing.layout import pack
+from cpplan.pricing.ownership import chunk_stats, rank_quantities
+from cpplan.pricing.problem import Problem
+from cpplan.pricing.serialize import plan_to_dict
+from cpplan.pricing.wave import best_wave, price_wave
+from cpplan.spec.quantities import QUANTITIES
+from cpplan.verifier.plan_check import verify_plan
 
 CARDS = {name: cpplan.load_model(name) for name in ("qwen3-8b", "qwen3.6-35b-a3b")}
 PROFILE = cpplan.load_solver("runtime")

@@ -14,9 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cpplan import Item, Request, Workload
-from cpplan.attention_mask import TreeMask, flex_attention_available
-from cpplan.materialize import materialize_wave
-from cpplan.reference_model import (
+from cpplan.runtime.attention_mask import TreeMask, flex_attention_available
+from cpplan.runtime.materialize import materialize_wave
+from cpplan.runtime.reference_model import (
     ReferenceConfig,
     ReferenceLM,
     batch_loss,

@@ -8,7 +8,7 @@ import pytest
 
 from cpplan.cli import main
 from cpplan.pack import pack
-from cpplan.report import PLOTS, read_waves, write_report
+from cpplan.pack.report import PLOTS, read_waves, write_report
 from tests import test_pack as tp
 
 pytest.importorskip("matplotlib")

@@ -13,14 +13,14 @@ import numpy as np
 import pytest
 
 import cpplan
+from cpplan.bench.synthetic import to_jsonl
 from cpplan.cli import main
-from cpplan.layout import pack
 from cpplan.planners.greedy import greedy_plan
-from cpplan.problem import Problem
-from cpplan.serialize import plan_to_dict
-from cpplan.synthetic import to_jsonl
-from cpplan.verify import verify_plan
-from cpplan.wave import price_wave
+from cpplan.pricing.layout import pack
+from cpplan.pricing.problem import Problem
+from cpplan.pricing.serialize import plan_to_dict
+from cpplan.pricing.wave import price_wave
+from cpplan.verifier.plan_check import verify_plan
 
 CARD = cpplan.load_model("qwen3-8b")
 TOPOLOGY = cpplan.Topology(cp=2)
@@ -183,7 +183,7 @@ def test_verifier_still_enforces_each_request_exactly_once():
 def test_split_waves_materialize_and_read_back():
     """Each split piece materializes on every CP rank (from the Plan and from its JSON), and every
     request it holds reads back as exactly its own tokens from the packed sequence."""
-    from cpplan.materialize import materialize_wave
+    from cpplan.runtime.materialize import materialize_wave
 
     problem, plan = _split_plan()
     data = plan_to_dict(problem, plan)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from cpplan import InputError, Topology
-from cpplan.expr import FormulaError, evaluate
-from cpplan.units import parse_bytes
+from cpplan.spec.expr import FormulaError, evaluate
+from cpplan.spec.units import parse_bytes
 
 
 def test_topology_defaults_to_one():

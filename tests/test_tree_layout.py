@@ -6,8 +6,8 @@ import networkx as nx
 import numpy as np
 import pytest
 
-from cpplan.layout import pack, parse_layout, share_mask
-from cpplan.tree import PrefixTree
+from cpplan.pricing.layout import pack, parse_layout, share_mask
+from cpplan.pricing.tree import PrefixTree
 
 
 def brute_force_node_count(seqs: list[list[int]]) -> int:

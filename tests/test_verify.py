@@ -8,8 +8,8 @@ import pytest
 
 import cpplan
 from cpplan import Topology
-from cpplan.serialize import plan_to_dict
-from cpplan.verify import verify_plan
+from cpplan.pricing.serialize import plan_to_dict
+from cpplan.verifier.plan_check import verify_plan
 from tests.conftest import middle_budget
 
 
@@ -92,7 +92,7 @@ def test_rank_sums_equal_a_mask_per_rank():
     tokens, gradient and loss tokens, attention pairs (position + 1 per token) and distinct segments."""
     import numpy as np
 
-    from cpplan.verify import _rank_sums
+    from cpplan.verifier.plan_check import _rank_sums
 
     rng = np.random.default_rng(11)
     for _ in range(50):

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from cpplan import InputError, Workload
-from cpplan.workload import Request
+from cpplan.spec.workload import Request
 
 
 def write(tmp_path, lines: list[str]):

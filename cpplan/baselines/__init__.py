@@ -1,16 +1,25 @@
 """Baseline planners from other trainers, written from their published descriptions, behind one
 interface (:class:`Baseline`: a name and ``plan(problem) -> Plan``).
 
-Every baseline's plan is a :class:`cpplan.result.Plan` of priced waves, so cpplan's evaluator prices it
-and cpplan's verifier checks it exactly as it does cpplan's own. A wave that breaks the per-rank budget
-is kept and reported as an :class:`Oom` (wave, rank, bytes), never repaired.
+Every baseline's plan is a :class:`cpplan.pricing.result.Plan` of priced waves, so cpplan's evaluator prices
+it and cpplan's verifier checks it exactly as it does cpplan's own. A wave that breaks the per-rank budget is
+kept and reported as an :class:`Oom` (wave, rank, bytes), never repaired.
 """
 
 from __future__ import annotations
 
-from . import axolotl, cpplan_own, megatron, prefix_grouper, trl, verl
-from .base import Baseline, Oom, Outcome, build_plan, check, find_ooms, other_violations, run
-from .capacity import per_gpu_token_capacity, token_capacity
+from cpplan.baselines import axolotl, cpplan_own, megatron, prefix_grouper, trl, verl
+from cpplan.baselines.base import (
+    Baseline,
+    Oom,
+    Outcome,
+    build_plan,
+    check,
+    find_ooms,
+    other_violations,
+    run,
+)
+from cpplan.baselines.capacity import per_gpu_token_capacity, token_capacity
 
 BASELINES: dict[str, Baseline] = {
     b.name: b

@@ -2,8 +2,8 @@
 
 A baseline decides three things: which items run together (its packing), which prefix-tree nodes are
 stored once (its layout: none, or a share mask) and which CP rank owns each chunk (its ownership rule).
-:func:`build_plan` turns those decisions into a :class:`cpplan.result.Plan` of priced
-:class:`cpplan.wave.WavePlan` s, so the evaluator prices and the verifier checks a baseline exactly as
+:func:`build_plan` turns those decisions into a :class:`cpplan.pricing.result.Plan` of priced
+:class:`cpplan.pricing.wave.WavePlan` s, so the evaluator prices and the verifier checks a baseline exactly as
 it does cpplan's own plans. A wave over the budget is kept as it is and reported as an OOM: repairing
 it would hide what the baseline does.
 """
@@ -17,14 +17,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..layout import PackedLayout
-from ..ownership import ChunkStats, chunk_stats
-from ..problem import Problem
-from ..result import Plan
-from ..serialize import plan_to_dict
-from ..units import format_bytes
-from ..verify import Verification, verify_plan
-from ..wave import WavePlan, price_wave
+from cpplan.pricing.layout import PackedLayout
+from cpplan.pricing.ownership import ChunkStats, chunk_stats
+from cpplan.pricing.problem import Problem
+from cpplan.pricing.result import Plan
+from cpplan.pricing.serialize import plan_to_dict
+from cpplan.pricing.wave import WavePlan, price_wave
+from cpplan.spec.units import format_bytes
+from cpplan.verifier.plan_check import Verification, verify_plan
 
 OwnershipRule = Callable[[PackedLayout, ChunkStats, int], np.ndarray]
 PlanFn = Callable[[Problem], Plan]

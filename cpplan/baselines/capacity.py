@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..card import ResolvedCard
-from ..evaluator import price
-from ..problem import Problem
-from ..quantities import NUM_QUANTITIES, QUANTITY_INDEX
-from ..topology import Topology
+from cpplan.pricing.evaluator import price
+from cpplan.pricing.problem import Problem
+from cpplan.spec.card import ResolvedCard
+from cpplan.spec.quantities import NUM_QUANTITIES, QUANTITY_INDEX
+from cpplan.spec.topology import Topology
 
 
 def even_split_quantities(packed_tokens: int, cp: int) -> np.ndarray:

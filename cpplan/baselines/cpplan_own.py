@@ -6,11 +6,11 @@ item fits no wave they refuse (:class:`cpplan.errors.NoFitError`) instead of pla
 
 from __future__ import annotations
 
-from ..planners.greedy import full_sharing_plan, greedy_plan
-from ..problem import Problem
-from ..profile import GreedyParams
-from ..result import Plan
-from .base import Baseline
+from cpplan.baselines.base import Baseline
+from cpplan.planners.greedy import full_sharing_plan, greedy_plan
+from cpplan.pricing.problem import Problem
+from cpplan.pricing.result import Plan
+from cpplan.spec.profile import GreedyParams
 
 GREEDY_LAYOUTS = GreedyParams().layouts
 

@@ -8,12 +8,12 @@ holding pieces ``r`` and ``2 * cp - 1 - r`` (see :func:`.ownership.zigzag` for t
 
 from __future__ import annotations
 
-from ..problem import Problem
-from ..result import Plan
-from .base import Baseline, build_plan, in_workload_order, item_tokens
-from .binpack import first_fit_decreasing
-from .capacity import token_capacity
-from .ownership import zigzag
+from cpplan.baselines.base import Baseline, build_plan, in_workload_order, item_tokens
+from cpplan.baselines.binpack import first_fit_decreasing
+from cpplan.baselines.capacity import token_capacity
+from cpplan.baselines.shard_rules import zigzag
+from cpplan.pricing.problem import Problem
+from cpplan.pricing.result import Plan
 
 NAME = "megatron_zigzag"
 

@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..problem import Problem
-from ..result import Plan
-from .base import Baseline, build_plan, in_workload_order
-from .binpack import first_fit_decreasing
-from .capacity import token_capacity
-from .ownership import even_tokens
+from cpplan.baselines.base import Baseline, build_plan, in_workload_order
+from cpplan.baselines.binpack import first_fit_decreasing
+from cpplan.baselines.capacity import token_capacity
+from cpplan.baselines.shard_rules import even_tokens
+from cpplan.pricing.problem import Problem
+from cpplan.pricing.result import Plan
 
 NAME = "prefix_grouper"
 

@@ -7,12 +7,12 @@ sequence is split into CP contiguous shards of equal tokens.
 
 from __future__ import annotations
 
-from ..problem import Problem
-from ..result import Plan
-from .base import Baseline, build_plan, in_workload_order, item_tokens
-from .binpack import best_fit_decreasing
-from .capacity import token_capacity
-from .ownership import even_tokens
+from cpplan.baselines.base import Baseline, build_plan, in_workload_order, item_tokens
+from cpplan.baselines.binpack import best_fit_decreasing
+from cpplan.baselines.capacity import token_capacity
+from cpplan.baselines.shard_rules import even_tokens
+from cpplan.pricing.problem import Problem
+from cpplan.pricing.result import Plan
 
 NAME = "trl_bfd"
 

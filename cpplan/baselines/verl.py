@@ -15,12 +15,12 @@ segment state that grow with the whole micro-batch.
 
 from __future__ import annotations
 
-from ..problem import Problem
-from ..result import Plan
-from .base import Baseline, build_plan, in_workload_order, item_tokens
-from .binpack import karmarkar_karp
-from .capacity import per_gpu_token_capacity
-from .ownership import even_tokens
+from cpplan.baselines.base import Baseline, build_plan, in_workload_order, item_tokens
+from cpplan.baselines.binpack import karmarkar_karp
+from cpplan.baselines.capacity import per_gpu_token_capacity
+from cpplan.baselines.shard_rules import even_tokens
+from cpplan.pricing.problem import Problem
+from cpplan.pricing.result import Plan
 
 NAME = "verl_dynamic_bsz"
 

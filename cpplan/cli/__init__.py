@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from ..errors import InputError, NoFitError
+from cpplan.errors import InputError, NoFitError
 
 EXIT_OK, EXIT_INVALID, EXIT_BAD_INPUT, EXIT_NO_FIT, EXIT_INTERNAL = 0, 1, 2, 3, 70
 
@@ -56,7 +56,7 @@ def run() -> None:
 
 
 # Subcommands register themselves on ``cli``.
-from . import (  # noqa: E402
+from cpplan.cli import (  # noqa: E402
     bench_cmd,
     calibrate_cmd,
     pack_cmd,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from ..bench import (
+from cpplan.bench.runner import (
     DEFAULT_CPS,
     DEFAULT_MEMORIES,
     DEFAULT_MODEL,
@@ -16,8 +16,8 @@ from ..bench import (
     format_rows,
     run_bench,
 )
-from ..units import parse_bytes
-from . import cli
+from cpplan.cli import cli
+from cpplan.spec.units import parse_bytes
 
 
 @cli.command("bench")

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import click
 
-from ..calibrate import DEFAULT_MAX_RATIO, calibrate, write_card
-from ..card import load_model
-from ..measurements import GB, read_measurements
-from . import cli
+from cpplan.calibration.fit import DEFAULT_MAX_RATIO, calibrate, write_card
+from cpplan.calibration.measurements import GB, read_measurements
+from cpplan.cli import cli
+from cpplan.spec.card import load_model
 
 
 @cli.command("calibrate")

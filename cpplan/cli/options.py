@@ -8,11 +8,11 @@ from pathlib import Path
 
 import click
 
-from ..card import load_model
-from ..problem import Problem
-from ..topology import Topology
-from ..units import parse_bytes
-from ..workload import Workload
+from cpplan.pricing.problem import Problem
+from cpplan.spec.card import load_model
+from cpplan.spec.topology import Topology
+from cpplan.spec.units import parse_bytes
+from cpplan.spec.workload import Workload
 
 
 def problem_options(func: Callable) -> Callable:

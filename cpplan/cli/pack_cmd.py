@@ -6,13 +6,13 @@ from pathlib import Path
 
 import click
 
-from ..pack import DEFAULT_WINDOW, pack
-from ..pack.engines import ENGINES
-from ..pack.readers import FORMATS
-from ..pack.summary import print_pack_summary
-from ..topology import Topology
-from . import cli
-from .options import problem_options
+from cpplan.cli import cli
+from cpplan.cli.options import problem_options
+from cpplan.pack import DEFAULT_WINDOW, pack
+from cpplan.pack.console import print_pack_summary
+from cpplan.pack.engines import ENGINES
+from cpplan.pack.readers import FORMATS
+from cpplan.spec.topology import Topology
 
 
 @cli.command("pack")

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import click
 
-from ..api import solve
-from ..errors import InputError
-from ..profile import load_solver
-from ..serialize import dumps, result_to_dict
-from ..summary import print_summary
-from . import cli
-from .options import build, problem_options
+from cpplan.api import solve
+from cpplan.cli import cli
+from cpplan.cli.options import build, problem_options
+from cpplan.cli.plan_table import print_summary
+from cpplan.errors import InputError
+from cpplan.pricing.serialize import dumps, result_to_dict
+from cpplan.spec.profile import load_solver
 
 
 @cli.command("plan")

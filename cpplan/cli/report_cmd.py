@@ -6,8 +6,8 @@ from pathlib import Path
 
 import click
 
-from ..report import write_report
-from . import cli
+from cpplan.cli import cli
+from cpplan.pack.report import write_report
 
 
 @cli.command("report")

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import click
 
-from ..errors import InputError
-from ..verify import verify_plan
-from . import EXIT_INVALID, cli
-from .options import build, problem_options
+from cpplan.cli import EXIT_INVALID, cli
+from cpplan.cli.options import build, problem_options
+from cpplan.errors import InputError
+from cpplan.verifier.plan_check import verify_plan
 
 
 @cli.command("verify")

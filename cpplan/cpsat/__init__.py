@@ -7,9 +7,9 @@ Decomposition (stated, as DESIGN.md allows):
    layouts (its own sharing decisions, with exact constants).
 2. The joint model (:func:`compile_model`) chooses, at once, each item's wave and local layout
    (:mod:`~cpplan.cpsat.waves`), the per-wave sharing of cross nodes and the resulting copies,
-   segment starts and totals (:mod:`~cpplan.cpsat.layout`), per-wave chunk counts and per-rank chunk
+   segment starts and totals (:mod:`~cpplan.cpsat.sharing`), per-wave chunk counts and per-rank chunk
    caps (or, under CP, per-rank caps on a chunk weight that charges each rank its own segments) with
-   upper bounds on every rank's local quantities (:mod:`~cpplan.cpsat.ownership`), every
+   upper bounds on every rank's local quantities (:mod:`~cpplan.cpsat.chunk_caps`), every
    wave / envelope / rank memory floor in KiB (:mod:`~cpplan.cpsat.memory`), and minimizes per-wave
    overhead plus slowest-rank time (:mod:`~cpplan.cpsat.objective`). Integer units and rounding live
    in :mod:`~cpplan.cpsat.scaling` only.
@@ -26,11 +26,11 @@ Decomposition (stated, as DESIGN.md allows):
    realized plan independently.
 """
 
-from .model import CompiledModel, ModelValues, compile_model
-from .realize import realize
-from .scaling import SCALING, Scaling
-from .solve import CpSatResult, Solution, solve
-from .space import LayoutSpace, build_space
+from cpplan.cpsat.model import CompiledModel, ModelValues, compile_model
+from cpplan.cpsat.realize import realize
+from cpplan.cpsat.scaling import SCALING, Scaling
+from cpplan.cpsat.solve import CpSatResult, Solution, solve
+from cpplan.cpsat.space import LayoutSpace, build_space
 
 __all__ = [
     "SCALING",

@@ -2,7 +2,7 @@
 
 The joint model's per-rank memory bounds are conservative (whole chunks, every segment a rank might
 touch), so a wave the exact evaluator accepts at the very edge of memory can be infeasible in them.
-A *column* is such a wave, already priced exactly (a :class:`~cpplan.wave.WavePlan` that fits): its
+A *column* is such a wave, already priced exactly (a :class:`~cpplan.pricing.wave.WavePlan` that fits): its
 items, layout, chunk ownership, per-rank quantities, peaks and time are known.
 
 A column comes from a plan, and its slot is its position in that plan (waves ordered by their lowest
@@ -35,8 +35,8 @@ from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
-from ..wave import WavePlan
-from .scaling import Scaling
+from cpplan.cpsat.scaling import Scaling
+from cpplan.pricing.wave import WavePlan
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)

@@ -5,7 +5,7 @@ The coefficients are the card's own (:meth:`ResolvedCard.envelope_coefficients`,
 :mod:`cpplan.cpsat.scaling`: coefficients and statics round up, the budget rounds down. A quantity
 bounded through the per-rank chunk cap (tokens, and gradient / loss tokens when they equal the
 tokens) is priced per chunk (``ceil(128 · bytes per token / 1 KiB)``), so rounding costs at most one
-KiB per 128 tokens. Ranks are symmetric under the bounds of :mod:`cpplan.cpsat.ownership`, so one
+KiB per 128 tokens. Ranks are symmetric under the bounds of :mod:`cpplan.cpsat.chunk_caps`, so one
 constraint per (wave, envelope) stands for every rank. A wave in the weighted mode uses the other form
 of its rows: ``static + weight_cap + (one segment) + Σ coef · (other bounds) ≤ B / safety``.
 A wave that takes an exact column (:mod:`cpplan.cpsat.columns`) is known to fit already: its rows
@@ -19,11 +19,11 @@ from dataclasses import dataclass
 import numpy as np
 from ortools.sat.python import cp_model
 
-from ..card import ResolvedCard
-from ..ownership import CHUNK_TOKENS
-from ..quantities import QUANTITIES, QUANTITY_INDEX
-from .ownership import OwnershipVars
-from .scaling import Scaling
+from cpplan.cpsat.chunk_caps import OwnershipVars
+from cpplan.cpsat.scaling import Scaling
+from cpplan.pricing.ownership import CHUNK_TOKENS
+from cpplan.spec.card import ResolvedCard
+from cpplan.spec.quantities import QUANTITIES, QUANTITY_INDEX
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -61,7 +61,7 @@ class MemoryRows:
 
     def rank_kib_weighted(self, envelope: int, weight_cap_kib: int, values: dict[str, int]) -> int:
         """The integer model's price of a rank whose chunks weigh at most ``weight_cap_kib`` (the
-        weighted mode of :mod:`cpplan.cpsat.ownership`), with ``values`` for the other quantities."""
+        weighted mode of :mod:`cpplan.cpsat.chunk_caps`), with ``values`` for the other quantities."""
         return (
             self.static_kib[envelope]
             + weight_cap_kib

@@ -2,8 +2,8 @@
 
 :func:`compile_model` states the joint model over ``num_waves`` candidate waves:
 :mod:`~cpplan.cpsat.waves` (which item runs where, with which local layout),
-:mod:`~cpplan.cpsat.layout` (per-wave sharing of cross nodes, copies, segment starts, wave totals),
-:mod:`~cpplan.cpsat.ownership` (chunks and per-rank chunk caps; per-rank bounds),
+:mod:`~cpplan.cpsat.sharing` (per-wave sharing of cross nodes, copies, segment starts, wave totals),
+:mod:`~cpplan.cpsat.chunk_caps` (chunks and per-rank chunk caps; per-rank bounds),
 :mod:`~cpplan.cpsat.memory` (every wave, envelope and rank within budget, in KiB) and
 :mod:`~cpplan.cpsat.objective` (overhead per used wave plus the slowest rank's time).
 
@@ -22,15 +22,15 @@ from dataclasses import dataclass, field
 
 from ortools.sat.python import cp_model
 
-from ..ownership import CHUNK_TOKENS
-from ..problem import Problem
-from .columns import Column, ColumnVars, add_columns
-from .layout import LayoutVars, add_layout
-from .memory import MemoryRows, add_memory, memory_rows, needed_quantities
-from .objective import ObjectiveVars, add_objective
-from .ownership import OwnershipVars, add_ownership
-from .space import LayoutSpace
-from .waves import WaveVars, add_waves
+from cpplan.cpsat.chunk_caps import OwnershipVars, add_ownership
+from cpplan.cpsat.columns import Column, ColumnVars, add_columns
+from cpplan.cpsat.memory import MemoryRows, add_memory, memory_rows, needed_quantities
+from cpplan.cpsat.objective import ObjectiveVars, add_objective
+from cpplan.cpsat.sharing import LayoutVars, add_layout
+from cpplan.cpsat.space import LayoutSpace
+from cpplan.cpsat.waves import WaveVars, add_waves
+from cpplan.pricing.ownership import CHUNK_TOKENS
+from cpplan.pricing.problem import Problem
 
 
 @dataclass(frozen=True, kw_only=True)

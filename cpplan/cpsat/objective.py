@@ -2,7 +2,7 @@
 ``cp · T[w] ≥`` the wave's time summed over ranks.
 
 The model prices a wave's slowest rank by the rank average (ranks are symmetric in the joint model;
-:func:`cpplan.cpsat.ownership.capped_split` then balances predicted seconds across the realized
+:func:`cpplan.cpsat.chunk_caps.capped_split` then balances predicted seconds across the realized
 chunks). Summed over ranks, the wave's time is linear in node copies: every copy's tokens, gradient
 tokens, loss tokens, attention pairs and the tokens the other ``cp - 1`` ranks gather, plus segment
 time for each segment start and for each of the ``cp - 1`` segments a rank boundary may split.
@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
-from .columns import Column, ColumnVars
-from .layout import WaveTotals
-from .waves import WaveVars
+from cpplan.cpsat.columns import Column, ColumnVars
+from cpplan.cpsat.sharing import WaveTotals
+from cpplan.cpsat.waves import WaveVars
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)

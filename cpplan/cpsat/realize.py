@@ -1,10 +1,10 @@
-"""From a solution to a priced :class:`~cpplan.result.Plan`: pack each wave, assign chunks, price.
+"""From a solution to a priced :class:`~cpplan.pricing.result.Plan`: pack each wave, assign chunks, price.
 
 Each used wave is packed with :meth:`Problem.pack` under the chosen share mask (cross nodes as the
 solver shared them, local decision nodes as the item's chosen local layout). Its chunks go to ranks by
-:func:`~cpplan.cpsat.ownership.capped_split`, with the largest per-rank cap the integer memory rows
+:func:`~cpplan.cpsat.chunk_caps.capped_split`, with the largest per-rank cap the integer memory rows
 still admit for the realized wave (never below the solver's cap), and the wave is priced exactly by
-:func:`cpplan.wave.price_wave`; an uncapped balanced ownership replaces it when that fits and is
+:func:`cpplan.pricing.wave.price_wave`; an uncapped balanced ownership replaces it when that fits and is
 cheaper. A wave that took an exact column (:mod:`cpplan.cpsat.columns`) is not re-packed or re-split:
 it is the column's own priced wave; a modelled wave whose items are exactly a column's is replaced by
 the column's wave when that is cheaper. The portfolio verifies the result like any other candidate.
@@ -14,16 +14,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..layout import PackedLayout
-from ..ownership import ChunkStats, chunk_stats
-from ..problem import Problem
-from ..result import Plan
-from ..wave import WavePlan, price_wave
-from .columns import Column, columns_with_items
-from .memory import MemoryRows
-from .ownership import capped_split, weight_capped_split
-from .solve import Solution
-from .space import LayoutSpace
+from cpplan.cpsat.chunk_caps import capped_split, weight_capped_split
+from cpplan.cpsat.columns import Column, columns_with_items
+from cpplan.cpsat.memory import MemoryRows
+from cpplan.cpsat.solve import Solution
+from cpplan.cpsat.space import LayoutSpace
+from cpplan.pricing.layout import PackedLayout
+from cpplan.pricing.ownership import ChunkStats, chunk_stats
+from cpplan.pricing.problem import Problem
+from cpplan.pricing.result import Plan
+from cpplan.pricing.wave import WavePlan, price_wave
 
 LAYOUT_NAME = "cpsat"
 
@@ -59,7 +59,7 @@ def realize(
     column's priced wave, unchanged (``columns`` are the compiled model's).
 
     The capped split always respects the model's per-rank bounds. With ``alternatives`` the
-    uncapped contiguous ownerships of :func:`cpplan.wave.price_wave` are priced too, and one of them
+    uncapped contiguous ownerships of :func:`cpplan.pricing.wave.price_wave` are priced too, and one of them
     replaces the capped split when it fits and is cheaper (the model prices a wave by its rank average,
     so the exact evaluator is the better judge of balance); so does a column holding exactly the wave's
     items."""

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 import ortools
 from ortools.sat.python import cp_model
 
-from ..profile import CpSatParams
-from .model import CompiledModel
+from cpplan.cpsat.model import CompiledModel
+from cpplan.spec.profile import CpSatParams
 
 _STATUS = {
     cp_model.OPTIMAL: "optimal",

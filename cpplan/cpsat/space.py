@@ -10,7 +10,7 @@ Nodes of the prefix tree fall in three classes:
   specs otherwise), with the constants each implies, and Pareto-dominated candidates are dropped.
 - **single** nodes carry one request: always exactly one copy.
 
-Copies under a share mask (the semantics of :func:`cpplan.layout.pack`): a shared node present in the
+Copies under a share mask (the semantics of :func:`cpplan.pricing.layout.pack`): a shared node present in the
 wave has one copy; an unshared node has one copy per child copy plus one per request ending at it.
 Segment starts (a conservative count of the packed segments): a node copy starts a segment when its
 parent is the root or is shared; a copy under an unshared parent continues its parent's segment.
@@ -23,10 +23,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..ownership import CHUNK_TOKENS
-from ..problem import Problem
-from ..quantities import QUANTITY_INDEX
-from .scaling import SCALING, Scaling
+from cpplan.cpsat.scaling import SCALING, Scaling
+from cpplan.pricing.ownership import CHUNK_TOKENS
+from cpplan.pricing.problem import Problem
+from cpplan.spec.quantities import QUANTITY_INDEX
 
 MAX_ENUMERATED_NODES = 6
 NAMED_SPECS = (

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
-from .columns import Column, ColumnVars, covering
-from .space import LayoutSpace
+from cpplan.cpsat.columns import Column, ColumnVars, covering
+from cpplan.cpsat.space import LayoutSpace
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)

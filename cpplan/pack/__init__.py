@@ -4,11 +4,11 @@
 items on its own with the portfolio, and writes atomic, resumable output (see :mod:`.outdir`).
 """
 
-from .conversations import ChatTokenizer, conversation_item, load_tokenizer
-from .outdir import MANIFEST, REJECTS, read_manifest
-from .readers import Cursor, Record, detect_format, read_records
-from .run import DEFAULT_WINDOW, PackOutcome, pack
-from .windows import PackContext, WindowJob, WindowResult, plan_window
+from cpplan.pack.conversations import ChatTokenizer, conversation_item, load_tokenizer
+from cpplan.pack.outdir import MANIFEST, REJECTS, read_manifest
+from cpplan.pack.readers import Cursor, Record, detect_format, read_records
+from cpplan.pack.run import DEFAULT_WINDOW, PackOutcome, pack
+from cpplan.pack.windows import PackContext, WindowJob, WindowResult, plan_window
 
 __all__ = [
     "DEFAULT_WINDOW",

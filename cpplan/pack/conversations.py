@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InputError
-from ..workload import Item, Request
+from cpplan.errors import InputError
+from cpplan.spec.workload import Item, Request
 
 ROLES = {
     "human": "user",

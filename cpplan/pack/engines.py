@@ -16,8 +16,8 @@ from collections.abc import Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from typing import Literal
 
-from ..errors import InputError
-from .windows import PackContext, WindowJob, WindowResult, plan_window
+from cpplan.errors import InputError
+from cpplan.pack.windows import PackContext, WindowJob, WindowResult, plan_window
 
 Engine = Literal["local", "ray"]
 ENGINES = ("local", "ray")

@@ -24,9 +24,9 @@ import signal
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError
-from .readers import Cursor
-from .windows import WindowResult, plan_figures
+from cpplan.errors import InputError
+from cpplan.pack.readers import Cursor
+from cpplan.pack.windows import WindowResult, plan_figures
 
 MANIFEST = "manifest.json"
 WINDOWS = "windows.jsonl"

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from ..errors import InputError
+from cpplan.errors import InputError
 
 Format = Literal["jsonl", "parquet", "sharegpt"]
 FORMATS: tuple[str, ...] = ("jsonl", "parquet", "sharegpt")

@@ -11,19 +11,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..card import ModelCard, Phase, load_model
-from ..errors import InputError
-from ..ownership import CHUNK_TOKENS
-from ..profile import SolverProfile, load_solver
-from ..serialize import cpplan_version
-from ..topology import Topology
-from ..units import parse_bytes
-from .conversations import DEFAULT_TOKENIZER, load_tokenizer
-from .engines import Engine, run_windows
-from .outdir import OutDir
-from .readers import Cursor, Format, detect_format, input_size, progress_position, read_records
-from .summary import PackProgress
-from .windows import PackContext, WindowJob
+from cpplan.errors import InputError
+from cpplan.pack.console import PackProgress
+from cpplan.pack.conversations import DEFAULT_TOKENIZER, load_tokenizer
+from cpplan.pack.engines import Engine, run_windows
+from cpplan.pack.outdir import OutDir
+from cpplan.pack.readers import Cursor, Format, detect_format, input_size, progress_position, read_records
+from cpplan.pack.windows import PackContext, WindowJob
+from cpplan.pricing.ownership import CHUNK_TOKENS
+from cpplan.pricing.serialize import cpplan_version
+from cpplan.spec.card import ModelCard, Phase, load_model
+from cpplan.spec.profile import SolverProfile, load_solver
+from cpplan.spec.topology import Topology
+from cpplan.spec.units import parse_bytes
 
 DEFAULT_WINDOW = 1024
 

@@ -12,19 +12,19 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from ..api import solve
-from ..card import ModelCard, Phase, ResolvedCard
-from ..errors import InputError, NoFitError
-from ..planners.greedy import greedy_plan
-from ..problem import Problem, check_context
-from ..profile import SolverProfile
-from ..result import Plan
-from ..serialize import strip_timing, wave_to_dict
-from ..topology import Topology
-from ..wave import local_tokens
-from ..workload import Item, Workload, item_from_record, parse_item_line
-from .conversations import conversation_item, load_tokenizer
-from .readers import Cursor, Format, Record
+from cpplan.api import solve
+from cpplan.errors import InputError, NoFitError
+from cpplan.pack.conversations import conversation_item, load_tokenizer
+from cpplan.pack.readers import Cursor, Format, Record
+from cpplan.planners.greedy import greedy_plan
+from cpplan.pricing.problem import Problem, check_context
+from cpplan.pricing.result import Plan
+from cpplan.pricing.serialize import strip_timing, wave_to_dict
+from cpplan.pricing.wave import local_tokens
+from cpplan.spec.card import ModelCard, Phase, ResolvedCard
+from cpplan.spec.profile import SolverProfile
+from cpplan.spec.topology import Topology
+from cpplan.spec.workload import Item, Workload, item_from_record, parse_item_line
 
 BASELINE_LAYOUTS = ("none",)
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 import weakref
 from collections.abc import Sequence
 
-from ..errors import NoFitError
-from ..problem import Problem
-from ..result import Plan
-from ..wave import WavePlan, best_wave
-from .split import split_item, widest
+from cpplan.errors import NoFitError
+from cpplan.planners.split import split_item, widest
+from cpplan.pricing.problem import Problem
+from cpplan.pricing.result import Plan
+from cpplan.pricing.wave import WavePlan, best_wave
 
 
 def greedy_plan(problem: Problem, layouts: Sequence[str], *, strategy: str = "greedy") -> Plan:

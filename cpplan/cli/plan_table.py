@@ -1,0 +1,89 @@
+"""Readable tables on standard error (rich)."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from cpplan.pricing.result import PlanResult, dp_rank_of
+from cpplan.pricing.wave import local_tokens
+from cpplan.spec.units import format_bytes
+
+
+def _is_terminal() -> bool:
+    import sys
+
+    return sys.stderr.isatty()
+
+
+def print_summary(result: PlanResult, console: Console | None = None) -> None:
+    """Waves, packed vs logical tokens, busiest rank, peak vs budget, predicted seconds; candidates."""
+    console = console or Console(stderr=True, width=None if _is_terminal() else 140)
+    problem, plan = result.problem, result.plan
+    budget = problem.budget_bytes
+    table = Table(
+        title=f"cpplan plan: {problem.card.name}, {problem.topology}, budget {format_bytes(budget)}",
+        title_justify="left",
+    )
+    for column in (
+        "wave",
+        "dp",
+        "items",
+        "layout",
+        "packed",
+        "logical",
+        "busiest rank",
+        "local tokens",
+        "peak",
+        "of budget",
+        "seconds",
+    ):
+        table.add_column(column, justify="left" if column == "layout" else "right")
+    for index, wave in enumerate(plan.waves):
+        rank = wave.busiest_rank
+        table.add_row(
+            str(index),
+            str(dp_rank_of(index, problem.topology.dp)),
+            str(len(wave.items)),
+            wave.layout_name,
+            f"{wave.packed_tokens:,}",
+            f"{wave.logical_tokens:,}",
+            str(rank),
+            f"{int(local_tokens(wave)[rank]):,}",
+            format_bytes(wave.peak_bytes),
+            f"{wave.peak_bytes / budget:.1%}",
+            f"{wave.cost_s:.4f}",
+        )
+    table.add_section()
+    table.add_row(
+        "total",
+        "",
+        str(problem.num_items),
+        "",
+        f"{plan.packed_tokens:,}",
+        f"{plan.logical_tokens:,}",
+        "",
+        "",
+        format_bytes(plan.peak_bytes),
+        f"{plan.peak_bytes / budget:.1%}",
+        f"{plan.cost_s:.4f}",
+    )
+    console.print(table)
+    candidates = Table(title="candidates", title_justify="left")
+    for column in ("strategy", "seconds", "waves", "valid", "reason"):
+        candidates.add_column(column)
+    for c in result.candidates:
+        candidates.add_row(
+            c.strategy,
+            "-" if c.cost_s is None else f"{c.cost_s:.4f}",
+            "-" if c.num_waves is None else str(c.num_waves),
+            "yes" if c.valid else "no",
+            c.reason,
+        )
+    console.print(candidates)
+    solver = result.solver
+    gap = "-" if solver.gap is None else f"{solver.gap:.2%}"
+    console.print(
+        f"chosen: {plan.strategy}; solver {solver.status}, gap {gap}; "
+        f"planned in {result.wall_s * 1e3:.1f} ms (profile {result.profile})"
+    )

@@ -1,0 +1,141 @@
+"""CP ownership, decomposed: per-rank chunk caps in the joint model, exact chunk owners afterwards.
+
+Chunk ownership needs the packed sequence, and the packed sequence depends on the wave's items and
+layout, which the joint model is still choosing. So the joint model decides, per wave, the number of
+128-token chunks ``chunks[w] = ceil(packed[w] / 128)`` and a per-rank cap ``K[w]`` with
+``cp · K[w] ≥ chunks[w]``, and bounds every rank's local quantities from above:
+
+- tokens ``≤ 128 · K`` (at CP1: exactly the packed tokens); gradient / loss tokens ``≤ min(tokens
+  bound, wave total)``;
+- segments touched ``≤`` the wave's segment starts (conservative: a rank may touch them all);
+- attention pairs ``≤`` the wave total; gathered (remote) tokens ``≤`` the wave's packed tokens.
+
+Ranks are symmetric under these bounds, so one memory constraint per wave and envelope covers them
+all.
+
+A second, *weighted* mode (CP > 1, every request taking gradients and reading its loss) charges each
+rank its own segments rather than all of the wave's: each chunk weighs ``A · tokens + B · segment
+starts`` (``A``, ``B`` the largest per-token and per-segment bytes of any envelope), and ranks get
+contiguous ranges of at most ``weight_cap`` each, with ``cp · (weight_cap - heaviest chunk) ≥`` the
+wave's total weight (so a greedy fill always covers the wave). A rank then costs at most
+``weight_cap + B`` (one segment continuing into its range) plus its other terms. The solver picks the
+mode per wave (``weighted[w]``).
+
+Once the model is solved and the wave packed, :func:`capped_split` (or, in the weighted mode,
+:func:`weight_capped_split`) assigns chunks exactly: contiguous ranges within the cap, balancing
+predicted seconds. The realized quantities are therefore never above the model's bounds, which is
+what makes the KiB rounding meaningful.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from ortools.sat.python import cp_model
+
+from cpplan.cpsat.sharing import WaveTotals
+from cpplan.cpsat.waves import WaveVars
+from cpplan.pricing.ownership import CHUNK_TOKENS, contiguous_split
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class OwnershipVars:
+    """``chunks[w]``, ``cap[w]`` (chunks per rank) and the per-rank upper bounds, per quantity, as
+    ``(expression, tokens per unit)`` pairs: ``bounds[w][quantity]``."""
+
+    chunks: list[cp_model.IntVar]
+    cap: list[cp_model.IntVar]
+    weighted: list[cp_model.IntVar | None]
+    weight_cap: list[cp_model.IntVar | None]
+    packed_ub: int
+    bounds: list[dict[str, cp_model.LinearExprT]]
+    min_vars: list[dict[str, cp_model.IntVar]]
+
+
+def add_ownership(
+    model: cp_model.CpModel,
+    waves: WaveVars,
+    totals: WaveTotals,
+    num_ranks: int,
+    *,
+    fold_grad: bool,
+    fold_loss: bool,
+    needed: frozenset[str],
+    weights: tuple[int, int, int] | None = None,
+    chunk_tokens: int = CHUNK_TOKENS,
+) -> OwnershipVars:
+    """Chunk counts, per-rank caps and bounds for every quantity named in ``needed``.
+
+    With ``fold_grad`` / ``fold_loss`` (every request takes gradients / reads its loss) those local
+    quantities equal the local tokens, and are bounded by the same ``128 · K``.
+    """
+    chunk_ub = -(-totals.packed_tokens_ub // chunk_tokens)
+    chunks, caps, bounds, min_vars, weighted, weight_caps = [], [], [], [], [], []
+    for w in range(waves.num_waves):
+        packed = totals.packed_tokens[w]
+        chunk = model.new_int_var(0, chunk_ub, f"chunks[{w}]")
+        model.add(chunk_tokens * chunk >= packed)
+        model.add(chunk_tokens * chunk <= packed + chunk_tokens - 1)
+        if num_ranks == 1:
+            cap = chunk
+        else:
+            cap = model.new_int_var(0, chunk_ub, f"cap[{w}]")
+            model.add(num_ranks * cap >= chunk)
+            model.add(cap <= chunk)
+        # One rank owns everything at CP1: its tokens are the packed tokens, exactly.
+        wave_bounds: dict[str, cp_model.LinearExprT] = {
+            "tokens": packed if num_ranks == 1 else chunk_tokens * cap
+        }
+        wave_min: dict[str, cp_model.IntVar] = {}
+        for name, fold in (("grad_tokens", fold_grad), ("loss_tokens", fold_loss)):
+            if name not in needed:
+                continue
+            if fold:
+                wave_bounds[name] = wave_bounds["tokens"]
+            else:
+                var = model.new_int_var(0, totals.packed_tokens_ub, f"{name}[{w}]")
+                model.add_min_equality(var, [chunk_tokens * cap, getattr(totals, name)[w]])
+                wave_bounds[name] = var
+                wave_min[name] = var
+        wave_bounds["segments"] = totals.segments[w]
+        wave_bounds["attn_pairs"] = totals.attn_pairs[w]
+        wave_bounds["grad_attn_pairs"] = totals.grad_attn_pairs[w]
+        wave_bounds["remote_tokens"] = packed if num_ranks > 1 else 0
+        chunks.append(chunk), caps.append(cap), bounds.append(wave_bounds), min_vars.append(wave_min)
+        if weights is None or num_ranks == 1:
+            weighted.append(None), weight_caps.append(None)
+            continue
+        per_chunk, per_start, heaviest = weights
+        ub = heaviest + per_chunk * chunk_ub + per_start * totals.segments_ub
+        flag = model.new_bool_var(f"weighted[{w}]")
+        weight_cap = model.new_int_var(0, ub, f"weight_cap[{w}]")
+        model.add(
+            num_ranks * (weight_cap - heaviest) >= per_chunk * chunk + per_start * totals.segments[w]
+        ).only_enforce_if(flag)
+        weighted.append(flag), weight_caps.append(weight_cap)
+    return OwnershipVars(
+        chunks=chunks,
+        cap=caps,
+        weighted=weighted,
+        weight_cap=weight_caps,
+        packed_ub=totals.packed_tokens_ub,
+        bounds=bounds,
+        min_vars=min_vars,
+    )
+
+
+def capped_split(weights: np.ndarray, num_ranks: int, cap: int) -> np.ndarray:
+    """Chunk owners: ``num_ranks`` contiguous ranges of at most ``cap`` chunks each, minimizing the
+    largest range weight. Requires ``num_ranks * cap >= len(weights)``."""
+    assert num_ranks * cap >= np.asarray(weights).size, (num_ranks, cap, np.asarray(weights).size)
+    return contiguous_split(weights, num_ranks, max_chunks=cap)
+
+
+def weight_capped_split(
+    time_weights: np.ndarray, cap_weights: np.ndarray, num_ranks: int, cap: float
+) -> np.ndarray:
+    """Chunk owners: ``num_ranks`` contiguous ranges, each of total ``cap_weights`` at most ``cap``,
+    minimizing the largest range of ``time_weights``. Requires that a greedy fill under ``cap`` alone
+    covers every chunk."""
+    return contiguous_split(time_weights, num_ranks, cap_weights=cap_weights, cap=cap)

@@ -1,0 +1,114 @@
+"""The CP-SAT strategy: the joint wave / layout / ownership model of :mod:`cpplan.cpsat`, with the
+greedy plan's waves as exact columns (:mod:`cpplan.cpsat.columns`) and the greedy plan, taken as those
+columns, as the complete hint; solved within what is left of the portfolio's deadline, realized and
+priced. The greedy plan is therefore always a solution of the model, whatever its conservative
+per-rank bounds say about waves at the memory edge.
+
+Stages (reported in ``SolverStats.stage_s``): ``build`` (decision space, model and hint), ``presolve``
+and ``search`` (CP-SAT), ``realize`` (packing, chunk ownership and exact pricing of the solution); the
+portfolio adds ``verify``. Without enough time left for a useful search the strategy is skipped and
+says so in its status.
+"""
+
+from __future__ import annotations
+
+import time
+
+from cpplan.cpsat import build_space, compile_model, realize, solve
+from cpplan.cpsat.columns import Column, columns_with_items, make_columns
+from cpplan.cpsat.model import CompiledModel, ModelValues
+from cpplan.cpsat.space import LayoutSpace
+from cpplan.planners.greedy import cached_greedy_plan
+from cpplan.pricing.problem import Problem
+from cpplan.pricing.result import Plan, SolverStats
+from cpplan.spec.profile import SolverProfile
+
+# Seconds kept back from the deadline for realizing and verifying the solution: a fixed part plus a
+# part per logical token (measured by benchmarks/bench_planners.py on the 2-core machine).
+MARGIN_S = 0.006
+MARGIN_S_PER_TOKEN = 4e-8
+# Below this much search time, CP-SAT is not started.
+MIN_SEARCH_S = 0.005
+
+
+def reserve_s(problem: Problem) -> float:
+    """Seconds to keep for realizing and verifying a solution of ``problem``."""
+    tokens = sum(item.num_tokens for item in problem.workload.items)
+    return MARGIN_S + MARGIN_S_PER_TOKEN * tokens
+
+
+def plan_columns(problem: Problem, space: LayoutSpace, num_waves: int, *plans: Plan) -> tuple[Column, ...]:
+    """The waves of ``plans`` (each fits: every strategy prices its waves exactly) as exact columns."""
+    return make_columns((plan.waves for plan in plans), space.scaling, problem.budget_bytes, num_waves)
+
+
+def greedy_values(
+    compiled: CompiledModel, space: LayoutSpace, plan: Plan, *, as_columns: bool = True
+) -> ModelValues:
+    """The model's values of a greedy-style plan (items in ascending waves, one spec per wave). With
+    ``as_columns`` each wave takes the exact column with its items where the model has one; without,
+    the plan is judged by the conservative rows alone."""
+    problem = compiled.problem
+    assignment: list[tuple[int, int]] = [(0, 0)] * problem.num_items
+    shared: set[tuple[int, int]] = set()
+    taken: list[int | None] = [None] * compiled.num_waves
+    for w, wave in enumerate(plan.waves):
+        mask = problem.share_mask(wave.layout_name)
+        for i in wave.items:
+            assignment[i] = (w, space.items[i].layout_of(mask))
+        shared.update((k, w) for k, node in enumerate(space.cross) if mask[node.node])
+        found = columns_with_items(compiled.columns, wave.items) if as_columns else []
+        taken[w] = next((g for g in found if w in compiled.columns[g].slots), None)
+    return compiled.evaluate(assignment, shared, taken)
+
+
+def compile_for(problem: Problem, profile: SolverProfile, greedy: Plan) -> tuple[LayoutSpace, CompiledModel]:
+    """The decision space and the joint model for ``problem``: the greedy plan's wave count (plus the
+    profile's extra waves) and its waves as exact columns."""
+    space = build_space(problem, extra_specs=tuple(profile.greedy.layouts))
+    num_waves = greedy.num_waves + profile.cpsat.max_extra_waves
+    return space, compile_model(problem, space, num_waves, plan_columns(problem, space, num_waves, greedy))
+
+
+def cpsat_planner(
+    problem: Problem, profile: SolverProfile, deadline: float
+) -> tuple[Plan | None, SolverStats]:
+    """Registered as strategy ``cpsat``."""
+    started = time.perf_counter()
+    params = profile.cpsat
+    if problem.num_items > params.max_items:
+        return None, SolverStats(status=f"skipped: {problem.num_items} items > max_items {params.max_items}")
+    reserve = reserve_s(problem)
+    greedy = cached_greedy_plan(problem, profile.greedy.layouts)
+    if any(wave.split for wave in greedy.waves):
+        return None, SolverStats(status="skipped: the greedy plan splits an item (not modelled)")
+    if not profile.deterministic and deadline - time.perf_counter() - reserve < MIN_SEARCH_S:
+        return None, SolverStats(status="skipped: no time left", stage_s={"build": 0.0})
+    space, compiled = compile_for(problem, profile, greedy)
+    if params.hint:
+        compiled.add_hint(greedy_values(compiled, space, greedy))
+    build_s = time.perf_counter() - started
+    left = deadline - time.perf_counter() - reserve
+    if not profile.deterministic and left < MIN_SEARCH_S:
+        return None, SolverStats(status="skipped: no time left", stage_s={"build": build_s})
+    result = solve(compiled, params, time_limit_s=left, deterministic=profile.deterministic, build_s=build_s)
+    stage_s = dict(result.stage_s)
+    plan = None
+    if result.solution is not None:
+        t0 = time.perf_counter()
+        plan = realize(problem, space, compiled.memory, result.solution, columns=compiled.columns)
+        stage_s["realize"] = time.perf_counter() - t0
+    stats = SolverStats(
+        status=result.status,
+        objective_s=result.objective_s,
+        bound_s=result.bound_s,
+        gap=result.gap,
+        wall_s=time.perf_counter() - started,
+        deterministic_time=result.deterministic_time,
+        num_booleans=result.num_booleans,
+        num_integers=result.num_integers,
+        num_constraints=result.num_constraints,
+        ortools_version=result.ortools_version,
+        stage_s=stage_s,
+    )
+    return plan, stats

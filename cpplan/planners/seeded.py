@@ -1,0 +1,88 @@
+"""The ``seeded`` portfolio strategy: the baselines' wave groupings, priced and repaired exactly.
+
+Each baseline packer (token budgets, no-sharing bins, zigzag, prefix groups) proposes which items run
+together. For every proposed wave this strategy keeps the cheaper of two fitting versions: the wave as
+the baseline laid it out and owned it, and the wave under cpplan's own candidate layouts with its
+balanced contiguous ownership. A wave that fits in neither version is split: its items are refilled in
+order into the widest waves that fit (an item too large for any wave takes the split path). The
+cheapest seeded plan is returned. Under a wall-clock budget (profiles that are not deterministic) it
+starts seeds only within its share of the time left, so CP-SAT, which runs after it, keeps the rest.
+
+So a baseline plan that fits the budget is never cheaper than what the portfolio chooses, and one
+that does not fit is turned into one that does instead of being run into an out-of-memory error.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+from cpplan.baselines import axolotl, megatron, prefix_grouper, trl, verl
+from cpplan.baselines.base import Baseline
+from cpplan.planners.split import split_item
+from cpplan.pricing.problem import Problem
+from cpplan.pricing.result import Plan
+from cpplan.pricing.wave import WavePlan, best_wave
+
+# Cheapest and most often useful first: a time-limited run keeps the seeds it reached.
+SEEDS: tuple[Baseline, ...] = (
+    prefix_grouper.BASELINE,
+    verl.BASELINE,
+    axolotl.BASELINE,
+    trl.BASELINE,
+    megatron.BASELINE,
+)
+
+
+def repair(problem: Problem, proposal: Plan, layouts: Sequence[str], cache: dict | None = None) -> Plan:
+    """Every wave of ``proposal`` as its cheapest fitting version, split where none fits. ``cache``
+    keeps cpplan's own pricing of item sets already seen (seeds often propose the same waves)."""
+    budget = problem.budget_bytes
+    cache = {} if cache is None else cache
+    waves: list[WavePlan] = []
+    for wave in proposal.waves:
+        if wave.items not in cache:
+            cache[wave.items] = best_wave(problem, wave.items, layouts)[0]
+        own = cache[wave.items]
+        kept = wave if wave.fits(budget) else None
+        choices = [w for w in (kept, own) if w is not None]
+        if choices:
+            waves.append(min(choices, key=lambda w: w.cost_s))
+        else:
+            waves.extend(_refill(problem, wave.items, layouts))
+    return Plan(strategy="seeded", waves=tuple(waves))
+
+
+def _refill(problem: Problem, items: Sequence[int], layouts: Sequence[str]) -> list[WavePlan]:
+    waves: list[WavePlan] = []
+    current: list[int] = []
+    best: WavePlan | None = None
+    for item in items:
+        trial, _ = best_wave(problem, [*current, item], layouts)
+        if trial is not None:
+            current, best = [*current, item], trial
+            continue
+        if best is not None:
+            waves.append(best)
+        alone, _ = best_wave(problem, [item], layouts)
+        if alone is None:  # too large for any wave: split along its prefix tree (or refused there)
+            waves.extend(split_item(problem, item, layouts))
+            current, best = [], None
+            continue
+        current, best = [item], alone
+    if best is not None:
+        waves.append(best)
+    return waves
+
+
+def seeded_plan(problem: Problem, layouts: Sequence[str], *, stop_at: float | None = None) -> Plan | None:
+    """The cheapest repaired baseline plan. With ``stop_at`` (a ``time.perf_counter()`` instant) no
+    seed is started after it, and ``None`` is returned when none was; without it every seed runs, so
+    the answer is the same on every run."""
+    cache: dict = {}
+    plans = []
+    for seed in SEEDS:
+        if stop_at is not None and time.perf_counter() >= stop_at:
+            break
+        plans.append(repair(problem, seed.plan(problem), layouts, cache))
+    return min(plans, key=lambda p: p.cost_s) if plans else None

@@ -1,0 +1,44 @@
+"""The numpy evaluator: prices local quantities per rank with a resolved model card."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from cpplan.spec.card import ResolvedCard
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class RankPrices:
+    """Per-rank predicted peaks (safety applied), binding envelopes, term bytes and seconds."""
+
+    peak_bytes: np.ndarray
+    envelope: np.ndarray
+    term_bytes: np.ndarray
+    time_s: np.ndarray
+
+    def breakdown(self, card: ResolvedCard, rank: int) -> dict[str, int]:
+        """Bytes of each term (and ``static``) in the rank's binding envelope, before the safety factor."""
+        e = int(self.envelope[rank])
+        parts = {"static": round(card.envelope_static_bytes[e])}
+        for t in np.flatnonzero(card.envelope_terms[e]).tolist():
+            parts[card.term_names[t]] = round(self.term_bytes[rank, t])
+        return parts
+
+
+def price(card: ResolvedCard, quantities: np.ndarray) -> RankPrices:
+    """Price a ``(ranks, quantities)`` matrix: ``peak = ceil(safety * max_e(static_e + sum of terms))``."""
+    quantities = np.atleast_2d(np.asarray(quantities, dtype=np.float64))
+    term_bytes = quantities[:, card.term_quantity] * card.term_bytes
+    envelopes = card.envelope_static_bytes + term_bytes @ card.envelope_terms.T.astype(np.float64)
+    binding = np.argmax(envelopes, axis=1)
+    raw = envelopes[np.arange(quantities.shape[0]), binding]
+    peak = np.ceil(card.safety * raw).astype(np.int64)
+    time_s = quantities[:, card.cost_quantity] @ card.cost_seconds
+    return RankPrices(peak_bytes=peak, envelope=binding, term_bytes=term_bytes, time_s=time_s)
+
+
+def wave_cost_s(card: ResolvedCard, prices: RankPrices) -> float:
+    """A wave costs its slowest rank plus the per-wave overhead."""
+    return float(prices.time_s.max()) + card.wave_overhead_s

@@ -1,0 +1,195 @@
+"""Layouts (which sharing decisions are taken) and the packed segments they produce.
+
+A layout marks prefix-tree nodes as shared. A request's copy of node ``v`` is the copy of the nearest
+shared node at or below ``v`` on its path (or its own copy when there is none), so an unshared node is
+stored once per group of requests below it. Consecutive copies with the same request set form one
+segment (radix compression within the wave). Segments are laid out parents before children.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from cpplan.errors import InputError
+from cpplan.pricing.tree import PrefixTree
+
+NAMED_LAYOUTS = ("full", "none")
+
+
+def parse_layout(spec: str) -> tuple[str, int]:
+    """Check a layout spec: ``full``, ``none``, ``depth:K`` (share tree levels 1..K) or ``min_span:T``
+    (share a node when its span is at least T tokens). Returns ``(kind, parameter)``."""
+    kind, _, value = spec.partition(":")
+    if kind in NAMED_LAYOUTS and not value:
+        return kind, 0
+    if kind in ("depth", "min_span"):
+        try:
+            number = int(value)
+        except ValueError:
+            number = -1
+        if number >= 0:
+            return kind, number
+    raise InputError(f"unknown layout {spec!r}; use full, none, depth:K or min_span:T", field="layouts")
+
+
+def share_mask(tree: PrefixTree, spec: str) -> np.ndarray:
+    """Boolean mask over tree nodes: which decisions a layout spec shares."""
+    kind, value = parse_layout(spec)
+    if kind == "full":
+        mask = np.ones(tree.num_nodes, dtype=bool)
+    elif kind == "none":
+        mask = np.zeros(tree.num_nodes, dtype=bool)
+    elif kind == "depth":
+        mask = tree.node_depth <= value
+    else:
+        mask = tree.node_length >= value
+    mask = mask.copy()
+    mask[0] = False
+    return mask
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class PackedLayout:
+    """The segments of one wave under one layout (no token arrays; see :meth:`token_metadata`).
+
+    Segment arrays are indexed by segment, in packed order. ``request_ids`` are tree request indices;
+    ``request_segments[request_ptr[k]:request_ptr[k + 1]]`` is request k's segment chain, root first.
+    """
+
+    request_ids: np.ndarray
+    seg_parent: np.ndarray
+    seg_position: np.ndarray
+    seg_length: np.ndarray
+    seg_offset: np.ndarray
+    seg_src: np.ndarray
+    seg_grad: np.ndarray
+    seg_loss: np.ndarray
+    seg_count: np.ndarray
+    request_ptr: np.ndarray
+    request_segments: np.ndarray
+
+    @property
+    def num_segments(self) -> int:
+        """Packed segments."""
+        return int(self.seg_length.size)
+
+    @property
+    def packed_tokens(self) -> int:
+        """Tokens in the packed sequence."""
+        return int(self.seg_length.sum())
+
+    def chain(self, k: int) -> np.ndarray:
+        """Segment chain of the wave's k-th request."""
+        return self.request_segments[self.request_ptr[k] : self.request_ptr[k + 1]]
+
+    def token_metadata(self, tree: PrefixTree) -> dict[str, np.ndarray]:
+        """Per packed token: ``input_ids``, ``position_ids``, ``segment_ids``, ``parent_ids`` (int64)."""
+        lengths = self.seg_length
+        segment_ids = np.repeat(np.arange(self.num_segments, dtype=np.int64), lengths)
+        within = np.arange(self.packed_tokens, dtype=np.int64) - np.repeat(self.seg_offset, lengths)
+        position_ids = np.repeat(self.seg_position, lengths) + within
+        input_ids = np.empty(self.packed_tokens, dtype=np.int64)
+        for s in range(self.num_segments):
+            lo = int(self.seg_offset[s])
+            pos = int(self.seg_position[s])
+            input_ids[lo : lo + int(lengths[s])] = tree.sequences[int(self.seg_src[s])][
+                pos : pos + int(lengths[s])
+            ]
+        return {
+            "input_ids": input_ids,
+            "position_ids": position_ids,
+            "segment_ids": segment_ids,
+            "parent_ids": np.repeat(self.seg_parent, lengths),
+        }
+
+    def readback(self, k: int) -> np.ndarray:
+        """Packed indices that read the wave's k-th request back, in token order."""
+        return chain_positions(self.seg_offset, self.seg_length, self.chain(k))
+
+
+def chain_positions(seg_offset: np.ndarray, seg_length: np.ndarray, segments: np.ndarray) -> np.ndarray:
+    """The packed positions of ``segments``' tokens, segment after segment (a request's read-back
+    indices when ``segments`` is its chain; every request's, concatenated, for all chains)."""
+    lengths = seg_length[segments]
+    run_start = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+    return np.repeat(seg_offset[segments] - run_start, lengths) + np.arange(
+        int(lengths.sum()), dtype=np.int64
+    )
+
+
+def pack(
+    tree: PrefixTree,
+    requests: Sequence[int] | np.ndarray,
+    shared: np.ndarray,
+    grad: np.ndarray,
+    loss: np.ndarray,
+) -> PackedLayout:
+    """Pack ``requests`` (tree request indices) under the share mask ``shared``.
+
+    ``grad`` and ``loss`` are per-tree-request flags; a segment takes gradients (or outputs) when any
+    of its requests does.
+    """
+    requests = np.asarray(requests, dtype=np.int64)
+    counts = tree.node_counts(requests)
+    take = (shared & (counts >= 2)).tolist()
+    counts_list = counts.tolist()
+    node_start = tree.node_start.tolist()
+    node_length = tree.node_length.tolist()
+    index: dict[tuple[int, int], int] = {}
+    parent: list[int] = []
+    position: list[int] = []
+    length: list[int] = []
+    src: list[int] = []
+    seg_grad: list[bool] = []
+    seg_loss: list[bool] = []
+    seg_count: list[int] = []
+    chains: list[int] = []
+    ptr = [0]
+    grad_list = np.asarray(grad, dtype=bool).tolist()
+    loss_list = np.asarray(loss, dtype=bool).tolist()
+    for r in requests.tolist():
+        path = tree.path(r)
+        keys = [0] * len(path)
+        key = -1 - r
+        for j in range(len(path) - 1, -1, -1):
+            if take[path[j]]:
+                key = path[j]
+            keys[j] = key
+        current, current_count, created = -1, -1, False
+        for v, key in zip(path, keys, strict=True):
+            count = counts_list[key] if key >= 0 else 1
+            if count != current_count:
+                segment = index.get((v, key))
+                created = segment is None
+                if created:
+                    segment = len(length)
+                    index[(v, key)] = segment
+                    parent.append(current), position.append(node_start[v]), length.append(node_length[v])
+                    src.append(r), seg_grad.append(grad_list[r]), seg_loss.append(loss_list[r])
+                    seg_count.append(count)
+                else:
+                    seg_grad[segment] = seg_grad[segment] or grad_list[r]
+                    seg_loss[segment] = seg_loss[segment] or loss_list[r]
+                chains.append(segment)
+                current, current_count = segment, count
+            elif created:
+                length[current] += node_length[v]
+        ptr.append(len(chains))
+    lengths = np.array(length, dtype=np.int64)
+    offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64) if lengths.size else lengths
+    return PackedLayout(
+        request_ids=requests,
+        seg_parent=np.array(parent, dtype=np.int64),
+        seg_position=np.array(position, dtype=np.int64),
+        seg_length=lengths,
+        seg_offset=offsets,
+        seg_src=np.array(src, dtype=np.int64),
+        seg_grad=np.array(seg_grad, dtype=bool),
+        seg_loss=np.array(seg_loss, dtype=bool),
+        seg_count=np.array(seg_count, dtype=np.int64),
+        request_ptr=np.array(ptr, dtype=np.int64),
+        request_segments=np.array(chains, dtype=np.int64),
+    )

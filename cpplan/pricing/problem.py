@@ -1,0 +1,167 @@
+"""The validated, immutable planning problem: workload, topology, card, budget and the prefix tree."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from cpplan.errors import InputError
+from cpplan.pricing.layout import PackedLayout, pack, share_mask
+from cpplan.pricing.ownership import CHUNK_TOKENS
+from cpplan.pricing.tree import PrefixTree
+from cpplan.spec.card import ModelCard, Phase, ResolvedCard
+from cpplan.spec.topology import Topology
+from cpplan.spec.units import format_bytes
+from cpplan.spec.workload import Item, Workload
+
+
+def check_context(
+    item: Item, max_context: int, *, source: str | None, line: int | None, field_prefix: str = ""
+) -> None:
+    """Raise :class:`InputError` for the first request of ``item`` longer than the model's context."""
+    for k, request in enumerate(item.requests):
+        if request.num_tokens > max_context:
+            raise InputError(
+                f"item {item.id!r} request {k} has {request.num_tokens} tokens, more than the "
+                f"model's maximum context of {max_context}",
+                file=source,
+                line=line,
+                field=f"{field_prefix}requests[{k}].tokens",
+            )
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class Problem:
+    """Everything a planner reads. Build it with :meth:`Problem.build`; nothing writes back onto it."""
+
+    workload: Workload
+    topology: Topology
+    model: ModelCard
+    card: ResolvedCard
+    memory_bytes: int
+    tree: PrefixTree
+    request_item: np.ndarray
+    request_index: np.ndarray
+    request_grad: np.ndarray
+    request_loss: np.ndarray
+    item_ptr: np.ndarray
+    chunk_tokens: int = CHUNK_TOKENS
+
+    @classmethod
+    def build(
+        cls,
+        workload: Workload,
+        *,
+        topology: Topology,
+        model: ModelCard,
+        memory_bytes: int,
+        num_layers: int | None = None,
+        phase: Phase = "cold",
+    ) -> Problem:
+        """Validate the inputs against each other and build the prefix tree."""
+        if (
+            isinstance(memory_bytes, bool)
+            or not isinstance(memory_bytes, int | np.integer)
+            or memory_bytes <= 0
+        ):
+            raise InputError(f"must be a positive number of bytes, got {memory_bytes!r}", field="memory")
+        if phase not in ("cold", "warm"):
+            raise InputError(f"must be 'cold' or 'warm', got {phase!r}", field="phase")
+        card = model.resolve(topology, num_layers=num_layers, phase=phase)
+        sequences, item_of, index_of, grad, loss, ptr = [], [], [], [], [], [0]
+        for i, item in enumerate(workload.items):
+            check_context(
+                item,
+                card.max_context,
+                source=workload.source,
+                line=workload.line_of(i),
+                field_prefix=f"items[{i}].",
+            )
+            for k, request in enumerate(item.requests):
+                sequences.append(request.tokens)
+                item_of.append(i), index_of.append(k)
+                grad.append(request.grad), loss.append(request.output in ("loss", "logits"))
+            ptr.append(len(sequences))
+        tree = PrefixTree(sequences)
+        full = int(tree.node_length.sum())
+        if full < topology.cp:
+            raise InputError(
+                f"cp={topology.cp} is larger than the {full} packed tokens of the whole "
+                "workload: some CP ranks would own nothing",
+                field="topology.cp",
+            )
+        return cls(
+            workload=workload,
+            topology=topology,
+            model=model,
+            card=card,
+            memory_bytes=int(memory_bytes),
+            tree=tree,
+            request_item=np.array(item_of, dtype=np.int64),
+            request_index=np.array(index_of, dtype=np.int64),
+            request_grad=np.array(grad, dtype=bool),
+            request_loss=np.array(loss, dtype=bool),
+            item_ptr=np.array(ptr, dtype=np.int64),
+        )
+
+    @property
+    def num_items(self) -> int:
+        """Items in the workload."""
+        return self.workload.num_items
+
+    @property
+    def budget_bytes(self) -> int:
+        """Bytes a wave may use on each rank (the admission limit for ``peak_bytes``)."""
+        return self.memory_bytes
+
+    def item_requests(self, items) -> np.ndarray:
+        """Tree request indices of the given item indices, in item order."""
+        return np.concatenate([np.arange(self.item_ptr[i], self.item_ptr[i + 1]) for i in items]).astype(
+            np.int64
+        )
+
+    @cached_property
+    def _masks(self) -> dict[str, np.ndarray]:
+        return {}
+
+    def share_mask(self, spec: str) -> np.ndarray:
+        """The node mask of a layout spec (cached per spec)."""
+        if spec not in self._masks:
+            self._masks[spec] = share_mask(self.tree, spec)
+        return self._masks[spec]
+
+    def pack(self, items, spec_or_mask: str | np.ndarray) -> PackedLayout:
+        """Pack the requests of ``items`` under a layout spec or an explicit node mask."""
+        mask = self.share_mask(spec_or_mask) if isinstance(spec_or_mask, str) else spec_or_mask
+        return pack(self.tree, self.item_requests(items), mask, self.request_grad, self.request_loss)
+
+    @cached_property
+    def request_tokens(self) -> np.ndarray:
+        """Tokens of each tree request."""
+        return np.array([s.size for s in self.tree.sequences], dtype=np.int64)
+
+    @cached_property
+    def _item_tokens(self) -> np.ndarray:
+        total = np.concatenate([[0], np.cumsum(self.request_tokens)])
+        return total[self.item_ptr[1:]] - total[self.item_ptr[:-1]]
+
+    def logical_tokens(self, items) -> int:
+        """Unpacked tokens of the given items."""
+        return int(self._item_tokens[np.asarray(list(items), dtype=np.int64)].sum())
+
+
+def check_static_floor(card: ResolvedCard, memory_bytes: int) -> None:
+    """A budget below the card's static floor (a rank owning no token) fits nothing: bad input for a
+    planning call (a verifier may still be asked whether a plan fits it)."""
+    e = int(np.argmax(card.envelope_static_bytes))
+    floor = math.ceil(card.safety * float(card.envelope_static_bytes[e]))
+    if memory_bytes < floor:
+        raise InputError(
+            f"budget of {memory_bytes:,} bytes ({format_bytes(memory_bytes)}) is below the static floor of "
+            f"{floor:,} bytes ({format_bytes(floor)}): safety {card.safety:g} x the static bytes of "
+            f"envelope {card.envelope_names[e]!r} of model {card.name!r}, before any token",
+            field="memory",
+        )

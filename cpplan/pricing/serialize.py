@@ -1,0 +1,148 @@
+"""Plan JSON: the contract's fields plus the layout and ownership that ``cpplan verify`` re-checks."""
+
+from __future__ import annotations
+
+import functools
+import json
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
+from cpplan.pricing.ownership import owned_ranges
+from cpplan.pricing.result import Candidate, Plan, PlanResult, SolverStats, dp_rank_of
+from cpplan.pricing.wave import WavePlan
+from cpplan.spec.quantities import QUANTITIES
+
+TIMING_FIELDS = ("wall_s", "stage_s", "deterministic_time")
+
+
+@functools.cache
+def cpplan_version() -> str:
+    """The installed cpplan version."""
+    try:
+        return version("cpplan")
+    except PackageNotFoundError:
+        return "0+unknown"
+
+
+def wave_to_dict(result_problem, wave: WavePlan, index: int) -> dict[str, Any]:
+    """One wave: items, layout segments, request chains and per-rank loads with breakdowns."""
+    problem = result_problem
+    workload = problem.workload
+    layout = wave.layout
+    card = problem.card
+    requests = []
+    for k, r in enumerate(layout.request_ids.tolist()):
+        item = workload.items[int(problem.request_item[r])]
+        requests.append(
+            {"item": item.id, "request": int(problem.request_index[r]), "segments": layout.chain(k).tolist()}
+        )
+    ranks = []
+    for rank in range(problem.topology.cp):
+        q = wave.quantities[rank]
+        entry: dict[str, Any] = {
+            "rank": rank,
+            "ranges": [list(r) for r in owned_ranges(wave.owner, wave.stats, rank)],
+        }
+        entry.update({name: round(q[i]) for i, name in enumerate(QUANTITIES)})
+        entry["peak_bytes"] = int(wave.prices.peak_bytes[rank])
+        entry["envelope"] = card.envelope_names[int(wave.prices.envelope[rank])]
+        entry["breakdown"] = wave.prices.breakdown(card, rank)
+        entry["time_s"] = float(wave.prices.time_s[rank])
+        ranks.append(entry)
+    item_ids = [workload.items[i].id for i in wave.items]
+    return {
+        "index": index,
+        "dp_rank": dp_rank_of(index, problem.topology.dp),
+        "items": item_ids,
+        "layout": wave.layout_name,
+        "split": wave.split,
+        "packed_tokens": wave.packed_tokens,
+        "logical_tokens": wave.logical_tokens,
+        "cost_s": float(wave.cost_s),
+        "segments": [
+            [int(p), int(s), int(n)]
+            for p, s, n in zip(
+                layout.seg_parent.tolist(),
+                layout.seg_position.tolist(),
+                layout.seg_length.tolist(),
+                strict=True,
+            )
+        ],
+        "requests": requests,
+        "ranks": ranks,
+    }
+
+
+def plan_to_dict(problem, plan: Plan) -> dict[str, Any]:
+    """A plan alone (no portfolio information), as the verifier reads it."""
+    card = problem.card
+    return {
+        "cpplan_version": cpplan_version(),
+        "model": card.name,
+        "layers": card.num_layers,
+        "phase": card.phase,
+        "topology": problem.topology.model_dump(),
+        "memory_bytes": problem.memory_bytes,
+        "chunk_tokens": problem.chunk_tokens,
+        "safety": card.safety,
+        "strategy": plan.strategy,
+        "cost_s": plan.cost_s,
+        "num_waves": plan.num_waves,
+        "logical_tokens": plan.logical_tokens,
+        "packed_tokens": plan.packed_tokens,
+        "peak_bytes": plan.peak_bytes,
+        "waves": [wave_to_dict(problem, w, i) for i, w in enumerate(plan.waves)],
+    }
+
+
+def candidate_to_dict(candidate: Candidate) -> dict[str, Any]:
+    """One portfolio candidate."""
+    return {
+        "strategy": candidate.strategy,
+        "cost_s": candidate.cost_s,
+        "valid": candidate.valid,
+        "reason": candidate.reason,
+        "num_waves": candidate.num_waves,
+        "wall_s": candidate.wall_s,
+    }
+
+
+def solver_to_dict(stats: SolverStats) -> dict[str, Any]:
+    """Solver statistics."""
+    return {
+        "status": stats.status,
+        "objective_s": stats.objective_s,
+        "bound_s": stats.bound_s,
+        "gap": stats.gap,
+        "wall_s": stats.wall_s,
+        "deterministic_time": stats.deterministic_time,
+        "num_booleans": stats.num_booleans,
+        "num_integers": stats.num_integers,
+        "num_constraints": stats.num_constraints,
+        "ortools_version": stats.ortools_version,
+        "stage_s": dict(stats.stage_s),
+    }
+
+
+def result_to_dict(result: PlanResult) -> dict[str, Any]:
+    """The full plan JSON of the contract."""
+    data = plan_to_dict(result.problem, result.plan)
+    data["profile"] = result.profile
+    data["solver"] = solver_to_dict(result.solver)
+    data["candidates"] = [candidate_to_dict(c) for c in result.candidates]
+    data["wall_s"] = result.wall_s
+    return data
+
+
+def dumps(data: dict[str, Any]) -> str:
+    """Canonical JSON text (sorted keys are not used: field order is part of readability)."""
+    return json.dumps(data, indent=1, allow_nan=False) + "\n"
+
+
+def strip_timing(data: Any) -> Any:
+    """A copy without wall-clock fields, for byte-for-byte comparisons of plans."""
+    if isinstance(data, dict):
+        return {k: strip_timing(v) for k, v in data.items() if k not in TIMING_FIELDS}
+    if isinstance(data, list):
+        return [strip_timing(v) for v in data]
+    return data

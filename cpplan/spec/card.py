@@ -1,0 +1,510 @@
+"""Model cards: declarative geometry, memory floors, cost terms and calibration, read from TOML.
+
+A card's floor and cost terms are formulas (see :mod:`cpplan.spec.expr`) over the geometry, the topology,
+the card's constants and derived values. :meth:`ModelCard.resolve` turns them into numbers for one
+topology, depth and phase: the :class:`ResolvedCard` that both the numpy evaluator and the CP-SAT
+model read (one source of truth, two readers).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    FiniteFloat,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from cpplan.errors import InputError, UnsupportedTopologyError
+from cpplan.spec.expr import FormulaError, evaluate, names_in
+from cpplan.spec.quantities import QUANTITIES, QUANTITY_INDEX
+from cpplan.spec.shipped import toml_files
+from cpplan.spec.tomlines import file_line, toml_line
+from cpplan.spec.topology import AXES, Topology
+
+Formula = str | float | int
+Phase = Literal["cold", "warm"]
+LAYER_KINDS = ("attention", "gdn")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Geometry(_Strict):
+    """Architecture numbers (the reference figures of DESIGN.md). Zero means "absent"."""
+
+    hidden: int = Field(gt=0)
+    ffn: int = Field(default=0, ge=0)
+    num_heads: int = Field(gt=0)
+    num_kv_heads: int = Field(gt=0)
+    head_dim: int = Field(gt=0)
+    num_layers: int = Field(gt=0)
+    layer_pattern: tuple[Literal["attention", "gdn"], ...] = ("attention",)
+    vocab: int = Field(gt=0)
+    dtype_bytes: int = Field(default=2, gt=0)
+    max_context: int = Field(default=131072, gt=0)
+    num_experts: int = Field(default=0, ge=0)
+    top_k: int = Field(default=0, ge=0)
+    expert_ffn: int = Field(default=0, ge=0)
+    shared_expert_ffn: int = Field(default=0, ge=0)
+    gdn_value_heads: int = Field(default=0, ge=0)
+    gdn_key_heads: int = Field(default=0, ge=0)
+    gdn_head_dim: int = Field(default=0, ge=0)
+    gdn_conv_kernel: int = Field(default=0, ge=0)
+
+    @field_validator("layer_pattern")
+    @classmethod
+    def _pattern_not_empty(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if not value:
+            raise ValueError("must list at least one layer kind")
+        return value
+
+    def layer_counts(self, num_layers: int) -> dict[str, int]:
+        """Layers of each kind when the pattern is repeated (and truncated) to ``num_layers``."""
+        pattern = self.layer_pattern
+        full, rest = divmod(num_layers, len(pattern))
+        counts = {kind: full * pattern.count(kind) + pattern[:rest].count(kind) for kind in LAYER_KINDS}
+        return {
+            "layers": num_layers,
+            "attn_layers": counts["attention"],
+            "gdn_layers": counts["gdn"],
+            "moe_layers": num_layers if self.num_experts > 0 else 0,
+            "dense_layers": 0 if self.num_experts > 0 else num_layers,
+        }
+
+
+class Hardware(_Strict):
+    """The accelerator the cost terms are priced on."""
+
+    name: str
+    bf16_flops_per_s: float = Field(gt=0, allow_inf_nan=False)
+    mfu: float = Field(gt=0, le=1, allow_inf_nan=False)
+    hbm_bytes_per_s: float = Field(gt=0, allow_inf_nan=False)
+    interconnect_bytes_per_s: float = Field(gt=0, allow_inf_nan=False)
+    wave_overhead_s: float = Field(ge=0, allow_inf_nan=False)
+
+
+class MemoryTerm(_Strict):
+    """A linear floor term: ``bytes_per_unit`` (a formula) times one local quantity of the rank.
+
+    ``when`` (a formula over the topology) states the topologies the term holds for; ``phase`` limits
+    it to cold (first call) or warm pricing. A formula may name an earlier term: that term's bytes per
+    unit here (0 where it does not hold), so a term can scale another without repeating its formula.
+    """
+
+    quantity: str
+    bytes_per_unit: Formula
+    when: str = "true"
+    phase: Literal["any", "cold", "warm"] = "any"
+    doc: str = ""
+
+    @field_validator("quantity")
+    @classmethod
+    def _known_quantity(cls, value: str) -> str:
+        if value not in QUANTITY_INDEX:
+            raise ValueError(f"unknown quantity {value!r}; known: {', '.join(QUANTITIES)}")
+        return value
+
+
+class Envelope(_Strict):
+    """One candidate peak: a static part plus a sum of terms. The floor is the max over envelopes."""
+
+    name: str
+    static_bytes: Formula = 0
+    terms: tuple[str, ...]
+    doc: str = ""
+
+
+class Memory(_Strict):
+    """Memory floors: named terms, the envelopes that sum them, and the safety factor."""
+
+    safety: float = Field(default=1.1, ge=1.0, allow_inf_nan=False)
+    terms: dict[str, MemoryTerm]
+    envelopes: tuple[Envelope, ...] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _terms_exist(self) -> Memory:
+        for envelope in self.envelopes:
+            for term in envelope.terms:
+                if term not in self.terms:
+                    raise ValueError(f"envelope {envelope.name!r} lists unknown term {term!r}")
+        return self
+
+
+class CostTerm(_Strict):
+    """A linear time term: ``seconds_per_unit`` (a formula) times one local quantity of the rank."""
+
+    quantity: str
+    seconds_per_unit: Formula
+    when: str = "true"
+    doc: str = ""
+
+    _known_quantity = field_validator("quantity")(MemoryTerm._known_quantity.__func__)
+
+
+class Cost(_Strict):
+    """Predicted seconds per rank; a wave costs its slowest rank plus ``hardware.wave_overhead_s``."""
+
+    terms: dict[str, CostTerm]
+
+
+class CalibrationRow(_Strict):
+    """One measured row a calibration was fitted on, and what the fitted card predicts for it."""
+
+    line: int = Field(ge=1)
+    layers: int = Field(ge=1)
+    topology: str
+    phase: Literal["cold", "warm"]
+    requests: int = Field(ge=1)
+    total_tokens: int = Field(ge=1)
+    observed_max_bytes: int = Field(ge=0)
+    predicted_bytes: int = Field(ge=0)
+    ratio: float
+
+
+class Calibration(_Strict):
+    """Provenance of calibrated coefficients: what was measured, where, when and how it was fitted.
+
+    ``coefficients`` are names the card's formulas may use (non-negative); ``fitted`` names the ones a
+    calibration fitted (the rest are fixed or transferred, see ``method``); ``rows`` the measurements
+    and the fitted card's prediction for each.
+    """
+
+    source: str = ""
+    source_sha256: str = ""
+    hardware: str = ""
+    date: str = ""
+    method: str = ""
+    tool: str = ""
+    notes: str = ""
+    coefficients: dict[str, float] = Field(default_factory=dict)
+    fitted: tuple[str, ...] = ()
+    rows: tuple[CalibrationRow, ...] = ()
+
+    @field_validator("coefficients")
+    @classmethod
+    def _physical(cls, value: dict[str, float]) -> dict[str, float]:
+        for name, number in value.items():
+            if not math.isfinite(number) or number < 0:
+                raise ValueError(f"coefficient {name!r} is {number}; calibrated coefficients are >= 0")
+        return value
+
+    @model_validator(mode="after")
+    def _fitted_known(self) -> Calibration:
+        unknown = [name for name in self.fitted if name not in self.coefficients]
+        if unknown:
+            raise ValueError(f"fitted names {', '.join(unknown)} are not in coefficients")
+        return self
+
+
+class ModelCard(_Strict):
+    """A validated model card (one TOML file per architecture)."""
+
+    name: str
+    display_name: str = ""
+    aliases: tuple[str, ...] = ()
+    supports: str = "true"
+    geometry: Geometry
+    constants: dict[str, FiniteFloat] = Field(default_factory=dict)
+    derived: dict[str, Formula] = Field(default_factory=dict)
+    hardware: Hardware
+    memory: Memory
+    cost: Cost
+    calibration: Calibration | None = None
+    path: str | None = None
+
+    def environment(self, topology: Topology, num_layers: int | None = None) -> dict[str, float]:
+        """Every name a formula may use, for one topology and depth."""
+        layers = self.geometry.num_layers if num_layers is None else num_layers
+        env: dict[str, float] = {
+            k: float(v) for k, v in self.geometry.model_dump().items() if isinstance(v, int | float)
+        }
+        env.update({k: float(v) for k, v in self.geometry.layer_counts(layers).items()})
+        env.update(topology.as_env())
+        env.update({k: float(v) for k, v in self.hardware.model_dump().items() if isinstance(v, int | float)})
+        env.update(self.constants)
+        env.update(self.calibration.coefficients if self.calibration else {})
+        for name, formula in self.derived.items():
+            env[name] = evaluate(formula, env)
+        return env
+
+    def check_supported(self, topology: Topology) -> None:
+        """Raise :class:`UnsupportedTopologyError` for a topology the card cannot price."""
+        if not evaluate(self.supports, topology.as_env()):
+            raise UnsupportedTopologyError(
+                f"model card {self.name!r} cannot price topology {topology} (it supports: {self.supports})",
+                field="topology",
+            )
+
+    def resolve(
+        self, topology: Topology, *, num_layers: int | None = None, phase: Phase = "cold"
+    ) -> ResolvedCard:
+        """Numbers for one topology, depth and phase."""
+        if num_layers is not None and not 1 <= num_layers <= self.geometry.num_layers:
+            raise InputError(
+                f"must be between 1 and the model's {self.geometry.num_layers} layers, got {num_layers}",
+                field="layers",
+            )
+        self.check_supported(topology)
+        env = self.environment(topology, num_layers)
+        where = self.path or self.name
+        term_names, term_q, term_b = [], [], []
+        for name in self.memory.terms:
+            env[name] = 0.0  # a term that does not hold here contributes nothing to terms that name it
+        for name, term in self.memory.terms.items():
+            if term.phase not in ("any", phase) or not _holds(term.when, env, where, f"memory.terms.{name}"):
+                continue
+            value = _value(term.bytes_per_unit, env, where, f"memory.terms.{name}.bytes_per_unit")
+            env[name] = value
+            term_names.append(name)
+            term_q.append(QUANTITY_INDEX[term.quantity])
+            term_b.append(value)
+        index = {name: i for i, name in enumerate(term_names)}
+        statics = np.array(
+            [
+                _value(e.static_bytes, env, where, f"memory.envelopes.{e.name}.static_bytes")
+                for e in self.memory.envelopes
+            ],
+            dtype=np.float64,
+        )
+        member = np.zeros((len(self.memory.envelopes), len(term_names)), dtype=bool)
+        for e, envelope in enumerate(self.memory.envelopes):
+            for term in envelope.terms:
+                if term in index:
+                    member[e, index[term]] = True
+        cost_names, cost_q, cost_s = [], [], []
+        for name, term in self.cost.terms.items():
+            if not _holds(term.when, env, where, f"cost.terms.{name}"):
+                continue
+            cost_names.append(name)
+            cost_q.append(QUANTITY_INDEX[term.quantity])
+            cost_s.append(_value(term.seconds_per_unit, env, where, f"cost.terms.{name}.seconds_per_unit"))
+        return ResolvedCard(
+            name=self.name,
+            topology=topology,
+            num_layers=int(env["layers"]),
+            phase=phase,
+            safety=self.memory.safety,
+            max_context=self.geometry.max_context,
+            term_names=tuple(term_names),
+            term_quantity=_frozen(np.array(term_q, dtype=np.int64)),
+            term_bytes=_frozen(np.array(term_b, dtype=np.float64)),
+            envelope_names=tuple(e.name for e in self.memory.envelopes),
+            envelope_static_bytes=_frozen(statics),
+            envelope_terms=_frozen(member),
+            cost_names=tuple(cost_names),
+            cost_quantity=_frozen(np.array(cost_q, dtype=np.int64)),
+            cost_seconds=_frozen(np.array(cost_s, dtype=np.float64)),
+            wave_overhead_s=self.hardware.wave_overhead_s,
+        )
+
+
+def _frozen(array: np.ndarray) -> np.ndarray:
+    array.flags.writeable = False
+    return array
+
+
+def _holds(formula: str, env: dict[str, float], where: str, field: str) -> bool:
+    try:
+        return bool(evaluate(formula, env))
+    except FormulaError as exc:
+        raise InputError(
+            str(exc), file=where, line=file_line(where, f"{field}.when"), field=f"{field}.when"
+        ) from None
+
+
+def _value(formula: Formula, env: dict[str, float], where: str, field: str) -> float:
+    line = functools.partial(file_line, where, field)
+    try:
+        value = evaluate(formula, env)
+    except (FormulaError, ZeroDivisionError, OverflowError) as exc:
+        raise InputError(
+            f"cannot evaluate {formula!r}: {exc}", file=where, line=line(), field=field
+        ) from None
+    if not math.isfinite(value):
+        raise InputError(
+            f"{formula!r} evaluates to {value}, not a finite number", file=where, line=line(), field=field
+        )
+    if value < 0:
+        raise InputError(
+            f"{formula!r} evaluates to {value:g}; floors and costs cannot be negative",
+            file=where,
+            line=line(),
+            field=field,
+        )
+    return value
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class ResolvedCard:
+    """A card's floors and costs as numbers for one topology, depth and phase.
+
+    Rank peak: ``safety * max_e(static[e] + sum_t member[e, t] * term_bytes[t] * q[term_quantity[t]])``.
+    Rank time: ``sum_c cost_seconds[c] * q[cost_quantity[c]]``; wave time adds ``wave_overhead_s``.
+    """
+
+    name: str
+    topology: Topology
+    num_layers: int
+    phase: Phase
+    safety: float
+    max_context: int
+    term_names: tuple[str, ...]
+    term_quantity: np.ndarray
+    term_bytes: np.ndarray
+    envelope_names: tuple[str, ...]
+    envelope_static_bytes: np.ndarray
+    envelope_terms: np.ndarray
+    cost_names: tuple[str, ...]
+    cost_quantity: np.ndarray
+    cost_seconds: np.ndarray
+    wave_overhead_s: float
+
+    @property
+    def num_envelopes(self) -> int:
+        """Number of envelopes."""
+        return len(self.envelope_names)
+
+    def envelope_coefficients(self) -> np.ndarray:
+        """Bytes per unit of each quantity in each envelope: shape (envelopes, quantities)."""
+        coef = np.zeros((self.num_envelopes, len(QUANTITIES)))
+        for e in range(self.num_envelopes):
+            np.add.at(
+                coef[e], self.term_quantity[self.envelope_terms[e]], self.term_bytes[self.envelope_terms[e]]
+            )
+        return coef
+
+    def time_coefficients(self) -> np.ndarray:
+        """Seconds per unit of each quantity: shape (quantities,)."""
+        coef = np.zeros(len(QUANTITIES))
+        np.add.at(coef, self.cost_quantity, self.cost_seconds)
+        return coef
+
+
+# --------------------------------------------------------------------------------------------- loading
+
+
+def _packaged_cards() -> dict[str, Path]:
+    return toml_files("cpplan.cards")
+
+
+def available_models() -> list[str]:
+    """Names of the model cards shipped with cpplan."""
+    return sorted(_packaged_cards())
+
+
+def load_model(name_or_path: str | Path) -> ModelCard:
+    """Load a shipped card by name or alias (case-insensitive), or a TOML card by path."""
+    path = Path(name_or_path)
+    if path.suffix == ".toml" or path.exists():
+        return load_card_file(path)
+    wanted = str(name_or_path).lower()
+    for name, card_path in sorted(_packaged_cards().items()):
+        if name.lower() == wanted:
+            return load_card_file(card_path)
+    for card_path in sorted(_packaged_cards().values()):
+        card = load_card_file(card_path)
+        if wanted in (a.lower() for a in (card.display_name, *card.aliases)):
+            return card
+    raise InputError(
+        f"unknown model {str(name_or_path)!r}; shipped cards: {', '.join(available_models())}"
+        " (or give a path to a .toml card)",
+        field="model",
+    )
+
+
+def load_card_file(path: str | Path) -> ModelCard:
+    """Load and validate a card; errors name the file, the line (where known) and the field."""
+    data, text = read_toml(path, what="model card")
+    data.setdefault("path", str(path))
+    try:
+        card = ModelCard.model_validate(data)
+    except ValidationError as exc:
+        raise validation_error(exc, path, text) from None
+    _check_formulas(card)
+    return card
+
+
+def _check_formulas(card: ModelCard) -> None:
+    """Resolve once at the default topology so unknown names and negative terms fail on load."""
+    topology = Topology()
+    where = card.path or card.name
+    try:
+        env = card.environment(topology)
+    except FormulaError as exc:
+        raise InputError(str(exc), file=where, field="derived") from None
+    for axis in AXES:
+        env.setdefault(axis, 1.0)
+    for name in card.memory.terms:
+        if name in env:
+            raise InputError(
+                f"term name {name!r} is already a geometry, topology, constant or derived name",
+                file=where,
+                line=file_line(card.path, f"memory.terms.{name}"),
+                field=f"memory.terms.{name}",
+            )
+    earlier_terms: set[str] = set()
+    for field, formulas in (
+        ("memory.terms", {k: (t.bytes_per_unit, t.when) for k, t in card.memory.terms.items()}),
+        ("cost.terms", {k: (t.seconds_per_unit, t.when) for k, t in card.cost.terms.items()}),
+    ):
+        for name, pair in formulas.items():
+            for formula in pair:
+                if isinstance(formula, str):
+                    known = set(env) | (earlier_terms if field == "memory.terms" else set())
+                    unknown = names_in(formula) - known - {"true", "false", "True", "False"}
+                    if unknown:
+                        raise InputError(
+                            f"unknown name(s) {', '.join(sorted(unknown))} in {formula!r}",
+                            file=where,
+                            line=file_line(card.path, f"{field}.{name}"),
+                            field=f"{field}.{name}",
+                        )
+            if field == "memory.terms":
+                earlier_terms.add(name)
+    if evaluate(card.supports, topology.as_env()):
+        card.resolve(topology, phase="cold")
+        card.resolve(topology, phase="warm")
+
+
+def read_toml(path: str | Path, *, what: str) -> tuple[dict, str]:
+    """Read a TOML file, turning I/O and syntax errors into :class:`InputError`."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InputError(f"cannot read {what}: {exc.strerror}", file=str(path)) from None
+    try:
+        return tomllib.loads(text), text
+    except tomllib.TOMLDecodeError as exc:
+        line = getattr(exc, "lineno", None) or _line_from_message(str(exc))
+        raise InputError(f"invalid TOML: {exc}", file=str(path), line=line) from None
+
+
+def _line_from_message(message: str) -> int | None:
+    match = re.search(r"line (\d+)", message)
+    return int(match.group(1)) if match else None
+
+
+def validation_error(exc: ValidationError, path: str | Path, text: str) -> InputError:
+    """The first pydantic error as an :class:`InputError` with file, line and field."""
+    error = exc.errors()[0]
+    field = ".".join(str(p) for p in error["loc"])
+    line = toml_line(text, error["loc"])
+    message = error["msg"].removeprefix("Value error, ")
+    if error["type"] == "missing":
+        message = "required field is missing"
+    return InputError(message, file=str(path), line=line, field=field)

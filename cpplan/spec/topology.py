@@ -1,0 +1,73 @@
+"""Parallel topology: TP, CP, EP, ETP, PP and DP sizes."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from cpplan.errors import InputError
+
+AXES = ("tp", "cp", "ep", "etp", "pp", "dp")
+
+
+class Topology(BaseModel):
+    """Sizes of the parallel axes; each defaults to 1.
+
+    CP shards tokens (rows), TP shards features, EP shards experts (ETP shards each expert's features),
+    PP shards layers and DP replicates the model over different items. The expert grid ``ep * etp``
+    must divide the dense grid ``tp * cp * dp`` it is folded onto.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    tp: int = Field(default=1, ge=1, le=1024)
+    cp: int = Field(default=1, ge=1, le=1024)
+    ep: int = Field(default=1, ge=1, le=1024)
+    etp: int = Field(default=1, ge=1, le=1024)
+    pp: int = Field(default=1, ge=1, le=1024)
+    dp: int = Field(default=1, ge=1, le=65536)
+
+    @model_validator(mode="after")
+    def _expert_grid_divides(self) -> Topology:
+        dense = self.tp * self.cp * self.dp
+        if dense % (self.ep * self.etp) != 0:
+            raise ValueError(f"ep*etp = {self.ep * self.etp} must divide tp*cp*dp = {dense}")
+        return self
+
+    @classmethod
+    def parse(cls, text: str) -> Topology:
+        """Parse ``tp=1,cp=4,ep=1,etp=1,pp=1,dp=1``; sizes left out are 1."""
+        sizes: dict[str, int] = {}
+        for part in filter(None, (p.strip() for p in text.split(","))):
+            name, sep, value = part.partition("=")
+            name = name.strip().lower()
+            if not sep or name not in AXES:
+                raise InputError(
+                    f"cannot read {part!r}; expected NAME=SIZE with NAME in {', '.join(AXES)}",
+                    field="topology",
+                )
+            if name in sizes:
+                raise InputError(f"{name} given twice", field=f"topology.{name}")
+            try:
+                sizes[name] = int(value.strip())
+            except ValueError:
+                raise InputError(
+                    f"{name}={value.strip()!r} is not an integer", field=f"topology.{name}"
+                ) from None
+        return cls.create(**sizes)
+
+    @classmethod
+    def create(cls, **sizes: int) -> Topology:
+        """Validated construction that reports problems as :class:`InputError`."""
+        try:
+            return cls(**sizes)
+        except ValidationError as exc:
+            error = exc.errors()[0]
+            field = "topology" + "".join(f".{p}" for p in error["loc"])
+            raise InputError(error["msg"].removeprefix("Value error, "), field=field) from None
+
+    def __str__(self) -> str:
+        return ",".join(f"{axis}={getattr(self, axis)}" for axis in AXES)
+
+    def as_env(self) -> dict[str, float]:
+        """The sizes as formula names."""
+        return {axis: float(getattr(self, axis)) for axis in AXES}

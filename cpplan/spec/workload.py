@@ -1,0 +1,252 @@
+"""Requests, items and workloads: the validated, immutable input of every planner."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator, Sequence
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from cpplan.errors import InputError
+
+MAX_TOKEN_ID = 2**31 - 1
+Output = Literal["loss", "logits", "hidden", "none"]
+
+
+class Request(BaseModel):
+    """One token sequence with its flags.
+
+    ``tokens`` is stored as a read-only 1-D ``int64`` numpy array of ids in ``[0, 2**31)``.
+    ``grad``: gradients are taken through it. ``output``: what the trainer reads back.
+    """
+
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True, extra="forbid")
+
+    tokens: np.ndarray
+    grad: StrictBool = True
+    output: Output = "loss"
+
+    @field_validator("tokens", mode="before")
+    @classmethod
+    def _tokens_array(cls, value: Any) -> np.ndarray:
+        if isinstance(value, str | bytes) or not isinstance(value, Sequence | np.ndarray):
+            raise ValueError("must be a list of integer token ids")
+        try:
+            array = np.asarray(value)
+        except ValueError:
+            array = np.asarray(value, dtype=object)
+        if array.ndim != 1:
+            raise ValueError("must be a flat list of integer token ids")
+        if array.size == 0:
+            raise ValueError("must not be empty")
+        if array.dtype.kind not in "iu" or (isinstance(value, list) and bool in map(type, value)):
+            bad = next((i for i, t in enumerate(value) if not _is_int(t) or not 0 <= t <= MAX_TOKEN_ID), 0)
+            if _is_int(value[bad]):
+                raise ValueError(f"token {bad} is {value[bad]}, outside [0, {MAX_TOKEN_ID}]")
+            raise ValueError(f"token {bad} is {value[bad]!r}, not an integer")
+        array = array.astype(np.int64, copy=True)
+        out_of_range = np.flatnonzero((array < 0) | (array > MAX_TOKEN_ID))
+        if out_of_range.size:
+            k = int(out_of_range[0])
+            raise ValueError(f"token {k} is {int(array[k])}, outside [0, {MAX_TOKEN_ID}]")
+        array.flags.writeable = False
+        return array
+
+    @field_validator("grad", mode="before")
+    @classmethod
+    def _grad_is_bool(cls, value: Any) -> bool:
+        if not isinstance(value, bool | np.bool_):
+            raise ValueError(f"must be a boolean (true or false), got {value!r}")
+        return bool(value)
+
+    @property
+    def num_tokens(self) -> int:
+        """Number of tokens."""
+        return int(self.tokens.size)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int | np.integer) and not isinstance(value, bool)
+
+
+class Item(BaseModel):
+    """The unit placed into a wave: requests that must run together (one prompt's samples, say)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: str = Field(min_length=1)
+    requests: tuple[Request, ...] = Field(min_length=1)
+
+    @property
+    def num_tokens(self) -> int:
+        """Logical (unpacked) tokens over the item's requests."""
+        return sum(r.num_tokens for r in self.requests)
+
+
+class Workload(BaseModel):
+    """An ordered, immutable set of items with unique ids."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    items: tuple[Item, ...] = Field(min_length=1)
+    source: str | None = None
+    lines: tuple[int, ...] | None = None
+
+    @model_validator(mode="after")
+    def _unique_ids(self) -> Workload:
+        if self.lines is not None and len(self.lines) != len(self.items):
+            raise ValueError(f"lines has {len(self.lines)} entries for {len(self.items)} items")
+        seen: dict[str, int] = {}
+        for index, item in enumerate(self.items):
+            if item.id in seen:
+                raise ValueError(f"duplicate item id {item.id!r} (items {seen[item.id]} and {index})")
+            seen[item.id] = index
+        return self
+
+    @classmethod
+    def from_items(cls, items: Iterable[Item], source: str | None = None) -> Workload:
+        """Build a workload from items, reporting duplicates as an :class:`InputError`."""
+        try:
+            return cls(items=tuple(items), source=source)
+        except ValidationError as exc:
+            raise InputError(_first_message(exc), file=source) from None
+
+    @classmethod
+    def from_jsonl(cls, path: str | Path) -> Workload:
+        """Read the contract's JSONL: one item a line, ``{"id", "requests": [{"tokens", "grad"}]}``
+        or ``{"id", "tokens"}``. Errors name the file, the line and the field."""
+        path = Path(path)
+        try:
+            handle = path.open("rb")
+        except OSError as exc:
+            raise InputError(f"cannot read workload: {exc.strerror}", file=str(path)) from None
+        items: list[Item] = []
+        lines: dict[str, int] = {}
+        with handle:
+            for line_no, item in iter_jsonl_items(_decoded(handle, str(path)), str(path)):
+                if item.id in lines:
+                    raise InputError(
+                        f"duplicate item id {item.id!r} (first on line {lines[item.id]})",
+                        file=str(path),
+                        line=line_no,
+                        field="id",
+                    )
+                lines[item.id] = line_no
+                items.append(item)
+        if not items:
+            raise InputError("workload is empty: no items", file=str(path))
+        return cls(items=tuple(items), source=str(path), lines=tuple(lines.values()))
+
+    @cached_property
+    def index_of(self) -> dict[str, int]:
+        """Item id to its index."""
+        return {item.id: i for i, item in enumerate(self.items)}
+
+    @property
+    def num_items(self) -> int:
+        """Number of items."""
+        return len(self.items)
+
+    @property
+    def num_requests(self) -> int:
+        """Number of requests over all items."""
+        return sum(len(item.requests) for item in self.items)
+
+    @property
+    def num_tokens(self) -> int:
+        """Logical (unpacked) tokens over all requests."""
+        return sum(item.num_tokens for item in self.items)
+
+    def requests(self) -> list[tuple[int, int, Request]]:
+        """Every request as ``(item index, request index within the item, request)``."""
+        return [(i, k, r) for i, item in enumerate(self.items) for k, r in enumerate(item.requests)]
+
+    def subset(self, item_ids: Sequence[str]) -> Workload:
+        """The workload restricted to ``item_ids``, in the given order."""
+        picked = [self.index_of[i] for i in item_ids]
+        lines = None if self.lines is None else tuple(self.lines[i] for i in picked)
+        return Workload(items=tuple(self.items[i] for i in picked), source=self.source, lines=lines)
+
+    def line_of(self, index: int) -> int | None:
+        """The source line of item ``index``, when the workload was read from a file."""
+        return None if self.lines is None else self.lines[index]
+
+
+def iter_jsonl_items(lines: Iterable[str], source: str, *, start_line: int = 1) -> Iterator[tuple[int, Item]]:
+    """Parse JSONL item lines one at a time; blank lines are skipped. Yields ``(line number, item)``."""
+    for line_no, raw in enumerate(lines, start=start_line):
+        if not raw.strip():
+            continue
+        yield line_no, parse_item_line(raw, source, line_no)
+
+
+def _decoded(handle: Iterable[bytes], source: str) -> Iterator[str]:
+    """UTF-8 lines of a binary file; a line that is not UTF-8 is an :class:`InputError` naming it."""
+    for line_no, raw in enumerate(handle, start=1):
+        try:
+            yield raw.decode("utf-8-sig" if line_no == 1 else "utf-8")
+        except UnicodeDecodeError as exc:
+            raise InputError(
+                f"not UTF-8 text: byte 0x{raw[exc.start]:02x} at column {exc.start + 1}",
+                file=source,
+                line=line_no,
+            ) from None
+
+
+def parse_item_line(raw: str, source: str, line_no: int) -> Item:
+    """One JSONL line to an :class:`Item`, or an :class:`InputError` naming file, line and field."""
+    try:
+        record = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise InputError(
+            f"malformed JSON: {exc.msg} (column {exc.colno})", file=source, line=line_no
+        ) from None
+    if not isinstance(record, dict):
+        raise InputError(f"expected a JSON object, got {type(record).__name__}", file=source, line=line_no)
+    return item_from_record(record, source, line_no)
+
+
+def item_from_record(record: dict[str, Any], source: str, line_no: int) -> Item:
+    """A decoded record (``{"id", "requests"}`` or ``{"id", "tokens"}``) to an :class:`Item`."""
+    record = dict(record)
+    if "id" not in record:
+        raise InputError("missing", file=source, line=line_no, field="id")
+    if not isinstance(record["id"], str):
+        raise InputError(f"must be a string, got {record['id']!r}", file=source, line=line_no, field="id")
+    if "tokens" in record:
+        if "requests" in record:
+            raise InputError(
+                "give either 'tokens' or 'requests', not both", file=source, line=line_no, field="tokens"
+            )
+        single = {k: record.pop(k) for k in ("tokens", "grad", "output") if k in record}
+        record["requests"] = [single]
+    elif "requests" not in record:
+        raise InputError("missing: give 'requests' or 'tokens'", file=source, line=line_no, field="requests")
+    try:
+        return Item.model_validate(record)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        field = ".".join(str(p) for p in error["loc"]) or None
+        raise InputError(_clean(error["msg"]), file=source, line=line_no, field=field) from None
+
+
+def _first_message(exc: ValidationError) -> str:
+    error = exc.errors()[0]
+    field = ".".join(str(p) for p in error["loc"])
+    return f"{field}: {_clean(error['msg'])}" if field else _clean(error["msg"])
+
+
+def _clean(message: str) -> str:
+    return message.removeprefix("Value error, ")

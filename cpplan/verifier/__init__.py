@@ -1,0 +1,2 @@
+"""The independent verifier: re-checks a plan in its JSON form token by token, sharing no code with the
+evaluator beyond the card."""
