@@ -11,5 +11,6 @@ QUANTITIES: tuple[str, ...] = (
     "grad_attn_pairs",  # the same over owned gradient tokens
     "remote_tokens",  # packed tokens of the wave the rank does not own (gathered keys and values)
 )
+QUANTITY_NAMES: tuple[str, ...] = QUANTITIES
 QUANTITY_INDEX: dict[str, int] = {name: i for i, name in enumerate(QUANTITIES)}
 NUM_QUANTITIES = len(QUANTITIES)
