@@ -15,6 +15,7 @@ import pytest
 from cpplan import Item, Request, Topology, Workload, load_model, load_solver
 from cpplan.bench.synthetic import agent_trees, grpo, long_tail
 from cpplan.cpsat import CompiledModel, build_space, compile_model, realize, solve
+from cpplan.cpsat.chunk_caps import folded_quantities
 from cpplan.cpsat.columns import columns_with_items
 from cpplan.cpsat.memory import memory_rows
 from cpplan.cpsat.realize import chunk_weights, wave_masks, widest_weight_cap
@@ -179,7 +180,7 @@ def test_integer_rows_never_admit_what_the_evaluator_refuses(cp):
         }
 
         def admits(budget: int, cap=cap, values=values) -> bool:
-            rows = memory_rows(card, budget, SCALING, fold_grad=True, fold_loss=True)
+            rows = memory_rows(card, budget, SCALING, folded=folded_quantities({"grad": True, "loss": True}))
             return all(rows.rank_kib(e, cap, values) <= rows.budget_kib for e in range(card.num_envelopes))
 
         lo, hi = 1, 400 * GIB
@@ -216,7 +217,7 @@ def test_realized_plans_stay_within_the_model_bounds(cp):
     assert len(plan.waves) == len(used) >= (3 if cp == 1 else 1)
     rows = compiled.memory
     for w, wave in zip(used, plan.waves, strict=True):
-        assert wave.packed_tokens <= values.totals[w]["packed_tokens"]
+        assert wave.packed_tokens <= values.totals[w]["tokens"]
         assert wave.layout.num_segments <= values.totals[w]["segments"]
         cap = math.ceil(wave.quantities[:, QUANTITY_INDEX["tokens"]].max() / CHUNK_TOKENS)
         realized = {
@@ -289,7 +290,7 @@ def test_model_counts_match_packing_for_any_plan(seed):
             totals = values.totals[w]
             lengths = layout.seg_length
             seg_pairs = lengths * layout.seg_position + lengths * (lengths + 1) // 2
-            assert layout.packed_tokens == totals["packed_tokens"]
+            assert layout.packed_tokens == totals["tokens"]
             assert int(seg_pairs.sum()) == totals["attn_pairs"]
             assert layout.num_segments <= totals["segments"]
             assert int(lengths[layout.seg_grad].sum()) <= totals["grad_tokens"]
@@ -305,7 +306,7 @@ def test_solver_plans_verify_with_mixed_flags(seed):
         random_shared_workload(np.random.default_rng(100 + seed)), cp=2, memory_bytes=int(2.8 * GIB)
     )
     space = build_space(problem)
-    assert not (space.all_grad and space.all_loss)
+    assert not all(space.all_flagged.values())
     compiled = compile_model(problem, space, len(space.items))
     result = solve(compiled, load_solver("deterministic").cpsat, time_limit_s=None, deterministic=True)
     assert result.solution is not None

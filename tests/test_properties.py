@@ -20,7 +20,7 @@ from cpplan.pricing.ownership import chunk_stats, rank_quantities
 from cpplan.pricing.problem import Problem
 from cpplan.pricing.serialize import plan_to_dict
 from cpplan.pricing.wave import best_wave, price_wave
-from cpplan.spec.quantities import QUANTITIES
+from cpplan.spec.quantities import QUANTITY_NAMES
 from cpplan.verifier.plan_check import verify_plan
 
 CARDS = {name: cpplan.load_model(name) for name in ("qwen3-8b", "qwen3.6-35b-a3b")}
@@ -153,7 +153,7 @@ def _reference(problem: Problem, layout, owner: np.ndarray) -> tuple[np.ndarray,
         for j in range(int(layout.seg_length[s])):
             tokens.append((s, int(layout.seg_position[s]) + j))
     packed = len(tokens)
-    local = [dict.fromkeys(QUANTITIES, 0) for _ in range(cp)]
+    local = [dict.fromkeys(QUANTITY_NAMES, 0) for _ in range(cp)]
     touched: list[set[int]] = [set() for _ in range(cp)]
     for t, (s, position) in enumerate(tokens):
         rank = int(owner[t // problem.chunk_tokens])
@@ -174,12 +174,12 @@ def _reference(problem: Problem, layout, owner: np.ndarray) -> tuple[np.ndarray,
             total = float(card.envelope_static_bytes[e])
             for t in range(len(card.term_names)):
                 if card.envelope_terms[e, t]:
-                    total += float(card.term_bytes[t]) * q[QUANTITIES[int(card.term_quantity[t])]]
+                    total += float(card.term_bytes[t]) * q[QUANTITY_NAMES[int(card.term_quantity[t])]]
             envelopes.append(total)
         peaks.append(math.ceil(card.safety * max(envelopes)))
         seconds.append(
             sum(
-                float(card.cost_seconds[c]) * q[QUANTITIES[int(card.cost_quantity[c])]]
+                float(card.cost_seconds[c]) * q[QUANTITY_NAMES[int(card.cost_quantity[c])]]
                 for c in range(len(card.cost_names))
             )
         )

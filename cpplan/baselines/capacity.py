@@ -11,25 +11,33 @@ from __future__ import annotations
 
 import numpy as np
 
+from cpplan.pricing.amounts import span_amounts
 from cpplan.pricing.evaluator import price
 from cpplan.pricing.problem import Problem
 from cpplan.spec.card import ResolvedCard
-from cpplan.spec.quantities import NUM_QUANTITIES, QUANTITY_INDEX
+from cpplan.spec.quantities import COUNTS, QUANTITIES, QUANTITY_INDEX, check_rules
 from cpplan.spec.topology import Topology
 
 
 def even_split_quantities(packed_tokens: int, cp: int) -> np.ndarray:
-    """Quantities of the busiest rank when one segment of ``packed_tokens`` is split evenly."""
+    """Quantities of the busiest rank when one segment of ``packed_tokens`` (every token taking gradients
+    and loss) is split evenly: it owns the last ``ceil(packed / cp)`` tokens, touches one segment and
+    gathers the rest."""
     local = -(-packed_tokens // cp)
-    q = np.zeros((1, NUM_QUANTITIES))
-    for name in ("tokens", "grad_tokens", "loss_tokens"):
-        q[0, QUANTITY_INDEX[name]] = local
-    pairs = local * (packed_tokens - local) + local * (local + 1) / 2
-    q[0, QUANTITY_INDEX["attn_pairs"]] = pairs
-    q[0, QUANTITY_INDEX["grad_attn_pairs"]] = pairs
-    q[0, QUANTITY_INDEX["segments"]] = 1
-    q[0, QUANTITY_INDEX["remote_tokens"]] = packed_tokens - local
+    every = np.ones(1, dtype=bool)
+    q = span_amounts([local], [packed_tokens - local], {"grad": every, "loss": every}).astype(np.float64)
+    for quantity in QUANTITIES:
+        q[0, QUANTITY_INDEX[quantity.name]] += _NON_ADDITIVE[quantity.count](packed_tokens, local)
     return q
+
+
+_NON_ADDITIVE = {
+    "token": lambda packed, local: 0,
+    "pair": lambda packed, local: 0,
+    "segment": lambda packed, local: 1,
+    "remote": lambda packed, local: packed - local,
+}
+check_rules("baselines.capacity", _NON_ADDITIVE, COUNTS)
 
 
 def card_token_capacity(card: ResolvedCard, budget_bytes: int, *, limit: int = 1 << 26) -> int:

@@ -29,7 +29,7 @@ what makes the KiB rounding meaningful.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from ortools.sat.python import cp_model
@@ -37,6 +37,7 @@ from ortools.sat.python import cp_model
 from cpplan.cpsat.sharing import WaveTotals
 from cpplan.cpsat.waves import WaveVars
 from cpplan.pricing.ownership import CHUNK_TOKENS, contiguous_split
+from cpplan.spec.quantities import QUANTITIES, RANK_BOUNDS, check_rules
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -53,23 +54,30 @@ class OwnershipVars:
     min_vars: list[dict[str, cp_model.IntVar]]
 
 
+def folded_quantities(all_flagged: dict[str, bool]) -> frozenset[str]:
+    """The quantities a rank's chunk cap bounds directly: its tokens, and the flag-restricted token counts
+    whose flag every request of the workload has (those equal the rank's tokens)."""
+    return frozenset(
+        q.name
+        for q in QUANTITIES
+        if q.rank_bound == "chunk_cap" or (q.rank_bound == "chunk_cap_or_total" and all_flagged[q.only])
+    )
+
+
 def add_ownership(
     model: cp_model.CpModel,
     waves: WaveVars,
     totals: WaveTotals,
     num_ranks: int,
     *,
-    fold_grad: bool,
-    fold_loss: bool,
+    folded: frozenset[str],
     needed: frozenset[str],
     weights: tuple[int, int, int] | None = None,
     chunk_tokens: int = CHUNK_TOKENS,
 ) -> OwnershipVars:
-    """Chunk counts, per-rank caps and bounds for every quantity named in ``needed``.
-
-    With ``fold_grad`` / ``fold_loss`` (every request takes gradients / reads its loss) those local
-    quantities equal the local tokens, and are bounded by the same ``128 · K``.
-    """
+    """Chunk counts, per-rank caps and, per wave, a bound for every quantity named in ``needed`` by the
+    rule its registry entry states (:data:`~cpplan.spec.quantities.RANK_BOUNDS`); the quantities in
+    ``folded`` (:func:`folded_quantities`) are bounded by the same ``128 · K`` as the tokens."""
     chunk_ub = -(-totals.packed_tokens_ub // chunk_tokens)
     chunks, caps, bounds, min_vars, weighted, weight_caps = [], [], [], [], [], []
     for w in range(waves.num_waves):
@@ -83,36 +91,17 @@ def add_ownership(
             cap = model.new_int_var(0, chunk_ub, f"cap[{w}]")
             model.add(num_ranks * cap >= chunk)
             model.add(cap <= chunk)
-        # One rank owns everything at CP1: its tokens are the packed tokens, exactly.
-        wave_bounds: dict[str, cp_model.LinearExprT] = {
-            "tokens": packed if num_ranks == 1 else chunk_tokens * cap
-        }
-        wave_min: dict[str, cp_model.IntVar] = {}
-        for name, fold in (("grad_tokens", fold_grad), ("loss_tokens", fold_loss)):
-            if name not in needed:
-                continue
-            if fold:
-                wave_bounds[name] = wave_bounds["tokens"]
-            else:
-                var = model.new_int_var(0, totals.packed_tokens_ub, f"{name}[{w}]")
-                model.add_min_equality(var, [chunk_tokens * cap, getattr(totals, name)[w]])
-                wave_bounds[name] = var
-                wave_min[name] = var
-        wave_bounds["segments"] = totals.segments[w]
-        wave_bounds["attn_pairs"] = totals.attn_pairs[w]
-        wave_bounds["grad_attn_pairs"] = totals.grad_attn_pairs[w]
-        wave_bounds["remote_tokens"] = packed if num_ranks > 1 else 0
-        chunks.append(chunk), caps.append(cap), bounds.append(wave_bounds), min_vars.append(wave_min)
-        if weights is None or num_ranks == 1:
-            weighted.append(None), weight_caps.append(None)
-            continue
-        per_chunk, per_start, heaviest = weights
-        ub = heaviest + per_chunk * chunk_ub + per_start * totals.segments_ub
-        flag = model.new_bool_var(f"weighted[{w}]")
-        weight_cap = model.new_int_var(0, ub, f"weight_cap[{w}]")
-        model.add(
-            num_ranks * (weight_cap - heaviest) >= per_chunk * chunk + per_start * totals.segments[w]
-        ).only_enforce_if(flag)
+        rank = _RankBounds(
+            model=model, totals=totals, wave=w, num_ranks=num_ranks, cap=cap, chunk_tokens=chunk_tokens
+        )
+        wave_bounds: dict[str, cp_model.LinearExprT] = {}
+        for q in QUANTITIES:
+            if q.name in folded:
+                wave_bounds[q.name] = rank.tokens
+            elif q.name in needed or q.rank_bound != "chunk_cap_or_total":
+                wave_bounds[q.name] = _BOUNDS[q.rank_bound](rank, q.name)
+        chunks.append(chunk), caps.append(cap), bounds.append(wave_bounds), min_vars.append(rank.min_vars)
+        flag, weight_cap = _weighted_mode(model, totals, w, num_ranks, chunk, chunk_ub, weights)
         weighted.append(flag), weight_caps.append(weight_cap)
     return OwnershipVars(
         chunks=chunks,
@@ -123,6 +112,63 @@ def add_ownership(
         bounds=bounds,
         min_vars=min_vars,
     )
+
+
+@dataclass(kw_only=True, eq=False)
+class _RankBounds:
+    """What one wave's per-rank bounds are made of; ``min_vars`` collects the ``min`` variables made."""
+
+    model: cp_model.CpModel
+    totals: WaveTotals
+    wave: int
+    num_ranks: int
+    cap: cp_model.LinearExprT
+    chunk_tokens: int
+    min_vars: dict[str, cp_model.IntVar] = field(default_factory=dict)
+
+    @property
+    def tokens(self) -> cp_model.LinearExprT:
+        """A rank's tokens: at most ``128 · K``; at CP1, exactly the packed tokens."""
+        return self.totals.packed_tokens[self.wave] if self.num_ranks == 1 else self.chunk_tokens * self.cap
+
+    def capped_total(self, name: str) -> cp_model.IntVar:
+        """``min(128 · K, the wave's total of name)``."""
+        var = self.model.new_int_var(0, self.totals.packed_tokens_ub, f"{name}[{self.wave}]")
+        self.model.add_min_equality(var, [self.chunk_tokens * self.cap, self.totals.amounts[name][self.wave]])
+        self.min_vars[name] = var
+        return var
+
+
+_BOUNDS = {
+    "chunk_cap": lambda rank, name: rank.tokens,
+    "chunk_cap_or_total": lambda rank, name: rank.capped_total(name),
+    "wave_total": lambda rank, name: rank.totals.amounts[name][rank.wave],
+    "wave_segments": lambda rank, name: rank.totals.segments[rank.wave],
+    "wave_packed": lambda rank, name: rank.totals.packed_tokens[rank.wave] if rank.num_ranks > 1 else 0,
+}
+check_rules("cpsat.chunk_caps", _BOUNDS, RANK_BOUNDS)
+
+
+def _weighted_mode(
+    model: cp_model.CpModel,
+    totals: WaveTotals,
+    w: int,
+    num_ranks: int,
+    chunk: cp_model.IntVar,
+    chunk_ub: int,
+    weights: tuple[int, int, int] | None,
+) -> tuple[cp_model.IntVar | None, cp_model.IntVar | None]:
+    """The weighted mode's flag and weight cap of wave ``w`` (``None`` without the mode)."""
+    if weights is None or num_ranks == 1:
+        return None, None
+    per_chunk, per_start, heaviest = weights
+    ub = heaviest + per_chunk * chunk_ub + per_start * totals.segments_ub
+    flag = model.new_bool_var(f"weighted[{w}]")
+    weight_cap = model.new_int_var(0, ub, f"weight_cap[{w}]")
+    model.add(
+        num_ranks * (weight_cap - heaviest) >= per_chunk * chunk + per_start * totals.segments[w]
+    ).only_enforce_if(flag)
+    return flag, weight_cap
 
 
 def capped_split(weights: np.ndarray, num_ranks: int, cap: int) -> np.ndarray:

@@ -23,7 +23,10 @@ from cpplan.cpsat.chunk_caps import OwnershipVars
 from cpplan.cpsat.scaling import Scaling
 from cpplan.pricing.ownership import CHUNK_TOKENS
 from cpplan.spec.card import ResolvedCard
-from cpplan.spec.quantities import QUANTITIES, QUANTITY_INDEX
+from cpplan.spec.quantities import QUANTITIES, QUANTITY_INDEX, QUANTITY_NAMES
+
+_SEGMENT_COUNTS = frozenset(q.name for q in QUANTITIES if q.count == "segment")
+"""Quantities the weighted mode charges through the chunk weight's segment starts."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -69,7 +72,7 @@ class MemoryRows:
             + sum(
                 coef * values[name]
                 for name, coef in self.per_unit_kib[envelope].items()
-                if name != "segments"
+                if name not in _SEGMENT_COUNTS
             )
         )
 
@@ -79,16 +82,14 @@ def memory_rows(
     memory_bytes: int,
     scaling: Scaling,
     *,
-    fold_grad: bool,
-    fold_loss: bool,
+    folded: frozenset[str],
     max_starts_per_chunk: int = CHUNK_TOKENS,
 ) -> MemoryRows:
-    """The envelopes of ``card`` in integer units. At CP1 the one rank owns exactly the packed tokens,
-    so those are priced per token at 1/128 KiB precision (no partial-chunk rounding)."""
+    """The envelopes of ``card`` in integer units; the quantities in ``folded`` (those the rank's chunk
+    cap bounds, :func:`~cpplan.cpsat.chunk_caps.folded_quantities`) are priced per chunk of the cap. At
+    CP1 the one rank owns exactly the packed tokens, so those are priced per token at 1/128 KiB
+    precision (no partial-chunk rounding)."""
     coef = card.envelope_coefficients()
-    folded = (
-        {"tokens"} | ({"grad_tokens"} if fold_grad else set()) | ({"loss_tokens"} if fold_loss else set())
-    )
     statics, per_chunk, per_token, per_unit = [], [], [], []
     for e in range(card.num_envelopes):
         token_bytes = sum(float(coef[e, QUANTITY_INDEX[name]]) for name in folded)
@@ -98,25 +99,12 @@ def memory_rows(
         per_unit.append(
             {
                 name: scaling.memory_coef(float(coef[e, QUANTITY_INDEX[name]]))
-                for name in QUANTITIES
+                for name in QUANTITY_NAMES
                 if name not in folded and coef[e, QUANTITY_INDEX[name]] > 0
             }
         )
-    # The weighted mode (CP > 1, gradient and loss tokens equal to tokens): one chunk weight, the
-    # largest per-token and per-segment bytes of any envelope, bounds every envelope's token and
-    # segment terms at once.
-    token_bytes = max(
-        sum(float(coef[e, QUANTITY_INDEX[n]]) for n in folded) for e in range(card.num_envelopes)
-    )
-    start_bytes = float(coef[:, QUANTITY_INDEX["segments"]].max())
-    weighted = card.topology.cp > 1 and fold_grad and fold_loss
     return MemoryRows(
-        weighted=weighted,
-        weight_token_bytes=token_bytes,
-        weight_start_bytes=start_bytes,
-        weight_chunk_kib=scaling.memory_coef(token_bytes * CHUNK_TOKENS),
-        weight_start_kib=scaling.memory_coef(start_bytes),
-        weight_max_kib=scaling.memory_coef(token_bytes * CHUNK_TOKENS + start_bytes * max_starts_per_chunk),
+        **_weighted_rows(card, coef, scaling, folded, max_starts_per_chunk),
         static_kib=tuple(statics),
         per_chunk_kib=tuple(per_chunk),
         per_token_kib=tuple(per_token),
@@ -126,10 +114,31 @@ def memory_rows(
     )
 
 
+def _weighted_rows(
+    card: ResolvedCard, coef: np.ndarray, scaling: Scaling, folded: frozenset[str], max_starts: int
+) -> dict:
+    """The weighted mode (CP > 1, every token count folded into the chunk cap): one chunk weight, the
+    largest per-token and per-segment bytes of any envelope, bounds every envelope's token and segment
+    terms at once."""
+    token_bytes = max(
+        sum(float(coef[e, QUANTITY_INDEX[n]]) for n in folded) for e in range(card.num_envelopes)
+    )
+    start_bytes = float(coef[:, [QUANTITY_INDEX[q.name] for q in QUANTITIES if q.count == "segment"]].max())
+    every_token_count_folded = all(q.name in folded for q in QUANTITIES if q.count == "token")
+    return {
+        "weighted": card.topology.cp > 1 and every_token_count_folded,
+        "weight_token_bytes": token_bytes,
+        "weight_start_bytes": start_bytes,
+        "weight_chunk_kib": scaling.memory_coef(token_bytes * CHUNK_TOKENS),
+        "weight_start_kib": scaling.memory_coef(start_bytes),
+        "weight_max_kib": scaling.memory_coef(token_bytes * CHUNK_TOKENS + start_bytes * max_starts),
+    }
+
+
 def needed_quantities(card: ResolvedCard) -> frozenset[str]:
     """Quantities some envelope of ``card`` prices."""
     used = np.flatnonzero(card.envelope_coefficients().max(axis=0) > 0)
-    return frozenset(QUANTITIES[q] for q in used.tolist())
+    return frozenset(QUANTITY_NAMES[q] for q in used.tolist())
 
 
 def add_memory(
@@ -163,7 +172,9 @@ def add_memory(
                 continue
             row.only_enforce_if([*active, ~weighted])
             others = sum(
-                coef * bounds[name] for name, coef in rows.per_unit_kib[e].items() if name != "segments"
+                coef * bounds[name]
+                for name, coef in rows.per_unit_kib[e].items()
+                if name not in _SEGMENT_COUNTS
             )
             model.add(
                 rows.static_kib[e] + ownership.weight_cap[w] + rows.weight_start_kib + others

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from ortools.sat.python import cp_model
 
-from cpplan.cpsat.chunk_caps import OwnershipVars, add_ownership
+from cpplan.cpsat.chunk_caps import OwnershipVars, add_ownership, folded_quantities
 from cpplan.cpsat.columns import Column, ColumnVars, add_columns
 from cpplan.cpsat.memory import MemoryRows, add_memory, memory_rows, needed_quantities
 from cpplan.cpsat.objective import ObjectiveVars, add_objective
@@ -31,6 +31,7 @@ from cpplan.cpsat.space import LayoutSpace
 from cpplan.cpsat.waves import WaveVars, add_waves
 from cpplan.pricing.ownership import CHUNK_TOKENS
 from cpplan.pricing.problem import Problem
+from cpplan.spec.quantities import ADDITIVE, QUANTITIES, QUANTITY_INDEX, RANK_BOUNDS, check_rules
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,8 +77,7 @@ class CompiledModel:
     columns: tuple[Column, ...]
     column_vars: ColumnVars
     needed: frozenset[str]
-    fold_grad: bool
-    fold_loss: bool
+    folded: frozenset[str]
 
     @property
     def num_ranks(self) -> int:
@@ -130,9 +130,7 @@ class CompiledModel:
             m.add_hint(own.chunks[w], values.chunks[w])
             if own.cap[w] is not own.chunks[w]:
                 m.add_hint(own.cap[w], values.cap[w])
-            tokens = (
-                values.totals[w]["packed_tokens"] if self.num_ranks == 1 else CHUNK_TOKENS * values.cap[w]
-            )
+            tokens = values.totals[w]["tokens"] if self.num_ranks == 1 else CHUNK_TOKENS * values.cap[w]
             for name, var in own.min_vars[w].items():
                 m.add_hint(var, min(tokens, values.totals[w][name]))
             for e, (_, fraction) in enumerate(self.memory.per_token_kib):
@@ -155,7 +153,7 @@ def compile_model(
     cp = problem.topology.cp
     card = problem.card
     needed = needed_quantities(card)
-    fold_grad, fold_loss = space.all_grad, space.all_loss
+    folded = folded_quantities(space.all_flagged)
     column_vars = add_columns(model, num_waves, columns)
     waves = add_waves(model, space, num_waves, columns, column_vars)
     layout = add_layout(model, space, waves, cp)
@@ -163,8 +161,7 @@ def compile_model(
         card,
         problem.memory_bytes,
         space.scaling,
-        fold_grad=fold_grad,
-        fold_loss=fold_loss,
+        folded=folded,
         max_starts_per_chunk=space.max_starts_per_chunk,
     )
     weights = (rows.weight_chunk_kib, rows.weight_start_kib, rows.weight_max_kib) if rows.weighted else None
@@ -173,8 +170,7 @@ def compile_model(
         waves,
         layout.totals,
         cp,
-        fold_grad=fold_grad,
-        fold_loss=fold_loss,
+        folded=folded,
         needed=needed,
         weights=weights,
     )
@@ -202,14 +198,53 @@ def compile_model(
         columns=columns,
         column_vars=column_vars,
         needed=needed,
-        fold_grad=fold_grad,
-        fold_loss=fold_loss,
+        folded=folded,
     )
 
 
 def _evaluate(compiled: CompiledModel, assignment, shared: frozenset, taken: tuple) -> ModelValues:
-    space, num_waves, cp = compiled.space, compiled.num_waves, compiled.num_ranks
-    index = space.cross_index
+    used = _check_assignment(compiled, assignment, taken)
+    modelled = [used[w] and taken[w] is None for w in range(compiled.num_waves)]
+    totals = [dict.fromkeys(_TOTALS, 0) for _ in range(compiled.num_waves)]
+    _add_local_layouts(compiled.space, assignment, modelled, totals)
+    layout = _LayoutValues(copies={}, starts={}, root_starts={})
+    for w in range(compiled.num_waves):
+        _add_cross_nodes(compiled.space, assignment, shared, modelled, w, totals[w], layout)
+    waves = [_wave_values(compiled, totals[w], modelled[w]) for w in range(compiled.num_waves)]
+    objective = sum(
+        compiled.objective.overhead_units * used[w]
+        + waves[w].time
+        + (compiled.columns[taken[w]].time_units if taken[w] is not None else 0)
+        for w in range(compiled.num_waves)
+    )
+    return ModelValues(
+        assignment=tuple(tuple(a) for a in assignment),
+        shared=shared,
+        used=tuple(used),
+        copies=layout.copies,
+        starts=layout.starts,
+        root_starts=layout.root_starts,
+        totals=tuple(totals),
+        chunks=tuple(v.chunks for v in waves),
+        cap=tuple(v.cap for v in waves),
+        weighted=tuple(v.weighted for v in waves),
+        weight_cap=tuple(v.weight_cap for v in waves),
+        time=tuple(v.time for v in waves),
+        objective=objective,
+        feasible=all(v.feasible for v in waves),
+        rank_kib=tuple(v.rank_kib for v in waves),
+        columns=taken,
+    )
+
+
+_TOTALS = (*(q.name for q in ADDITIVE), "segments", "time_units")
+"""What the model sums per wave: every additive quantity, segment starts and time units."""
+
+
+def _check_assignment(compiled: CompiledModel, assignment, taken: tuple) -> list[bool]:
+    """The used waves; asserts the model's own rules (item i in a wave ``≤ i``, used waves first, a
+    taken column holds exactly its wave's items)."""
+    num_waves = compiled.num_waves
     used = [False] * num_waves
     for i, (w, _) in enumerate(assignment):
         assert 0 <= w <= i and w < num_waves, (i, w)
@@ -219,141 +254,122 @@ def _evaluate(compiled: CompiledModel, assignment, shared: frozenset, taken: tup
         if g is not None:
             items = tuple(i for i, (ww, _) in enumerate(assignment) if ww == w)
             assert compiled.columns[g].items == items and w in compiled.columns[g].slots, (w, g, items)
-    modelled = [used[w] and taken[w] is None for w in range(num_waves)]
-    copies: dict[tuple[int, int], int] = {}
-    starts: dict[tuple[int, int], int] = {}
-    root_starts: dict[tuple[int, int, int], int] = {}
+    return used
+
+
+def _add(total: dict[str, int], amounts: tuple[int, ...], copies: int, time_units: int, starts: int) -> None:
+    for q in ADDITIVE:
+        total[q.name] += amounts[QUANTITY_INDEX[q.name]] * copies
+    total["time_units"] += time_units * copies
+    total["segments"] += starts
+
+
+def _add_local_layouts(space: LayoutSpace, assignment, modelled: list[bool], totals: list[dict]) -> None:
+    for item in space.items:
+        w, j = assignment[item.item]
+        if modelled[w]:
+            lay = item.layouts[j]
+            _add(totals[w], lay.amounts, 1, lay.time_units, lay.fixed_starts)
+
+
+@dataclass(frozen=True, kw_only=True)
+class _LayoutValues:
+    copies: dict[tuple[int, int], int]
+    starts: dict[tuple[int, int], int]
+    root_starts: dict[tuple[int, int, int], int]
+
+
+def _add_cross_nodes(
+    space: LayoutSpace, assignment, shared: frozenset, modelled: list[bool], w: int, total, out: _LayoutValues
+) -> None:
+    """Copies and segment starts of every cross node (and local root) in wave ``w``: the least values the
+    constraints of :mod:`~cpplan.cpsat.sharing` allow."""
+    index = space.cross_index
     children: dict[int, list[int]] = {}
     for k, node in enumerate(space.cross):
         if node.parent in index:
             children.setdefault(index[node.parent], []).append(k)
-    totals = [dict.fromkeys(_TOTALS, 0) for _ in range(num_waves)]
-
-    def add(w: int, **amounts: int) -> None:
-        for key, value in amounts.items():
-            totals[w][key] += value
-
-    for item in space.items:
-        w, j = assignment[item.item]
-        if not modelled[w]:
-            continue
-        lay = item.layouts[j]
-        add(
-            w,
-            packed_tokens=lay.tokens,
-            grad_tokens=lay.grad_tokens,
-            loss_tokens=lay.loss_tokens,
-            attn_pairs=lay.attn_pairs,
-            grad_attn_pairs=lay.grad_attn_pairs,
-            time_units=lay.time_units,
-            segments=lay.fixed_starts,
-        )
-    for w in range(num_waves):
-        present = {i for i, (ww, _) in enumerate(assignment) if ww == w and modelled[w]}
-        for k in reversed(range(len(space.cross))):
-            node = space.cross[k]
-            if not any(i >= w for i in node.items):
-                continue  # no variable: no item of this node may use wave w
-            if not present.intersection(node.items):
-                copies[(k, w)] = 0
-            elif (k, w) in shared:
-                copies[(k, w)] = 1
-            else:
-                total = sum(copies.get((j, w), 0) for j in children.get(k, ()))
-                for i in present.intersection(node.items):
-                    item = space.items[i]
-                    lay = item.layouts[assignment[i][1]]
-                    total += sum(lay.root_copies[r] for r, (_, p) in enumerate(item.roots) if p == node.node)
-                    total += sum(count for v, count in item.ends if v == node.node)
-                copies[(k, w)] = total
-        for k, node in enumerate(space.cross):
-            if (k, w) not in copies:
-                continue
-            c = copies[(k, w)]
+    present = {i for i, (ww, _) in enumerate(assignment) if ww == w and modelled[w]}
+    for k in reversed(range(len(space.cross))):
+        node = space.cross[k]
+        if any(i >= w for i in node.items):  # else no variable: no item of this node may use wave w
+            out.copies[(k, w)] = _cross_copies(space, assignment, shared, present, k, w, out.copies, children)
+    for k, node in enumerate(space.cross):
+        if (k, w) in out.copies:
+            c = out.copies[(k, w)]
             parent_shared = node.parent not in index or (index[node.parent], w) in shared
-            starts[(k, w)] = c if parent_shared else 0
-            add(
-                w,
-                packed_tokens=node.length * c,
-                grad_tokens=node.length * node.grad * c,
-                loss_tokens=node.length * node.loss * c,
-                attn_pairs=node.attn_pairs * c,
-                grad_attn_pairs=node.attn_pairs * node.grad * c,
-                time_units=node.time_units * c,
-                segments=starts[(k, w)],
-            )
-        for item in space.items:
-            if w > item.item:
-                continue
+            out.starts[(k, w)] = c if parent_shared else 0
+            _add(total, node.amounts, c, node.time_units, out.starts[(k, w)])
+    for item in space.items:
+        if w <= item.item:
             ww, j = assignment[item.item]
             lay = item.layouts[j]
             for r, (_, p) in enumerate(item.roots):
-                value = lay.root_copies[r] if ww == w and modelled[w] and (index[p], w) in shared else 0
-                root_starts[(item.item, r, w)] = value
-                add(w, segments=value)
-    chunks, caps, times, kib_rows, weighted, weight_caps = [], [], [], [], [], []
-    feasible = True
-    rows = compiled.memory
-    objective = 0
-    for w in range(num_waves):
-        t = totals[w]
-        t["time_units"] += space.segment_time_units * (t["segments"] + (cp - 1) * modelled[w])
-        chunk = -(-t["packed_tokens"] // CHUNK_TOKENS)
-        cap = chunk if cp == 1 else -(-chunk // cp)
-        time = -(-t["time_units"] // cp)
-        chunks.append(chunk), caps.append(cap), times.append(time)
-        tokens = t["packed_tokens"] if cp == 1 else CHUNK_TOKENS * cap
-        values = {
-            "tokens": tokens,
-            "grad_tokens": min(tokens, t["grad_tokens"]),
-            "loss_tokens": min(tokens, t["loss_tokens"]),
-            "segments": t["segments"],
-            "attn_pairs": t["attn_pairs"],
-            "grad_attn_pairs": t["grad_attn_pairs"],
-            "remote_tokens": t["packed_tokens"] if cp > 1 else 0,
-        }
-        kib = tuple(rows.rank_kib(e, cap, values) for e in range(len(rows.static_kib)))
-        kib_rows.append(kib)
-        total_weight = rows.weight_chunk_kib * chunk + rows.weight_start_kib * t["segments"]
-        weight_cap = rows.weight_max_kib - (-total_weight // cp)
-        by_weight = rows.weighted and all(
-            rows.rank_kib_weighted(e, weight_cap, values) <= rows.budget_kib
-            for e in range(len(rows.static_kib))
-        )
-        by_chunks = max(kib) <= rows.budget_kib
-        weighted.append(by_weight and not by_chunks)
-        weight_caps.append(weight_cap)
-        if modelled[w] and not (by_chunks or by_weight):
-            feasible = False
-        objective += compiled.objective.overhead_units * used[w] + time
-        if taken[w] is not None:
-            objective += compiled.columns[taken[w]].time_units
-    return ModelValues(
-        assignment=tuple(tuple(a) for a in assignment),
-        shared=shared,
-        used=tuple(used),
-        copies=copies,
-        starts=starts,
-        root_starts=root_starts,
-        totals=tuple(totals),
-        chunks=tuple(chunks),
-        cap=tuple(caps),
-        weighted=tuple(weighted),
-        weight_cap=tuple(weight_caps),
-        time=tuple(times),
-        objective=objective,
-        feasible=feasible,
-        rank_kib=tuple(kib_rows),
-        columns=taken,
+                here = ww == w and modelled[w] and (index[p], w) in shared
+                out.root_starts[(item.item, r, w)] = lay.root_copies[r] if here else 0
+                total["segments"] += out.root_starts[(item.item, r, w)]
+
+
+def _cross_copies(
+    space: LayoutSpace, assignment, shared, present: set[int], k: int, w: int, copies, children
+) -> int:
+    node = space.cross[k]
+    if not present.intersection(node.items):
+        return 0
+    if (k, w) in shared:
+        return 1
+    total = sum(copies.get((j, w), 0) for j in children.get(k, ()))
+    for i in present.intersection(node.items):
+        item = space.items[i]
+        lay = item.layouts[assignment[i][1]]
+        total += sum(lay.root_copies[r] for r, (_, p) in enumerate(item.roots) if p == node.node)
+        total += sum(count for v, count in item.ends if v == node.node)
+    return total
+
+
+@dataclass(frozen=True, kw_only=True)
+class _WaveValues:
+    chunks: int
+    cap: int
+    time: int
+    rank_kib: tuple[int, ...]
+    weighted: bool
+    weight_cap: int
+    feasible: bool
+
+
+def _wave_values(compiled: CompiledModel, t: dict[str, int], modelled: bool) -> _WaveValues:
+    """Chunks, cap, slowest-rank time, every envelope's KiB for a rank at the model's bounds, and
+    whether the memory rows hold (in the chunk-cap or the weighted form)."""
+    space, cp, rows = compiled.space, compiled.num_ranks, compiled.memory
+    t["time_units"] += space.segment_time_units * (t["segments"] + (cp - 1) * modelled)
+    chunks = -(-t["tokens"] // CHUNK_TOKENS)
+    cap = chunks if cp == 1 else -(-chunks // cp)
+    tokens = t["tokens"] if cp == 1 else CHUNK_TOKENS * cap
+    values = {q.name: _RANK_VALUES[q.rank_bound](t, tokens, q.name, cp) for q in QUANTITIES}
+    kib = tuple(rows.rank_kib(e, cap, values) for e in range(len(rows.static_kib)))
+    total_weight = rows.weight_chunk_kib * chunks + rows.weight_start_kib * t["segments"]
+    weight_cap = rows.weight_max_kib - (-total_weight // cp)
+    by_weight = rows.weighted and all(
+        rows.rank_kib_weighted(e, weight_cap, values) <= rows.budget_kib for e in range(len(rows.static_kib))
+    )
+    by_chunks = max(kib) <= rows.budget_kib
+    return _WaveValues(
+        chunks=chunks,
+        cap=cap,
+        time=-(-t["time_units"] // cp),
+        rank_kib=kib,
+        weighted=by_weight and not by_chunks,
+        weight_cap=weight_cap,
+        feasible=not modelled or by_chunks or by_weight,
     )
 
 
-_TOTALS = (
-    "packed_tokens",
-    "grad_tokens",
-    "loss_tokens",
-    "attn_pairs",
-    "grad_attn_pairs",
-    "segments",
-    "time_units",
-)
+_RANK_VALUES = {
+    "chunk_cap": lambda t, tokens, name, cp: tokens,
+    "chunk_cap_or_total": lambda t, tokens, name, cp: min(tokens, t[name]),
+    "wave_total": lambda t, tokens, name, cp: t[name],
+    "wave_segments": lambda t, tokens, name, cp: t["segments"],
+    "wave_packed": lambda t, tokens, name, cp: t["tokens"] if cp > 1 else 0,
+}
+check_rules("cpsat.model._wave_values", _RANK_VALUES, RANK_BOUNDS)

@@ -19,11 +19,13 @@ from cpplan.cpsat.columns import Column, columns_with_items
 from cpplan.cpsat.memory import MemoryRows
 from cpplan.cpsat.solve import Solution
 from cpplan.cpsat.space import LayoutSpace
+from cpplan.pricing.amounts import span_amounts
 from cpplan.pricing.layout import PackedLayout
 from cpplan.pricing.ownership import ChunkStats, chunk_stats
 from cpplan.pricing.problem import Problem
 from cpplan.pricing.result import Plan
 from cpplan.pricing.wave import WavePlan, price_wave
+from cpplan.spec.quantities import COUNTS, QUANTITIES, QUANTITY_INDEX, check_rules
 
 LAYOUT_NAME = "cpsat"
 
@@ -112,15 +114,20 @@ def widest_weight_cap(rows: MemoryRows, layout: PackedLayout) -> int:
 
 
 def _wave_totals(layout: PackedLayout) -> dict[str, int]:
-    pairs = layout.seg_length * layout.seg_position + layout.seg_length * (layout.seg_length + 1) // 2
-    return {
-        "grad_tokens": int(layout.seg_length[layout.seg_grad].sum()),
-        "loss_tokens": int(layout.seg_length[layout.seg_loss].sum()),
-        "segments": layout.num_segments,
-        "attn_pairs": int(pairs.sum()),
-        "grad_attn_pairs": int(pairs[layout.seg_grad].sum()),
-        "remote_tokens": layout.packed_tokens,
-    }
+    """Every quantity at its bound for one rank of a packed wave: the wave's totals (all of its segments;
+    every packed token gathered)."""
+    flags = {"grad": layout.seg_grad, "loss": layout.seg_loss}
+    amounts = span_amounts(layout.seg_length, layout.seg_position, flags).sum(axis=0)
+    return {q.name: int(_WAVE_TOTAL[q.count](amounts, layout, q.name)) for q in QUANTITIES}
+
+
+_WAVE_TOTAL = {
+    "token": lambda amounts, layout, name: amounts[QUANTITY_INDEX[name]],
+    "pair": lambda amounts, layout, name: amounts[QUANTITY_INDEX[name]],
+    "segment": lambda amounts, layout, name: layout.num_segments,
+    "remote": lambda amounts, layout, name: layout.packed_tokens,
+}
+check_rules("cpsat.realize", _WAVE_TOTAL, COUNTS)
 
 
 def widest_cap(rows: MemoryRows, layout, num_chunks: int, cp: int) -> int:

@@ -24,9 +24,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from cpplan.cpsat.scaling import SCALING, Scaling
+from cpplan.pricing.amounts import span_amounts
 from cpplan.pricing.ownership import CHUNK_TOKENS
 from cpplan.pricing.problem import Problem
-from cpplan.spec.quantities import QUANTITY_INDEX
+from cpplan.spec.quantities import ADDITIVE, COUNTS, QUANTITIES, QUANTITY_INDEX, check_rules
 
 MAX_ENUMERATED_NODES = 6
 NAMED_SPECS = (
@@ -47,32 +48,25 @@ NAMED_SPECS = (
 class LocalLayout:
     """One candidate sharing mask over an item's local decision nodes, and the constants it implies.
 
-    ``root_copies[k]`` is the number of copies of the item's k-th local root (see
-    :attr:`ItemSpace.roots`); every other field sums over the item's local nodes.
+    ``amounts`` sums every additive quantity (registry order, other entries zero) over the item's local
+    node copies; ``root_copies[k]`` is the number of copies of the item's k-th local root (see
+    :attr:`ItemSpace.roots`).
     """
 
     shared: tuple[bool, ...]
-    tokens: int
-    grad_tokens: int
-    loss_tokens: int
-    attn_pairs: int
-    grad_attn_pairs: int
+    amounts: tuple[int, ...]
     time_units: int
     fixed_starts: int
     root_copies: tuple[int, ...]
 
+    def amount(self, name: str) -> int:
+        """The local amount of quantity ``name``."""
+        return self.amounts[QUANTITY_INDEX[name]]
+
     def key(self) -> tuple[int, ...]:
         """Everything the model reads from this candidate (lower is better in every entry)."""
-        return (
-            self.tokens,
-            self.grad_tokens,
-            self.loss_tokens,
-            self.attn_pairs,
-            self.grad_attn_pairs,
-            self.time_units,
-            self.fixed_starts,
-            *self.root_copies,
-        )
+        additive = (self.amounts[QUANTITY_INDEX[q.name]] for q in ADDITIVE)
+        return (*additive, self.time_units, self.fixed_starts, *self.root_copies)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -99,27 +93,29 @@ class ItemSpace:
 
 @dataclass(frozen=True, kw_only=True)
 class CrossNode:
-    """A node shared by requests of several items: its span, counts and per-copy constants."""
+    """A node shared by requests of several items: its span, counts and per-copy constants
+    (``amounts``: every additive quantity of one copy, in registry order)."""
 
     node: int
     parent: int
     items: tuple[int, ...]
     max_copies: int
-    length: int
-    grad: bool
-    loss: bool
-    attn_pairs: int
+    amounts: tuple[int, ...]
     time_units: int
+
+    def amount(self, name: str) -> int:
+        """One copy's amount of quantity ``name``."""
+        return self.amounts[QUANTITY_INDEX[name]]
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
 class LayoutSpace:
-    """Cross nodes (parents before children) and every item's local space."""
+    """Cross nodes (parents before children), every item's local space, and which request flags
+    (``"grad"``, ``"loss"``) every request of the workload has."""
 
     cross: tuple[CrossNode, ...]
     items: tuple[ItemSpace, ...]
-    all_grad: bool
-    all_loss: bool
+    all_flagged: dict[str, bool]
     segment_time_units: int
     max_starts_per_chunk: int
     scaling: Scaling
@@ -130,127 +126,136 @@ class LayoutSpace:
         return {c.node: k for k, c in enumerate(self.cross)}
 
 
+@dataclass(frozen=True, kw_only=True)
+class _TreeFacts:
+    """Per tree node: parent, children, requests through it, items through it, requests of each item
+    ending there, one copy's additive amounts and its seconds summed over ranks."""
+
+    parent: list[int]
+    children: list[list[int]]
+    counts: list[int]
+    items: list[set[int]]
+    ends: dict[tuple[int, int], int]
+    amounts: np.ndarray
+    seconds: list[float]
+
+    def is_cross(self, v: int) -> bool:
+        """Whether requests of two or more items pass through node ``v``."""
+        return v > 0 and len(self.items[v]) >= 2
+
+
 def build_space(
     problem: Problem, extra_specs: tuple[str, ...] = (), scaling: Scaling = SCALING
 ) -> LayoutSpace:
     """Classify the tree's nodes and enumerate each item's candidate local layouts."""
+    facts = _tree_facts(problem)
+    order = sorted(range(1, problem.tree.num_nodes), key=lambda v: int(problem.tree.node_depth[v]))
+    cross = tuple(_cross_node(facts, v, scaling) for v in order if facts.is_cross(v))
+    local_nodes: list[list[int]] = [[] for _ in range(problem.num_items)]
+    for v in order:
+        if not facts.is_cross(v):
+            (i,) = facts.items[v]
+            local_nodes[i].append(v)
+    masks = [problem.share_mask(spec) for spec in (*NAMED_SPECS, *extra_specs)]
+    items = tuple(_item_space(facts, i, local_nodes[i], masks, scaling) for i in range(problem.num_items))
+    coef = problem.card.time_coefficients()
+    return LayoutSpace(
+        cross=cross,
+        items=items,
+        all_flagged={"grad": bool(problem.request_grad.all()), "loss": bool(problem.request_loss.all())},
+        segment_time_units=scaling.time(float(coef[QUANTITY_INDEX["segments"]])),
+        max_starts_per_chunk=max_starts_per_chunk(problem.tree.node_length[1:], CHUNK_TOKENS),
+        scaling=scaling,
+    )
+
+
+def _tree_facts(problem: Problem) -> _TreeFacts:
     tree = problem.tree
     num_nodes = tree.num_nodes
     parent = tree.node_parent.tolist()
-    length = tree.node_length.tolist()
-    counts = tree.request_counts.tolist()
     node_items: list[set[int]] = [set() for _ in range(num_nodes)]
-    grad = [False] * num_nodes
-    loss = [False] * num_nodes
+    flags = {"grad": [False] * num_nodes, "loss": [False] * num_nodes}
+    request_flags = {"grad": problem.request_grad.tolist(), "loss": problem.request_loss.tolist()}
     ends: dict[tuple[int, int], int] = {}
     req_item = problem.request_item.tolist()
-    req_grad = problem.request_grad.tolist()
-    req_loss = problem.request_loss.tolist()
     for r in range(tree.num_requests):
         i = req_item[r]
         path = tree.path(r)
         for v in path:
             node_items[v].add(i)
-            grad[v] = grad[v] or req_grad[r]
-            loss[v] = loss[v] or req_loss[r]
+            for name, flag in flags.items():
+                flag[v] = flag[v] or request_flags[name][r]
         leaf = path[-1] if path else 0
         ends[(leaf, i)] = ends.get((leaf, i), 0) + 1
     children: list[list[int]] = [[] for _ in range(num_nodes)]
     for v in range(1, num_nodes):
         children[parent[v]].append(v)
-    coef = problem.card.time_coefficients()
-    cp = problem.topology.cp
-    q = QUANTITY_INDEX
-
-    lengths = tree.node_length.astype(np.float64)
-    node_pairs = tree.node_length * tree.node_start + tree.node_length * (tree.node_length + 1) // 2
-    grad_arr, loss_arr = np.array(grad, dtype=np.float64), np.array(loss, dtype=np.float64)
-    node_seconds = (
-        lengths * (coef[q["tokens"]] + (cp - 1) * coef[q["remote_tokens"]])
-        + lengths * grad_arr * coef[q["grad_tokens"]]
-        + lengths * loss_arr * coef[q["loss_tokens"]]
-        + node_pairs * (coef[q["attn_pairs"]] + grad_arr * coef[q["grad_attn_pairs"]])
-    ).tolist()
-    pairs = node_pairs.tolist()
-
-    is_cross = [v > 0 and len(node_items[v]) >= 2 for v in range(num_nodes)]
-    order = sorted(range(1, num_nodes), key=lambda v: int(tree.node_depth[v]))
-    cross = tuple(
-        CrossNode(
-            node=v,
-            parent=parent[v],
-            items=tuple(sorted(node_items[v])),
-            max_copies=counts[v],
-            length=length[v],
-            grad=grad[v],
-            loss=loss[v],
-            attn_pairs=pairs[v],
-            time_units=scaling.time(node_seconds[v]),
-        )
-        for v in order
-        if is_cross[v]
-    )
-    local_nodes: list[list[int]] = [[] for _ in range(problem.num_items)]
-    for v in order:
-        if not is_cross[v]:
-            (i,) = node_items[v]
-            local_nodes[i].append(v)
-    tree_facts = _TreeFacts(
+    amounts = span_amounts(tree.node_length, tree.node_start, {k: np.array(f) for k, f in flags.items()})
+    return _TreeFacts(
         parent=parent,
         children=children,
-        counts=counts,
-        length=length,
-        grad=grad,
-        loss=loss,
+        counts=tree.request_counts.tolist(),
+        items=node_items,
         ends=ends,
-        pairs=pairs,
-        seconds=node_seconds,
-    )
-    masks = [problem.share_mask(spec) for spec in (*NAMED_SPECS, *extra_specs)]
-    items = []
-    for i in range(problem.num_items):
-        nodes = local_nodes[i]
-        decision = tuple(v for v in nodes if counts[v] >= 2)
-        roots = tuple((v, parent[v]) for v in nodes if parent[v] > 0 and is_cross[parent[v]])
-        if len(decision) <= MAX_ENUMERATED_NODES:
-            candidates = list(itertools.product((False, True), repeat=len(decision)))
-        else:
-            candidates = list(dict.fromkeys(tuple(bool(m[v]) for v in decision) for m in masks))
-        layouts = [_local_layout(tree_facts, i, nodes, decision, shared, scaling) for shared in candidates]
-        kept, cover = pareto(layouts)
-        items.append(
-            ItemSpace(
-                item=i,
-                decision_nodes=decision,
-                roots=roots,
-                root_max_copies=tuple(counts[u] for u, _ in roots),
-                ends=tuple(sorted((v, n) for (v, j), n in ends.items() if j == i and is_cross[v])),
-                layouts=tuple(kept),
-                cover=dict(zip(candidates, cover, strict=True)),
-            )
-        )
-    return LayoutSpace(
-        cross=cross,
-        items=tuple(items),
-        all_grad=bool(problem.request_grad.all()),
-        all_loss=bool(problem.request_loss.all()),
-        segment_time_units=scaling.time(float(coef[q["segments"]])),
-        max_starts_per_chunk=max_starts_per_chunk(tree.node_length[1:], CHUNK_TOKENS),
-        scaling=scaling,
+        amounts=amounts,
+        seconds=copy_seconds(amounts, problem.card.time_coefficients(), problem.topology.cp).tolist(),
     )
 
 
-@dataclass(frozen=True, kw_only=True)
-class _TreeFacts:
-    parent: list[int]
-    children: list[list[int]]
-    counts: list[int]
-    length: list[int]
-    grad: list[bool]
-    loss: list[bool]
-    ends: dict[tuple[int, int], int]
-    pairs: list[int]
-    seconds: list[float]
+_COPY_TIME = {
+    "token": lambda amounts, tokens, cp: amounts,
+    "pair": lambda amounts, tokens, cp: amounts,
+    "remote": lambda amounts, tokens, cp: (cp - 1) * tokens,
+    "segment": lambda amounts, tokens, cp: 0 * tokens,
+}
+check_rules("cpsat.space.copy_seconds", _COPY_TIME, COUNTS)
+
+
+def copy_seconds(amounts: np.ndarray, time_coef: np.ndarray, cp: int) -> np.ndarray:
+    """Seconds of one copy of each span (rows of additive ``amounts``) summed over the CP ranks: its own
+    quantities where they are owned, and its tokens as remote tokens on each of the other ``cp - 1``
+    ranks. Segments are charged per segment start, not per copy."""
+    tokens = amounts[:, QUANTITY_INDEX["tokens"]]
+    seconds = np.zeros(amounts.shape[0])
+    for q in QUANTITIES:
+        i = QUANTITY_INDEX[q.name]
+        seconds = seconds + _COPY_TIME[q.count](amounts[:, i], tokens, cp) * time_coef[i]
+    return seconds
+
+
+def _cross_node(facts: _TreeFacts, v: int, scaling: Scaling) -> CrossNode:
+    return CrossNode(
+        node=v,
+        parent=facts.parent[v],
+        items=tuple(sorted(facts.items[v])),
+        max_copies=facts.counts[v],
+        amounts=tuple(int(a) for a in facts.amounts[v]),
+        time_units=scaling.time(facts.seconds[v]),
+    )
+
+
+def _item_space(
+    facts: _TreeFacts, i: int, nodes: list[int], masks: list[np.ndarray], scaling: Scaling
+) -> ItemSpace:
+    decision = tuple(v for v in nodes if facts.counts[v] >= 2)
+    roots = tuple(
+        (v, facts.parent[v]) for v in nodes if facts.parent[v] > 0 and facts.is_cross(facts.parent[v])
+    )
+    if len(decision) <= MAX_ENUMERATED_NODES:
+        candidates = list(itertools.product((False, True), repeat=len(decision)))
+    else:
+        candidates = list(dict.fromkeys(tuple(bool(m[v]) for v in decision) for m in masks))
+    layouts = [_local_layout(facts, i, nodes, decision, shared, scaling) for shared in candidates]
+    kept, cover = pareto(layouts)
+    return ItemSpace(
+        item=i,
+        decision_nodes=decision,
+        roots=roots,
+        root_max_copies=tuple(facts.counts[u] for u, _ in roots),
+        ends=tuple(sorted((v, n) for (v, j), n in facts.ends.items() if j == i and facts.is_cross(v))),
+        layouts=tuple(kept),
+        cover=dict(zip(candidates, cover, strict=True)),
+    )
 
 
 def local_copies(facts: _TreeFacts, item: int, nodes: list[int], shared: dict[int, bool]) -> dict[int, int]:
@@ -267,7 +272,7 @@ def local_copies(facts: _TreeFacts, item: int, nodes: list[int], shared: dict[in
 def _local_layout(facts, item, nodes, decision, shared, scaling) -> LocalLayout:
     is_shared = dict(zip(decision, shared, strict=True))
     copies = local_copies(facts, item, nodes, is_shared)
-    starts = tokens = grad_tokens = loss_tokens = pairs = grad_pairs = 0
+    starts = 0
     seconds = 0.0
     root_copies = []
     for v in nodes:
@@ -276,21 +281,12 @@ def _local_layout(facts, item, nodes, decision, shared, scaling) -> LocalLayout:
             starts += n
         elif p not in copies:
             root_copies.append(n)
-        tokens += facts.length[v] * n
-        pairs += facts.pairs[v] * n
         seconds += facts.seconds[v] * n
-        if facts.grad[v]:
-            grad_tokens += facts.length[v] * n
-            grad_pairs += facts.pairs[v] * n
-        if facts.loss[v]:
-            loss_tokens += facts.length[v] * n
+    counts = np.array([copies[v] for v in nodes], dtype=np.int64)
+    amounts = counts @ facts.amounts[nodes] if nodes else np.zeros(facts.amounts.shape[1], np.int64)
     return LocalLayout(
         shared=tuple(shared),
-        tokens=tokens,
-        grad_tokens=grad_tokens,
-        loss_tokens=loss_tokens,
-        attn_pairs=pairs,
-        grad_attn_pairs=grad_pairs,
+        amounts=tuple(int(a) for a in amounts),
         time_units=scaling.time(seconds),
         fixed_starts=starts,
         root_copies=tuple(root_copies),

@@ -138,58 +138,80 @@ def pack(
     counts_list = counts.tolist()
     node_start = tree.node_start.tolist()
     node_length = tree.node_length.tolist()
+    out = _Segments()
     index: dict[tuple[int, int], int] = {}
-    parent: list[int] = []
-    position: list[int] = []
-    length: list[int] = []
-    src: list[int] = []
-    seg_grad: list[bool] = []
-    seg_loss: list[bool] = []
-    seg_count: list[int] = []
-    chains: list[int] = []
-    ptr = [0]
     grad_list = np.asarray(grad, dtype=bool).tolist()
     loss_list = np.asarray(loss, dtype=bool).tolist()
     for r in requests.tolist():
         path = tree.path(r)
-        keys = [0] * len(path)
-        key = -1 - r
-        for j in range(len(path) - 1, -1, -1):
-            if take[path[j]]:
-                key = path[j]
-            keys[j] = key
         current, current_count, created = -1, -1, False
-        for v, key in zip(path, keys, strict=True):
+        for v, key in zip(path, _copy_keys(path, take, r), strict=True):
             count = counts_list[key] if key >= 0 else 1
             if count != current_count:
                 segment = index.get((v, key))
                 created = segment is None
                 if created:
-                    segment = len(length)
-                    index[(v, key)] = segment
-                    parent.append(current), position.append(node_start[v]), length.append(node_length[v])
-                    src.append(r), seg_grad.append(grad_list[r]), seg_loss.append(loss_list[r])
-                    seg_count.append(count)
-                else:
-                    seg_grad[segment] = seg_grad[segment] or grad_list[r]
-                    seg_loss[segment] = seg_loss[segment] or loss_list[r]
-                chains.append(segment)
+                    segment = index[(v, key)] = out.open(current, node_start[v], node_length[v], r, count)
+                out.mark(segment, grad_list[r], loss_list[r])
+                out.chains.append(segment)
                 current, current_count = segment, count
             elif created:
-                length[current] += node_length[v]
-        ptr.append(len(chains))
-    lengths = np.array(length, dtype=np.int64)
-    offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64) if lengths.size else lengths
-    return PackedLayout(
-        request_ids=requests,
-        seg_parent=np.array(parent, dtype=np.int64),
-        seg_position=np.array(position, dtype=np.int64),
-        seg_length=lengths,
-        seg_offset=offsets,
-        seg_src=np.array(src, dtype=np.int64),
-        seg_grad=np.array(seg_grad, dtype=bool),
-        seg_loss=np.array(seg_loss, dtype=bool),
-        seg_count=np.array(seg_count, dtype=np.int64),
-        request_ptr=np.array(ptr, dtype=np.int64),
-        request_segments=np.array(chains, dtype=np.int64),
-    )
+                out.length[current] += node_length[v]
+        out.ptr.append(len(out.chains))
+    return out.layout(requests)
+
+
+def _copy_keys(path: tuple[int, ...], take: list[bool], request: int) -> list[int]:
+    """For each node of a request's path, the copy it uses: the nearest shared node at or below it on
+    the path, or the request's own copy (``-1 - request``) when there is none."""
+    keys = [0] * len(path)
+    key = -1 - request
+    for j in range(len(path) - 1, -1, -1):
+        if take[path[j]]:
+            key = path[j]
+        keys[j] = key
+    return keys
+
+
+class _Segments:
+    """The packed segments of a wave while :func:`pack` lays them out."""
+
+    def __init__(self) -> None:
+        self.parent: list[int] = []
+        self.position: list[int] = []
+        self.length: list[int] = []
+        self.src: list[int] = []
+        self.grad: list[bool] = []
+        self.loss: list[bool] = []
+        self.count: list[int] = []
+        self.chains: list[int] = []
+        self.ptr = [0]
+
+    def open(self, parent: int, position: int, length: int, src: int, count: int) -> int:
+        """A new segment; returns its index."""
+        self.parent.append(parent), self.position.append(position), self.length.append(length)
+        self.src.append(src), self.grad.append(False), self.loss.append(False), self.count.append(count)
+        return len(self.length) - 1
+
+    def mark(self, segment: int, grad: bool, loss: bool) -> None:
+        """A request with these flags passes through ``segment``."""
+        self.grad[segment] = self.grad[segment] or grad
+        self.loss[segment] = self.loss[segment] or loss
+
+    def layout(self, requests: np.ndarray) -> PackedLayout:
+        """The finished layout."""
+        lengths = np.array(self.length, dtype=np.int64)
+        offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64) if lengths.size else lengths
+        return PackedLayout(
+            request_ids=requests,
+            seg_parent=np.array(self.parent, dtype=np.int64),
+            seg_position=np.array(self.position, dtype=np.int64),
+            seg_length=lengths,
+            seg_offset=offsets,
+            seg_src=np.array(self.src, dtype=np.int64),
+            seg_grad=np.array(self.grad, dtype=bool),
+            seg_loss=np.array(self.loss, dtype=bool),
+            seg_count=np.array(self.count, dtype=np.int64),
+            request_ptr=np.array(self.ptr, dtype=np.int64),
+            request_segments=np.array(self.chains, dtype=np.int64),
+        )

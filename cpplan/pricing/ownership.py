@@ -7,8 +7,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from cpplan.pricing.amounts import span_amounts
 from cpplan.pricing.layout import PackedLayout
-from cpplan.spec.quantities import NUM_QUANTITIES, QUANTITY_INDEX
+from cpplan.spec.quantities import (
+    COUNTS,
+    NUM_QUANTITIES,
+    QUANTITIES,
+    QUANTITY_INDEX,
+    check_rules,
+)
 
 CHUNK_TOKENS = 128
 
@@ -17,96 +24,96 @@ CHUNK_TOKENS = 128
 class ChunkStats:
     """Per-chunk sums over a packed layout; chunk c is tokens ``[c * chunk_tokens, ...)``.
 
-    Computed in closed form per segment (no per-token arrays): the attention pairs of ``k`` tokens from
-    position ``p`` are ``k * p + k * (k + 1) / 2``.
+    ``amounts[c]`` holds every additive quantity summed over chunk c's tokens (other columns zero),
+    computed in closed form per segment (:func:`~cpplan.pricing.amounts.span_amounts`), with no
+    per-token arrays. ``first_segment`` / ``last_segment`` are the segments of each chunk's first and
+    last token.
     """
 
     chunk_tokens: int
     packed_tokens: int
-    tokens: np.ndarray
-    grad_tokens: np.ndarray
-    loss_tokens: np.ndarray
-    attn_pairs: np.ndarray
-    grad_attn_pairs: np.ndarray
+    amounts: np.ndarray
     first_segment: np.ndarray
     last_segment: np.ndarray
 
     @property
     def num_chunks(self) -> int:
         """Number of chunks (the last may be shorter than ``chunk_tokens``)."""
-        return int(self.tokens.size)
+        return int(self.amounts.shape[0])
+
+    @property
+    def tokens(self) -> np.ndarray:
+        """Tokens per chunk."""
+        return self.amounts[:, QUANTITY_INDEX["tokens"]]
 
     def quantity_matrix(self) -> np.ndarray:
-        """Per chunk, the additive quantities (segments counted as segments starting in the chunk)."""
-        q = np.zeros((self.num_chunks, NUM_QUANTITIES))
-        q[:, QUANTITY_INDEX["tokens"]] = self.tokens
-        q[:, QUANTITY_INDEX["grad_tokens"]] = self.grad_tokens
-        q[:, QUANTITY_INDEX["loss_tokens"]] = self.loss_tokens
-        q[:, QUANTITY_INDEX["attn_pairs"]] = self.attn_pairs
-        q[:, QUANTITY_INDEX["grad_attn_pairs"]] = self.grad_attn_pairs
-        q[:, QUANTITY_INDEX["segments"]] = self.last_segment - self.first_segment + 1
+        """Per chunk, the additive quantities plus, in each segment-count column, the segments the chunk
+        touches (a rank's segments are at most the sum over its chunks)."""
+        q = self.amounts.astype(np.float64)
+        for quantity in QUANTITIES:
+            if quantity.count == "segment":
+                q[:, QUANTITY_INDEX[quantity.name]] = self.last_segment - self.first_segment + 1
         return q
 
 
 def chunk_stats(layout: PackedLayout, chunk_tokens: int = CHUNK_TOKENS) -> ChunkStats:
-    """Statistics of every chunk of ``layout``'s packed sequence."""
+    """Statistics of every chunk of ``layout``'s packed sequence: the amounts of whole segments before
+    each chunk boundary plus those of the first ``k`` tokens of the segment the boundary cuts."""
+    assert layout.num_segments > 0, "a packed wave holds at least one segment"
     total = layout.packed_tokens
     bounds = np.minimum(np.arange(0, total + chunk_tokens, chunk_tokens, dtype=np.int64), total)
     bounds = bounds[: int(np.searchsorted(bounds, total)) + 1]
-    offsets = layout.seg_offset
-    lengths = layout.seg_length
-    pos = layout.seg_position
-    pairs = lengths * pos + lengths * (lengths + 1) // 2
-    grad = layout.seg_grad.astype(np.int64)
-    loss = layout.seg_loss.astype(np.int64)
-
-    def cumulative(per_segment: np.ndarray, per_token_partial) -> np.ndarray:
-        before = np.concatenate([[0], np.cumsum(per_segment)])
-        seg = np.clip(np.searchsorted(offsets, bounds, side="right") - 1, 0, lengths.size - 1)
-        k = bounds - offsets[seg]
-        return before[seg] + per_token_partial(seg, k)
-
-    def pair_partial(seg, k):
-        return k * pos[seg] + k * (k + 1) // 2
-
-    cum_grad = cumulative(lengths * grad, lambda s, k: k * grad[s])
-    cum_loss = cumulative(lengths * loss, lambda s, k: k * loss[s])
-    cum_pairs = cumulative(pairs, pair_partial)
-    cum_gpairs = cumulative(pairs * grad, lambda s, k: pair_partial(s, k) * grad[s])
+    offsets, lengths, positions = layout.seg_offset, layout.seg_length, layout.seg_position
+    flags = {"grad": layout.seg_grad, "loss": layout.seg_loss}
+    whole = span_amounts(lengths, positions, flags)
+    before = np.concatenate([np.zeros((1, NUM_QUANTITIES), np.int64), np.cumsum(whole, axis=0)])
+    seg = np.searchsorted(offsets, bounds, side="right") - 1
+    cut = {name: flag[seg] for name, flag in flags.items()}
+    cumulative = before[seg] + span_amounts(bounds - offsets[seg], positions[seg], cut)
     starts, ends = bounds[:-1], bounds[1:]
-    first = np.searchsorted(offsets, starts, side="right") - 1
-    last = np.searchsorted(offsets, ends - 1, side="right") - 1
     return ChunkStats(
         chunk_tokens=chunk_tokens,
         packed_tokens=total,
-        tokens=np.diff(bounds),
-        grad_tokens=np.diff(cum_grad),
-        loss_tokens=np.diff(cum_loss),
-        attn_pairs=np.diff(cum_pairs),
-        grad_attn_pairs=np.diff(cum_gpairs),
-        first_segment=first,
-        last_segment=last,
+        amounts=np.diff(cumulative, axis=0),
+        first_segment=np.searchsorted(offsets, starts, side="right") - 1,
+        last_segment=np.searchsorted(offsets, ends - 1, side="right") - 1,
     )
 
 
-def rank_quantities(stats: ChunkStats, owner: np.ndarray, num_ranks: int) -> np.ndarray:
-    """Local quantities per rank (shape ``(num_ranks, NUM_QUANTITIES)``) for a chunk-to-rank map."""
-    owner = np.asarray(owner, dtype=np.int64)
-    q = np.zeros((num_ranks, NUM_QUANTITIES))
-    for name in ("tokens", "grad_tokens", "loss_tokens", "attn_pairs", "grad_attn_pairs"):
-        q[:, QUANTITY_INDEX[name]] = np.bincount(owner, weights=getattr(stats, name), minlength=num_ranks)
+def _summed(stats: ChunkStats, owner: np.ndarray, num_ranks: int, name: str) -> np.ndarray:
+    return np.bincount(owner, weights=stats.amounts[:, QUANTITY_INDEX[name]], minlength=num_ranks)
+
+
+def _segments_touched(stats: ChunkStats, owner: np.ndarray, num_ranks: int, name: str) -> np.ndarray:
+    """Distinct segments each rank's chunks touch: a rank's chunks in order, each chunk's segment span
+    less the one it shares with the rank's previous chunk."""
     order = np.argsort(owner, kind="stable")
     sorted_owner = owner[order]
     first, last = stats.first_segment[order], stats.last_segment[order]
-    spans = last - first + 1
     shared_edge = np.zeros(order.size, dtype=np.int64)
     if order.size > 1:
         same_rank = sorted_owner[1:] == sorted_owner[:-1]
         shared_edge[1:] = same_rank & (first[1:] == last[:-1])
-    q[:, QUANTITY_INDEX["segments"]] = np.bincount(
-        sorted_owner, weights=spans - shared_edge, minlength=num_ranks
-    )
-    q[:, QUANTITY_INDEX["remote_tokens"]] = stats.packed_tokens - q[:, QUANTITY_INDEX["tokens"]]
+    return np.bincount(sorted_owner, weights=last - first + 1 - shared_edge, minlength=num_ranks)
+
+
+_RANK_RULES = {"token": _summed, "pair": _summed, "segment": _segments_touched}
+check_rules("pricing.ownership.rank_quantities", (*_RANK_RULES, "remote"), COUNTS)
+
+
+def rank_quantities(stats: ChunkStats, owner: np.ndarray, num_ranks: int) -> np.ndarray:
+    """Local quantities per rank (shape ``(num_ranks, NUM_QUANTITIES)``) for a chunk-to-rank map; a
+    ``remote`` count is the wave's packed tokens less the rank's own."""
+    owner = np.asarray(owner, dtype=np.int64)
+    q = np.zeros((num_ranks, NUM_QUANTITIES))
+    for quantity in QUANTITIES:
+        if quantity.count != "remote":
+            q[:, QUANTITY_INDEX[quantity.name]] = _RANK_RULES[quantity.count](
+                stats, owner, num_ranks, quantity.name
+            )
+    for quantity in QUANTITIES:
+        if quantity.count == "remote":
+            q[:, QUANTITY_INDEX[quantity.name]] = stats.packed_tokens - q[:, QUANTITY_INDEX["tokens"]]
     return q
 
 

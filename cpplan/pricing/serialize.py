@@ -10,7 +10,7 @@ from typing import Any
 from cpplan.pricing.ownership import owned_ranges
 from cpplan.pricing.result import Candidate, Plan, PlanResult, SolverStats, dp_rank_of
 from cpplan.pricing.wave import WavePlan
-from cpplan.spec.quantities import QUANTITIES
+from cpplan.spec.quantities import QUANTITY_NAMES
 
 TIMING_FIELDS = ("wall_s", "stage_s", "deterministic_time")
 
@@ -43,7 +43,7 @@ def wave_to_dict(result_problem, wave: WavePlan, index: int) -> dict[str, Any]:
             "rank": rank,
             "ranges": [list(r) for r in owned_ranges(wave.owner, wave.stats, rank)],
         }
-        entry.update({name: round(q[i]) for i, name in enumerate(QUANTITIES)})
+        entry.update({name: round(q[i]) for i, name in enumerate(QUANTITY_NAMES)})
         entry["peak_bytes"] = int(wave.prices.peak_bytes[rank])
         entry["envelope"] = card.envelope_names[int(wave.prices.envelope[rank])]
         entry["breakdown"] = wave.prices.breakdown(card, rank)

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import cached_property
+from typing import TYPE_CHECKING
 
-import networkx as nx
 import numpy as np
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 
 class PrefixTree:
@@ -114,6 +117,8 @@ class PrefixTree:
 
     def to_networkx(self) -> nx.DiGraph:
         """The tree as a DiGraph (edges parent to child) with node attributes start, length, requests."""
+        import networkx as nx  # only where the graph view is asked for
+
         graph = nx.DiGraph()
         counts = self.request_counts
         for v in range(self.num_nodes):

@@ -29,7 +29,7 @@ from pydantic import (
 
 from cpplan.errors import InputError, UnsupportedTopologyError
 from cpplan.spec.expr import FormulaError, evaluate, names_in
-from cpplan.spec.quantities import QUANTITIES, QUANTITY_INDEX
+from cpplan.spec.quantities import NUM_QUANTITIES, QUANTITY_INDEX, QUANTITY_NAMES
 from cpplan.spec.shipped import toml_files
 from cpplan.spec.tomlines import file_line, toml_line
 from cpplan.spec.topology import AXES, Topology
@@ -115,7 +115,7 @@ class MemoryTerm(_Strict):
     @classmethod
     def _known_quantity(cls, value: str) -> str:
         if value not in QUANTITY_INDEX:
-            raise ValueError(f"unknown quantity {value!r}; known: {', '.join(QUANTITIES)}")
+            raise ValueError(f"unknown quantity {value!r}; known: {', '.join(QUANTITY_NAMES)}")
         return value
 
 
@@ -261,37 +261,9 @@ class ModelCard(_Strict):
         self.check_supported(topology)
         env = self.environment(topology, num_layers)
         where = self.path or self.name
-        term_names, term_q, term_b = [], [], []
-        for name in self.memory.terms:
-            env[name] = 0.0  # a term that does not hold here contributes nothing to terms that name it
-        for name, term in self.memory.terms.items():
-            if term.phase not in ("any", phase) or not _holds(term.when, env, where, f"memory.terms.{name}"):
-                continue
-            value = _value(term.bytes_per_unit, env, where, f"memory.terms.{name}.bytes_per_unit")
-            env[name] = value
-            term_names.append(name)
-            term_q.append(QUANTITY_INDEX[term.quantity])
-            term_b.append(value)
-        index = {name: i for i, name in enumerate(term_names)}
-        statics = np.array(
-            [
-                _value(e.static_bytes, env, where, f"memory.envelopes.{e.name}.static_bytes")
-                for e in self.memory.envelopes
-            ],
-            dtype=np.float64,
-        )
-        member = np.zeros((len(self.memory.envelopes), len(term_names)), dtype=bool)
-        for e, envelope in enumerate(self.memory.envelopes):
-            for term in envelope.terms:
-                if term in index:
-                    member[e, index[term]] = True
-        cost_names, cost_q, cost_s = [], [], []
-        for name, term in self.cost.terms.items():
-            if not _holds(term.when, env, where, f"cost.terms.{name}"):
-                continue
-            cost_names.append(name)
-            cost_q.append(QUANTITY_INDEX[term.quantity])
-            cost_s.append(_value(term.seconds_per_unit, env, where, f"cost.terms.{name}.seconds_per_unit"))
+        term_names, term_q, term_b = self._memory_terms(env, phase, where)
+        statics, member = self._envelopes(env, term_names, where)
+        cost_names, cost_q, cost_s = self._cost_terms(env, where)
         return ResolvedCard(
             name=self.name,
             topology=topology,
@@ -310,6 +282,50 @@ class ModelCard(_Strict):
             cost_seconds=_frozen(np.array(cost_s, dtype=np.float64)),
             wave_overhead_s=self.hardware.wave_overhead_s,
         )
+
+    def _memory_terms(self, env: dict[str, float], phase: Phase, where: str):
+        """The memory terms that hold here: names, quantity indices and bytes per unit. Each term's value
+        joins ``env`` under its name (0 where it does not hold), for later terms that name it."""
+        names, quantities, values = [], [], []
+        for name in self.memory.terms:
+            env[name] = 0.0
+        for name, term in self.memory.terms.items():
+            if term.phase not in ("any", phase) or not _holds(term.when, env, where, f"memory.terms.{name}"):
+                continue
+            value = _value(term.bytes_per_unit, env, where, f"memory.terms.{name}.bytes_per_unit")
+            env[name] = value
+            names.append(name)
+            quantities.append(QUANTITY_INDEX[term.quantity])
+            values.append(value)
+        return names, quantities, values
+
+    def _envelopes(self, env: dict[str, float], term_names: list[str], where: str):
+        """Each envelope's static bytes, and which of the holding terms it sums."""
+        index = {name: i for i, name in enumerate(term_names)}
+        statics = np.array(
+            [
+                _value(e.static_bytes, env, where, f"memory.envelopes.{e.name}.static_bytes")
+                for e in self.memory.envelopes
+            ],
+            dtype=np.float64,
+        )
+        member = np.zeros((len(self.memory.envelopes), len(term_names)), dtype=bool)
+        for e, envelope in enumerate(self.memory.envelopes):
+            for term in envelope.terms:
+                if term in index:
+                    member[e, index[term]] = True
+        return statics, member
+
+    def _cost_terms(self, env: dict[str, float], where: str):
+        """The cost terms that hold here: names, quantity indices and seconds per unit."""
+        names, quantities, values = [], [], []
+        for name, term in self.cost.terms.items():
+            if not _holds(term.when, env, where, f"cost.terms.{name}"):
+                continue
+            names.append(name)
+            quantities.append(QUANTITY_INDEX[term.quantity])
+            values.append(_value(term.seconds_per_unit, env, where, f"cost.terms.{name}.seconds_per_unit"))
+        return names, quantities, values
 
 
 def _frozen(array: np.ndarray) -> np.ndarray:
@@ -380,7 +396,7 @@ class ResolvedCard:
 
     def envelope_coefficients(self) -> np.ndarray:
         """Bytes per unit of each quantity in each envelope: shape (envelopes, quantities)."""
-        coef = np.zeros((self.num_envelopes, len(QUANTITIES)))
+        coef = np.zeros((self.num_envelopes, NUM_QUANTITIES))
         for e in range(self.num_envelopes):
             np.add.at(
                 coef[e], self.term_quantity[self.envelope_terms[e]], self.term_bytes[self.envelope_terms[e]]
@@ -389,7 +405,7 @@ class ResolvedCard:
 
     def time_coefficients(self) -> np.ndarray:
         """Seconds per unit of each quantity: shape (quantities,)."""
-        coef = np.zeros(len(QUANTITIES))
+        coef = np.zeros(NUM_QUANTITIES)
         np.add.at(coef, self.cost_quantity, self.cost_seconds)
         return coef
 

@@ -295,9 +295,9 @@ _SUMMED = ("tokens", "grad_tokens", "loss_tokens", "attn_pairs", "grad_attn_pair
 
 
 def _qname(index: int) -> str:
-    from cpplan.spec.quantities import QUANTITIES
+    from cpplan.spec.quantities import QUANTITY_NAMES
 
-    return QUANTITIES[int(index)]
+    return QUANTITY_NAMES[int(index)]
 
 
 def _peak(card: ResolvedCard, local: dict[str, int]) -> int:
