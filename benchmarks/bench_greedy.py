@@ -21,6 +21,7 @@ from cpplan.bench.synthetic import grpo, long_tail
 from cpplan.planners.greedy import greedy_plan
 from cpplan.pricing.problem import Problem
 from cpplan.pricing.tree import PrefixTree
+from cpplan.spec.settings import Settings
 
 RESULTS = Path(__file__).parent / "results"
 LAYOUTS = ("full", "none", "min_span:512")
@@ -54,18 +55,23 @@ def main() -> None:
         for i in unique.items
     )
     for name, wl, cp in (("grpo 2x8 (16 requests)", grpo16, 4), ("200K unique tokens", unique, 4)):
-        problem = Problem.build(wl, topology=cpplan.Topology(cp=cp), model=card, memory_bytes=80 * 2**30)
+        problem = Problem.build(
+            wl, Settings(topology=cpplan.Topology(cp=cp), model=card, memory_bytes=80 * 2**30)
+        )
         plan = greedy_plan(problem, LAYOUTS)
         # A fresh problem each run: priced waves and plans are cached per problem object.
         samples = timed(
             lambda w=wl, c=cp: greedy_plan(
-                Problem.build(w, topology=cpplan.Topology(cp=c), model=card, memory_bytes=80 * 2**30), LAYOUTS
+                Problem.build(
+                    w, Settings(topology=cpplan.Topology(cp=c), model=card, memory_bytes=80 * 2**30)
+                ),
+                LAYOUTS,
             ),
             args.repeats,
         )
         build = timed(
             lambda w=wl, c=cp: Problem.build(
-                w, topology=cpplan.Topology(cp=c), model=card, memory_bytes=80 * 2**30
+                w, Settings(topology=cpplan.Topology(cp=c), model=card, memory_bytes=80 * 2**30)
             ),
             args.repeats,
         )

@@ -24,6 +24,7 @@ from cpplan.bench import synthetic
 from cpplan.pricing.wave import price_wave
 from cpplan.runtime import materialize
 from cpplan.runtime.attention_mask import TreeMask
+from cpplan.spec.settings import Settings
 
 CP = 8
 
@@ -44,7 +45,7 @@ def shapes() -> dict[str, object]:
 def one_wave(workload) -> tuple[Plan, Problem]:
     """All items in one full-sharing wave with the planner's contiguous CP8 ownership."""
     problem = Problem.build(
-        workload, topology=Topology(cp=CP), model=load_model("qwen3-8b"), memory_bytes=2**40
+        workload, Settings(topology=Topology(cp=CP), model=load_model("qwen3-8b"), memory_bytes=2**40)
     )
     items = list(range(problem.num_items))
     wave = price_wave(problem, items, problem.pack(items, "full"), "full")

@@ -30,11 +30,13 @@ from cpplan import Topology, load_model, load_solver
 from cpplan.bench.synthetic import agent_trees, grpo, long_tail
 from cpplan.cpsat import SCALING
 from cpplan.planners.cpsat_strategy import compile_for, cpsat_planner, greedy_values
+from cpplan.planners.deadline import Deadline
 from cpplan.planners.greedy import full_sharing_plan, greedy_plan
 from cpplan.pricing.problem import Problem
 from cpplan.pricing.result import Plan
 from cpplan.pricing.serialize import plan_to_dict
 from cpplan.pricing.wave import local_tokens
+from cpplan.spec.settings import Settings
 from cpplan.spec.workload import Workload
 from cpplan.verifier.plan_check import verify_plan
 
@@ -130,7 +132,9 @@ def run_quality(workload: Workload, cp: int, memory_gib: int, offline_budget_s: 
     card = load_model(MODEL)
 
     def fresh() -> Problem:
-        return Problem.build(workload, topology=Topology(cp=cp), model=card, memory_bytes=memory_gib * GIB)
+        return Problem.build(
+            workload, Settings(topology=Topology(cp=cp), model=card, memory_bytes=memory_gib * GIB)
+        )
 
     rows: dict[str, dict] = {}
     runtime, offline = load_solver("runtime"), load_solver("offline").with_time_budget(offline_budget_s)
@@ -144,7 +148,8 @@ def run_quality(workload: Workload, cp: int, memory_gib: int, offline_budget_s: 
     for name, profile in (("cpsat_runtime", runtime), ("cpsat_offline", offline)):
         problem = fresh()
         t0 = time.perf_counter()
-        plan, stats = cpsat_planner(problem, profile, t0 + profile.time_budget_s)
+        deadline = Deadline.after(profile.time_budget_s, deterministic=profile.deterministic, start_s=t0)
+        plan, stats = cpsat_planner(problem, profile, deadline)
         row = plan_row(problem, plan, time.perf_counter() - t0)
         row.update(
             status=stats.status,

@@ -30,6 +30,7 @@ from cpplan.bench.synthetic import agent_trees, grpo, long_tail
 from cpplan.pricing.layout import pack
 from cpplan.pricing.problem import Problem
 from cpplan.pricing.wave import price_wave
+from cpplan.spec.settings import Settings
 
 MODELS = ("qwen3-8b", "qwen3.6-35b-a3b")
 TOPOLOGIES = ("cp=1", "cp=2", "cp=4", "tp=2,cp=2")
@@ -76,7 +77,7 @@ def random_workload(rng: np.random.Generator) -> tuple[str, cpplan.Workload]:
 
 def safe_budget(workload, topology, card, rng: np.random.Generator) -> int:
     """A budget between 1x and 3x the largest single request's peak (so nothing may be refused)."""
-    roomy = Problem.build(workload, topology=topology, model=card, memory_bytes=2**62)
+    roomy = Problem.build(workload, Settings(topology=topology, model=card, memory_bytes=2**62))
     mask = roomy.share_mask("full")
     single = max(
         price_wave(

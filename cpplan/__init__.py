@@ -8,6 +8,7 @@ from cpplan.pricing.tree import PrefixTree
 from cpplan.runtime.materialize import RankBatch, materialize, materialize_wave
 from cpplan.spec.card import ModelCard, ResolvedCard, available_models, load_model
 from cpplan.spec.profile import SolverProfile, available_solvers, load_solver
+from cpplan.spec.settings import Settings
 from cpplan.spec.topology import Topology
 from cpplan.spec.workload import Item, Request, Workload
 from cpplan.verifier.plan_check import Verification
@@ -26,6 +27,7 @@ __all__ = [
     "RankBatch",
     "Request",
     "ResolvedCard",
+    "Settings",
     "SolverProfile",
     "SolverStats",
     "Topology",

@@ -7,6 +7,7 @@ import pytest
 
 import cpplan
 from cpplan.bench.synthetic import grpo
+from cpplan.spec.settings import Settings
 from cpplan.spec.workload import Item, Request, Workload
 
 
@@ -66,7 +67,9 @@ def middle_budget(workload: Workload, model: cpplan.ModelCard, cp: int) -> int:
     from cpplan.pricing.problem import Problem
     from cpplan.pricing.wave import best_wave
 
-    problem = Problem.build(workload, topology=cpplan.Topology(cp=cp), model=model, memory_bytes=2**60)
+    problem = Problem.build(
+        workload, Settings(topology=cpplan.Topology(cp=cp), model=model, memory_bytes=2**60)
+    )
     single = max(best_wave(problem, [i], ("full",))[0].peak_bytes for i in range(workload.num_items))
     whole = best_wave(problem, range(workload.num_items), ("full",))[0].peak_bytes
     assert single < whole

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from cpplan import Item, Plan, PrefixTree, Problem, Request, Topology, Workload, load_model
 from cpplan.pricing.wave import price_wave
+from cpplan.spec.settings import Settings
 
 LAYOUTS = ("full", "none", "depth:1", "depth:2", "min_span:3")
 
@@ -54,7 +55,9 @@ def build_problem(workload: Workload, *, cp: int, chunk_tokens: int) -> Problem:
     is capped at the workload's distinct tokens (the planner refuses ranks that could own nothing)."""
     distinct = int(PrefixTree([r.tokens for _, _, r in workload.requests()]).node_length.sum())
     cp = min(cp, distinct)
-    problem = Problem.build(workload, topology=Topology(cp=cp), model=_card(), memory_bytes=80 * 2**30)
+    problem = Problem.build(
+        workload, Settings(topology=Topology(cp=cp), model=_card(), memory_bytes=80 * 2**30)
+    )
     return dataclasses.replace(problem, chunk_tokens=chunk_tokens)
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
-import time
 from pathlib import Path
 
 import numpy as np
@@ -22,12 +21,14 @@ from cpplan.cpsat.realize import chunk_weights, wave_masks, widest_weight_cap
 from cpplan.cpsat.scaling import SCALING
 from cpplan.cpsat.solve import Solution
 from cpplan.planners.cpsat_strategy import compile_for, cpsat_planner, greedy_values, plan_columns
+from cpplan.planners.deadline import Deadline
 from cpplan.planners.greedy import full_sharing_plan, greedy_plan
 from cpplan.pricing.evaluator import price
 from cpplan.pricing.ownership import CHUNK_TOKENS
 from cpplan.pricing.problem import Problem
 from cpplan.pricing.serialize import plan_to_dict
 from cpplan.spec.quantities import NUM_QUANTITIES, QUANTITY_INDEX
+from cpplan.spec.settings import Settings
 from cpplan.verifier.plan_check import verify_plan
 
 MODEL_PATH = Path(__file__).parent / "data" / "qwen36_uncalibrated.toml"
@@ -37,7 +38,8 @@ GIB = 2**30
 
 def problem_of(workload, *, cp: int = 1, memory_bytes: int = 80 * GIB, layers: int | None = 4) -> Problem:
     return Problem.build(
-        workload, topology=Topology(cp=cp), model=MODEL, memory_bytes=memory_bytes, num_layers=layers
+        workload,
+        Settings(topology=Topology(cp=cp), model=MODEL, memory_bytes=memory_bytes, num_layers=layers),
     )
 
 
@@ -129,11 +131,13 @@ def test_bound_is_a_true_lower_bound_of_the_model(seed, cp, memory_gib, per_prom
         assert not greedy_values(compiled, space, greedy, as_columns=False).feasible
         in_model = greedy_values(compiled, space, greedy)
         assert in_model.feasible and optimum <= in_model.objective
-    result = solve(compiled, load_solver("deterministic").cpsat, time_limit_s=None, deterministic=True)
-    assert result.bound_s is not None
-    assert result.bound_s <= SCALING.seconds(optimum) + 1e-9
-    if result.status == "optimal":
-        assert result.objective_s == pytest.approx(SCALING.seconds(optimum), abs=1e-9)
+    _solution, stats = solve(
+        compiled, load_solver("deterministic").cpsat, time_limit_s=None, deterministic=True
+    )
+    assert stats.bound_s is not None
+    assert stats.bound_s <= SCALING.seconds(optimum) + 1e-9
+    if stats.status == "optimal":
+        assert stats.objective_s == pytest.approx(SCALING.seconds(optimum), abs=1e-9)
 
 
 def test_solution_values_match_the_python_evaluation():
@@ -142,11 +146,13 @@ def test_solution_values_match_the_python_evaluation():
     problem = problem_of(tiny_grpo(5), cp=2, memory_bytes=int(2.7 * GIB))
     space = build_space(problem)
     compiled = compile_model(problem, space, 3)
-    result = solve(compiled, load_solver("deterministic").cpsat, time_limit_s=None, deterministic=True)
-    assert result.status == "optimal" and result.solution is not None
-    values = compiled.evaluate(result.solution.assignment, set(result.solution.shared))
+    solution, stats = solve(
+        compiled, load_solver("deterministic").cpsat, time_limit_s=None, deterministic=True
+    )
+    assert stats.status == "optimal" and solution is not None
+    values = compiled.evaluate(solution.assignment, set(solution.shared))
     assert values.feasible
-    assert SCALING.seconds(values.objective) == pytest.approx(result.objective_s, abs=1e-9)
+    assert SCALING.seconds(values.objective) == pytest.approx(stats.objective_s, abs=1e-9)
 
 
 def _rank_quantities(rng, num_ranks):
@@ -209,10 +215,12 @@ def test_realized_plans_stay_within_the_model_bounds(cp):
     problem = problem_of(workload, cp=cp, memory_bytes=6 * GIB)
     space = build_space(problem)
     compiled = compile_model(problem, space, greedy_plan(problem, ("full",)).num_waves)
-    result = solve(compiled, load_solver("deterministic").cpsat, time_limit_s=None, deterministic=True)
-    assert result.solution is not None
-    values = compiled.evaluate(result.solution.assignment, set(result.solution.shared))
-    plan = realize(problem, space, compiled.memory, result.solution, alternatives=False)
+    solution, _stats = solve(
+        compiled, load_solver("deterministic").cpsat, time_limit_s=None, deterministic=True
+    )
+    assert solution is not None
+    values = compiled.evaluate(solution.assignment, set(solution.shared))
+    plan = realize(problem, space, compiled.memory, solution, alternatives=False)
     used = [w for w, u in enumerate(values.used) if u]
     assert len(plan.waves) == len(used) >= (3 if cp == 1 else 1)
     rows = compiled.memory
@@ -227,7 +235,7 @@ def test_realized_plans_stay_within_the_model_bounds(cp):
             "attn_pairs": 0,
             "grad_attn_pairs": 0,
         }
-        if cap > result.solution.cap[w]:
+        if cap > solution.cap[w]:
             assert all(rows.rank_kib(e, cap, realized) <= rows.budget_kib for e in range(3))
         assert wave.fits(problem.budget_bytes)
 
@@ -308,11 +316,13 @@ def test_solver_plans_verify_with_mixed_flags(seed):
     space = build_space(problem)
     assert not all(space.all_flagged.values())
     compiled = compile_model(problem, space, len(space.items))
-    result = solve(compiled, load_solver("deterministic").cpsat, time_limit_s=None, deterministic=True)
-    assert result.solution is not None
-    values = compiled.evaluate(result.solution.assignment, set(result.solution.shared))
-    assert values.feasible and SCALING.seconds(values.objective) <= result.objective_s + 1e-9
-    plan = realize(problem, space, compiled.memory, result.solution)
+    solution, stats = solve(
+        compiled, load_solver("deterministic").cpsat, time_limit_s=None, deterministic=True
+    )
+    assert solution is not None
+    values = compiled.evaluate(solution.assignment, set(solution.shared))
+    assert values.feasible and SCALING.seconds(values.objective) <= stats.objective_s + 1e-9
+    plan = realize(problem, space, compiled.memory, solution)
     verdict = verify_plan(plan_to_dict(problem, plan), problem.workload, problem.card, problem.budget_bytes)
     assert verdict.valid, verdict.violations
 
@@ -334,9 +344,9 @@ def test_greedy_hint_is_complete_and_never_beaten_by_the_answer(cp):
     assert sorted(proto.solution_hint.vars) == list(range(len(proto.variables)))
     objective_vars = set(proto.objective.vars)
     assert {t.index for t in compiled.objective.time} <= objective_vars
-    result = solve(compiled, load_solver("runtime").cpsat, time_limit_s=1.0)
-    assert result.objective_s is not None
-    assert result.objective_s <= SCALING.seconds(values.objective) + 1e-9
+    _solution, stats = solve(compiled, load_solver("runtime").cpsat, time_limit_s=1.0)
+    assert stats.objective_s is not None
+    assert stats.objective_s <= SCALING.seconds(values.objective) + 1e-9
 
 
 def test_an_answer_failing_re_evaluation_is_rejected(monkeypatch):
@@ -345,16 +355,20 @@ def test_an_answer_failing_re_evaluation_is_rejected(monkeypatch):
     problem = problem_of(tiny_grpo(5), cp=2, memory_bytes=int(2.7 * GIB))
     space = build_space(problem)
     compiled = compile_model(problem, space, 2)
-    honest = solve(compiled, load_solver("deterministic").cpsat, time_limit_s=None, deterministic=True)
-    assert honest.solution is not None and honest.stage_s["verify"] >= 0.0
+    honest_solution, honest = solve(
+        compiled, load_solver("deterministic").cpsat, time_limit_s=None, deterministic=True
+    )
+    assert honest_solution is not None and honest.stage_s["verify"] >= 0.0
     original = CompiledModel.evaluate
 
     def broken(self, assignment, shared, columns=None):
         return dataclasses.replace(original(self, assignment, shared, columns), feasible=False)
 
     monkeypatch.setattr(CompiledModel, "evaluate", broken)
-    rejected = solve(compiled, load_solver("deterministic").cpsat, time_limit_s=None, deterministic=True)
-    assert rejected.solution is None and rejected.status.startswith("rejected")
+    rejected_solution, rejected = solve(
+        compiled, load_solver("deterministic").cpsat, time_limit_s=None, deterministic=True
+    )
+    assert rejected_solution is None and rejected.status.startswith("rejected")
 
 
 def test_weighted_waves_stay_within_their_weight_cap():
@@ -379,16 +393,18 @@ def test_weighted_waves_stay_within_their_weight_cap():
         problem = problem_of(workload, cp=2, memory_bytes=int(memory_gib * GIB))
         space = build_space(problem)
         compiled = compile_model(problem, space, greedy_plan(problem, ("full", "none")).num_waves)
-        result = solve(compiled, load_solver("deterministic").cpsat, time_limit_s=None, deterministic=True)
-        assert result.solution is not None
+        solution, _stats = solve(
+            compiled, load_solver("deterministic").cpsat, time_limit_s=None, deterministic=True
+        )
+        assert solution is not None
         rows = compiled.memory
-        plan = realize(problem, space, rows, result.solution, alternatives=False)
+        plan = realize(problem, space, rows, solution, alternatives=False)
         for w, wave in enumerate(plan.waves):
             assert wave.fits(problem.budget_bytes)
-            if not result.solution.weighted[w]:
+            if not solution.weighted[w]:
                 continue
             num_checked += 1
-            cap_kib = max(result.solution.weight_cap[w], widest_weight_cap(rows, wave.layout))
+            cap_kib = max(solution.weight_cap[w], widest_weight_cap(rows, wave.layout))
             weights = chunk_weights(rows, wave.layout, wave.stats)
             starts = np.bincount(wave.layout.seg_offset // CHUNK_TOKENS, minlength=wave.stats.num_chunks)
             for rank in range(problem.topology.cp):
@@ -417,22 +433,22 @@ def test_columns_admit_the_greedy_plan_at_the_memory_edge():
     space, compiled = compile_for(problem, profile, greedy)
     assert compiled.columns and not greedy_values(compiled, space, greedy, as_columns=False).feasible
     plain = compile_model(problem, space, greedy.num_waves)
-    assert solve(plain, profile.cpsat, time_limit_s=None, deterministic=True).status == "infeasible"
+    assert solve(plain, profile.cpsat, time_limit_s=None, deterministic=True)[1].status == "infeasible"
 
     in_model = greedy_values(compiled, space, greedy)
     assert in_model.feasible
     in_model_s = SCALING.seconds(in_model.objective)
     assert greedy.cost_s <= in_model_s <= greedy.cost_s + 2e-6 * greedy.num_waves
-    result = solve(compiled, profile.cpsat, time_limit_s=None, deterministic=True)
-    assert result.status in ("optimal", "feasible") and result.solution is not None
-    assert result.objective_s <= in_model_s + 1e-9 and result.bound_s <= result.objective_s
-    plan = realize(problem, space, compiled.memory, result.solution, columns=compiled.columns)
+    solution, stats = solve(compiled, profile.cpsat, time_limit_s=None, deterministic=True)
+    assert stats.status in ("optimal", "feasible") and solution is not None
+    assert stats.objective_s <= in_model_s + 1e-9 and stats.bound_s <= stats.objective_s
+    plan = realize(problem, space, compiled.memory, solution, columns=compiled.columns)
     assert plan.cost_s <= greedy.cost_s + 1e-12
     verdict = verify_plan(plan_to_dict(problem, plan), problem.workload, problem.card, problem.budget_bytes)
     assert verdict.valid, verdict.violations
 
     runtime = load_solver("runtime").with_time_budget(2.0)
-    runtime_plan, stats = cpsat_planner(problem, runtime, time.perf_counter() + 2.0)
+    runtime_plan, stats = cpsat_planner(problem, runtime, Deadline.after(2.0, deterministic=False))
     assert stats.status in ("optimal", "feasible") and runtime_plan is not None
     assert runtime_plan.cost_s <= greedy.cost_s + 1e-12
 
@@ -459,9 +475,9 @@ def test_a_slot_taking_a_column_realizes_exactly_that_wave():
     problem = edge_agent_problem(seed=1, memory_gib=6.5)
     greedy = greedy_plan(problem, profile.greedy.layouts)
     space, compiled = compile_for(problem, profile, greedy)
-    result = solve(compiled, profile.cpsat, time_limit_s=None, deterministic=True)
-    taken = [(w, g) for w, g in enumerate(result.solution.columns) if g is not None]
+    solution, _stats = solve(compiled, profile.cpsat, time_limit_s=None, deterministic=True)
+    taken = [(w, g) for w, g in enumerate(solution.columns) if g is not None]
     assert taken, "the memory-edge instance should take a column"
-    plan = realize(problem, space, compiled.memory, result.solution, columns=compiled.columns)
+    plan = realize(problem, space, compiled.memory, solution, columns=compiled.columns)
     for w, g in taken:
         assert plan.waves[w] is compiled.columns[g].wave

@@ -15,11 +15,13 @@ from cpplan import Item, Request, Topology, Workload, load_model, load_solver
 from cpplan.api import solve
 from cpplan.bench.synthetic import agent_trees, grpo, long_tail, to_jsonl
 from cpplan.planners.cpsat_strategy import cpsat_planner
+from cpplan.planners.deadline import Deadline
 from cpplan.pricing.problem import Problem
 from cpplan.pricing.result import Plan, SolverStats
 from cpplan.pricing.serialize import strip_timing
 from cpplan.pricing.wave import price_wave
 from cpplan.spec.profile import GreedyParams
+from cpplan.spec.settings import Settings
 
 MODEL_PATH = Path(__file__).parent / "data" / "qwen36_uncalibrated.toml"
 MODEL = load_model(MODEL_PATH)
@@ -28,7 +30,8 @@ GIB = 2**30
 
 def problem_of(workload, *, cp=1, memory_bytes=80 * GIB, layers=4) -> Problem:
     return Problem.build(
-        workload, topology=Topology(cp=cp), model=MODEL, memory_bytes=memory_bytes, num_layers=layers
+        workload,
+        Settings(topology=Topology(cp=cp), model=MODEL, memory_bytes=memory_bytes, num_layers=layers),
     )
 
 
@@ -102,7 +105,7 @@ def test_solver_declines_a_short_shared_prefix():
     )
     problem = problem_of(Workload(items=items), layers=None)
     profile = with_greedy_layouts(load_solver("deterministic"), ("full",))
-    plan, stats = cpsat_planner(problem, profile, deadline=float("inf"))
+    plan, stats = cpsat_planner(problem, profile, Deadline.after(profile.time_budget_s, deterministic=True))
     assert stats.status == "optimal" and plan is not None
     full = solve(problem, profile).candidates
     full_cost = next(c.cost_s for c in full if c.strategy == "greedy")
@@ -121,7 +124,7 @@ def test_solver_shares_on_the_grpo_shape():
     )
     problem = problem_of(workload, layers=None)
     profile = with_greedy_layouts(load_solver("deterministic"), ("none",))
-    plan, stats = cpsat_planner(problem, profile, deadline=float("inf"))
+    plan, stats = cpsat_planner(problem, profile, Deadline.after(profile.time_budget_s, deterministic=True))
     assert stats.status == "optimal" and plan is not None
     assert plan.num_waves == 1
     assert plan.packed_tokens == 26_624

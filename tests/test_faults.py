@@ -18,6 +18,7 @@ from cpplan.pricing.problem import Problem
 from cpplan.pricing.result import Plan, SolverStats
 from cpplan.pricing.serialize import plan_to_dict
 from cpplan.pricing.wave import price_wave
+from cpplan.spec.settings import Settings
 from cpplan.verifier.plan_check import verify_plan
 
 CARD = cpplan.load_model("qwen3-8b")
@@ -30,12 +31,12 @@ def problem() -> Problem:
         num_prompts=4, group_size=3, system_tokens=256, prompt_tokens=512, completion_tokens=(64, 256), seed=3
     )
     topology = cpplan.Topology(cp=2)
-    roomy = Problem.build(workload, topology=topology, model=CARD, memory_bytes=2**50, num_layers=4)
+    roomy = Problem.build(workload, Settings(topology=topology, model=CARD, memory_bytes=2**50, num_layers=4))
     items = range(workload.num_items)
     whole = price_wave(roomy, items, roomy.pack(items, "full"), "full").peak_bytes
     single = max(price_wave(roomy, [i], roomy.pack([i], "full"), "full").peak_bytes for i in items)
     budget = (whole + single) // 2
-    return Problem.build(workload, topology=topology, model=CARD, memory_bytes=budget, num_layers=4)
+    return Problem.build(workload, Settings(topology=topology, model=CARD, memory_bytes=budget, num_layers=4))
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +86,7 @@ def test_solver_timing_out_without_solution(problem, profile):
     short = profile.with_time_budget(0.05)
 
     def timing_out(problem, profile, deadline):
-        time.sleep(max(0.0, deadline - time.perf_counter()))
+        time.sleep(max(0.0, deadline.left_s()))
         return None, SolverStats(status="UNKNOWN", wall_s=profile.time_budget_s)
 
     result = solve(problem, short, planners={"cpsat": timing_out})

@@ -9,6 +9,7 @@ from cpplan import NoFitError, Topology
 from cpplan.planners.greedy import full_sharing_plan, greedy_plan
 from cpplan.pricing.problem import Problem
 from cpplan.pricing.wave import best_wave
+from cpplan.spec.settings import Settings
 from tests.conftest import middle_budget
 
 LAYOUTS = ("full", "none", "min_span:512")
@@ -18,7 +19,7 @@ LAYOUTS = ("full", "none", "min_span:512")
 def tight(small_grpo, qwen36):
     """The small GRPO workload at CP2 with a budget that forces several waves."""
     budget = middle_budget(small_grpo, qwen36, 2)
-    return Problem.build(small_grpo, topology=Topology(cp=2), model=qwen36, memory_bytes=budget)
+    return Problem.build(small_grpo, Settings(topology=Topology(cp=2), model=qwen36, memory_bytes=budget))
 
 
 def test_waves_fit_keep_order_and_are_maximal(tight):
@@ -47,7 +48,9 @@ def test_full_sharing_is_memory_minimal(tight):
 def test_greedy_picks_a_cheaper_layout_when_one_fits(small_grpo, qwen36):
     """With room to spare the greedy planner's wave costs no more than the full-sharing wave of the
     same items (it prices every layout and keeps the cheapest that fits)."""
-    problem = Problem.build(small_grpo, topology=Topology(cp=2), model=qwen36, memory_bytes=200 * 2**30)
+    problem = Problem.build(
+        small_grpo, Settings(topology=Topology(cp=2), model=qwen36, memory_bytes=200 * 2**30)
+    )
     greedy = greedy_plan(problem, LAYOUTS)
     full = full_sharing_plan(problem)
     assert greedy.cost_s <= full.cost_s + 1e-12
@@ -55,7 +58,9 @@ def test_greedy_picks_a_cheaper_layout_when_one_fits(small_grpo, qwen36):
 
 def test_refusal_names_item_rank_bytes_budget(small_grpo, qwen36):
     """When a single item cannot fit, the refusal names the item, the rank, the bytes and the budget."""
-    problem = Problem.build(small_grpo, topology=Topology(cp=2), model=qwen36, memory_bytes=2 * 2**30)
+    problem = Problem.build(
+        small_grpo, Settings(topology=Topology(cp=2), model=qwen36, memory_bytes=2 * 2**30)
+    )
     with pytest.raises(NoFitError) as info:
         greedy_plan(problem, LAYOUTS)
     err = info.value

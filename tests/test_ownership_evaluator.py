@@ -14,6 +14,7 @@ from cpplan.pricing.ownership import chunk_stats, contiguous_split, owned_ranges
 from cpplan.pricing.problem import Problem
 from cpplan.pricing.tree import PrefixTree
 from cpplan.spec.quantities import QUANTITIES, QUANTITY_INDEX
+from cpplan.spec.settings import Settings
 
 
 def packed(seqs, spec="full", grad=None):
@@ -83,7 +84,7 @@ def test_ownership_balances_attention_work(qwen36):
     wl = cpplan.Workload.from_items(
         [cpplan.Item(id="long", requests=(cpplan.Request(tokens=np.arange(65536) % 1000),))]
     )
-    problem = Problem.build(wl, topology=cpplan.Topology(cp=2), model=qwen36, memory_bytes=10**12)
+    problem = Problem.build(wl, Settings(topology=cpplan.Topology(cp=2), model=qwen36, memory_bytes=10**12))
     layout = problem.pack([0], "full")
     stats = chunk_stats(layout)
     by_time = contiguous_split(stats.quantity_matrix() @ problem.card.time_coefficients(), 2)
@@ -130,8 +131,12 @@ def test_cp_ranks_priced_on_local_tokens(small_grpo, qwen36):
     """At CP4 each rank's token-proportional floor terms are priced on that rank's own local tokens
     (never the wave's global packed tokens): the busiest rank holds under half of the CP1 wave's
     checkpoint bytes, and its peak is below the CP1 peak."""
-    one = Problem.build(small_grpo, topology=cpplan.Topology(cp=1), model=qwen36, memory_bytes=10**12)
-    four = Problem.build(small_grpo, topology=cpplan.Topology(cp=4), model=qwen36, memory_bytes=10**12)
+    one = Problem.build(
+        small_grpo, Settings(topology=cpplan.Topology(cp=1), model=qwen36, memory_bytes=10**12)
+    )
+    four = Problem.build(
+        small_grpo, Settings(topology=cpplan.Topology(cp=4), model=qwen36, memory_bytes=10**12)
+    )
     from cpplan.pricing.wave import price_wave
 
     items = list(range(small_grpo.num_items))

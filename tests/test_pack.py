@@ -22,6 +22,7 @@ from cpplan.pack import load_tokenizer, pack, read_manifest
 from cpplan.pack.conversations import conversation_item
 from cpplan.pricing.problem import Problem
 from cpplan.pricing.wave import best_wave
+from cpplan.spec.settings import Settings
 from cpplan.spec.workload import Workload, parse_item_line
 from cpplan.verifier.plan_check import verify_plan
 
@@ -65,10 +66,7 @@ def budget_bytes() -> int:
     items = [parse_item_line(line, "x", 1) for line in workload_lines()]
     problem = Problem.build(
         Workload(items=(*items, parse_item_line(json.dumps(HUGE), "x", 1))),
-        topology=Topology(cp=2),
-        model=load_model(MODEL),
-        memory_bytes=2**60,
-        num_layers=4,
+        Settings(topology=Topology(cp=2), model=load_model(MODEL), memory_bytes=2**60, num_layers=4),
     )
     single = max(best_wave(problem, [i], ("full",))[0].peak_bytes for i in range(len(items)))
     whole = best_wave(problem, range(len(items)), ("full",))[0].peak_bytes

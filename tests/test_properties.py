@@ -6,7 +6,6 @@ equals a slow reference price computed token by token, for any chunk ownership."
 from __future__ import annotations
 
 import math
-import time
 
 import numpy as np
 from hypothesis import HealthCheck, assume, event, given, settings
@@ -14,6 +13,7 @@ from hypothesis import strategies as st
 
 import cpplan
 from cpplan.planners import PLANNERS
+from cpplan.planners.deadline import Deadline
 from cpplan.pricing.evaluator import price
 from cpplan.pricing.layout import pack
 from cpplan.pricing.ownership import chunk_stats, rank_quantities
@@ -21,6 +21,7 @@ from cpplan.pricing.problem import Problem
 from cpplan.pricing.serialize import plan_to_dict
 from cpplan.pricing.wave import best_wave, price_wave
 from cpplan.spec.quantities import QUANTITY_NAMES
+from cpplan.spec.settings import Settings
 from cpplan.verifier.plan_check import verify_plan
 
 CARDS = {name: cpplan.load_model(name) for name in ("qwen3-8b", "qwen3.6-35b-a3b")}
@@ -69,7 +70,7 @@ def problems(draw) -> Problem:
     layers = draw(st.integers(1, 6))
     assume(workload.num_tokens >= cp)
     roomy = Problem.build(
-        workload, topology=topology, model=CARDS[model], memory_bytes=2**60, num_layers=layers
+        workload, Settings(topology=topology, model=CARDS[model], memory_bytes=2**60, num_layers=layers)
     )
     assume(int(roomy.tree.node_length.sum()) >= cp)
     items = range(workload.num_items)
@@ -88,7 +89,7 @@ def problems(draw) -> Problem:
     position = draw(st.floats(-0.5, 1.2))
     budget = max(_static_floor(roomy), single + int(position * (whole - single)))
     return Problem.build(
-        workload, topology=topology, model=CARDS[model], memory_bytes=budget, num_layers=layers
+        workload, Settings(topology=topology, model=CARDS[model], memory_bytes=budget, num_layers=layers)
     )
 
 
@@ -113,7 +114,9 @@ def test_every_plan_passes_the_verifier_and_refusals_are_justified(problem: Prob
     some_request_cannot_fit = not all(_alone_fits(problem, [r]) for r in range(problem.tree.num_requests))
     for name, planner in sorted(PLANNERS.items()):
         try:
-            plan, _ = planner(problem, PROFILE, time.perf_counter() + PROFILE.time_budget_s)
+            plan, _ = planner(
+                problem, PROFILE, Deadline.after(PROFILE.time_budget_s, deterministic=PROFILE.deterministic)
+            )
         except cpplan.NoFitError as exc:
             event(f"{name}: refused")
             assert some_request_cannot_fit, f"{name} refused although every request fits alone: {exc}"

@@ -20,6 +20,7 @@ from cpplan.pricing.layout import pack
 from cpplan.pricing.problem import Problem
 from cpplan.pricing.serialize import plan_to_dict
 from cpplan.pricing.wave import price_wave
+from cpplan.spec.settings import Settings
 from cpplan.verifier.plan_check import verify_plan
 
 CARD = cpplan.load_model("qwen3-8b")
@@ -55,7 +56,7 @@ def _peak(problem: Problem, requests: list[int]) -> int:
 
 
 def _problem(budget: int) -> Problem:
-    return Problem.build(WORKLOAD, topology=TOPOLOGY, model=CARD, memory_bytes=budget, num_layers=4)
+    return Problem.build(WORKLOAD, Settings(topology=TOPOLOGY, model=CARD, memory_bytes=budget, num_layers=4))
 
 
 # At the static floor nothing fits, so each wave is priced with its lowest-peak ownership.

@@ -107,8 +107,8 @@ def _refused(case: Case, problem: Problem, memory: str, planner: str, times, exc
 
 
 def cold_copy(problem: Problem) -> Problem:
-    """The same problem as a new object: planners cache priced waves and plans per problem object, so
-    each timed run starts cold (the prefix tree, built with the problem, is shared)."""
+    """The same problem with a fresh, empty :class:`~cpplan.pricing.memo.PricingMemo`, so each timed
+    run starts cold (the prefix tree, built with the problem, is shared)."""
     return dataclasses.replace(problem)
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import csv
 import hashlib
 from dataclasses import dataclass
-from functools import cache
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +19,7 @@ from cpplan.errors import InputError
 from cpplan.pricing.problem import Problem
 from cpplan.pricing.wave import WavePlan, price_wave
 from cpplan.spec.card import ModelCard, Phase
+from cpplan.spec.settings import Settings
 from cpplan.spec.topology import AXES, Topology
 from cpplan.spec.workload import Item, Request, Workload
 
@@ -150,7 +150,6 @@ def file_sha256(path: str | Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
-@cache
 def unique_workload(num_requests: int, total_tokens: int, seed: int = 0) -> Workload:
     """``num_requests`` requests with no shared tokens, ``total_tokens`` in all, near-equal lengths
     (the first ``total_tokens % num_requests`` one token longer), random ids; every request takes
@@ -176,15 +175,10 @@ def predict(
 ) -> WavePlan:
     """Price ``num_requests`` unique requests of ``total_tokens`` tokens as one wave, as the planner
     would: full-sharing packing and the planner's CP ownership, at ``num_layers`` and ``phase``."""
-    workload = unique_workload(num_requests, total_tokens)
-    problem = Problem.build(
-        workload,
-        topology=topology,
-        model=model,
-        memory_bytes=UNBOUNDED_BYTES,
-        num_layers=num_layers,
-        phase=phase,
+    settings = Settings(
+        topology=topology, model=model, memory_bytes=UNBOUNDED_BYTES, num_layers=num_layers, phase=phase
     )
+    problem = Problem.build(unique_workload(num_requests, total_tokens), settings)
     items = range(problem.num_items)
     return price_wave(problem, items, problem.pack(items, "full"), "full")
 

@@ -9,9 +9,7 @@ from pathlib import Path
 import click
 
 from cpplan.pricing.problem import Problem
-from cpplan.spec.card import load_model
-from cpplan.spec.topology import Topology
-from cpplan.spec.units import parse_bytes
+from cpplan.spec.settings import Settings
 from cpplan.spec.workload import Workload
 
 
@@ -63,11 +61,8 @@ def problem_options(func: Callable) -> Callable:
 def build(
     workload_path: Path, model: str, topology: str, memory: str, layers: int | None, phase: str
 ) -> Problem:
-    """Read the workload and assemble the problem (errors are :class:`InputError`)."""
-    topo = Topology.parse(topology)
-    budget = parse_bytes(memory)
-    card = load_model(model)
-    workload = Workload.from_jsonl(workload_path)
-    return Problem.build(
-        workload, topology=topo, model=card, memory_bytes=budget, num_layers=layers, phase=phase
+    """Read the settings and the workload and assemble the problem (errors are :class:`InputError`)."""
+    settings = Settings.from_user(
+        topology=topology, model=model, memory_bytes=memory, num_layers=layers, phase=phase
     )
+    return Problem.build(Workload.from_jsonl(workload_path), settings)

@@ -29,13 +29,12 @@ Decomposition (stated, as DESIGN.md allows):
 from cpplan.cpsat.model import CompiledModel, ModelValues, compile_model
 from cpplan.cpsat.realize import realize
 from cpplan.cpsat.scaling import SCALING, Scaling
-from cpplan.cpsat.solve import CpSatResult, Solution, solve
+from cpplan.cpsat.solve import Solution, solve
 from cpplan.cpsat.space import LayoutSpace, build_space
 
 __all__ = [
     "SCALING",
     "CompiledModel",
-    "CpSatResult",
     "LayoutSpace",
     "ModelValues",
     "Scaling",

@@ -1,4 +1,4 @@
-"""Solving a compiled model: parameters from a profile, an immutable result, and its solution."""
+"""Solving a compiled model: parameters from a profile; the solution and the run's statistics."""
 
 from __future__ import annotations
 
@@ -6,12 +6,13 @@ import math
 import os
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import ortools
 from ortools.sat.python import cp_model
 
 from cpplan.cpsat.model import CompiledModel
+from cpplan.pricing.result import SolverStats
 from cpplan.spec.profile import CpSatParams
 
 _STATUS = {
@@ -40,24 +41,6 @@ class Solution:
     def column(self, wave: int) -> int | None:
         """The exact column wave ``wave`` takes, or ``None``."""
         return self.columns[wave] if self.columns else None
-
-
-@dataclass(frozen=True, kw_only=True)
-class CpSatResult:
-    """One CP-SAT run: status, objective and proven bound (seconds), relative gap, times, model size."""
-
-    status: str
-    objective_s: float | None
-    bound_s: float | None
-    gap: float | None
-    wall_s: float
-    deterministic_time: float
-    num_booleans: int
-    num_integers: int
-    num_constraints: int
-    ortools_version: str
-    stage_s: dict[str, float] = field(default_factory=dict)
-    solution: Solution | None = None
 
 
 def model_size(model: cp_model.CpModel) -> tuple[int, int, int]:
@@ -99,9 +82,11 @@ def solve(
     time_limit_s: float | None,
     deterministic: bool = False,
     build_s: float = 0.0,
-) -> CpSatResult:
-    """Run CP-SAT on ``compiled``. With ``deterministic`` the wall-clock limit is not set (only the
-    deterministic one), so the same model and parameters give the same answer on any machine.
+) -> tuple[Solution | None, SolverStats]:
+    """Run CP-SAT on ``compiled``: the solution (``None`` when there is none, or it was rejected) and
+    the run's statistics (``wall_s`` is the solver's own time). With ``deterministic`` the wall-clock
+    limit is not set (only the deterministic one), so the same model and parameters give the same
+    answer on any machine.
 
     Stages: ``build`` (passed in), ``presolve`` and ``search`` (from the solver's log), ``verify``:
     the answer re-evaluated by :meth:`CompiledModel.evaluate` in plain Python, which must pass every
@@ -127,11 +112,11 @@ def solve(
         gap = max(0.0, (objective - bound) / objective) if objective > 0 else 0.0
         solution = _solution(compiled, solver)
         t0 = time.perf_counter()
-        values = compiled.evaluate(solution.assignment, set(solution.shared), solution.columns or None)
+        passes = re_evaluate(compiled, solution, objective)
         verify_s = time.perf_counter() - t0
-        if not values.feasible or scaling.seconds(values.objective) > objective + 1e-9:
+        if not passes:
             name, solution = "rejected: the answer fails its plain-Python re-evaluation", None
-    return CpSatResult(
+    stats = SolverStats(
         status=name,
         objective_s=objective,
         bound_s=bound,
@@ -148,8 +133,15 @@ def solve(
             "search": max(0.0, wall - presolve),
             "verify": verify_s,
         },
-        solution=solution,
     )
+    return solution, stats
+
+
+def re_evaluate(compiled: CompiledModel, solution: Solution, objective_s: float) -> bool:
+    """Whether ``solution``, evaluated in plain Python (:meth:`CompiledModel.evaluate`), passes every
+    memory row and prices no higher than the solver's objective ``objective_s``."""
+    values = compiled.evaluate(solution.assignment, set(solution.shared), solution.columns or None)
+    return bool(values.feasible) and not compiled.space.scaling.seconds(values.objective) > objective_s + 1e-9
 
 
 def _solution(compiled: CompiledModel, solver: cp_model.CpSolver) -> Solution:

@@ -20,10 +20,10 @@ from cpplan.pack.readers import Cursor, Format, detect_format, input_size, progr
 from cpplan.pack.windows import PackContext, WindowJob
 from cpplan.pricing.ownership import CHUNK_TOKENS
 from cpplan.pricing.serialize import cpplan_version
-from cpplan.spec.card import ModelCard, Phase, load_model
+from cpplan.spec.card import ModelCard, Phase
 from cpplan.spec.profile import SolverProfile, load_solver
+from cpplan.spec.settings import Settings
 from cpplan.spec.topology import Topology
-from cpplan.spec.units import parse_bytes
 
 DEFAULT_WINDOW = 1024
 
@@ -73,6 +73,39 @@ def pack(
     manifest. ``progress`` shows a bar (default: when standard error is a terminal)."""
     started = time.perf_counter()
     path = Path(dataset)
+    fmt = _check_input(path, fmt, window=window, workers=workers)
+    settings = Settings.from_user(
+        topology=topology, model=model, memory_bytes=memory_bytes, num_layers=num_layers, phase=phase
+    )
+    profile = solver if isinstance(solver, SolverProfile) else load_solver(solver)
+    ctx = PackContext(
+        source=str(path),
+        fmt=fmt,
+        settings=settings,
+        profile=profile.with_time_budget(time_budget_s),
+        tokenizer=_tokenizer(fmt, tokenizer),
+    )
+    out = OutDir(Path(output), run_config(ctx, window), restart=restart)
+    resumed, before = out.num_windows, _counted(out)
+    _plan_remaining(out, ctx, window=window, engine=engine, workers=workers, progress=progress)
+    wall_s = time.perf_counter() - started
+    items, tokens = (now - then for now, then in zip(_counted(out), before, strict=True))
+    run = {
+        "engine": engine,
+        "workers": workers,
+        "wall_s": wall_s,
+        "items": items,
+        "logical_tokens": tokens,
+        "items_per_s": items / wall_s if wall_s > 0 else 0.0,
+        "tokens_per_s": tokens / wall_s if wall_s > 0 else 0.0,
+        "resumed_windows": resumed,
+    }
+    out.finish(run)
+    return PackOutcome(manifest=out.manifest, run=run)
+
+
+def _check_input(path: Path, fmt: Format | None, *, window: int, workers: int) -> Format:
+    """The input's format (given, or detected from its name) once the run's sizes are checked."""
     if window < 1:
         raise InputError(f"must be at least 1, got {window}", field="window")
     if workers < 1:
@@ -80,41 +113,33 @@ def pack(
     fmt = fmt or detect_format(path)
     if not path.is_file():
         raise InputError("no such file", file=str(path))
-    card = model if isinstance(model, ModelCard) else load_model(model)
-    profile = solver if isinstance(solver, SolverProfile) else load_solver(solver)
-    profile = profile.with_time_budget(time_budget_s)
-    topology = topology or Topology()
-    memory = parse_bytes(memory_bytes) if isinstance(memory_bytes, str) else int(memory_bytes)
-    if memory <= 0:
-        raise InputError(f"must be a positive number of bytes, got {memory}", field="memory")
-    if fmt == "sharegpt":
-        tokenizer = tokenizer or DEFAULT_TOKENIZER
-        load_tokenizer(tokenizer)
-    else:
-        tokenizer = None
-    ctx = PackContext(
-        source=str(path),
-        fmt=fmt,
-        model=card,
-        topology=topology,
-        memory_bytes=memory,
-        num_layers=num_layers,
-        phase=phase,
-        profile=profile,
-        tokenizer=tokenizer,
-    )
-    resolved = ctx.card
-    config = {
+    return fmt
+
+
+def _tokenizer(fmt: Format, tokenizer: str | None) -> str | None:
+    """The tokenizer a ShareGPT input is read with (loaded once here, so a bad name fails before any
+    window runs); ``None`` for inputs that are already tokens."""
+    if fmt != "sharegpt":
+        return None
+    tokenizer = tokenizer or DEFAULT_TOKENIZER
+    load_tokenizer(tokenizer)
+    return tokenizer
+
+
+def run_config(ctx: PackContext, window: int) -> dict[str, Any]:
+    """Everything the output depends on: a resumed run must have the same (the out dir checks it)."""
+    path, settings, profile, resolved = Path(ctx.source), ctx.settings, ctx.profile, ctx.card
+    return {
         "dataset": str(path),
         "input_bytes": path.stat().st_size,
-        "format": fmt,
-        "tokenizer": tokenizer,
+        "format": ctx.fmt,
+        "tokenizer": ctx.tokenizer,
         "model": resolved.name,
-        "model_digest": _digest(card.model_dump(mode="json")),
+        "model_digest": _digest(settings.model.model_dump(mode="json")),
         "layers": resolved.num_layers,
-        "phase": phase,
-        "topology": topology.model_dump(),
-        "memory_bytes": memory,
+        "phase": settings.phase,
+        "topology": settings.topology.model_dump(),
+        "memory_bytes": settings.memory_bytes,
         "chunk_tokens": CHUNK_TOKENS,
         "safety": resolved.safety,
         "solver": profile.name,
@@ -122,33 +147,27 @@ def pack(
         "window": window,
         "cpplan_version": cpplan_version(),
     }
-    out = OutDir(Path(output), config, restart=restart)
-    resumed = out.num_windows
-    bar = PackProgress(total=input_size(path, fmt), start=0, enabled=progress)
+
+
+def _plan_remaining(
+    out: OutDir, ctx: PackContext, *, window: int, engine: Engine, workers: int, progress: bool | None
+) -> None:
+    """Plan every window after the out dir's cursor with ``engine`` and commit each, in order."""
+    path = Path(ctx.source)
+    bar = PackProgress(total=input_size(path, ctx.fmt), start=0, enabled=progress)
     bar.begin(out.manifest)
-    items_before, tokens_before = out.manifest["items_in"], out.manifest["logical_tokens"]
     try:
         if not out.complete:
             start: Cursor = out.cursor
-            bar.update(progress_position(start, fmt), out.manifest)
-            jobs = _jobs(read_records(path, fmt, start), out.num_windows, window)
+            bar.update(progress_position(start, ctx.fmt), out.manifest)
+            jobs = _jobs(read_records(path, ctx.fmt, start), out.num_windows, window)
             for result in run_windows(jobs, ctx, engine=engine, workers=workers):
                 out.commit(result)
-                bar.update(progress_position(result.end, fmt), out.manifest)
+                bar.update(progress_position(result.end, ctx.fmt), out.manifest)
     finally:
         bar.close()
-    wall_s = time.perf_counter() - started
-    done_items = out.manifest["items_in"] - items_before
-    done_tokens = out.manifest["logical_tokens"] - tokens_before
-    run = {
-        "engine": engine,
-        "workers": workers,
-        "wall_s": wall_s,
-        "items": done_items,
-        "logical_tokens": done_tokens,
-        "items_per_s": done_items / wall_s if wall_s > 0 else 0.0,
-        "tokens_per_s": done_tokens / wall_s if wall_s > 0 else 0.0,
-        "resumed_windows": resumed,
-    }
-    out.finish(run)
-    return PackOutcome(manifest=out.manifest, run=run)
+
+
+def _counted(out: OutDir) -> tuple[int, int]:
+    """Items and logical tokens the manifest counts so far."""
+    return out.manifest["items_in"], out.manifest["logical_tokens"]

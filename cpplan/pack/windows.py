@@ -9,21 +9,20 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cached_property
 from typing import Any
 
-from cpplan.api import solve
 from cpplan.errors import InputError, NoFitError
 from cpplan.pack.conversations import conversation_item, load_tokenizer
 from cpplan.pack.readers import Cursor, Format, Record
 from cpplan.planners.greedy import greedy_plan
+from cpplan.planners.portfolio import solve
 from cpplan.pricing.problem import Problem, check_context
 from cpplan.pricing.result import Plan
 from cpplan.pricing.serialize import strip_timing, wave_to_dict
 from cpplan.pricing.wave import local_tokens
-from cpplan.spec.card import ModelCard, Phase, ResolvedCard
+from cpplan.spec.card import ResolvedCard
 from cpplan.spec.profile import SolverProfile
-from cpplan.spec.topology import Topology
+from cpplan.spec.settings import Settings
 from cpplan.spec.workload import Item, Workload, item_from_record, parse_item_line
 
 BASELINE_LAYOUTS = ("none",)
@@ -35,26 +34,14 @@ class PackContext:
 
     source: str
     fmt: Format
-    model: ModelCard
-    topology: Topology
-    memory_bytes: int
-    num_layers: int | None
-    phase: Phase
+    settings: Settings
     profile: SolverProfile
     tokenizer: str | None = None
 
-    @cached_property
+    @property
     def card(self) -> ResolvedCard:
-        """The card resolved for the topology (cached per process)."""
-        return self.model.resolve(self.topology, num_layers=self.num_layers, phase=self.phase)
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        state.pop("card", None)
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
+        """The card resolved for the settings (once per process: the settings keep it, unpickled)."""
+        return self.settings.card
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -108,14 +95,7 @@ def _reject(record: Record, item_id: str | None, kind: str, reason: str) -> dict
 
 
 def _build(items: Sequence[Item], ctx: PackContext) -> Problem:
-    return Problem.build(
-        Workload(items=tuple(items), source=ctx.source),
-        topology=ctx.topology,
-        model=ctx.model,
-        memory_bytes=ctx.memory_bytes,
-        num_layers=ctx.num_layers,
-        phase=ctx.phase,
-    )
+    return Problem.build(Workload(items=tuple(items), source=ctx.source), ctx.settings)
 
 
 def _plan(
@@ -198,6 +178,34 @@ def plan_figures(plan: Plan | None) -> dict[str, Any]:
 
 def plan_window(job: WindowJob, ctx: PackContext) -> WindowResult:
     """Parse, check and plan one window; every record ends in the shard or in the reject lines."""
+    items, records, rejects = _read_window(job, ctx)
+    planned = _plan(items, records, ctx, rejects)
+    rejects.sort(key=lambda r: r["record"])
+    lines, figures = _shard(job, ctx, planned)
+    num_rejected = len(rejects)
+    num_planned = 0 if planned is None else len({i for wave in planned[1].waves for i in wave.items})
+    assert num_planned + num_rejected == len(job.records), (num_planned, num_rejected, len(job.records))
+    stats = {
+        "index": job.index,
+        "first_line": job.records[0].line,
+        "last_line": job.records[-1].line,
+        "items_in": len(job.records),
+        "items_planned": num_planned,
+        "items_rejected": num_rejected,
+        **figures,
+    }
+    return WindowResult(
+        index=job.index,
+        shard="".join(line + "\n" for line in lines),
+        rejects="".join(json.dumps(r, separators=(",", ":")) + "\n" for r in rejects),
+        stats=stats,
+        end=job.end,
+    )
+
+
+def _read_window(job: WindowJob, ctx: PackContext) -> tuple[list[Item], list[Record], list[dict[str, Any]]]:
+    """The window's items that can be planned (with their records, in input order) and the reject lines
+    of the rest: records that do not parse, requests beyond the model's context, repeated ids."""
     card = ctx.card
     items: list[Item] = []
     records: list[Record] = []
@@ -215,50 +223,37 @@ def plan_window(job: WindowJob, ctx: PackContext) -> WindowResult:
             rejects.append(_reject(record, item.id, "input", str(exc)))
             continue
         if item.id in seen:
-            rejects.append(
-                _reject(
-                    record, item.id, "input", f"duplicate item id {item.id!r} (first on line {seen[item.id]})"
-                )
-            )
+            why = f"duplicate item id {item.id!r} (first on line {seen[item.id]})"
+            rejects.append(_reject(record, item.id, "input", why))
             continue
         seen[item.id] = record.line
         items.append(item)
         records.append(record)
-    planned = _plan(items, records, ctx, rejects)
-    lines: list[str] = []
-    figures = plan_figures(None)
-    baseline, unplaced = None, 0
-    peak_bytes = 0
-    requests = 0
-    if planned is not None:
-        problem, plan = planned
-        figures = plan_figures(plan)
-        peak_bytes = plan.peak_bytes
-        requests = problem.workload.num_requests
-        baseline, unplaced = _baseline(problem, ctx)
-        for i, wave in enumerate(plan.waves):
-            data = {"window": job.index, "strategy": plan.strategy, **wave_to_dict(problem, wave, i)}
-            lines.append(json.dumps(strip_timing(data), separators=(",", ":"), allow_nan=False))
-    rejects.sort(key=lambda r: r["record"])
-    num_rejected = len(rejects)
-    num_planned = 0 if planned is None else len({i for wave in planned[1].waves for i in wave.items})
-    assert num_planned + num_rejected == len(job.records), (num_planned, num_rejected, len(job.records))
-    stats = {
-        "index": job.index,
-        "first_line": job.records[0].line,
-        "last_line": job.records[-1].line,
-        "items_in": len(job.records),
-        "items_planned": num_planned,
-        "items_rejected": num_rejected,
-        "requests": requests,
-        **figures,
-        "peak_bytes": peak_bytes,
+    return items, records, rejects
+
+
+def _shard(
+    job: WindowJob, ctx: PackContext, planned: tuple[Problem, Plan] | None
+) -> tuple[list[str], dict[str, Any]]:
+    """The shard's lines (one wave a line) and the window's figures: requests, the plan's additive
+    figures, its peak, and the no-sharing baseline's figures with the items it could not place."""
+    if planned is None:
+        empty = plan_figures(None)
+        return [], {"requests": 0, **empty, "peak_bytes": 0, "baseline": {**empty, "items_unplaced": 0}}
+    problem, plan = planned
+    baseline, unplaced = _baseline(problem, ctx)
+    lines = [
+        json.dumps(
+            strip_timing({"window": job.index, "strategy": plan.strategy, **wave_to_dict(problem, wave, i)}),
+            separators=(",", ":"),
+            allow_nan=False,
+        )
+        for i, wave in enumerate(plan.waves)
+    ]
+    figures = {
+        "requests": problem.workload.num_requests,
+        **plan_figures(plan),
+        "peak_bytes": plan.peak_bytes,
         "baseline": {**plan_figures(baseline), "items_unplaced": unplaced},
     }
-    return WindowResult(
-        index=job.index,
-        shard="".join(line + "\n" for line in lines),
-        rejects="".join(json.dumps(r, separators=(",", ":")) + "\n" for r in rejects),
-        stats=stats,
-        end=job.end,
-    )
+    return lines, figures

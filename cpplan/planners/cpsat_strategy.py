@@ -6,18 +6,21 @@ per-rank bounds say about waves at the memory edge.
 
 Stages (reported in ``SolverStats.stage_s``): ``build`` (decision space, model and hint), ``presolve``
 and ``search`` (CP-SAT), ``realize`` (packing, chunk ownership and exact pricing of the solution); the
-portfolio adds ``verify``. Without enough time left for a useful search the strategy is skipped and
-says so in its status.
+portfolio adds ``verify``. Without enough time left for a useful search (after keeping
+:func:`reserve_s` back from the deadline) the strategy is skipped and says so in its status; a
+deterministic deadline always leaves enough.
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 from cpplan.cpsat import build_space, compile_model, realize, solve
 from cpplan.cpsat.columns import Column, columns_with_items, make_columns
 from cpplan.cpsat.model import CompiledModel, ModelValues
 from cpplan.cpsat.space import LayoutSpace
+from cpplan.planners.deadline import Deadline
 from cpplan.planners.greedy import cached_greedy_plan
 from cpplan.pricing.problem import Problem
 from cpplan.pricing.result import Plan, SolverStats
@@ -71,44 +74,33 @@ def compile_for(problem: Problem, profile: SolverProfile, greedy: Plan) -> tuple
 
 
 def cpsat_planner(
-    problem: Problem, profile: SolverProfile, deadline: float
+    problem: Problem, profile: SolverProfile, deadline: Deadline
 ) -> tuple[Plan | None, SolverStats]:
     """Registered as strategy ``cpsat``."""
     started = time.perf_counter()
     params = profile.cpsat
     if problem.num_items > params.max_items:
         return None, SolverStats(status=f"skipped: {problem.num_items} items > max_items {params.max_items}")
-    reserve = reserve_s(problem)
+    search_by = deadline.less(reserve_s(problem))
     greedy = cached_greedy_plan(problem, profile.greedy.layouts)
     if any(wave.split for wave in greedy.waves):
         return None, SolverStats(status="skipped: the greedy plan splits an item (not modelled)")
-    if not profile.deterministic and deadline - time.perf_counter() - reserve < MIN_SEARCH_S:
+    if search_by.left_s() < MIN_SEARCH_S:
         return None, SolverStats(status="skipped: no time left", stage_s={"build": 0.0})
     space, compiled = compile_for(problem, profile, greedy)
     if params.hint:
         compiled.add_hint(greedy_values(compiled, space, greedy))
     build_s = time.perf_counter() - started
-    left = deadline - time.perf_counter() - reserve
-    if not profile.deterministic and left < MIN_SEARCH_S:
+    left = search_by.left_s()
+    if left < MIN_SEARCH_S:
         return None, SolverStats(status="skipped: no time left", stage_s={"build": build_s})
-    result = solve(compiled, params, time_limit_s=left, deterministic=profile.deterministic, build_s=build_s)
-    stage_s = dict(result.stage_s)
-    plan = None
-    if result.solution is not None:
-        t0 = time.perf_counter()
-        plan = realize(problem, space, compiled.memory, result.solution, columns=compiled.columns)
-        stage_s["realize"] = time.perf_counter() - t0
-    stats = SolverStats(
-        status=result.status,
-        objective_s=result.objective_s,
-        bound_s=result.bound_s,
-        gap=result.gap,
-        wall_s=time.perf_counter() - started,
-        deterministic_time=result.deterministic_time,
-        num_booleans=result.num_booleans,
-        num_integers=result.num_integers,
-        num_constraints=result.num_constraints,
-        ortools_version=result.ortools_version,
-        stage_s=stage_s,
+    solution, stats = solve(
+        compiled, params, time_limit_s=left, deterministic=profile.deterministic, build_s=build_s
     )
-    return plan, stats
+    stage_s = dict(stats.stage_s)
+    plan = None
+    if solution is not None:
+        t0 = time.perf_counter()
+        plan = realize(problem, space, compiled.memory, solution, columns=compiled.columns)
+        stage_s["realize"] = time.perf_counter() - t0
+    return plan, replace(stats, wall_s=time.perf_counter() - started, stage_s=stage_s)

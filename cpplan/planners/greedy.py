@@ -8,7 +8,6 @@ contiguous CP ownership. No wave is admitted whose priced peak exceeds the budge
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Sequence
 
 from cpplan.errors import NoFitError
@@ -38,16 +37,11 @@ def greedy_plan(problem: Problem, layouts: Sequence[str], *, strategy: str = "gr
     return Plan(strategy=strategy, waves=tuple(waves))
 
 
-_PLANS: weakref.WeakKeyDictionary[Problem, dict[tuple[str, ...], Plan | NoFitError]] = (
-    weakref.WeakKeyDictionary()
-)
-
-
 def cached_greedy_plan(problem: Problem, layouts: Sequence[str]) -> Plan:
-    """:func:`greedy_plan`, computed once per problem object and layout list (the portfolio's greedy
-    candidate and the CP-SAT hint share it; a problem is immutable, so its plan cannot go stale)."""
+    """:func:`greedy_plan`, computed once per problem and layout list and kept (or its refusal) in
+    ``problem.memo.greedy_plans``: the portfolio's greedy candidate and the CP-SAT hint share it."""
     key = tuple(layouts)
-    plans = _PLANS.setdefault(problem, {})
+    plans = problem.memo.greedy_plans
     if key not in plans:
         try:
             plans[key] = greedy_plan(problem, key)

@@ -14,11 +14,11 @@ that does not fit is turned into one that does instead of being run into an out-
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 
 from cpplan.baselines import axolotl, megatron, prefix_grouper, trl, verl
 from cpplan.baselines.base import Baseline
+from cpplan.planners.deadline import Deadline
 from cpplan.planners.split import split_item
 from cpplan.pricing.problem import Problem
 from cpplan.pricing.result import Plan
@@ -75,14 +75,14 @@ def _refill(problem: Problem, items: Sequence[int], layouts: Sequence[str]) -> l
     return waves
 
 
-def seeded_plan(problem: Problem, layouts: Sequence[str], *, stop_at: float | None = None) -> Plan | None:
-    """The cheapest repaired baseline plan. With ``stop_at`` (a ``time.perf_counter()`` instant) no
-    seed is started after it, and ``None`` is returned when none was; without it every seed runs, so
-    the answer is the same on every run."""
+def seeded_plan(problem: Problem, layouts: Sequence[str], *, deadline: Deadline | None = None) -> Plan | None:
+    """The cheapest repaired baseline plan. No seed is started once ``deadline`` has expired, and
+    ``None`` is returned when none was; without a deadline (or with a deterministic one, which never
+    expires) every seed runs, so the answer is the same on every run."""
     cache: dict = {}
     plans = []
     for seed in SEEDS:
-        if stop_at is not None and time.perf_counter() >= stop_at:
+        if deadline is not None and deadline.expired():
             break
         plans.append(repair(problem, seed.plan(problem), layouts, cache))
     return min(plans, key=lambda p: p.cost_s) if plans else None

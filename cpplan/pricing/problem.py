@@ -1,18 +1,20 @@
-"""The validated, immutable planning problem: workload, topology, card, budget and the prefix tree."""
+"""The validated, immutable planning problem: a workload under its settings, and the prefix tree."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 
 import numpy as np
 
 from cpplan.errors import InputError
 from cpplan.pricing.layout import PackedLayout, pack, share_mask
+from cpplan.pricing.memo import PricingMemo
 from cpplan.pricing.ownership import CHUNK_TOKENS
 from cpplan.pricing.tree import PrefixTree
-from cpplan.spec.card import ModelCard, Phase, ResolvedCard
+from cpplan.spec.card import ModelCard, ResolvedCard
+from cpplan.spec.settings import Settings
 from cpplan.spec.topology import Topology
 from cpplan.spec.units import format_bytes
 from cpplan.spec.workload import Item, Workload
@@ -35,13 +37,11 @@ def check_context(
 
 @dataclass(frozen=True, kw_only=True, eq=False)
 class Problem:
-    """Everything a planner reads. Build it with :meth:`Problem.build`; nothing writes back onto it."""
+    """Everything a planner reads. Build it with :meth:`Problem.build`; nothing writes back onto it but
+    the planners' shared work, kept apart in :attr:`memo`."""
 
     workload: Workload
-    topology: Topology
-    model: ModelCard
-    card: ResolvedCard
-    memory_bytes: int
+    settings: Settings
     tree: PrefixTree
     request_item: np.ndarray
     request_index: np.ndarray
@@ -49,28 +49,13 @@ class Problem:
     request_loss: np.ndarray
     item_ptr: np.ndarray
     chunk_tokens: int = CHUNK_TOKENS
+    memo: PricingMemo = field(default_factory=PricingMemo, init=False, repr=False, compare=False)
 
     @classmethod
-    def build(
-        cls,
-        workload: Workload,
-        *,
-        topology: Topology,
-        model: ModelCard,
-        memory_bytes: int,
-        num_layers: int | None = None,
-        phase: Phase = "cold",
-    ) -> Problem:
-        """Validate the inputs against each other and build the prefix tree."""
-        if (
-            isinstance(memory_bytes, bool)
-            or not isinstance(memory_bytes, int | np.integer)
-            or memory_bytes <= 0
-        ):
-            raise InputError(f"must be a positive number of bytes, got {memory_bytes!r}", field="memory")
-        if phase not in ("cold", "warm"):
-            raise InputError(f"must be 'cold' or 'warm', got {phase!r}", field="phase")
-        card = model.resolve(topology, num_layers=num_layers, phase=phase)
+    def build(cls, workload: Workload, settings: Settings) -> Problem:
+        """Validate the workload against the settings (every request within the model's context, at
+        least as many packed tokens as CP ranks) and build the prefix tree."""
+        card = settings.card
         sequences, item_of, index_of, grad, loss, ptr = [], [], [], [], [], [0]
         for i, item in enumerate(workload.items):
             check_context(
@@ -87,18 +72,15 @@ class Problem:
             ptr.append(len(sequences))
         tree = PrefixTree(sequences)
         full = int(tree.node_length.sum())
-        if full < topology.cp:
+        if full < settings.topology.cp:
             raise InputError(
-                f"cp={topology.cp} is larger than the {full} packed tokens of the whole "
+                f"cp={settings.topology.cp} is larger than the {full} packed tokens of the whole "
                 "workload: some CP ranks would own nothing",
                 field="topology.cp",
             )
         return cls(
             workload=workload,
-            topology=topology,
-            model=model,
-            card=card,
-            memory_bytes=int(memory_bytes),
+            settings=settings,
             tree=tree,
             request_item=np.array(item_of, dtype=np.int64),
             request_index=np.array(index_of, dtype=np.int64),
@@ -106,6 +88,26 @@ class Problem:
             request_loss=np.array(loss, dtype=bool),
             item_ptr=np.array(ptr, dtype=np.int64),
         )
+
+    @property
+    def topology(self) -> Topology:
+        """The parallel sizes (from :attr:`settings`)."""
+        return self.settings.topology
+
+    @property
+    def model(self) -> ModelCard:
+        """The model card as loaded (from :attr:`settings`)."""
+        return self.settings.model
+
+    @property
+    def card(self) -> ResolvedCard:
+        """The card resolved for the topology, depth and phase (from :attr:`settings`)."""
+        return self.settings.card
+
+    @property
+    def memory_bytes(self) -> int:
+        """Bytes a wave may use on each rank (from :attr:`settings`)."""
+        return self.settings.memory_bytes
 
     @property
     def num_items(self) -> int:
@@ -123,15 +125,12 @@ class Problem:
             np.int64
         )
 
-    @cached_property
-    def _masks(self) -> dict[str, np.ndarray]:
-        return {}
-
     def share_mask(self, spec: str) -> np.ndarray:
-        """The node mask of a layout spec (cached per spec)."""
-        if spec not in self._masks:
-            self._masks[spec] = share_mask(self.tree, spec)
-        return self._masks[spec]
+        """The node mask of a layout spec (kept in :attr:`memo` per spec)."""
+        masks = self.memo.share_masks
+        if spec not in masks:
+            masks[spec] = share_mask(self.tree, spec)
+        return masks[spec]
 
     def pack(self, items, spec_or_mask: str | np.ndarray) -> PackedLayout:
         """Pack the requests of ``items`` under a layout spec or an explicit node mask."""

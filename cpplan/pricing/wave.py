@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -106,25 +105,18 @@ def _better(a: WavePlan, b: WavePlan, budget: int) -> bool:
     return a.peak_bytes < b.peak_bytes
 
 
-# Priced waves per problem, keyed by (items, effective share mask): layouts that pack a wave
-# identically are priced once, and the greedy and full-sharing planners of one portfolio call share
-# their work. Keyed weakly on the (immutable) problem, so entries go when the problem does.
-_PRICED: weakref.WeakKeyDictionary[Problem, dict[tuple[tuple[int, ...], bytes], WavePlan]] = (
-    weakref.WeakKeyDictionary()
-)
-
-
 def best_wave(
     problem: Problem, items: Sequence[int], layouts: Sequence[str]
 ) -> tuple[WavePlan | None, WavePlan]:
     """The cheapest fitting wave over ``layouts`` (or ``None``), and the lowest-peak wave seen.
 
     Layouts whose masks take the same sharing decisions on these items pack identically; each such
-    packing is priced once (the first layout naming it wins ties, as before).
+    packing is priced once per problem (kept in ``problem.memo.priced_waves``; the first layout
+    naming it wins ties).
     """
     items = tuple(items)
     counts = problem.tree.node_counts(problem.item_requests(items))
-    cache = _PRICED.setdefault(problem, {})
+    cache = problem.memo.priced_waves
     seen: set[bytes] = set()
     fitting: WavePlan | None = None
     lowest: WavePlan | None = None

@@ -17,24 +17,44 @@ STRATEGIES = ("greedy", "full_sharing", "seeded", "cpsat")
 class CpSatParams(BaseModel):
     """CP-SAT parameters a profile sets."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
     num_workers: int = Field(default=1, ge=0, le=64)
+    """CP-SAT search workers (``0``: one per CPU core)."""
+
     random_seed: int = Field(default=0, ge=0)
+    """CP-SAT's random seed: the same seed, model and limits give the same search."""
+
     presolve: Literal["off", "light", "full"] = "light"
+    """Presolve effort: ``off`` (none; on a small machine presolve alone can use a runtime budget),
+    ``light`` (one presolve iteration, no probing) or ``full`` (CP-SAT's default)."""
+
     relative_gap_limit: float = Field(default=0.0, ge=0.0, le=1.0, allow_inf_nan=False)
+    """Stop once the proven gap, (objective - bound) / objective, is at most this (``0``: search until
+    optimal or out of time)."""
+
     deterministic_time_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    """A limit on CP-SAT's deterministic time (its work counter, not the clock), applied only under a
+    deterministic profile; ``None``: none."""
+
     hint: bool = True
+    """Hand the solver the greedy plan as a complete hint (every variable, the objective included)."""
+
     max_items: int = Field(default=64, ge=1)
+    """Workloads with more items than this skip the CP-SAT strategy (its status says so)."""
+
     max_extra_waves: int = Field(default=0, ge=0)
+    """Waves the model may use beyond the greedy plan's wave count."""
 
 
 class GreedyParams(BaseModel):
     """Parameters of the greedy exact planner: the layouts it tries for each candidate wave."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
     layouts: tuple[str, ...] = ("full", "none", "min_span:512")
+    """Layout specs priced for every candidate wave (``full``, ``none``, ``depth:K``, ``min_span:T``);
+    the cheapest that fits is kept. The seeded and CP-SAT strategies use the same list."""
 
     @field_validator("layouts")
     @classmethod
@@ -54,16 +74,34 @@ class GreedyParams(BaseModel):
 class SolverProfile(BaseModel):
     """A validated solver profile (one TOML file per profile)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
     name: str
+    """The profile's name (a shipped profile's is its file's stem)."""
+
     description: str = ""
+    """One line saying what the profile is for."""
+
     time_budget_s: float = Field(gt=0, allow_inf_nan=False)
+    """Seconds the whole portfolio may take, counted from the planning call (``--time-budget``
+    overrides it); a deterministic profile never reads the clock, so there it bounds nothing."""
+
     deterministic: bool = False
+    """Same inputs, same plan on any machine: the portfolio's deadline never expires (no strategy
+    decides by the clock) and CP-SAT stops on its deterministic time limit only."""
+
     strategies: tuple[Literal["greedy", "full_sharing", "seeded", "cpsat"], ...] = STRATEGIES
+    """Strategies the portfolio runs, in this order (names of :data:`cpplan.planners.PLANNERS`)."""
+
     greedy: GreedyParams = GreedyParams()
+    """Parameters of the greedy planner (its layouts are every strategy's candidate layouts)."""
+
     cpsat: CpSatParams = CpSatParams()
+    """Parameters of the CP-SAT strategy."""
+
     path: str | None = None
+    """The TOML file the profile was read from (``None`` when built in code); left out of the pack
+    run's solver digest."""
 
     @field_validator("strategies")
     @classmethod

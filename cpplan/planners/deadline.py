@@ -1,0 +1,58 @@
+"""The portfolio's time budget as one immutable value handed to every strategy.
+
+A :class:`Deadline` is a wall-clock instant (on :func:`time.perf_counter`) plus the instant its budget
+started. Strategies ask it how much time is left, take a share of it for a sub-search, or keep a
+reserve back. A *deterministic* deadline (a profile that must give the same plan on every machine)
+never expires: every question about time left answers "unlimited", so no decision depends on the clock.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, replace
+
+
+@dataclass(frozen=True, kw_only=True)
+class Deadline:
+    """A point in time strategies stop by; immutable (:meth:`share` and :meth:`less` make new ones)."""
+
+    start_s: float
+    """The :func:`time.perf_counter` instant the budget started (what :meth:`elapsed_s` counts from)."""
+
+    end_s: float
+    """The :func:`time.perf_counter` instant it ends (``inf`` for a deterministic deadline)."""
+
+    deterministic: bool = False
+    """Whether this deadline ignores the clock: it never expires and always has unlimited time left."""
+
+    @classmethod
+    def after(cls, seconds: float, *, deterministic: bool, start_s: float | None = None) -> Deadline:
+        """A deadline ``seconds`` after ``start_s`` (default: now); deterministic ones never expire."""
+        start = time.perf_counter() if start_s is None else start_s
+        return cls(
+            start_s=start, end_s=math.inf if deterministic else start + seconds, deterministic=deterministic
+        )
+
+    def left_s(self) -> float:
+        """Seconds until the deadline (negative once past it; ``inf`` when deterministic)."""
+        return math.inf if self.deterministic else self.end_s - time.perf_counter()
+
+    def expired(self) -> bool:
+        """Whether the deadline has passed (never, when deterministic)."""
+        return not self.deterministic and time.perf_counter() >= self.end_s
+
+    def elapsed_s(self) -> float:
+        """Seconds since the budget started."""
+        return time.perf_counter() - self.start_s
+
+    def share(self, fraction: float) -> Deadline:
+        """A deadline at now + ``fraction`` x the time left (itself, when deterministic)."""
+        if self.deterministic:
+            return self
+        now = time.perf_counter()
+        return replace(self, end_s=now + fraction * (self.end_s - now))
+
+    def less(self, seconds: float) -> Deadline:
+        """A deadline ``seconds`` earlier, keeping that much in reserve (itself, when deterministic)."""
+        return self if self.deterministic else replace(self, end_s=self.end_s - seconds)
