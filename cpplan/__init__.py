@@ -2,6 +2,7 @@
 
 from cpplan.api import build_problem, plan, solve, verify
 from cpplan.errors import CpplanError, InputError, NoFitError, UnsupportedTopologyError
+from cpplan.planner import Planner
 from cpplan.pricing.problem import Problem
 from cpplan.pricing.result import Candidate, Plan, PlanResult, SolverStats
 from cpplan.pricing.tree import PrefixTree
@@ -22,6 +23,7 @@ __all__ = [
     "NoFitError",
     "Plan",
     "PlanResult",
+    "Planner",
     "PrefixTree",
     "Problem",
     "RankBatch",

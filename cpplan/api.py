@@ -13,14 +13,14 @@ from pathlib import Path
 from typing import Any
 
 from cpplan.errors import InputError
-from cpplan.planners import Planner
-from cpplan.planners.deadline import Deadline
+from cpplan.planner import Planner
+from cpplan.planners import Strategy
 from cpplan.planners.portfolio import solve
 from cpplan.pricing.problem import Problem
 from cpplan.pricing.result import PlanResult
 from cpplan.pricing.serialize import plan_to_dict
 from cpplan.spec.card import ModelCard, Phase
-from cpplan.spec.profile import SolverProfile, load_solver
+from cpplan.spec.profile import SolverProfile
 from cpplan.spec.settings import Settings
 from cpplan.spec.topology import Topology
 from cpplan.spec.workload import Workload
@@ -40,12 +40,7 @@ def build_problem(
 ) -> Problem:
     """Validate and assemble a :class:`Problem` from user-level arguments
     (:meth:`Settings.from_user`, then :meth:`Problem.build`)."""
-    if not isinstance(workload, Workload):
-        raise InputError(
-            "must be a cpplan.Workload (read a file with Workload.from_jsonl), "
-            f"got {type(workload).__name__}",
-            field="workload",
-        )
+    _check_workload(workload)
     settings = Settings.from_user(
         topology=topology, model=model, memory_bytes=memory_bytes, num_layers=num_layers, phase=phase
     )
@@ -62,28 +57,31 @@ def plan(
     num_layers: int | None = None,
     phase: Phase = "cold",
     time_budget_s: float | None = None,
-    planners: Mapping[str, Planner] | None = None,
+    planners: Mapping[str, Strategy] | None = None,
 ) -> PlanResult:
-    """Plan ``workload``: run the profile's strategies, verify each plan independently, keep the
-    cheapest valid one. The time budget counts from this call. Raises :class:`NoFitError` when no
-    strategy yields a valid plan."""
+    """Plan ``workload`` once (a :class:`~cpplan.planner.Planner` made for one call): run the profile's
+    strategies, verify each plan independently, keep the cheapest valid one. The time budget counts
+    from this call. Raises :class:`NoFitError` when no strategy yields a valid plan."""
     started = time.perf_counter()
-    problem = build_problem(
-        workload,
-        topology=topology,
+    _check_workload(workload)
+    planner = Planner(
         model=model,
+        topology=topology,
         memory_bytes=memory_bytes,
+        solver=solver or "runtime",
         num_layers=num_layers,
         phase=phase,
     )
-    if not isinstance(solver, SolverProfile | str | Path | None):
+    return planner.plan(workload, time_budget_s, planners=planners, started_s=started)
+
+
+def _check_workload(workload: object) -> None:
+    if not isinstance(workload, Workload):
         raise InputError(
-            f"must be a SolverProfile, a name or a path, got {type(solver).__name__}", field="solver"
+            "must be a cpplan.Workload (read a file with Workload.from_jsonl), "
+            f"got {type(workload).__name__}",
+            field="workload",
         )
-    profile = solver if isinstance(solver, SolverProfile) else load_solver(solver or "runtime")
-    profile = profile.with_time_budget(time_budget_s)
-    deadline = Deadline.after(profile.time_budget_s, deterministic=profile.deterministic, start_s=started)
-    return solve(problem, profile, planners=planners, deadline=deadline)
 
 
 def verify(

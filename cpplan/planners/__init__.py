@@ -17,7 +17,7 @@ from cpplan.pricing.problem import Problem
 from cpplan.pricing.result import Plan, SolverStats
 from cpplan.spec.profile import SolverProfile
 
-Planner = Callable[[Problem, SolverProfile, Deadline], tuple[Plan | None, SolverStats | None]]
+Strategy = Callable[[Problem, SolverProfile, Deadline], tuple[Plan | None, SolverStats | None]]
 
 SEEDED_SHARE = 0.5
 """The share of the time left that the seeded strategy may start seeds in (a deterministic deadline
@@ -36,7 +36,7 @@ def _seeded(problem: Problem, profile: SolverProfile, deadline: Deadline) -> tup
     return seeded_plan(problem, profile.greedy.layouts, deadline=deadline.share(SEEDED_SHARE)), None
 
 
-PLANNERS: dict[str, Planner] = {
+PLANNERS: dict[str, Strategy] = {
     "greedy": _greedy,
     "full_sharing": _full_sharing,
     "seeded": _seeded,

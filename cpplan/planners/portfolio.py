@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from cpplan.errors import CpplanError, NoFitError
-from cpplan.planners import PLANNERS, Planner
+from cpplan.planners import PLANNERS, Strategy
 from cpplan.planners.deadline import Deadline
 from cpplan.pricing.problem import Problem, check_static_floor
 from cpplan.pricing.result import Candidate, Plan, PlanResult, SolverStats
@@ -62,7 +62,7 @@ def solve(
     problem: Problem,
     profile: SolverProfile,
     *,
-    planners: Mapping[str, Planner] | None = None,
+    planners: Mapping[str, Strategy] | None = None,
     deadline: Deadline | None = None,
 ) -> PlanResult:
     """Run ``profile``'s strategies on ``problem`` (``planners`` adds to or replaces entries of
@@ -96,7 +96,7 @@ def solve(
 
 
 def run_strategy(
-    strategy: str, planner: Planner | None, problem: Problem, profile: SolverProfile, deadline: Deadline
+    strategy: str, planner: Strategy | None, problem: Problem, profile: SolverProfile, deadline: Deadline
 ) -> StrategyOutcome:
     """Run one strategy. A refusal, an error or any exception it raises is recorded, never raised: a
     faulty backend costs time, never the plan."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from cpplan.pricing.problem import Problem
 from cpplan.pricing.wave import WavePlan, local_tokens
@@ -104,6 +105,12 @@ class PlanResult:
     def bound_s(self) -> float | None:
         """The solver's proven lower bound, when it ran."""
         return self.solver.bound_s
+
+    def to_dict(self) -> dict[str, Any]:
+        """The plan JSON, exactly as ``cpplan plan --output`` writes it."""
+        from cpplan.pricing.serialize import result_to_dict  # serialize reads these types
+
+        return result_to_dict(self)
 
     def summary(self) -> str:
         """A few lines: strategy, waves, tokens, busiest rank, peak against budget, seconds."""

@@ -1,0 +1,89 @@
+"""The planner a trainer keeps for a run: settings and profile resolved once, one plan per step.
+
+``Planner(model=..., topology=..., memory_bytes=..., solver="runtime")`` loads the card, parses the
+memory size, resolves the card for the topology, depth and phase, and loads the solver profile once;
+``planner.plan(workload)`` then builds the step's problem and runs the portfolio
+(:func:`cpplan.planners.portfolio.solve`) within the profile's time budget, counted from the call.
+:func:`cpplan.plan` is the one-shot form: a planner made for a single call.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+from cpplan.errors import InputError
+from cpplan.planners import Strategy
+from cpplan.planners.deadline import Deadline
+from cpplan.planners.portfolio import solve
+from cpplan.pricing.problem import Problem
+from cpplan.pricing.result import PlanResult
+from cpplan.spec.card import ModelCard, Phase
+from cpplan.spec.profile import SolverProfile, load_solver
+from cpplan.spec.settings import Settings
+from cpplan.spec.topology import Topology
+from cpplan.spec.workload import Workload
+
+
+class Planner:
+    """Plans one workload per call under fixed settings and a solver profile.
+
+    Everything that does not change between steps (the card and its resolution, the profile) is
+    loaded and checked when the planner is made, so a bad card or profile fails here, not mid-run.
+    """
+
+    def __init__(
+        self,
+        *,
+        model: ModelCard | str | Path,
+        topology: Topology | str | None = None,
+        memory_bytes: int | str,
+        solver: SolverProfile | str | Path = "runtime",
+        num_layers: int | None = None,
+        phase: Phase = "cold",
+    ) -> None:
+        self.settings = Settings.from_user(
+            topology=topology, model=model, memory_bytes=memory_bytes, num_layers=num_layers, phase=phase
+        )
+        self.profile = _profile(solver)
+        self.card = self.settings.card
+        """The card resolved for these settings (a card that cannot price them fails here)."""
+
+    def plan(
+        self,
+        workload: Workload,
+        time_budget_s: float | None = None,
+        *,
+        planners: Mapping[str, Strategy] | None = None,
+        started_s: float | None = None,
+    ) -> PlanResult:
+        """Plan ``workload`` within ``time_budget_s`` (default: the profile's), counted from
+        ``started_s`` (a :func:`time.perf_counter` instant; default: this call). ``planners`` replaces
+        or adds strategies by name. Raises :class:`~cpplan.errors.NoFitError` when no strategy yields a
+        valid plan."""
+        started = time.perf_counter() if started_s is None else started_s
+        if not isinstance(workload, Workload):
+            raise InputError(
+                "must be a cpplan.Workload (read a file with Workload.from_jsonl), "
+                f"got {type(workload).__name__}",
+                field="workload",
+            )
+        profile = self.profile.with_time_budget(time_budget_s)
+        deadline = Deadline.after(profile.time_budget_s, deterministic=profile.deterministic, start_s=started)
+        return solve(Problem.build(workload, self.settings), profile, planners=planners, deadline=deadline)
+
+    def __repr__(self) -> str:
+        s = self.settings
+        return (
+            f"Planner(model={s.model.name!r}, topology='{s.topology}', memory_bytes={s.memory_bytes}, "
+            f"solver={self.profile.name!r}, num_layers={s.num_layers}, phase={s.phase!r})"
+        )
+
+
+def _profile(solver: SolverProfile | str | Path | None) -> SolverProfile:
+    if not isinstance(solver, SolverProfile | str | Path | None):
+        raise InputError(
+            f"must be a SolverProfile, a name or a path, got {type(solver).__name__}", field="solver"
+        )
+    return solver if isinstance(solver, SolverProfile) else load_solver(solver or "runtime")
