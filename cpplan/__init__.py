@@ -10,7 +10,7 @@ from cpplan.spec.card import ModelCard, ResolvedCard, available_models, load_mod
 from cpplan.spec.profile import SolverProfile, available_solvers, load_solver
 from cpplan.spec.topology import Topology
 from cpplan.spec.workload import Item, Request, Workload
-from cpplan.verifier.plan_check import Verification
+from cpplan.verifier import Verification
 
 __all__ = [
     "Candidate",

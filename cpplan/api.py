@@ -18,7 +18,7 @@ from cpplan.spec.profile import SolverProfile, load_solver
 from cpplan.spec.topology import Topology
 from cpplan.spec.units import parse_bytes
 from cpplan.spec.workload import Workload
-from cpplan.verifier.plan_check import Verification, verify_plan
+from cpplan.verifier import Verification, verify_plan
 
 DISAGREEMENT_TOLERANCE = 0.05
 """Relative gap between a solver's objective and the verified price above which the result notes it."""

@@ -21,7 +21,7 @@ from cpplan.pricing.problem import Problem
 from cpplan.pricing.serialize import plan_to_dict
 from cpplan.pricing.wave import best_wave, price_wave
 from cpplan.spec.quantities import QUANTITIES
-from cpplan.verifier.plan_check import verify_plan
+from cpplan.verifier import verify_plan
 
 CARDS = {name: cpplan.load_model(name) for name in ("qwen3-8b", "qwen3.6-35b-a3b")}
 PROFILE = cpplan.load_solver("runtime")

@@ -24,7 +24,7 @@ from cpplan.pricing.result import Plan
 from cpplan.pricing.serialize import plan_to_dict
 from cpplan.pricing.wave import WavePlan, price_wave
 from cpplan.spec.units import format_bytes
-from cpplan.verifier.plan_check import Verification, verify_plan
+from cpplan.verifier import Verification, verify_plan
 
 OwnershipRule = Callable[[PackedLayout, ChunkStats, int], np.ndarray]
 PlanFn = Callable[[Problem], Plan]
