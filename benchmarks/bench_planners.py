@@ -38,7 +38,7 @@ from cpplan.pricing.serialize import plan_to_dict
 from cpplan.pricing.wave import local_tokens
 from cpplan.spec.settings import Settings
 from cpplan.spec.workload import Workload
-from cpplan.verifier.plan_check import verify_plan
+from cpplan.verifier import verify_plan
 
 GIB = 2**30
 MODEL = "qwen3.6-35b-a3b"

@@ -12,7 +12,7 @@ from cpplan.spec.profile import SolverProfile, available_solvers, load_solver
 from cpplan.spec.settings import Settings
 from cpplan.spec.topology import Topology
 from cpplan.spec.workload import Item, Request, Workload
-from cpplan.verifier.plan_check import Verification
+from cpplan.verifier import Verification
 
 __all__ = [
     "Candidate",

@@ -24,7 +24,7 @@ from cpplan.spec.profile import SolverProfile
 from cpplan.spec.settings import Settings
 from cpplan.spec.topology import Topology
 from cpplan.spec.workload import Workload
-from cpplan.verifier.plan_check import Verification, verify_plan
+from cpplan.verifier import Verification, verify_plan
 
 __all__ = ["build_problem", "plan", "solve", "verify"]
 

@@ -10,14 +10,14 @@ import pytest
 
 from cpplan.bench.runner import Row, headline
 from cpplan.bench.suites import (
-    conversation_item,
     grpo_ratio,
-    iter_json_array,
     sharegpt,
+    sharegpt_item,
     suite,
     word_ids,
 )
 from cpplan.cli import main
+from cpplan.pack.readers import iter_json_array
 
 
 def test_grpo_ratio_splits_requests_in_the_given_ratio():
@@ -51,14 +51,13 @@ def test_sharegpt_conversation_becomes_one_item_of_growing_prefixes():
             {"from": "gpt", "value": "cut"},
         ],
     }
-    item = conversation_item(record, max_tokens=40)
+    item = sharegpt_item(record, max_tokens=40)
     assert item is not None and item.id == "c1" and len(item.requests) == 2
     a, b = (r.tokens for r in item.requests)
     assert np.array_equal(b[: a.size], a) and b.size > a.size
     assert word_ids("Fine, thanks.") == word_ids("Fine, thanks.") and len(word_ids("Fine, thanks.")) == 4
     assert (
-        conversation_item({"id": "x", "conversations": [{"from": "human", "value": "hi"}]}, max_tokens=9)
-        is None
+        sharegpt_item({"id": "x", "conversations": [{"from": "human", "value": "hi"}]}, max_tokens=9) is None
     )
 
 

@@ -29,7 +29,7 @@ from cpplan.pricing.problem import Problem
 from cpplan.pricing.serialize import plan_to_dict
 from cpplan.spec.quantities import NUM_QUANTITIES, QUANTITY_INDEX
 from cpplan.spec.settings import Settings
-from cpplan.verifier.plan_check import verify_plan
+from cpplan.verifier import verify_plan
 
 MODEL_PATH = Path(__file__).parent / "data" / "qwen36_uncalibrated.toml"
 MODEL = load_model(MODEL_PATH)

@@ -19,7 +19,7 @@ from cpplan.pricing.result import Plan, SolverStats
 from cpplan.pricing.serialize import plan_to_dict
 from cpplan.pricing.wave import price_wave
 from cpplan.spec.settings import Settings
-from cpplan.verifier.plan_check import verify_plan
+from cpplan.verifier import verify_plan
 
 CARD = cpplan.load_model("qwen3-8b")
 

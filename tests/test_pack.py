@@ -24,7 +24,7 @@ from cpplan.pricing.problem import Problem
 from cpplan.pricing.wave import best_wave
 from cpplan.spec.settings import Settings
 from cpplan.spec.workload import Workload, parse_item_line
-from cpplan.verifier.plan_check import verify_plan
+from cpplan.verifier import verify_plan
 
 DATA = Path(__file__).parent / "data"
 SHAREGPT = DATA / "sharegpt_tiny.json"

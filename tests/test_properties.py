@@ -22,7 +22,7 @@ from cpplan.pricing.serialize import plan_to_dict
 from cpplan.pricing.wave import best_wave, price_wave
 from cpplan.spec.quantities import QUANTITY_NAMES
 from cpplan.spec.settings import Settings
-from cpplan.verifier.plan_check import verify_plan
+from cpplan.verifier import verify_plan
 
 CARDS = {name: cpplan.load_model(name) for name in ("qwen3-8b", "qwen3.6-35b-a3b")}
 PROFILE = cpplan.load_solver("runtime")

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from cpplan import InputError, NoFitError, Settings, Topology
-from cpplan.bench.runner import cold_copy
+from cpplan.baselines import cold_copy
 from cpplan.planners import PLANNERS
 from cpplan.planners.cpsat_strategy import cpsat_planner
 from cpplan.planners.deadline import Deadline

@@ -9,7 +9,7 @@ import pytest
 import cpplan
 from cpplan import Topology
 from cpplan.pricing.serialize import plan_to_dict
-from cpplan.verifier.plan_check import verify_plan
+from cpplan.verifier import verify_plan
 from tests.conftest import middle_budget
 
 
@@ -92,7 +92,7 @@ def test_rank_sums_equal_a_mask_per_rank():
     tokens, gradient and loss tokens, attention pairs (position + 1 per token) and distinct segments."""
     import numpy as np
 
-    from cpplan.verifier.plan_check import _rank_sums
+    from cpplan.verifier.rank_prices import rank_sums
 
     rng = np.random.default_rng(11)
     for _ in range(50):
@@ -101,7 +101,7 @@ def test_rank_sums_equal_a_mask_per_rank():
         seg_of = np.sort(rng.integers(0, 9, num_tokens))
         pos = rng.integers(0, 1000, num_tokens)
         grad, loss = rng.random(num_tokens) < 0.7, rng.random(num_tokens) < 0.5
-        sums = _rank_sums(owner, seg_of, pos, grad, loss, cp)
+        sums = rank_sums(owner, seg_of, pos, grad, loss, cp)
         for r in range(cp):
             mine = owner == r
             assert sums["tokens"][r] == mine.sum()

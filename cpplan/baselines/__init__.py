@@ -15,9 +15,12 @@ from cpplan.baselines.base import (
     Outcome,
     build_plan,
     check,
+    cold_copy,
     find_ooms,
     other_violations,
+    outcome_of,
     run,
+    timed,
 )
 from cpplan.baselines.capacity import per_gpu_token_capacity, token_capacity
 
@@ -41,9 +44,12 @@ __all__ = [
     "Outcome",
     "build_plan",
     "check",
+    "cold_copy",
     "find_ooms",
     "other_violations",
+    "outcome_of",
     "per_gpu_token_capacity",
     "run",
+    "timed",
     "token_capacity",
 ]

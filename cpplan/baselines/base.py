@@ -5,18 +5,23 @@ stored once (its layout: none, or a share mask) and which CP rank owns each chun
 :func:`build_plan` turns those decisions into a :class:`cpplan.pricing.result.Plan` of priced
 :class:`cpplan.pricing.wave.WavePlan` s, so the evaluator prices and the verifier checks a baseline exactly as
 it does cpplan's own plans. A wave over the budget is kept as it is and reported as an OOM: repairing
-it would hide what the baseline does.
+it would hide what the baseline does. :func:`run` (built on :func:`timed` and :func:`outcome_of`, which
+``cpplan bench`` uses for every planner, cpplan's portfolio included) times a planner and reports its
+:class:`Outcome`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 
+from cpplan.errors import NoFitError
 from cpplan.pricing.layout import PackedLayout
 from cpplan.pricing.ownership import ChunkStats, chunk_stats
 from cpplan.pricing.problem import Problem
@@ -24,10 +29,11 @@ from cpplan.pricing.result import Plan
 from cpplan.pricing.serialize import plan_to_dict
 from cpplan.pricing.wave import WavePlan, price_wave
 from cpplan.spec.units import format_bytes
-from cpplan.verifier.plan_check import Verification, verify_plan
+from cpplan.verifier import Verification, verify_plan
 
 OwnershipRule = Callable[[PackedLayout, ChunkStats, int], np.ndarray]
 PlanFn = Callable[[Problem], Plan]
+T = TypeVar("T")
 
 _BUDGET_VIOLATION = re.compile(r"^wave (\d+) rank (\d+): predicted peak ([\d,]+) bytes exceeds the budget")
 
@@ -60,24 +66,51 @@ class Oom:
 
 @dataclass(frozen=True, kw_only=True, eq=False)
 class Outcome:
-    """One planner run on one problem: the plan, its OOMs, the verifier's verdict and planning time."""
+    """One planner run on one problem: the plan (``None`` when the planner refused), its OOMs, the
+    verifier's verdict and the wall seconds of each timed planning run.
+
+    ``strategy`` is what made the plan (a baseline's name, or the strategy the portfolio picked);
+    ``refusal`` the planner's :class:`~cpplan.errors.NoFitError` message when it refused.
+    """
 
     name: str
-    plan: Plan
-    ooms: tuple[Oom, ...]
-    verification: Verification
-    wall_s: float
+    strategy: str
+    plan: Plan | None
+    ooms: tuple[Oom, ...] = ()
+    verification: Verification | None = None
+    plan_s: tuple[float, ...]
+    refusal: str = ""
+
+    @property
+    def wall_s(self) -> float:
+        """Seconds of the last timed run (the one that made :attr:`plan`)."""
+        return self.plan_s[-1]
 
     @property
     def valid(self) -> bool:
         """The verifier found nothing wrong (so in particular no OOM)."""
-        return self.verification.valid
+        return self.verification is not None and self.verification.valid
+
+    @property
+    def status(self) -> str:
+        """``valid``, ``oom`` (over the budget and nothing else wrong), ``invalid`` or ``refused``."""
+        if self.plan is None:
+            return "refused"
+        if self.valid:
+            return "valid"
+        return "oom" if self.ooms and not self.other_violations else "invalid"
+
+    @property
+    def note(self) -> str:
+        """Why the planner refused, or the first violation other than a budget violation."""
+        others = self.other_violations
+        return self.refusal or (others[0] if others else "")
 
     @property
     def budget_violations(self) -> tuple[tuple[int, int, int], ...]:
         """``(wave, rank, peak_bytes)`` of each budget violation the verifier reported."""
         found = []
-        for text in self.verification.violations:
+        for text in self.verification.violations if self.verification else ():
             match = _BUDGET_VIOLATION.match(text)
             if match:
                 wave, rank, peak = match.groups()
@@ -87,7 +120,7 @@ class Outcome:
     @property
     def other_violations(self) -> tuple[str, ...]:
         """Violations that are not budget violations (a correct baseline has none)."""
-        return other_violations(self.verification)
+        return other_violations(self.verification) if self.verification else ()
 
 
 def other_violations(verification: Verification) -> tuple[str, ...]:
@@ -140,18 +173,60 @@ def check(problem: Problem, plan: Plan) -> Verification:
     )
 
 
-def run(baseline: Baseline, problem: Problem) -> Outcome:
-    """Plan with ``baseline`` (timed), then report its OOMs and the verifier's verdict."""
-    started = time.perf_counter()
-    plan = baseline.plan(problem)
-    wall = time.perf_counter() - started
+def run(baseline: Baseline, problem: Problem, *, repeats: int = 1) -> Outcome:
+    """Plan with ``baseline`` (timed ``repeats`` times, each run cold), then report its OOMs and the
+    verifier's verdict, or its refusal."""
+    plan, plan_s, refusal = timed(baseline.plan, problem, repeats=repeats)
+    return outcome_of(baseline.name, problem, plan, plan_s, strategy=baseline.name, refusal=refusal)
+
+
+def outcome_of(
+    name: str,
+    problem: Problem,
+    plan: Plan | None,
+    plan_s: Sequence[float],
+    *,
+    strategy: str,
+    refusal: NoFitError | None = None,
+) -> Outcome:
+    """The :class:`Outcome` of a timed run: ``plan`` with its OOMs and the verifier's verdict, or (when
+    ``plan`` is ``None``) the planner's refusal."""
+    if plan is None:
+        return Outcome(name=name, strategy="", plan=None, plan_s=tuple(plan_s), refusal=str(refusal or ""))
     return Outcome(
-        name=baseline.name,
+        name=name,
+        strategy=strategy,
         plan=plan,
         ooms=find_ooms(problem, plan),
         verification=check(problem, plan),
-        wall_s=wall,
+        plan_s=tuple(plan_s),
     )
+
+
+def timed(
+    plan: Callable[[Problem], T], problem: Problem, *, repeats: int = 1
+) -> tuple[T | None, tuple[float, ...], NoFitError | None]:
+    """Call ``plan`` ``repeats`` times, each on a :func:`cold_copy` of ``problem``: the last result, the
+    wall seconds of each call, and the refusal that stopped the runs (then the result is ``None``)."""
+    assert repeats >= 1, repeats
+    plan_s: list[float] = []
+    result = None
+    for _ in range(repeats):
+        fresh = cold_copy(problem)
+        started = time.perf_counter()
+        try:
+            result = plan(fresh)
+        except NoFitError as exc:
+            plan_s.append(time.perf_counter() - started)
+            return None, tuple(plan_s), exc
+        plan_s.append(time.perf_counter() - started)
+    return result, tuple(plan_s), None
+
+
+def cold_copy(problem: Problem) -> Problem:
+    """The same problem with a fresh, empty :class:`~cpplan.pricing.memo.PricingMemo`, so each timed
+    run starts cold (the prefix tree, built with the problem, is shared)."""
+    return dataclasses.replace(problem)
 
 
 def item_tokens(problem: Problem) -> np.ndarray:

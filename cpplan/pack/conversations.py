@@ -9,11 +9,11 @@ share their prefixes in the prefix tree.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -131,9 +131,48 @@ def load_tokenizer(spec: str | None) -> ChatTokenizer:
     return _qwen_tokenizer(spec)
 
 
-def conversation_item(record: Any, tokenizer: ChatTokenizer, source: str, line: int) -> Item:
+class MessageEncoder(Protocol):
+    """Turns one message of a conversation into token ids (:class:`ChatTokenizer` is one)."""
+
+    def message(self, role: str, text: str) -> Sequence[int]:
+        """The ids of one message: ``role`` is ``user``, ``assistant`` or ``system``."""
+        ...
+
+
+def conversation_item(
+    record: Any,
+    encoder: MessageEncoder,
+    source: str,
+    line: int,
+    *,
+    roles: Mapping[str, str] = ROLES,
+    skip_unknown: bool = False,
+    max_tokens: int | None = None,
+) -> Item:
     """A ShareGPT record ``{"id", "conversations": [{"from", "value"}, ...]}`` to an item with one request
-    per assistant turn. Messages after the last assistant turn belong to no request."""
+    per assistant turn. Messages after the last assistant turn belong to no request.
+
+    ``roles`` maps a speaker (lower case) to its role; a speaker it does not know is an error, or, with
+    ``skip_unknown``, a message left out. With ``max_tokens`` the conversation is cut before the first
+    message that would take it past that many tokens.
+    """
+    item_id, messages = _conversation(record, source, line)
+    turns = _turns(messages, roles, skip_unknown, source, line)
+    pieces, ends = _encode(turns, encoder, max_tokens)
+    if not ends:
+        raise InputError(
+            "no assistant turn: the conversation holds nothing to train on",
+            file=source,
+            line=line,
+            field="conversations",
+        )
+    tokens = np.fromiter(itertools.chain.from_iterable(pieces), dtype=np.int64, count=ends[-1])
+    requests = tuple(Request(tokens=tokens[:end]) for end in ends)
+    return Item(id=item_id, requests=requests)
+
+
+def _conversation(record: Any, source: str, line: int) -> tuple[str, list]:
+    """The record's id and its list of messages."""
     if not isinstance(record, dict):
         raise InputError(f"expected a JSON object, got {type(record).__name__}", file=source, line=line)
     item_id = record.get("id")
@@ -147,19 +186,26 @@ def conversation_item(record: Any, tokenizer: ChatTokenizer, source: str, line: 
             line=line,
             field="conversations",
         )
-    pieces: list[list[int]] = []
-    ends: list[int] = []
-    total = 0
+    return item_id, messages
+
+
+def _turns(
+    messages: list, roles: Mapping[str, str], skip_unknown: bool, source: str, line: int
+) -> list[tuple[str, str]]:
+    """Each message's role and text (``from``/``value``, or ``role``/``content``)."""
+    turns = []
     for k, message in enumerate(messages):
         field = f"conversations[{k}]"
         if not isinstance(message, dict):
             raise InputError("must be an object", file=source, line=line, field=field)
         speaker = message.get("from", message.get("role"))
         text = message.get("value", message.get("content"))
-        role = ROLES.get(speaker.lower()) if isinstance(speaker, str) else None
+        role = roles.get(speaker.lower()) if isinstance(speaker, str) else None
+        if role is None and skip_unknown:
+            continue
         if role is None:
             raise InputError(
-                f"unknown speaker {speaker!r}; expected one of {', '.join(sorted(ROLES))}",
+                f"unknown speaker {speaker!r}; expected one of {', '.join(sorted(roles))}",
                 file=source,
                 line=line,
                 field=f"{field}.from",
@@ -168,18 +214,23 @@ def conversation_item(record: Any, tokenizer: ChatTokenizer, source: str, line: 
             raise InputError(
                 f"must be a string, got {type(text).__name__}", file=source, line=line, field=f"{field}.value"
             )
-        piece = tokenizer.message(role, text)
+        turns.append((role, text))
+    return turns
+
+
+def _encode(
+    turns: list[tuple[str, str]], encoder: MessageEncoder, max_tokens: int | None
+) -> tuple[list[Sequence[int]], list[int]]:
+    """Each message's ids, and the conversation's length after each assistant turn."""
+    pieces: list[Sequence[int]] = []
+    ends: list[int] = []
+    total = 0
+    for role, text in turns:
+        piece = encoder.message(role, text)
+        if max_tokens is not None and total + len(piece) > max_tokens:
+            break
         pieces.append(piece)
         total += len(piece)
         if role == "assistant":
             ends.append(total)
-    if not ends:
-        raise InputError(
-            "no assistant turn: the conversation holds nothing to train on",
-            file=source,
-            line=line,
-            field="conversations",
-        )
-    tokens = np.fromiter(itertools.chain.from_iterable(pieces), dtype=np.int64, count=ends[-1])
-    requests = tuple(Request(tokens=tokens[:end]) for end in ends)
-    return Item(id=item_id, requests=requests)
+    return pieces, ends

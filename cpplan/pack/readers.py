@@ -1,4 +1,4 @@
-"""Streaming dataset readers: JSONL items, Parquet rows and ShareGPT conversation JSON.
+"""Streaming dataset readers: JSONL items, Parquet rows and ShareGPT conversation JSON (any JSON array).
 
 Each reader yields :class:`Record` objects one at a time and never holds more than a read chunk (plus
 one record) in memory. Every record carries the :class:`Cursor` just past it, so a packing run can
@@ -10,7 +10,7 @@ from __future__ import annotations
 import codecs
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -154,10 +154,13 @@ def _parquet(path: Path, start: Cursor) -> Iterator[Record]:
 
 
 class _TextStream:
-    """A UTF-8 file as a growing string buffer with byte and line accounting of what was consumed."""
+    """A UTF-8 file as a growing string buffer with byte and line accounting of what was consumed.
 
-    def __init__(self, handle, start: Cursor) -> None:
-        self.handle = handle
+    ``read(size)`` gives the next chunk: bytes (decoded here) or text (a file opened in text mode)."""
+
+    def __init__(self, read: Callable[[int], bytes | str], start: Cursor, chunk: int = CHUNK_BYTES) -> None:
+        self.read = read
+        self.chunk = chunk
         self.decoder = codecs.getincrementaldecoder("utf-8")()
         self.buffer = ""
         self.pos = 0
@@ -169,12 +172,12 @@ class _TextStream:
         """Read another chunk; ``False`` at end of file."""
         if self.eof:
             return False
-        chunk = self.handle.read(CHUNK_BYTES)
+        chunk = self.read(self.chunk)
         if not chunk:
             self.eof = True
             self.buffer += self.decoder.decode(b"", final=True)
             return False
-        self.buffer += self.decoder.decode(chunk)
+        self.buffer += chunk if isinstance(chunk, str) else self.decoder.decode(chunk)
         return True
 
     def consume(self, end: int) -> None:
@@ -183,7 +186,7 @@ class _TextStream:
         self.offset += len(text.encode("utf-8"))
         self.line += text.count("\n")
         self.pos = end
-        if self.pos > CHUNK_BYTES:
+        if self.pos > self.chunk:
             self.buffer = self.buffer[self.pos :]
             self.pos = 0
 
@@ -199,42 +202,62 @@ class _TextStream:
 
 
 def _sharegpt(path: Path, start: Cursor) -> Iterator[Record]:
-    decoder = json.JSONDecoder()
     with path.open("rb") as handle:
         handle.seek(start.offset)
-        stream = _TextStream(handle, start)
-        ordinal = start.ordinal
+        yield from _array_records(_TextStream(handle.read, start), start, str(path))
+
+
+def iter_json_array(
+    read: Callable[[int], bytes | str], block_chars: int = CHUNK_BYTES, *, source: str = "JSON array"
+) -> Iterator[Any]:
+    """The values of a JSON array read incrementally through ``read`` (a file's ``read``, binary or
+    text): the whole array is never held in memory. Errors are :class:`InputError` naming ``source``."""
+    for record in _array_records(_TextStream(read, Cursor(), block_chars), Cursor(), source):
+        if record.error is not None:
+            raise InputError(record.error, file=source, line=record.line)
+        yield record.payload
+
+
+def _array_records(stream: _TextStream, start: Cursor, source: str) -> Iterator[Record]:
+    """The values of the JSON array on ``stream`` from ``start`` (its opening ``[`` when at offset 0)."""
+    decoder = json.JSONDecoder()
+    ordinal = start.ordinal
+    if start.offset == 0:
+        _open_array(stream, source)
+    while True:
         head = stream.skip_space()
-        if start.offset == 0:
-            if head == "\ufeff":
-                stream.consume(stream.pos + 1)
-                head = stream.skip_space()
-            if head != "[":
-                raise InputError(
-                    "expected a JSON array of conversations ('[' at the start)",
-                    file=str(path),
-                    line=stream.line + 1,
-                )
+        if head is None:
+            if ordinal:
+                return
+            raise InputError("the JSON array is never closed", file=source, line=stream.line + 1)
+        if head == "]":
+            return
+        if head == "," and ordinal:
             stream.consume(stream.pos + 1)
-        while True:
             head = stream.skip_space()
-            if head is None:
-                if ordinal:
-                    return
-                raise InputError("the JSON array is never closed", file=str(path), line=stream.line + 1)
-            if head == "]":
-                return
-            if head == "," and ordinal:
-                stream.consume(stream.pos + 1)
-                head = stream.skip_space()
-            line = stream.line + 1
-            ordinal += 1
-            value, error = _decode_next(stream, decoder)
-            end = Cursor(offset=stream.offset, line=stream.line, ordinal=ordinal)
-            if error is not None:
-                yield Record(line=line, ordinal=ordinal, payload=None, end=end, error=error)
-                return
-            yield Record(line=line, ordinal=ordinal, payload=value, end=end)
+        line = stream.line + 1
+        ordinal += 1
+        value, error = _decode_next(stream, decoder)
+        end = Cursor(offset=stream.offset, line=stream.line, ordinal=ordinal)
+        if error is not None:
+            yield Record(line=line, ordinal=ordinal, payload=None, end=end, error=error)
+            return
+        yield Record(line=line, ordinal=ordinal, payload=value, end=end)
+
+
+def _open_array(stream: _TextStream, source: str) -> None:
+    """Consume an optional byte-order mark and the array's opening ``[``."""
+    head = stream.skip_space()
+    if head == "\ufeff":
+        stream.consume(stream.pos + 1)
+        head = stream.skip_space()
+    if head != "[":
+        raise InputError(
+            "expected a JSON array of conversations ('[' at the start)",
+            file=source,
+            line=stream.line + 1,
+        )
+    stream.consume(stream.pos + 1)
 
 
 def _decode_next(stream: _TextStream, decoder: json.JSONDecoder) -> tuple[Any, str | None]:

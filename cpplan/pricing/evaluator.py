@@ -31,12 +31,24 @@ def price(card: ResolvedCard, quantities: np.ndarray) -> RankPrices:
     """Price a ``(ranks, quantities)`` matrix: ``peak = ceil(safety * max_e(static_e + sum of terms))``."""
     quantities = np.atleast_2d(np.asarray(quantities, dtype=np.float64))
     term_bytes = quantities[:, card.term_quantity] * card.term_bytes
-    envelopes = card.envelope_static_bytes + term_bytes @ card.envelope_terms.T.astype(np.float64)
+    envelopes = _sum_envelopes(card, term_bytes)
     binding = np.argmax(envelopes, axis=1)
     raw = envelopes[np.arange(quantities.shape[0]), binding]
     peak = np.ceil(card.safety * raw).astype(np.int64)
     time_s = quantities[:, card.cost_quantity] @ card.cost_seconds
     return RankPrices(peak_bytes=peak, envelope=binding, term_bytes=term_bytes, time_s=time_s)
+
+
+def envelope_bytes(card: ResolvedCard, quantities: np.ndarray) -> np.ndarray:
+    """Every rank's every envelope (static part plus its terms) before the safety factor, shape
+    ``(ranks, envelopes)``, from a ``(ranks, quantities)`` matrix: what :func:`price` maximizes."""
+    quantities = np.atleast_2d(np.asarray(quantities, dtype=np.float64))
+    return _sum_envelopes(card, quantities[:, card.term_quantity] * card.term_bytes)
+
+
+def _sum_envelopes(card: ResolvedCard, term_bytes: np.ndarray) -> np.ndarray:
+    """Each envelope's static bytes plus its member terms, per rank."""
+    return card.envelope_static_bytes + term_bytes @ card.envelope_terms.T.astype(np.float64)
 
 
 def wave_cost_s(card: ResolvedCard, prices: RankPrices) -> float:

@@ -4,10 +4,10 @@ A :class:`~cpplan.pricing.result.Plan` keeps each wave's packed layout and chunk
 The tokens are rebuilt from the workload the plan was made for: ``PackedLayout.seg_src`` and ``request_ids``
 index the workload's requests in flattened (item, request) order, the same order
 :class:`~cpplan.pricing.problem.Problem` builds its prefix tree in. A plan file (the JSON ``cpplan plan``
-writes, as a path or a loaded dictionary) works too: its segments, request chains and owned ranges are read
-and checked. Every step is a numpy gather over whole arrays; nothing loops over tokens or segments in Python.
-Every request read back through the packed sequence is compared with the workload's tokens, so a plan used
-with another workload is refused.
+writes, as a path or a loaded dictionary) works too: :mod:`cpplan.pricing.plan_reader` reads and checks its
+segments, request chains and owned ranges. Every step is a numpy gather over whole arrays; nothing loops over
+tokens or segments in Python. Every request read back through the packed sequence is compared with the
+workload's tokens, so a plan used with another workload is refused.
 
 Targets of the summed loss are expressed on packed positions. A token inside segment ``s`` predicts the
 next token of ``s`` for every loss request whose chain holds ``s``; the last token of ``s`` predicts the
@@ -17,7 +17,6 @@ first token of each child segment ``c``, once per loss request through ``c``. Su
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,10 +25,9 @@ import numpy as np
 
 from cpplan.errors import InputError
 from cpplan.pricing.layout import chain_positions
-from cpplan.pricing.ownership import CHUNK_TOKENS
+from cpplan.pricing.plan_reader import WaveArrays, plan_waves, read_plan_file, read_wave
 from cpplan.pricing.result import Plan, PlanResult
-from cpplan.pricing.wave import WavePlan
-from cpplan.spec.workload import Workload
+from cpplan.spec.workload import Request, Workload
 
 if TYPE_CHECKING:
     import torch
@@ -121,160 +119,6 @@ def materialize_wave(plan: PlanLike, workload: Workload, *, wave: int) -> tuple[
     return tuple(data.rank_batch(r) for r in range(data.num_ranks))
 
 
-@dataclass(frozen=True, kw_only=True, eq=False)
-class _WaveSource:
-    """One wave's segments, request chains and token owners, from a WavePlan or from plan JSON.
-
-    Segment and chain arrays mean what they mean in :class:`~cpplan.pricing.layout.PackedLayout`;
-    ``token_owner`` is the CP rank of every packed token.
-    """
-
-    num_ranks: int
-    chunk_tokens: int
-    request_ids: np.ndarray
-    seg_parent: np.ndarray
-    seg_position: np.ndarray
-    seg_length: np.ndarray
-    seg_offset: np.ndarray
-    seg_src: np.ndarray
-    request_ptr: np.ndarray
-    request_segments: np.ndarray
-    token_owner: np.ndarray
-
-    @classmethod
-    def from_wave_plan(cls, wp: WavePlan) -> _WaveSource:
-        layout = wp.layout
-        return cls(
-            num_ranks=int(wp.quantities.shape[0]),
-            chunk_tokens=wp.stats.chunk_tokens,
-            request_ids=layout.request_ids,
-            seg_parent=layout.seg_parent,
-            seg_position=layout.seg_position,
-            seg_length=layout.seg_length,
-            seg_offset=layout.seg_offset,
-            seg_src=layout.seg_src,
-            request_ptr=layout.request_ptr,
-            request_segments=layout.request_segments,
-            token_owner=np.repeat(wp.owner.astype(np.int64), wp.stats.tokens),
-        )
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any], w: int, workload: Workload, item_ptr: np.ndarray) -> _WaveSource:
-        wave = data["waves"][w]
-        where = f"waves[{w}]"
-        segments = _int_array(wave.get("segments"), f"{where}.segments", width=3)
-        num_segments = segments.shape[0]
-        seg_parent, seg_position, seg_length = segments.T.copy()
-        if (seg_length < 1).any() or (seg_position < 0).any():
-            raise InputError("a segment has a negative position or no tokens", field=f"{where}.segments")
-        if ((seg_parent < -1) | (seg_parent >= np.arange(num_segments))).any():
-            raise InputError("a segment's parent must be -1 or an earlier segment", field=f"{where}.segments")
-        requests = wave.get("requests")
-        if not isinstance(requests, list) or not requests:
-            raise InputError("must be a non-empty list", field=f"{where}.requests")
-        request_ids, chains = [], []
-        for k, entry in enumerate(requests):
-            at = f"{where}.requests[{k}]"
-            if not isinstance(entry, dict):
-                raise InputError("must be an object with item, request and segments", field=at)
-            item_id = entry.get("item")
-            item = workload.index_of.get(item_id) if isinstance(item_id, str) else None
-            if item is None:
-                raise InputError(f"item {item_id!r} is not in the workload", field=f"{at}.item")
-            index = entry.get("request")
-            valid_index = isinstance(index, int) and not isinstance(index, bool)
-            if not valid_index or not 0 <= index < len(workload.items[item].requests):
-                raise InputError(f"no request {index!r} in item {entry['item']!r}", field=f"{at}.request")
-            chain = _int_array(entry.get("segments"), f"{at}.segments")
-            if chain.size == 0 or (chain < 0).any() or (chain >= num_segments).any():
-                raise InputError(f"must list segments in [0, {num_segments})", field=f"{at}.segments")
-            request_ids.append(int(item_ptr[item]) + index)
-            chains.append(chain)
-        request_ptr = np.cumsum([0, *(c.size for c in chains)]).astype(np.int64)
-        request_segments = np.concatenate(chains)
-        used, first = np.unique(request_segments, return_index=True)
-        if used.size != num_segments:
-            missing = int(np.setdiff1d(np.arange(num_segments), used)[0])
-            raise InputError(f"segment {missing} is in no request's chain", field=f"{where}.segments")
-        seg_src = np.array(request_ids, dtype=np.int64)[np.searchsorted(request_ptr, first, side="right") - 1]
-        seg_offset = np.cumsum(np.r_[0, seg_length[:-1]]).astype(np.int64)
-        num_ranks = _topology_cp(data)
-        token_owner = _owners_from_ranges(wave.get("ranks"), num_ranks, int(seg_length.sum()), where)
-        chunk_tokens = data.get("chunk_tokens", CHUNK_TOKENS)
-        return cls(
-            num_ranks=num_ranks,
-            chunk_tokens=int(chunk_tokens) if isinstance(chunk_tokens, int) else CHUNK_TOKENS,
-            request_ids=np.array(request_ids, dtype=np.int64),
-            seg_parent=seg_parent,
-            seg_position=seg_position,
-            seg_length=seg_length,
-            seg_offset=seg_offset,
-            seg_src=seg_src,
-            request_ptr=request_ptr,
-            request_segments=request_segments,
-            token_owner=token_owner,
-        )
-
-    @property
-    def num_segments(self) -> int:
-        return int(self.seg_length.size)
-
-    @property
-    def packed_tokens(self) -> int:
-        return int(self.seg_length.sum())
-
-
-def _int_array(value: Any, field: str, *, width: int | None = None) -> np.ndarray:
-    """A list (of ``width``-lists) of integers as an int64 array, or an InputError naming ``field``."""
-    try:
-        array = np.array(value, dtype=np.int64)
-        ok = isinstance(value, list) and array.ndim == (1 if width is None else 2)
-        ok = ok and (width is None or array.shape[1] == width)
-        if isinstance(value, list) and not value:
-            array, ok = np.zeros((0, width) if width else 0, dtype=np.int64), True
-    except (TypeError, ValueError, OverflowError):
-        ok = False
-    if not ok:
-        shape = "a list of integers" if width is None else f"a list of [{', '.join(['int'] * width)}]"
-        raise InputError(f"must be {shape}", field=field)
-    return array
-
-
-def _topology_cp(data: dict[str, Any]) -> int:
-    topology = data.get("topology")
-    cp = topology.get("cp") if isinstance(topology, dict) else None
-    if not isinstance(cp, int) or isinstance(cp, bool) or cp < 1:
-        raise InputError("must give a positive integer cp", field="topology.cp")
-    return cp
-
-
-def _owners_from_ranges(ranks: Any, num_ranks: int, packed_tokens: int, where: str) -> np.ndarray:
-    """Every packed token's rank from the ranks' owned ``ranges``; each token owned exactly once."""
-    if not isinstance(ranks, list) or len(ranks) != num_ranks:
-        raise InputError(f"must list the {num_ranks} CP ranks", field=f"{where}.ranks")
-    owner = np.full(packed_tokens, -1, dtype=np.int64)
-    cover = np.zeros(packed_tokens + 1, dtype=np.int64)
-    for r, entry in enumerate(ranks):
-        at = f"{where}.ranks[{r}].ranges"
-        ranges = _int_array(entry.get("ranges") if isinstance(entry, dict) else None, at, width=2)
-        lo, hi = ranges.T if ranges.size else (np.zeros(0, np.int64), np.zeros(0, np.int64))
-        if ((lo < 0) | (hi > packed_tokens) | (lo >= hi)).any():
-            raise InputError(f"ranges must be [start, end) within [0, {packed_tokens}]", field=at)
-        np.add.at(cover, lo, 1)
-        np.add.at(cover, hi, -1)
-        mark = np.zeros(packed_tokens + 1, dtype=np.int64)
-        np.add.at(mark, lo, 1)
-        np.add.at(mark, hi, -1)
-        owner[np.cumsum(mark)[:-1] > 0] = r
-    count = np.cumsum(cover)[:-1]
-    bad = np.flatnonzero(count != 1)
-    if bad.size:
-        token = int(bad[0])
-        how = "no rank" if count[token] == 0 else f"{int(count[token])} ranks"
-        raise InputError(f"packed token {token} is owned by {how}", field=f"{where}.ranks")
-    return owner
-
-
 def _load_plan(plan: PlanLike) -> tuple[Plan | None, dict[str, Any] | None, int]:
     """The plan object or its JSON dictionary, and its number of waves."""
     if isinstance(plan, PlanResult):
@@ -282,18 +126,10 @@ def _load_plan(plan: PlanLike) -> tuple[Plan | None, dict[str, Any] | None, int]
     if isinstance(plan, Plan):
         return plan, None, plan.num_waves
     if isinstance(plan, str | Path):
-        try:
-            plan = json.loads(Path(plan).read_text(encoding="utf-8"))
-        except OSError as exc:
-            raise InputError(f"cannot read plan: {exc.strerror}", file=str(plan)) from None
-        except json.JSONDecodeError as exc:
-            raise InputError(f"malformed JSON: {exc.msg} (line {exc.lineno})", file=str(plan)) from None
+        plan = read_plan_file(plan)
     if not isinstance(plan, dict):
         raise InputError(f"expected a Plan, PlanResult or plan JSON, got {type(plan).__name__}", field="plan")
-    waves = plan.get("waves")
-    if not isinstance(waves, list) or not all(isinstance(w, dict) for w in waves):
-        raise InputError("must be a list of wave objects", field="waves")
-    return None, plan, len(waves)
+    return None, plan, len(plan_waves(plan))
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -301,7 +137,7 @@ class _WaveData:
     """Whole-wave arrays every rank's batch is cut from."""
 
     wave: int
-    source: _WaveSource
+    source: WaveArrays
     flat_tokens: np.ndarray
     request_base: np.ndarray
     segment_ids: np.ndarray
@@ -315,80 +151,27 @@ class _WaveData:
 
     @classmethod
     def build(cls, plan: PlanLike, workload: Workload, wave: int) -> _WaveData:
-        plan_object, plan_json, num_waves = _load_plan(plan)
-        if isinstance(wave, bool) or not isinstance(wave, int | np.integer) or not 0 <= wave < num_waves:
-            raise InputError(f"wave {wave!r} is out of range: the plan has {num_waves} waves", field="wave")
-        item_ptr = np.cumsum([0, *(len(item.requests) for item in workload.items)])
-        num_requests = int(item_ptr[-1])
-        if plan_object is not None:
-            source = _WaveSource.from_wave_plan(plan_object.waves[int(wave)])
-        else:
-            source = _WaveSource.from_json(plan_json, int(wave), workload, item_ptr)
-        if source.request_ids.size and int(source.request_ids.max()) >= num_requests:
-            raise InputError(
-                f"wave {wave} reads request {int(source.request_ids.max())} but the workload has only "
-                f"{num_requests} requests: is this the workload the plan was made for?",
-                file=workload.source,
-                field="workload",
-            )
-        wave_requests = source.request_ids.tolist()
-        item_of = dict(
-            zip(
-                wave_requests,
-                (np.searchsorted(item_ptr, wave_requests, side="right") - 1).tolist(),
-                strict=True,
-            )
-        )
-        index_of = {r: r - int(item_ptr[i]) for r, i in item_of.items()}
-        sequences = {r: workload.items[i].requests[index_of[r]].tokens for r, i in item_of.items()}
-        _check_chains(source, sequences, item_of, index_of, workload, int(wave))
-        # Token ids of every request a segment is copied from, in one flat array.
-        srcs = np.unique(source.seg_src)
-        lengths = np.array([sequences[s].size for s in srcs.tolist()], dtype=np.int64)
-        request_base = np.zeros(num_requests, dtype=np.int64)
-        request_base[srcs] = np.concatenate([[0], np.cumsum(lengths)[:-1]]) if srcs.size else srcs
-        flat_tokens = (
-            np.concatenate([sequences[s] for s in srcs.tolist()]) if srcs.size else np.zeros(0, np.int64)
-        )
-        seg_length = source.seg_length
-        segment_ids = np.repeat(np.arange(source.num_segments, dtype=np.int64), seg_length)
+        """Read wave ``wave`` of ``plan``, check it against ``workload`` and gather its token ids."""
+        source = _wave_arrays(plan, workload, wave)
+        requests = _WaveRequests.of(source, workload)
+        _check_chains(source, requests, int(wave))
+        flat_tokens, request_base = _flat_tokens(source, requests, workload.num_requests)
+        segment_ids = np.repeat(np.arange(source.num_segments, dtype=np.int64), source.seg_length)
         assert source.token_owner.size == segment_ids.size
-        chain_lengths = np.diff(source.request_ptr)
-        outputs = [workload.items[item_of[r]].requests[index_of[r]].output for r in wave_requests]
-        is_loss = np.array([o == "loss" for o in outputs], dtype=np.float64)
-        seg_loss_count = np.bincount(
-            source.request_segments, weights=np.repeat(is_loss, chain_lengths), minlength=source.num_segments
-        ).astype(np.int64)
         readback_index, readback_ptr = _readback(source)
         within = np.arange(segment_ids.size) - source.seg_offset[segment_ids]
         src = source.seg_src[segment_ids]
         packed_ids = flat_tokens[request_base[src] + source.seg_position[segment_ids] + within]
-        _check_tokens(
-            packed_ids, readback_index, readback_ptr, source, sequences, item_of, index_of, workload
-        )
-        parent_ids = np.repeat(source.seg_parent, seg_length)
-        import torch  # here, not at module level: `import cpplan` stays light for the planner and CLI
-
-        tensors = {
-            "segment_ids": torch.from_numpy(segment_ids),
-            "parent_ids": torch.from_numpy(parent_ids),
-            "token_owner": torch.from_numpy(source.token_owner.copy()),
-            "seg_parent": torch.from_numpy(source.seg_parent.copy()),
-            "seg_offset": torch.from_numpy(source.seg_offset.copy()),
-            "seg_length": torch.from_numpy(seg_length.copy()),
-            "seg_position": torch.from_numpy(source.seg_position.copy()),
-            "readback_index": torch.from_numpy(readback_index),
-            "readback_ptr": torch.from_numpy(readback_ptr),
-        }
+        _check_tokens(packed_ids, readback_index, readback_ptr, source, requests)
         return cls(
             wave=int(wave),
             source=source,
             flat_tokens=flat_tokens,
             request_base=request_base,
             segment_ids=segment_ids,
-            seg_loss_count=seg_loss_count,
-            requests=tuple((workload.items[item_of[r]].id, index_of[r]) for r in wave_requests),
-            tensors=tensors,
+            seg_loss_count=_seg_loss_count(source, requests),
+            requests=requests.labels,
+            tensors=_whole_wave_tensors(source, segment_ids, readback_index, readback_ptr),
         )
 
     def tokens_at(self, segments: np.ndarray, positions: np.ndarray) -> np.ndarray:
@@ -460,14 +243,117 @@ class _WaveData:
         )
 
 
-def _check_chains(source: _WaveSource, sequences, item_of, index_of, workload: Workload, wave: int) -> None:
+def _wave_arrays(plan: PlanLike, workload: Workload, wave: int) -> WaveArrays:
+    """The wave's arrays from a plan object or plan JSON; every request it reads is in the workload."""
+    plan_object, plan_json, num_waves = _load_plan(plan)
+    if isinstance(wave, bool) or not isinstance(wave, int | np.integer) or not 0 <= wave < num_waves:
+        raise InputError(f"wave {wave!r} is out of range: the plan has {num_waves} waves", field="wave")
+    if plan_object is not None:
+        source = WaveArrays.from_wave_plan(plan_object.waves[int(wave)])
+    else:
+        source = read_wave(plan_json, int(wave), workload)
+    num_requests = workload.num_requests
+    if source.request_ids.size and int(source.request_ids.max()) >= num_requests:
+        raise InputError(
+            f"wave {wave} reads request {int(source.request_ids.max())} but the workload has only "
+            f"{num_requests} requests: is this the workload the plan was made for?",
+            file=workload.source,
+            field="workload",
+        )
+    return source
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class _WaveRequests:
+    """The wave's requests in the workload, by flattened request id: item index, index in the item and
+    token ids."""
+
+    workload: Workload
+    ids: list[int]
+    item_of: dict[int, int]
+    index_of: dict[int, int]
+    sequences: dict[int, np.ndarray]
+
+    @classmethod
+    def of(cls, source: WaveArrays, workload: Workload) -> _WaveRequests:
+        """Look up the requests ``source`` reads."""
+        item_ptr = np.cumsum([0, *(len(item.requests) for item in workload.items)])
+        ids = source.request_ids.tolist()
+        items = (np.searchsorted(item_ptr, ids, side="right") - 1).tolist()
+        item_of = dict(zip(ids, items, strict=True))
+        index_of = {r: r - int(item_ptr[i]) for r, i in item_of.items()}
+        sequences = {r: workload.items[i].requests[index_of[r]].tokens for r, i in item_of.items()}
+        return cls(workload=workload, ids=ids, item_of=item_of, index_of=index_of, sequences=sequences)
+
+    def request(self, r: int) -> Request:
+        """The workload's request ``r``."""
+        return self.workload.items[self.item_of[r]].requests[self.index_of[r]]
+
+    def item_id(self, r: int) -> str:
+        """The id of request ``r``'s item."""
+        return self.workload.items[self.item_of[r]].id
+
+    @property
+    def labels(self) -> tuple[tuple[str, int], ...]:
+        """``(item id, request index in the item)`` of each request of the wave, in wave order."""
+        return tuple((self.item_id(r), self.index_of[r]) for r in self.ids)
+
+    def field(self, r: int) -> str:
+        """The workload field naming request ``r``."""
+        return f"items[{self.item_of[r]}].requests[{self.index_of[r]}]"
+
+
+def _flat_tokens(
+    source: WaveArrays, requests: _WaveRequests, num_requests: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Token ids of every request a segment is copied from, in one flat array, and where each such
+    request starts in it (indexed by flattened request id)."""
+    srcs = np.unique(source.seg_src)
+    lengths = np.array([requests.sequences[s].size for s in srcs.tolist()], dtype=np.int64)
+    request_base = np.zeros(num_requests, dtype=np.int64)
+    request_base[srcs] = np.concatenate([[0], np.cumsum(lengths)[:-1]]) if srcs.size else srcs
+    flat_tokens = (
+        np.concatenate([requests.sequences[s] for s in srcs.tolist()]) if srcs.size else np.zeros(0, np.int64)
+    )
+    return flat_tokens, request_base
+
+
+def _seg_loss_count(source: WaveArrays, requests: _WaveRequests) -> np.ndarray:
+    """Per segment, the loss requests whose chain holds it."""
+    chain_lengths = np.diff(source.request_ptr)
+    is_loss = np.array([requests.request(r).output == "loss" for r in requests.ids], dtype=np.float64)
+    return np.bincount(
+        source.request_segments, weights=np.repeat(is_loss, chain_lengths), minlength=source.num_segments
+    ).astype(np.int64)
+
+
+def _whole_wave_tensors(
+    source: WaveArrays, segment_ids: np.ndarray, readback_index: np.ndarray, readback_ptr: np.ndarray
+) -> dict[str, torch.Tensor]:
+    """The tensors every rank's batch shares (indexed by packed position or by segment)."""
+    import torch  # here, not at module level: `import cpplan` stays light for the planner and CLI
+
+    return {
+        "segment_ids": torch.from_numpy(segment_ids),
+        "parent_ids": torch.from_numpy(np.repeat(source.seg_parent, source.seg_length)),
+        "token_owner": torch.from_numpy(source.token_owner.copy()),
+        "seg_parent": torch.from_numpy(source.seg_parent.copy()),
+        "seg_offset": torch.from_numpy(source.seg_offset.copy()),
+        "seg_length": torch.from_numpy(source.seg_length.copy()),
+        "seg_position": torch.from_numpy(source.seg_position.copy()),
+        "readback_index": torch.from_numpy(readback_index),
+        "readback_ptr": torch.from_numpy(readback_ptr),
+    }
+
+
+def _check_chains(source: WaveArrays, requests: _WaveRequests, wave: int) -> None:
     """Each request's chain must run parent to child from a root, start at position 0, be contiguous
     and cover the request (a segment is copied from a request whose chain holds it, so its span is
     then in bounds too)."""
     segs = source.request_segments
     starts_at = source.request_ptr[:-1]
     totals = np.add.reduceat(source.seg_length[segs], starts_at)
-    expected = np.array([sequences[r].size for r in source.request_ids.tolist()], dtype=np.int64)
+    expected = np.array([requests.sequences[r].size for r in requests.ids], dtype=np.int64)
     first = np.zeros(segs.size, dtype=bool)
     first[starts_at] = True
     positions = source.seg_position[segs]
@@ -480,39 +366,42 @@ def _check_chains(source: _WaveSource, sequences, item_of, index_of, workload: W
         bad = np.union1d(bad, np.searchsorted(source.request_ptr, np.flatnonzero(~linked), side="right") - 1)
     if bad.size:
         k = int(bad[0])
-        r = int(source.request_ids[k])
-        item = workload.items[item_of[r]]
+        r = requests.ids[k]
         problem = (
-            f"has {sequences[r].size} tokens, but the plan's segment chain reads {int(totals[k])}"
+            f"has {requests.sequences[r].size} tokens, but the plan's segment chain reads {int(totals[k])}"
             if totals[k] != expected[k]
             else "has a segment chain that is not a root-to-leaf run of contiguous segments"
         )
         raise InputError(
-            f"wave {wave} does not match the workload: item {item.id!r} request {index_of[r]} {problem}; "
-            "is this the workload the plan was made for?",
-            file=workload.source,
-            field=f"items[{item_of[r]}].requests[{index_of[r]}]",
+            f"wave {wave} does not match the workload: item {requests.item_id(r)!r} request "
+            f"{requests.index_of[r]} {problem}; is this the workload the plan was made for?",
+            file=requests.workload.source,
+            field=requests.field(r),
         )
 
 
 def _check_tokens(
-    packed_ids, readback_index, readback_ptr, source: _WaveSource, sequences, item_of, index_of, workload
+    packed_ids: np.ndarray,
+    readback_index: np.ndarray,
+    readback_ptr: np.ndarray,
+    source: WaveArrays,
+    requests: _WaveRequests,
 ) -> None:
     """Every request read back from the packed ids must be its own tokens: the plan keeps no token ids,
     so this is what catches a workload that is not the one planned (or a plan file whose shared
     segments are not shared prefixes)."""
-    own = np.concatenate([sequences[r] for r in source.request_ids.tolist()])
+    own = np.concatenate([requests.sequences[r] for r in requests.ids])
     wrong = np.flatnonzero(packed_ids[readback_index] != own)
     if wrong.size:
         k = int(np.searchsorted(readback_ptr, wrong[0], side="right") - 1)
-        r = int(source.request_ids[k])
+        r = requests.ids[k]
         position = int(wrong[0] - readback_ptr[k])
         raise InputError(
-            f"the plan's segments give token {position} of item {workload.items[item_of[r]].id!r} request "
-            f"{index_of[r]} as {int(packed_ids[readback_index[wrong[0]]])}, but the workload has "
+            f"the plan's segments give token {position} of item {requests.item_id(r)!r} request "
+            f"{requests.index_of[r]} as {int(packed_ids[readback_index[wrong[0]]])}, but the workload has "
             f"{int(own[wrong[0]])}; is this the workload the plan was made for?",
-            file=workload.source,
-            field=f"items[{item_of[r]}].requests[{index_of[r]}].tokens",
+            file=requests.workload.source,
+            field=f"{requests.field(r)}.tokens",
         )
 
 

@@ -31,8 +31,9 @@ from cpplan.errors import InputError, UnsupportedTopologyError
 from cpplan.spec.expr import FormulaError, evaluate, names_in
 from cpplan.spec.quantities import NUM_QUANTITIES, QUANTITY_INDEX, QUANTITY_NAMES
 from cpplan.spec.shipped import toml_files
-from cpplan.spec.tomlines import file_line, toml_line
+from cpplan.spec.tomlines import file_line
 from cpplan.spec.topology import AXES, Topology
+from cpplan.spec.validation import input_error
 
 Formula = str | float | int
 Phase = Literal["cold", "warm"]
@@ -449,7 +450,7 @@ def load_card_file(path: str | Path) -> ModelCard:
     try:
         card = ModelCard.model_validate(data)
     except ValidationError as exc:
-        raise validation_error(exc, path, text) from None
+        raise input_error(exc, file=path, toml_text=text) from None
     _check_formulas(card)
     return card
 
@@ -513,14 +514,3 @@ def read_toml(path: str | Path, *, what: str) -> tuple[dict, str]:
 def _line_from_message(message: str) -> int | None:
     match = re.search(r"line (\d+)", message)
     return int(match.group(1)) if match else None
-
-
-def validation_error(exc: ValidationError, path: str | Path, text: str) -> InputError:
-    """The first pydantic error as an :class:`InputError` with file, line and field."""
-    error = exc.errors()[0]
-    field = ".".join(str(p) for p in error["loc"])
-    line = toml_line(text, error["loc"])
-    message = error["msg"].removeprefix("Value error, ")
-    if error["type"] == "missing":
-        message = "required field is missing"
-    return InputError(message, file=str(path), line=line, field=field)

@@ -8,8 +8,9 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from cpplan.errors import InputError
-from cpplan.spec.card import read_toml, validation_error
+from cpplan.spec.card import read_toml
 from cpplan.spec.shipped import toml_files
+from cpplan.spec.validation import input_error
 
 STRATEGIES = ("greedy", "full_sharing", "seeded", "cpsat")
 
@@ -147,4 +148,4 @@ def load_solver(name_or_path: str | Path = "runtime") -> SolverProfile:
     try:
         return SolverProfile.model_validate(data)
     except ValidationError as exc:
-        raise validation_error(exc, path, text) from None
+        raise input_error(exc, file=path, toml_text=text) from None

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from cpplan.errors import InputError
+from cpplan.spec.validation import input_error
 
 AXES = ("tp", "cp", "ep", "etp", "pp", "dp")
 
@@ -61,9 +62,7 @@ class Topology(BaseModel):
         try:
             return cls(**sizes)
         except ValidationError as exc:
-            error = exc.errors()[0]
-            field = "topology" + "".join(f".{p}" for p in error["loc"])
-            raise InputError(error["msg"].removeprefix("Value error, "), field=field) from None
+            raise input_error(exc, field_root="topology") from None
 
     def __str__(self) -> str:
         return ",".join(f"{axis}={getattr(self, axis)}" for axis in AXES)

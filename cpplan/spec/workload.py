@@ -20,6 +20,7 @@ from pydantic import (
 )
 
 from cpplan.errors import InputError
+from cpplan.spec.validation import input_error
 
 MAX_TOKEN_ID = 2**31 - 1
 Output = Literal["loss", "logits", "hidden", "none"]
@@ -121,7 +122,7 @@ class Workload(BaseModel):
         try:
             return cls(items=tuple(items), source=source)
         except ValidationError as exc:
-            raise InputError(_first_message(exc), file=source) from None
+            raise input_error(exc, file=source, field_in_message=True) from None
 
     @classmethod
     def from_jsonl(cls, path: str | Path) -> Workload:
@@ -237,16 +238,4 @@ def item_from_record(record: dict[str, Any], source: str, line_no: int) -> Item:
     try:
         return Item.model_validate(record)
     except ValidationError as exc:
-        error = exc.errors()[0]
-        field = ".".join(str(p) for p in error["loc"]) or None
-        raise InputError(_clean(error["msg"]), file=source, line=line_no, field=field) from None
-
-
-def _first_message(exc: ValidationError) -> str:
-    error = exc.errors()[0]
-    field = ".".join(str(p) for p in error["loc"])
-    return f"{field}: {_clean(error['msg'])}" if field else _clean(error["msg"])
-
-
-def _clean(message: str) -> str:
-    return message.removeprefix("Value error, ")
+        raise input_error(exc, file=source, line=line_no) from None

@@ -1,0 +1,227 @@
+"""Reading plan JSON back: the inverse of :mod:`cpplan.pricing.serialize` for what a runtime needs.
+
+A plan file's wave becomes :class:`WaveArrays` (the segment tree, each request's chain of segments and
+every packed token's owning CP rank), checked field by field against the workload it was made for; each
+problem is an :class:`~cpplan.errors.InputError` naming the JSON field (``waves[2].requests[5].segments``).
+The same arrays come from an in-memory :class:`~cpplan.pricing.wave.WavePlan` too.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from cpplan.errors import InputError
+from cpplan.pricing.ownership import CHUNK_TOKENS
+from cpplan.pricing.wave import WavePlan
+from cpplan.spec.workload import Workload
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class WaveArrays:
+    """One wave's segments, request chains and token owners, from a WavePlan or from plan JSON.
+
+    Segment and chain arrays mean what they mean in :class:`~cpplan.pricing.layout.PackedLayout`
+    (``request_ids`` index the workload's requests in flattened (item, request) order);
+    ``token_owner`` is the CP rank of every packed token.
+    """
+
+    num_ranks: int
+    chunk_tokens: int
+    request_ids: np.ndarray
+    seg_parent: np.ndarray
+    seg_position: np.ndarray
+    seg_length: np.ndarray
+    seg_offset: np.ndarray
+    seg_src: np.ndarray
+    request_ptr: np.ndarray
+    request_segments: np.ndarray
+    token_owner: np.ndarray
+
+    @classmethod
+    def from_wave_plan(cls, wp: WavePlan) -> WaveArrays:
+        """The arrays of a priced wave (already consistent: nothing to check)."""
+        layout = wp.layout
+        return cls(
+            num_ranks=int(wp.quantities.shape[0]),
+            chunk_tokens=wp.stats.chunk_tokens,
+            request_ids=layout.request_ids,
+            seg_parent=layout.seg_parent,
+            seg_position=layout.seg_position,
+            seg_length=layout.seg_length,
+            seg_offset=layout.seg_offset,
+            seg_src=layout.seg_src,
+            request_ptr=layout.request_ptr,
+            request_segments=layout.request_segments,
+            token_owner=np.repeat(wp.owner.astype(np.int64), wp.stats.tokens),
+        )
+
+    @property
+    def num_segments(self) -> int:
+        """Segments of the wave."""
+        return int(self.seg_length.size)
+
+    @property
+    def packed_tokens(self) -> int:
+        """Tokens in the wave's packed sequence."""
+        return int(self.seg_length.sum())
+
+
+def read_plan_file(path: str | Path) -> Any:
+    """The decoded JSON of a plan file (checked by :func:`plan_waves` and :func:`read_wave`)."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise InputError(f"cannot read plan: {exc.strerror}", file=str(path)) from None
+    except json.JSONDecodeError as exc:
+        raise InputError(f"malformed JSON: {exc.msg} (line {exc.lineno})", file=str(path)) from None
+
+
+def plan_waves(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """The plan's ``waves``, which must be a list of objects."""
+    waves = data.get("waves")
+    if not isinstance(waves, list) or not all(isinstance(w, dict) for w in waves):
+        raise InputError("must be a list of wave objects", field="waves")
+    return waves
+
+
+def read_wave(data: dict[str, Any], w: int, workload: Workload) -> WaveArrays:
+    """Wave ``w`` of a plan dictionary as checked arrays: a well-formed segment tree, every request of
+    the workload and its chain within the tree, every segment on some chain, and every packed token
+    owned by exactly one of the plan's CP ranks."""
+    wave = data["waves"][w]
+    where = f"waves[{w}]"
+    seg_parent, seg_position, seg_length = _segments(wave, where)
+    num_segments = seg_length.size
+    item_ptr = np.cumsum([0, *(len(item.requests) for item in workload.items)])
+    request_ids, chains = _chains(wave, where, workload, item_ptr, num_segments)
+    request_ptr = np.cumsum([0, *(c.size for c in chains)]).astype(np.int64)
+    request_segments = np.concatenate(chains)
+    seg_src = _segment_sources(request_ids, request_ptr, request_segments, num_segments, where)
+    num_ranks = _plan_cp(data)
+    token_owner = _owners_from_ranges(wave.get("ranks"), num_ranks, int(seg_length.sum()), where)
+    chunk_tokens = data.get("chunk_tokens", CHUNK_TOKENS)
+    return WaveArrays(
+        num_ranks=num_ranks,
+        chunk_tokens=int(chunk_tokens) if isinstance(chunk_tokens, int) else CHUNK_TOKENS,
+        request_ids=request_ids,
+        seg_parent=seg_parent,
+        seg_position=seg_position,
+        seg_length=seg_length,
+        seg_offset=np.cumsum(np.r_[0, seg_length[:-1]]).astype(np.int64),
+        seg_src=seg_src,
+        request_ptr=request_ptr,
+        request_segments=request_segments,
+        token_owner=token_owner,
+    )
+
+
+def _segments(wave: dict[str, Any], where: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Parents, positions and lengths of the wave's ``[parent, position, length]`` segments."""
+    segments = _int_array(wave.get("segments"), f"{where}.segments", width=3)
+    seg_parent, seg_position, seg_length = segments.T.copy()
+    if (seg_length < 1).any() or (seg_position < 0).any():
+        raise InputError("a segment has a negative position or no tokens", field=f"{where}.segments")
+    if ((seg_parent < -1) | (seg_parent >= np.arange(segments.shape[0]))).any():
+        raise InputError("a segment's parent must be -1 or an earlier segment", field=f"{where}.segments")
+    return seg_parent, seg_position, seg_length
+
+
+def _chains(
+    wave: dict[str, Any], where: str, workload: Workload, item_ptr: np.ndarray, num_segments: int
+) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Each request's flattened workload index and its chain of segments."""
+    requests = wave.get("requests")
+    if not isinstance(requests, list) or not requests:
+        raise InputError("must be a non-empty list", field=f"{where}.requests")
+    request_ids, chains = [], []
+    for k, entry in enumerate(requests):
+        at = f"{where}.requests[{k}]"
+        if not isinstance(entry, dict):
+            raise InputError("must be an object with item, request and segments", field=at)
+        item_id = entry.get("item")
+        item = workload.index_of.get(item_id) if isinstance(item_id, str) else None
+        if item is None:
+            raise InputError(f"item {item_id!r} is not in the workload", field=f"{at}.item")
+        index = entry.get("request")
+        valid_index = isinstance(index, int) and not isinstance(index, bool)
+        if not valid_index or not 0 <= index < len(workload.items[item].requests):
+            raise InputError(f"no request {index!r} in item {entry['item']!r}", field=f"{at}.request")
+        chain = _int_array(entry.get("segments"), f"{at}.segments")
+        if chain.size == 0 or (chain < 0).any() or (chain >= num_segments).any():
+            raise InputError(f"must list segments in [0, {num_segments})", field=f"{at}.segments")
+        request_ids.append(int(item_ptr[item]) + index)
+        chains.append(chain)
+    return np.array(request_ids, dtype=np.int64), chains
+
+
+def _segment_sources(
+    request_ids: np.ndarray,
+    request_ptr: np.ndarray,
+    request_segments: np.ndarray,
+    num_segments: int,
+    where: str,
+) -> np.ndarray:
+    """The request each segment's tokens are read from (the first whose chain holds it); every segment
+    must be on some chain."""
+    used, first = np.unique(request_segments, return_index=True)
+    if used.size != num_segments:
+        missing = int(np.setdiff1d(np.arange(num_segments), used)[0])
+        raise InputError(f"segment {missing} is in no request's chain", field=f"{where}.segments")
+    return request_ids[np.searchsorted(request_ptr, first, side="right") - 1]
+
+
+def _int_array(value: Any, field: str, *, width: int | None = None) -> np.ndarray:
+    """A list (of ``width``-lists) of integers as an int64 array, or an InputError naming ``field``."""
+    try:
+        array = np.array(value, dtype=np.int64)
+        ok = isinstance(value, list) and array.ndim == (1 if width is None else 2)
+        ok = ok and (width is None or array.shape[1] == width)
+        if isinstance(value, list) and not value:
+            array, ok = np.zeros((0, width) if width else 0, dtype=np.int64), True
+    except (TypeError, ValueError, OverflowError):
+        ok = False
+    if not ok:
+        shape = "a list of integers" if width is None else f"a list of [{', '.join(['int'] * width)}]"
+        raise InputError(f"must be {shape}", field=field)
+    return array
+
+
+def _plan_cp(data: dict[str, Any]) -> int:
+    """The plan's CP size, from its ``topology``."""
+    topology = data.get("topology")
+    cp = topology.get("cp") if isinstance(topology, dict) else None
+    if not isinstance(cp, int) or isinstance(cp, bool) or cp < 1:
+        raise InputError("must give a positive integer cp", field="topology.cp")
+    return cp
+
+
+def _owners_from_ranges(ranks: Any, num_ranks: int, packed_tokens: int, where: str) -> np.ndarray:
+    """Every packed token's rank from the ranks' owned ``ranges``; each token owned exactly once."""
+    if not isinstance(ranks, list) or len(ranks) != num_ranks:
+        raise InputError(f"must list the {num_ranks} CP ranks", field=f"{where}.ranks")
+    owner = np.full(packed_tokens, -1, dtype=np.int64)
+    cover = np.zeros(packed_tokens + 1, dtype=np.int64)
+    for r, entry in enumerate(ranks):
+        at = f"{where}.ranks[{r}].ranges"
+        ranges = _int_array(entry.get("ranges") if isinstance(entry, dict) else None, at, width=2)
+        lo, hi = ranges.T if ranges.size else (np.zeros(0, np.int64), np.zeros(0, np.int64))
+        if ((lo < 0) | (hi > packed_tokens) | (lo >= hi)).any():
+            raise InputError(f"ranges must be [start, end) within [0, {packed_tokens}]", field=at)
+        np.add.at(cover, lo, 1)
+        np.add.at(cover, hi, -1)
+        mark = np.zeros(packed_tokens + 1, dtype=np.int64)
+        np.add.at(mark, lo, 1)
+        np.add.at(mark, hi, -1)
+        owner[np.cumsum(mark)[:-1] > 0] = r
+    count = np.cumsum(cover)[:-1]
+    bad = np.flatnonzero(count != 1)
+    if bad.size:
+        token = int(bad[0])
+        how = "no rank" if count[token] == 0 else f"{int(count[token])} ranks"
+        raise InputError(f"packed token {token} is owned by {how}", field=f"{where}.ranks")
+    return owner

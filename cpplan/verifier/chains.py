@@ -1,0 +1,124 @@
+"""The verifier's reading of a wave's request chains: each request read back through its segments,
+token by token against the workload, each request in exactly one wave, each segment used, and an item's
+requests kept together unless the wave is marked split."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from cpplan.spec.workload import Item, Request
+from cpplan.verifier.segments import Segment
+
+
+@dataclass(kw_only=True)
+class Coverage:
+    """What the requests of one wave put in its segments: the tokens read so far, whether any request
+    through a segment takes gradients or reads outputs, and whether any request uses the segment."""
+
+    tokens: list[np.ndarray | None]
+    grad: list[bool]
+    loss: list[bool]
+    used: list[bool]
+
+    @classmethod
+    def empty(cls, num_segments: int) -> Coverage:
+        """Nothing read yet."""
+        return cls(
+            tokens=[None] * num_segments,
+            grad=[False] * num_segments,
+            loss=[False] * num_segments,
+            used=[False] * num_segments,
+        )
+
+
+def read_requests(
+    w: int,
+    wave: dict[str, Any],
+    segments: list[Segment],
+    by_id: dict[str, Item],
+    seen: dict[tuple[str, int], int],
+    violations: list[str],
+) -> Coverage:
+    """Read every request of the wave back through its chain, recording in ``seen`` which wave holds it."""
+    coverage = Coverage.empty(len(segments))
+    wave_items = set(wave["items"])
+    for entry in wave["requests"]:
+        item_id, k, chain = entry["item"], int(entry["request"]), [int(c) for c in entry["segments"]]
+        key = (item_id, k)
+        if item_id not in wave_items:
+            violations.append(f"wave {w}: request {k} of item {item_id!r} belongs to an item not listed")
+        if key in seen:
+            violations.append(f"request {k} of item {item_id!r} appears in waves {seen[key]} and {w}")
+            continue
+        seen[key] = w
+        item = by_id.get(item_id)
+        if item is None or not 0 <= k < len(item.requests):
+            continue
+        _read_chain(w, item_id, k, item.requests[k], chain, segments, coverage, violations)
+    return coverage
+
+
+def _read_chain(
+    w: int,
+    item_id: str,
+    k: int,
+    request: Request,
+    chain: list[int],
+    segments: list[Segment],
+    coverage: Coverage,
+    violations: list[str],
+) -> None:
+    """Follow one request's chain root to leaf; its segments must hold its tokens, in order, all of them."""
+    position, previous = 0, -1
+    for c in chain:
+        if not 0 <= c < len(segments):
+            violations.append(f"wave {w}: request {k} of {item_id!r} names segment {c}, out of range")
+            return
+        parent, start, length = segments[c]
+        if parent != previous or start != position:
+            violations.append(f"wave {w}: request {k} of {item_id!r} has a broken chain at segment {c}")
+            return
+        piece = request.tokens[position : position + length]
+        if coverage.tokens[c] is None:
+            coverage.tokens[c] = piece
+        if piece.size != length or not np.array_equal(coverage.tokens[c], piece):
+            violations.append(
+                f"wave {w}: segment {c} holds tokens that differ from request {k} of {item_id!r}"
+            )
+            return
+        coverage.used[c] = True
+        coverage.grad[c] |= request.grad
+        coverage.loss[c] |= request.output in ("loss", "logits")
+        position, previous = position + length, c
+    if position != request.num_tokens:
+        violations.append(
+            f"wave {w}: request {k} of {item_id!r} reads back {position} of {request.num_tokens} tokens"
+        )
+
+
+def check_whole_items(w: int, wave: dict[str, Any], by_id: dict[str, Item], violations: list[str]) -> None:
+    """A wave not marked split holds every request of each item it lists."""
+    if wave.get("split"):
+        return
+    listed = Counter(e["item"] for e in wave["requests"])
+    for item_id in set(wave["items"]):
+        item = by_id.get(item_id)
+        if item is None:
+            violations.append(f"wave {w}: item {item_id!r} is not in the workload")
+            continue
+        if listed[item_id] != len(item.requests):
+            violations.append(
+                f"wave {w}: item {item_id!r} has {listed[item_id]} of its {len(item.requests)} "
+                "requests (waves never split an item unless marked split)"
+            )
+
+
+def check_used(w: int, coverage: Coverage, violations: list[str]) -> None:
+    """Every segment lies on some request's chain."""
+    for s, used in enumerate(coverage.used):
+        if not used:
+            violations.append(f"wave {w}: segment {s} is used by no request")
