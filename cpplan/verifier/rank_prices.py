@@ -10,17 +10,16 @@ from typing import Any
 import numpy as np
 
 from cpplan.spec.card import ResolvedCard
-from cpplan.spec.quantities import QUANTITY_NAMES
+from cpplan.spec.quantities import COUNTS, QUANTITIES, QUANTITY_NAMES, check_rules
 from cpplan.verifier.chains import Coverage
 from cpplan.verifier.segments import Segment
 
 PEAK_TOLERANCE_BYTES = 2
 COST_TOLERANCE = 1e-9
 
-_SUMMED = ("tokens", "grad_tokens", "loss_tokens", "attn_pairs", "grad_attn_pairs")
-assert sorted((*_SUMMED, "segments", "remote_tokens")) == sorted(QUANTITY_NAMES), (
-    "the verifier computes every local quantity of the registry with its own arithmetic"
-)
+_PER_TOKEN = {"token": lambda pos: np.ones_like(pos), "pair": lambda pos: pos + 1}
+"""What one owned token at position ``pos`` adds to a per-token count: 1, or the keys it attends."""
+check_rules("verifier.rank_prices", (*_PER_TOKEN, "segment", "remote"), COUNTS)
 
 
 def close(a: float, b: float) -> bool:
@@ -51,7 +50,6 @@ def price_ranks(
     slowest, worst = 0.0, 0
     for rank in range(cp):
         local = {name: int(values[rank]) for name, values in per_rank.items()}
-        local["remote_tokens"] = int(packed - local["tokens"])
         quantities = tuple(local[name] for name in QUANTITY_NAMES)
         peak, seconds = _peak(card, quantities), _seconds(card, quantities)
         slowest = max(slowest, seconds)
@@ -95,30 +93,31 @@ def _check_claims(
 
 
 def rank_sums(owner, seg_of, pos, grad, loss, cp: int) -> dict[str, np.ndarray]:
-    """Per rank, summed over its tokens: owned tokens, gradient and loss tokens, attention pairs (a
-    token at position p attends p + 1 keys, its gradient pairs likewise) and distinct segments touched.
+    """Every local quantity of the registry per rank, counted the way its entry states: per owned token
+    (1, or position + 1 keys for a pair count; only tokens of gradient / loss segments where the entry
+    says so), distinct segments touched, or packed tokens not owned.
 
     Ownership comes in runs of consecutive tokens, so each token-level prefix sum is read once per run.
     """
-    sums = {name: np.zeros(cp, dtype=np.int64) for name in (*_SUMMED, "segments")}
+    sums = {name: np.zeros(cp, dtype=np.int64) for name in QUANTITY_NAMES}
     if owner.size == 0:
         return sums
     bounds = np.concatenate([[0], np.flatnonzero(owner[1:] != owner[:-1]) + 1, [owner.size]])
     run_owner = owner[bounds[:-1]]
     keep = (run_owner >= 0) & (run_owner < cp)
-    keys = pos + 1
-    per_token = {
-        "tokens": np.ones_like(pos),
-        "grad_tokens": grad,
-        "loss_tokens": loss,
-        "attn_pairs": keys,
-        "grad_attn_pairs": keys * grad,
-    }
-    for name, values in per_token.items():
-        prefix = np.concatenate([[0], np.cumsum(values, dtype=np.int64)])
-        run_sums = prefix[bounds[1:]] - prefix[bounds[:-1]]
-        np.add.at(sums[name], run_owner[keep], run_sums[keep])
-    sums["segments"] = _segments_touched(owner, seg_of, cp)
+    flags = {"all": np.ones(pos.size, dtype=bool), "grad": grad, "loss": loss}
+    for q in QUANTITIES:
+        if q.count in _PER_TOKEN:
+            values = _PER_TOKEN[q.count](pos) * flags[q.only]
+            prefix = np.concatenate([[0], np.cumsum(values, dtype=np.int64)])
+            run_sums = prefix[bounds[1:]] - prefix[bounds[:-1]]
+            np.add.at(sums[q.name], run_owner[keep], run_sums[keep])
+        elif q.count == "segment":
+            sums[q.name] = _segments_touched(owner, seg_of, cp)
+    owned = np.bincount(owner[(owner >= 0) & (owner < cp)], minlength=cp)[:cp]
+    for q in QUANTITIES:
+        if q.count == "remote":
+            sums[q.name] = owner.size - owned
     return sums
 
 
