@@ -16,28 +16,43 @@ def _is_terminal() -> bool:
     return sys.stderr.isatty()
 
 
+_WAVE_COLUMNS = (
+    "wave",
+    "dp",
+    "items",
+    "layout",
+    "packed",
+    "logical",
+    "busiest rank",
+    "local tokens",
+    "peak",
+    "of budget",
+    "seconds",
+)
+
+
 def print_summary(result: PlanResult, console: Console | None = None) -> None:
     """Waves, packed vs logical tokens, busiest rank, peak vs budget, predicted seconds; candidates."""
     console = console or Console(stderr=True, width=None if _is_terminal() else 140)
+    console.print(wave_table(result))
+    console.print(candidate_table(result))
+    solver, plan = result.solver, result.plan
+    gap = "-" if solver.gap is None else f"{solver.gap:.2%}"
+    console.print(
+        f"chosen: {plan.strategy}; solver {solver.status}, gap {gap}; "
+        f"planned in {result.wall_s * 1e3:.1f} ms (profile {result.profile})"
+    )
+
+
+def wave_table(result: PlanResult) -> Table:
+    """One row per wave and a total."""
     problem, plan = result.problem, result.plan
     budget = problem.budget_bytes
     table = Table(
         title=f"cpplan plan: {problem.card.name}, {problem.topology}, budget {format_bytes(budget)}",
         title_justify="left",
     )
-    for column in (
-        "wave",
-        "dp",
-        "items",
-        "layout",
-        "packed",
-        "logical",
-        "busiest rank",
-        "local tokens",
-        "peak",
-        "of budget",
-        "seconds",
-    ):
+    for column in _WAVE_COLUMNS:
         table.add_column(column, justify="left" if column == "layout" else "right")
     for index, wave in enumerate(plan.waves):
         rank = wave.busiest_rank
@@ -68,22 +83,20 @@ def print_summary(result: PlanResult, console: Console | None = None) -> None:
         f"{plan.peak_bytes / budget:.1%}",
         f"{plan.cost_s:.4f}",
     )
-    console.print(table)
-    candidates = Table(title="candidates", title_justify="left")
+    return table
+
+
+def candidate_table(result: PlanResult) -> Table:
+    """Every strategy the portfolio ran: its seconds, waves, validity and why it lost."""
+    table = Table(title="candidates", title_justify="left")
     for column in ("strategy", "seconds", "waves", "valid", "reason"):
-        candidates.add_column(column)
+        table.add_column(column)
     for c in result.candidates:
-        candidates.add_row(
+        table.add_row(
             c.strategy,
             "-" if c.cost_s is None else f"{c.cost_s:.4f}",
             "-" if c.num_waves is None else str(c.num_waves),
             "yes" if c.valid else "no",
             c.reason,
         )
-    console.print(candidates)
-    solver = result.solver
-    gap = "-" if solver.gap is None else f"{solver.gap:.2%}"
-    console.print(
-        f"chosen: {plan.strategy}; solver {solver.status}, gap {gap}; "
-        f"planned in {result.wall_s * 1e3:.1f} ms (profile {result.profile})"
-    )
+    return table
