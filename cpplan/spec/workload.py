@@ -15,6 +15,7 @@ from pydantic import (
     Field,
     StrictBool,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -31,6 +32,10 @@ class Request(BaseModel):
 
     ``tokens`` is stored as a read-only 1-D ``int64`` numpy array of ids in ``[0, 2**31)``.
     ``grad``: gradients are taken through it. ``output``: what the trainer reads back.
+    ``loss_mask``: optional, one 0/1 per token; 1 at ``t`` means predicting token ``t`` counts in the
+    loss (completion-only losses for GRPO/PPO, assistant-only masks for chat). Token 0 is never
+    predicted, so its entry never counts. ``None`` (the default): every predicted token counts when
+    ``output`` is ``"loss"``. Stored as a read-only ``bool`` array.
     """
 
     model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True, extra="forbid")
@@ -38,6 +43,7 @@ class Request(BaseModel):
     tokens: np.ndarray
     grad: StrictBool = True
     output: Output = "loss"
+    loss_mask: np.ndarray | None = None
 
     @field_validator("tokens", mode="before")
     @classmethod
@@ -72,10 +78,45 @@ class Request(BaseModel):
             raise ValueError(f"must be a boolean (true or false), got {value!r}")
         return bool(value)
 
+    @field_validator("loss_mask", mode="before")
+    @classmethod
+    def _mask_array(cls, value: Any) -> np.ndarray | None:
+        if value is None:
+            return None
+        if isinstance(value, str | bytes) or not isinstance(value, Sequence | np.ndarray):
+            raise ValueError("must be a list of 0/1 per token")
+        array = np.asarray(value, dtype=object) if isinstance(value, Sequence) else np.asarray(value)
+        if array.ndim != 1:
+            raise ValueError("must be a flat list of 0/1 per token")
+        bad = next((i for i, v in enumerate(array.tolist()) if v not in (0, 1) or isinstance(v, float)), None)
+        if bad is not None:
+            raise ValueError(f"entry {bad} is {array.tolist()[bad]!r}; every entry must be 0 or 1")
+        mask = array.astype(bool)
+        mask.flags.writeable = False
+        return mask
+
+    @field_validator("loss_mask")
+    @classmethod
+    def _mask_length(cls, mask: np.ndarray | None, info: ValidationInfo) -> np.ndarray | None:
+        tokens = info.data.get("tokens")
+        if mask is not None and tokens is not None and mask.size != tokens.size:
+            raise ValueError(f"has {mask.size} entries for {tokens.size} tokens: give one 0/1 per token")
+        return mask
+
     @property
     def num_tokens(self) -> int:
         """Number of tokens."""
         return int(self.tokens.size)
+
+    def predicted(self) -> np.ndarray:
+        """Per position ``t < n - 1``, whether the logits at ``t`` (predicting token ``t + 1``) count in
+        the loss: the mask shifted by one, or every position without a mask; none unless ``output`` is
+        ``"loss"``."""
+        if self.output != "loss":
+            return np.zeros(self.num_tokens - 1, dtype=bool)
+        if self.loss_mask is None:
+            return np.ones(self.num_tokens - 1, dtype=bool)
+        return self.loss_mask[1:].copy()
 
 
 def _is_int(value: Any) -> bool:
@@ -231,7 +272,7 @@ def item_from_record(record: dict[str, Any], source: str, line_no: int) -> Item:
             raise InputError(
                 "give either 'tokens' or 'requests', not both", file=source, line=line_no, field="tokens"
             )
-        single = {k: record.pop(k) for k in ("tokens", "grad", "output") if k in record}
+        single = {k: record.pop(k) for k in ("tokens", "grad", "output", "loss_mask") if k in record}
         record["requests"] = [single]
     elif "requests" not in record:
         raise InputError("missing: give 'requests' or 'tokens'", file=source, line=line_no, field="requests")

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
 
 from cpplan import InputError, Workload
-from cpplan.spec.workload import Request
+from cpplan.spec.workload import Request, parse_item_line
 
 
 def write(tmp_path, lines: list[str]):
@@ -80,3 +81,37 @@ def test_duplicate_ids_and_empty_file(tmp_path):
     empty.write_text("\n")
     with pytest.raises(InputError, match="empty"):
         Workload.from_jsonl(empty)
+
+
+def test_loss_mask_is_one_bool_per_token_and_predicted_shifts_it():
+    """A loss mask is stored as read-only booleans; predicted() is the mask shifted by one (token 0 never
+    counts), every position without a mask, and none unless the output is the loss."""
+    masked = Request(tokens=[5, 6, 7, 8], loss_mask=[1, 0, 1, 1])
+    assert masked.loss_mask.dtype == bool and not masked.loss_mask.flags.writeable
+    assert masked.predicted().tolist() == [False, True, True]
+    assert Request(tokens=[5, 6, 7]).predicted().tolist() == [True, True]
+    assert Request(tokens=[5, 6, 7], output="hidden", loss_mask=[0, 1, 1]).predicted().tolist() == [
+        False,
+        False,
+    ]
+
+
+@pytest.mark.parametrize(
+    ("mask", "message"),
+    [
+        ("[0, 2, 1]", "entry 1 is 2; every entry must be 0 or 1"),
+        ("[0, 0.5, 1]", "entry 1 is 0.5"),
+        ("[0, 1]", "has 2 entries for 3 tokens"),
+        ('"011"', "must be a list of 0/1 per token"),
+    ],
+)
+def test_bad_loss_mask_names_line_request_and_field(mask, message):
+    """A loss mask of the wrong length or with values other than 0/1 is refused naming the file, the line,
+    the request and the field."""
+    line = (
+        '{"id": "a", "requests": [{"tokens": [1, 2, 3]}, {"tokens": [1, 2, 3], "loss_mask": ' + mask + "}]}"
+    )
+    with pytest.raises(
+        InputError, match=r"w\.jsonl:7, field 'requests\.1\.loss_mask': .*" + re.escape(message)
+    ):
+        parse_item_line(line, "w.jsonl", 7)
