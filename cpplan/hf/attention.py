@@ -1,0 +1,137 @@
+"""Attention layers over the tree mask, each CP rank computing only its owned queries.
+
+The layer's own projections, q/k norms and rotary function (the ``apply_rotary_pos_emb`` of the
+model's modeling module, so partial rotary is whatever the model does) make every rank's queries, keys
+and values; one publish gives every rank all keys and values of the wave in packed order. A query at
+packed position ``p`` of segment ``s`` attends the keys of ``s``'s ancestor segments and of ``s`` up to
+``p``: on CPU that is computed segment by segment (keys = the segment's path), on CUDA with
+flex_attention and the tree BlockMask of :class:`cpplan.attention_mask.TreeMask`.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import torch
+
+from .delta_rule import compute_dtype
+
+
+def project(layer, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+    """Rotated queries ``(heads, T, D)``, keys and values ``(kv heads, T, D)`` and the output gate
+    ``(T, heads * D)`` (None for ungated attention) of local states ``h`` ``(T, hidden)``."""
+    attn = layer.mixer
+    dim = attn.head_dim
+    x = h[None]
+    if layer.gated:
+        q, gate = torch.chunk(attn.q_proj(x).view(1, h.shape[0], -1, 2 * dim), 2, dim=-1)
+        gate = gate.reshape(h.shape[0], -1)
+    else:
+        q, gate = attn.q_proj(x).view(1, h.shape[0], -1, dim), None
+    q = attn.q_norm(q).transpose(1, 2)
+    k = attn.k_norm(attn.k_proj(x).view(1, h.shape[0], -1, dim)).transpose(1, 2)
+    v = attn.v_proj(x).view(1, h.shape[0], -1, dim).transpose(1, 2)
+    rotate = sys.modules[type(attn).__module__].apply_rotary_pos_emb
+    q, k = rotate(q, k, cos, sin)
+    return q[0], k[0], v[0], gate
+
+
+def attention_layer(layer, hs: dict, ropes: dict, geo, comm, *, kernels: str = "auto") -> dict:
+    """The mixer output ``(T_r, hidden)`` of every local rank from its normed states ``hs[r]``."""
+    projected = {r: project(layer, hs[r], *ropes[r]) for r in comm.ranks}
+    rows = {r: torch.stack([k, v], dim=0).transpose(0, 2).flatten(1) for r, (_, k, v, _) in projected.items()}
+    gathered = comm.publish(rows, geo.counts)
+    order = torch.as_tensor(np.argsort(geo.rank_major, kind="stable"), device=gathered.device)
+    kv_heads, dim = projected[comm.ranks[0]][1].shape[0], layer.mixer.head_dim
+    keys, values = gathered[order].view(-1, kv_heads, 2, dim).unbind(2)
+    out = {}
+    for r in comm.ranks:
+        q, _, _, gate = projected[r]
+        attended = tree_attention(
+            layer.mixer, q, keys.transpose(0, 1), values.transpose(0, 1), geo, r, kernels
+        )
+        attended = attended.transpose(0, 1).reshape(q.shape[1], -1)
+        if gate is not None:
+            attended = attended * torch.sigmoid(gate)
+        out[r] = layer.mixer.o_proj(attended)
+    return out
+
+
+def tree_attention(attn, q, keys, values, geo, rank: int, kernels: str) -> torch.Tensor:
+    """``(heads, T_r, D)`` outputs of the rank's queries ``q`` against the wave's ``keys``/``values``
+    ``(kv heads, packed, D)`` under the tree mask."""
+    if kernels != "torch" and q.is_cuda:
+        return _flex(attn, q, keys, values, geo, rank)
+    groups = attn.num_key_value_groups
+    keys, values = keys.repeat_interleave(groups, 0), values.repeat_interleave(groups, 0)
+    owned = geo.owned(rank)
+    pieces, rows = [], []
+    for segment in np.unique(geo.segment[owned]):
+        local = np.flatnonzero(geo.segment[owned] == segment)
+        positions = owned[local]
+        key_positions = geo.path_keys(int(segment), int(positions[-1]))
+        visible = torch.as_tensor(key_positions[None, :] <= positions[:, None], device=q.device)
+        index = torch.as_tensor(key_positions, device=q.device)
+        pieces.append(
+            _dense(
+                q[:, torch.as_tensor(local, device=q.device)],
+                keys[:, index],
+                values[:, index],
+                visible,
+                attn.scaling,
+            )
+        )
+        rows.append(local)
+    inverse = np.argsort(np.concatenate(rows), kind="stable") if rows else np.zeros(0, np.int64)
+    return torch.cat(pieces, dim=1)[:, torch.as_tensor(inverse, device=q.device)] if pieces else q
+
+
+def _dense(q, keys, values, visible, scaling: float) -> torch.Tensor:
+    dtype = compute_dtype(q.dtype)
+    scores = (q @ keys.transpose(-1, -2)).to(dtype) * scaling
+    probs = scores.masked_fill(~visible, float("-inf")).softmax(dim=-1).to(q.dtype)
+    return probs @ values
+
+
+def _flex(attn, q, keys, values, geo, rank: int) -> torch.Tensor:
+    """CUDA: compiled flex_attention with the rank's tree BlockMask (untested on this CPU-only suite)."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    mask = _block_mask(geo, rank, q.device)
+    fn = _compiled_flex(flex_attention)
+    out = fn(q[None], keys[None], values[None], block_mask=mask, scale=attn.scaling, enable_gqa=True)
+    return out[0]
+
+
+_COMPILED: dict = {}
+
+
+def _compiled_flex(flex_attention):
+    if "flex" not in _COMPILED:
+        _COMPILED["flex"] = torch.compile(flex_attention)
+    return _COMPILED["flex"]
+
+
+def _block_mask(geo, rank: int, device: torch.device):
+    """The rank's tree BlockMask, its block lists built on the CPU and its mask_mod reading device
+    copies of the segment metadata."""
+    from dataclasses import replace
+
+    from ..attention_mask import TreeMask
+
+    seg_parent = torch.as_tensor(geo.seg_parent)
+    cpu = TreeMask.build(torch.as_tensor(geo.segment), seg_parent, torch.as_tensor(geo.owned(rank)))
+    mask = cpu.block_mask(block_size=128).to(device)
+    on_device = replace(
+        cpu,
+        segment_ids=cpu.segment_ids.to(device),
+        query_index=cpu.query_index.to(device),
+        depth=cpu.depth.to(device),
+        ancestors=cpu.ancestors.to(device),
+    )
+    mask.mask_mod = on_device.mask_mod()
+    return mask
+
+
+__all__ = ["attention_layer", "project", "tree_attention"]
