@@ -272,3 +272,37 @@ def test_cuda_kernels_match(workload):
     slow = packed_logprobs(model, result, workload, wave=0, kernels="torch")
     assert max_abs_diff(fast, slow) <= 1e-3
     assert max_abs_diff(fast, want) <= 1e-3
+
+
+@pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
+def test_flex_attention_path_equals_torch_path(references, workload):
+    """The flex_attention path (the rank's tree BlockMask, GQA and scale passed to flex_attention) gives
+    the same log-probs as the per-segment torch attention and the unpacked run (CPU, forward only:
+    torch has no CPU flex_attention backward), at CP 4 with zigzag chunks."""
+    model, want, _ = references("qwen3_5_moe")
+    result = zigzag(plan(workload, 4), 4)
+    with float64_internals(), torch.no_grad():
+        flex = packed_logprobs(model, result, workload, wave=0, kernels="flex")
+    assert max_abs_diff(flex, want) <= LOGPROBS
+
+
+def test_unknown_kernels_are_refused(workload):
+    """An unknown ``kernels`` choice is a ValueError listing the known ones."""
+    with pytest.raises(ValueError, match="kernels must be one of"):
+        packed_logprobs(tiny_model("qwen3", layers=1), plan(workload, 1), workload, wave=0, kernels="cuda")
+
+
+def test_rank_owning_nothing():
+    """A CP rank that owns no token (three 128-token chunks dealt over four ranks) still takes part,
+    and the other ranks' packed log-probs and gradients equal the unpacked run."""
+    workload = mixed_workload(2, scale=0.12)
+    result = zigzag(plan(workload, 4), 4)
+    batches = cpplan.materialize_wave(result, workload, wave=0)
+    assert [b.num_tokens == 0 for b in batches] == [False, False, False, True]
+    model = tiny_model("qwen3_5_moe")
+    with float64_internals():
+        want = unpacked_logprobs(model, workload)
+        want_grads = gradients(model, weighted_sum(want))
+    logprobs, grads = _run(model, result, workload)
+    assert max_abs_diff(logprobs, want) <= LOGPROBS
+    assert max_rel_grad_diff(grads, want_grads) <= GRADS

@@ -4,12 +4,14 @@ The layer's own projections, q/k norms and rotary function (the ``apply_rotary_p
 model's modeling module, so partial rotary is whatever the model does) make every rank's queries, keys
 and values; one publish gives every rank all keys and values of the wave in packed order. A query at
 packed position ``p`` of segment ``s`` attends the keys of ``s``'s ancestor segments and of ``s`` up to
-``p``: on CPU that is computed segment by segment (keys = the segment's path), on CUDA with
-flex_attention and the tree BlockMask of :class:`cpplan.attention_mask.TreeMask`.
+``p``: with the pure-torch kernels that is computed segment by segment (keys = the segment's path), with
+flex_attention (CUDA by default) through the rank's tree BlockMask of
+:class:`cpplan.attention_mask.TreeMask` (built once per wave and rank).
 """
 
 from __future__ import annotations
 
+import functools
 import sys
 
 import numpy as np
@@ -22,16 +24,17 @@ def project(layer, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
     """Rotated queries ``(heads, T, D)``, keys and values ``(kv heads, T, D)`` and the output gate
     ``(T, heads * D)`` (None for ungated attention) of local states ``h`` ``(T, hidden)``."""
     attn = layer.mixer
-    dim = attn.head_dim
+    dim, tokens = attn.head_dim, h.shape[0]
+    heads, kv_heads = attn.config.num_attention_heads, attn.config.num_key_value_heads
     x = h[None]
     if layer.gated:
-        q, gate = torch.chunk(attn.q_proj(x).view(1, h.shape[0], -1, 2 * dim), 2, dim=-1)
-        gate = gate.reshape(h.shape[0], -1)
+        q, gate = torch.chunk(attn.q_proj(x).view(1, tokens, heads, 2 * dim), 2, dim=-1)
+        gate = gate.reshape(tokens, heads * dim)
     else:
-        q, gate = attn.q_proj(x).view(1, h.shape[0], -1, dim), None
+        q, gate = attn.q_proj(x).view(1, tokens, heads, dim), None
     q = attn.q_norm(q).transpose(1, 2)
-    k = attn.k_norm(attn.k_proj(x).view(1, h.shape[0], -1, dim)).transpose(1, 2)
-    v = attn.v_proj(x).view(1, h.shape[0], -1, dim).transpose(1, 2)
+    k = attn.k_norm(attn.k_proj(x).view(1, tokens, kv_heads, dim)).transpose(1, 2)
+    v = attn.v_proj(x).view(1, tokens, kv_heads, dim).transpose(1, 2)
     rotate = sys.modules[type(attn).__module__].apply_rotary_pos_emb
     q, k = rotate(q, k, cos, sin)
     return q[0], k[0], v[0], gate
@@ -51,7 +54,7 @@ def attention_layer(layer, hs: dict, ropes: dict, geo, comm, *, kernels: str = "
         attended = tree_attention(
             layer.mixer, q, keys.transpose(0, 1), values.transpose(0, 1), geo, r, kernels
         )
-        attended = attended.transpose(0, 1).reshape(q.shape[1], -1)
+        attended = attended.transpose(0, 1).flatten(1)
         if gate is not None:
             attended = attended * torch.sigmoid(gate)
         out[r] = layer.mixer.o_proj(attended)
@@ -61,7 +64,7 @@ def attention_layer(layer, hs: dict, ropes: dict, geo, comm, *, kernels: str = "
 def tree_attention(attn, q, keys, values, geo, rank: int, kernels: str) -> torch.Tensor:
     """``(heads, T_r, D)`` outputs of the rank's queries ``q`` against the wave's ``keys``/``values``
     ``(kv heads, packed, D)`` under the tree mask."""
-    if kernels != "torch" and q.is_cuda:
+    if kernels == "flex" or (kernels in ("auto", "fla") and q.is_cuda):
         return _flex(attn, q, keys, values, geo, rank)
     groups = attn.num_key_value_groups
     keys, values = keys.repeat_interleave(groups, 0), values.repeat_interleave(groups, 0)
@@ -95,24 +98,22 @@ def _dense(q, keys, values, visible, scaling: float) -> torch.Tensor:
 
 
 def _flex(attn, q, keys, values, geo, rank: int) -> torch.Tensor:
-    """CUDA: compiled flex_attention with the rank's tree BlockMask (untested on this CPU-only suite)."""
+    """flex_attention with the rank's tree BlockMask: compiled on CUDA, eager elsewhere (on the CPU
+    torch has no flex_attention backward, so there it serves forward checks only)."""
     from torch.nn.attention.flex_attention import flex_attention
 
     mask = _block_mask(geo, rank, q.device)
-    fn = _compiled_flex(flex_attention)
+    fn = _compiled(flex_attention) if q.is_cuda else flex_attention
     out = fn(q[None], keys[None], values[None], block_mask=mask, scale=attn.scaling, enable_gqa=True)
     return out[0]
 
 
-_COMPILED: dict = {}
+@functools.cache
+def _compiled(function):
+    return torch.compile(function)
 
 
-def _compiled_flex(flex_attention):
-    if "flex" not in _COMPILED:
-        _COMPILED["flex"] = torch.compile(flex_attention)
-    return _COMPILED["flex"]
-
-
+@functools.lru_cache(maxsize=64)
 def _block_mask(geo, rank: int, device: torch.device):
     """The rank's tree BlockMask, its block lists built on the CPU and its mask_mod reading device
     copies of the segment metadata."""

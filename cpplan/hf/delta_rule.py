@@ -50,8 +50,8 @@ def gated_delta_rule(
 
     ``q``, ``k``: ``(tokens, key heads, key dim)`` before normalisation; ``v``: ``(tokens, value heads,
     value dim)``; ``g``, ``beta``: ``(tokens, value heads)``; ``initial_state``: one state per
-    sequence. ``kernels``: ``"auto"`` (fla for CUDA tensors other than float64, when importable),
-    ``"torch"`` or ``"fla"``."""
+    sequence. ``kernels``: ``"fla"`` (required), ``"auto"`` (fla for CUDA tensors other than float64,
+    when importable), anything else pure torch."""
     group = v.shape[1] // k.shape[1]
     q, k = q.repeat_interleave(group, dim=1), k.repeat_interleave(group, dim=1)
     if _use_fla(kernels, v):
@@ -114,7 +114,7 @@ def chunked_delta_rule(
 
 
 def _use_fla(kernels: str, v: torch.Tensor) -> bool:
-    if kernels == "torch":
+    if kernels in ("torch", "flex"):
         return False
     available = v.is_cuda and v.dtype != torch.float64 and _fla_function() is not None
     if kernels == "fla" and not available:

@@ -46,7 +46,7 @@ def gdn_layer(layer, hs: dict, geo, comm, *, kernels: str = "auto") -> dict:
     for r in comm.ranks:
         z = gdn.in_proj_z(hs[r]).reshape(-1, gdn.head_v_dim)
         normed = gdn.norm(core[r].reshape(-1, gdn.head_v_dim), z)
-        out[r] = gdn.out_proj(normed.reshape(hs[r].shape[0], -1))
+        out[r] = gdn.out_proj(normed.reshape(hs[r].shape[0], gdn.value_dim))
     return out
 
 

@@ -17,6 +17,7 @@ from .geometry import WaveGeometry
 from .model import adapt
 
 Key = tuple[str, int]
+KERNELS = ("auto", "torch", "flex", "fla")
 
 
 def packed_logprobs(
@@ -43,10 +44,15 @@ def packed_logprobs(
     values and states are exchanged with collectives, every rank returns all of the wave's
     log-probabilities, every rank must backpropagate the same loss computed from them, and the
     parameter gradients must then be summed over the group (:func:`cpplan.hf.sum_gradients`).
-    ``kernels``: ``"auto"`` (fla and flex_attention on CUDA), or ``"torch"``. Raises
+    ``kernels``: ``"auto"`` (on CUDA: fla's gated delta rule, when installed, and compiled
+    flex_attention; elsewhere pure torch), ``"torch"`` (pure torch everywhere), ``"flex"``
+    (flex_attention for attention layers even on the CPU, forward only there; pure-torch GDN) or
+    ``"fla"`` (fla required, CUDA only). Raises
     :class:`cpplan.InputError` for a wave out of range, a plan made for another workload, or a model
     whose layers cpplan cannot route.
     """
+    if kernels not in KERNELS:
+        raise ValueError(f"kernels must be one of {KERNELS}, got {kernels!r}")
     batches = materialize_wave(result, workload, wave=wave)
     lm = adapt(model)
     geo = WaveGeometry.build(batches)
