@@ -6,12 +6,22 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+import pytest
 import torch
 
 import cpplan
 
 VOCAB = 64
 CARD = "qwen3.6-35b-a3b"
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny tensors on shared cores: one intra-op thread (more only spin against other processes)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 def tiny_model(family: str, *, seed: int = 0, layers: int = 4) -> torch.nn.Module:

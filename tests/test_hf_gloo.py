@@ -19,6 +19,7 @@ from tests.hf_models import (
     max_abs_diff,
     max_rel_grad_diff,
     mixed_workload,
+    one_thread,  # noqa: F401 (autouse fixture)
     tiny_model,
     weighted_sum,
 )

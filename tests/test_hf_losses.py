@@ -19,7 +19,13 @@ from cpplan.hf import (
     token_mean,
     unpacked_logprobs,
 )
-from tests.hf_models import max_rel_grad_diff, mixed_workload, plan, tiny_model
+from tests.hf_models import (
+    max_rel_grad_diff,
+    mixed_workload,
+    one_thread,  # noqa: F401 (autouse fixture)
+    plan,
+    tiny_model,
+)
 
 REDUCTIONS = ["token_mean", "sequence_mean_token_mean", "sequence_mean_token_sum"]
 

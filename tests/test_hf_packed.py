@@ -22,6 +22,7 @@ from tests.hf_models import (
     max_abs_diff,
     max_rel_grad_diff,
     mixed_workload,
+    one_thread,  # noqa: F401 (autouse fixture)
     plan,
     random_tree_workload,
     tiny_model,
@@ -31,15 +32,6 @@ from tests.hf_models import (
 
 LOGPROBS = 1e-9
 GRADS = 1e-8
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny tensors: intra-op threads cost more than they give on shared cores."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")
