@@ -298,3 +298,28 @@ def test_rank_owning_nothing():
     logprobs, grads = _run(model, result, workload)
     assert max_abs_diff(logprobs, want) <= LOGPROBS
     assert max_rel_grad_diff(grads, want_grads) <= GRADS
+
+
+def test_plan_file_and_plan_object(references, workload, tmp_path):
+    """The plan may be given as the Plan object or as the plan JSON (a dictionary or a file path):
+    all give the same log-probs as the PlanResult."""
+    import json
+
+    from cpplan.serialize import result_to_dict  # PlanResult.to_dict() in the contract
+
+    model, want, _ = references("qwen3_5_moe")
+    result = plan(workload, 2)
+    data = result.to_dict() if hasattr(result, "to_dict") else result_to_dict(result)
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(data))
+    with float64_internals(), torch.no_grad():
+        for given in (result.plan, data, str(path)):
+            assert max_abs_diff(packed_logprobs(model, given, workload, wave=0), want) <= LOGPROBS
+
+
+def test_token_outside_vocabulary_is_refused():
+    """A wave holding a token id the model cannot embed is an InputError naming the id and the
+    vocabulary size."""
+    workload = cpplan.Workload(items=(cpplan.Item(id="a", requests=(cpplan.Request(tokens=[1, 2, 99]),)),))
+    with pytest.raises(cpplan.InputError, match="token id 99, outside the model's vocabulary of 64"):
+        packed_logprobs(tiny_model("qwen3", layers=1), plan(workload, 1), workload, wave=0)

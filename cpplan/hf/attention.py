@@ -43,6 +43,7 @@ def project(layer, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
 def attention_layer(layer, hs: dict, ropes: dict, geo, comm, *, kernels: str = "auto") -> dict:
     """The mixer output ``(T_r, hidden)`` of every local rank from its normed states ``hs[r]``."""
     projected = {r: project(layer, hs[r], *ropes[r]) for r in comm.ranks}
+    # One row per owned token: its keys and values, (kv heads, 2, head dim) flattened.
     rows = {r: torch.stack([k, v], dim=0).transpose(0, 2).flatten(1) for r, (_, k, v, _) in projected.items()}
     gathered = comm.publish(rows, geo.counts)
     order = torch.as_tensor(np.argsort(geo.rank_major, kind="stable"), device=gathered.device)
@@ -66,28 +67,28 @@ def tree_attention(attn, q, keys, values, geo, rank: int, kernels: str) -> torch
     ``(kv heads, packed, D)`` under the tree mask."""
     if kernels == "flex" or (kernels in ("auto", "fla") and q.is_cuda):
         return _flex(attn, q, keys, values, geo, rank)
-    groups = attn.num_key_value_groups
-    keys, values = keys.repeat_interleave(groups, 0), values.repeat_interleave(groups, 0)
+    return _by_segment(attn, q, keys, values, geo, rank)
+
+
+def _by_segment(attn, q, keys, values, geo, rank: int) -> torch.Tensor:
+    """Per segment the rank owns tokens of: those queries against the keys of the segment's path."""
+    device = q.device
+    keys = keys.repeat_interleave(attn.num_key_value_groups, 0)
+    values = values.repeat_interleave(attn.num_key_value_groups, 0)
     owned = geo.owned(rank)
-    pieces, rows = [], []
+    outs, order = [], []
     for segment in np.unique(geo.segment[owned]):
         local = np.flatnonzero(geo.segment[owned] == segment)
-        positions = owned[local]
-        key_positions = geo.path_keys(int(segment), int(positions[-1]))
-        visible = torch.as_tensor(key_positions[None, :] <= positions[:, None], device=q.device)
-        index = torch.as_tensor(key_positions, device=q.device)
-        pieces.append(
-            _dense(
-                q[:, torch.as_tensor(local, device=q.device)],
-                keys[:, index],
-                values[:, index],
-                visible,
-                attn.scaling,
-            )
-        )
-        rows.append(local)
-    inverse = np.argsort(np.concatenate(rows), kind="stable") if rows else np.zeros(0, np.int64)
-    return torch.cat(pieces, dim=1)[:, torch.as_tensor(inverse, device=q.device)] if pieces else q
+        path = geo.path_keys(int(segment), int(owned[local[-1]]))
+        visible = torch.as_tensor(path[None, :] <= owned[local][:, None], device=device)
+        index = torch.as_tensor(path, device=device)
+        queries = q[:, torch.as_tensor(local, device=device)]
+        outs.append(_dense(queries, keys[:, index], values[:, index], visible, attn.scaling))
+        order.append(local)
+    if not outs:
+        return q
+    inverse = np.argsort(np.concatenate(order), kind="stable")
+    return torch.cat(outs, dim=1)[:, torch.as_tensor(inverse, device=device)]
 
 
 def _dense(q, keys, values, visible, scaling: float) -> torch.Tensor:

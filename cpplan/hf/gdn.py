@@ -77,9 +77,8 @@ def conv_with_tails(gdn, mixed: dict, geo, comm) -> dict:
     published, sources = conv_sources(geo, taps)
     if published.size:
         counts = np.bincount(geo.owner[published], minlength=geo.num_ranks).tolist()
-        rows = {
-            r: mixed[r][torch.as_tensor(geo.local[published[geo.owner[published] == r]])] for r in comm.ranks
-        }
+        mine = {r: geo.local[published[geo.owner[published] == r]] for r in comm.ranks}
+        rows = {r: mixed[r][torch.as_tensor(mine[r], device=mixed[r].device)] for r in comm.ranks}
         tails = comm.publish(rows, counts)
     weight = gdn.conv1d.weight.squeeze(1)  # (channels, taps)
     out = {}

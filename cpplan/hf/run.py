@@ -8,7 +8,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from .. import Workload, materialize_wave
+from .. import InputError, Workload, materialize_wave
 from .attention import attention_layer
 from .comm import ProcessGroupComm, SimulatedComm
 from .delta_rule import compute_dtype
@@ -57,16 +57,26 @@ def packed_logprobs(
     lm = adapt(model)
     geo = WaveGeometry.build(batches)
     comm = ProcessGroupComm(geo.num_ranks, group) if distributed else SimulatedComm(geo.num_ranks)
-    device = lm.lm_head.weight.device
-    hs, ropes = {}, {}
-    for r in comm.ranks:
-        ids = batches[r].input_ids.to(device)
-        hs[r] = lm.embed(ids)
-        cos, sin = lm.rotary(hs[r][None], batches[r].position_ids.to(device)[None])
-        ropes[r] = (cos, sin)
+    hs, ropes = _embed(lm, batches, geo, comm, wave)
     for layer in lm.layers:
         hs = _layer(layer, hs, ropes, geo, comm, kernels)
     return _read_back(lm, hs, geo, comm)
+
+
+def _embed(lm, batches, geo: WaveGeometry, comm, wave: int) -> tuple[dict, dict]:
+    """Each local rank's embedded owned tokens and their rotary ``(cos, sin)``."""
+    largest, vocab = int(geo.input_ids.max()), lm.embed.num_embeddings
+    if largest >= vocab:
+        raise InputError(
+            f"wave {wave} holds token id {largest}, outside the model's vocabulary of {vocab}",
+            field="workload",
+        )
+    device = lm.lm_head.weight.device
+    hs, ropes = {}, {}
+    for r in comm.ranks:
+        hs[r] = lm.embed(batches[r].input_ids.to(device))
+        ropes[r] = lm.rotary(hs[r][None], batches[r].position_ids.to(device)[None])
+    return hs, ropes
 
 
 def _layer(layer, hs: dict, ropes: dict, geo, comm, kernels: str) -> dict:
@@ -99,7 +109,7 @@ def _read_back(lm, hs: dict, geo: WaveGeometry, comm) -> dict[Key, torch.Tensor]
         values[r] = logprobs[rows, torch.as_tensor(targets[mine], device=logits.device)]
     gathered = comm.replicate(values, counts)
     flat = gathered[torch.as_tensor(np.argsort(order, kind="stable"), device=gathered.device)]
-    sizes = [rb.size - 1 if rb.size else 0 for rb in geo.readback]
+    sizes = [rb.size - 1 for rb in geo.readback]
     return dict(zip(geo.requests, torch.split(flat, sizes), strict=True))
 
 
