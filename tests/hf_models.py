@@ -145,7 +145,7 @@ def gradients(model: torch.nn.Module, loss: torch.Tensor) -> dict[str, torch.Ten
 def max_abs_diff(a: dict, b: dict) -> float:
     """Largest absolute difference over matching tensors of two dicts with the same keys."""
     assert a.keys() == b.keys()
-    return max(float((a[k] - b[k]).abs().max()) if a[k].numel() else 0.0 for k in a)
+    return max(float((a[k] - b[k]).detach().abs().max()) if a[k].numel() else 0.0 for k in a)
 
 
 def max_rel_grad_diff(a: dict, b: dict) -> float:
