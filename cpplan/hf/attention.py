@@ -1,0 +1,139 @@
+"""Attention layers over the tree mask, each CP rank computing only its owned queries.
+
+The layer's own projections, q/k norms and rotary function (the ``apply_rotary_pos_emb`` of the
+model's modeling module, so partial rotary is whatever the model does) make every rank's queries, keys
+and values; one publish gives every rank all keys and values of the wave in packed order. A query at
+packed position ``p`` of segment ``s`` attends the keys of ``s``'s ancestor segments and of ``s`` up to
+``p``: with the pure-torch kernels that is computed segment by segment (keys = the segment's path), with
+flex_attention (CUDA by default) through the rank's tree BlockMask of
+:class:`cpplan.runtime.attention_mask.TreeMask` (built once per wave and rank).
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+
+import numpy as np
+import torch
+
+from cpplan.hf.delta_rule import compute_dtype
+
+
+def project(layer, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+    """Rotated queries ``(heads, T, D)``, keys and values ``(kv heads, T, D)`` and the output gate
+    ``(T, heads * D)`` (None for ungated attention) of local states ``h`` ``(T, hidden)``."""
+    attn = layer.mixer
+    dim, tokens = attn.head_dim, h.shape[0]
+    heads, kv_heads = attn.config.num_attention_heads, attn.config.num_key_value_heads
+    x = h[None]
+    if layer.gated:
+        q, gate = torch.chunk(attn.q_proj(x).view(1, tokens, heads, 2 * dim), 2, dim=-1)
+        gate = gate.reshape(tokens, heads * dim)
+    else:
+        q, gate = attn.q_proj(x).view(1, tokens, heads, dim), None
+    q = attn.q_norm(q).transpose(1, 2)
+    k = attn.k_norm(attn.k_proj(x).view(1, tokens, kv_heads, dim)).transpose(1, 2)
+    v = attn.v_proj(x).view(1, tokens, kv_heads, dim).transpose(1, 2)
+    rotate = sys.modules[type(attn).__module__].apply_rotary_pos_emb
+    q, k = rotate(q, k, cos, sin)
+    return q[0], k[0], v[0], gate
+
+
+def attention_layer(layer, hs: dict, ropes: dict, geo, comm, *, kernels: str = "auto") -> dict:
+    """The mixer output ``(T_r, hidden)`` of every local rank from its normed states ``hs[r]``."""
+    projected = {r: project(layer, hs[r], *ropes[r]) for r in comm.ranks}
+    # One row per owned token: its keys and values, (kv heads, 2, head dim) flattened.
+    rows = {r: torch.stack([k, v], dim=0).transpose(0, 2).flatten(1) for r, (_, k, v, _) in projected.items()}
+    gathered = comm.publish(rows, geo.counts)
+    order = torch.as_tensor(np.argsort(geo.rank_major, kind="stable"), device=gathered.device)
+    kv_heads, dim = projected[comm.ranks[0]][1].shape[0], layer.mixer.head_dim
+    keys, values = gathered[order].view(-1, kv_heads, 2, dim).unbind(2)
+    out = {}
+    for r in comm.ranks:
+        q, _, _, gate = projected[r]
+        attended = tree_attention(
+            layer.mixer, q, keys.transpose(0, 1), values.transpose(0, 1), geo, r, kernels
+        )
+        attended = attended.transpose(0, 1).flatten(1)
+        if gate is not None:
+            attended = attended * torch.sigmoid(gate)
+        out[r] = layer.mixer.o_proj(attended)
+    return out
+
+
+def tree_attention(attn, q, keys, values, geo, rank: int, kernels: str) -> torch.Tensor:
+    """``(heads, T_r, D)`` outputs of the rank's queries ``q`` against the wave's ``keys``/``values``
+    ``(kv heads, packed, D)`` under the tree mask."""
+    if kernels == "flex" or (kernels in ("auto", "fla") and q.is_cuda):
+        return _flex(attn, q, keys, values, geo, rank)
+    return _by_segment(attn, q, keys, values, geo, rank)
+
+
+def _by_segment(attn, q, keys, values, geo, rank: int) -> torch.Tensor:
+    """Per segment the rank owns tokens of: those queries against the keys of the segment's path."""
+    device = q.device
+    keys = keys.repeat_interleave(attn.num_key_value_groups, 0)
+    values = values.repeat_interleave(attn.num_key_value_groups, 0)
+    owned = geo.owned(rank)
+    outs, order = [], []
+    for segment in np.unique(geo.segment[owned]):
+        local = np.flatnonzero(geo.segment[owned] == segment)
+        path = geo.path_keys(int(segment), int(owned[local[-1]]))
+        visible = torch.as_tensor(path[None, :] <= owned[local][:, None], device=device)
+        index = torch.as_tensor(path, device=device)
+        queries = q[:, torch.as_tensor(local, device=device)]
+        outs.append(_dense(queries, keys[:, index], values[:, index], visible, attn.scaling))
+        order.append(local)
+    if not outs:
+        return q
+    inverse = np.argsort(np.concatenate(order), kind="stable")
+    return torch.cat(outs, dim=1)[:, torch.as_tensor(inverse, device=device)]
+
+
+def _dense(q, keys, values, visible, scaling: float) -> torch.Tensor:
+    dtype = compute_dtype(q.dtype)
+    scores = (q @ keys.transpose(-1, -2)).to(dtype) * scaling
+    probs = scores.masked_fill(~visible, float("-inf")).softmax(dim=-1).to(q.dtype)
+    return probs @ values
+
+
+def _flex(attn, q, keys, values, geo, rank: int) -> torch.Tensor:
+    """flex_attention with the rank's tree BlockMask: compiled on CUDA, eager elsewhere (on the CPU
+    torch has no flex_attention backward, so there it serves forward checks only)."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    mask = _block_mask(geo, rank, q.device)
+    fn = _compiled(flex_attention) if q.is_cuda else flex_attention
+    out = fn(q[None], keys[None], values[None], block_mask=mask, scale=attn.scaling, enable_gqa=True)
+    return out[0]
+
+
+@functools.cache
+def _compiled(function):
+    return torch.compile(function)
+
+
+@functools.lru_cache(maxsize=64)
+def _block_mask(geo, rank: int, device: torch.device):
+    """The rank's tree BlockMask, its block lists built on the CPU and its mask_mod reading device
+    copies of the segment metadata."""
+    from dataclasses import replace
+
+    from cpplan.runtime.attention_mask import TreeMask
+
+    seg_parent = torch.as_tensor(geo.seg_parent)
+    cpu = TreeMask.build(torch.as_tensor(geo.segment), seg_parent, torch.as_tensor(geo.owned(rank)))
+    mask = cpu.block_mask(block_size=128).to(device)
+    on_device = replace(
+        cpu,
+        segment_ids=cpu.segment_ids.to(device),
+        query_index=cpu.query_index.to(device),
+        depth=cpu.depth.to(device),
+        ancestors=cpu.ancestors.to(device),
+    )
+    mask.mask_mod = on_device.mask_mod()
+    return mask
+
+
+__all__ = ["attention_layer", "project", "tree_attention"]

@@ -1,0 +1,91 @@
+"""cpplan.hf over real processes: one gloo process per CP rank (2 and 4 on 127.0.0.1) exchanging keys,
+values, conv tails and recurrent states with collectives; every rank's log-probs and the summed
+parameter gradients equal the unpacked run (float64 under float64_internals: log-probs within 1e-9,
+gradients within 1e-8 of each parameter's largest entry)."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+from cpplan.hf import float64_internals, unpacked_logprobs
+from tests.support import hf_gloo_worker
+from tests.support.hf_models import (
+    gradients,
+    max_abs_diff,
+    max_rel_grad_diff,
+    mixed_workload,
+    one_thread,  # noqa: F401 (autouse fixture)
+    tiny_model,
+    weighted_sum,
+)
+
+pytestmark = pytest.mark.slow
+DEADLINE_S = 150
+PRELOAD = [
+    "tests.support.hf_gloo_worker",
+    "tests.support.hf_models",
+    "transformers.models.qwen3_5_moe.modeling_qwen3_5_moe",
+]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """The model's state dict on disk (for the workers) and its unpacked log-probs and gradients."""
+    folder = tmp_path_factory.mktemp("model")
+    model = tiny_model("qwen3_5_moe")
+    torch.save(model.state_dict(), folder / "model.pt")
+    with float64_internals():
+        logprobs = unpacked_logprobs(model, mixed_workload(0))
+        grads = gradients(model, weighted_sum(logprobs))
+    return folder, logprobs, grads
+
+
+def _spawn(world: int, folder) -> list[dict]:
+    """Start ``world`` ranks, wait at most DEADLINE_S, and return every rank's record. Ranks fork from a
+    fork server that imported transformers and cpplan.hf once (and ran no torch op)."""
+    mp.set_forkserver_preload(PRELOAD)
+    context = mp.start_processes(
+        hf_gloo_worker.run,
+        args=(world, _free_port(), str(folder)),
+        nprocs=world,
+        join=False,
+        start_method="forkserver",
+    )
+    deadline = time.monotonic() + DEADLINE_S
+    try:
+        while not context.join(timeout=1.0):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"gloo ranks did not finish within {DEADLINE_S} s")
+    finally:
+        for process in context.processes:
+            if process.is_alive():
+                process.kill()
+    return [torch.load(folder / f"rank{r}.pt") for r in range(world)]
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_gloo_ranks_equal_unpacked(reference, world):
+    """With ``world`` processes, each holding one CP rank (planned ranges and zigzag chunks), every
+    rank returns all requests' log-probs equal to the unpacked run, and the parameter gradients summed
+    over the ranks equal the unpacked gradients (no rank hangs: the run is bounded)."""
+    folder, want, want_grads = reference
+    records = _spawn(world, folder)
+    for ownership in ("planned", "zigzag"):
+        for record in records:
+            assert max_abs_diff(record[ownership]["logprobs"], want) <= 1e-9
+        grads = records[0][ownership]["grads"]
+        assert grads.keys() == want_grads.keys()
+        assert max_rel_grad_diff(grads, want_grads) <= 1e-8
+        for record in records[1:]:
+            assert max_abs_diff(record[ownership]["grads"], grads) == 0.0

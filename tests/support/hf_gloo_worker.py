@@ -1,0 +1,49 @@
+"""The worker of tests/test_hf_gloo.py: one process per CP rank over gloo on 127.0.0.1.
+
+Each rank builds the same tiny model (from a saved state dict), plans the same workload with the
+deterministic profile, runs :func:`cpplan.hf.packed_logprobs` with ``distributed=True`` for the
+planned ownership and for zigzag chunks, backpropagates the same loss as every other rank, sums the
+parameter gradients over the group, and saves what it got for the test to compare.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+TIMEOUT_S = 60
+
+
+def run(rank: int, world: int, port: int, folder: str) -> None:
+    """Entry point for ``torch.multiprocessing.start_processes``."""
+    from cpplan.hf import float64_internals, packed_logprobs, sum_gradients
+    from tests.support.hf_models import mixed_workload, plan, tiny_model, weighted_sum, zigzag
+
+    torch.set_num_threads(1)
+    dist.init_process_group(
+        "gloo",
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=rank,
+        world_size=world,
+        timeout=timedelta(seconds=TIMEOUT_S),
+    )
+    try:
+        model = tiny_model("qwen3_5_moe")
+        model.load_state_dict(torch.load(Path(folder) / "model.pt"))
+        workload = mixed_workload(0)
+        planned = plan(workload, world)
+        record = {}
+        for name, result in (("planned", planned), ("zigzag", zigzag(planned, world))):
+            model.zero_grad()
+            with float64_internals():
+                logprobs = packed_logprobs(model, result, workload, wave=0, distributed=True)
+                weighted_sum(logprobs).backward()
+            sum_gradients(model)
+            grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+            record[name] = {"logprobs": {k: v.detach() for k, v in logprobs.items()}, "grads": grads}
+        torch.save(record, Path(folder) / f"rank{rank}.pt")
+    finally:
+        dist.destroy_process_group()
