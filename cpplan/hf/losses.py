@@ -55,7 +55,7 @@ def loss_masks(
         mask = np.asarray(mask)
         if mask.shape != (lp.numel() + 1,) or not np.isin(mask, (0, 1)).all():
             raise ValueError(f"loss mask of {key} must be {lp.numel() + 1} values of 0 or 1")
-        out[key] = torch.as_tensor(mask[1:], dtype=lp.dtype, device=lp.device)
+        out[key] = torch.tensor(mask[1:], dtype=lp.dtype, device=lp.device)
     return out
 
 
