@@ -15,16 +15,18 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
-from cpplan.cpsat import build_space, compile_model, realize, solve
-from cpplan.cpsat.columns import Column, columns_with_items, make_columns
-from cpplan.cpsat.model import CompiledModel, ModelValues
-from cpplan.cpsat.space import LayoutSpace
 from cpplan.planners.deadline import Deadline
 from cpplan.planners.greedy import cached_greedy_plan
 from cpplan.pricing.problem import Problem
 from cpplan.pricing.result import Plan, SolverStats
 from cpplan.spec.profile import SolverProfile
+
+if TYPE_CHECKING:  # OR-Tools is imported where the model is built, so `import cpplan` stays light
+    from cpplan.cpsat.columns import Column
+    from cpplan.cpsat.model import CompiledModel, ModelValues
+    from cpplan.cpsat.space import LayoutSpace
 
 # Seconds kept back from the deadline for realizing and verifying the solution: a fixed part plus a
 # part per logical token (measured by benchmarks/bench_planners.py on the 2-core machine).
@@ -42,6 +44,8 @@ def reserve_s(problem: Problem) -> float:
 
 def plan_columns(problem: Problem, space: LayoutSpace, num_waves: int, *plans: Plan) -> tuple[Column, ...]:
     """The waves of ``plans`` (each fits: every strategy prices its waves exactly) as exact columns."""
+    from cpplan.cpsat.columns import make_columns
+
     return make_columns((plan.waves for plan in plans), space.scaling, problem.budget_bytes, num_waves)
 
 
@@ -51,6 +55,8 @@ def greedy_values(
     """The model's values of a greedy-style plan (items in ascending waves, one spec per wave). With
     ``as_columns`` each wave takes the exact column with its items where the model has one; without,
     the plan is judged by the conservative rows alone."""
+    from cpplan.cpsat.columns import columns_with_items
+
     problem = compiled.problem
     assignment: list[tuple[int, int]] = [(0, 0)] * problem.num_items
     shared: set[tuple[int, int]] = set()
@@ -68,6 +74,8 @@ def greedy_values(
 def compile_for(problem: Problem, profile: SolverProfile, greedy: Plan) -> tuple[LayoutSpace, CompiledModel]:
     """The decision space and the joint model for ``problem``: the greedy plan's wave count (plus the
     profile's extra waves) and its waves as exact columns."""
+    from cpplan.cpsat import build_space, compile_model
+
     space = build_space(problem, extra_specs=tuple(profile.greedy.layouts))
     num_waves = greedy.num_waves + profile.cpsat.max_extra_waves
     return space, compile_model(problem, space, num_waves, plan_columns(problem, space, num_waves, greedy))
@@ -77,6 +85,8 @@ def cpsat_planner(
     problem: Problem, profile: SolverProfile, deadline: Deadline
 ) -> tuple[Plan | None, SolverStats]:
     """Registered as strategy ``cpsat``."""
+    from cpplan.cpsat import realize, solve
+
     started = time.perf_counter()
     params = profile.cpsat
     if problem.num_items > params.max_items:
