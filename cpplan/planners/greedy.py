@@ -1,9 +1,16 @@
-"""The greedy exact planner and the full-sharing fallback.
+"""The greedy exact planner and the full-sharing fallback, both anytime.
 
-Items are taken in order. For each wave the width is grown (1, 2, 4, ...) while the wave still fits,
-then binary-searched between the last width that fits and the first that does not. Every candidate
-wave is priced exactly: its packed layout (the cheapest fitting one of the given layouts) and its
-contiguous CP ownership. No wave is admitted whose priced peak exceeds the budget on any rank.
+Items are taken in order. Each wave is the widest run of items from the first unplanned one that fits
+(:class:`~cpplan.planners.widths.WidthSearch`: a peak model proposes widths, every candidate wave is
+priced exactly), cut back to the boundary in its back half where the fewest tokens are shared
+(:func:`~cpplan.planners.widths.cheapest_cut`: a prefix group stays whole rather than storing its
+prompt in two waves), and kept in the cheapest of the given layouts that fits, with its contiguous CP
+ownership. No wave is admitted whose priced peak exceeds the budget on any rank.
+
+Under a wall-clock deadline the search stops when the deadline passes: the current wave keeps the
+widest width found, and the items left are packed by :func:`hurried_waves` (full sharing, the
+memory-minimal layout, at the last width, halved until it fits: about one pricing per wave), so a
+complete plan is always returned and its notes say where the search stopped.
 """
 
 from __future__ import annotations
@@ -11,40 +18,75 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from cpplan.errors import NoFitError
-from cpplan.planners.split import split_item, widest
+from cpplan.planners.deadline import Deadline
+from cpplan.planners.split import split_item
+from cpplan.planners.widths import WidthSearch, cut_wave
 from cpplan.pricing.problem import Problem
 from cpplan.pricing.result import Plan
-from cpplan.pricing.wave import WavePlan, best_wave
+from cpplan.pricing.wave import WavePlan, best_wave, first_fitting
+
+FLOOR_LAYOUT = "full"
+"""The layout of the anytime floor (:func:`hurried_waves`): full sharing, the fewest packed tokens."""
 
 
-def greedy_plan(problem: Problem, layouts: Sequence[str], *, strategy: str = "greedy") -> Plan:
-    """Plan every item in order with the widest fitting waves. An item that fits no wave alone is split
-    along its prefix tree into consecutive waves (:func:`split_item`); :class:`NoFitError`, naming the
-    item, request, rank, bytes and budget, only when a single request cannot fit under any layout."""
+def greedy_plan(
+    problem: Problem, layouts: Sequence[str], *, strategy: str = "greedy", deadline: Deadline | None = None
+) -> Plan:
+    """Plan every item in order with the widest fitting waves, each cut where the least is shared.
+    An item that fits no wave alone is split along its prefix tree into consecutive waves
+    (:func:`split_item`); :class:`NoFitError`, naming the item, request, rank, bytes and budget, only
+    when a single request cannot fit under any layout. Past ``deadline`` the rest is packed by
+    :func:`hurried_waves` and the plan's notes say so."""
+    layouts = tuple(layouts)
+    search = WidthSearch(problem=problem, layouts=layouts)
     waves: list[WavePlan] = []
     start, n = 0, problem.num_items
     while start < n:
-        first, _ = best_wave(problem, [start], layouts)
-        if first is None:
+        if deadline is not None and deadline.expired():
+            waves.extend(hurried_waves(problem, start, search.last_width, layouts))
+            note = f"deadline reached after {start} of {n} items; the rest packed with full sharing"
+            return Plan(strategy=strategy, waves=tuple(waves), notes=(note,))
+        found = search.widest(start, deadline)
+        if found is None:
             waves.extend(split_item(problem, start, layouts))
             start += 1
             continue
-        width, best = widest(
-            lambda w, at=start: best_wave(problem, range(at, at + w), layouts)[0], first, n - start
-        )
-        waves.append(best)
+        width, wave = cut_wave(problem, start, *found, layouts)
+        best, _ = best_wave(problem, range(start, start + width), layouts)
+        waves.append(best if best is not None else wave)
         start += width
     return Plan(strategy=strategy, waves=tuple(waves))
 
 
-def cached_greedy_plan(problem: Problem, layouts: Sequence[str]) -> Plan:
+def hurried_waves(problem: Problem, start: int, width: int, layouts: Sequence[str]) -> list[WavePlan]:
+    """The anytime floor: items from ``start`` on in waves of ``width`` items under full sharing, each
+    halved until it fits (an item that fits no full-sharing wave alone goes to the split path)."""
+    waves: list[WavePlan] = []
+    n = problem.num_items
+    width = max(1, width)
+    while start < n:
+        width = min(width, n - start)
+        wave, _ = first_fitting(problem, range(start, start + width), (FLOOR_LAYOUT,))
+        while wave is None and width > 1:
+            width = max(1, width // 2)
+            wave, _ = first_fitting(problem, range(start, start + width), (FLOOR_LAYOUT,))
+        if wave is None:
+            waves.extend(split_item(problem, start, layouts))
+            start += 1
+            continue
+        waves.append(wave)
+        start += width
+    return waves
+
+
+def cached_greedy_plan(problem: Problem, layouts: Sequence[str], deadline: Deadline | None = None) -> Plan:
     """:func:`greedy_plan`, computed once per problem and layout list and kept (or its refusal) in
     ``problem.memo.greedy_plans``: the portfolio's greedy candidate and the CP-SAT hint share it."""
     key = tuple(layouts)
     plans = problem.memo.greedy_plans
     if key not in plans:
         try:
-            plans[key] = greedy_plan(problem, key)
+            plans[key] = greedy_plan(problem, key, deadline=deadline)
         except NoFitError as exc:
             plans[key] = exc
     found = plans[key]
@@ -53,6 +95,6 @@ def cached_greedy_plan(problem: Problem, layouts: Sequence[str]) -> Plan:
     return found
 
 
-def full_sharing_plan(problem: Problem) -> Plan:
+def full_sharing_plan(problem: Problem, deadline: Deadline | None = None) -> Plan:
     """The greedy planner restricted to the memory-minimal layout (share every decision)."""
-    return greedy_plan(problem, ("full",), strategy="full_sharing")
+    return greedy_plan(problem, (FLOOR_LAYOUT,), strategy="full_sharing", deadline=deadline)

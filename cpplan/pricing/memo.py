@@ -1,4 +1,4 @@
-"""Work the planners of one problem share: share masks, priced waves and greedy plans.
+"""Work the planners of one problem share: share masks, node counts, priced waves and greedy plans.
 
 A :class:`PricingMemo` belongs to one :class:`~cpplan.pricing.problem.Problem` object (a field of it,
 made fresh with every problem and left out of equality and repr). Everything in it is a pure function
@@ -29,6 +29,10 @@ class PricingMemo:
     """Priced waves by (item indices, the bytes of the sharing decisions the layout takes on those
     items): layouts that pack a wave identically are priced once, and the greedy, full-sharing and
     seeded strategies of one portfolio call share the work."""
+
+    node_counts: dict[tuple[int, ...], np.ndarray] = field(default_factory=dict)
+    """Per item set, how many of its requests pass through each prefix-tree node (what decides which
+    sharing decisions a layout takes on a wave): computed once for every layout and strategy."""
 
     greedy_plans: dict[tuple[str, ...], Plan | NoFitError] = field(default_factory=dict)
     """The greedy plan (or its refusal) by the layouts it tried: the portfolio's greedy candidate and

@@ -151,6 +151,35 @@ class Problem:
         """Unpacked tokens of the given items."""
         return int(self._item_tokens[np.asarray(list(items), dtype=np.int64)].sum())
 
+    @cached_property
+    def _item_nodes(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every distinct (item, node) pair: an item and a prefix-tree node its requests pass through,
+        sorted by item then node (one vectorized pass over the request paths)."""
+        tree = self.tree
+        items = np.repeat(self.request_item, np.diff(tree.path_ptr))
+        keys = np.unique(items * tree.num_nodes + tree.path_nodes)
+        return keys // tree.num_nodes, keys % tree.num_nodes
+
+    @cached_property
+    def item_full_tokens(self) -> np.ndarray:
+        """Per item, its packed tokens alone under full sharing (each node of its requests once)."""
+        items, nodes = self._item_nodes
+        return np.bincount(items, weights=self.tree.node_length[nodes], minlength=self.num_items).astype(
+            np.int64
+        )
+
+    @cached_property
+    def adjacent_shared_tokens(self) -> np.ndarray:
+        """Per pair of neighbouring items ``(i, i + 1)``, the tokens of the prefix-tree nodes both pass
+        through: what a wave boundary between them stores twice (shape ``num_items - 1``)."""
+        items, nodes = self._item_nodes
+        keys = items * self.tree.num_nodes + nodes
+        earlier = keys - self.tree.num_nodes  # (i, v) as the key of (i - 1, v)
+        found = np.minimum(np.searchsorted(keys, earlier), keys.size - 1)
+        both = (keys[found] == earlier) & (items > 0)
+        weights = self.tree.node_length[nodes[both]]
+        return np.bincount(items[both] - 1, weights=weights, minlength=self.num_items - 1).astype(np.int64)
+
 
 def check_static_floor(card: ResolvedCard, memory_bytes: int) -> None:
     """A budget below the card's static floor (a rank owning no token) fits nothing: bad input for a

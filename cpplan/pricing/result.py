@@ -16,6 +16,9 @@ class Plan:
 
     strategy: str
     waves: tuple[WavePlan, ...]
+    notes: tuple[str, ...] = ()
+    """What the strategy says about this plan (say, that the deadline cut its search short); the
+    portfolio adds them to the candidate's reason."""
 
     @property
     def cost_s(self) -> float:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -114,12 +114,39 @@ def best_wave(
     packing is priced once per problem (kept in ``problem.memo.priced_waves``; the first layout
     naming it wins ties).
     """
-    items = tuple(items)
-    counts = problem.tree.node_counts(problem.item_requests(items))
-    cache = problem.memo.priced_waves
-    seen: set[bytes] = set()
     fitting: WavePlan | None = None
     lowest: WavePlan | None = None
+    for wave in _distinct_waves(problem, tuple(items), layouts):
+        if wave.fits(problem.budget_bytes) and (fitting is None or wave.cost_s < fitting.cost_s):
+            fitting = wave
+        if lowest is None or wave.peak_bytes < lowest.peak_bytes:
+            lowest = wave
+    assert lowest is not None
+    return fitting, lowest
+
+
+def first_fitting(
+    problem: Problem, items: Sequence[int], layouts: Sequence[str]
+) -> tuple[WavePlan | None, WavePlan]:
+    """The wave of the first layout (in the order given) that fits, or ``None``; and the lowest-peak
+    wave priced. Layouts are priced only until one fits: whether ``items`` fit at all is the same
+    answer as :func:`best_wave`'s, usually for one pricing instead of one per layout."""
+    lowest: WavePlan | None = None
+    for wave in _distinct_waves(problem, tuple(items), layouts):
+        if wave.fits(problem.budget_bytes):
+            return wave, wave
+        if lowest is None or wave.peak_bytes < lowest.peak_bytes:
+            lowest = wave
+    assert lowest is not None
+    return None, lowest
+
+
+def _distinct_waves(problem: Problem, items: tuple[int, ...], layouts: Sequence[str]) -> Iterator[WavePlan]:
+    """The priced wave of each layout that packs ``items`` differently from the layouts before it
+    (named by that layout), priced on first use and kept in ``problem.memo``."""
+    counts = wave_counts(problem, items)
+    cache = problem.memo.priced_waves
+    seen: set[bytes] = set()
     for spec in layouts:
         take = (problem.share_mask(spec) & (counts >= 2)).tobytes()
         if take in seen:
@@ -131,12 +158,16 @@ def best_wave(
             cache[(items, take)] = wave
         elif wave.layout_name != spec:
             wave = replace(wave, layout_name=spec)
-        if wave.fits(problem.budget_bytes) and (fitting is None or wave.cost_s < fitting.cost_s):
-            fitting = wave
-        if lowest is None or wave.peak_bytes < lowest.peak_bytes:
-            lowest = wave
-    assert lowest is not None
-    return fitting, lowest
+        yield wave
+
+
+def wave_counts(problem: Problem, items: tuple[int, ...]) -> np.ndarray:
+    """How many of the requests of ``items`` pass through each prefix-tree node (kept in
+    ``problem.memo.node_counts``: every layout of a wave, and every strategy, asks for the same)."""
+    counts = problem.memo.node_counts.get(items)
+    if counts is None:
+        counts = problem.memo.node_counts[items] = problem.tree.node_counts(problem.item_requests(items))
+    return counts
 
 
 def local_tokens(wave: WavePlan) -> np.ndarray:

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
+import time
+
 import pytest
 
 import cpplan
 from cpplan import NoFitError, Topology
+from cpplan.bench.synthetic import grpo
+from cpplan.planners.deadline import Deadline
 from cpplan.planners.greedy import full_sharing_plan, greedy_plan
+from cpplan.planners.widths import WidthSearch
 from cpplan.pricing.problem import Problem
 from cpplan.pricing.wave import best_wave
 from cpplan.spec.settings import Settings
@@ -22,18 +28,113 @@ def tight(small_grpo, qwen36):
     return Problem.build(small_grpo, Settings(topology=Topology(cp=2), model=qwen36, memory_bytes=budget))
 
 
-def test_waves_fit_keep_order_and_are_maximal(tight):
-    """Every greedy wave fits on every rank, items stay in order and each item is planned once, and no
-    wave could have taken the next item under any layout (the width search found the edge)."""
+def _widest(problem: Problem, start: int) -> int:
+    """The widest fitting width from ``start``, by pricing every width in turn."""
+    width = 0
+    while (
+        start + width < problem.num_items and best_wave(problem, range(start, start + width + 1), LAYOUTS)[0]
+    ):
+        width += 1
+    return width
+
+
+def _check_cuts(problem: Problem, plan) -> None:
+    """Items in order, once each; every wave fits; every wave but the last ends either at the widest
+    fitting width or, within its back half, at the boundary sharing the fewest tokens up to there."""
+    order = [i for w in plan.waves for i in w.items]
+    assert order == list(range(problem.num_items))
+    shared = problem.adjacent_shared_tokens
+    for wave in plan.waves:
+        assert wave.fits(problem.budget_bytes)
+        start, width = wave.items[0], len(wave.items)
+        if start + width == problem.num_items:
+            continue
+        widest = _widest(problem, start)
+        assert (widest + 1) // 2 <= width <= widest
+        later = shared[start + width - 1 : start + widest]
+        assert shared[start + width - 1] == later.min()
+        assert width == widest or shared[start + width - 1] < shared[start + widest - 1]
+
+
+def test_waves_fit_keep_order_and_are_widest_or_cut_where_least_is_shared(tight):
+    """Every greedy wave fits on every rank, items stay in order and each item is planned once, and a
+    wave ends at the widest fitting width unless, in its back half, a boundary shares fewer tokens."""
     plan = greedy_plan(tight, LAYOUTS)
     assert plan.num_waves > 1
-    order = [i for w in plan.waves for i in w.items]
-    assert order == list(range(tight.num_items))
-    for wave in plan.waves:
-        assert wave.fits(tight.budget_bytes)
-        if wave.items[-1] + 1 < tight.num_items:
-            bigger, _ = best_wave(tight, [*wave.items, wave.items[-1] + 1], LAYOUTS)
-            assert bigger is None
+    _check_cuts(tight, plan)
+
+
+def test_greedy_keeps_prefix_groups_whole(qwen36):
+    """With one item per completion, a wave that could hold 1.5 groups ends at the group boundary
+    instead: no prompt is stored in two waves, and the plan is cheaper than cutting where the count
+    runs out (what the planner did before)."""
+    workload = grpo(
+        num_prompts=5,
+        group_size=8,
+        system_tokens=0,
+        prompt_tokens=(2048, 3072),
+        completion_tokens=(128, 256),
+        items_per_prompt=False,
+        seed=7,
+    )
+    settings = Settings(topology=Topology(cp=2), model=qwen36, memory_bytes=2**60, num_layers=8)
+    probe = Problem.build(workload, settings)
+    twelve = best_wave(probe, range(12), ("full",))[0].peak_bytes
+    problem = Problem.build(workload, dataclasses.replace(settings, memory_bytes=twelve))
+    plan = greedy_plan(problem, LAYOUTS)
+    _check_cuts(problem, plan)
+    assert plan.num_waves > 1 and all(w.items[0] % 8 == 0 and len(w.items) % 8 == 0 for w in plan.waves)
+    count_cut = _cut_where_count_runs_out(problem)
+    assert plan.cost_s < count_cut
+
+
+def _cut_where_count_runs_out(problem: Problem) -> float:
+    """The cost of the widest-wave plan without moving any cut (the planner before group cuts)."""
+    start, cost = 0, 0.0
+    while start < problem.num_items:
+        width = _widest(problem, start)
+        cost += best_wave(problem, range(start, start + width), LAYOUTS)[0].cost_s
+        start += width
+    return cost
+
+
+def test_width_search_prices_few_candidate_waves(qwen36):
+    """The width search prices about two candidate widths per wave once its peak model has seen a
+    wave (the width it proposes fits and one more does not), far below doubling plus bisection."""
+    workload = grpo(
+        num_prompts=16,
+        group_size=8,
+        system_tokens=0,
+        prompt_tokens=(1024, 2048),
+        completion_tokens=(128, 512),
+        items_per_prompt=False,
+        seed=2,
+    )
+    settings = Settings(topology=Topology(cp=2), model=qwen36, memory_bytes=2**60, num_layers=8)
+    probe = Problem.build(workload, settings)
+    budget = best_wave(probe, range(30), ("full",))[0].peak_bytes
+    problem = Problem.build(workload, dataclasses.replace(settings, memory_bytes=budget))
+    search = WidthSearch(problem=problem, layouts=LAYOUTS)
+    start, tests = 0, []
+    while start < problem.num_items:
+        before = search.num_priced
+        width, _ = search.widest(start)
+        tests.append(search.num_priced - before)
+        start += width
+    assert len(tests) >= 4
+    assert sum(tests[1:]) <= 3 * len(tests[1:]), tests
+
+
+def test_deadline_past_gives_a_complete_full_sharing_plan(tight):
+    """With the deadline already past, greedy still returns a complete plan that fits: every wave in
+    the memory-minimal layout, and a note saying where the search stopped."""
+    deadline = Deadline.after(1e-9, deterministic=False)
+    time.sleep(1e-3)
+    plan = greedy_plan(tight, LAYOUTS, deadline=deadline)
+    assert [i for w in plan.waves for i in w.items] == list(range(tight.num_items))
+    assert all(w.fits(tight.budget_bytes) and w.layout_name == "full" for w in plan.waves)
+    assert plan.notes and "deadline" in plan.notes[0]
+    assert not greedy_plan(tight, LAYOUTS).notes
 
 
 def test_full_sharing_is_memory_minimal(tight):
