@@ -241,12 +241,11 @@ def _bisected_bottleneck(prefix: list[float], lower: float, num_ranks: int, limi
 def owned_ranges(owner: np.ndarray, stats: ChunkStats, rank: int) -> list[tuple[int, int]]:
     """The packed-token ranges ``[start, end)`` a rank owns, merged where adjacent."""
     chunks = np.flatnonzero(np.asarray(owner) == rank)
-    ranges: list[tuple[int, int]] = []
-    for c in chunks.tolist():
-        start = c * stats.chunk_tokens
-        end = min(start + stats.chunk_tokens, stats.packed_tokens)
-        if ranges and ranges[-1][1] == start:
-            ranges[-1] = (ranges[-1][0], end)
-        else:
-            ranges.append((start, end))
-    return ranges
+    if chunks.size == 0:
+        return []
+    breaks = np.flatnonzero(np.diff(chunks) != 1) + 1
+    first = chunks[np.concatenate([[0], breaks])]
+    last = chunks[np.concatenate([breaks - 1, [chunks.size - 1]])]
+    starts = first * stats.chunk_tokens
+    ends = np.minimum((last + 1) * stats.chunk_tokens, stats.packed_tokens)
+    return list(zip(starts.tolist(), ends.tolist(), strict=True))

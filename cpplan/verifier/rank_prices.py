@@ -1,10 +1,17 @@
-"""The verifier's own pricing of a wave: per-rank local quantities summed token by token from the
-owners and the segment tree, then peaks and seconds from the resolved card's terms with plain Python
-arithmetic (no code shared with the numpy evaluator)."""
+"""The verifier's own pricing of a wave: per-rank local quantities summed from the owners and the
+segment tree, then peaks and seconds from the resolved card's terms with plain Python arithmetic (no
+code shared with the numpy evaluator).
+
+The wave is cut into *pieces*: maximal runs of packed tokens inside one segment with one owner (every
+segment start and every ownership boundary cuts). A piece of ``n`` tokens at request positions
+``p .. p + n - 1`` adds ``n`` to a per-token count and ``(p + 1) + ... + (p + n)`` to a per-attended-key
+count, so the work grows with segments and owned ranges, not with tokens.
+"""
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -12,14 +19,19 @@ import numpy as np
 from cpplan.spec.card import ResolvedCard
 from cpplan.spec.quantities import COUNTS, QUANTITIES, QUANTITY_NAMES, check_rules
 from cpplan.verifier.chains import Coverage
+from cpplan.verifier.owners import OwnerRuns
 from cpplan.verifier.segments import Segment
 
 PEAK_TOLERANCE_BYTES = 2
 COST_TOLERANCE = 1e-9
 
-_PER_TOKEN = {"token": lambda pos: np.ones_like(pos), "pair": lambda pos: pos + 1}
-"""What one owned token at position ``pos`` adds to a per-token count: 1, or the keys it attends."""
-check_rules("verifier.rank_prices", (*_PER_TOKEN, "segment", "remote"), COUNTS)
+_PER_RUN = {
+    "token": lambda first, n: n,
+    "pair": lambda first, n: n * (2 * first + n + 1) // 2,
+}
+"""What ``n`` owned tokens at consecutive positions ``first .. first + n - 1`` add to a per-token count:
+one each, or the keys each attends (position + 1), an arithmetic series."""
+check_rules("verifier.rank_prices", (*_PER_RUN, "segment", "remote"), COUNTS)
 
 
 def close(a: float, b: float) -> bool:
@@ -27,12 +39,40 @@ def close(a: float, b: float) -> bool:
     return abs(a - b) <= COST_TOLERANCE * max(1.0, abs(a), abs(b))
 
 
+@dataclass(frozen=True, kw_only=True)
+class Pieces:
+    """Runs of packed tokens inside one segment with one owner: owner, segment, the request position of
+    the first token, and the number of tokens, one entry per piece in packed order."""
+
+    owner: np.ndarray
+    segment: np.ndarray
+    first: np.ndarray
+    length: np.ndarray
+
+
+def pieces_of(segments: list[Segment], offsets: list[int], runs: OwnerRuns) -> Pieces:
+    """Cut the wave at every segment start and every ownership boundary."""
+    seg_offset = np.array(offsets, dtype=np.int64)
+    seg_start = np.array([s[1] for s in segments], dtype=np.int64)
+    cuts = np.union1d(seg_offset, runs.start)
+    cuts = cuts[cuts < runs.packed]
+    ends = np.append(cuts[1:], runs.packed)
+    segment = np.searchsorted(seg_offset, cuts, side="right") - 1
+    run = np.searchsorted(runs.start, cuts, side="right") - 1
+    return Pieces(
+        owner=runs.owner[run],
+        segment=segment,
+        first=seg_start[segment] + (cuts - seg_offset[segment]),
+        length=ends - cuts,
+    )
+
+
 def price_ranks(
     w: int,
     wave: dict[str, Any],
     segments: list[Segment],
     offsets: list[int],
-    owner: np.ndarray,
+    runs: OwnerRuns,
     coverage: Coverage,
     card: ResolvedCard,
     budget: int,
@@ -41,11 +81,9 @@ def price_ranks(
     """Price every rank of the wave, check it against the budget and the plan's claims; the wave's cost
     (slowest rank plus overhead) and its worst peak."""
     cp = card.topology.cp
-    packed = int(owner.size)
-    seg_of, pos = _token_positions(segments, offsets, packed)
-    grad = np.array(coverage.grad, dtype=bool)[seg_of]
-    loss = np.array(coverage.loss, dtype=bool)[seg_of]
-    per_rank = rank_sums(owner, seg_of, pos, grad, loss, cp)
+    pieces = pieces_of(segments, offsets, runs)
+    flags = {"grad": np.array(coverage.grad, dtype=bool), "loss": np.array(coverage.loss, dtype=bool)}
+    per_rank = rank_sums(pieces, flags, runs.packed, cp)
     claimed = {int(r["rank"]): r for r in wave["ranks"]}
     slowest, worst = 0.0, 0
     for rank in range(cp):
@@ -65,19 +103,6 @@ def price_ranks(
     return cost, worst
 
 
-def _token_positions(
-    segments: list[Segment], offsets: list[int], packed: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """Each packed token's segment and its position in the request (the segment's start plus the
-    token's place in the segment)."""
-    seg_len = np.array([s[2] for s in segments], dtype=np.int64)
-    seg_of = np.repeat(np.arange(len(segments)), seg_len)
-    seg_start = np.array([s[1] for s in segments], dtype=np.int64)
-    shift = np.array(offsets, dtype=np.int64) - seg_start
-    pos = np.arange(packed, dtype=np.int64) - np.repeat(shift, seg_len)
-    return seg_of, pos
-
-
 def _check_claims(
     w: int, rank: int, entry: dict[str, Any] | None, tokens: int, peak: int, violations: list[str]
 ) -> None:
@@ -92,43 +117,38 @@ def _check_claims(
         )
 
 
-def rank_sums(owner, seg_of, pos, grad, loss, cp: int) -> dict[str, np.ndarray]:
+def rank_sums(
+    pieces: Pieces, seg_flags: dict[str, np.ndarray], packed: int, cp: int
+) -> dict[str, np.ndarray]:
     """Every local quantity of the registry per rank, counted the way its entry states: per owned token
-    (1, or position + 1 keys for a pair count; only tokens of gradient / loss segments where the entry
-    says so), distinct segments touched, or packed tokens not owned.
-
-    Ownership comes in runs of consecutive tokens, so each token-level prefix sum is read once per run.
-    """
+    (1, or position + 1 keys for a pair count; only tokens of segments whose ``grad`` / ``loss`` flag is
+    set where the entry says so), distinct segments touched, or packed tokens not owned. Pieces owned
+    by no rank (or by a rank outside ``0..cp-1``) count for none."""
     sums = {name: np.zeros(cp, dtype=np.int64) for name in QUANTITY_NAMES}
-    if owner.size == 0:
-        return sums
-    bounds = np.concatenate([[0], np.flatnonzero(owner[1:] != owner[:-1]) + 1, [owner.size]])
-    run_owner = owner[bounds[:-1]]
-    keep = (run_owner >= 0) & (run_owner < cp)
-    flags = {"all": np.ones(pos.size, dtype=bool), "grad": grad, "loss": loss}
+    mine = (pieces.owner >= 0) & (pieces.owner < cp)
+    owner, segment = pieces.owner[mine], pieces.segment[mine]
+    first, length = pieces.first[mine], pieces.length[mine]
     for q in QUANTITIES:
-        if q.count in _PER_TOKEN:
-            values = _PER_TOKEN[q.count](pos) * flags[q.only]
-            prefix = np.concatenate([[0], np.cumsum(values, dtype=np.int64)])
-            run_sums = prefix[bounds[1:]] - prefix[bounds[:-1]]
-            np.add.at(sums[q.name], run_owner[keep], run_sums[keep])
+        if q.count in _PER_RUN:
+            values = _PER_RUN[q.count](first, length)
+            if q.only != "all":
+                values = values * seg_flags[q.only][segment]
+            sums[q.name] = np.bincount(owner, weights=values, minlength=cp).astype(np.int64)
         elif q.count == "segment":
-            sums[q.name] = _segments_touched(owner, seg_of, cp)
-    owned = np.bincount(owner[(owner >= 0) & (owner < cp)], minlength=cp)[:cp]
+            sums[q.name] = _segments_touched(owner, segment, cp)
+    owned = np.bincount(owner, weights=length, minlength=cp).astype(np.int64)
     for q in QUANTITIES:
         if q.count == "remote":
-            sums[q.name] = owner.size - owned
+            sums[q.name] = packed - owned
     return sums
 
 
-def _segments_touched(owner: np.ndarray, seg_of: np.ndarray, cp: int) -> np.ndarray:
-    """Distinct (rank, segment) pairs per rank: one per run of tokens with the same owner and segment."""
-    change = np.flatnonzero((owner[1:] != owner[:-1]) | (seg_of[1:] != seg_of[:-1])) + 1
-    starts = np.concatenate([[0], change])
-    pair_owner = owner[starts]
-    keep = (pair_owner >= 0) & (pair_owner < cp)
-    width = int(seg_of[-1]) + 1
-    pairs = np.unique(pair_owner[keep] * width + seg_of[starts][keep])
+def _segments_touched(owner: np.ndarray, segment: np.ndarray, cp: int) -> np.ndarray:
+    """Distinct (rank, segment) pairs per rank."""
+    if owner.size == 0:
+        return np.zeros(cp, dtype=np.int64)
+    width = int(segment.max()) + 1
+    pairs = np.unique(owner * width + segment)
     return np.bincount(pairs // width, minlength=cp)[:cp].astype(np.int64)
 
 
