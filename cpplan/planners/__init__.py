@@ -25,11 +25,11 @@ has no share to take: every seed runs)."""
 
 
 def _greedy(problem: Problem, profile: SolverProfile, deadline: Deadline) -> tuple[Plan, None]:
-    return cached_greedy_plan(problem, profile.greedy.layouts), None
+    return cached_greedy_plan(problem, profile.greedy.layouts, deadline), None
 
 
 def _full_sharing(problem: Problem, profile: SolverProfile, deadline: Deadline) -> tuple[Plan, None]:
-    return full_sharing_plan(problem), None
+    return full_sharing_plan(problem, deadline), None
 
 
 def _seeded(problem: Problem, profile: SolverProfile, deadline: Deadline) -> tuple[Plan | None, None]:

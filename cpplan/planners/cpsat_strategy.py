@@ -17,6 +17,9 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+import numpy as np
+
+from cpplan.errors import InputError
 from cpplan.planners.deadline import Deadline
 from cpplan.planners.greedy import cached_greedy_plan
 from cpplan.pricing.problem import Problem
@@ -28,18 +31,21 @@ if TYPE_CHECKING:  # OR-Tools is imported where the model is built, so `import c
     from cpplan.cpsat.model import CompiledModel, ModelValues
     from cpplan.cpsat.space import LayoutSpace
 
-# Seconds kept back from the deadline for realizing and verifying the solution: a fixed part plus a
-# part per logical token (measured by benchmarks/bench_planners.py on the 2-core machine).
-MARGIN_S = 0.006
-MARGIN_S_PER_TOKEN = 4e-8
-# Below this much search time, CP-SAT is not started.
+REALIZE_S = 0.003
+REALIZE_S_PER_TOKEN = 1e-8
+"""Seconds kept back from the search for realizing its answer: a fixed part plus a part per logical
+token (measured by benchmarks/bench_runtime.py on the 2-core machine; the portfolio keeps back the
+verification on top)."""
+
 MIN_SEARCH_S = 0.005
+"""Below this much search time, CP-SAT is not started."""
+
+NO_TIME = "skipped: no time left"
 
 
 def reserve_s(problem: Problem) -> float:
-    """Seconds to keep for realizing and verifying a solution of ``problem``."""
-    tokens = sum(item.num_tokens for item in problem.workload.items)
-    return MARGIN_S + MARGIN_S_PER_TOKEN * tokens
+    """Seconds to keep for realizing a solution of ``problem``."""
+    return REALIZE_S + REALIZE_S_PER_TOKEN * problem.logical_tokens(range(problem.num_items))
 
 
 def plan_columns(problem: Problem, space: LayoutSpace, num_waves: int, *plans: Plan) -> tuple[Column, ...]:
@@ -62,7 +68,7 @@ def greedy_values(
     shared: set[tuple[int, int]] = set()
     taken: list[int | None] = [None] * compiled.num_waves
     for w, wave in enumerate(plan.waves):
-        mask = problem.share_mask(wave.layout_name)
+        mask = _share_mask(problem, wave.layout_name)
         for i in wave.items:
             assignment[i] = (w, space.items[i].layout_of(mask))
         shared.update((k, w) for k, node in enumerate(space.cross) if mask[node.node])
@@ -71,9 +77,18 @@ def greedy_values(
     return compiled.evaluate(assignment, shared, taken)
 
 
+def _share_mask(problem: Problem, name: str) -> np.ndarray:
+    """The share mask of a layout spec; none shared for a wave named otherwise (a realized ``cpsat``
+    wave: in the hint it only ever stands as an exact column, whose sharing the model ignores)."""
+    try:
+        return problem.share_mask(name)
+    except InputError:
+        return np.zeros(problem.tree.num_nodes, dtype=bool)
+
+
 def compile_for(problem: Problem, profile: SolverProfile, greedy: Plan) -> tuple[LayoutSpace, CompiledModel]:
-    """The decision space and the joint model for ``problem``: the greedy plan's wave count (plus the
-    profile's extra waves) and its waves as exact columns."""
+    """The decision space and the joint model for ``problem``: the greedy plan's (or any incumbent
+    plan's) wave count, plus the profile's extra waves, and its waves as exact columns."""
     from cpplan.cpsat import build_space, compile_model
 
     space = build_space(problem, extra_specs=tuple(profile.greedy.layouts))
@@ -84,26 +99,39 @@ def compile_for(problem: Problem, profile: SolverProfile, greedy: Plan) -> tuple
 def cpsat_planner(
     problem: Problem, profile: SolverProfile, deadline: Deadline
 ) -> tuple[Plan | None, SolverStats]:
-    """Registered as strategy ``cpsat``."""
+    """Registered as strategy ``cpsat``: the joint model warm-started from the greedy plan, or, above
+    the profile's ``max_items``, large-neighbourhood search over the greedy plan's waves
+    (:func:`~cpplan.planners.lns.lns_plan`)."""
+    from cpplan.planners.lns import lns_plan
+
+    greedy = cached_greedy_plan(problem, profile.greedy.layouts, deadline)
+    if problem.num_items > profile.cpsat.max_items:
+        return lns_plan(problem, profile, greedy, deadline)
+    if any(wave.split for wave in greedy.waves):
+        return None, SolverStats(status="skipped: the greedy plan splits an item (not modelled)")
+    return joint_plan(problem, profile, greedy, deadline)
+
+
+def joint_plan(
+    problem: Problem, profile: SolverProfile, incumbent: Plan, deadline: Deadline
+) -> tuple[Plan | None, SolverStats]:
+    """The joint model of ``problem`` with ``incumbent``'s waves (items in ascending waves, none
+    split) as exact columns and, taken as them, the complete hint; solved until ``deadline`` less
+    :func:`reserve_s`, realized and priced. Skipped (its status says so) when too little time is left."""
     from cpplan.cpsat import realize, solve
 
     started = time.perf_counter()
     params = profile.cpsat
-    if problem.num_items > params.max_items:
-        return None, SolverStats(status=f"skipped: {problem.num_items} items > max_items {params.max_items}")
     search_by = deadline.less(reserve_s(problem))
-    greedy = cached_greedy_plan(problem, profile.greedy.layouts)
-    if any(wave.split for wave in greedy.waves):
-        return None, SolverStats(status="skipped: the greedy plan splits an item (not modelled)")
     if search_by.left_s() < MIN_SEARCH_S:
-        return None, SolverStats(status="skipped: no time left", stage_s={"build": 0.0})
-    space, compiled = compile_for(problem, profile, greedy)
+        return None, SolverStats(status=NO_TIME, stage_s={"build": 0.0})
+    space, compiled = compile_for(problem, profile, incumbent)
     if params.hint:
-        compiled.add_hint(greedy_values(compiled, space, greedy))
+        compiled.add_hint(greedy_values(compiled, space, incumbent))
     build_s = time.perf_counter() - started
     left = search_by.left_s()
     if left < MIN_SEARCH_S:
-        return None, SolverStats(status="skipped: no time left", stage_s={"build": build_s})
+        return None, SolverStats(status=NO_TIME, stage_s={"build": build_s})
     solution, stats = solve(
         compiled, params, time_limit_s=left, deterministic=profile.deterministic, build_s=build_s
     )

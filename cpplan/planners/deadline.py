@@ -11,6 +11,20 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from cpplan.pricing.problem import Problem
+
+VERIFY_S = 0.002
+VERIFY_S_PER_TOKEN = 1e-8
+"""Seconds kept back for verifying a plan: a fixed part and a part per logical token (the verifier
+reads every request back; benchmarks/bench_runtime.py measures about a third of this on 2 busy cores)."""
+
+
+def verify_reserve_s(problem: Problem) -> float:
+    """Seconds to keep back from a deadline for verifying (and serializing) one plan of ``problem``."""
+    return VERIFY_S + VERIFY_S_PER_TOKEN * problem.logical_tokens(range(problem.num_items))
 
 
 @dataclass(frozen=True, kw_only=True)

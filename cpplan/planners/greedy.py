@@ -23,7 +23,7 @@ from cpplan.planners.split import split_item
 from cpplan.planners.widths import WidthSearch, cut_wave
 from cpplan.pricing.problem import Problem
 from cpplan.pricing.result import Plan
-from cpplan.pricing.wave import WavePlan, best_wave, first_fitting
+from cpplan.pricing.wave import WavePlan, best_wave
 
 FLOOR_LAYOUT = "full"
 """The layout of the anytime floor (:func:`hurried_waves`): full sharing, the fewest packed tokens."""
@@ -43,7 +43,7 @@ def greedy_plan(
     start, n = 0, problem.num_items
     while start < n:
         if deadline is not None and deadline.expired():
-            waves.extend(hurried_waves(problem, start, search.last_width, layouts))
+            waves.extend(hurried_waves(search, start, layouts))
             note = f"deadline reached after {start} of {n} items; the rest packed with full sharing"
             return Plan(strategy=strategy, waves=tuple(waves), notes=(note,))
         found = search.widest(start, deadline)
@@ -58,22 +58,19 @@ def greedy_plan(
     return Plan(strategy=strategy, waves=tuple(waves))
 
 
-def hurried_waves(problem: Problem, start: int, width: int, layouts: Sequence[str]) -> list[WavePlan]:
-    """The anytime floor: items from ``start`` on in waves of ``width`` items under full sharing, each
-    halved until it fits (an item that fits no full-sharing wave alone goes to the split path)."""
+def hurried_waves(search: WidthSearch, start: int, layouts: Sequence[str]) -> list[WavePlan]:
+    """The anytime floor: items from ``start`` on in full-sharing waves of the width the peak model
+    proposes, halved until they fit (:meth:`WidthSearch.quick`: about one pricing per wave); an item
+    that fits no full-sharing wave alone goes to the split path."""
+    problem = search.problem
     waves: list[WavePlan] = []
-    n = problem.num_items
-    width = max(1, width)
-    while start < n:
-        width = min(width, n - start)
-        wave, _ = first_fitting(problem, range(start, start + width), (FLOOR_LAYOUT,))
-        while wave is None and width > 1:
-            width = max(1, width // 2)
-            wave, _ = first_fitting(problem, range(start, start + width), (FLOOR_LAYOUT,))
-        if wave is None:
+    while start < problem.num_items:
+        found = search.quick(start, (FLOOR_LAYOUT,))
+        if found is None:
             waves.extend(split_item(problem, start, layouts))
             start += 1
             continue
+        width, wave = found
         waves.append(wave)
         start += width
     return waves

@@ -4,6 +4,12 @@
 strategy runs once (:func:`run_strategy`, which turns every fault into a recorded outcome), its plan is
 verified by the independent verifier (:func:`verify_outcome`), and every candidate's reason is written
 from the outcomes (:func:`candidate_reason`).
+
+Time: strategies search until the deadline less :func:`verify_reserve_s` (what verifying their plan
+takes), so the call ends about at the deadline. Once that search deadline has passed and some plan is
+valid, the strategies left are skipped ("skipped: no time left"); without a valid plan they still run
+(greedy and full sharing past their deadline pack with full sharing at once: the floor). The runtime
+profile lists greedy first, then CP-SAT warm-started from it, and the rest only with time to spare.
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ from typing import Any
 
 from cpplan.errors import CpplanError, NoFitError
 from cpplan.planners import PLANNERS, Strategy
-from cpplan.planners.deadline import Deadline
+from cpplan.planners.deadline import Deadline, verify_reserve_s
 from cpplan.pricing.problem import Problem, check_static_floor
 from cpplan.pricing.result import Candidate, Plan, PlanResult, SolverStats
 from cpplan.pricing.serialize import plan_to_dict
@@ -24,6 +30,8 @@ from cpplan.verifier.plan_check import Verification, verify_plan
 
 DISAGREEMENT_TOLERANCE = 0.05
 """Relative gap between a solver's objective and the verified price above which the result notes it."""
+
+NO_TIME = "skipped: no time left"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -77,14 +85,19 @@ def solve(
     check_static_floor(problem.card, problem.budget_bytes)
     table = {**PLANNERS, **(planners or {})}
     verified: list[tuple[dict[str, Any], Verification]] = []
-    outcomes = []
+    outcomes: list[StrategyOutcome] = []
+    search_by = deadline.less(verify_reserve_s(problem))
     for strategy in profile.strategies:
-        outcome = run_strategy(strategy, table.get(strategy), problem, profile, deadline)
+        if search_by.expired() and any(o.valid for o in outcomes):
+            outcomes.append(_skipped(strategy))
+            continue
+        outcome = run_strategy(strategy, table.get(strategy), problem, profile, search_by)
         if outcome.plan is not None:
             outcome = verify_outcome(problem, outcome, verified)
         outcomes.append(outcome)
     winner = _winner(outcomes)
-    stats = next((o.stats for o in reversed(outcomes) if o.stats is not None), SolverStats(status="not_run"))
+    unrun = SolverStats(status=NO_TIME if any(o.note == NO_TIME for o in outcomes) else "not_run")
+    stats = next((o.stats for o in reversed(outcomes) if o.stats is not None), unrun)
     return PlanResult(
         problem=problem,
         plan=winner.plan,
@@ -112,9 +125,17 @@ def run_strategy(
     except Exception as exc:
         return _failed(strategy, f"raised {type(exc).__name__}: {exc}", started)
     if plan is None:
-        note = f"no solution ({stats.status})" if stats else "no solution within its time"
+        note = "no solution within its time"
+        if stats is not None:
+            plain = stats.status.startswith(("skipped", "lns"))  # already says why there is no plan
+            note = stats.status if plain else f"no solution ({stats.status})"
         return _failed(strategy, note, started, stats=stats)
     return StrategyOutcome(strategy=strategy, plan=plan, stats=stats, wall_s=time.perf_counter() - started)
+
+
+def _skipped(strategy: str) -> StrategyOutcome:
+    """A strategy not started because the deadline has passed and a valid plan is in hand."""
+    return StrategyOutcome(strategy=strategy, note=NO_TIME)
 
 
 def _failed(
@@ -211,7 +232,7 @@ def candidate_reason(outcome: StrategyOutcome, winner: StrategyOutcome) -> str:
             if verdict.cost_s >= chosen
             else "tied"
         )
-    return why + (f"; {outcome.note}" if outcome.note else "")
+    return "; ".join([why, *outcome.plan.notes, *([outcome.note] if outcome.note else [])])
 
 
 def _candidate(outcome: StrategyOutcome, winner: StrategyOutcome) -> Candidate:

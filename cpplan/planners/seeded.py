@@ -34,13 +34,23 @@ SEEDS: tuple[Baseline, ...] = (
 )
 
 
-def repair(problem: Problem, proposal: Plan, layouts: Sequence[str], cache: dict | None = None) -> Plan:
+def repair(
+    problem: Problem,
+    proposal: Plan,
+    layouts: Sequence[str],
+    cache: dict | None = None,
+    *,
+    deadline: Deadline | None = None,
+) -> Plan | None:
     """Every wave of ``proposal`` as its cheapest fitting version, split where none fits. ``cache``
-    keeps cpplan's own pricing of item sets already seen (seeds often propose the same waves)."""
+    keeps cpplan's own pricing of item sets already seen (seeds often propose the same waves). ``None``
+    when ``deadline`` expires before every wave is repaired."""
     budget = problem.budget_bytes
     cache = {} if cache is None else cache
     waves: list[WavePlan] = []
     for wave in proposal.waves:
+        if deadline is not None and deadline.expired():
+            return None
         if wave.items not in cache:
             cache[wave.items] = best_wave(problem, wave.items, layouts)[0]
         own = cache[wave.items]
@@ -76,13 +86,17 @@ def _refill(problem: Problem, items: Sequence[int], layouts: Sequence[str]) -> l
 
 
 def seeded_plan(problem: Problem, layouts: Sequence[str], *, deadline: Deadline | None = None) -> Plan | None:
-    """The cheapest repaired baseline plan. No seed is started once ``deadline`` has expired, and
-    ``None`` is returned when none was; without a deadline (or with a deterministic one, which never
-    expires) every seed runs, so the answer is the same on every run."""
+    """The cheapest repaired baseline plan. No seed is started, and a seed's repair is abandoned,
+    once ``deadline`` has expired; ``None`` when no seed was repaired in time. Without a deadline (or
+    with a deterministic one, which never expires) every seed runs, so the answer is the same on every
+    run."""
     cache: dict = {}
     plans = []
     for seed in SEEDS:
         if deadline is not None and deadline.expired():
             break
-        plans.append(repair(problem, seed.plan(problem), layouts, cache))
+        proposal = seed.plan(problem)
+        repaired = repair(problem, proposal, layouts, cache, deadline=deadline)
+        if repaired is not None:
+            plans.append(repaired)
     return min(plans, key=lambda p: p.cost_s) if plans else None

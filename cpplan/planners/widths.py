@@ -70,14 +70,41 @@ class WidthSearch:
             width = self._proposal(start, bracket, step)
             wave, lowest = first_fitting(self.problem, range(start, start + width), self.layouts)
             self.num_priced += 1
-            self._learn(start, width, wave or lowest)
-            bracket.record(width, wave, (wave or lowest).peak_bytes)
+            self._learn(start, width, lowest)
+            bracket.record(width, wave, lowest.peak_bytes)
             if bracket.closed or (bracket.fit_wave is not None and deadline and deadline.expired()):
                 break
         if bracket.fit_wave is None:
             return None
         self.last_width = bracket.fit_width
         return bracket.fit_width, bracket.fit_wave
+
+    def quick(self, start: int, layouts: Sequence[str]) -> tuple[int, WavePlan] | None:
+        """A fitting wave from item ``start`` found fast, for when time is up: the peak model's width
+        under ``layouts`` (the item is priced alone first while the model has no slope), halved until
+        it fits; ``None`` when the item alone does not fit them."""
+        remaining = self.problem.num_items - start
+        if self.slope is None:
+            alone = self._test(start, 1, layouts)
+            if alone is None or remaining == 1:
+                return None if alone is None else (1, alone)
+        width = min(max(1, self._model_width(start)), remaining)
+        while True:
+            wave = self._test(start, width, layouts)
+            if wave is not None:
+                self.last_width = width
+                return width, wave
+            if width == 1:
+                return None
+            width //= 2
+
+    def _test(self, start: int, width: int, layouts: Sequence[str]) -> WavePlan | None:
+        """The first fitting wave of ``width`` items from ``start`` under ``layouts`` (or ``None``),
+        its peak taught to the model."""
+        wave, lowest = first_fitting(self.problem, range(start, start + width), layouts)
+        self.num_priced += 1
+        self._learn(start, width, lowest)
+        return wave
 
     def _learn(self, start: int, width: int, wave: WavePlan) -> None:
         tokens = self.estimated_tokens(start, width)

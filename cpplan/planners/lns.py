@@ -1,0 +1,175 @@
+"""Large-neighbourhood search: the joint model re-solves a few adjacent waves at a time.
+
+Above the profile's ``max_items`` the joint model of the whole workload is too large for its budget,
+so the CP-SAT strategy improves the greedy plan window by window instead of skipping: a window is two
+or three adjacent waves (at most :data:`WINDOW_ITEMS_PER_MAX_ITEMS` × ``max_items`` items, none split),
+its items become a sub-problem (:class:`~cpplan.planners.subproblem.SubProblem`), the joint model
+solves it with the window's waves as exact columns and complete hint
+(:func:`~cpplan.planners.cpsat_strategy.joint_plan`), and the answer replaces the window only when the
+independent verifier accepts it, as a plan of the sub-problem, and prices it lower. Windows overlap by
+one wave, so items can move along the plan; passes repeat while one improves and time is left.
+
+Each window gets an equal share of the time left for the windows still to come in the pass, less what
+verifying its answer takes. Under a deterministic deadline every window of every pass runs (each
+CP-SAT call on its deterministic limit), so the answer is the same on every machine.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass
+
+from cpplan.errors import CpplanError
+from cpplan.planners.cpsat_strategy import MIN_SEARCH_S, joint_plan
+from cpplan.planners.deadline import Deadline, verify_reserve_s
+from cpplan.planners.subproblem import SubProblem
+from cpplan.pricing.problem import Problem
+from cpplan.pricing.result import Plan, SolverStats
+from cpplan.pricing.serialize import plan_to_dict
+from cpplan.pricing.wave import WavePlan
+from cpplan.spec.profile import SolverProfile
+from cpplan.verifier.plan_check import verify_plan
+
+WINDOW_WAVES = 3
+"""The most adjacent waves one window re-solves."""
+
+WINDOW_ITEMS_PER_MAX_ITEMS = 4
+"""A window holds at most this many times the profile's ``max_items`` items."""
+
+MAX_PASSES = 3
+"""Passes over the plan at most (a pass without an improvement ends the search)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Window:
+    """Waves ``start .. start + size - 1`` of the current plan."""
+
+    start: int
+    size: int
+
+
+def lns_plan(
+    problem: Problem, profile: SolverProfile, incumbent: Plan, deadline: Deadline
+) -> tuple[Plan | None, SolverStats]:
+    """``incumbent`` improved window by window (``None`` when no window improved), and statistics
+    whose status counts the windows solved, improved and proved optimal in their model."""
+    started = time.perf_counter()
+    waves, tally = list(incumbent.waves), Counter()
+    limit = WINDOW_ITEMS_PER_MAX_ITEMS * profile.cpsat.max_items
+    for _ in range(MAX_PASSES):
+        improved = _one_pass(problem, profile, waves, limit, deadline, tally)
+        if not improved or deadline.left_s() < MIN_SEARCH_S:
+            break
+    stats = SolverStats(status=_status(tally), wall_s=time.perf_counter() - started, stage_s=_stages(tally))
+    if not tally["improved"]:
+        return None, stats
+    return Plan(strategy="cpsat", waves=tuple(waves)), stats
+
+
+def _one_pass(
+    problem: Problem,
+    profile: SolverProfile,
+    waves: list[WavePlan],
+    limit: int,
+    deadline: Deadline,
+    tally: Counter,
+) -> bool:
+    """One sweep of overlapping windows over ``waves`` (replaced in place); whether any improved."""
+    improved, start = False, 0
+    while start < len(waves) - 1:
+        window = _window_at(waves, start, limit)
+        if window is None:
+            start += 1
+            continue
+        left = _windows_left(waves, start, limit)
+        better = _solve_window(problem, profile, waves[start : start + window.size], deadline, left, tally)
+        if better is not None:
+            waves[start : start + window.size] = better
+            improved = True
+        if deadline.left_s() < MIN_SEARCH_S:
+            break
+        start += max(1, window.size - 1)
+    return improved
+
+
+def _window_at(waves: list[WavePlan], start: int, limit: int) -> _Window | None:
+    """The widest window of 2 .. :data:`WINDOW_WAVES` waves from ``start`` within ``limit`` items and
+    without a split wave; ``None`` when not even two fit."""
+    size, items = 0, 0
+    for wave in waves[start : start + WINDOW_WAVES]:
+        if wave.split or items + len(wave.items) > limit:
+            break
+        size, items = size + 1, items + len(wave.items)
+    return _Window(start=start, size=size) if size >= 2 else None
+
+
+def _windows_left(waves: list[WavePlan], start: int, limit: int) -> int:
+    """How many windows this pass still has from ``start`` on (for sharing out the time)."""
+    count, at = 0, start
+    while at < len(waves) - 1:
+        window = _window_at(waves, at, limit)
+        count += window is not None
+        at += max(1, window.size - 1) if window else 1
+    return max(1, count)
+
+
+def _solve_window(
+    problem: Problem,
+    profile: SolverProfile,
+    window: list[WavePlan],
+    deadline: Deadline,
+    windows_left: int,
+    tally: Counter,
+) -> list[WavePlan] | None:
+    """The window's waves re-solved by the joint model, when verified and cheaper; else ``None``."""
+    t0 = time.perf_counter()
+    try:
+        sub = SubProblem.of(problem, [i for wave in window for i in wave.items])
+    except CpplanError:  # say, fewer packed tokens than CP ranks: leave the window as it is
+        return None
+    ordered = sorted((sub.from_parent(wave) for wave in window), key=lambda wave: min(wave.items))
+    incumbent = Plan(strategy="cpsat", waves=tuple(ordered))
+    step_by = deadline.share(1.0 / windows_left).less(verify_reserve_s(sub.problem))
+    tally["build_s"] += time.perf_counter() - t0
+    try:
+        plan, stats = joint_plan(sub.problem, profile, incumbent, step_by)
+    except CpplanError:
+        return None
+    _count(stats, tally)
+    if plan is None or not plan.cost_s < incumbent.cost_s * (1 - 1e-9):
+        tally["proved"] += plan is not None and stats.status == "optimal"
+        return None
+    t1 = time.perf_counter()
+    verdict = verify_plan(
+        plan_to_dict(sub.problem, plan), sub.problem.workload, sub.problem.card, sub.problem.budget_bytes
+    )
+    tally["verify_s"] += time.perf_counter() - t1
+    if not verdict.valid or not verdict.cost_s < incumbent.cost_s * (1 - 1e-9):
+        tally["rejected"] += 1
+        return None
+    tally["improved"] += 1
+    return [sub.to_parent(wave) for wave in plan.waves]
+
+
+def _count(stats: SolverStats, tally: Counter) -> None:
+    """Add one CP-SAT run's statistics to the tally."""
+    if stats.status.startswith("skipped"):
+        tally["skipped"] += 1
+        return
+    tally["solved"] += 1
+    for stage, seconds in stats.stage_s.items():
+        tally[f"{stage}_s"] += seconds
+
+
+def _status(tally: Counter) -> str:
+    """The LNS status line: windows solved, improved, proved optimal in their model, rejected, skipped."""
+    parts = [f"lns: {tally['solved']} windows solved", f"{tally['improved']} improved"]
+    parts.append(f"{tally['proved']} proved optimal in their model")
+    parts += [f"{tally[key]} {key}" for key in ("rejected", "skipped") if tally[key]]
+    return ", ".join(parts)
+
+
+def _stages(tally: Counter) -> dict[str, float]:
+    """Seconds per stage summed over the windows."""
+    return {key[:-2]: float(value) for key, value in tally.items() if key.endswith("_s")}
