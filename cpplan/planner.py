@@ -2,21 +2,27 @@
 
 ``Planner(model=..., topology=..., memory_bytes=..., solver="runtime")`` loads the card, parses the
 memory size, resolves the card for the topology, depth and phase, and loads the solver profile once;
-``planner.plan(workload)`` then builds the step's problem and runs the portfolio
-(:func:`cpplan.planners.portfolio.solve`) within the profile's time budget, counted from the call.
-:func:`cpplan.plan` is the one-shot form: a planner made for a single call.
+it also derives, once, what every step reads from them (the card's coefficient vectors,
+:func:`~cpplan.pricing.memo.card_constants`) and, when the profile runs CP-SAT, imports OR-Tools and
+runs one trivial solve, so that the first step pays neither. ``planner.plan(workload)`` then builds
+the step's problem and runs the portfolio (:func:`cpplan.planners.portfolio.solve`) within the
+profile's time budget (or the one given), counted from the call. :func:`cpplan.plan` is the one-shot
+form: a planner made for a single call.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Mapping
+from numbers import Real
 from pathlib import Path
 
 from cpplan.errors import InputError
 from cpplan.planners import Strategy
 from cpplan.planners.deadline import Deadline
 from cpplan.planners.portfolio import solve
+from cpplan.pricing.memo import card_constants
 from cpplan.pricing.problem import Problem
 from cpplan.pricing.result import PlanResult
 from cpplan.spec.card import ModelCard, Phase
@@ -49,6 +55,10 @@ class Planner:
         self.profile = _profile(solver)
         self.card = self.settings.card
         """The card resolved for these settings (a card that cannot price them fails here)."""
+        card_constants(self.card)
+        self._profiles: dict[float, SolverProfile] = {}
+        if "cpsat" in self.profile.strategies:
+            _warm_up_solver()
 
     def plan(
         self,
@@ -58,10 +68,12 @@ class Planner:
         planners: Mapping[str, Strategy] | None = None,
         started_s: float | None = None,
     ) -> PlanResult:
-        """Plan ``workload`` within ``time_budget_s`` (default: the profile's), counted from
-        ``started_s`` (a :func:`time.perf_counter` instant; default: this call). ``planners`` replaces
-        or adds strategies by name. Raises :class:`~cpplan.errors.NoFitError` when no strategy yields a
-        valid plan."""
+        """Plan ``workload`` within ``time_budget_s`` (default: the profile's; a positive, finite number
+        of seconds, else :class:`~cpplan.errors.InputError`), counted from ``started_s`` (a
+        :func:`time.perf_counter` instant; default: this call). ``planners`` replaces or adds strategies
+        by name. A budget too short for the search still gets a complete plan: the portfolio packs it at
+        once with full sharing and its candidates say so. Raises :class:`~cpplan.errors.NoFitError` when
+        no strategy yields a valid plan."""
         started = time.perf_counter() if started_s is None else started_s
         if not isinstance(workload, Workload):
             raise InputError(
@@ -69,9 +81,18 @@ class Planner:
                 f"got {type(workload).__name__}",
                 field="workload",
             )
-        profile = self.profile.with_time_budget(time_budget_s)
+        profile = self._profile_for(time_budget_s)
         deadline = Deadline.after(profile.time_budget_s, deterministic=profile.deterministic, start_s=started)
         return solve(Problem.build(workload, self.settings), profile, planners=planners, deadline=deadline)
+
+    def _profile_for(self, time_budget_s: float | None) -> SolverProfile:
+        """The profile with ``time_budget_s`` (checked), made once per distinct budget."""
+        if time_budget_s is None:
+            return self.profile
+        seconds = checked_time_budget(time_budget_s)
+        if seconds not in self._profiles:
+            self._profiles[seconds] = self.profile.with_time_budget(seconds)
+        return self._profiles[seconds]
 
     def __repr__(self) -> str:
         s = self.settings
@@ -87,3 +108,30 @@ def _profile(solver: SolverProfile | str | Path | None) -> SolverProfile:
             f"must be a SolverProfile, a name or a path, got {type(solver).__name__}", field="solver"
         )
     return solver if isinstance(solver, SolverProfile) else load_solver(solver or "runtime")
+
+
+def checked_time_budget(seconds: object) -> float:
+    """A time budget as float seconds; anything but a positive, finite number is an
+    :class:`~cpplan.errors.InputError` naming the field."""
+    if isinstance(seconds, bool) or not isinstance(seconds, Real):
+        raise InputError(
+            f"must be a positive number of seconds, got {type(seconds).__name__} {seconds!r}",
+            field="time_budget",
+        )
+    value = float(seconds)
+    if not (math.isfinite(value) and value > 0):
+        raise InputError(f"must be a positive number of seconds, got {value}", field="time_budget")
+    return value
+
+
+def _warm_up_solver() -> None:
+    """Import OR-Tools' CP-SAT and solve a one-variable model: the import and the solver's first-call
+    set-up then happen when the planner is made, not in its first step."""
+    from ortools.sat.python import cp_model
+
+    model = cp_model.CpModel()
+    model.add(model.new_bool_var("x") >= 0)
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = 1
+    solver.solve(model)
+    import cpplan.cpsat  # noqa: F401  (the joint model's modules)

@@ -24,6 +24,7 @@ from functools import cached_property
 import numpy as np
 
 from cpplan.planners.deadline import Deadline
+from cpplan.pricing.memo import card_constants
 from cpplan.pricing.problem import Problem
 from cpplan.pricing.wave import WavePlan, first_fitting
 
@@ -45,8 +46,7 @@ class WidthSearch:
 
     @cached_property
     def _static_bytes(self) -> float:
-        card = self.problem.card
-        return card.safety * float(card.envelope_static_bytes.max())
+        return card_constants(self.problem.card).static_peak_bytes
 
     @cached_property
     def _cumulative_tokens(self) -> np.ndarray:

@@ -9,6 +9,7 @@ import numpy as np
 
 from cpplan.pricing.evaluator import RankPrices, price, wave_cost_s
 from cpplan.pricing.layout import PackedLayout
+from cpplan.pricing.memo import card_constants
 from cpplan.pricing.ownership import ChunkStats, chunk_stats, contiguous_split, rank_quantities
 from cpplan.pricing.problem import Problem
 from cpplan.spec.quantities import QUANTITY_INDEX
@@ -55,7 +56,7 @@ def ownership_candidates(problem: Problem, stats: ChunkStats) -> list[np.ndarray
     cp = problem.topology.cp
     if cp == 1:
         return [np.zeros(stats.num_chunks, dtype=np.int64)]
-    time_weight = stats.quantity_matrix() @ problem.card.time_coefficients()
+    time_weight = stats.quantity_matrix() @ card_constants(problem.card).time_coefficients
     by_time = contiguous_split(time_weight, cp)
     by_tokens = contiguous_split(stats.tokens.astype(np.float64), cp)
     return [by_time] if np.array_equal(by_time, by_tokens) else [by_time, by_tokens]
