@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from cpplan.errors import NoFitError
 from cpplan.planners.deadline import Deadline
 from cpplan.planners.split import split_item
-from cpplan.planners.widths import WidthSearch, cut_wave
+from cpplan.planners.widths import WidthSearch, balanced_cut, cut_wave
 from cpplan.pricing.problem import Problem
 from cpplan.pricing.result import Plan
 from cpplan.pricing.wave import WavePlan, best_wave
@@ -53,9 +53,35 @@ def greedy_plan(
             continue
         width, wave = cut_wave(problem, start, *found, layouts)
         best, _ = best_wave(problem, range(start, start + width), layouts)
-        waves.append(best if best is not None else wave)
+        ending = last_two_waves(problem, start, best or wave, layouts)
+        if ending is not None:
+            waves.extend(ending)
+            break
+        waves.append(best or wave)
         start += width
     return Plan(strategy=strategy, waves=tuple(waves))
+
+
+def last_two_waves(
+    problem: Problem, start: int, first: WavePlan, layouts: Sequence[str]
+) -> list[WavePlan] | None:
+    """When the items after ``first`` (the next wave, from ``start``) fit in one wave, the plan's last
+    two waves: ``first`` and that rest, or the two waves split at :func:`balanced_cut` when those fit
+    and cost less (a greedy first wave can leave a small, costly last one). ``None`` when the rest
+    needs more than one wave (or there is none)."""
+    n, end = problem.num_items, start + len(first.items)
+    if end >= n:
+        return None
+    rest, _ = best_wave(problem, range(end, n), layouts)
+    if rest is None:
+        return None
+    cut = start + balanced_cut(problem, start)
+    if cut != end:
+        head, _ = best_wave(problem, range(start, cut), layouts)
+        tail, _ = best_wave(problem, range(cut, n), layouts)
+        if head is not None and tail is not None and head.cost_s + tail.cost_s < first.cost_s + rest.cost_s:
+            return [head, tail]
+    return [first, rest]
 
 
 def hurried_waves(search: WidthSearch, start: int, layouts: Sequence[str]) -> list[WavePlan]:

@@ -192,3 +192,17 @@ def cut_wave(
         return width, widest
     wave, _ = first_fitting(problem, range(start, start + cut), layouts)
     return (cut, wave) if wave is not None else (width, widest)
+
+
+def balanced_cut(problem: Problem, start: int) -> int:
+    """Where to split the items from ``start`` to the end into two waves: the boundary in the middle
+    half sharing the fewest tokens, the one nearest the middle on ties (the middle itself when fewer
+    than four items are left)."""
+    remaining = problem.num_items - start
+    lo, hi = max(1, remaining // 4), min(remaining - 1, remaining - remaining // 4)
+    if hi <= lo:
+        return max(1, remaining // 2)
+    shared = problem.adjacent_shared_tokens[start + lo - 1 : start + hi]
+    cuts = np.arange(lo, hi + 1)
+    best = shared == shared.min()
+    return int(cuts[best][np.argmin(np.abs(2 * cuts[best] - remaining))])

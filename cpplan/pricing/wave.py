@@ -62,6 +62,36 @@ def ownership_candidates(problem: Problem, stats: ChunkStats) -> list[np.ndarray
     return [by_time] if np.array_equal(by_time, by_tokens) else [by_time, by_tokens]
 
 
+EDGE_STEPS = 12
+"""Repair steps :func:`edge_ownership` takes before it gives up."""
+
+
+def edge_ownership(problem: Problem, stats: ChunkStats, owner: np.ndarray) -> np.ndarray | None:
+    """For a wave at the memory edge: ``owner`` (contiguous, balanced by time) repaired until every
+    rank fits, or ``None``. The rank furthest over the budget hands chunks at one end to the neighbour
+    with the lower peak, as many as its excess over its bytes per chunk, every step priced exactly;
+    the ranks' times stay as close to balanced as the memory allows (the token-balanced split, the
+    other fallback, lets them drift further)."""
+    cp, budget = problem.topology.cp, problem.budget_bytes
+    sizes = np.bincount(owner, minlength=cp)
+    static = card_constants(problem.card).static_peak_bytes
+    for _ in range(EDGE_STEPS):
+        peaks = price(problem.card, rank_quantities(stats, owner, cp)).peak_bytes
+        worst = int(np.argmax(peaks))
+        if peaks[worst] <= budget:
+            return owner
+        per_chunk = max(peaks[worst] - static, 1.0) / sizes[worst]
+        moved = min(int(np.ceil((peaks[worst] - budget) / per_chunk)), int(sizes[worst]) - 1)
+        if moved < 1:
+            return None
+        neighbours = [r for r in (worst - 1, worst + 1) if 0 <= r < cp]
+        to = min(neighbours, key=lambda r: peaks[r])
+        sizes[worst] -= moved
+        sizes[to] += moved
+        owner = np.repeat(np.arange(cp, dtype=np.int64), sizes)
+    return None
+
+
 def price_wave(
     problem: Problem,
     items: Sequence[int],
@@ -77,24 +107,44 @@ def price_wave(
     owners = [owner] if owner is not None else ownership_candidates(problem, stats)
     best: WavePlan | None = None
     for candidate in owners:
-        q = rank_quantities(stats, candidate, problem.topology.cp)
-        prices = price(problem.card, q)
-        wave = WavePlan(
-            items=tuple(items),
-            layout_name=layout_name,
-            layout=layout,
-            stats=stats,
-            owner=np.asarray(candidate, dtype=np.int64),
-            quantities=q,
-            prices=prices,
-            cost_s=wave_cost_s(problem.card, prices),
-            logical_tokens=problem.logical_tokens(items),
-            split=split,
-        )
+        wave = _priced_ownership(problem, items, layout, layout_name, stats, candidate, split)
         if best is None or _better(wave, best, problem.budget_bytes):
             best = wave
     assert best is not None
+    fallback = owner is None and len(owners) > 1 and best.owner is not owners[0]
+    if fallback and best.fits(problem.budget_bytes):  # only the token-balanced split fits: repair by time
+        repaired = edge_ownership(problem, stats, owners[0])
+        if repaired is not None:
+            wave = _priced_ownership(problem, items, layout, layout_name, stats, repaired, split)
+            if _better(wave, best, problem.budget_bytes):
+                best = wave
     return best
+
+
+def _priced_ownership(
+    problem: Problem,
+    items: Sequence[int],
+    layout: PackedLayout,
+    layout_name: str,
+    stats: ChunkStats,
+    owner: np.ndarray,
+    split: bool,
+) -> WavePlan:
+    """``layout`` with chunk ownership ``owner``, priced."""
+    q = rank_quantities(stats, owner, problem.topology.cp)
+    prices = price(problem.card, q)
+    return WavePlan(
+        items=tuple(items),
+        layout_name=layout_name,
+        layout=layout,
+        stats=stats,
+        owner=np.asarray(owner, dtype=np.int64),
+        quantities=q,
+        prices=prices,
+        cost_s=wave_cost_s(problem.card, prices),
+        logical_tokens=problem.logical_tokens(items),
+        split=split,
+    )
 
 
 def _better(a: WavePlan, b: WavePlan, budget: int) -> bool:

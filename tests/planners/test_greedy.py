@@ -12,9 +12,10 @@ from cpplan import NoFitError, Topology, load_solver
 from cpplan.bench.synthetic import grpo
 from cpplan.planners.deadline import Deadline
 from cpplan.planners.greedy import full_sharing_plan, greedy_plan
-from cpplan.planners.widths import WidthSearch
+from cpplan.planners.widths import WidthSearch, cheapest_cut
+from cpplan.pricing.ownership import contiguous_split
 from cpplan.pricing.problem import Problem
-from cpplan.pricing.wave import best_wave
+from cpplan.pricing.wave import best_wave, price_wave
 from cpplan.spec.settings import Settings
 from tests.conftest import middle_budget
 
@@ -39,21 +40,29 @@ def _widest(problem: Problem, start: int) -> int:
 
 
 def _check_cuts(problem: Problem, plan) -> None:
-    """Items in order, once each; every wave fits; every wave but the last ends either at the widest
-    fitting width or, within its back half, at the boundary sharing the fewest tokens up to there."""
+    """Items in order, once each; every wave fits; every wave before the last two ends either at the
+    widest fitting width or, within its back half, at the boundary sharing the fewest tokens up to
+    there; the last two waves cost no more than that rule's wave plus the rest."""
     order = [i for w in plan.waves for i in w.items]
     assert order == list(range(problem.num_items))
     shared = problem.adjacent_shared_tokens
-    for wave in plan.waves:
+    for k, wave in enumerate(plan.waves):
         assert wave.fits(problem.budget_bytes)
         start, width = wave.items[0], len(wave.items)
-        if start + width == problem.num_items:
+        if k >= plan.num_waves - 2:
             continue
         widest = _widest(problem, start)
         assert (widest + 1) // 2 <= width <= widest
         later = shared[start + width - 1 : start + widest]
         assert shared[start + width - 1] == later.min()
         assert width == widest or shared[start + width - 1] < shared[start + widest - 1]
+    if plan.num_waves >= 2:
+        start = plan.waves[-2].items[0]
+        ruled = cheapest_cut(problem, start, _widest(problem, start))
+        first, _ = best_wave(problem, range(start, start + ruled), LAYOUTS)
+        rest, _ = best_wave(problem, range(start + ruled, problem.num_items), LAYOUTS)
+        if rest is not None:
+            assert plan.waves[-2].cost_s + plan.waves[-1].cost_s <= first.cost_s + rest.cost_s + 1e-12
 
 
 def test_waves_fit_keep_order_and_are_widest_or_cut_where_least_is_shared(tight):
@@ -186,3 +195,31 @@ def test_portfolio_lists_every_candidate(small_grpo, qwen36):
     assert result.cost_s == pytest.approx(min(c.cost_s for c in valid))
     assert all(c.reason for c in result.candidates)
     assert "wave" in result.summary()
+
+
+def test_a_small_last_wave_is_balanced_away(qwen36):
+    """When the widest first wave (three groups, at the memory edge) would leave one small group for
+    the last wave, the last two waves are split at the group boundary nearest the middle instead,
+    which costs less."""
+    workload = grpo(
+        num_prompts=4,
+        group_size=13,
+        system_tokens=300,
+        prompt_tokens=(500, 6000),
+        completion_tokens=(100, 3000),
+        items_per_prompt=False,
+        seed=8,
+    )
+    settings = Settings(topology=Topology(cp=4), model=qwen36, memory_bytes=2**60, num_layers=8)
+    probe = Problem.build(workload, settings)
+    layout = probe.pack(range(39), "full")
+    by_time = price_wave(probe, range(39), layout, "full")  # unlimited memory: balanced by time
+    by_tokens = contiguous_split(by_time.stats.tokens.astype(float), 4)
+    edge = price_wave(probe, range(39), layout, "full", owner=by_tokens).peak_bytes
+    budget = (edge + by_time.peak_bytes) // 2  # three groups fit, but not balanced by time
+    problem = Problem.build(workload, dataclasses.replace(settings, memory_bytes=budget))
+    plan = greedy_plan(problem, LAYOUTS)
+    assert [len(w.items) for w in plan.waves] == [26, 26]
+    widest, _ = best_wave(problem, range(39), LAYOUTS)
+    rest, _ = best_wave(problem, range(39, 52), LAYOUTS)
+    assert plan.cost_s < widest.cost_s + rest.cost_s

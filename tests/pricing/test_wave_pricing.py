@@ -1,0 +1,65 @@
+"""Pricing one wave: layouts priced until one fits, and ownership at the memory edge."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from cpplan import Topology
+from cpplan.bench.synthetic import grpo
+from cpplan.pricing.ownership import contiguous_split
+from cpplan.pricing.problem import Problem
+from cpplan.pricing.wave import best_wave, edge_ownership, first_fitting, price_wave
+from cpplan.spec.settings import Settings
+
+LAYOUTS = ("full", "none", "min_span:512")
+
+
+def _edge_problem(qwen36):
+    """Three GRPO groups of 13 at CP4 (8 layers) with a budget between the token-balanced and the
+    time-balanced ownership's peak: the wave fits only if some rank takes more time."""
+    workload = grpo(
+        num_prompts=3,
+        group_size=13,
+        system_tokens=300,
+        prompt_tokens=(500, 6000),
+        completion_tokens=(100, 3000),
+        items_per_prompt=False,
+        seed=8,
+    )
+    settings = Settings(topology=Topology(cp=4), model=qwen36, memory_bytes=2**60, num_layers=8)
+    probe = Problem.build(workload, settings)
+    layout = probe.pack(range(39), "full")
+    by_time = price_wave(probe, range(39), layout, "full")
+    tokens_owner = contiguous_split(by_time.stats.tokens.astype(float), 4)
+    by_tokens = price_wave(probe, range(39), layout, "full", owner=tokens_owner)
+    budget = (by_tokens.peak_bytes + by_time.peak_bytes) // 2
+    return Problem.build(workload, dataclasses.replace(settings, memory_bytes=budget)), by_tokens
+
+
+def test_edge_ownership_fits_and_beats_token_balance(qwen36):
+    """At the memory edge the time-balanced ownership is repaired chunk by chunk until every rank
+    fits: the wave fits, its owners stay contiguous, and its slowest rank is faster than under the
+    token-balanced split (the only fitting fallback before)."""
+    problem, by_tokens = _edge_problem(qwen36)
+    wave = price_wave(problem, range(39), problem.pack(range(39), "full"), "full")
+    assert wave.fits(problem.budget_bytes)
+    assert wave.cost_s < by_tokens.cost_s
+    assert (np.diff(wave.owner) >= 0).all()
+    time_balanced = contiguous_split(wave.stats.quantity_matrix() @ problem.card.time_coefficients(), 4)
+    assert not price_wave(problem, range(39), wave.layout, "full", owner=time_balanced).fits(
+        problem.budget_bytes
+    )
+    assert (edge_ownership(problem, wave.stats, time_balanced) == wave.owner).all()
+
+
+def test_first_fitting_agrees_with_best_wave(qwen36):
+    """Whether a wave fits is the same answer from first_fitting (layouts priced until one fits) as
+    from best_wave (every layout priced), for narrow and wide waves; a fitting answer fits."""
+    problem, _ = _edge_problem(qwen36)
+    for width in (1, 13, 26, 30, 39):
+        first, _ = first_fitting(problem, range(width), LAYOUTS)
+        best, _ = best_wave(problem, range(width), LAYOUTS)
+        assert (first is None) == (best is None)
+        assert first is None or first.fits(problem.budget_bytes)
