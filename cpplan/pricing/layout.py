@@ -57,6 +57,9 @@ class PackedLayout:
 
     Segment arrays are indexed by segment, in packed order. ``request_ids`` are tree request indices;
     ``request_segments[request_ptr[k]:request_ptr[k + 1]]`` is request k's segment chain, root first.
+    ``seg_loss``: some request through the segment needs logits. ``token_loss``: per packed token,
+    whether its logits are needed; set only when some request has a loss mask
+    (:mod:`cpplan.pricing.loss_positions`), otherwise ``seg_loss`` says it exactly.
     """
 
     request_ids: np.ndarray
@@ -70,6 +73,7 @@ class PackedLayout:
     seg_count: np.ndarray
     request_ptr: np.ndarray
     request_segments: np.ndarray
+    token_loss: np.ndarray | None = None
 
     @property
     def num_segments(self) -> int:

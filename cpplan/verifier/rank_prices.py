@@ -45,6 +45,8 @@ def price_ranks(
     seg_of, pos = _token_positions(segments, offsets, packed)
     grad = np.array(coverage.grad, dtype=bool)[seg_of]
     loss = np.array(coverage.loss, dtype=bool)[seg_of]
+    for c, needed in coverage.masked_loss.items():
+        loss[offsets[c] : offsets[c] + needed.size] |= needed
     per_rank = rank_sums(owner, seg_of, pos, grad, loss, cp)
     claimed = {int(r["rank"]): r for r in wave["ranks"]}
     slowest, worst = 0.0, 0
@@ -58,7 +60,7 @@ def price_ranks(
             violations.append(
                 f"wave {w} rank {rank}: predicted peak {peak:,} bytes exceeds the budget of {budget:,} bytes"
             )
-        _check_claims(w, rank, claimed.get(rank), local["tokens"], peak, violations)
+        _check_claims(w, rank, claimed.get(rank), local, peak, violations)
     cost = slowest + card.wave_overhead_s
     if "cost_s" in wave and not close(float(wave["cost_s"]), cost):
         violations.append(f"wave {w}: cost_s {wave['cost_s']} but the verifier prices {cost}")
@@ -79,13 +81,19 @@ def _token_positions(
 
 
 def _check_claims(
-    w: int, rank: int, entry: dict[str, Any] | None, tokens: int, peak: int, violations: list[str]
+    w: int, rank: int, entry: dict[str, Any] | None, local: dict[str, int], peak: int, violations: list[str]
 ) -> None:
-    """The plan's figures for the rank (owned tokens, peak bytes) are the verifier's."""
+    """The plan's figures for the rank (owned tokens, loss tokens, peak bytes) are the verifier's."""
     if entry is None:
         return
+    tokens = local["tokens"]
     if int(entry.get("tokens", -1)) != tokens:
         violations.append(f"wave {w} rank {rank}: tokens {entry.get('tokens')} but owns {tokens}")
+    if "loss_tokens" in entry and int(entry["loss_tokens"]) != local["loss_tokens"]:
+        violations.append(
+            f"wave {w} rank {rank}: loss_tokens {entry['loss_tokens']} but the verifier counts "
+            f"{local['loss_tokens']} owned tokens whose logits are needed"
+        )
     if abs(int(entry.get("peak_bytes", -1)) - peak) > PEAK_TOLERANCE_BYTES:
         violations.append(
             f"wave {w} rank {rank}: peak_bytes {entry.get('peak_bytes')} but the verifier prices {peak}"
