@@ -27,7 +27,7 @@ class ChunkStats:
 
     ``amounts[c]`` holds every additive quantity summed over chunk c's tokens (other columns zero),
     computed in closed form per segment (:func:`~cpplan.pricing.amounts.span_amounts`), with no
-    per-token arrays (with loss masks, the loss columns come from the layout's ``token_loss``).
+    per-token arrays (with loss masks, the loss columns come from the layout's ``loss_spans``).
     ``first_segment`` / ``last_segment`` are the segments of each chunk's first and last token.
     """
 
@@ -71,7 +71,7 @@ def chunk_stats(layout: PackedLayout, chunk_tokens: int = CHUNK_TOKENS) -> Chunk
     seg = np.searchsorted(offsets, bounds, side="right") - 1
     cut = {name: flag[seg] for name, flag in flags.items()}
     cumulative = before[seg] + span_amounts(bounds - offsets[seg], positions[seg], cut)
-    if layout.token_loss is not None:
+    if layout.loss_spans is not None:
         set_loss_prefix(cumulative, bounds, layout)
     starts, ends = bounds[:-1], bounds[1:]
     return ChunkStats(

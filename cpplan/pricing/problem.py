@@ -10,7 +10,7 @@ import numpy as np
 
 from cpplan.errors import InputError
 from cpplan.pricing.layout import PackedLayout, pack, share_mask
-from cpplan.pricing.loss_positions import LossPositions, with_token_loss
+from cpplan.pricing.loss_positions import LossPositions, with_loss_spans
 from cpplan.pricing.memo import PricingMemo
 from cpplan.pricing.ownership import CHUNK_TOKENS
 from cpplan.pricing.tree import PrefixTree
@@ -144,7 +144,7 @@ class Problem:
         masks, the layout carries the tokens whose logits are needed."""
         mask = self.share_mask(spec_or_mask) if isinstance(spec_or_mask, str) else spec_or_mask
         layout = pack(self.tree, requests, mask, self.request_grad, self.request_loss)
-        return with_token_loss(layout, self.loss_positions)
+        return with_loss_spans(layout, self.loss_positions)
 
     @cached_property
     def request_tokens(self) -> np.ndarray:

@@ -4,11 +4,14 @@ Request ``k`` counts its token ``t + 1`` as a target where ``predicted()[t]`` is
 the ``loss_mask`` shifted by one where given). Read back through the packed sequence, the target is a
 packed token copy ``p``; the logits predicting it are those of the packed token before ``p`` in its
 segment, or, when ``p`` starts a segment, of the parent segment's last token (a branch point predicts
-each child's first token). Counting requests sharing a copy ``p`` share its pair, and two children of
-one parent that start with the same token share a pair too; each distinct pair is listed once with the
-number of counting requests through it as its weight, so ``sum(weight * CE)`` over the pairs is the sum
-of every request's own masked next-token loss. Everything is a whole-wave numpy gather; only requests
-with a mask are visited one by one.
+each child's first token). Counting requests sharing a copy share its pair, and children of one parent
+that start with the same token share a pair too; each distinct pair is listed once, weighted by the
+counting requests through it, so ``sum(weight * CE)`` over the pairs is the sum of every request's own
+masked next-token loss.
+
+A loss request without a mask counts every target on its chain (position 0 is never one), so its
+weight is a per-segment count; only requests with a mask add per-token weights, gathered over their
+own read-back positions. Without masks no per-token array of the whole wave is built.
 """
 
 from __future__ import annotations
@@ -21,28 +24,17 @@ import numpy as np
 from cpplan.spec.workload import Request
 
 
-def counted_targets(requests: Sequence[Request], readback_ptr: np.ndarray) -> np.ndarray:
-    """Over the wave's read-back entries (request after request, token by token), whether each token
-    is a counted target: token ``t + 1`` of a request where its ``predicted()[t]`` is set."""
-    lengths = np.diff(readback_ptr)
-    counted = np.repeat(np.array([r.output == "loss" for r in requests], dtype=bool), lengths)
-    counted[readback_ptr[:-1]] = False
-    for k, request in enumerate(requests):
-        if request.output == "loss" and request.loss_mask is not None:
-            counted[readback_ptr[k] + 1 : readback_ptr[k + 1]] = request.predicted()
-    return counted
-
-
 @dataclass(frozen=True, kw_only=True, eq=False)
 class LossPairs:
-    """The wave's distinct loss pairs, sorted by ``source`` (the packed position whose logits predict)
-    then ``target`` (the token id predicted); ``weight``: the counting requests sharing the pair;
-    ``owner``: the CP rank owning ``source``."""
+    """What every rank's loss pairs are cut from: ``layout`` (a
+    :class:`~cpplan.pricing.plan_reader.WaveArrays`), every packed token's id, the mask-free loss
+    requests through each segment, and, when some request has a mask, the masked requests counting
+    each packed token as a target."""
 
-    source: np.ndarray
-    target: np.ndarray
-    weight: np.ndarray
-    owner: np.ndarray
+    layout: object
+    packed_ids: np.ndarray
+    seg_count: np.ndarray
+    masked: np.ndarray | None
 
     @classmethod
     def of(
@@ -53,46 +45,62 @@ class LossPairs:
         readback_index: np.ndarray,
         readback_ptr: np.ndarray,
     ) -> LossPairs:
-        """The pairs of a wave: ``layout`` its segments and token owners (a
-        :class:`~cpplan.pricing.plan_reader.WaveArrays`), ``requests`` in wave order, ``packed_ids``
-        every packed token's id, and the read-back indices of every request."""
-        counted = counted_targets(requests, readback_ptr)
-        weight = np.bincount(readback_index[counted], minlength=packed_ids.size)
-        copies = np.flatnonzero(weight)
-        segment = np.searchsorted(layout.seg_offset, copies, side="right") - 1
-        starts = copies == layout.seg_offset[segment]
-        inner, edge = copies[~starts], copies[starts]
-        source, target, pair_weight = _edge_pairs(layout, edge, packed_ids, weight)
-        source = np.concatenate([inner - 1, source])
-        order = np.argsort(source, kind="stable")
-        source = source[order]
-        return cls(
-            source=source,
-            target=np.concatenate([packed_ids[inner], target])[order],
-            weight=np.concatenate([weight[inner], pair_weight])[order],
-            owner=layout.token_owner[source],
-        )
+        """The weights of a wave: ``requests`` in wave order, ``packed_ids`` every packed token's id,
+        and every request's read-back indices."""
+        plain = np.array([r.output == "loss" and r.loss_mask is None for r in requests], dtype=np.float64)
+        seg_count = np.bincount(
+            layout.request_segments,
+            weights=np.repeat(plain, np.diff(layout.request_ptr)),
+            minlength=layout.num_segments,
+        ).astype(np.int64)
+        masked = None
+        for k, request in enumerate(requests):
+            if request.output == "loss" and request.loss_mask is not None:
+                masked = np.zeros(packed_ids.size, dtype=np.int64) if masked is None else masked
+                targets = readback_index[readback_ptr[k] + 1 : readback_ptr[k + 1]]
+                np.add.at(masked, targets[request.predicted()], 1)
+        return cls(layout=layout, packed_ids=packed_ids, seg_count=seg_count, masked=masked)
 
-    def of_rank(self, rank: int, packed_index: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The pairs rank ``rank`` computes: ``(loss_index, loss_targets, loss_weights)`` with
-        ``loss_index`` into its owned tokens (``packed_index``, ascending)."""
-        mine = self.owner == rank
-        return np.searchsorted(packed_index, self.source[mine]), self.target[mine], self.weight[mine]
+    def _weight(self, segments: np.ndarray, targets: np.ndarray) -> np.ndarray:
+        """The counting requests of target copies ``targets`` (in ``segments``)."""
+        weight = self.seg_count[segments]
+        return weight if self.masked is None else weight + self.masked[targets]
 
+    def of_rank(
+        self, rank: int, packed_index: np.ndarray, segments: np.ndarray, within: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The pairs rank ``rank`` computes, ``(loss_index, loss_targets, loss_weights)``, sorted by
+        ``loss_index`` (into its owned tokens ``packed_index``, whose segments and places in them are
+        ``segments`` and ``within``), then target."""
+        layout = self.layout
+        inner = within < layout.seg_length[segments] - 1
+        inner_index = np.flatnonzero(inner)
+        inner_targets = packed_index[inner] + 1
+        inner_weight = self._weight(segments[inner], inner_targets)
+        edge_index, edge_targets, edge_weight = self._edges(rank, packed_index)
+        index = np.concatenate([inner_index, edge_index])
+        order = np.argsort(index, kind="stable")
+        targets = self.packed_ids[np.concatenate([inner_targets, edge_targets])][order]
+        weights = np.concatenate([inner_weight, edge_weight])[order]
+        keep = weights > 0
+        return index[order][keep], targets[keep], weights[keep]
 
-def _edge_pairs(
-    layout, copies: np.ndarray, packed_ids: np.ndarray, weight: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The pairs of counted targets that start a segment: source the parent's last token; children of
-    one parent starting with the same token merged. Sorted by (source, target)."""
-    segment = np.searchsorted(layout.seg_offset, copies, side="right") - 1
-    parent = layout.seg_parent[segment]
-    assert (parent >= 0).all(), "a root segment's first token (position 0) is never a target"
-    source = layout.seg_offset[parent] + layout.seg_length[parent] - 1
-    target = packed_ids[copies]
-    order = np.lexsort((target, source))
-    source, target, pair_weight = source[order], target[order], weight[copies][order]
-    new = np.r_[True, (source[1:] != source[:-1]) | (target[1:] != target[:-1])] if source.size else source
-    starts = np.flatnonzero(new)
-    summed = np.add.reduceat(pair_weight, starts) if starts.size else pair_weight
-    return source[starts], target[starts], summed
+    def _edges(self, rank: int, packed_index: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Branch-point pairs of the rank: each child's first token, predicted by its parent's last
+        token when the rank owns it; children starting with the same token merged. Returns the local
+        index, the target copy (first of the merged) and the summed weight, sorted by (index, id)."""
+        layout = self.layout
+        children = np.flatnonzero(layout.seg_parent >= 0)
+        parents = layout.seg_parent[children]
+        last = layout.seg_offset[parents] + layout.seg_length[parents] - 1
+        mine = layout.token_owner[last] == rank
+        children, last = children[mine], last[mine]
+        first = layout.seg_offset[children]
+        weight = self._weight(children, first)
+        order = np.lexsort((self.packed_ids[first], last))
+        last, first, weight = last[order], first[order], weight[order]
+        ids = self.packed_ids[first]
+        new = np.concatenate([[True], (last[1:] != last[:-1]) | (ids[1:] != ids[:-1])])[: last.size]
+        starts = np.flatnonzero(new)
+        summed = np.add.reduceat(weight, starts) if starts.size else weight
+        return np.searchsorted(packed_index, last[starts]), first[starts], summed

@@ -196,7 +196,7 @@ class _WaveData:
         within = packed_index - source.seg_offset[segments]
         position_ids = source.seg_position[segments] + within
         input_ids = self.tokens_at(segments, position_ids)
-        loss_index, loss_targets, loss_weights = self.loss_pairs.of_rank(rank, packed_index)
+        loss_index, loss_targets, loss_weights = self.loss_pairs.of_rank(rank, packed_index, segments, within)
         breaks = np.flatnonzero(np.diff(packed_index) != 1) + 1
         starts = packed_index[np.r_[0, breaks]] if packed_index.size else packed_index
         ends = (

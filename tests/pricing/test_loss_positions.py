@@ -100,10 +100,10 @@ def test_mask_free_workloads_keep_the_per_segment_fast_path():
     both on."""
     plain = build_problem(_grpo(masks=False), cp=2, chunk_tokens=8)
     assert plain.loss_positions is None
-    assert all(plain.pack([i], spec).token_loss is None for i in range(plain.num_items) for spec in LAYOUTS)
+    assert all(plain.pack([i], spec).loss_spans is None for i in range(plain.num_items) for spec in LAYOUTS)
     masked = build_problem(_grpo(masks=True), cp=2, chunk_tokens=8)
     assert masked.loss_positions is not None
-    assert masked.pack([0], "full").token_loss is not None
+    assert masked.pack([0], "full").loss_spans is not None
 
 
 def test_without_a_mask_every_token_counts_with_one_only_marked_targets():
