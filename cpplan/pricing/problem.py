@@ -39,7 +39,9 @@ def check_context(
 @dataclass(frozen=True, kw_only=True, eq=False)
 class Problem:
     """Everything a planner reads. Build it with :meth:`Problem.build`; nothing writes back onto it but
-    the planners' shared work, kept apart in :attr:`memo`."""
+    the planners' shared work, kept apart in :attr:`memo`. ``loss_positions``: every request's
+    positions whose logits are needed, when some loss request has a ``loss_mask`` (``None``
+    otherwise: the per-request ``request_loss`` flags are then exact)."""
 
     workload: Workload
     settings: Settings
