@@ -22,8 +22,8 @@ from pathlib import Path
 from cpplan import Plan, Problem, Topology, load_model, materialize_wave
 from cpplan.bench import synthetic
 from cpplan.pricing.wave import price_wave
-from cpplan.runtime import materialize
 from cpplan.runtime.attention_mask import TreeMask
+from cpplan.runtime.materialize import materialize
 from cpplan.spec.settings import Settings
 
 CP = 8

@@ -30,12 +30,13 @@ import cpplan.hf
 VOCAB = 64
 
 
-def grpo_workload(seed: int = 0) -> tuple[cpplan.Workload, dict, dict]:
-    """Two prompts x four completions after a shared system prompt; also every request's
-    completion-only token mask and its advantage (reward minus the group mean, over the group std)."""
+def grpo_workload(seed: int = 0) -> tuple[cpplan.Workload, dict]:
+    """Two prompts x four completions after a shared system prompt, each request carrying its
+    completion-only ``loss_mask``; also every request's advantage (reward minus the group mean, over
+    the group std)."""
     rng = np.random.default_rng(seed)
     system = rng.integers(0, VOCAB, 64)
-    items, masks, advantages = [], {}, {}
+    items, advantages = [], {}
     for p in range(2):
         prompt = np.concatenate([system, rng.integers(0, VOCAB, int(rng.integers(120, 180)))])
         completions = [rng.integers(0, VOCAB, int(rng.integers(60, 160))) for _ in range(4)]
@@ -43,11 +44,11 @@ def grpo_workload(seed: int = 0) -> tuple[cpplan.Workload, dict, dict]:
         normalised = (rewards - rewards.mean()) / (rewards.std() + 1e-6)
         requests = []
         for k, completion in enumerate(completions):
-            requests.append(cpplan.Request(tokens=np.concatenate([prompt, completion])))
-            masks[(f"p{p}", k)] = np.r_[np.zeros(prompt.size, np.int64), np.ones(completion.size, np.int64)]
+            mask = np.r_[np.zeros(prompt.size, np.int64), np.ones(completion.size, np.int64)]
+            requests.append(cpplan.Request(tokens=np.concatenate([prompt, completion]), loss_mask=mask))
             advantages[(f"p{p}", k)] = float(normalised[k])
         items.append(cpplan.Item(id=f"p{p}", requests=tuple(requests)))
-    return cpplan.Workload(items=tuple(items)), masks, advantages
+    return cpplan.Workload(items=tuple(items)), advantages
 
 
 def lora_model(seed: int = 0) -> torch.nn.Module:
@@ -80,9 +81,12 @@ def lora_model(seed: int = 0) -> torch.nn.Module:
     return get_peft_model(base, lora).double()
 
 
-def loss_of(logprobs: dict, masks: dict, advantages: dict) -> torch.Tensor:
-    """GRPO's surrogate at ratio 1: minus the advantage-weighted log-probs, sequence mean of token means."""
-    return cpplan.hf.policy_loss(logprobs, advantages, reduction="sequence_mean_token_mean", masks=masks)
+def loss_of(logprobs: dict, workload: cpplan.Workload, advantages: dict) -> torch.Tensor:
+    """GRPO's surrogate at ratio 1: minus the advantage-weighted log-probs over the requests' own loss
+    masks (completion tokens only), sequence mean of token means."""
+    return cpplan.hf.policy_loss(
+        logprobs, advantages, reduction="sequence_mean_token_mean", workload=workload
+    )
 
 
 def train(rank: int, world: int, port: int, steps: int) -> None:
@@ -97,7 +101,7 @@ def train(rank: int, world: int, port: int, steps: int) -> None:
         timeout=timedelta(seconds=60),
     )
     try:
-        workload, masks, advantages = grpo_workload()
+        workload, advantages = grpo_workload()
         result = cpplan.plan(
             workload,
             topology=cpplan.Topology(cp=world),
@@ -110,17 +114,18 @@ def train(rank: int, world: int, port: int, steps: int) -> None:
         if rank == 0:
             wave = result.plan.waves[0]
             print(f"{len(result.plan.waves)} wave(s); wave 0 packs {wave.logical_tokens} tokens", end=" ")
-            print(f"into {wave.packed_tokens}")
+            needed = sum(r["loss_tokens"] for r in result.to_dict()["waves"][0]["ranks"])
+            print(f"into {wave.packed_tokens}, {needed} of them need logits (completion-only masks)")
         for step in range(steps):
             optimizer.zero_grad()
             with cpplan.hf.float64_internals():
                 logprobs = cpplan.hf.packed_logprobs(model, result, workload, wave=0, distributed=True)
-                loss = loss_of(logprobs, masks, advantages)
+                loss = loss_of(logprobs, workload, advantages)
                 loss.backward()
             cpplan.hf.sum_gradients(model)
             if rank == 0:
                 with cpplan.hf.float64_internals(), torch.no_grad():
-                    unpacked = loss_of(cpplan.hf.unpacked_logprobs(model, workload), masks, advantages)
+                    unpacked = loss_of(cpplan.hf.unpacked_logprobs(model, workload), workload, advantages)
                 packed = float(loss.detach())
                 print(f"step {step}: loss packed {packed:+.15f} unpacked {float(unpacked):+.15f}", end=" ")
                 print(f"|diff| {abs(packed - float(unpacked)):.1e}")

@@ -21,6 +21,7 @@ from cpplan.cpsat.solve import Solution
 from cpplan.cpsat.space import LayoutSpace
 from cpplan.pricing.amounts import span_amounts
 from cpplan.pricing.layout import PackedLayout
+from cpplan.pricing.loss_positions import layout_totals
 from cpplan.pricing.ownership import ChunkStats, chunk_stats
 from cpplan.pricing.problem import Problem
 from cpplan.pricing.result import Plan
@@ -117,7 +118,7 @@ def _wave_totals(layout: PackedLayout) -> dict[str, int]:
     """Every quantity at its bound for one rank of a packed wave: the wave's totals (all of its segments;
     every packed token gathered)."""
     flags = {"grad": layout.seg_grad, "loss": layout.seg_loss}
-    amounts = span_amounts(layout.seg_length, layout.seg_position, flags).sum(axis=0)
+    amounts = layout_totals(span_amounts(layout.seg_length, layout.seg_position, flags).sum(axis=0), layout)
     return {q.name: int(_WAVE_TOTAL[q.count](amounts, layout, q.name)) for q in QUANTITIES}
 
 

@@ -25,6 +25,7 @@ import numpy as np
 
 from cpplan.cpsat.scaling import SCALING, Scaling
 from cpplan.pricing.amounts import span_amounts
+from cpplan.pricing.loss_positions import set_node_loss
 from cpplan.pricing.ownership import CHUNK_TOKENS
 from cpplan.pricing.problem import Problem
 from cpplan.spec.quantities import ADDITIVE, COUNTS, QUANTITIES, QUANTITY_INDEX, check_rules
@@ -111,7 +112,8 @@ class CrossNode:
 @dataclass(frozen=True, kw_only=True, eq=False)
 class LayoutSpace:
     """Cross nodes (parents before children), every item's local space, and which request flags
-    (``"grad"``, ``"loss"``) every request of the workload has."""
+    (``"grad"``, ``"loss"``) every request of the workload has (``"loss"``: needs logits at every
+    token, so never with loss masks)."""
 
     cross: tuple[CrossNode, ...]
     items: tuple[ItemSpace, ...]
@@ -129,7 +131,9 @@ class LayoutSpace:
 @dataclass(frozen=True, kw_only=True)
 class _TreeFacts:
     """Per tree node: parent, children, requests through it, items through it, requests of each item
-    ending there, one copy's additive amounts and its seconds summed over ranks."""
+    ending there, one copy's additive amounts and its seconds summed over ranks. With loss masks a
+    node's loss amounts count the positions any request through it needs: an upper bound for every
+    copy of the node in any wave."""
 
     parent: list[int]
     children: list[list[int]]
@@ -162,7 +166,10 @@ def build_space(
     return LayoutSpace(
         cross=cross,
         items=items,
-        all_flagged={"grad": bool(problem.request_grad.all()), "loss": bool(problem.request_loss.all())},
+        all_flagged={
+            "grad": bool(problem.request_grad.all()),
+            "loss": problem.loss_positions is None and bool(problem.request_loss.all()),
+        },
         segment_time_units=scaling.time(float(coef[QUANTITY_INDEX["segments"]])),
         max_starts_per_chunk=max_starts_per_chunk(problem.tree.node_length[1:], CHUNK_TOKENS),
         scaling=scaling,
@@ -191,6 +198,8 @@ def _tree_facts(problem: Problem) -> _TreeFacts:
     for v in range(1, num_nodes):
         children[parent[v]].append(v)
     amounts = span_amounts(tree.node_length, tree.node_start, {k: np.array(f) for k, f in flags.items()})
+    if problem.loss_positions is not None:
+        set_node_loss(amounts, tree, problem.loss_positions)
     return _TreeFacts(
         parent=parent,
         children=children,

@@ -1,8 +1,9 @@
 """Loss reductions RL trainers use, over per-request log-probabilities of a wave.
 
 Every reduction takes per-request values (one per predicted token: entry ``t`` predicts token
-``t + 1``) and per-request 0/1 loss masks over the same entries (:func:`loss_masks`), and returns a
-scalar:
+``t + 1``) and per-request 0/1 loss masks over the same entries (:func:`loss_masks`; by default the
+workload requests' own, ``Request.predicted()``: the targets the planner prices and
+:func:`cpplan.materialize` lists as loss pairs), and returns a scalar:
 
 - :func:`token_mean`: ``sum_k sum_t m v / sum_k sum_t m`` (every counted token weighs the same);
 - :func:`sequence_mean_token_mean`: ``mean_k (sum_t m v / sum_t m)`` (every sequence weighs the same);
@@ -37,26 +38,47 @@ Values = Mapping[Key, torch.Tensor]
 def loss_masks(
     logprobs: Values, workload=None, masks: Mapping[Key, object] | None = None
 ) -> dict[Key, torch.Tensor]:
-    """Per request, the 0/1 mask over its log-prob entries: entry ``t`` counts when token ``t + 1`` is
-    marked in the request's token mask (token 0 is never predicted, so never counts).
+    """Per request, the 0/1 mask over its log-prob entries (entry ``t`` predicts token ``t + 1``).
 
-    A request's token mask (length ``n``, 1 where predicting that token counts) is taken from
-    ``masks[key]`` when given, else from the workload request's ``loss_mask`` attribute when it has
-    one, else every predicted token counts."""
+    From ``masks[key]`` when given: a token mask (length ``n``, 1 where predicting that token counts;
+    token 0 is never predicted, so never counts). Else from the workload's request, exactly the
+    targets the planner and :func:`cpplan.materialize` count: its
+    :meth:`~cpplan.spec.workload.Request.predicted` (its ``loss_mask`` shifted by one, every entry
+    without one, none unless its ``output`` is ``"loss"``). Else every entry counts."""
     out = {}
     for key, lp in logprobs.items():
         mask = None if masks is None else masks.get(key)
-        if mask is None and workload is not None:
-            item_id, index = key
-            mask = getattr(workload.items[workload.index_of[item_id]].requests[index], "loss_mask", None)
-        if mask is None:
+        if mask is not None:
+            out[key] = _token_mask(key, mask, lp)
+        elif workload is not None:
+            out[key] = _predicted(key, workload, lp)
+        else:
             out[key] = torch.ones_like(lp, dtype=lp.dtype)
-            continue
-        mask = np.asarray(mask)
-        if mask.shape != (lp.numel() + 1,) or not np.isin(mask, (0, 1)).all():
-            raise ValueError(f"loss mask of {key} must be {lp.numel() + 1} values of 0 or 1")
-        out[key] = torch.tensor(mask[1:], dtype=lp.dtype, device=lp.device)
     return out
+
+
+def _token_mask(key: Key, mask: object, lp: torch.Tensor) -> torch.Tensor:
+    """An explicit token mask as a mask over the log-prob entries."""
+    mask = np.asarray(mask)
+    if mask.shape != (lp.numel() + 1,) or not np.isin(mask, (0, 1)).all():
+        raise ValueError(f"loss mask of {key} must be {lp.numel() + 1} values of 0 or 1")
+    return torch.tensor(mask[1:], dtype=lp.dtype, device=lp.device)
+
+
+def _predicted(key: Key, workload, lp: torch.Tensor) -> torch.Tensor:
+    """The workload request's counted entries (``predicted()``) as a mask over its log-prob entries."""
+    item_id, index = key
+    if item_id not in workload.index_of or not 0 <= index < len(
+        workload.items[workload.index_of[item_id]].requests
+    ):
+        raise ValueError(f"log-probs of {key}: the workload has no such request")
+    predicted = workload.items[workload.index_of[item_id]].requests[index].predicted()
+    if predicted.size != lp.numel():
+        raise ValueError(
+            f"log-probs of {key} have {lp.numel()} entries, but the workload's request predicts "
+            f"{predicted.size} tokens: is this the workload the log-probs were computed for?"
+        )
+    return torch.tensor(predicted, dtype=lp.dtype, device=lp.device)
 
 
 def loss_denominators(masks: Values) -> dict[str, int]:
@@ -109,7 +131,8 @@ def policy_loss(
     workload=None,
     denominator: float | None = None,
 ) -> torch.Tensor:
-    """``-reduction(weights * logprobs)`` under the requests' loss masks (see :func:`loss_masks`).
+    """``-reduction(weights * logprobs)`` under the requests' loss masks (see :func:`loss_masks`:
+    explicit ``masks``, else the ``workload`` requests' own, else every entry).
 
     ``weights[key]``: per-token weights (one per log-prob entry) or one number for the whole request
     (a sequence-level advantage); missing requests and ``weights=None`` weigh 1. ``reduction``: one of

@@ -16,7 +16,6 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from cpplan.errors import NoFitError
-from cpplan.pricing.layout import pack
 from cpplan.pricing.problem import Problem
 from cpplan.pricing.wave import WavePlan, price_wave
 from cpplan.spec.units import format_bytes
@@ -55,9 +54,7 @@ def best_piece(
     lowest: WavePlan | None = None
     logical = int(problem.request_tokens[requests].sum())
     for spec in layouts:
-        layout = pack(
-            problem.tree, requests, problem.share_mask(spec), problem.request_grad, problem.request_loss
-        )
+        layout = problem.pack_requests(requests, spec)
         wave = dataclasses.replace(
             price_wave(problem, (item,), layout, spec, split=True), logical_tokens=logical
         )

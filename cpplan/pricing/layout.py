@@ -52,11 +52,31 @@ def share_mask(tree: PrefixTree, spec: str) -> np.ndarray:
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
+class LossSpans:
+    """Disjoint runs of packed tokens whose logits are needed, ascending, each inside one segment: span
+    ``i`` is ``length[i]`` tokens from packed position ``start[i]``, at request positions from
+    ``position[i]``, in segment ``segment[i]``."""
+
+    start: np.ndarray
+    length: np.ndarray
+    position: np.ndarray
+    segment: np.ndarray
+
+    @property
+    def num_tokens(self) -> int:
+        """Tokens in the spans."""
+        return int(self.length.sum())
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
 class PackedLayout:
     """The segments of one wave under one layout (no token arrays; see :meth:`token_metadata`).
 
     Segment arrays are indexed by segment, in packed order. ``request_ids`` are tree request indices;
     ``request_segments[request_ptr[k]:request_ptr[k + 1]]`` is request k's segment chain, root first.
+    ``seg_loss``: some request through the segment needs logits. ``loss_spans``: the runs of packed
+    tokens whose logits are needed; set only when some request has a loss mask
+    (:mod:`cpplan.pricing.loss_positions`), otherwise ``seg_loss`` says it exactly.
     """
 
     request_ids: np.ndarray
@@ -70,6 +90,7 @@ class PackedLayout:
     seg_count: np.ndarray
     request_ptr: np.ndarray
     request_segments: np.ndarray
+    loss_spans: LossSpans | None = None
 
     @property
     def num_segments(self) -> int:

@@ -9,6 +9,7 @@ import numpy as np
 
 from cpplan.pricing.amounts import span_amounts
 from cpplan.pricing.layout import PackedLayout
+from cpplan.pricing.loss_positions import set_loss_prefix
 from cpplan.spec.quantities import (
     COUNTS,
     NUM_QUANTITIES,
@@ -26,8 +27,8 @@ class ChunkStats:
 
     ``amounts[c]`` holds every additive quantity summed over chunk c's tokens (other columns zero),
     computed in closed form per segment (:func:`~cpplan.pricing.amounts.span_amounts`), with no
-    per-token arrays. ``first_segment`` / ``last_segment`` are the segments of each chunk's first and
-    last token.
+    per-token arrays (with loss masks, the loss columns come from the layout's ``loss_spans``).
+    ``first_segment`` / ``last_segment`` are the segments of each chunk's first and last token.
     """
 
     chunk_tokens: int
@@ -70,6 +71,8 @@ def chunk_stats(layout: PackedLayout, chunk_tokens: int = CHUNK_TOKENS) -> Chunk
     seg = np.searchsorted(offsets, bounds, side="right") - 1
     cut = {name: flag[seg] for name, flag in flags.items()}
     cumulative = before[seg] + span_amounts(bounds - offsets[seg], positions[seg], cut)
+    if layout.loss_spans is not None:
+        set_loss_prefix(cumulative, bounds, layout)
     starts, ends = bounds[:-1], bounds[1:]
     return ChunkStats(
         chunk_tokens=chunk_tokens,

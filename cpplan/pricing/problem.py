@@ -10,6 +10,7 @@ import numpy as np
 
 from cpplan.errors import InputError
 from cpplan.pricing.layout import PackedLayout, pack, share_mask
+from cpplan.pricing.loss_positions import LossPositions, with_loss_spans
 from cpplan.pricing.memo import PricingMemo
 from cpplan.pricing.ownership import CHUNK_TOKENS
 from cpplan.pricing.tree import PrefixTree
@@ -38,7 +39,9 @@ def check_context(
 @dataclass(frozen=True, kw_only=True, eq=False)
 class Problem:
     """Everything a planner reads. Build it with :meth:`Problem.build`; nothing writes back onto it but
-    the planners' shared work, kept apart in :attr:`memo`."""
+    the planners' shared work, kept apart in :attr:`memo`. ``loss_positions``: every request's
+    positions whose logits are needed, when some loss request has a ``loss_mask`` (``None``
+    otherwise: the per-request ``request_loss`` flags are then exact)."""
 
     workload: Workload
     settings: Settings
@@ -48,6 +51,7 @@ class Problem:
     request_grad: np.ndarray
     request_loss: np.ndarray
     item_ptr: np.ndarray
+    loss_positions: LossPositions | None = None
     chunk_tokens: int = CHUNK_TOKENS
     memo: PricingMemo = field(default_factory=PricingMemo, init=False, repr=False, compare=False)
 
@@ -87,6 +91,7 @@ class Problem:
             request_grad=np.array(grad, dtype=bool),
             request_loss=np.array(loss, dtype=bool),
             item_ptr=np.array(ptr, dtype=np.int64),
+            loss_positions=LossPositions.of([r for _, _, r in workload.requests()]),
         )
 
     @property
@@ -134,8 +139,14 @@ class Problem:
 
     def pack(self, items, spec_or_mask: str | np.ndarray) -> PackedLayout:
         """Pack the requests of ``items`` under a layout spec or an explicit node mask."""
+        return self.pack_requests(self.item_requests(items), spec_or_mask)
+
+    def pack_requests(self, requests: np.ndarray, spec_or_mask: str | np.ndarray) -> PackedLayout:
+        """Pack tree requests ``requests`` under a layout spec or an explicit node mask; with loss
+        masks, the layout carries the tokens whose logits are needed."""
         mask = self.share_mask(spec_or_mask) if isinstance(spec_or_mask, str) else spec_or_mask
-        return pack(self.tree, self.item_requests(items), mask, self.request_grad, self.request_loss)
+        layout = pack(self.tree, requests, mask, self.request_grad, self.request_loss)
+        return with_loss_spans(layout, self.loss_positions)
 
     @cached_property
     def request_tokens(self) -> np.ndarray:

@@ -9,10 +9,13 @@ segments, request chains and owned ranges. Every step is a numpy gather over who
 tokens or segments in Python. Every request read back through the packed sequence is compared with the
 workload's tokens, so a plan used with another workload is refused.
 
-Targets of the summed loss are expressed on packed positions. A token inside segment ``s`` predicts the
-next token of ``s`` for every loss request whose chain holds ``s``; the last token of ``s`` predicts the
-first token of each child segment ``c``, once per loss request through ``c``. Summing
-``weight * cross_entropy`` over these pairs equals summing every request's own next-token loss.
+Targets of the summed loss are expressed on packed positions. A request counts the target at its
+token ``t + 1`` where :meth:`~cpplan.spec.workload.Request.predicted` is set (output ``"loss"``; every
+position without a ``loss_mask``); read back through the packed sequence, that target's packed copy is
+predicted by the packed token before it in its segment, or, for a segment's first token, by the last
+token of the parent segment (a branch point predicts each child's first token). Each distinct (packed
+position, target id) pair is listed once, weighted by the counting requests through it, so summing
+``weight * cross_entropy`` over the pairs equals summing every request's own masked next-token loss.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from cpplan.errors import InputError
 from cpplan.pricing.layout import chain_positions
 from cpplan.pricing.plan_reader import WaveArrays, plan_waves, read_plan_file, read_wave
 from cpplan.pricing.result import Plan, PlanResult
+from cpplan.runtime.loss_pairs import LossPairs
 from cpplan.spec.workload import Request, Workload
 
 if TYPE_CHECKING:
@@ -44,8 +48,10 @@ class RankBatch:
     parent precedes it (``seg_parent[s] < s``, -1 for a root). Request ``k`` of the wave (``requests[k]``
     is its ``(item id, request index in the item)``) reads back from packed positions
     ``readback_index[readback_ptr[k]:readback_ptr[k + 1]]``. The rank's share of the summed loss over
-    every loss request's (``output == "loss"``) next-token targets is ``sum(loss_weights *
-    CE(logits[loss_index], loss_targets))`` with ``loss_index`` local (into the owned tokens).
+    every counted next-token target (those :meth:`~cpplan.spec.workload.Request.predicted` sets: output
+    ``"loss"``, the ``loss_mask`` where given) is ``sum(loss_weights * CE(logits[loss_index],
+    loss_targets))`` with ``loss_index`` local (into the owned tokens, ascending) and ``loss_weights`` the
+    number of counting requests sharing each (position, target) pair.
     Batches of one :func:`materialize_wave` call share their whole-wave tensors: treat them as
     read-only.
     """
@@ -141,7 +147,7 @@ class _WaveData:
     flat_tokens: np.ndarray
     request_base: np.ndarray
     segment_ids: np.ndarray
-    seg_loss_count: np.ndarray
+    loss_pairs: LossPairs
     requests: tuple[tuple[str, int], ...]
     tensors: dict[str, torch.Tensor]
 
@@ -169,7 +175,9 @@ class _WaveData:
             flat_tokens=flat_tokens,
             request_base=request_base,
             segment_ids=segment_ids,
-            seg_loss_count=_seg_loss_count(source, requests),
+            loss_pairs=LossPairs.of(
+                source, [requests.request(r) for r in requests.ids], packed_ids, readback_index, readback_ptr
+            ),
             requests=requests.labels,
             tensors=_whole_wave_tensors(source, segment_ids, readback_index, readback_ptr),
         )
@@ -188,7 +196,7 @@ class _WaveData:
         within = packed_index - source.seg_offset[segments]
         position_ids = source.seg_position[segments] + within
         input_ids = self.tokens_at(segments, position_ids)
-        loss_index, loss_targets, loss_weights = self._loss_pairs(rank, packed_index, segments, within)
+        loss_index, loss_targets, loss_weights = self.loss_pairs.of_rank(rank, packed_index, segments, within)
         breaks = np.flatnonzero(np.diff(packed_index) != 1) + 1
         starts = packed_index[np.r_[0, breaks]] if packed_index.size else packed_index
         ends = (
@@ -209,37 +217,6 @@ class _WaveData:
             loss_targets=torch.from_numpy(loss_targets),
             loss_weights=torch.from_numpy(loss_weights),
             **self.tensors,
-        )
-
-    def _loss_pairs(
-        self, rank: int, packed_index: np.ndarray, segments: np.ndarray, within: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        layout = self.source
-        local = np.arange(packed_index.size, dtype=np.int64)
-        # Inside a segment: the next token of the same segment, once per loss request through it.
-        inner = within < layout.seg_length[segments] - 1
-        inner_index = local[inner]
-        inner_targets = self.tokens_at(
-            segments[inner], layout.seg_position[segments[inner]] + within[inner] + 1
-        )
-        inner_weights = self.seg_loss_count[segments[inner]]
-        # The last token of a parent: each child's first token, once per loss request through the child.
-        children = np.flatnonzero(layout.seg_parent >= 0)
-        parents = layout.seg_parent[children]
-        last = layout.seg_offset[parents] + layout.seg_length[parents] - 1
-        mine = layout.token_owner[last] == rank
-        children, last = children[mine], last[mine]
-        edge_index = np.searchsorted(packed_index, last)
-        edge_targets = self.tokens_at(children, layout.seg_position[children])
-        edge_weights = self.seg_loss_count[children]
-        index = np.concatenate([inner_index, edge_index])
-        order = np.argsort(index, kind="stable")
-        weights = np.concatenate([inner_weights, edge_weights])[order]
-        keep = weights > 0
-        return (
-            index[order][keep],
-            np.concatenate([inner_targets, edge_targets])[order][keep],
-            weights[keep],
         )
 
 
@@ -316,15 +293,6 @@ def _flat_tokens(
         np.concatenate([requests.sequences[s] for s in srcs.tolist()]) if srcs.size else np.zeros(0, np.int64)
     )
     return flat_tokens, request_base
-
-
-def _seg_loss_count(source: WaveArrays, requests: _WaveRequests) -> np.ndarray:
-    """Per segment, the loss requests whose chain holds it."""
-    chain_lengths = np.diff(source.request_ptr)
-    is_loss = np.array([requests.request(r).output == "loss" for r in requests.ids], dtype=np.float64)
-    return np.bincount(
-        source.request_segments, weights=np.repeat(is_loss, chain_lengths), minlength=source.num_segments
-    ).astype(np.int64)
 
 
 def _whole_wave_tensors(

@@ -5,7 +5,9 @@ Each :class:`Quantity` states, in data, the two facts every reader needs:
 - how it is **counted** on a rank: per owned token (``token``), per owned token weighted by the keys
   it attends on its path, position + 1 (``pair``), per packed segment the rank's tokens touch
   (``segment``), or per packed token of the wave the rank does not own (``remote``); ``only`` keeps
-  the tokens of segments that take gradients (``grad``) or whose outputs are read (``loss``);
+  the tokens of segments that take gradients (``grad``) or the tokens whose logits are needed
+  (``loss``: some request through the token needs them,
+  :meth:`~cpplan.spec.workload.Request.logits_needed`);
 - how the CP-SAT model **bounds** it on one rank from above (see :data:`RANK_BOUNDS`).
 
 Amounts travel as vectors indexed in registry order (:data:`QUANTITY_INDEX`); the evaluator, the chunk
@@ -88,7 +90,11 @@ QUANTITIES: tuple[Quantity, ...] = (
         count="token",
         only="loss",
         rank_bound="chunk_cap_or_total",
-        doc="owned tokens whose outputs (loss or logits) are read",
+        doc=(
+            "owned tokens whose logits are needed: some request through the token reads its logits "
+            "(output logits) or a loss target it predicts (output loss: every token without a "
+            "loss_mask, the positions the mask's next token marks with one)"
+        ),
     ),
     Quantity(
         name="segments", count="segment", rank_bound="wave_segments", doc="packed segments the rank touches"

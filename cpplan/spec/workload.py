@@ -118,6 +118,19 @@ class Request(BaseModel):
             return np.ones(self.num_tokens - 1, dtype=bool)
         return self.loss_mask[1:].copy()
 
+    def logits_needed(self) -> np.ndarray:
+        """Per token ``t``, whether the trainer needs the logits at ``t`` (what the planner prices the LM
+        head on): every token for ``output == "logits"``; for ``"loss"``, the positions
+        :meth:`predicted` sets when the request has a ``loss_mask`` (the head runs only where a loss
+        target is read), every token when it has none (the head runs over the whole sequence);
+        none for ``"hidden"`` and ``"none"``."""
+        if self.output == "logits" or (self.output == "loss" and self.loss_mask is None):
+            return np.ones(self.num_tokens, dtype=bool)
+        needed = np.zeros(self.num_tokens, dtype=bool)
+        if self.output == "loss":
+            needed[:-1] = self.loss_mask[1:]
+        return needed
+
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, int | np.integer) and not isinstance(value, bool)
@@ -279,4 +292,14 @@ def item_from_record(record: dict[str, Any], source: str, line_no: int) -> Item:
     try:
         return Item.model_validate(record)
     except ValidationError as exc:
-        raise input_error(exc, file=source, line=line_no) from None
+        error = input_error(exc, file=source, line=line_no)
+        loc = exc.errors()[0]["loc"]
+        if len(loc) == 3 and loc[0] == "requests" and loc[2] == "loss_mask":
+            message = exc.errors()[0]["msg"].removeprefix("Value error, ")
+            error = InputError(
+                f"item {record['id']!r} request {loc[1]}: {message}",
+                file=source,
+                line=line_no,
+                field=error.field,
+            )
+        raise error from None

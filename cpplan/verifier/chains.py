@@ -5,7 +5,7 @@ requests kept together unless the wave is marked split."""
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -17,12 +17,15 @@ from cpplan.verifier.segments import Segment
 @dataclass(kw_only=True)
 class Coverage:
     """What the requests of one wave put in its segments: the tokens read so far, whether any request
-    through a segment takes gradients or reads outputs, and whether any request uses the segment."""
+    through a segment takes gradients or needs the logits of all its tokens (``loss``), which of its
+    tokens' logits requests with a loss mask need (``masked_loss``, only where one passes), and whether
+    any request uses the segment."""
 
     tokens: list[np.ndarray | None]
     grad: list[bool]
     loss: list[bool]
     used: list[bool]
+    masked_loss: dict[int, np.ndarray] = field(default_factory=dict)
 
     @classmethod
     def empty(cls, num_segments: int) -> Coverage:
@@ -74,6 +77,7 @@ def _read_chain(
 ) -> None:
     """Follow one request's chain root to leaf; its segments must hold its tokens, in order, all of them."""
     position, previous = 0, -1
+    masked = masked_logits_needed(request)
     for c in chain:
         if not 0 <= c < len(segments):
             violations.append(f"wave {w}: request {k} of {item_id!r} names segment {c}, out of range")
@@ -94,12 +98,24 @@ def _read_chain(
             return
         coverage.used[c] = True
         coverage.grad[c] |= request.grad
-        coverage.loss[c] |= request.output in ("loss", "logits")
+        coverage.loss[c] |= masked is None and request.output in ("loss", "logits")
+        if masked is not None:
+            here = masked[position : position + length]
+            coverage.masked_loss[c] = here | coverage.masked_loss.get(c, False)
         position, previous = position + length, c
     if position != request.num_tokens:
         violations.append(
             f"wave {w}: request {k} of {item_id!r} reads back {position} of {request.num_tokens} tokens"
         )
+
+
+def masked_logits_needed(request: Request) -> np.ndarray | None:
+    """For a loss request with a mask, the verifier's own reading of which tokens need logits: token
+    ``t`` where ``predicted()`` is set (predicting token ``t + 1`` counts); ``None`` for any other
+    request (it needs the logits of all its tokens, output ``logits`` or ``loss``, or of none)."""
+    if request.output != "loss" or request.loss_mask is None:
+        return None
+    return np.concatenate([request.predicted(), [False]]).astype(bool)
 
 
 def check_whole_items(w: int, wave: dict[str, Any], by_id: dict[str, Item], violations: list[str]) -> None:

@@ -83,7 +83,9 @@ def price_ranks(
     cp = card.topology.cp
     pieces = pieces_of(segments, offsets, runs)
     flags = {"grad": np.array(coverage.grad, dtype=bool), "loss": np.array(coverage.loss, dtype=bool)}
-    per_rank = rank_sums(pieces, flags, runs.packed, cp)
+    seg_start = np.array([s[1] for s in segments], dtype=np.int64)
+    masked = {"loss": coverage.masked_loss} if coverage.masked_loss else {}
+    per_rank = rank_sums(pieces, flags, runs.packed, cp, masked=masked, seg_start=seg_start)
     claimed = {int(r["rank"]): r for r in wave["ranks"]}
     slowest, worst = 0.0, 0
     for rank in range(cp):
@@ -96,7 +98,7 @@ def price_ranks(
             violations.append(
                 f"wave {w} rank {rank}: predicted peak {peak:,} bytes exceeds the budget of {budget:,} bytes"
             )
-        _check_claims(w, rank, claimed.get(rank), local["tokens"], peak, violations)
+        _check_claims(w, rank, claimed.get(rank), local, peak, violations)
     cost = slowest + card.wave_overhead_s
     if "cost_s" in wave and not close(float(wave["cost_s"]), cost):
         violations.append(f"wave {w}: cost_s {wave['cost_s']} but the verifier prices {cost}")
@@ -104,13 +106,19 @@ def price_ranks(
 
 
 def _check_claims(
-    w: int, rank: int, entry: dict[str, Any] | None, tokens: int, peak: int, violations: list[str]
+    w: int, rank: int, entry: dict[str, Any] | None, local: dict[str, int], peak: int, violations: list[str]
 ) -> None:
-    """The plan's figures for the rank (owned tokens, peak bytes) are the verifier's."""
+    """The plan's figures for the rank (owned tokens, loss tokens, peak bytes) are the verifier's."""
     if entry is None:
         return
+    tokens = local["tokens"]
     if int(entry.get("tokens", -1)) != tokens:
         violations.append(f"wave {w} rank {rank}: tokens {entry.get('tokens')} but owns {tokens}")
+    if "loss_tokens" in entry and int(entry["loss_tokens"]) != local["loss_tokens"]:
+        violations.append(
+            f"wave {w} rank {rank}: loss_tokens {entry['loss_tokens']} but the verifier counts "
+            f"{local['loss_tokens']} owned tokens whose logits are needed"
+        )
     if abs(int(entry.get("peak_bytes", -1)) - peak) > PEAK_TOLERANCE_BYTES:
         violations.append(
             f"wave {w} rank {rank}: peak_bytes {entry.get('peak_bytes')} but the verifier prices {peak}"
@@ -118,12 +126,23 @@ def _check_claims(
 
 
 def rank_sums(
-    pieces: Pieces, seg_flags: dict[str, np.ndarray], packed: int, cp: int
+    pieces: Pieces,
+    seg_flags: dict[str, np.ndarray],
+    packed: int,
+    cp: int,
+    *,
+    masked: dict[str, dict[int, np.ndarray]] | None = None,
+    seg_start: np.ndarray | None = None,
 ) -> dict[str, np.ndarray]:
     """Every local quantity of the registry per rank, counted the way its entry states: per owned token
     (1, or position + 1 keys for a pair count; only tokens of segments whose ``grad`` / ``loss`` flag is
     set where the entry says so), distinct segments touched, or packed tokens not owned. Pieces owned
-    by no rank (or by a rank outside ``0..cp-1``) count for none."""
+    by no rank (or by a rank outside ``0..cp-1``) count for none.
+
+    ``masked[flag][s]`` marks, token by token, more tokens of segment ``s`` that carry ``flag`` though
+    the segment's flag is off (the tokens whose logits a request with a loss mask needs; segment ``s``
+    starts at request position ``seg_start[s]``); they are counted from per-segment prefix sums, so the
+    work grows with the masked segments, not with the wave."""
     sums = {name: np.zeros(cp, dtype=np.int64) for name in QUANTITY_NAMES}
     mine = (pieces.owner >= 0) & (pieces.owner < cp)
     owner, segment = pieces.owner[mine], pieces.segment[mine]
@@ -132,7 +151,11 @@ def rank_sums(
         if q.count in _PER_RUN:
             values = _PER_RUN[q.count](first, length)
             if q.only != "all":
-                values = values * seg_flags[q.only][segment]
+                flagged = seg_flags[q.only][segment]
+                values = values * flagged
+                extra = (masked or {}).get(q.only)
+                if extra:
+                    values = values + _masked_sums(q.count, extra, segment, first, length, flagged, seg_start)
             sums[q.name] = np.bincount(owner, weights=values, minlength=cp).astype(np.int64)
         elif q.count == "segment":
             sums[q.name] = _segments_touched(owner, segment, cp)
@@ -141,6 +164,32 @@ def rank_sums(
         if q.count == "remote":
             sums[q.name] = packed - owned
     return sums
+
+
+def _masked_sums(
+    count: str,
+    needed: dict[int, np.ndarray],
+    segment: np.ndarray,
+    first: np.ndarray,
+    length: np.ndarray,
+    flagged: np.ndarray,
+    seg_start: np.ndarray | None,
+) -> np.ndarray:
+    """Per piece, what its tokens marked in ``needed[segment]`` add to a per-token count (zero for a
+    piece whose segment is flagged whole, or has no marks)."""
+    assert seg_start is not None, "masked tokens need the segments' start positions"
+    out = np.zeros(segment.size, dtype=np.int64)
+    for s, marks in needed.items():
+        pieces = np.flatnonzero((segment == s) & ~flagged)
+        if pieces.size == 0:
+            continue
+        positions = int(seg_start[s]) + np.arange(marks.size, dtype=np.int64)
+        per_token = _PER_RUN[count](positions, np.ones_like(positions)) * marks.astype(np.int64)
+        prefix = np.concatenate([[0], np.cumsum(per_token)])
+        lo = np.minimum(first[pieces] - int(seg_start[s]), marks.size)
+        hi = np.minimum(lo + length[pieces], marks.size)
+        out[pieces] = prefix[hi] - prefix[lo]
+    return out
 
 
 def _segments_touched(owner: np.ndarray, segment: np.ndarray, cp: int) -> np.ndarray:

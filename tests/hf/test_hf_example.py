@@ -13,13 +13,15 @@ import pytest
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "grpo_lora_train.py"
 STEP = re.compile(r"step (\d+): loss packed (\S+) unpacked (\S+) \|diff\| (\S+)")
+PACKS = re.compile(r"packs (\d+) tokens into (\d+), (\d+) of them need logits")
 
 
 @pytest.mark.slow
 def test_grpo_lora_example_losses_match():
     """Three optimizer steps: each prints a packed and an unpacked loss that agree within 1e-12, the
     loss changes between steps (the LoRA weights really train), and both ranks end with identical
-    weights; the run finishes within two minutes."""
+    weights; the plan needs logits only for the completions the requests' loss masks mark (fewer than
+    its packed tokens); the run finishes within two minutes."""
     root = EXAMPLE.parents[1]
     env = {
         **os.environ,
@@ -35,3 +37,5 @@ def test_grpo_lora_example_losses_match():
         assert abs(float(packed) - float(unpacked)) <= 1e-12
     assert len({s[1] for s in steps}) == 3
     assert "ranks hold identical LoRA weights" in done.stdout
+    logical, packed, needed = map(int, PACKS.search(done.stdout).groups())
+    assert needed < packed < logical

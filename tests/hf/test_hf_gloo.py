@@ -15,6 +15,7 @@ import torch.multiprocessing as mp
 from cpplan.hf import float64_internals, unpacked_logprobs
 from tests.support import hf_gloo_worker
 from tests.support.hf_models import (
+    completion_masks,
     gradients,
     max_abs_diff,
     max_rel_grad_diff,
@@ -22,6 +23,7 @@ from tests.support.hf_models import (
     one_thread,  # noqa: F401 (autouse fixture)
     tiny_model,
     weighted_sum,
+    with_loss_masks,
 )
 
 pytestmark = pytest.mark.slow
@@ -48,7 +50,10 @@ def reference(tmp_path_factory):
     with float64_internals():
         logprobs = unpacked_logprobs(model, mixed_workload(0))
         grads = gradients(model, weighted_sum(logprobs))
-    return folder, logprobs, grads
+        masked = with_loss_masks(mixed_workload(0), completion_masks)
+        loss = hf_gloo_worker.masked_loss(unpacked_logprobs(model, masked), masked)
+        masked_grads = gradients(model, loss)
+    return folder, logprobs, grads, {"loss": loss.detach(), "grads": masked_grads}
 
 
 def _spawn(world: int, folder) -> list[dict]:
@@ -74,13 +79,26 @@ def _spawn(world: int, folder) -> list[dict]:
     return [torch.load(folder / f"rank{r}.pt") for r in range(world)]
 
 
+@pytest.fixture(scope="module")
+def spawned(reference):
+    """Every rank's record for a world size, each world size run once for the module's tests."""
+    cache: dict[int, list[dict]] = {}
+
+    def get(world: int) -> list[dict]:
+        if world not in cache:
+            cache[world] = _spawn(world, reference[0])
+        return cache[world]
+
+    return get
+
+
 @pytest.mark.parametrize("world", [2, 4])
-def test_gloo_ranks_equal_unpacked(reference, world):
+def test_gloo_ranks_equal_unpacked(reference, spawned, world):
     """With ``world`` processes, each holding one CP rank (planned ranges and zigzag chunks), every
     rank returns all requests' log-probs equal to the unpacked run, and the parameter gradients summed
     over the ranks equal the unpacked gradients (no rank hangs: the run is bounded)."""
-    folder, want, want_grads = reference
-    records = _spawn(world, folder)
+    _, want, want_grads, _ = reference
+    records = spawned(world)
     for ownership in ("planned", "zigzag"):
         for record in records:
             assert max_abs_diff(record[ownership]["logprobs"], want) <= 1e-9
@@ -89,3 +107,17 @@ def test_gloo_ranks_equal_unpacked(reference, world):
         assert max_rel_grad_diff(grads, want_grads) <= 1e-8
         for record in records[1:]:
             assert max_abs_diff(record[ownership]["grads"], grads) == 0.0
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_gloo_masked_policy_loss_equals_unpacked(reference, spawned, world):
+    """With completion-only loss masks in the workload (planned with them), every rank's masked policy
+    loss (the workload's own masks, per-request advantages) equals the unpacked loss, and the
+    gradients summed over the ranks equal the unpacked gradients."""
+    want = reference[3]
+    records = spawned(world)
+    for record in records:
+        torch.testing.assert_close(record["masked"]["loss"], want["loss"], rtol=1e-12, atol=0)
+    assert max_rel_grad_diff(records[0]["masked"]["grads"], want["grads"]) <= 1e-8
+    for record in records[1:]:
+        assert max_abs_diff(record["masked"]["grads"], records[0]["masked"]["grads"]) == 0.0

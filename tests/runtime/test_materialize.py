@@ -90,29 +90,58 @@ def test_rank_batches_rebuild_the_packed_wave(workload, data):
 
 
 @SETTINGS
-@given(workload=prefix_workloads(), data=st.data())
-def test_loss_pairs_are_every_loss_requests_targets(workload, data):
-    """The ranks' weighted (packed position, target) pairs are, as a multiset, exactly the next-token
-    targets of every request whose output is the loss, read at its read-back positions; a request
-    that wants logits, hidden states or nothing adds no target."""
+@given(workload=prefix_workloads(masks=True), data=st.data())
+def test_loss_pairs_are_every_counted_target(workload, data):
+    """With random loss masks (and requests without one), the ranks' weighted (packed position,
+    target) pairs are, as a multiset, exactly the next-token targets each request counts (token t + 1
+    where ``predicted()[t]`` is set), read at its read-back positions; each pair is listed once, on the
+    rank owning its position, and a request that wants logits, hidden states or nothing adds none."""
     _, plan = _plans(data, workload)
     for w in range(plan.num_waves):
         batches = materialize_wave(plan, workload, wave=w)
         got: Counter = Counter()
         for b in batches:
             positions = b.packed_index[b.loss_index].tolist()
-            for p, t, n in zip(positions, b.loss_targets.tolist(), b.loss_weights.tolist(), strict=True):
+            pairs = list(zip(positions, b.loss_targets.tolist(), strict=True))
+            assert len(set(pairs)) == len(pairs)
+            assert b.token_owner[b.packed_index[b.loss_index]].eq(b.rank).all()
+            for pair, n in zip(pairs, b.loss_weights.tolist(), strict=True):
                 assert n > 0
-                got[(p, t)] += n
+                got[pair] += n
         want: Counter = Counter()
         for k, (item_id, index) in enumerate(batches[0].requests):
             request = workload.items[workload.index_of[item_id]].requests[index]
-            if request.output != "loss":
-                continue
             readback = batches[0].readback(k).tolist()
-            for j in range(request.num_tokens - 1):
-                want[(readback[j], int(request.tokens[j + 1]))] += 1
+            for t in np.flatnonzero(request.predicted()).tolist():
+                want[(readback[t], int(request.tokens[t + 1]))] += 1
         assert got == want
+
+
+def test_siblings_starting_alike_share_one_pair():
+    """Two requests that continue a shared prompt with the same token, each in its own copy (the
+    one-token node they share is not shared): the prompt's last token predicts that token once, with
+    weight 2; a request whose mask marks nothing adds no pair."""
+    workload = Workload(
+        items=(
+            Item(
+                id="g",
+                requests=(
+                    Request(tokens=[1, 2, 3, 4, 5, 9], loss_mask=[0, 0, 0, 1, 1, 1]),
+                    Request(tokens=[1, 2, 3, 4, 6], loss_mask=[0, 0, 0, 1, 1]),
+                    Request(tokens=[1, 2, 3, 8], loss_mask=[0, 0, 0, 0]),
+                ),
+            ),
+        )
+    )
+    problem = build_problem(workload, cp=1, chunk_tokens=4)
+    layout = problem.pack([0], "min_span:3")
+    assert layout.num_segments == 4
+    plan = cpplan.Plan(strategy="test", waves=(price_wave(problem, (0,), layout, "min_span:3"),))
+    (batch,) = materialize_wave(plan, workload, wave=0)
+    pairs = list(zip(batch.packed_index[batch.loss_index].tolist(), batch.loss_targets.tolist(), strict=True))
+    weights = dict(zip(pairs, batch.loss_weights.tolist(), strict=True))
+    assert weights.pop((2, 4)) == 2
+    assert sorted(t for _, t in weights) == [5, 6, 9] and set(weights.values()) == {1}
 
 
 def test_grpo_plan_contract():

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -92,6 +93,43 @@ def test_packed_wave_equals_each_request_alone(workload, layout, cp):
         packed_grads = _grads(model, packed_loss)
         for name, grad in _grads(model, alone_loss).items():
             torch.testing.assert_close(packed_grads[name], grad, **GRADS, msg=name)
+
+
+def _masked_alone_loss(model, workload, batch) -> torch.Tensor:
+    """Every request run alone, its next-token cross-entropy summed over the targets it counts."""
+    loss = torch.zeros((), dtype=torch.float64)
+    for _, request in _requests(workload, batch):
+        counted = torch.from_numpy(request.predicted())
+        if counted.any():
+            tokens = torch.from_numpy(request.tokens.copy())
+            terms = F.cross_entropy(run_alone(model, tokens)[:-1], tokens[1:], reduction="none")
+            loss = loss + terms[counted].sum()
+    return loss
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    workload=prefix_workloads(vocab=VOCAB, masks=True),
+    layout=st.sampled_from(LAYOUTS),
+    seed=st.integers(0, 99),
+)
+def test_masked_loss_pairs_equal_each_requests_masked_loss(workload, layout, seed):
+    """With random loss masks, summing ``weight x CE`` over every rank's loss pairs (ranks owning random
+    chunks, each computing only its owned queries) equals, with its parameter gradients, the sum over
+    requests of each one's masked next-token loss run alone."""
+    problem = build_problem(workload, cp=3, chunk_tokens=4)
+    batches = materialize_wave(
+        hand_plan(problem, layout=layout, num_waves=1, owner_seed=seed), workload, wave=0
+    )
+    model = _model(seed=2)
+    sharded = run_simulated_cp(model, batches)
+    packed_loss = sum(batch_loss(logits, b) for b, logits in zip(batches, sharded, strict=True))
+    alone_loss = _masked_alone_loss(model, workload, batches[0])
+    torch.testing.assert_close(packed_loss, alone_loss, **LOGITS)
+    if alone_loss.requires_grad:
+        want = _grads(model, alone_loss)
+        for name, grad in _grads(model, packed_loss).items():
+            torch.testing.assert_close(grad, want[name], **GRADS, msg=name)
 
 
 @settings(max_examples=50, deadline=None)

@@ -195,6 +195,31 @@ def run_case(case: Case, directory: Path) -> Outcome:
     return Outcome(case=case, exit_code=code, stderr=err.getvalue(), api_exception=api_exception)
 
 
+def _ok_plan() -> cpplan.PlanResult:
+    """The plan of ``ok.jsonl`` for the tiny card (one wave)."""
+    workload = cpplan.Workload.from_jsonl("ok.jsonl")
+    return cpplan.plan(workload, model="tiny.toml", memory_bytes="64MiB", solver="custom.toml")
+
+
+def _other_workload() -> cpplan.Workload:
+    """``ok.jsonl`` with its first request one token longer: not the workload the plan was made for."""
+    items = list(cpplan.Workload.from_jsonl("ok.jsonl").items)
+    first = items[0].requests[0]
+    longer = cpplan.Request(tokens=[*first.tokens.tolist(), 9])
+    items[0] = cpplan.Item(id=items[0].id, requests=(longer, *items[0].requests[1:]))
+    return cpplan.Workload(items=tuple(items))
+
+
+def _packed_logprobs_of_linear() -> object:
+    """Run a planned wave through a module that is not a causal LM cpplan.hf can route."""
+    import torch
+
+    import cpplan.hf
+
+    workload = cpplan.Workload.from_jsonl("ok.jsonl")
+    return cpplan.hf.packed_logprobs(torch.nn.Linear(4, 4), _ok_plan(), workload, wave=0)
+
+
 def _long_line(num_tokens: int) -> str:
     return json.dumps({"id": "long", "tokens": list(range(num_tokens))}) + "\n"
 
@@ -751,5 +776,43 @@ CASES: tuple[Case, ...] = (
             source="w.jsonl",
         ),
         expect=("duplicate item id 'a'",),
+    ),
+    # ------------------------------------------------------------------ loss masks, plans at runtime
+    Case(
+        kind="loss_mask of the wrong length",
+        what='"loss_mask": [0, 1] for 3 tokens',
+        files={"w.jsonl": OK_LINE + '{"id": "p1", "tokens": [1, 2, 3], "loss_mask": [0, 1]}\n'},
+        workload="w.jsonl",
+        expect=("w.jsonl:2", "field 'requests.0.loss_mask'", "item 'p1' request 0", "2 entries for 3 tokens"),
+    ),
+    Case(
+        kind="loss_mask value not 0 or 1",
+        what='"loss_mask": [0, 1, 2]',
+        files={
+            "w.jsonl": OK_LINE + '{"id": "p1", "requests": [{"tokens": [1, 2, 3], "loss_mask": [0, 1, 2]}]}\n'
+        },
+        workload="w.jsonl",
+        expect=("w.jsonl:2", "field 'requests.0.loss_mask'", "item 'p1' request 0", "must be 0 or 1"),
+    ),
+    Case(
+        kind="API: materialize with another workload",
+        what="cpplan.materialize(plan of ok.jsonl, a workload whose request is one token longer, ...)",
+        api=lambda: cpplan.materialize(_ok_plan(), _other_workload(), wave=0, rank=0),
+        api_only=True,
+        expect=("field 'items[", "is this the workload the plan was made for"),
+    ),
+    Case(
+        kind="API: wave index out of range",
+        what="cpplan.materialize(plan, workload, wave=5, rank=0) for a one-wave plan",
+        api=lambda: cpplan.materialize(_ok_plan(), cpplan.Workload.from_jsonl("ok.jsonl"), wave=5, rank=0),
+        api_only=True,
+        expect=("field 'wave'", "wave 5 is out of range: the plan has 1 waves"),
+    ),
+    Case(
+        kind="API: a model cpplan.hf cannot route",
+        what="cpplan.hf.packed_logprobs(torch.nn.Linear(4, 4), plan, workload, wave=0)",
+        api=lambda: _packed_logprobs_of_linear(),
+        api_only=True,
+        expect=("field 'model'", "cannot route model class torch.nn.modules.linear.Linear"),
     ),
 )

@@ -101,6 +101,42 @@ def random_tree_workload(seed: int, *, requests: int = 6, scale: int = 120) -> c
     return cpplan.Workload(items=tuple(items))
 
 
+def completion_masks(item: cpplan.Item, k: int) -> np.ndarray:
+    """A token mask for request ``k`` of ``item``: for GRPO items the tokens after the prompt its group
+    shares, for the lone request its second half, every token otherwise."""
+    tokens = [r.tokens for r in item.requests]
+    mask = np.ones(tokens[k].size, dtype=np.int64)
+    if item.id.startswith("grpo"):
+        others = [o for j, o in enumerate(tokens) if j != k]
+        t = tokens[k]
+        mask[: max(int(np.argmin(np.r_[t[: o.size] == o[: t.size], False])) for o in others)] = 0
+    elif item.id == "lone":
+        mask[: tokens[k].size // 2] = 0
+    return mask
+
+
+def random_masks(seed: int):
+    """Random token masks (runs of zeros and ones, some all zero) as a ``masks(item, k)`` function."""
+    rng = np.random.default_rng(seed)
+    return lambda item, k: np.cumsum(rng.random(item.requests[k].num_tokens) < 0.1) % 2
+
+
+def with_loss_masks(workload: cpplan.Workload, masks) -> cpplan.Workload:
+    """The workload with ``masks(item, k)`` as request ``k``'s ``loss_mask``."""
+    return cpplan.Workload(
+        items=tuple(
+            cpplan.Item(
+                id=item.id,
+                requests=tuple(
+                    cpplan.Request(tokens=r.tokens, grad=r.grad, output=r.output, loss_mask=masks(item, k))
+                    for k, r in enumerate(item.requests)
+                ),
+            )
+            for item in workload.items
+        )
+    )
+
+
 def plan(workload: cpplan.Workload, cp: int) -> cpplan.PlanResult:
     """The deterministic planner's plan for Qwen3.6-35B-A3B at CP ``cp`` with a generous budget."""
     return cpplan.plan(

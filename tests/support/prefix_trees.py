@@ -17,9 +17,12 @@ LAYOUTS = ("full", "none", "depth:1", "depth:2", "min_span:3")
 
 
 @st.composite
-def prefix_workloads(draw, *, max_requests: int = 6, vocab: int = 6, max_tail: int = 12) -> Workload:
+def prefix_workloads(
+    draw, *, max_requests: int = 6, vocab: int = 6, max_tail: int = 12, masks: bool = False
+) -> Workload:
     """Requests that branch off earlier ones at random cuts (sometimes identical to, or a prefix of,
-    another request); a tiny vocabulary adds accidental sharing. Consecutive requests form items."""
+    another request); a tiny vocabulary adds accidental sharing. Consecutive requests form items.
+    With ``masks``, most requests carry a random ``loss_mask`` (some none, to mix both kinds)."""
     sequences: list[list[int]] = []
     for _ in range(draw(st.integers(1, max_requests))):
         prefix: list[int] = []
@@ -38,7 +41,10 @@ def prefix_workloads(draw, *, max_requests: int = 6, vocab: int = 6, max_tail: i
     breaks = draw(st.lists(st.booleans(), min_size=len(sequences), max_size=len(sequences)))
     items, group = [], []
     for k, (tokens, output) in enumerate(zip(sequences, outputs, strict=True)):
-        group.append(Request(tokens=tokens, output=output))
+        mask = None
+        if masks and draw(st.integers(0, 3)):
+            mask = draw(st.lists(st.integers(0, 1), min_size=len(tokens), max_size=len(tokens)))
+        group.append(Request(tokens=tokens, output=output, loss_mask=mask))
         if breaks[k] or k == len(sequences) - 1:
             items.append(Item(id=f"i{len(items)}", requests=tuple(group)))
             group = []

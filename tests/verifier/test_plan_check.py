@@ -89,8 +89,9 @@ def test_over_budget_is_caught(planned):
 
 def test_rank_sums_equal_a_mask_per_rank():
     """The verifier's piece-based per-rank sums (runs of one segment and one owner, closed-form per
-    run) equal the plain definition, one boolean mask per rank over every token: tokens, gradient and
-    loss tokens, attention pairs (position + 1 per token), distinct segments, tokens owned elsewhere."""
+    run; tokens a loss mask marks in segments not flagged whole, from prefix sums) equal the plain
+    definition, one boolean mask per rank over every token: tokens, gradient and loss tokens, attention
+    pairs (position + 1 per token), distinct segments, tokens owned elsewhere."""
     import numpy as np
 
     from cpplan.verifier.owners import OwnerRuns
@@ -109,11 +110,21 @@ def test_rank_sums_equal_a_mask_per_rank():
         owners = rng.integers(-1, cp, cuts.size)
         runs = OwnerRuns(start=cuts, end=np.append(cuts[1:], packed), owner=owners)
         seg_grad, seg_loss = rng.random(num_segments) < 0.7, rng.random(num_segments) < 0.5
-        sums = rank_sums(pieces_of(segments, offsets, runs), {"grad": seg_grad, "loss": seg_loss}, packed, cp)
+        masked = {s: rng.random(int(lengths[s])) < 0.3 for s in range(num_segments) if rng.random() < 0.5}
+        sums = rank_sums(
+            pieces_of(segments, offsets, runs),
+            {"grad": seg_grad, "loss": seg_loss},
+            packed,
+            cp,
+            masked={"loss": masked},
+            seg_start=np.array([p for _, p, _ in segments]),
+        )
         owner = np.repeat(owners, np.diff(np.append(cuts, packed)))
         seg_of = np.repeat(np.arange(num_segments), lengths)
         pos = np.concatenate([np.arange(p, p + n) for _, p, n in segments])
         grad, loss = seg_grad[seg_of], seg_loss[seg_of]
+        for s, marks in masked.items():
+            loss[offsets[s] : offsets[s] + marks.size] |= marks
         for r in range(cp):
             mine = owner == r
             assert sums["tokens"][r] == mine.sum()
