@@ -51,6 +51,10 @@ def greedy_plan(
             waves.extend(split_item(problem, start, layouts))
             start += 1
             continue
+        if deadline is not None and deadline.expired():  # keep the fitting wave found, hurry the rest
+            waves.append(found[1])
+            start += found[0]
+            continue
         width, wave = cut_wave(problem, start, *found, layouts)
         best, _ = best_wave(problem, range(start, start + width), layouts)
         ending = last_two_waves(problem, start, best or wave, layouts)

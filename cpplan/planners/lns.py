@@ -2,7 +2,8 @@
 
 Above the profile's ``max_items`` the joint model of the whole workload is too large for its budget,
 so the CP-SAT strategy improves the greedy plan window by window instead of skipping: a window is two
-or three adjacent waves (at most :data:`WINDOW_ITEMS_PER_MAX_ITEMS` × ``max_items`` items, none split),
+or three adjacent waves (at most :data:`WINDOW_ITEMS_PER_MAX_ITEMS` × ``max_items`` items, none split;
+one wave alone where even two are too many: its layout and ownership are still re-solved),
 its items become a sub-problem (:class:`~cpplan.planners.subproblem.SubProblem`), the joint model
 solves it with the window's waves as exact columns and complete hint
 (:func:`~cpplan.planners.cpsat_strategy.joint_plan`), and the answer replaces the window only when the
@@ -10,8 +11,9 @@ independent verifier accepts it, as a plan of the sub-problem, and prices it low
 one wave, so items can move along the plan; passes repeat while one improves and time is left.
 
 Each window gets an equal share of the time left for the windows still to come in the pass, less what
-verifying its answer takes. Under a deterministic deadline every window of every pass runs (each
-CP-SAT call on its deterministic limit), so the answer is the same on every machine.
+verifying its answer takes; a window whose model cannot be built and searched in the time left
+(:data:`BUILD_S_PER_ITEM`) is not started. Under a deterministic deadline every window of every pass
+runs (each CP-SAT call on its deterministic limit), so the answer is the same on every machine.
 """
 
 from __future__ import annotations
@@ -34,8 +36,11 @@ from cpplan.verifier.plan_check import verify_plan
 WINDOW_WAVES = 3
 """The most adjacent waves one window re-solves."""
 
-WINDOW_ITEMS_PER_MAX_ITEMS = 4
+WINDOW_ITEMS_PER_MAX_ITEMS = 2
 """A window holds at most this many times the profile's ``max_items`` items."""
+
+BUILD_S_PER_ITEM = 2.5e-4
+"""Seconds to build a window's sub-problem and joint model, per item (measured on the 2-core machine)."""
 
 MAX_PASSES = 3
 """Passes over the plan at most (a pass without an improvement ends the search)."""
@@ -77,40 +82,48 @@ def _one_pass(
 ) -> bool:
     """One sweep of overlapping windows over ``waves`` (replaced in place); whether any improved."""
     improved, start = False, 0
-    while start < len(waves) - 1:
+    while start < len(waves):
         window = _window_at(waves, start, limit)
         if window is None:
             start += 1
             continue
         left = _windows_left(waves, start, limit)
-        better = _solve_window(problem, profile, waves[start : start + window.size], deadline, left, tally)
+        size = window.size
+        better = _solve_window(problem, profile, waves[start : start + size], deadline, left, tally)
         if better is not None:
-            waves[start : start + window.size] = better
-            improved = True
+            waves[start : start + size] = better
+            improved, size = True, len(better)
         if deadline.left_s() < MIN_SEARCH_S:
             break
-        start += max(1, window.size - 1)
+        start = _advance(start, size, len(waves))
     return improved
 
 
+def _advance(start: int, size: int, num_waves: int) -> int:
+    """Where the next window starts: on the last wave of a window of several (windows overlap by one
+    wave, so items can travel along the plan), after a window of one or one that reaches the end."""
+    return start + size if size == 1 or start + size >= num_waves else start + size - 1
+
+
 def _window_at(waves: list[WavePlan], start: int, limit: int) -> _Window | None:
-    """The widest window of 2 .. :data:`WINDOW_WAVES` waves from ``start`` within ``limit`` items and
-    without a split wave; ``None`` when not even two fit."""
+    """The widest window of up to :data:`WINDOW_WAVES` waves from ``start`` within ``limit`` items and
+    without a split wave: two or more waves, or the wave alone when the next one does not fit with it
+    (``None`` when the wave itself is split or over the limit)."""
     size, items = 0, 0
     for wave in waves[start : start + WINDOW_WAVES]:
         if wave.split or items + len(wave.items) > limit:
             break
         size, items = size + 1, items + len(wave.items)
-    return _Window(start=start, size=size) if size >= 2 else None
+    return _Window(start=start, size=size) if size >= 1 else None
 
 
 def _windows_left(waves: list[WavePlan], start: int, limit: int) -> int:
     """How many windows this pass still has from ``start`` on (for sharing out the time)."""
     count, at = 0, start
-    while at < len(waves) - 1:
+    while at < len(waves):
         window = _window_at(waves, at, limit)
         count += window is not None
-        at += max(1, window.size - 1) if window else 1
+        at = at + 1 if window is None else _advance(at, window.size, len(waves))
     return max(1, count)
 
 
@@ -124,13 +137,17 @@ def _solve_window(
 ) -> list[WavePlan] | None:
     """The window's waves re-solved by the joint model, when verified and cheaper; else ``None``."""
     t0 = time.perf_counter()
+    step_by = _window_deadline(deadline, windows_left, sum(len(wave.items) for wave in window))
+    if step_by is None:
+        tally["unaffordable"] += 1
+        return None
     try:
         sub = SubProblem.of(problem, [i for wave in window for i in wave.items])
     except CpplanError:  # say, fewer packed tokens than CP ranks: leave the window as it is
         return None
     ordered = sorted((sub.from_parent(wave) for wave in window), key=lambda wave: min(wave.items))
     incumbent = Plan(strategy="cpsat", waves=tuple(ordered))
-    step_by = deadline.share(1.0 / windows_left).less(verify_reserve_s(sub.problem))
+    step_by = step_by.less(verify_reserve_s(sub.problem))
     tally["build_s"] += time.perf_counter() - t0
     try:
         plan, stats = joint_plan(sub.problem, profile, incumbent, step_by)
@@ -152,6 +169,17 @@ def _solve_window(
     return [sub.to_parent(wave) for wave in plan.waves]
 
 
+def _window_deadline(deadline: Deadline, windows_left: int, items: int) -> Deadline | None:
+    """The window's deadline: its equal share of the time left, or all of it when the share cannot
+    build and search its model but the whole can (one window solved beats none); ``None`` when not
+    even the whole can."""
+    needed = BUILD_S_PER_ITEM * items + MIN_SEARCH_S
+    share = deadline.share(1.0 / windows_left)
+    if share.left_s() >= needed:
+        return share
+    return deadline if deadline.left_s() >= needed else None
+
+
 def _count(stats: SolverStats, tally: Counter) -> None:
     """Add one CP-SAT run's statistics to the tally."""
     if stats.status.startswith("skipped"):
@@ -166,7 +194,7 @@ def _status(tally: Counter) -> str:
     """The LNS status line: windows solved, improved, proved optimal in their model, rejected, skipped."""
     parts = [f"lns: {tally['solved']} windows solved", f"{tally['improved']} improved"]
     parts.append(f"{tally['proved']} proved optimal in their model")
-    parts += [f"{tally[key]} {key}" for key in ("rejected", "skipped") if tally[key]]
+    parts += [f"{tally[key]} {key}" for key in ("rejected", "skipped", "unaffordable") if tally[key]]
     return ", ".join(parts)
 
 

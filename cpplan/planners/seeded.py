@@ -14,6 +14,7 @@ that does not fit is turned into one that does instead of being run into an out-
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 from cpplan.baselines import axolotl, megatron, prefix_grouper, trl, verl
@@ -23,6 +24,10 @@ from cpplan.planners.split import split_item
 from cpplan.pricing.problem import Problem
 from cpplan.pricing.result import Plan
 from cpplan.pricing.wave import WavePlan, best_wave
+
+SEED_S_PER_ITEM = 4e-4
+"""Seconds one seed is expected to take per item before any has run (proposing and repairing a plan
+prices about as many waves as greedy does)."""
 
 # Cheapest and most often useful first: a time-limited run keeps the seeds it reached.
 SEEDS: tuple[Baseline, ...] = (
@@ -86,17 +91,22 @@ def _refill(problem: Problem, items: Sequence[int], layouts: Sequence[str]) -> l
 
 
 def seeded_plan(problem: Problem, layouts: Sequence[str], *, deadline: Deadline | None = None) -> Plan | None:
-    """The cheapest repaired baseline plan. No seed is started, and a seed's repair is abandoned,
-    once ``deadline`` has expired; ``None`` when no seed was repaired in time. Without a deadline (or
+    """The cheapest repaired baseline plan. A seed is started only while ``deadline`` leaves as much
+    time as the last seed took (:data:`SEED_S_PER_ITEM` per item before the first: a baseline's
+    proposal cannot be cut short), and its repair is abandoned once the deadline has expired; ``None``
+    when no seed was repaired in time. Without a deadline (or
     with a deterministic one, which never expires) every seed runs, so the answer is the same on every
     run."""
     cache: dict = {}
     plans = []
+    expected_s = SEED_S_PER_ITEM * problem.num_items
     for seed in SEEDS:
-        if deadline is not None and deadline.expired():
+        if deadline is not None and deadline.left_s() < expected_s:
             break
+        started = time.perf_counter()
         proposal = seed.plan(problem)
         repaired = repair(problem, proposal, layouts, cache, deadline=deadline)
         if repaired is not None:
             plans.append(repaired)
+        expected_s = time.perf_counter() - started
     return min(plans, key=lambda p: p.cost_s) if plans else None
