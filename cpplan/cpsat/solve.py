@@ -84,7 +84,8 @@ def solve(
     build_s: float = 0.0,
 ) -> tuple[Solution | None, SolverStats]:
     """Run CP-SAT on ``compiled``: the solution (``None`` when there is none, or it was rejected) and
-    the run's statistics (``wall_s`` is the solver's own time). With ``deterministic`` the wall-clock
+    the run's statistics (``wall_s`` is the solver's own time; objective, bound and gap are the
+    model's, ``model_gap`` says so). With ``deterministic`` the wall-clock
     limit is not set (only the deterministic one), so the same model and parameters give the same
     answer on any machine.
 
@@ -121,6 +122,7 @@ def solve(
         objective_s=objective,
         bound_s=bound,
         gap=gap,
+        model_gap=gap,
         wall_s=wall,
         deterministic_time=float(response.deterministic_time),
         num_booleans=booleans,

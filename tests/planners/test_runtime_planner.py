@@ -73,3 +73,23 @@ def test_planner_imports_the_solver_when_made_not_in_its_first_step():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "True", "True"]
+
+
+def test_the_solver_gap_is_the_models_and_says_so(small_grpo, qwen36):
+    """CP-SAT's bound is its conservative model's: the plan JSON's solver block carries ``model_gap``
+    (``gap`` kept, equal), and the summary line never calls the plan optimal, only the model."""
+    import io
+
+    from rich.console import Console
+
+    from cpplan.cli.plan_table import print_summary
+
+    result = cpplan.plan(
+        small_grpo, topology=cpplan.Topology(cp=2), model=qwen36, memory_bytes="12GiB", solver="deterministic"
+    )
+    solver = result.to_dict()["solver"]
+    assert solver["model_gap"] == solver["gap"] is not None and solver["status"] == "optimal"
+    out = io.StringIO()
+    print_summary(result, Console(file=out, width=200))
+    assert "solver optimal in its model (model gap" in out.getvalue()
+    assert "solver optimal," not in out.getvalue()
