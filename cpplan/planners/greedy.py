@@ -7,10 +7,12 @@ priced exactly), cut back to the boundary in its back half where the fewest toke
 prompt in two waves), and kept in the cheapest of the given layouts that fits, with its contiguous CP
 ownership. No wave is admitted whose priced peak exceeds the budget on any rank.
 
-Under a wall-clock deadline the search stops when the deadline passes: the current wave keeps the
-widest width found, and the items left are packed by :func:`hurried_waves` (full sharing, the
-memory-minimal layout, at the last width, halved until it fits: about one pricing per wave), so a
-complete plan is always returned and its notes say where the search stopped.
+Under a wall-clock deadline the search stops when only the time the floor needs is left (the last
+candidate's pricing time per wave still to plan, :meth:`WidthSearch.floor_s`; or when the deadline
+passes mid-wave: that wave keeps the widest width found), and the items left are packed by
+:func:`hurried_waves` (full sharing, the memory-minimal layout, at the peak model's width cut where
+the least is shared, halved until it fits: about one pricing per wave), so a complete plan is always
+returned, about on time, and its notes say where the search stopped.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from collections.abc import Sequence
 from cpplan.errors import NoFitError
 from cpplan.planners.deadline import Deadline
 from cpplan.planners.split import split_item
+from cpplan.planners.subproblem import SubProblem
 from cpplan.planners.widths import WidthSearch, balanced_cut, cut_wave
 from cpplan.pricing.problem import Problem
 from cpplan.pricing.result import Plan
@@ -27,6 +30,10 @@ from cpplan.pricing.wave import WavePlan, best_wave
 
 FLOOR_LAYOUT = "full"
 """The layout of the anytime floor (:func:`hurried_waves`): full sharing, the fewest packed tokens."""
+
+
+WINDOW_ITEMS = 512
+"""Above this many items greedy plans through windows of items (:func:`windowed_waves`)."""
 
 
 def greedy_plan(
@@ -38,14 +45,30 @@ def greedy_plan(
     when a single request cannot fit under any layout. Past ``deadline`` the rest is packed by
     :func:`hurried_waves` and the plan's notes say so."""
     layouts = tuple(layouts)
-    search = WidthSearch(problem=problem, layouts=layouts)
+    if problem.num_items > WINDOW_ITEMS:
+        waves, hurried_from = windowed_waves(problem, layouts, deadline)
+    else:
+        search = WidthSearch(problem=problem, layouts=layouts)
+        waves, hurried_from = planned_waves(problem, layouts, deadline, search, final=True)
+    notes = ()
+    if hurried_from is not None:
+        n = problem.num_items
+        notes = (f"deadline reached after {hurried_from} of {n} items; the rest packed with full sharing",)
+    return Plan(strategy=strategy, waves=tuple(waves), notes=notes)
+
+
+def planned_waves(
+    problem: Problem, layouts: tuple[str, ...], deadline: Deadline | None, search: WidthSearch, *, final: bool
+) -> tuple[list[WavePlan], int | None]:
+    """Greedy's waves over every item of ``problem`` and the item from which it hurried (``None``: it
+    did not). ``final``: the problem's last item is the workload's (only then are the last two waves
+    balanced, :func:`last_two_waves`)."""
     waves: list[WavePlan] = []
     start, n = 0, problem.num_items
     while start < n:
-        if deadline is not None and deadline.expired():
+        if deadline is not None and deadline.left_s() <= search.floor_s(start):
             waves.extend(hurried_waves(search, start, layouts))
-            note = f"deadline reached after {start} of {n} items; the rest packed with full sharing"
-            return Plan(strategy=strategy, waves=tuple(waves), notes=(note,))
+            return waves, start
         found = search.widest(start, deadline)
         if found is None:
             waves.extend(split_item(problem, start, layouts))
@@ -57,13 +80,47 @@ def greedy_plan(
             continue
         width, wave = cut_wave(problem, start, *found, layouts)
         best, _ = best_wave(problem, range(start, start + width), layouts)
-        ending = last_two_waves(problem, start, best or wave, layouts)
+        ending = last_two_waves(problem, start, best or wave, layouts) if final else None
         if ending is not None:
             waves.extend(ending)
             break
         waves.append(best or wave)
         start += width
-    return Plan(strategy=strategy, waves=tuple(waves))
+    return waves, None
+
+
+def windowed_waves(
+    problem: Problem, layouts: tuple[str, ...], deadline: Deadline | None
+) -> tuple[list[WavePlan], int | None]:
+    """:func:`planned_waves` for a large problem, window by window: each window is a sub-problem of the
+    next items (at least :data:`WINDOW_ITEMS`, four times the widest wave so far), so pricing a wave
+    costs time in the window's size, not the problem's; every wave the window plans is kept except the
+    one that meets its end (planned again in the next window; a window holding less than one wave is
+    widened). The peak model carries over from window to window."""
+    waves: list[WavePlan] = []
+    start, n, size, hurried_from = 0, problem.num_items, WINDOW_ITEMS, None
+    search = WidthSearch(problem=problem, layouts=layouts)
+    while start < n:
+        stop = min(n, start + size)
+        sub = SubProblem.of(problem, range(start, stop))
+        search = search.moved_to(sub.problem)
+        found, hurried = planned_waves(sub.problem, layouts, deadline, search, final=stop == n)
+        keep = found if stop == n else _before_last(found)
+        if not keep:
+            size *= 2
+            continue
+        if hurried is not None and hurried_from is None:
+            hurried_from = start + hurried
+        waves.extend(sub.to_parent(wave) for wave in keep)
+        start += max(max(wave.items) for wave in keep) + 1
+        size = max(WINDOW_ITEMS, 4 * max(len(wave.items) for wave in keep))
+    return waves, hurried_from
+
+
+def _before_last(waves: list[WavePlan]) -> list[WavePlan]:
+    """The waves before the last one and every other piece of the item it holds (when it is split)."""
+    first = min(waves[-1].items)
+    return [wave for wave in waves if max(wave.items) < first]
 
 
 def last_two_waves(

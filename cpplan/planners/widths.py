@@ -17,6 +17,7 @@ stores its prompt twice.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -43,6 +44,20 @@ class WidthSearch:
     """The width of the last wave found (the first guess when the model has no slope yet)."""
     num_priced: int = field(default=0)
     """Candidate widths tested so far (for benchmarks and tests)."""
+    test_s: float = 0.0
+    """Seconds the last candidate width took to price (what :meth:`floor_s` extrapolates)."""
+
+    def moved_to(self, problem: Problem) -> WidthSearch:
+        """A search over ``problem`` (the next window of items) that starts from this one's peak model."""
+        return WidthSearch(
+            problem=problem,
+            layouts=self.layouts,
+            slope=self.slope,
+            slope_tokens=self.slope_tokens,
+            last_width=self.last_width,
+            num_priced=self.num_priced,
+            test_s=self.test_s,
+        )
 
     @cached_property
     def _static_bytes(self) -> float:
@@ -68,9 +83,7 @@ class WidthSearch:
         bracket = _Bracket(fail_width=self.problem.num_items - start + 1)
         for step in range(bracket.fail_width):
             width = self._proposal(start, bracket, step)
-            wave, lowest = first_fitting(self.problem, range(start, start + width), self.layouts)
-            self.num_priced += 1
-            self._learn(start, width, lowest)
+            wave, lowest = self._priced(start, width, self.layouts)
             bracket.record(width, wave, lowest.peak_bytes)
             if bracket.closed or (bracket.fit_wave is not None and deadline and deadline.expired()):
                 break
@@ -90,6 +103,7 @@ class WidthSearch:
                 return None if alone is None else (1, alone)
         width = min(max(1, self._model_width(start)), remaining)
         while True:
+            width = cheapest_cut(self.problem, start, width)
             wave = self._test(start, width, layouts)
             if wave is not None:
                 self.last_width = width
@@ -99,12 +113,25 @@ class WidthSearch:
             width //= 2
 
     def _test(self, start: int, width: int, layouts: Sequence[str]) -> WavePlan | None:
-        """The first fitting wave of ``width`` items from ``start`` under ``layouts`` (or ``None``),
-        its peak taught to the model."""
+        """The first fitting wave of ``width`` items from ``start`` under ``layouts`` (or ``None``)."""
+        return self._priced(start, width, layouts)[0]
+
+    def _priced(self, start: int, width: int, layouts: Sequence[str]) -> tuple[WavePlan | None, WavePlan]:
+        """:func:`first_fitting` of ``width`` items from ``start``, its peak taught to the model and its
+        time recorded."""
+        started = time.perf_counter()
         wave, lowest = first_fitting(self.problem, range(start, start + width), layouts)
         self.num_priced += 1
+        self.test_s = time.perf_counter() - started
         self._learn(start, width, lowest)
-        return wave
+        return wave, lowest
+
+    def floor_s(self, start: int) -> float:
+        """Seconds the anytime floor (:meth:`quick` waves from ``start`` on, about
+        :data:`FLOOR_TESTS_PER_WAVE` candidate widths each) is expected to take, from the last
+        candidate's pricing time and the last width."""
+        waves = -(-(self.problem.num_items - start) // max(1, self.last_width))
+        return waves * FLOOR_TESTS_PER_WAVE * self.test_s
 
     def _learn(self, start: int, width: int, wave: WavePlan) -> None:
         tokens = self.estimated_tokens(start, width)
@@ -162,6 +189,9 @@ class _Bracket:
         """Whether the widest fitting width is known: the next one fails (or there is none)."""
         return self.fail_width - self.fit_width <= 1
 
+
+FLOOR_TESTS_PER_WAVE = 2
+"""Candidate widths the anytime floor prices per wave, in :meth:`WidthSearch.floor_s`."""
 
 NARROW_SLOPE_SHARE = 0.6
 """The share of the model's room aimed at when its slope comes from a wave under half as wide: a

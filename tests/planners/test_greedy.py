@@ -15,8 +15,10 @@ from cpplan.planners.greedy import full_sharing_plan, greedy_plan
 from cpplan.planners.widths import WidthSearch, cheapest_cut
 from cpplan.pricing.ownership import contiguous_split
 from cpplan.pricing.problem import Problem
+from cpplan.pricing.serialize import plan_to_dict
 from cpplan.pricing.wave import best_wave, price_wave
 from cpplan.spec.settings import Settings
+from cpplan.verifier import verify_plan
 from tests.conftest import middle_budget
 
 LAYOUTS = ("full", "none", "min_span:512")
@@ -223,3 +225,32 @@ def test_a_small_last_wave_is_balanced_away(qwen36):
     widest, _ = best_wave(problem, range(39), LAYOUTS)
     rest, _ = best_wave(problem, range(39, 52), LAYOUTS)
     assert plan.cost_s < widest.cost_s + rest.cost_s
+
+
+def test_windowed_greedy_plans_like_the_whole(qwen36, monkeypatch):
+    """Above WINDOW_ITEMS greedy plans window by window (sub-problems of the next items, the wave that
+    meets a window's end planned again in the next): the plan is the one greedy makes over the whole
+    problem, wave for wave."""
+    import cpplan.planners.greedy as greedy_module
+
+    workload = grpo(
+        num_prompts=12,
+        group_size=8,
+        system_tokens=64,
+        prompt_tokens=(500, 3000),
+        completion_tokens=(100, 1500),
+        items_per_prompt=False,
+        seed=3,
+    )
+    for cp, gib in ((2, 12), (1, 30)):
+        settings = Settings(topology=Topology(cp=cp), model=qwen36, memory_bytes=gib * 2**30, num_layers=8)
+        whole = greedy_plan(Problem.build(workload, settings), LAYOUTS)
+        monkeypatch.setattr(greedy_module, "WINDOW_ITEMS", 8)
+        windowed = greedy_plan(Problem.build(workload, settings), LAYOUTS)
+        monkeypatch.setattr(greedy_module, "WINDOW_ITEMS", 10_000)
+        assert whole.num_waves > 1
+        assert [w.items for w in windowed.waves] == [w.items for w in whole.waves]
+        assert [w.cost_s for w in windowed.waves] == [w.cost_s for w in whole.waves]
+        problem = Problem.build(workload, settings)
+        data = plan_to_dict(problem, windowed)
+        assert verify_plan(data, workload, problem.card, problem.budget_bytes).valid
