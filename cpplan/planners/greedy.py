@@ -35,6 +35,10 @@ FLOOR_LAYOUT = "full"
 WINDOW_ITEMS = 512
 """Above this many items greedy plans through windows of items (:func:`windowed_waves`)."""
 
+WINDOW_WAVES = 8
+"""A window holds about this many of the widest waves so far (the one meeting its end is planned
+again in the next window)."""
+
 
 def greedy_plan(
     problem: Problem, layouts: Sequence[str], *, strategy: str = "greedy", deadline: Deadline | None = None
@@ -93,10 +97,10 @@ def windowed_waves(
     problem: Problem, layouts: tuple[str, ...], deadline: Deadline | None
 ) -> tuple[list[WavePlan], int | None]:
     """:func:`planned_waves` for a large problem, window by window: each window is a sub-problem of the
-    next items (at least :data:`WINDOW_ITEMS`, four times the widest wave so far), so pricing a wave
-    costs time in the window's size, not the problem's; every wave the window plans is kept except the
-    one that meets its end (planned again in the next window; a window holding less than one wave is
-    widened). The peak model carries over from window to window."""
+    next items (at least :data:`WINDOW_ITEMS`, :data:`WINDOW_WAVES` times the widest wave so far), so
+    pricing a wave costs time in the window's size, not the problem's; every wave the window plans is
+    kept except the one that meets its end (planned again in the next window; a window holding less
+    than one wave is widened). The peak model carries over from window to window."""
     waves: list[WavePlan] = []
     start, n, size, hurried_from = 0, problem.num_items, WINDOW_ITEMS, None
     search = WidthSearch(problem=problem, layouts=layouts)
@@ -113,7 +117,7 @@ def windowed_waves(
             hurried_from = start + hurried
         waves.extend(sub.to_parent(wave) for wave in keep)
         start += max(max(wave.items) for wave in keep) + 1
-        size = max(WINDOW_ITEMS, 4 * max(len(wave.items) for wave in keep))
+        size = max(WINDOW_ITEMS, WINDOW_WAVES * max(len(wave.items) for wave in keep))
     return waves, hurried_from
 
 

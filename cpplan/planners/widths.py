@@ -143,9 +143,10 @@ class WidthSearch:
         """The next width to test, strictly between the widest known fit and the narrowest known
         failure: while no failure is known, the peak model's widest fitting width (the last width found
         while it has no slope); then the width where the peak, interpolated between the two ends,
-        meets the budget; from the :data:`MODEL_STEPS`-th test on, the bracket's middle."""
+        meets the budget; the bracket's middle once two tests in a row crept the same end (the peaks
+        step, and interpolation would go on creeping) and from the :data:`MODEL_STEPS`-th test on."""
         lo, hi = bracket.fit_width + 1, bracket.fail_width - 1
-        if step >= MODEL_STEPS:
+        if step >= MODEL_STEPS or (abs(bracket.creep) >= 2 and bracket.fail_peak is not None):
             return (lo + hi) // 2
         if bracket.fit_peak is not None and bracket.fail_peak is not None:
             rise = bracket.fail_peak - bracket.fit_peak
@@ -176,12 +177,19 @@ class _Bracket:
     fit_wave: WavePlan | None = None
     fit_peak: int | None = None
     fail_peak: int | None = None
+    creep: int = 0
+    """How many tests in a row moved the same end of the bracket by at most :data:`CREEP` widths
+    (interpolation creeps when the peaks step: then the next test bisects)."""
 
     def record(self, width: int, wave: WavePlan | None, peak: int) -> None:
         """Width ``width`` was priced: ``wave`` when it fits (else ``None``), its (lowest) peak."""
         if wave is not None:
+            moved = width - self.fit_width
+            self.creep = self.creep + 1 if self.creep > 0 and moved <= CREEP else int(moved <= CREEP)
             self.fit_width, self.fit_wave, self.fit_peak = width, wave, peak
         else:
+            moved = self.fail_width - width
+            self.creep = self.creep - 1 if self.creep < 0 and moved <= CREEP else -int(moved <= CREEP)
             self.fail_width, self.fail_peak = width, peak
 
     @property
@@ -189,6 +197,9 @@ class _Bracket:
         """Whether the widest fitting width is known: the next one fails (or there is none)."""
         return self.fail_width - self.fit_width <= 1
 
+
+CREEP = 2
+"""A bracket end moved by at most this many widths crept (see :class:`_Bracket`)."""
 
 FLOOR_TESTS_PER_WAVE = 2
 """Candidate widths the anytime floor prices per wave, in :meth:`WidthSearch.floor_s`."""

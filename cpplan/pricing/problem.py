@@ -126,9 +126,12 @@ class Problem:
 
     def item_requests(self, items) -> np.ndarray:
         """Tree request indices of the given item indices, in item order."""
-        return np.concatenate([np.arange(self.item_ptr[i], self.item_ptr[i + 1]) for i in items]).astype(
-            np.int64
-        )
+        if isinstance(items, range) and items.step == 1 and len(items):  # a run of items: one range
+            return np.arange(self.item_ptr[items.start], self.item_ptr[items.stop], dtype=np.int64)
+        items = np.asarray(list(items) if not isinstance(items, np.ndarray) else items, dtype=np.int64)
+        starts, lengths = self.item_ptr[items], self.item_ptr[items + 1] - self.item_ptr[items]
+        offsets = np.cumsum(lengths) - lengths
+        return np.repeat(starts - offsets, lengths) + np.arange(int(lengths.sum()), dtype=np.int64)
 
     def share_mask(self, spec: str) -> np.ndarray:
         """The node mask of a layout spec (kept in :attr:`memo` per spec)."""

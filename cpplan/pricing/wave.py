@@ -217,8 +217,19 @@ def wave_counts(problem: Problem, items: tuple[int, ...]) -> np.ndarray:
     ``problem.memo.node_counts``: every layout of a wave, and every strategy, asks for the same)."""
     counts = problem.memo.node_counts.get(items)
     if counts is None:
-        counts = problem.memo.node_counts[items] = problem.tree.node_counts(problem.item_requests(items))
+        counts = problem.memo.node_counts[items] = request_node_counts(problem, problem.item_requests(items))
     return counts
+
+
+def request_node_counts(problem: Problem, requests: np.ndarray) -> np.ndarray:
+    """How many of ``requests`` (tree request indices) pass through each node: one count over their
+    concatenated root-to-leaf paths (the same numbers as ``PrefixTree.node_counts``, vectorized)."""
+    tree = problem.tree
+    starts, ends = tree.path_ptr[requests], tree.path_ptr[requests + 1]
+    lengths = ends - starts
+    offsets = np.cumsum(lengths) - lengths
+    entries = np.repeat(starts - offsets, lengths) + np.arange(int(lengths.sum()), dtype=np.int64)
+    return np.bincount(tree.path_nodes[entries], minlength=tree.num_nodes).astype(np.int64)
 
 
 def local_tokens(wave: WavePlan) -> np.ndarray:

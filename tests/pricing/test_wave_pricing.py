@@ -63,3 +63,33 @@ def test_first_fitting_agrees_with_best_wave(qwen36):
         best, _ = best_wave(problem, range(width), LAYOUTS)
         assert (first is None) == (best is None)
         assert first is None or first.fits(problem.budget_bytes)
+
+
+def test_vectorized_request_and_node_counts_match_the_plain_ones(qwen36):
+    """Problem.item_requests (one range for a run of items, a vectorized gather otherwise) and
+    request_node_counts (one bincount over the requests' paths) give exactly the per-item
+    concatenation and PrefixTree.node_counts, for runs, shuffled subsets and lists."""
+    from cpplan.bench.synthetic import agent_trees
+    from cpplan.pricing.wave import request_node_counts
+
+    rng = np.random.default_rng(0)
+    settings = Settings(topology=Topology(cp=2), model=qwen36, memory_bytes=2**40)
+    for workload in (
+        grpo(num_prompts=5, group_size=4, system_tokens=10, prompt_tokens=(5, 50), completion_tokens=(1, 20)),
+        agent_trees(num_trees=4, depth=3, branching=3, turn_tokens=(5, 30)),
+    ):
+        problem = Problem.build(workload, settings)
+        ptr = problem.item_ptr
+        for _ in range(30):
+            items = rng.choice(
+                problem.num_items, size=int(rng.integers(1, problem.num_items + 1)), replace=False
+            )
+            plain = np.concatenate([np.arange(ptr[i], ptr[i + 1]) for i in items])
+            assert np.array_equal(problem.item_requests(items), plain)
+            assert np.array_equal(problem.item_requests(items.tolist()), plain)
+            assert np.array_equal(request_node_counts(problem, plain), problem.tree.node_counts(plain))
+            a = int(rng.integers(0, problem.num_items))
+            run = range(a, int(rng.integers(a + 1, problem.num_items + 1)))
+            assert np.array_equal(
+                problem.item_requests(run), np.concatenate([np.arange(ptr[i], ptr[i + 1]) for i in run])
+            )
