@@ -3,8 +3,8 @@
 Each baseline packer (token budgets, no-sharing bins, zigzag, prefix groups) proposes which items run
 together. For every proposed wave this strategy keeps the cheaper of two fitting versions: the wave as
 the baseline laid it out and owned it, and the wave under cpplan's own candidate layouts with its
-balanced contiguous ownership. A wave that fits in neither version is split: its items are refilled in
-order into the widest waves that fit (an item too large for any wave takes the split path). The
+balanced contiguous ownership. A wave that fits in neither version is split: its items are planned
+again by greedy as a problem of their own (an item too large for any wave takes the split path). The
 cheapest seeded plan is returned. Under a wall-clock budget (profiles that are not deterministic) it
 starts seeds only within its share of the time left, so CP-SAT, which runs after it, keeps the rest.
 
@@ -20,7 +20,9 @@ from collections.abc import Sequence
 from cpplan.baselines import axolotl, megatron, prefix_grouper, trl, verl
 from cpplan.baselines.base import Baseline
 from cpplan.planners.deadline import Deadline
-from cpplan.planners.split import split_item
+from cpplan.planners.greedy import planned_waves
+from cpplan.planners.subproblem import SubProblem
+from cpplan.planners.widths import WidthSearch
 from cpplan.pricing.problem import Problem
 from cpplan.pricing.result import Plan
 from cpplan.pricing.wave import WavePlan, best_wave
@@ -69,25 +71,13 @@ def repair(
 
 
 def _refill(problem: Problem, items: Sequence[int], layouts: Sequence[str]) -> list[WavePlan]:
-    waves: list[WavePlan] = []
-    current: list[int] = []
-    best: WavePlan | None = None
-    for item in items:
-        trial, _ = best_wave(problem, [*current, item], layouts)
-        if trial is not None:
-            current, best = [*current, item], trial
-            continue
-        if best is not None:
-            waves.append(best)
-        alone, _ = best_wave(problem, [item], layouts)
-        if alone is None:  # too large for any wave: split along its prefix tree (or refused there)
-            waves.extend(split_item(problem, item, layouts))
-            current, best = [], None
-            continue
-        current, best = [item], alone
-    if best is not None:
-        waves.append(best)
-    return waves
+    """The items of a wave that fits in neither version, planned again by greedy as a problem of their
+    own (ascending, widest waves cut where the least is shared; an item too large for any wave takes
+    the split path): a few pricings per wave, not one per item."""
+    sub = SubProblem.of(problem, items)
+    search = WidthSearch(problem=sub.problem, layouts=tuple(layouts))
+    waves, _ = planned_waves(sub.problem, tuple(layouts), None, search, final=True)
+    return [sub.to_parent(wave) for wave in waves]
 
 
 def seeded_plan(problem: Problem, layouts: Sequence[str], *, deadline: Deadline | None = None) -> Plan | None:
