@@ -7,7 +7,9 @@ new workload drawn with its own seed, as a trainer's steps are), qwen3.6-35b-a3b
 - ``grpo8x8``: GRPO, 8 prompts x 8 rollouts, one item per rollout (prompt 2-6K, completion 0.3-3K);
 - ``agent6x4``: agent rollouts, 6 tasks x 4 rollouts, one item per rollout, three turns each (each
   request the history so far; about 230K logical tokens);
-- ``grpo32x8``: GRPO, 32 prompts x 8 rollouts (256 items, above the profile's ``max_items``).
+- ``grpo32x8``: GRPO, 32 prompts x 8 rollouts (256 items, above the profile's ``max_items``);
+- ``grpo16x4-shuffled``: GRPO, 4 prompts x 16 rollouts arriving in shuffled order (in-order greedy splits
+  every group; the joint model regroups them: where the solver's value shows).
 
 Per case: the whole ``plan`` call's wall time (p50 / p95 / p99 / max, against budget + 20 ms), how
 many calls ran CP-SAT (status not ``skipped``), its statuses, the planned cost against the greedy
@@ -74,12 +76,28 @@ def agent_step(seed: int) -> cpplan.Workload:
     )
 
 
+def shuffled_step(seed: int) -> cpplan.Workload:
+    """One GRPO step whose 4 x 16 rollouts arrive in shuffled order, one item per rollout."""
+    base = grpo(
+        num_prompts=4,
+        group_size=16,
+        system_tokens=1024,
+        prompt_tokens=(4096, 8192),
+        completion_tokens=(512, 2048),
+        items_per_prompt=False,
+        seed=seed,
+    )
+    order = np.random.default_rng(seed).permutation(base.num_items)
+    return cpplan.Workload(items=tuple(base.items[k] for k in order))
+
+
 CASES: tuple[tuple[str, Callable[[int], cpplan.Workload], int, str], ...] = (
     ("grpo8x8", lambda s: grpo_step(8, s), 4, "40GiB"),
     ("grpo8x8", lambda s: grpo_step(8, s), 8, "80GiB"),
     ("agent6x4", agent_step, 4, "40GiB"),
     ("agent6x4", agent_step, 8, "80GiB"),
     ("grpo32x8", lambda s: grpo_step(32, s), 4, "40GiB"),
+    ("grpo16x4-shuffled", shuffled_step, 2, "40GiB"),
 )
 
 
@@ -216,13 +234,13 @@ def _worst_increase(costs: list[float]) -> float:
 def print_tables(cases: list[dict], swept: dict | None) -> None:
     """The step table and the sweep's worst increases."""
     head = (
-        f"{'case':9} {'cp':>2} {'mem':>6} {'items':>5} {'p50':>6} {'p95':>6} {'p99':>6} {'max':>6} "
+        f"{'case':17} {'cp':>2} {'mem':>6} {'items':>5} {'p50':>6} {'p95':>6} {'p99':>6} {'max':>6} "
         f"{'<=b+20':>6} {'cpsat':>5} {'impr':>4} {'cost/greedy':>11} {'greedy ms':>9}  statuses"
     )
     print(head)
     for c in cases:
         print(
-            f"{c['case']:9} {c['cp']:>2} {c['memory']:>6} {c['items']:>5} {c['p50_ms']:>6.1f} "
+            f"{c['case']:17} {c['cp']:>2} {c['memory']:>6} {c['items']:>5} {c['p50_ms']:>6.1f} "
             f"{c['p95_ms']:>6.1f} {c['p99_ms']:>6.1f} {c['max_ms']:>6.1f} {c['within_budget']:>6.0%} "
             f"{c['cpsat_ran']:>5.0%} {c['improved']:>4} {c['cost_vs_greedy'] or 0:>11.5f} "
             f"{c['greedy_median_ms']:>9.1f}  {c['statuses']}"
