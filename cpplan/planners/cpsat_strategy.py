@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from cpplan.errors import InputError
-from cpplan.planners.deadline import Deadline
+from cpplan.planners.deadline import NO_TIME, Deadline
 from cpplan.planners.greedy import cached_greedy_plan
 from cpplan.pricing.problem import Problem
 from cpplan.pricing.result import Plan, SolverStats
@@ -32,15 +32,15 @@ if TYPE_CHECKING:  # OR-Tools is imported where the model is built, so `import c
     from cpplan.cpsat.space import LayoutSpace
 
 REALIZE_S = 0.003
+"""Seconds kept back from the search for realizing its answer, fixed part (the portfolio keeps back
+the verification on top)."""
+
 REALIZE_S_PER_TOKEN = 1e-8
-"""Seconds kept back from the search for realizing its answer: a fixed part plus a part per logical
-token (measured by benchmarks/bench_runtime.py on the 2-core machine; the portfolio keeps back the
-verification on top)."""
+"""Seconds kept back for realizing, per logical token (measured by benchmarks/bench_runtime.py on the
+2-core machine)."""
 
 MIN_SEARCH_S = 0.005
 """Below this much search time, CP-SAT is not started."""
-
-NO_TIME = "skipped: no time left"
 
 
 def reserve_s(problem: Problem) -> float:

@@ -17,10 +17,15 @@ if TYPE_CHECKING:
     from cpplan.pricing.problem import Problem
 
 VERIFY_S = 0.002
+"""Seconds kept back for verifying a plan, fixed part."""
+
 VERIFY_S_PER_TOKEN = 6e-9
-"""Seconds kept back for verifying a plan: a fixed part and a part per logical token (serializing and
-verifying a 1.5M-token, 256-item plan takes about 5 ms on the 2-core machine, up to twice that when it
-is busy)."""
+"""Seconds kept back for verifying a plan, per logical token (serializing and verifying a 1.5M-token,
+256-item plan takes about 5 ms on the 2-core machine, up to twice that when it is busy)."""
+
+
+NO_TIME = "skipped: no time left"
+"""The status (and candidate reason) of a strategy not started for lack of time."""
 
 
 def verify_reserve_s(problem: Problem) -> float:

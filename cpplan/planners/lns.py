@@ -42,6 +42,9 @@ WINDOW_ITEMS_PER_MAX_ITEMS = 2
 BUILD_S_PER_ITEM = 2.5e-4
 """Seconds to build a window's sub-problem and joint model, per item (measured on the 2-core machine)."""
 
+MIN_DETERMINISTIC_S = 0.05
+"""The least deterministic time limit one window gets."""
+
 MAX_PASSES = 3
 """Passes over the plan at most (a pass without an improvement ends the search)."""
 
@@ -150,7 +153,7 @@ def _solve_window(
     step_by = step_by.less(verify_reserve_s(sub.problem))
     tally["build_s"] += time.perf_counter() - t0
     try:
-        plan, stats = joint_plan(sub.problem, profile, incumbent, step_by)
+        plan, stats = joint_plan(sub.problem, _window_profile(profile, windows_left), incumbent, step_by)
     except CpplanError:
         return None
     _count(stats, tally)
@@ -167,6 +170,19 @@ def _solve_window(
         return None
     tally["improved"] += 1
     return [sub.to_parent(wave) for wave in plan.waves]
+
+
+def _window_profile(profile: SolverProfile, windows_left: int) -> SolverProfile:
+    """``profile`` with its deterministic time limit shared out like the clock: a window gets the
+    limit over the windows left in the pass (at least :data:`MIN_DETERMINISTIC_S`), so one pass of a
+    deterministic search costs about one joint model's limit."""
+    limit = profile.cpsat.deterministic_time_s
+    if limit is None:
+        return profile
+    share = max(limit / windows_left, MIN_DETERMINISTIC_S)
+    return profile.model_copy(
+        update={"cpsat": profile.cpsat.model_copy(update={"deterministic_time_s": share})}
+    )
 
 
 def _window_deadline(deadline: Deadline, windows_left: int, items: int) -> Deadline | None:

@@ -21,7 +21,7 @@ from typing import Any
 
 from cpplan.errors import CpplanError, NoFitError
 from cpplan.planners import PLANNERS, Strategy
-from cpplan.planners.deadline import Deadline, verify_reserve_s
+from cpplan.planners.deadline import NO_TIME, Deadline, verify_reserve_s
 from cpplan.pricing.problem import Problem, check_static_floor
 from cpplan.pricing.result import Candidate, Plan, PlanResult, SolverStats
 from cpplan.pricing.serialize import plan_to_dict
@@ -30,8 +30,6 @@ from cpplan.verifier.plan_check import Verification, verify_plan
 
 DISAGREEMENT_TOLERANCE = 0.05
 """Relative gap between a solver's objective and the verified price above which the result notes it."""
-
-NO_TIME = "skipped: no time left"
 
 
 @dataclass(frozen=True, kw_only=True)
