@@ -42,6 +42,10 @@ REALIZE_S_PER_TOKEN = 1e-8
 MIN_SEARCH_S = 0.005
 """Below this much search time, CP-SAT is not started."""
 
+BUILD_S_PER_ITEM = 2.5e-4
+"""Seconds to build the joint model (and, for a window, its sub-problem), per item: a model is built
+only when this much time is left besides :data:`MIN_SEARCH_S` (measured on the 2-core machine)."""
+
 
 def reserve_s(problem: Problem) -> float:
     """Seconds to keep for realizing a solution of ``problem``."""
@@ -117,13 +121,14 @@ def joint_plan(
 ) -> tuple[Plan | None, SolverStats]:
     """The joint model of ``problem`` with ``incumbent``'s waves (items in ascending waves, none
     split) as exact columns and, taken as them, the complete hint; solved until ``deadline`` less
-    :func:`reserve_s`, realized and priced. Skipped (its status says so) when too little time is left."""
+    :func:`reserve_s`, realized and priced. Skipped (its status says so) when too little time is left
+    to build the model and search it."""
     from cpplan.cpsat import realize, solve
 
     started = time.perf_counter()
     params = profile.cpsat
     search_by = deadline.less(reserve_s(problem))
-    if search_by.left_s() < MIN_SEARCH_S:
+    if search_by.left_s() < MIN_SEARCH_S + BUILD_S_PER_ITEM * problem.num_items:
         return None, SolverStats(status=NO_TIME, stage_s={"build": 0.0})
     space, compiled = compile_for(problem, profile, incumbent)
     if params.hint:

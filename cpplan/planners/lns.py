@@ -23,7 +23,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from cpplan.errors import CpplanError
-from cpplan.planners.cpsat_strategy import MIN_SEARCH_S, joint_plan
+from cpplan.planners.cpsat_strategy import BUILD_S_PER_ITEM, MIN_SEARCH_S, joint_plan
 from cpplan.planners.deadline import Deadline, verify_reserve_s
 from cpplan.planners.subproblem import SubProblem
 from cpplan.pricing.problem import Problem
@@ -39,8 +39,6 @@ WINDOW_WAVES = 3
 WINDOW_ITEMS_PER_MAX_ITEMS = 2
 """A window holds at most this many times the profile's ``max_items`` items."""
 
-BUILD_S_PER_ITEM = 2.5e-4
-"""Seconds to build a window's sub-problem and joint model, per item (measured on the 2-core machine)."""
 
 MIN_DETERMINISTIC_S = 0.05
 """The least deterministic time limit one window gets."""
