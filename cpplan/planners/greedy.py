@@ -5,7 +5,11 @@ Items are taken in order. Each wave is the widest run of items from the first un
 priced exactly), cut back to the boundary in its back half where the fewest tokens are shared
 (:func:`~cpplan.planners.widths.cheapest_cut`: a prefix group stays whole rather than storing its
 prompt in two waves), and kept in the cheapest of the given layouts that fits, with its contiguous CP
-ownership. No wave is admitted whose priced peak exceeds the budget on any rank.
+ownership (at the memory edge, the time-balanced split repaired until it fits:
+:func:`~cpplan.pricing.wave.edge_ownership`). When the rest fits in one more wave, the last two
+waves are split at the cheapest boundary near the middle if that costs less (:func:`last_two_waves`).
+No wave is admitted whose priced peak exceeds the budget on any rank. Above :data:`WINDOW_ITEMS`
+items the same runs window by window (:func:`windowed_waves`), so its time grows linearly.
 
 Under a wall-clock deadline the search stops when only the time the floor needs is left (the last
 candidate's pricing time per wave still to plan, :meth:`WidthSearch.floor_s`; or when the deadline
