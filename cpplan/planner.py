@@ -20,6 +20,7 @@ from pathlib import Path
 
 from cpplan.errors import InputError
 from cpplan.planners import Strategy
+from cpplan.planners.cpsat_strategy import ensure_solver
 from cpplan.planners.deadline import Deadline
 from cpplan.planners.portfolio import solve
 from cpplan.pricing.memo import card_constants
@@ -52,13 +53,13 @@ class Planner:
         self.settings = Settings.from_user(
             topology=topology, model=model, memory_bytes=memory_bytes, num_layers=num_layers, phase=phase
         )
-        self.profile = _profile(solver)
+        self.profile = resolve_profile(solver)
         self.card = self.settings.card
         """The card resolved for these settings (a card that cannot price them fails here)."""
         card_constants(self.card)
         self._profiles: dict[float, SolverProfile] = {}
         if "cpsat" in self.profile.strategies:
-            _warm_up_solver()
+            ensure_solver()
 
     def plan(
         self,
@@ -102,7 +103,9 @@ class Planner:
         )
 
 
-def _profile(solver: SolverProfile | str | Path | None) -> SolverProfile:
+def resolve_profile(solver: SolverProfile | str | Path | None) -> SolverProfile:
+    """A solver profile as given, or loaded by name or path (``None``: ``runtime``); anything else is
+    an :class:`~cpplan.errors.InputError` naming the field."""
     if not isinstance(solver, SolverProfile | str | Path | None):
         raise InputError(
             f"must be a SolverProfile, a name or a path, got {type(solver).__name__}", field="solver"
@@ -122,16 +125,3 @@ def checked_time_budget(seconds: object) -> float:
     if not (math.isfinite(value) and value > 0):
         raise InputError(f"must be a positive number of seconds, got {value}", field="time_budget")
     return value
-
-
-def _warm_up_solver() -> None:
-    """Import OR-Tools' CP-SAT and solve a one-variable model: the import and the solver's first-call
-    set-up then happen when the planner is made, not in its first step."""
-    from ortools.sat.python import cp_model
-
-    model = cp_model.CpModel()
-    model.add(model.new_bool_var("x") >= 0)
-    solver = cp_model.CpSolver()
-    solver.parameters.num_workers = 1
-    solver.solve(model)
-    import cpplan.cpsat  # noqa: F401  (the joint model's modules)

@@ -47,6 +47,28 @@ BUILD_S_PER_ITEM = 2.5e-4
 only when this much time is left besides :data:`MIN_SEARCH_S` (measured on the 2-core machine)."""
 
 
+_SOLVER_READY = False
+
+
+def ensure_solver() -> None:
+    """Import OR-Tools' CP-SAT and the joint model's modules and solve a one-variable model, once per
+    process: callers do it before a deadline starts, so no planning budget pays for the import or the
+    solver's first-call set-up."""
+    global _SOLVER_READY
+    if _SOLVER_READY:
+        return
+    from ortools.sat.python import cp_model
+
+    import cpplan.cpsat  # noqa: F401  (the joint model's modules)
+
+    model = cp_model.CpModel()
+    model.add(model.new_bool_var("x") >= 0)
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = 1
+    solver.solve(model)
+    _SOLVER_READY = True
+
+
 def reserve_s(problem: Problem) -> float:
     """Seconds to keep for realizing a solution of ``problem``."""
     return REALIZE_S + REALIZE_S_PER_TOKEN * problem.logical_tokens(range(problem.num_items))

@@ -21,6 +21,7 @@ from typing import Any
 
 from cpplan.errors import CpplanError, NoFitError
 from cpplan.planners import PLANNERS, Strategy
+from cpplan.planners.cpsat_strategy import ensure_solver
 from cpplan.planners.deadline import NO_TIME, Deadline, verify_reserve_s
 from cpplan.pricing.problem import Problem, check_static_floor
 from cpplan.pricing.result import Candidate, Plan, PlanResult, SolverStats
@@ -79,6 +80,8 @@ def solve(
     from the deadline's start. Raises :class:`NoFitError` when no strategy
     yields a valid plan (a strategy's own refusal first, when one refused)."""
     if deadline is None:
+        if "cpsat" in profile.strategies:
+            ensure_solver()  # once per process, before the budget starts
         deadline = Deadline.after(profile.time_budget_s, deterministic=profile.deterministic)
     check_static_floor(problem.card, problem.budget_bytes)
     table = {**PLANNERS, **(planners or {})}

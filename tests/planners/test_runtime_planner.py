@@ -93,3 +93,19 @@ def test_the_solver_gap_is_the_models_and_says_so(small_grpo, qwen36):
     print_summary(result, Console(file=out, width=200))
     assert "solver optimal in its model (model gap" in out.getvalue()
     assert "solver optimal," not in out.getvalue()
+
+
+def test_a_first_one_shot_call_does_not_spend_its_budget_importing_the_solver():
+    """In a fresh process, ``cpplan.plan`` with the runtime profile (0.1 s) imports OR-Tools before its
+    budget starts: CP-SAT still runs on the first call instead of being skipped for lack of time."""
+    code = "\n".join(
+        [
+            "import cpplan",
+            "from cpplan.bench.synthetic import grpo",
+            "wl = grpo(num_prompts=2, group_size=4, system_tokens=64, prompt_tokens=256, completion_tokens=64)",
+            "r = cpplan.plan(wl, topology=cpplan.Topology(cp=2), model='qwen3-8b', memory_bytes='20GiB')",
+            "print(r.solver.status)",
+        ]
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert not out.stdout.strip().startswith("skipped"), out.stdout
