@@ -102,7 +102,8 @@ def test_a_first_one_shot_call_does_not_spend_its_budget_importing_the_solver():
         [
             "import cpplan",
             "from cpplan.bench.synthetic import grpo",
-            "wl = grpo(num_prompts=2, group_size=4, system_tokens=64, prompt_tokens=256, completion_tokens=64)",
+            "wl = grpo(num_prompts=2, group_size=4, system_tokens=64, prompt_tokens=256,",
+            "          completion_tokens=64)",
             "r = cpplan.plan(wl, topology=cpplan.Topology(cp=2), model='qwen3-8b', memory_bytes='20GiB')",
             "print(r.solver.status)",
         ]
