@@ -141,14 +141,17 @@ def cpsat_planner(
 def joint_plan(
     problem: Problem, profile: SolverProfile, incumbent: Plan, deadline: Deadline
 ) -> tuple[Plan | None, SolverStats]:
-    """The joint model of ``problem`` with ``incumbent``'s waves (items in ascending waves, none
-    split) as exact columns and, taken as them, the complete hint; solved until ``deadline`` less
+    """The joint model of ``problem`` with ``incumbent``'s waves (none split; taken in order of their
+    lowest item) as exact columns and, taken as them, the complete hint; solved until ``deadline`` less
     :func:`reserve_s`, realized and priced. Skipped (its status says so) when too little time is left
     to build the model and search it."""
     from cpplan.cpsat import realize, solve
 
     started = time.perf_counter()
     params = profile.cpsat
+    incumbent = Plan(
+        strategy=incumbent.strategy, waves=tuple(sorted(incumbent.waves, key=lambda w: min(w.items)))
+    )
     search_by = deadline.less(reserve_s(problem))
     if search_by.left_s() < MIN_SEARCH_S + BUILD_S_PER_ITEM * problem.num_items:
         return None, SolverStats(status=NO_TIME, stage_s={"build": 0.0})

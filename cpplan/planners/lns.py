@@ -146,8 +146,7 @@ def _solve_window(
         sub = SubProblem.of(problem, [i for wave in window for i in wave.items])
     except CpplanError:  # say, fewer packed tokens than CP ranks: leave the window as it is
         return None
-    ordered = sorted((sub.from_parent(wave) for wave in window), key=lambda wave: min(wave.items))
-    incumbent = Plan(strategy="cpsat", waves=tuple(ordered))
+    incumbent = Plan(strategy="cpsat", waves=tuple(sub.from_parent(wave) for wave in window))
     step_by = step_by.less(verify_reserve_s(sub.problem))
     tally["build_s"] += time.perf_counter() - t0
     try:

@@ -20,19 +20,22 @@ from cpplan.spec.workload import Workload
 
 @dataclass(frozen=True, kw_only=True, eq=False)
 class SubProblem:
-    """``problem`` holds the items ``items`` (ascending indices) of ``parent``, in that order."""
+    """``problem`` holds the items ``items`` of ``parent``, in that order."""
 
     parent: Problem
     problem: Problem
     items: np.ndarray
     """Sub-problem item ``j`` is parent item ``items[j]``."""
     requests: np.ndarray
-    """Sub-problem tree request ``r`` is parent tree request ``requests[r]`` (ascending)."""
+    """Sub-problem tree request ``r`` is parent tree request ``requests[r]``."""
 
     @classmethod
-    def of(cls, parent: Problem, items: Sequence[int]) -> SubProblem:
-        """The sub-problem of ``items`` (any order; kept ascending) under the parent's settings."""
-        chosen = np.unique(np.asarray(items, dtype=np.int64))
+    def of(cls, parent: Problem, items: Sequence[int], *, keep_order: bool = False) -> SubProblem:
+        """The sub-problem of ``items`` under the parent's settings: ascending, or in the order given
+        with ``keep_order`` (the items must then be distinct)."""
+        chosen = (
+            np.asarray(items, dtype=np.int64) if keep_order else np.unique(np.asarray(items, dtype=np.int64))
+        )
         workload = parent.workload
         lines = None if workload.lines is None else tuple(workload.lines[i] for i in chosen.tolist())
         sub = Workload(
@@ -42,7 +45,7 @@ class SubProblem:
             parent=parent,
             problem=Problem.build(sub, parent.settings),
             items=chosen,
-            requests=parent.item_requests(chosen.tolist()),
+            requests=parent.item_requests(chosen),
         )
 
     def to_parent(self, wave: WavePlan) -> WavePlan:
@@ -52,9 +55,16 @@ class SubProblem:
 
     def from_parent(self, wave: WavePlan) -> WavePlan:
         """``wave`` of the parent (its items all in this sub-problem) as the same wave here."""
-        items = np.searchsorted(self.items, np.asarray(wave.items, dtype=np.int64))
+        items = _inverse(self.items, np.asarray(wave.items, dtype=np.int64))
         assert np.array_equal(self.items[items], wave.items), "the wave holds items outside the window"
-        return _mapped(wave, items, lambda ids: np.searchsorted(self.requests, ids))
+        return _mapped(wave, items, lambda ids: _inverse(self.requests, ids))
+
+
+def _inverse(values: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """The positions in ``values`` (distinct, any order) of each of ``wanted``."""
+    order = np.argsort(values, kind="stable")
+    at = np.minimum(np.searchsorted(values[order], wanted), values.size - 1)
+    return order[at]
 
 
 def _mapped(wave: WavePlan, items: np.ndarray, requests: Callable[[np.ndarray], np.ndarray]) -> WavePlan:

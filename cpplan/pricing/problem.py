@@ -186,13 +186,30 @@ class Problem:
     def adjacent_shared_tokens(self) -> np.ndarray:
         """Per pair of neighbouring items ``(i, i + 1)``, the tokens of the prefix-tree nodes both pass
         through: what a wave boundary between them stores twice (shape ``num_items - 1``)."""
+        return self.shared_along(np.arange(self.num_items, dtype=np.int64))
+
+    def shared_along(self, order: np.ndarray) -> np.ndarray:
+        """For the items in ``order`` (a permutation), the tokens each neighbouring pair
+        ``(order[k], order[k + 1])`` shares: the prefix-tree nodes both pass through."""
         items, nodes = self._item_nodes
-        keys = items * self.tree.num_nodes + nodes
-        earlier = keys - self.tree.num_nodes  # (i, v) as the key of (i - 1, v)
+        position = np.empty(self.num_items, dtype=np.int64)
+        position[np.asarray(order, dtype=np.int64)] = np.arange(self.num_items, dtype=np.int64)
+        at = position[items]
+        keys = np.sort(at * self.tree.num_nodes + nodes)
+        at, nodes = keys // self.tree.num_nodes, keys % self.tree.num_nodes
+        earlier = keys - self.tree.num_nodes  # (k, v) as the key of (k - 1, v)
         found = np.minimum(np.searchsorted(keys, earlier), keys.size - 1)
-        both = (keys[found] == earlier) & (items > 0)
+        both = (keys[found] == earlier) & (at > 0)
         weights = self.tree.node_length[nodes[both]]
-        return np.bincount(items[both] - 1, weights=weights, minlength=self.num_items - 1).astype(np.int64)
+        return np.bincount(at[both] - 1, weights=weights, minlength=self.num_items - 1).astype(np.int64)
+
+    @cached_property
+    def prefix_order(self) -> np.ndarray:
+        """The items ordered by their first request's path in the prefix tree (arrival order among
+        equals): items that share prefixes come together, however they arrived."""
+        first = self.item_ptr[:-1]
+        keys = [self.tree.path(int(r)) for r in first.tolist()]
+        return np.array(sorted(range(self.num_items), key=keys.__getitem__), dtype=np.int64)
 
 
 def check_static_floor(card: ResolvedCard, memory_bytes: int) -> None:

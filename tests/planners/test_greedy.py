@@ -254,3 +254,38 @@ def test_windowed_greedy_plans_like_the_whole(qwen36, monkeypatch):
         problem = Problem.build(workload, settings)
         data = plan_to_dict(problem, windowed)
         assert verify_plan(data, workload, problem.card, problem.budget_bytes).valid
+
+
+def test_greedy_regroups_items_that_arrive_interleaved(qwen36):
+    """When the arrival order scatters GRPO groups, the greedy candidate also plans the items ordered
+    by shared prefix and keeps the cheaper: every wave then holds whole groups, the plan verifies, and
+    it costs far less than greedy in arrival order. Items that arrive grouped are planned in order."""
+    import numpy as np
+
+    from cpplan.planners.greedy import cached_greedy_plan, regrouping_helps
+
+    grouped = grpo(
+        num_prompts=4,
+        group_size=8,
+        system_tokens=256,
+        prompt_tokens=(2000, 4000),
+        completion_tokens=(200, 800),
+        items_per_prompt=False,
+        seed=5,
+    )
+    order = np.random.default_rng(5).permutation(grouped.num_items)
+    shuffled = cpplan.Workload(items=tuple(grouped.items[k] for k in order))
+    settings = Settings(topology=Topology(cp=2), model=qwen36, memory_bytes=2**60, num_layers=8)
+    budget = best_wave(Problem.build(grouped, settings), range(8), ("full",))[0].peak_bytes
+    settings = dataclasses.replace(settings, memory_bytes=budget)
+    problem = Problem.build(shuffled, settings)
+    assert regrouping_helps(problem)
+    plan = cached_greedy_plan(problem, LAYOUTS)
+    assert plan.notes == ("items regrouped by shared prefix",)
+    assert plan.cost_s < greedy_plan(problem, LAYOUTS).cost_s * 0.8
+    groups = [{shuffled.items[i].id.split("c")[0] for i in wave.items} for wave in plan.waves]
+    assert all(len(g) == 1 for g in groups)
+    assert verify_plan(plan_to_dict(problem, plan), shuffled, problem.card, problem.budget_bytes).valid
+    in_order = Problem.build(grouped, settings)
+    assert not regrouping_helps(in_order)
+    assert not cached_greedy_plan(in_order, LAYOUTS).notes
