@@ -30,11 +30,15 @@ from cpplan.planners.subproblem import SubProblem
 from cpplan.planners.widths import WidthSearch, balanced_cut, cut_wave
 from cpplan.pricing.problem import Problem
 from cpplan.pricing.result import Plan
-from cpplan.pricing.wave import WavePlan, best_wave
+from cpplan.pricing.wave import WavePlan, best_wave, first_fitting
 
 FLOOR_LAYOUT = "full"
 """The layout of the anytime floor (:func:`hurried_waves`): full sharing, the fewest packed tokens."""
 
+
+FINISH_PRICINGS = 8
+"""Pricings (at the last one's time) a wave's cut, its layouts and the plan's ending may take: with less
+time left before the deadline, the fitting wave found is kept as it is."""
 
 WINDOW_ITEMS = 512
 """Above this many items greedy plans through windows of items (:func:`windowed_waves`)."""
@@ -82,8 +86,8 @@ def planned_waves(
             waves.extend(split_item(problem, start, layouts))
             start += 1
             continue
-        if deadline is not None and deadline.expired():  # keep the fitting wave found, hurry the rest
-            waves.append(found[1])
+        if deadline is not None and deadline.left_s() < FINISH_PRICINGS * search.test_s:
+            waves.append(found[1])  # no time to cut, price every layout or balance: keep it, hurry on
             start += found[0]
             continue
         width, wave = cut_wave(problem, start, *found, layouts)
@@ -135,17 +139,15 @@ def last_two_waves(
     problem: Problem, start: int, first: WavePlan, layouts: Sequence[str]
 ) -> list[WavePlan] | None:
     """When the items after ``first`` (the next wave, from ``start``) fit in one wave, the plan's last
-    two waves: ``first`` and that rest, or the two waves split at :func:`balanced_cut` when those fit
-    and cost less (a greedy first wave can leave a small, costly last one). ``None`` when the rest
-    needs more than one wave (or there is none)."""
+    two waves: ``first`` and that rest, or, when the rest is at most half as wide as ``first``, the two
+    waves split at :func:`balanced_cut` if those fit and cost less (a greedy first wave can leave a
+    small, costly last one). ``None`` when the rest needs more than one wave (or there is none)."""
     n, end = problem.num_items, start + len(first.items)
-    if end >= n:
+    if end >= n or first_fitting(problem, range(end, n), layouts)[0] is None:
         return None
     rest, _ = best_wave(problem, range(end, n), layouts)
-    if rest is None:
-        return None
     cut = start + balanced_cut(problem, start)
-    if cut != end:
+    if cut != end and 2 * (n - end) <= len(first.items):  # a small last wave: try balancing
         head, _ = best_wave(problem, range(start, cut), layouts)
         tail, _ = best_wave(problem, range(cut, n), layouts)
         if head is not None and tail is not None and head.cost_s + tail.cost_s < first.cost_s + rest.cost_s:
