@@ -12,7 +12,7 @@ from cpplan.pricing.layout import PackedLayout
 from cpplan.pricing.memo import card_constants
 from cpplan.pricing.ownership import ChunkStats, chunk_stats, contiguous_split, rank_quantities
 from cpplan.pricing.problem import Problem
-from cpplan.spec.quantities import QUANTITY_INDEX
+from cpplan.spec.quantities import COUNTS, NUM_QUANTITIES, QUANTITIES, QUANTITY_INDEX, check_rules
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -194,15 +194,19 @@ def first_fitting(
 
 def _distinct_waves(problem: Problem, items: tuple[int, ...], layouts: Sequence[str]) -> Iterator[WavePlan]:
     """The priced wave of each layout that packs ``items`` differently from the layouts before it
-    (named by that layout), priced on first use and kept in ``problem.memo``."""
+    (named by that layout), priced on first use and kept in ``problem.memo``. A later layout that
+    shares nothing is left out when :func:`unshared_cannot_fit` proves it over the budget."""
     counts = wave_counts(problem, items)
     cache = problem.memo.priced_waves
     seen: set[bytes] = set()
     for spec in layouts:
-        take = (problem.share_mask(spec) & (counts >= 2)).tobytes()
+        taken = problem.share_mask(spec) & (counts >= 2)
+        take = taken.tobytes()
         if take in seen:
             continue
         seen.add(take)
+        if seen != {take} and not taken.any() and unshared_cannot_fit(problem, items):
+            continue  # no sharing, provably over the budget: not worth packing
         wave = cache.get((items, take))
         if wave is None:
             wave = price_wave(problem, items, problem.pack(items, spec), spec)
@@ -210,6 +214,31 @@ def _distinct_waves(problem: Problem, items: tuple[int, ...], layouts: Sequence[
         elif wave.layout_name != spec:
             wave = replace(wave, layout_name=spec)
         yield wave
+
+
+def unshared_cannot_fit(problem: Problem, items: tuple[int, ...]) -> bool:
+    """Whether ``items`` packed without sharing provably exceed the budget on some rank: every
+    request is then stored whole as its own segment, so the wave's totals are known without packing,
+    and the busiest rank costs at least the average rank (a peak is a maximum of sums: convex in the
+    rank's quantities), counted here with the wave's tokens, attended pairs and segments spread evenly,
+    every tokens not owned gathered, and the gradient- or loss-only counts left at zero."""
+    lengths = problem.request_tokens[problem.item_requests(items)].astype(np.float64)
+    cp = problem.topology.cp
+    mean = np.zeros(NUM_QUANTITIES)
+    for quantity in QUANTITIES:
+        if quantity.only == "all":
+            mean[QUANTITY_INDEX[quantity.name]] = _UNSHARED_MEAN[quantity.count](lengths, cp)
+    return bool(price(problem.card, mean).peak_bytes[0] > problem.budget_bytes)
+
+
+_UNSHARED_MEAN = {
+    "token": lambda n, cp: n.sum() / cp,
+    "pair": lambda n, cp: (n * (n + 1) / 2).sum() / cp,
+    "segment": lambda n, cp: n.size / cp,
+    "remote": lambda n, cp: n.sum() * (cp - 1) / cp,
+}
+"""Per count, the average rank's amount when requests of ``n`` tokens are packed without sharing."""
+check_rules("pricing.wave.unshared_cannot_fit", _UNSHARED_MEAN, COUNTS)
 
 
 def wave_counts(problem: Problem, items: tuple[int, ...]) -> np.ndarray:

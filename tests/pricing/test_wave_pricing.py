@@ -93,3 +93,32 @@ def test_vectorized_request_and_node_counts_match_the_plain_ones(qwen36):
             assert np.array_equal(
                 problem.item_requests(run), np.concatenate([np.arange(ptr[i], ptr[i + 1]) for i in run])
             )
+
+
+def test_unshared_bound_never_rules_out_a_fitting_wave(qwen36):
+    """unshared_cannot_fit (the average rank of the no-sharing packing, known without packing) is a
+    true lower bound: whenever it says a wave cannot fit unshared, the exactly priced no-sharing wave
+    does not fit either; and it does rule out wide waves of prompt-sharing groups."""
+    from cpplan.pricing.wave import unshared_cannot_fit
+
+    workload = grpo(
+        num_prompts=4,
+        group_size=8,
+        system_tokens=64,
+        prompt_tokens=(2000, 4000),
+        completion_tokens=(100, 600),
+    )
+    rng = np.random.default_rng(3)
+    ruled_out = 0
+    for cp, gib in ((1, 12), (2, 8), (4, 5)):
+        settings = Settings(topology=Topology(cp=cp), model=qwen36, memory_bytes=gib * 2**30, num_layers=8)
+        problem = Problem.build(workload, settings)
+        for _ in range(12):
+            items = tuple(
+                sorted(rng.choice(problem.num_items, int(rng.integers(1, 5)), replace=False).tolist())
+            )
+            if unshared_cannot_fit(problem, items):
+                ruled_out += 1
+                unshared = price_wave(problem, items, problem.pack(items, "none"), "none")
+                assert not unshared.fits(problem.budget_bytes)
+    assert ruled_out > 0
