@@ -56,11 +56,7 @@ class Correction:
 
     def __post_init__(self) -> None:
         for name in ("memory_scale", "time_scale"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-                raise InputError(f"must be a finite number, got {value!r}", field=f"correction.{name}")
-            if value <= 0:
-                raise InputError(f"must be positive, got {value!r}", field=f"correction.{name}")
+            check_scale(getattr(self, name), name)
 
     @property
     def is_identity(self) -> bool:
@@ -129,19 +125,35 @@ class Correction:
             )
         if phase not in ("cold", "warm"):
             raise InputError(f"must be 'cold' or 'warm', got {phase!r}", file=file, field="correction.phase")
-        try:
-            return cls(
-                model=str(data["model"]),
-                topology=topology,
-                layers=layers,
-                phase=phase,
-                memory_scale=data["memory_scale"],
-                time_scale=data["time_scale"],
-                memory_observations=int(data.get("memory_observations", 0)),
-                time_observations=int(data.get("time_observations", 0)),
-            )
-        except InputError as exc:
-            raise InputError(str(exc), file=file) from None
+        for name in ("memory_scale", "time_scale"):
+            check_scale(data[name], name, file=file)
+        return cls(
+            model=str(data["model"]),
+            topology=topology,
+            layers=layers,
+            phase=phase,
+            memory_scale=data["memory_scale"],
+            time_scale=data["time_scale"],
+            memory_observations=_count(data, "memory_observations", file),
+            time_observations=_count(data, "time_observations", file),
+        )
+
+
+def check_scale(value: object, name: str, *, file: str | None = None) -> None:
+    """Refuse a scale that is not a positive finite number, naming ``correction.<name>``."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise InputError(f"must be a finite number, got {value!r}", file=file, field=f"correction.{name}")
+    if value <= 0:
+        raise InputError(f"must be positive, got {value!r}", file=file, field=f"correction.{name}")
+
+
+def _count(data: dict[str, Any], name: str, file: str | None) -> int:
+    value = data.get(name, 0)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InputError(
+            f"must be a non-negative integer, got {value!r}", file=file, field=f"correction.{name}"
+        )
+    return value
 
 
 def identity_for(card: ResolvedCard) -> Correction:

@@ -300,3 +300,22 @@ def test_trust_policy_is_validated():
         with pytest.raises(InputError) as info:
             TrustPolicy(**{field: value})
         assert info.value.field == f"policy.{field}"
+
+
+def test_a_bad_recorded_correction_is_an_input_error():
+    """A plan whose recorded correction is not a positive finite scale, or was learned for another
+    topology, is refused naming the field, not verified against a made-up card."""
+    p, _ = _trained(1)
+    wl = workload(seed=3)
+    data = p.plan(wl).to_dict()
+    settings = dict(topology=Topology(cp=2), model=MODEL, memory_bytes="7GB", num_layers=8)
+    for change, field in (
+        ({"memory_scale": -1.0}, "correction.memory_scale"),
+        ({"time_scale": "x"}, "correction.time_scale"),
+    ):
+        with pytest.raises(InputError) as info:
+            cpplan.verify({**data, "correction": {**data["correction"], **change}}, wl, **settings)
+        assert info.value.field == field
+    other = {**data["correction"], "topology": "cp=4"}
+    with pytest.raises(InputError, match="not for these settings"):
+        cpplan.verify({**data, "correction": other}, wl, **settings)
