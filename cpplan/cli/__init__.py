@@ -59,6 +59,7 @@ def run() -> None:
 from cpplan.cli import (  # noqa: E402
     bench_cmd,
     calibrate_cmd,
+    measure_cmd,
     pack_cmd,
     plan_cmd,
     report_cmd,
@@ -70,6 +71,7 @@ __all__ = [
     "calibrate_cmd",
     "cli",
     "main",
+    "measure_cmd",
     "pack_cmd",
     "plan_cmd",
     "report_cmd",

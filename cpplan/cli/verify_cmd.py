@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from cpplan.calibration.planner_state import settings_for_plan
 from cpplan.cli import EXIT_INVALID, cli
 from cpplan.cli.options import build, problem_options
 from cpplan.errors import InputError
@@ -17,10 +18,27 @@ from cpplan.verifier import verify_plan
 @click.argument("plan_file", metavar="PLAN.json", type=click.Path(path_type=Path))
 @click.argument("workload", type=click.Path(path_type=Path))
 @problem_options
+@click.option(
+    "--learned",
+    "learned",
+    type=click.Path(path_type=Path),
+    default=None,
+    metavar="STATE.jsonl",
+    help="A saved planner state (Planner.save): verify against its learned correction "
+    "(default: the correction the plan records).",
+)
 def verify_command(
-    plan_file: Path, workload: Path, model: str, topology: str, memory: str, layers: int | None, phase: str
+    plan_file: Path,
+    workload: Path,
+    model: str,
+    topology: str,
+    memory: str,
+    layers: int | None,
+    phase: str,
+    learned: Path | None,
 ) -> int:
-    """Check PLAN.json against WORKLOAD: exit 0 when valid, 1 listing each violation."""
+    """Check PLAN.json against WORKLOAD: exit 0 when valid, 1 listing each violation. A plan priced
+    with a learned correction is checked against it (from --learned, else from the plan)."""
     try:
         data = json.loads(plan_file.read_text(encoding="utf-8"))
     except OSError as exc:
@@ -30,7 +48,8 @@ def verify_command(
     if not isinstance(data, dict):
         raise InputError("a plan is a JSON object", file=str(plan_file))
     problem = build(workload, model, topology, memory, layers, phase)
-    verdict = verify_plan(data, problem.workload, problem.card, problem.budget_bytes)
+    settings = settings_for_plan(data, problem.settings, learned=learned, file=str(plan_file))
+    verdict = verify_plan(data, problem.workload, settings.card, problem.budget_bytes)
     if verdict.valid:
         click.echo(
             f"valid: {len(data['waves'])} wave(s), verifier's cost {verdict.cost_s:.6f} s, "

@@ -7,6 +7,7 @@ import json
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
+from cpplan.pricing.evaluator import RankPrices, price, wave_cost_s
 from cpplan.pricing.ownership import owned_ranges
 from cpplan.pricing.result import Candidate, Plan, PlanResult, SolverStats, dp_rank_of
 from cpplan.pricing.wave import WavePlan
@@ -36,6 +37,7 @@ def wave_to_dict(result_problem, wave: WavePlan, index: int) -> dict[str, Any]:
         requests.append(
             {"item": item.id, "request": int(problem.request_index[r]), "segments": layout.chain(k).tolist()}
         )
+    alone = card_alone_prices(problem, wave)
     ranks = []
     for rank in range(problem.topology.cp):
         q = wave.quantities[rank]
@@ -45,6 +47,7 @@ def wave_to_dict(result_problem, wave: WavePlan, index: int) -> dict[str, Any]:
         }
         entry.update({name: round(q[i]) for i, name in enumerate(QUANTITY_NAMES)})
         entry["peak_bytes"] = int(wave.prices.peak_bytes[rank])
+        entry["card_peak_bytes"] = int(alone.peak_bytes[rank])
         entry["envelope"] = card.envelope_names[int(wave.prices.envelope[rank])]
         entry["breakdown"] = wave.prices.breakdown(card, rank)
         entry["time_s"] = float(wave.prices.time_s[rank])
@@ -59,6 +62,7 @@ def wave_to_dict(result_problem, wave: WavePlan, index: int) -> dict[str, Any]:
         "packed_tokens": wave.packed_tokens,
         "logical_tokens": wave.logical_tokens,
         "cost_s": float(wave.cost_s),
+        "card_cost_s": wave_cost_s(problem.settings.card_alone, alone),
         "segments": [
             [int(p), int(s), int(n)]
             for p, s, n in zip(
@@ -73,9 +77,20 @@ def wave_to_dict(result_problem, wave: WavePlan, index: int) -> dict[str, Any]:
     }
 
 
+def card_alone_prices(problem, wave: WavePlan) -> RankPrices:
+    """The wave's ranks priced by the card alone (no learned correction): ``card_peak_bytes`` and the
+    wave's ``card_cost_s``."""
+    alone = problem.settings.card_alone
+    if alone is problem.card:
+        return wave.prices
+    return price(alone, wave.quantities)
+
+
 def plan_to_dict(problem, plan: Plan) -> dict[str, Any]:
-    """A plan alone (no portfolio information), as the verifier reads it."""
+    """A plan alone (no portfolio information), as the verifier reads it. ``correction`` is the learned
+    correction the plan was priced with (``None``: the card alone)."""
     card = problem.card
+    correction = problem.settings.correction
     return {
         "cpplan_version": cpplan_version(),
         "model": card.name,
@@ -85,6 +100,7 @@ def plan_to_dict(problem, plan: Plan) -> dict[str, Any]:
         "memory_bytes": problem.memory_bytes,
         "chunk_tokens": problem.chunk_tokens,
         "safety": card.safety,
+        "correction": None if correction is None else correction.to_dict(),
         "strategy": plan.strategy,
         "cost_s": plan.cost_s,
         "num_waves": plan.num_waves,

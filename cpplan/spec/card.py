@@ -86,6 +86,26 @@ class Geometry(_Strict):
             "dense_layers": 0 if self.num_experts > 0 else num_layers,
         }
 
+    def layer_positions(self, num_layers: int) -> dict[str, int]:
+        """What is live while the backward runs through the top (highest, first in backward) and the
+        bottom (lowest, last in backward) layer of each kind, for floors that depend on where the
+        backward is: ``{kind}_{top|bottom}_held_layers`` (layers at or below it, whose checkpointed
+        inputs are still held), ``..._held_gdn_layers`` (the GDN layers among them) and
+        ``..._done_layers`` (layers at or above it, whose gradients exist). ``kind`` is ``attn`` or
+        ``gdn``; every count is 0 for a kind the truncated model does not have."""
+        kinds = [self.layer_pattern[i % len(self.layer_pattern)] for i in range(num_layers)]
+        names: dict[str, int] = {}
+        for kind, short in (("attention", "attn"), ("gdn", "gdn")):
+            indices = [i for i, k in enumerate(kinds) if k == kind]
+            ends = (("top", max(indices, default=None)), ("bottom", min(indices, default=None)))
+            for position, index in ends:
+                prefix = f"{short}_{position}"
+                held = [] if index is None else kinds[: index + 1]
+                names[f"{prefix}_held_layers"] = len(held)
+                names[f"{prefix}_held_gdn_layers"] = held.count("gdn")
+                names[f"{prefix}_done_layers"] = 0 if index is None else num_layers - index
+        return names
+
 
 class Hardware(_Strict):
     """The accelerator the cost terms are priced on."""
@@ -234,6 +254,7 @@ class ModelCard(_Strict):
             k: float(v) for k, v in self.geometry.model_dump().items() if isinstance(v, int | float)
         }
         env.update({k: float(v) for k, v in self.geometry.layer_counts(layers).items()})
+        env.update({k: float(v) for k, v in self.geometry.layer_positions(layers).items()})
         env.update(topology.as_env())
         env.update({k: float(v) for k, v in self.hardware.model_dump().items() if isinstance(v, int | float)})
         env.update(self.constants)

@@ -15,6 +15,7 @@ import numpy as np
 
 from cpplan.errors import InputError
 from cpplan.spec.card import ModelCard, Phase, ResolvedCard, load_model
+from cpplan.spec.correction import Correction
 from cpplan.spec.topology import Topology
 from cpplan.spec.units import parse_bytes
 
@@ -45,6 +46,10 @@ class Settings:
     phase: Phase = "cold"
     """Price a first call (``"cold"``) or a warm repeat (``"warm"``)."""
 
+    correction: Correction | None = None
+    """A learned correction of the card (:mod:`cpplan.calibration.online`): :attr:`card` applies it, so
+    every reader prices with it; ``None``: the card alone."""
+
     def __post_init__(self) -> None:
         _require(self.topology, Topology, "topology", _TOPOLOGY_WANTED)
         _require(
@@ -61,6 +66,7 @@ class Settings:
             if isinstance(layers, bool) or not isinstance(layers, int | np.integer):
                 raise InputError(f"must be a whole number of layers, got {layers!r}", field="layers")
             object.__setattr__(self, "num_layers", int(layers))
+        _require(self.correction, Correction | None, "correction", "a cpplan Correction or None")
 
     @classmethod
     def from_user(
@@ -91,12 +97,22 @@ class Settings:
 
     @cached_property
     def card(self) -> ResolvedCard:
-        """The card resolved for the topology, depth and phase (computed once per settings object)."""
+        """The card resolved for the topology, depth and phase, with :attr:`correction` applied: what
+        every reader prices with (computed once per settings object)."""
+        if self.correction is None:
+            return self.card_alone
+        return self.correction.apply(self.card_alone)
+
+    @cached_property
+    def card_alone(self) -> ResolvedCard:
+        """The card resolved for the topology, depth and phase, without any learned correction (what
+        ``card_peak_bytes`` reports)."""
         return self.model.resolve(self.topology, num_layers=self.num_layers, phase=self.phase)
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state.pop("card", None)  # resolved again where unpickled, not shipped
+        state.pop("card_alone", None)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:

@@ -104,11 +104,11 @@ def test_bad_input_exits_2_without_traceback(tmp_path, capsys, text, extra, need
 
 
 def test_nothing_fits_exits_3(capsys):
-    """A workload whose single request cannot fit (a budget above the card's static floor of 8.11 GiB
+    """A workload whose single request cannot fit (a budget above the card's static floor of 5.51 GiB
     here, below any request's peak) exits 3 naming the rank, the bytes needed and the budget."""
-    code, _, err = run(["plan", EXAMPLE, *MODEL, "--topology", "cp=2", "--memory", "8.2GiB"], capsys)
+    code, _, err = run(["plan", EXAMPLE, *MODEL, "--topology", "cp=2", "--memory", "5.6GiB"], capsys)
     assert code == 3
-    assert "rank" in err and f"{int(8.2 * 2**30):,} bytes" in err and "needs" in err
+    assert "rank" in err and f"{int(5.6 * 2**30):,} bytes" in err and "needs" in err
 
 
 @pytest.mark.skipif(
