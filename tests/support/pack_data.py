@@ -98,11 +98,16 @@ def folder_bytes(folder: Path) -> dict[str, bytes]:
     }
 
 
-def shard_waves(folder: Path) -> list[dict]:
-    """Every wave of every shard, in order."""
+def shard_lines(folder: Path) -> list[dict]:
+    """Every line of every shard (each a plan of one wave), in order."""
     manifest = read_manifest(folder)
-    waves = []
+    lines = []
     for index in range(manifest["windows"]):
         path = folder / "shards" / f"window-{index:06d}.jsonl"
-        waves.extend(json.loads(line) for line in path.read_text().splitlines())
-    return waves
+        lines.extend(json.loads(line) for line in path.read_text().splitlines())
+    return lines
+
+
+def shard_waves(folder: Path) -> list[dict]:
+    """Every wave of every shard, in order."""
+    return [line["waves"][0] for line in shard_lines(folder)]
