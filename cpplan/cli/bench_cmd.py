@@ -19,7 +19,6 @@ from cpplan.bench.runner import (
 from cpplan.cli import COMMANDS, cli
 from cpplan.spec.units import parse_bytes
 
-
 DEFAULT_FOLDER = Path("cpplan-bench")
 """Where ``cpplan bench`` saves its results unless told: a folder of the current directory."""
 
