@@ -7,6 +7,7 @@ imports neither OR-Tools nor torch; ``cpplan.PackDataset`` imports torch when it
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from typing import TYPE_CHECKING, Any
 
 _EXPORTS: dict[str, str] = {
@@ -82,13 +83,15 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    """Load a public name (or ``__version__``) on first use and keep it."""
+    """Load a public name, ``__version__`` or a subpackage (``cpplan.pack``) on first use and keep it."""
     if name == "__version__":
         from cpplan.version import cpplan_version
 
         value: Any = cpplan_version()
     elif name in _EXPORTS:
         value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    elif importlib.util.find_spec(f"cpplan.{name}") is not None:  # a subpackage: cpplan.pack, cpplan.hf
+        value = importlib.import_module(f"cpplan.{name}")
     else:
         raise AttributeError(f"module 'cpplan' has no attribute {name!r}")
     globals()[name] = value
