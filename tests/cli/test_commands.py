@@ -175,3 +175,17 @@ def test_console_script(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr
     assert json.loads((tmp_path / "p.json").read_text())["waves"]
+
+
+def test_readme_commands_write_outside_the_source_tree():
+    """The README's commands that write files (`--output`) write under /tmp, never over tracked files
+    (the shipped card, the benchmark results) or into the checkout."""
+    readme = (ROOT / "README.md").read_text()
+    outputs = [
+        line.split("--output ", 1)[1].split()[0] for line in readme.splitlines() if "--output /" in line
+    ]
+    assert len(outputs) >= 2
+    assert all(path.startswith("/tmp/") for path in outputs), outputs
+    first = readme.split("```bash\n", 1)[1].splitlines()[0]
+    assert "cpplan plan examples/grpo.jsonl" in first and "--output /tmp/" in first
+    assert "--output models/" not in readme and "--output plan.json" not in readme
