@@ -861,6 +861,14 @@ CASES: tuple[Case, ...] = (
         expect=("plan.json:2", "malformed JSON"),
     ),
     Case(
+        kind="verify: plan file nested too deeply",
+        what="cpplan verify on a plan file of 100,000 opening brackets",
+        files={"plan.json": "[" * 100_000 + "]" * 100_000 + "\n"},
+        cli_args=("verify", "plan.json", "ok.jsonl", "--model", "tiny.toml", "--memory", "64MiB"),
+        cli_only=True,
+        expect=("plan.json", "malformed JSON"),
+    ),
+    Case(
         kind="verify: plan not an object",
         what="cpplan verify on a plan file holding a list",
         files={"plan.json": "[]\n"},
