@@ -42,13 +42,18 @@ class LazyGroup(click.Group):
         return self.commands.get(cmd_name)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        """The command list of ``--help``, from the summaries (loaded commands give their own)."""
+        """The command list of ``--help``, from :data:`COMMANDS` (a command registered otherwise gives its own
+        short help), the same whether or not a command was loaded."""
         names = self.list_commands(ctx)
         limit = formatter.width - 6 - max(map(len, names))
         rows = []
         for name in names:
             command = self.commands.get(name)
-            text = command.get_short_help_str(limit) if command is not None else COMMANDS[name][1]
+            text = (
+                COMMANDS[name][1]
+                if name in COMMANDS or command is None
+                else command.get_short_help_str(limit)
+            )
             rows.append((name, text))
         with formatter.section("Commands"):
             formatter.write_dl(rows)
