@@ -35,8 +35,9 @@ def _start(tmp_path: Path, *engine: str) -> tuple[subprocess.Popen, Path]:
     return proc, out
 
 
-def _kill_when_committed(proc: subprocess.Popen, out: Path, windows: int, timeout_s: float) -> list[int]:
-    """SIGKILL the run once ``windows`` windows are committed; its process tree just before."""
+def _kill_when_committed(proc: subprocess.Popen, out: Path, windows: int, timeout_s: float) -> dict[int, str]:
+    """SIGKILL the run once ``windows`` windows are committed; its process tree just before (pid to
+    command line)."""
     deadline = time.monotonic() + timeout_s
     try:
         while time.monotonic() < deadline:
@@ -46,7 +47,7 @@ def _kill_when_committed(proc: subprocess.Popen, out: Path, windows: int, timeou
             except (OSError, ValueError, KeyError):
                 pass
             time.sleep(0.02)
-        tree = descendants(proc.pid)
+        tree = {pid: command_line(pid) for pid in descendants(proc.pid)}
         os.kill(proc.pid, signal.SIGKILL)
     finally:
         proc.wait(timeout=60)
@@ -59,9 +60,9 @@ def test_killed_process_pool_leaves_no_orphans(tmp_path):
     tracker are gone within 5 seconds (before the fix the workers blocked on their task pipe forever)."""
     proc, out = _start(tmp_path)
     tree = _kill_when_committed(proc, out, windows=3, timeout_s=120)
-    assert len(tree) >= 3, [command_line(p) for p in tree]
-    left = wait_gone(tree, timeout_s=5)
-    assert left == [], [command_line(p) for p in left]
+    assert len(tree) >= 3, tree
+    left = wait_gone(list(tree), timeout_s=5)
+    assert left == [], [tree[p] for p in left]
 
 
 def test_killed_ray_driver_leaves_no_running_task(tmp_path):
@@ -70,8 +71,8 @@ def test_killed_ray_driver_leaves_no_running_task(tmp_path):
     pytest.importorskip("ray")
     proc, out = _start(tmp_path, "--engine", "ray")
     tree = _kill_when_committed(proc, out, windows=4, timeout_s=240)
-    watched = [p for p in tree if not command_line(p).startswith(RAY_AGENTS)]
-    assert any("ray::" in command_line(p) for p in watched), [command_line(p) for p in tree]
+    watched = [p for p, command in tree.items() if not command.startswith(RAY_AGENTS)]
+    assert any(tree[p].startswith("ray::") for p in watched), tree
     left = wait_gone(watched, timeout_s=15)
-    assert left == [], [command_line(p) for p in left]
-    wait_gone(tree, timeout_s=120)
+    assert left == [], [tree[p] for p in left]
+    wait_gone(list(tree), timeout_s=120)
