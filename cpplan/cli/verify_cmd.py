@@ -72,7 +72,13 @@ def _verify_one(data: dict[str, Any], workload, settings):
     check_plan_workload(data, workload, part=part)
     held = None
     if part:
-        held = [(r.get("item"), r.get("request")) for w in data["waves"] for r in w.get("requests", [])]
+        waves = [w for w in data.get("waves") or [] if isinstance(w, dict)]
+        entries = [r for w in waves for r in w.get("requests") or [] if isinstance(r, dict)]
+        held = [
+            (r["item"], r["request"])
+            for r in entries
+            if isinstance(r.get("item"), str) and isinstance(r.get("request"), int)
+        ]
     return verify_plan(data, workload, settings.card, settings.memory_bytes, requests=held)
 
 
