@@ -89,3 +89,30 @@ def test_bench_writes_under_the_current_directory_by_default(tmp_path, monkeypat
     assert main(["bench", "--quick"]) == 0
     assert json.loads((tmp_path / "cpplan-bench" / "bench_quick.json").read_text()) == result
     assert "saved cpplan-bench/bench_quick.json" in capsys.readouterr().out
+
+
+def test_report_wave_axes_have_whole_ticks(tmp_path, monkeypatch):
+    """Every plot of the report numbers its waves and windows with whole ticks (no wave 0.5)."""
+    pytest.importorskip("matplotlib")
+    from matplotlib.figure import Figure
+
+    from cpplan.pack.report import WaveSeries, _plots
+
+    ticks: list[float] = []
+    original = Figure.savefig
+
+    def recording(fig, *args, **kwargs):
+        fig.canvas.draw()
+        ticks.extend(t for ax in fig.axes for t in ax.get_xticks())
+        return original(fig, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", recording)
+    series = WaveSeries(
+        packed_tokens=[10, 20, 30],
+        logical_tokens=[20, 30, 40],
+        cost_s=[1.0, 2.0, 1.5],
+        rank_peaks=[[5, 6]] * 3,
+    )
+    window = {"logical_tokens": 5, "packed_tokens": 3, "baseline": {"packed_tokens": 5}}
+    _plots(series, [window, window], budget=10, target=tmp_path)
+    assert ticks and all(float(t).is_integer() for t in ticks)
