@@ -16,11 +16,14 @@ from cpplan.bench.runner import (
     format_rows,
     run_bench,
 )
-from cpplan.cli import cli
+from cpplan.cli import COMMANDS, cli
 from cpplan.spec.units import parse_bytes
 
+DEFAULT_FOLDER = Path("cpplan-bench")
+"""Where ``cpplan bench`` saves its results unless told: a folder of the current directory."""
 
-@cli.command("bench")
+
+@cli.command("bench", short_help=COMMANDS["bench"][1])
 @click.option("--quick", is_flag=True, help="A small subset (one GRPO size, two ratios, CP 1 and 4).")
 @click.option("--model", default=DEFAULT_MODEL, show_default=True, metavar="NAME|PATH", help="Model card.")
 @click.option(
@@ -44,7 +47,7 @@ from cpplan.spec.units import parse_bytes
     type=click.Path(path_type=Path),
     default=None,
     metavar="PATH.json",
-    help="Where to save the results (default benchmarks/bench.json, or bench_quick.json with --quick).",
+    help="Where to save the results (default ./cpplan-bench/bench.json, or bench_quick.json with --quick).",
 )
 @click.option("--detail", is_flag=True, help="Also print every instance and planner.")
 def bench_command(
@@ -83,7 +86,7 @@ def bench_command(
         repeats=repeats,
         progress=progress,
     )
-    path = output or Path("benchmarks") / ("bench_quick.json" if quick else "bench.json")
+    path = output or DEFAULT_FOLDER / ("bench_quick.json" if quick else "bench.json")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=1) + "\n")
     if detail:

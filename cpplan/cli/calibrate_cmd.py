@@ -10,11 +10,11 @@ from cpplan.calibration.fit import DEFAULT_MAX_RATIO, calibrate, write_card
 from cpplan.calibration.measurements import GB, Measurement, read_measurements
 from cpplan.calibration.online import Verdict
 from cpplan.calibration.planner_state import observation_rows
-from cpplan.cli import cli
+from cpplan.cli import COMMANDS, cli
 from cpplan.spec.card import load_model
 
 
-@cli.command("calibrate")
+@cli.command("calibrate", short_help=COMMANDS["calibrate"][1])
 @click.argument(
     "measurements",
     metavar="MEASUREMENTS.csv|STATE.jsonl...",

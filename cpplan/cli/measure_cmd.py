@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from cpplan.cli import cli
+from cpplan.cli import COMMANDS, cli
 from cpplan.errors import InputError
 from cpplan.pricing.plan_reader import read_plan_file
 from cpplan.runtime.measure import (
@@ -22,7 +22,7 @@ from cpplan.runtime.measure import (
 from cpplan.spec.workload import Workload
 
 
-@cli.command("measure")
+@cli.command("measure", short_help=COMMANDS["measure"][1])
 @click.argument("plan_file", metavar="PLAN.json", type=click.Path(path_type=Path))
 @click.argument("workload", type=click.Path(path_type=Path))
 @click.option(

@@ -9,16 +9,22 @@ The same arrays come from an in-memory :class:`~cpplan.pricing.wave.WavePlan` to
 from __future__ import annotations
 
 import json
+import math
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
 from cpplan.errors import InputError
 from cpplan.pricing.ownership import CHUNK_TOKENS
+from cpplan.pricing.result import dp_rank_of
 from cpplan.pricing.wave import WavePlan
 from cpplan.spec.workload import Workload
+from cpplan.spec.workload_digest import plan_digest, wave_digest
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -72,13 +78,95 @@ class WaveArrays:
 
 
 def read_plan_file(path: str | Path) -> Any:
-    """The decoded JSON of a plan file (checked by :func:`plan_waves` and :func:`read_wave`)."""
+    """The decoded JSON of a plan file (checked by :func:`plan_waves` and :func:`read_wave`): a plan JSON
+    object, or a shard of ``cpplan pack`` (JSONL, one one-wave plan a line), merged into one plan."""
     try:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
+        text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise InputError(f"cannot read plan: {exc.strerror}", file=str(path)) from None
+    except UnicodeDecodeError as exc:
+        raise InputError(f"not UTF-8 text: {exc.reason}", file=str(path)) from None
+    try:
+        return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise InputError(f"malformed JSON: {exc.msg} (line {exc.lineno})", file=str(path)) from None
+        if exc.msg != "Extra data":
+            raise InputError(f"malformed JSON: {exc.msg}", file=str(path), line=exc.lineno) from None
+    except (ValueError, RecursionError) as exc:
+        raise InputError(f"malformed JSON: {exc}", file=str(path)) from None
+    return merge_plan_lines(_jsonl_plans(text, str(path)), str(path))
+
+
+def _jsonl_plans(text: str, source: str) -> list[tuple[int, dict[str, Any]]]:
+    """Each non-blank line of a shard file as a plan object, with its line number."""
+    plans = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            data = json.loads(line)
+        except (ValueError, RecursionError) as exc:
+            raise InputError(f"malformed JSON: {exc}", file=source, line=number) from None
+        if not isinstance(data, dict) or not isinstance(data.get("waves"), list):
+            raise InputError(
+                "not a plan line: a shard line is a plan of one wave (written by cpplan pack 0.2 and later)",
+                file=source,
+                line=number,
+            )
+        plans.append((number, data))
+    return plans
+
+
+SETTINGS_FIELDS = ("model", "layers", "phase", "topology", "memory_bytes", "chunk_tokens", "safety")
+"""Plan-JSON fields every part of one plan shares: the settings it was priced under."""
+
+
+def merge_plan_lines(plans: list[tuple[int, dict[str, Any]]], source: str) -> dict[str, Any]:
+    """One plan from the one-wave plans of a shard file (the waves in line order, totals added up, the
+    workload digests chained); every line must share the settings and the pack window."""
+    first = plans[0][1]
+    for number, data in plans[1:]:
+        for key in (*SETTINGS_FIELDS, "strategy"):
+            if data.get(key) != first.get(key):
+                raise InputError(f"differs from line {plans[0][0]}'s", file=source, line=number, field=key)
+        if (data.get("pack") or {}).get("window") != (first.get("pack") or {}).get("window"):
+            raise InputError(
+                "lines of two pack windows: verify one shard file at a time, or the whole pack folder",
+                file=source,
+                line=number,
+                field="pack.window",
+            )
+    waves = [wave for _, data in plans for wave in data["waves"]]
+    merged = {key: first[key] for key in first if key not in ("workload", "pack", "waves")}
+    merged.update(
+        cost_s=math.fsum(float(data.get("cost_s", 0.0)) for _, data in plans),
+        num_waves=len(waves),
+        logical_tokens=sum(int(data.get("logical_tokens", 0)) for _, data in plans),
+        packed_tokens=sum(int(data.get("packed_tokens", 0)) for _, data in plans),
+        peak_bytes=max(int(data.get("peak_bytes", 0)) for _, data in plans),
+    )
+    summaries = [data.get("workload") for _, data in plans]
+    if all(isinstance(w, dict) and isinstance(w.get("wave_sha256"), list) for w in summaries):
+        digests = [d for w in summaries for d in w["wave_sha256"]]
+        merged["workload"] = {
+            "items": len({item for wave in waves for item in wave.get("items", [])}),
+            "requests": sum(int(w.get("requests", 0)) for w in summaries),
+            "sha256": plan_digest(digests),
+            "wave_sha256": digests,
+        }
+    if "pack" in first:
+        merged["pack"] = {k: v for k, v in first["pack"].items() if k != "wave"}
+    merged["waves"] = waves
+    return merged
+
+
+def replica_waves(waves: Iterable[T], *, dp: int, dp_rank: int) -> Iterator[tuple[int, T]]:
+    """The waves data-parallel replica ``dp_rank`` (of ``dp``) runs, each with its position: the one
+    place the assignment rule is applied when a plan or a pack is read back. Today's rule is
+    :func:`~cpplan.pricing.result.dp_rank_of` on the position (round-robin), so every wave runs on exactly
+    one replica and replicas' wave counts differ by at most one."""
+    for position, wave in enumerate(waves):
+        if dp_rank_of(position, dp) == dp_rank:
+            yield position, wave
 
 
 def plan_waves(data: dict[str, Any]) -> list[dict[str, Any]]:
@@ -225,3 +313,51 @@ def _owners_from_ranges(ranks: Any, num_ranks: int, packed_tokens: int, where: s
         how = "no rank" if count[token] == 0 else f"{int(count[token])} ranks"
         raise InputError(f"packed token {token} is owned by {how}", field=f"{where}.ranks")
     return owner
+
+
+def check_plan_workload(data: dict[str, Any], workload: Workload, *, part: bool) -> None:
+    """Refuse a workload the plan was not made for, in one message: a request the plan holds that the
+    workload lacks, an item of the workload the plan leaves out (unless the plan is ``part`` of a
+    larger one, as a pack shard is), or requests whose digests (token ids, flags) differ. Plans without
+    digests (older files) are checked by ids only."""
+    keys = _plan_keys(data)
+    if keys is None:
+        return
+    where = workload.source or "the workload"
+    held = {key for wave_keys in keys for key in wave_keys}
+    for w, wave_keys in enumerate(keys):
+        for item_id, k in wave_keys:
+            index = workload.index_of.get(item_id)
+            if index is None or not 0 <= k < len(workload.items[index].requests):
+                _another(f"its wave {w} holds request {k} of item {item_id!r}, which {where} does not have")
+    if not part:
+        left = [(i.id, k) for i in workload.items for k in range(len(i.requests)) if (i.id, k) not in held]
+        if left:
+            _another(
+                f"{where} has {len(left)} request(s) the plan does not hold (first: request {left[0][1]} of "
+                f"item {left[0][0]!r})"
+            )
+    summary = data.get("workload")
+    digests = summary.get("wave_sha256") if isinstance(summary, dict) else None
+    if not isinstance(digests, list) or len(digests) != len(keys):
+        return
+    for w, (wave_keys, digest) in enumerate(zip(keys, digests, strict=True)):
+        if wave_digest(workload, wave_keys) != digest:
+            items = sorted({item_id for item_id, _ in wave_keys})
+            shown = ", ".join(repr(i) for i in items[:3]) + (", ..." if len(items) > 3 else "")
+            _another(f"the requests of its wave {w} (items {shown}) have other token ids or flags in {where}")
+
+
+def _another(reason: str) -> None:
+    raise InputError(f"this plan was made for another workload: {reason}", field="workload")
+
+
+def _plan_keys(data: dict[str, Any]) -> list[list[tuple[str, int]]] | None:
+    """Each wave's (item id, request index) keys, or ``None`` when the waves are too malformed to say
+    (the verifier then reports what is wrong)."""
+    try:
+        keys = [[(r["item"], r["request"]) for r in wave["requests"]] for wave in data["waves"]]
+    except (KeyError, TypeError):
+        return None
+    valid = all(isinstance(i, str) and type(k) is int for wave in keys for i, k in wave)
+    return keys if valid else None

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import functools
 import json
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from cpplan.pricing.evaluator import RankPrices, price, wave_cost_s
@@ -12,17 +10,10 @@ from cpplan.pricing.ownership import owned_ranges
 from cpplan.pricing.result import Candidate, Plan, PlanResult, SolverStats, dp_rank_of
 from cpplan.pricing.wave import WavePlan
 from cpplan.spec.quantities import QUANTITY_NAMES
+from cpplan.spec.workload_digest import workload_summary
+from cpplan.version import cpplan_version
 
 TIMING_FIELDS = ("wall_s", "stage_s", "deterministic_time")
-
-
-@functools.cache
-def cpplan_version() -> str:
-    """The installed cpplan version."""
-    try:
-        return version("cpplan")
-    except PackageNotFoundError:
-        return "0+unknown"
 
 
 def wave_to_dict(result_problem, wave: WavePlan, index: int) -> dict[str, Any]:
@@ -86,9 +77,9 @@ def card_alone_prices(problem, wave: WavePlan) -> RankPrices:
     return price(alone, wave.quantities)
 
 
-def plan_to_dict(problem, plan: Plan) -> dict[str, Any]:
-    """A plan alone (no portfolio information), as the verifier reads it. ``correction`` is the learned
-    correction the plan was priced with (``None``: the card alone)."""
+def plan_header(problem, plan: Plan) -> dict[str, Any]:
+    """The plan JSON's fields before ``waves``: the settings it was priced under (``correction``: the
+    learned correction the plan was priced with, ``None`` for the card alone) and its totals."""
     card = problem.card
     correction = problem.settings.correction
     return {
@@ -107,8 +98,31 @@ def plan_to_dict(problem, plan: Plan) -> dict[str, Any]:
         "logical_tokens": plan.logical_tokens,
         "packed_tokens": plan.packed_tokens,
         "peak_bytes": plan.peak_bytes,
+    }
+
+
+def plan_to_dict(problem, plan: Plan) -> dict[str, Any]:
+    """A plan alone (no portfolio information), as the verifier reads it."""
+    return {
+        **plan_header(problem, plan),
         "waves": [wave_to_dict(problem, w, i) for i, w in enumerate(plan.waves)],
     }
+
+
+def wave_plan_dict(problem, plan: Plan, index: int, extra: dict[str, Any]) -> dict[str, Any]:
+    """Wave ``index`` of ``plan`` as a plan of its own (one wave, with its own totals and workload
+    digest): a shard line of ``cpplan pack``. ``extra`` goes before ``waves`` (the pack's position)."""
+    wave = plan.waves[index]
+    data = wave_to_dict(problem, wave, index)
+    header = plan_header(problem, plan)
+    header.update(
+        cost_s=float(wave.cost_s),
+        num_waves=1,
+        logical_tokens=wave.logical_tokens,
+        packed_tokens=wave.packed_tokens,
+        peak_bytes=int(wave.peak_bytes),
+    )
+    return {**header, "workload": workload_summary(problem.workload, [data]), **extra, "waves": [data]}
 
 
 def candidate_to_dict(candidate: Candidate) -> dict[str, Any]:
@@ -141,8 +155,12 @@ def solver_to_dict(stats: SolverStats) -> dict[str, Any]:
 
 
 def result_to_dict(result: PlanResult) -> dict[str, Any]:
-    """The full plan JSON of the contract."""
-    data = plan_to_dict(result.problem, result.plan)
+    """The full plan JSON of the contract, with the ``workload`` digests that tell the workload it was
+    made for."""
+    problem, plan = result.problem, result.plan
+    waves = [wave_to_dict(problem, w, i) for i, w in enumerate(plan.waves)]
+    summary = workload_summary(problem.workload, waves)
+    data = {**plan_header(problem, plan), "workload": summary, "waves": waves}
     data["profile"] = result.profile
     data["solver"] = solver_to_dict(result.solver)
     data["candidates"] = [candidate_to_dict(c) for c in result.candidates]

@@ -275,6 +275,9 @@ class ModelCard(_Strict):
         self, topology: Topology, *, num_layers: int | None = None, phase: Phase = "cold"
     ) -> ResolvedCard:
         """Numbers for one topology, depth and phase."""
+        whole = isinstance(num_layers, int | np.integer) and not isinstance(num_layers, bool)
+        if num_layers is not None and not whole:
+            raise InputError(f"must be a whole number of layers, got {num_layers!r}", field="layers")
         if num_layers is not None and not 1 <= num_layers <= self.geometry.num_layers:
             raise InputError(
                 f"must be between 1 and the model's {self.geometry.num_layers} layers, got {num_layers}",

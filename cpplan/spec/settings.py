@@ -17,7 +17,7 @@ from cpplan.errors import InputError
 from cpplan.spec.card import ModelCard, Phase, ResolvedCard, load_model
 from cpplan.spec.correction import Correction
 from cpplan.spec.topology import Topology
-from cpplan.spec.units import parse_bytes
+from cpplan.spec.units import MAX_BYTES, MEMORY_MEANING, parse_memory
 
 _TOPOLOGY_WANTED = "a cpplan.Topology (or Topology.parse('cp=4'))"
 _MODEL_WANTED = "a ModelCard, a shipped card name or a .toml path"
@@ -37,7 +37,8 @@ class Settings:
     """The model card as loaded (geometry, memory floors, cost terms), before resolution."""
 
     memory_bytes: int
-    """Bytes a wave may use on each rank: the admission limit every rank's ``peak_bytes`` must meet."""
+    """The bytes per rank free for the wave, above the weights, the optimizer state and anything else
+    resident before it: the admission limit every rank's ``peak_bytes`` must meet."""
 
     num_layers: int | None = None
     """Run the card with this many layers, keeping its layer pattern (``None``: the card's own depth);
@@ -56,8 +57,12 @@ class Settings:
             self.model, ModelCard, "model", "a ModelCard (or use Settings.from_user with a name or path)"
         )
         memory = self.memory_bytes
-        if isinstance(memory, bool) or not isinstance(memory, int | np.integer) or memory <= 0:
-            raise InputError(f"must be a positive number of bytes, got {memory!r}", field="memory")
+        whole = isinstance(memory, int | np.integer) and not isinstance(memory, bool)
+        if not whole or not 0 < memory <= MAX_BYTES:
+            raise InputError(
+                f"must be a positive number of bytes up to 2^63 - 1, got {memory!r} ({MEMORY_MEANING})",
+                field="memory",
+            )
         object.__setattr__(self, "memory_bytes", int(memory))
         if self.phase not in get_args(Phase):
             raise InputError(f"must be 'cold' or 'warm', got {self.phase!r}", field="phase")
@@ -86,7 +91,7 @@ class Settings:
         _require(topology, Topology | None, "topology", _TOPOLOGY_WANTED)
         _require(model, ModelCard | str | Path, "model", _MODEL_WANTED)
         card = model if isinstance(model, ModelCard) else load_model(model)
-        memory = parse_bytes(memory_bytes) if isinstance(memory_bytes, str) else memory_bytes
+        memory = parse_memory(memory_bytes) if isinstance(memory_bytes, str) else memory_bytes
         return cls(
             topology=topology or Topology(),
             model=card,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from cpplan.errors import InputError
 from cpplan.spec.validation import input_error
@@ -27,6 +27,13 @@ class Topology(BaseModel):
     pp: int = Field(default=1, ge=1, le=1024)
     dp: int = Field(default=1, ge=1, le=65536)
 
+    @field_validator(*AXES, mode="before")
+    @classmethod
+    def _not_a_boolean(cls, value: object) -> object:
+        if isinstance(value, bool):
+            raise ValueError(f"must be a whole number, got {value!r}")
+        return value
+
     @model_validator(mode="after")
     def _expert_grid_divides(self) -> Topology:
         dense = self.tp * self.cp * self.dp
@@ -36,24 +43,14 @@ class Topology(BaseModel):
 
     @classmethod
     def parse(cls, text: str) -> Topology:
-        """Parse ``tp=1,cp=4,ep=1,etp=1,pp=1,dp=1``; sizes left out are 1."""
+        """Parse ``tp=1,cp=4,ep=1,etp=1,pp=1,dp=1``: comma-separated ``NAME=SIZE`` pairs, names in lower
+        case, sizes in ASCII digits; sizes left out are 1."""
         sizes: dict[str, int] = {}
         for part in filter(None, (p.strip() for p in text.split(","))):
-            name, sep, value = part.partition("=")
-            name = name.strip().lower()
-            if not sep or name not in AXES:
-                raise InputError(
-                    f"cannot read {part!r}; expected NAME=SIZE with NAME in {', '.join(AXES)}",
-                    field="topology",
-                )
+            name, size = _axis_size(part)
             if name in sizes:
                 raise InputError(f"{name} given twice", field=f"topology.{name}")
-            try:
-                sizes[name] = int(value.strip())
-            except ValueError:
-                raise InputError(
-                    f"{name}={value.strip()!r} is not an integer", field=f"topology.{name}"
-                ) from None
+            sizes[name] = size
         return cls.create(**sizes)
 
     @classmethod
@@ -70,3 +67,23 @@ class Topology(BaseModel):
     def as_env(self) -> dict[str, float]:
         """The sizes as formula names."""
         return {axis: float(getattr(self, axis)) for axis in AXES}
+
+
+def _axis_size(part: str) -> tuple[str, int]:
+    """One ``NAME=SIZE`` pair of a topology string."""
+    name, sep, value = part.partition("=")
+    name, value = name.strip(), value.strip()
+    if not sep or name not in AXES:
+        hint = f"; axis names are lower case ({name.lower()})" if name.lower() in AXES else ""
+        raise InputError(
+            f"cannot read {part!r}; expected NAME=SIZE with NAME in {', '.join(AXES)}{hint}",
+            field="topology",
+        )
+    if not (value.isascii() and value.isdigit()):
+        hint = (
+            "; separate the sizes with commas, e.g. cp=2,tp=1"
+            if "=" in value or " " in value
+            else "; write it in the digits 0-9"
+        )
+        raise InputError(f"{name}={value!r} is not an integer{hint}", field=f"topology.{name}")
+    return name, int(value)

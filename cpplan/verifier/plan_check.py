@@ -12,6 +12,7 @@ plan as a whole.
 from __future__ import annotations
 
 import math
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,8 +44,12 @@ def verify_plan(
     memory_bytes: int,
     *,
     chunk_tokens: int | None = None,
+    requests: Collection[tuple[str, int]] | None = None,
 ) -> Verification:
-    """Check a plan dictionary (as written by ``cpplan plan``) against the workload and card."""
+    """Check a plan dictionary (as written by ``cpplan plan``) against the workload and card.
+
+    ``requests``: the ``(item id, request index)`` pairs the plan must hold, when it is a part of a
+    larger plan (a pack shard); default every request of the workload."""
     chunk = int(chunk_tokens or data.get("chunk_tokens") or DEFAULT_CHUNK_TOKENS)
     waves = data.get("waves")
     if not isinstance(waves, list) or not waves:
@@ -63,7 +68,7 @@ def verify_plan(
         wave_costs.append(cost)
         worst_peak = max(worst_peak, peak)
     violations.extend(_split_violations(waves, seen))
-    violations.extend(_coverage_violations(workload, seen))
+    violations.extend(_coverage_violations(workload, seen, requests))
     total = math.fsum(wave_costs)
     claimed = data.get("cost_s")
     if not violations and isinstance(claimed, int | float) and not close(claimed, total):
@@ -99,12 +104,16 @@ def _check_wave(
     return price_ranks(w, wave, segments, offsets, owner, coverage, card, budget, violations)
 
 
-def _coverage_violations(workload: Workload, seen: dict[tuple[str, int], int]) -> list[str]:
-    """Every request of the workload in some wave, and no request that is not in it."""
-    expected = {(item.id, k) for item in workload.items for k in range(len(item.requests))}
+def _coverage_violations(
+    workload: Workload, seen: dict[tuple[str, int], int], requests: Collection[tuple[str, int]] | None
+) -> list[str]:
+    """Every expected request in some wave, and no request that is not in the workload."""
+    everything = {(item.id, k) for item in workload.items for k in range(len(item.requests))}
+    expected = everything if requests is None else everything & set(requests)
     found = [f"request {key[1]} of item {key[0]!r} is in no wave" for key in sorted(expected - set(seen))]
     found += [
-        f"request {key[1]} of item {key[0]!r} is not in the workload" for key in sorted(set(seen) - expected)
+        f"request {key[1]} of item {key[0]!r} is not in the workload"
+        for key in sorted(set(seen) - everything)
     ]
     return found
 
