@@ -9,6 +9,7 @@ from typing import Any
 
 from cpplan.pricing.ownership import owned_ranges
 from cpplan.pricing.result import Candidate, Plan, PlanResult, SolverStats, dp_rank_of
+from cpplan.pricing.schedule import Schedule, block, replay, scheduled, sequential
 from cpplan.pricing.wave import WavePlan
 from cpplan.spec.quantities import QUANTITY_NAMES
 
@@ -24,12 +25,20 @@ def cpplan_version() -> str:
         return "0+unknown"
 
 
-def wave_to_dict(result_problem, wave: WavePlan, index: int) -> dict[str, Any]:
-    """One wave: items, layout segments, request chains and per-rank loads with breakdowns."""
+def wave_to_dict(
+    result_problem,
+    wave: WavePlan,
+    index: int,
+    *,
+    gpus: tuple[int, ...] | None = None,
+    start_s: float | None = None,
+) -> dict[str, Any]:
+    """One wave: items, its CP group size ``cp`` (with ``gpus``, its pool ranks, and ``start_s``, its
+    start, when placed), layout segments, request chains and per-rank loads with breakdowns."""
     problem = result_problem
     workload = problem.workload
     layout = wave.layout
-    card = problem.card
+    card = problem.card.group_card(wave.cp)
     requests = []
     for k, r in enumerate(layout.request_ids.tolist()):
         item = workload.items[int(problem.request_item[r])]
@@ -37,7 +46,7 @@ def wave_to_dict(result_problem, wave: WavePlan, index: int) -> dict[str, Any]:
             {"item": item.id, "request": int(problem.request_index[r]), "segments": layout.chain(k).tolist()}
         )
     ranks = []
-    for rank in range(problem.topology.cp):
+    for rank in range(wave.cp):
         q = wave.quantities[rank]
         entry: dict[str, Any] = {
             "rank": rank,
@@ -50,9 +59,12 @@ def wave_to_dict(result_problem, wave: WavePlan, index: int) -> dict[str, Any]:
         entry["time_s"] = float(wave.prices.time_s[rank])
         ranks.append(entry)
     item_ids = [workload.items[i].id for i in wave.items]
+    placed = {} if gpus is None else {"gpus": list(gpus), "start_s": start_s}
     return {
         "index": index,
-        "dp_rank": dp_rank_of(index, problem.topology.dp),
+        "dp_rank": _dp_rank(problem.topology.cp, index, problem.topology.dp, gpus),
+        "cp": wave.cp,
+        **placed,
         "items": item_ids,
         "layout": wave.layout_name,
         "split": wave.split,
@@ -73,9 +85,36 @@ def wave_to_dict(result_problem, wave: WavePlan, index: int) -> dict[str, Any]:
     }
 
 
+def _dp_rank(cp: int, index: int, dp: int, gpus: tuple[int, ...] | None) -> int | None:
+    """The data-parallel replica a wave runs on: the block of ``cp`` pool ranks holding its group
+    (``None`` for a dynamic-CP group spanning replicas); round-robin for an unplaced wave."""
+    if gpus is None:
+        return dp_rank_of(index, dp)
+    first, last = gpus[0] // cp, gpus[-1] // cp
+    return first if first == last else None
+
+
+def plan_schedule(problem, plan: Plan) -> Schedule:
+    """Where and when each wave runs: the plan's own schedule; without one, one group after another
+    (``dp = 1``), or waves dealt round-robin to the replicas (a plan made without a schedule under
+    ``dp > 1``)."""
+    if plan.schedule is not None:
+        return plan.schedule
+    topology = problem.topology
+    costs = [w.cost_s for w in plan.waves]
+    if not scheduled(topology):
+        return sequential(costs, topology.cp)
+    gpus = [block(topology.cp, w % topology.dp) for w in range(len(costs))]
+    starts, makespan = replay(costs, gpus, topology.pool)
+    return Schedule(pool=topology.pool, gpus=tuple(gpus), start_s=tuple(starts), makespan_s=makespan)
+
+
 def plan_to_dict(problem, plan: Plan) -> dict[str, Any]:
-    """A plan alone (no portfolio information), as the verifier reads it."""
+    """A plan alone (no portfolio information), as the verifier reads it. Under ``dp > 1`` or dynamic
+    CP, ``cost_s`` is the schedule's makespan; otherwise the sum of the waves' costs."""
     card = problem.card
+    schedule = plan_schedule(problem, plan)
+    cost_s = schedule.makespan_s if scheduled(problem.topology) else plan.cost_s
     return {
         "cpplan_version": cpplan_version(),
         "model": card.name,
@@ -86,12 +125,15 @@ def plan_to_dict(problem, plan: Plan) -> dict[str, Any]:
         "chunk_tokens": problem.chunk_tokens,
         "safety": card.safety,
         "strategy": plan.strategy,
-        "cost_s": plan.cost_s,
+        "cost_s": cost_s,
         "num_waves": plan.num_waves,
         "logical_tokens": plan.logical_tokens,
         "packed_tokens": plan.packed_tokens,
         "peak_bytes": plan.peak_bytes,
-        "waves": [wave_to_dict(problem, w, i) for i, w in enumerate(plan.waves)],
+        "waves": [
+            wave_to_dict(problem, w, i, gpus=schedule.gpus[i], start_s=schedule.start_s[i])
+            for i, w in enumerate(plan.waves)
+        ],
     }
 
 
