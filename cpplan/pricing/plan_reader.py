@@ -102,7 +102,7 @@ def read_wave(data: dict[str, Any], w: int, workload: Workload) -> WaveArrays:
     request_ptr = np.cumsum([0, *(c.size for c in chains)]).astype(np.int64)
     request_segments = np.concatenate(chains)
     seg_src = _segment_sources(request_ids, request_ptr, request_segments, num_segments, where)
-    num_ranks = _plan_cp(data)
+    num_ranks = _wave_cp(wave, data, where)
     token_owner = _owners_from_ranges(wave.get("ranks"), num_ranks, int(seg_length.sum()), where)
     chunk_tokens = data.get("chunk_tokens", CHUNK_TOKENS)
     return WaveArrays(
@@ -197,6 +197,18 @@ def _plan_cp(data: dict[str, Any]) -> int:
     cp = topology.get("cp") if isinstance(topology, dict) else None
     if not isinstance(cp, int) or isinstance(cp, bool) or cp < 1:
         raise InputError("must give a positive integer cp", field="topology.cp")
+    return cp
+
+
+def _wave_cp(wave: dict[str, Any], data: dict[str, Any], where: str) -> int:
+    """The wave's CP group size: its ``cp`` (dynamic-CP plans), else the plan's (which must be valid
+    either way)."""
+    plan_cp = _plan_cp(data)
+    if "cp" not in wave:
+        return plan_cp
+    cp = wave["cp"]
+    if not isinstance(cp, int) or isinstance(cp, bool) or cp < 1:
+        raise InputError("must be a positive integer group size", field=f"{where}.cp")
     return cp
 
 

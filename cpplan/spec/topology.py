@@ -64,9 +64,10 @@ class Topology(BaseModel):
         return tuple(1 << k for k in range(self.pool.bit_length()))
 
     def group(self, size: int) -> Topology:
-        """The topology a wave of CP group ``size`` runs under: the same pool, ``cp = size``."""
+        """The fixed-CP topology a wave of CP group ``size`` runs under: the same pool, ``cp = size``,
+        ``dp = pool / size``."""
         assert self.pool % size == 0, f"group size {size} does not divide the pool of {self.pool}"
-        return self.model_copy(update={"cp": size, "dp": self.pool // size})
+        return self.model_copy(update={"cp": size, "dp": self.pool // size, "dynamic_cp": False})
 
     @classmethod
     def parse(cls, text: str) -> Topology:

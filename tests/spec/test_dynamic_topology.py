@@ -11,12 +11,13 @@ from cpplan.spec.card import ModelCard
 
 def test_pool_and_group_sizes():
     """``dp=2, cp=4, dynamic_cp`` is a pool of 8 GPUs whose waves take group sizes 1, 2, 4 or 8; a
-    fixed topology has one group size, its ``cp``; a group keeps the pool (``dp = pool / size``)."""
+    fixed topology has one group size, its ``cp``; a group is the fixed topology of that size on the
+    same pool (``dp = pool / size``)."""
     topology = Topology(dp=2, cp=4, dynamic_cp=True)
     assert topology.pool == 8 and topology.group_sizes() == (1, 2, 4, 8)
     assert Topology(dp=2, cp=4).group_sizes() == (4,)
     group = topology.group(2)
-    assert (group.cp, group.dp, group.pool, group.dynamic_cp) == (2, 4, 8, True)
+    assert (group.cp, group.dp, group.pool, group.dynamic_cp) == (2, 4, 8, False)
 
 
 def test_parse_and_print_the_flag():
