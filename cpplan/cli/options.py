@@ -58,10 +58,28 @@ def problem_options(func: Callable) -> Callable:
     return functools.reduce(lambda f, option: option(f), reversed(options), func)
 
 
+dynamic_cp_option = click.option(
+    "--dynamic-cp",
+    "dynamic_cp",
+    is_flag=True,
+    help="Pool the dp x cp GPUs: each wave chooses its CP group size (a power of two); cost is the makespan.",
+)
+"""``--dynamic-cp``: the topology's ``dynamic_cp`` flag (also ``dynamic_cp=1`` in ``--topology``)."""
+
+
 def build(
-    workload_path: Path, model: str, topology: str, memory: str, layers: int | None, phase: str
+    workload_path: Path,
+    model: str,
+    topology: str,
+    memory: str,
+    layers: int | None,
+    phase: str,
+    *,
+    dynamic_cp: bool = False,
 ) -> Problem:
     """Read the settings and the workload and assemble the problem (errors are :class:`InputError`)."""
+    if dynamic_cp:
+        topology = f"{topology},dynamic_cp=1" if topology else "dynamic_cp=1"
     settings = Settings.from_user(
         topology=topology, model=model, memory_bytes=memory, num_layers=layers, phase=phase
     )

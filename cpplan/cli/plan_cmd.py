@@ -9,7 +9,7 @@ import click
 
 from cpplan.api import solve
 from cpplan.cli import cli
-from cpplan.cli.options import build, problem_options
+from cpplan.cli.options import build, dynamic_cp_option, problem_options
 from cpplan.cli.plan_table import print_summary
 from cpplan.errors import InputError
 from cpplan.pricing.serialize import dumps, result_to_dict
@@ -19,6 +19,7 @@ from cpplan.spec.profile import load_solver
 @cli.command("plan")
 @click.argument("workload", type=click.Path(path_type=Path))
 @problem_options
+@dynamic_cp_option
 @click.option(
     "--solver",
     "solver",
@@ -51,6 +52,7 @@ def plan_command(
     memory: str,
     layers: int | None,
     phase: str,
+    dynamic_cp: bool,
     solver: str,
     time_budget: float | None,
     output: Path | None,
@@ -61,7 +63,7 @@ def plan_command(
         why = "is a directory" if output.is_dir() else "its directory does not exist"
         raise InputError(f"cannot write the plan here: {why}", file=str(output), field="output")
     profile = load_solver(solver).with_time_budget(time_budget)
-    problem = build(workload, model, topology, memory, layers, phase)
+    problem = build(workload, model, topology, memory, layers, phase, dynamic_cp=dynamic_cp)
     result = solve(problem, profile)
     text = dumps(result_to_dict(result))
     if output is None:

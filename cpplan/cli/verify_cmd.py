@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from cpplan.cli import EXIT_INVALID, cli
-from cpplan.cli.options import build, problem_options
+from cpplan.cli.options import build, dynamic_cp_option, problem_options
 from cpplan.errors import InputError
 from cpplan.verifier import verify_plan
 
@@ -17,8 +17,16 @@ from cpplan.verifier import verify_plan
 @click.argument("plan_file", metavar="PLAN.json", type=click.Path(path_type=Path))
 @click.argument("workload", type=click.Path(path_type=Path))
 @problem_options
+@dynamic_cp_option
 def verify_command(
-    plan_file: Path, workload: Path, model: str, topology: str, memory: str, layers: int | None, phase: str
+    plan_file: Path,
+    workload: Path,
+    model: str,
+    topology: str,
+    memory: str,
+    layers: int | None,
+    phase: str,
+    dynamic_cp: bool,
 ) -> int:
     """Check PLAN.json against WORKLOAD: exit 0 when valid, 1 listing each violation."""
     try:
@@ -29,7 +37,7 @@ def verify_command(
         raise InputError(f"malformed JSON: {exc.msg}", file=str(plan_file), line=exc.lineno) from None
     if not isinstance(data, dict):
         raise InputError("a plan is a JSON object", file=str(plan_file))
-    problem = build(workload, model, topology, memory, layers, phase)
+    problem = build(workload, model, topology, memory, layers, phase, dynamic_cp=dynamic_cp)
     verdict = verify_plan(data, problem.workload, problem.card, problem.budget_bytes)
     if verdict.valid:
         click.echo(

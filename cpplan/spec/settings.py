@@ -91,8 +91,12 @@ class Settings:
 
     @cached_property
     def card(self) -> ResolvedCard:
-        """The card resolved for the topology, depth and phase (computed once per settings object)."""
-        return self.model.resolve(self.topology, num_layers=self.num_layers, phase=self.phase)
+        """The card resolved for the topology, depth and phase (computed once per settings object);
+        under dynamic CP also for every group size, so a size the card cannot price fails here."""
+        card = self.model.resolve(self.topology, num_layers=self.num_layers, phase=self.phase)
+        for size in self.topology.group_sizes() if self.topology.dynamic_cp else ():
+            card.group_card(size)
+        return card
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
