@@ -18,7 +18,7 @@ from cpplan.planners.greedy import greedy_plan
 from cpplan.planners.portfolio import solve
 from cpplan.pricing.problem import Problem, check_context
 from cpplan.pricing.result import Plan
-from cpplan.pricing.serialize import strip_timing, wave_to_dict
+from cpplan.pricing.serialize import plan_schedule, strip_timing, wave_to_dict
 from cpplan.pricing.wave import local_tokens
 from cpplan.spec.card import ResolvedCard
 from cpplan.spec.profile import SolverProfile
@@ -242,9 +242,16 @@ def _shard(
         return [], {"requests": 0, **empty, "peak_bytes": 0, "baseline": {**empty, "items_unplaced": 0}}
     problem, plan = planned
     baseline, unplaced = _baseline(problem, ctx)
+    schedule = plan_schedule(problem, plan)
     lines = [
         json.dumps(
-            strip_timing({"window": job.index, "strategy": plan.strategy, **wave_to_dict(problem, wave, i)}),
+            strip_timing(
+                {
+                    "window": job.index,
+                    "strategy": plan.strategy,
+                    **wave_to_dict(problem, wave, i, gpus=schedule.gpus[i], start_s=schedule.start_s[i]),
+                }
+            ),
             separators=(",", ":"),
             allow_nan=False,
         )

@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from cpplan.errors import NoFitError
 from cpplan.planners.deadline import Deadline
@@ -124,21 +124,26 @@ def sized_plans(problem: Problem, sizes: Sequence[int], layouts: Sequence[str], 
 
 def item_sizes(
     problem: Problem, layouts: Sequence[str], allowed: Sequence[int] | None = None
-) -> list[list[int]]:
-    """Group-size assignments to try: every item at one size (each size where all fit), then per floor
-    ``f`` every item at ``max(f, its smallest fit)`` (the largest size for an item that fits no group
-    whole), then the balance-minded one of :func:`spread_sizes`; distinct assignments only."""
+) -> Iterator[list[int]]:
+    """Group-size assignments to try, lazily: every item at the topology's ``cp`` first (nothing to
+    price before it), then at each other size where all fit, then per floor ``f`` every item at
+    ``max(f, its smallest fit)`` (the largest size for an item that fits no group whole), then the
+    balance-minded one of :func:`spread_sizes`; distinct assignments only."""
     sizes = group_sizes(problem, allowed)
-    fits = [smallest_fit(problem, i, layouts, allowed) for i in range(problem.num_items)]
-    found: list[list[int]] = []
     base = problem.topology.cp if problem.topology.cp in sizes else sizes[0]
-    uniform = [size for size in sizes if size == base or all(f is not None and f <= size for f in fits)]
+    first = [base] * problem.num_items
+    yield first
+    fits = [smallest_fit(problem, i, layouts, allowed) for i in range(problem.num_items)]
+    uniform = [size for size in sizes if all(f is not None and f <= size for f in fits)]
     floors = [[max(floor, f or sizes[-1]) for f in fits] for floor in sizes]
-    spread = spread_sizes(problem, layouts, sizes, [f or sizes[-1] for f in fits])
-    for assignment in [[size] * problem.num_items for size in uniform] + floors + [spread]:
+    found = [first]
+    for assignment in [[size] * problem.num_items for size in uniform] + floors:
         if assignment not in found:
             found.append(assignment)
-    return found
+            yield assignment
+    spread = spread_sizes(problem, layouts, sizes, [f or sizes[-1] for f in fits])
+    if spread not in found:
+        yield spread
 
 
 def spread_sizes(
@@ -173,12 +178,9 @@ def dynamic_greedy_plan(
     ``cp`` plans first and always; the others while ``deadline`` allows), over the group sizes in
     ``allowed`` (default: all). Raises :class:`NoFitError` when a request fits no group, not even the
     largest."""
-    base = problem.topology.cp
-    assignments = item_sizes(problem, layouts, allowed)
-    assignments.sort(key=lambda sizes: sizes != [base] * problem.num_items)
     candidates: list[Plan] = []
     refusal: NoFitError | None = None
-    for assignment in assignments:
+    for assignment in item_sizes(problem, layouts, allowed):
         if deadline is not None and deadline.expired() and candidates:
             break
         try:

@@ -58,9 +58,9 @@ def chunk_pieces(
     packed = int(seg_offset[-1] + seg_length[-1])
     owner = np.asarray(owner, dtype=np.int64)
     changes = np.flatnonzero(owner[1:] != owner[:-1]) + 1
-    bounds = np.union1d(np.asarray(seg_offset, dtype=np.int64), changes * chunk_tokens)
+    bounds = np.unique(np.concatenate([np.asarray(seg_offset, dtype=np.int64), changes * chunk_tokens]))
     start = bounds[bounds < packed]
-    length = np.diff(np.append(start, packed))
+    length = np.diff(start, append=packed)
     seg = np.searchsorted(seg_offset, start, side="right") - 1
     piece_owner = owner[start // chunk_tokens]
     first = start == seg_offset[seg]
@@ -91,9 +91,9 @@ def _rounds(seg: np.ndarray, first: np.ndarray, crossing: np.ndarray, seg_parent
     first_index = np.flatnonzero(first)
     inner = count - count[first_index][seg]  # crossings after the segment's first piece, up to this one
     num_segments = seg_parent.size
-    seg_total = np.zeros(num_segments, dtype=np.int64)
-    np.add.at(seg_total, seg, crossing)  # a segment's own crossings, its first piece's included
-    total, ancestor = seg_total.copy(), np.asarray(seg_parent, dtype=np.int64).copy()
+    # a segment's own crossings, its first piece's included
+    total = np.bincount(seg, weights=crossing, minlength=num_segments).astype(np.int64)
+    ancestor = np.asarray(seg_parent, dtype=np.int64)
     while (ancestor >= 0).any():
         has = ancestor >= 0
         total = total + np.where(has, total[np.maximum(ancestor, 0)], 0)
@@ -106,8 +106,8 @@ def handoff_of(pieces: Pieces, num_ranks: int, seconds: HandoffSeconds) -> Hando
     """The rounds, crossings and waiting tokens of ``pieces`` and what they cost under ``seconds``."""
     rounds = int(pieces.round.max()) + 1 if pieces.round.size else 1
     crossings = int(np.unique(pieces.source[pieces.source >= 0]).size)
-    work = np.zeros((num_ranks, rounds), dtype=np.int64)
-    np.add.at(work, (pieces.owner, pieces.round), pieces.length)
+    cells = pieces.owner * rounds + pieces.round
+    work = np.bincount(cells, weights=pieces.length, minlength=num_ranks * rounds).reshape(num_ranks, rounds)
     wait_tokens = int(work.max(axis=0).sum() - work.sum(axis=1).max())
     cost = (
         (rounds - 1) * seconds.round_s + crossings * seconds.state_s + wait_tokens * seconds.wait_s_per_token
