@@ -7,6 +7,7 @@ from cpplan.pricing.problem import Problem
 from cpplan.pricing.result import Candidate, Plan, PlanResult, SolverStats
 from cpplan.pricing.tree import PrefixTree
 from cpplan.runtime.materialize import RankBatch, materialize, materialize_wave
+from cpplan.runtime.pool import materialize_pool, pool_waves
 from cpplan.spec.card import ModelCard, ResolvedCard, available_models, load_model
 from cpplan.spec.profile import SolverProfile, available_solvers, load_solver
 from cpplan.spec.settings import Settings
@@ -42,8 +43,10 @@ __all__ = [
     "load_model",
     "load_solver",
     "materialize",
+    "materialize_pool",
     "materialize_wave",
     "plan",
+    "pool_waves",
     "solve",
     "verify",
 ]

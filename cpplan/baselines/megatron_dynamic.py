@@ -57,6 +57,7 @@ class _Group:
     load: float = 0.0
 
     def ranks(self) -> set[int]:
+        """The pool ranks the group holds."""
         return set(block(self.size, self.index))
 
 

@@ -17,8 +17,12 @@ import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from cpplan.spec.topology import Topology
+
+if TYPE_CHECKING:
+    from cpplan.pricing.result import Plan
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -115,7 +119,7 @@ def pool_rank_waves(
     return [(w, rank) for _, w, rank in sorted(mine)]
 
 
-def balanced(plan, pool: int):
+def balanced(plan: Plan, pool: int) -> Plan:
     """``plan`` (a :class:`~cpplan.pricing.result.Plan`) with its waves placed by :func:`place` on a
     pool of ``pool`` GPUs, in the placement's order; a plan that already has a schedule is returned as
     it is."""

@@ -24,13 +24,10 @@ PlanLike = Plan | PlanResult | dict[str, Any] | str | Path
 def pool_waves(plan: PlanLike, pool_rank: int) -> list[tuple[int, int]]:
     """The ``(wave, wave rank)`` pairs that GPU ``pool_rank`` of the pool runs, in schedule order."""
     gpus, starts = _placements(plan)
-    pool = max((g for group in gpus for g in group), default=-1) + 1
-    if isinstance(pool_rank, bool) or not isinstance(pool_rank, int) or pool_rank < 0:
-        raise InputError(f"must be a non-negative pool rank, got {pool_rank!r}", field="pool_rank")
-    if pool_rank >= max(pool, _pool_size(plan)):
+    pool = max(_pool_size(plan), max((g for group in gpus for g in group), default=-1) + 1)
+    if isinstance(pool_rank, bool) or not isinstance(pool_rank, int) or not 0 <= pool_rank < pool:
         raise InputError(
-            f"pool rank {pool_rank} is out of range: the pool has {max(pool, _pool_size(plan))} GPUs",
-            field="pool_rank",
+            f"pool rank {pool_rank!r} is out of range: the pool has {pool} GPUs", field="pool_rank"
         )
     return pool_rank_waves(gpus, starts, pool_rank)
 

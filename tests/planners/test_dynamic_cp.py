@@ -13,7 +13,7 @@ from cpplan.errors import NoFitError, UnsupportedTopologyError
 from cpplan.planners.dynamic_cp import dynamic_greedy_plan, group_problem, sized_plans
 from cpplan.pricing.problem import Problem
 from cpplan.pricing.schedule import block, replay
-from cpplan.pricing.serialize import plan_to_dict
+from cpplan.pricing.serialize import dumps, plan_to_dict, result_to_dict, strip_timing
 from cpplan.runtime.pool import materialize_pool, pool_waves
 from cpplan.spec.card import ModelCard
 from cpplan.spec.settings import Settings
@@ -57,7 +57,8 @@ def _verify(problem: Problem, plan):
 
 def test_dynamic_portfolio_never_costs_more_than_any_fixed_cp(mixed, qwen36):
     """On a pool of 8 GPUs the dynamic plan's makespan is at most every fixed CP size's (the fixed
-    plans a size admits at all), its waves take only group sizes of the pool, and it verifies."""
+    plans a size admits at all), its waves take only group sizes of the pool, it verifies, and the
+    deterministic profile gives the same plan JSON byte for byte on a second run."""
     profile = cpplan.load_solver("deterministic")
     dynamic = cpplan.solve(_problem(mixed, cpplan.Topology(dp=2, cp=4, dynamic_cp=True), qwen36), profile)
     assert {w.cp for w in dynamic.plan.waves} <= {1, 2, 4, 8}
@@ -72,6 +73,8 @@ def test_dynamic_portfolio_never_costs_more_than_any_fixed_cp(mixed, qwen36):
     assert len(fixed_costs) >= 2
     assert all(dynamic.cost_s <= f.cost_s * (1 + 1e-9) for f in fixed_costs)
     assert _verify(dynamic.problem, dynamic.plan).valid
+    again = cpplan.solve(_problem(mixed, cpplan.Topology(dp=2, cp=4, dynamic_cp=True), qwen36), profile)
+    assert dumps(strip_timing(result_to_dict(again))) == dumps(strip_timing(result_to_dict(dynamic)))
 
 
 def test_waves_of_several_sizes_share_the_pool(sized):
