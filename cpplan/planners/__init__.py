@@ -50,18 +50,22 @@ def _cpsat(problem: Problem, profile: SolverProfile, deadline: Deadline) -> tupl
 
 def at_every_size(strategy: Strategy, dynamic: Strategy | None = None) -> Strategy:
     """Under dynamic CP: ``strategy`` run as the fixed-CP strategy of every group size (on the group
-    problems, each plan balanced over the pool), and ``dynamic`` (when given) on the pool itself; the
-    plan of least makespan (ties to the earlier), with the statistics of the last run that had any. So
-    a dynamic plan is never costlier than the same strategy's plan at any fixed CP size of the pool.
-    Elsewhere, ``strategy`` itself."""
+    problems, each plan balanced over the pool; the topology's ``cp`` first), and ``dynamic`` (when
+    given) on the pool itself; the plan of least makespan (ties to the earlier), with the statistics of
+    the last run that had any. So a dynamic plan is never costlier than the same strategy's plan at any
+    fixed CP size of the pool; a wall-clock deadline stops the runs once one has a plan. Elsewhere,
+    ``strategy`` itself."""
 
     def run(problem: Problem, profile: SolverProfile, deadline: Deadline):
         if not problem.topology.dynamic_cp:
             return strategy(problem, profile, deadline)
-        runs = [(strategy, group_problem(problem, size)) for size in group_sizes(problem)]
+        sizes = sorted(group_sizes(problem), key=lambda size: size != problem.topology.cp)
+        runs = [(strategy, group_problem(problem, size)) for size in sizes]
         runs += [(dynamic, problem)] if dynamic is not None else []
         best, stats, refusal = None, None, None
         for planner, target in runs:
+            if best is not None and deadline.expired():
+                break
             try:
                 plan, found = planner(target, profile, deadline)
             except NoFitError as exc:  # a size too small for some request: other sizes may hold it

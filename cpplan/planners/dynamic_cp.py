@@ -108,18 +108,19 @@ def token_caps(problem: Problem, items: Sequence[int], size: int) -> list[int | 
     return [None, -(-total // groups), -(-total // (2 * groups))]
 
 
-def sized_plans(problem: Problem, sizes: Sequence[int], layouts: Sequence[str], strategy: str) -> list[Plan]:
+def sized_plans(
+    problem: Problem, sizes: Sequence[int], layouts: Sequence[str], strategy: str
+) -> Iterator[Plan]:
     """Every item ``i`` in waves of group size ``sizes[i]`` (the items of one size in order), all the
-    waves balanced over the pool: one plan per token cap of :func:`token_caps`."""
+    waves balanced over the pool: one plan per token cap of :func:`token_caps`, lazily (no cap
+    first)."""
     classes = {g: [i for i in range(problem.num_items) if sizes[i] == g] for g in sorted(set(sizes))[::-1]}
-    plans = []
     for k in range(3):
         waves: list[WavePlan] = []
         for size, items in classes.items():
             cap = token_caps(problem, items, size)[k]
             waves.extend(packed_waves(group_problem(problem, size), items, layouts, max_tokens=cap))
-        plans.append(balanced(Plan(strategy=strategy, waves=tuple(waves)), problem.topology.pool))
-    return plans
+        yield balanced(Plan(strategy=strategy, waves=tuple(waves)), problem.topology.pool)
 
 
 def item_sizes(
@@ -181,12 +182,15 @@ def dynamic_greedy_plan(
     candidates: list[Plan] = []
     refusal: NoFitError | None = None
     for assignment in item_sizes(problem, layouts, allowed):
-        if deadline is not None and deadline.expired() and candidates:
-            break
         try:
-            candidates.extend(sized_plans(problem, assignment, layouts, strategy))
+            for plan in sized_plans(problem, assignment, layouts, strategy):
+                candidates.append(plan)
+                if deadline is not None and deadline.expired():
+                    break
         except NoFitError as exc:  # a request too large for some group: other sizes may hold it
             refusal = exc
+        if deadline is not None and deadline.expired() and candidates:
+            break
     if not candidates:
         assert refusal is not None
         raise refusal
