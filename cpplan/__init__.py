@@ -29,6 +29,8 @@ _EXPORTS: dict[str, str] = {
     "RankBatch": "cpplan.runtime.materialize",
     "materialize": "cpplan.runtime.materialize",
     "materialize_wave": "cpplan.runtime.materialize",
+    "materialize_pool": "cpplan.runtime.pool",
+    "pool_waves": "cpplan.runtime.pool",
     "PackDataset": "cpplan.runtime.pack_dataset",
     "ModelCard": "cpplan.spec.card",
     "ResolvedCard": "cpplan.spec.card",
@@ -75,8 +77,10 @@ __all__ = [
     "load_model",
     "load_solver",
     "materialize",
+    "materialize_pool",
     "materialize_wave",
     "plan",
+    "pool_waves",
     "solve",
     "verify",
 ]
@@ -111,6 +115,7 @@ if TYPE_CHECKING:  # what type checkers and editors see
     from cpplan.pricing.tree import PrefixTree
     from cpplan.runtime.materialize import RankBatch, materialize, materialize_wave
     from cpplan.runtime.pack_dataset import PackDataset
+    from cpplan.runtime.pool import materialize_pool, pool_waves
     from cpplan.spec.card import ModelCard, ResolvedCard, available_models, load_model
     from cpplan.spec.profile import SolverProfile, available_solvers, load_solver
     from cpplan.spec.settings import Settings

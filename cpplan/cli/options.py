@@ -17,12 +17,13 @@ from cpplan.spec.units import MEMORY_MEANING, format_bytes, memory_from_gpu, par
 if TYPE_CHECKING:
     from cpplan.spec.records import RecordFields
     from cpplan.spec.settings import Settings
+    from cpplan.spec.topology import Topology
 
 MEMORY_HELP = (
     f"{MEMORY_MEANING[0].upper()}{MEMORY_MEANING[1:]}, e.g. 40GiB (units: GiB, GB, MiB, MB, KiB, KB; a "
     "number alone is bytes). Or give --gpu-memory and --resident."
 )
-PROBLEM_KEYS = ("model", "topology", "memory", "gpu_memory", "resident", "layers", "phase")
+PROBLEM_KEYS = ("model", "topology", "dynamic_cp", "memory", "gpu_memory", "resident", "layers", "phase")
 RECORD_KEYS = ("tokens_field", "id_field")
 
 
@@ -42,6 +43,14 @@ def problem_options(*, from_plan: bool = False) -> Callable:
             default=None,
             metavar="tp=1,cp=4,...",
             help=f"Parallel sizes, comma-separated; those left out are 1{later}.",
+        ),
+        click.option(
+            "--dynamic-cp",
+            "dynamic_cp",
+            is_flag=True,
+            default=False,
+            help="Pool the dp x cp GPUs: each wave chooses its CP group size (a power of two) and the cost "
+            "is the step's makespan (also dynamic_cp=1 in --topology).",
         ),
         click.option("--memory", default=None, metavar="SIZE", help=MEMORY_HELP + later),
         click.option(
@@ -156,6 +165,8 @@ def read_settings(values: dict[str, Any], plan: dict[str, Any] | None = None) ->
     topology = chosen["topology"]
     if isinstance(topology, dict):
         topology = Topology.create(**topology)
+    if values.get("dynamic_cp"):
+        topology = _dynamic(topology)
     return Settings.from_user(
         topology=topology or "",
         model=chosen["model"],
@@ -163,6 +174,13 @@ def read_settings(values: dict[str, Any], plan: dict[str, Any] | None = None) ->
         num_layers=chosen["num_layers"],
         phase=chosen["phase"] or "cold",
     )
+
+
+def _dynamic(topology: Topology | str | None) -> Topology | str:
+    """``--dynamic-cp`` folded into the topology (its ``dynamic_cp`` flag)."""
+    if isinstance(topology, str) or topology is None:
+        return f"{topology},dynamic_cp=1" if topology else "dynamic_cp=1"
+    return topology.model_copy(update={"dynamic_cp": True})
 
 
 _PLAN_FIELDS = {
@@ -206,5 +224,6 @@ def _shown(field: str, value: Any) -> str:
     if field == "memory_bytes" and isinstance(value, int):
         return f"{value:,} ({format_bytes(value)})"
     if field == "topology" and isinstance(value, dict):
-        return ",".join(f"{k}={v}" for k, v in value.items() if v != 1) or "single rank"
+        sizes = [f"{k}={v}" for k, v in value.items() if k != "dynamic_cp" and v != 1]
+        return ",".join([*sizes, *(["dynamic_cp"] if value.get("dynamic_cp") else [])]) or "single rank"
     return str(value)

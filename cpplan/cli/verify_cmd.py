@@ -98,7 +98,10 @@ def _verify_one(data: dict[str, Any], workload, settings):
             for r in entries
             if isinstance(r.get("item"), str) and isinstance(r.get("request"), int)
         ]
-    return verify_plan(data, workload, settings.card, settings.memory_bytes, requests=held)
+    whole = not part or len(data.get("waves") or []) == data["pack"].get("waves")
+    return verify_plan(
+        data, workload, settings.card, settings.memory_bytes, requests=held, check_starts=whole
+    )
 
 
 def _report(verdict, num_waves: int, budget: int, prefix: str = "") -> int:

@@ -291,8 +291,7 @@ def _position(job: WindowJob, ctx: PackContext, wave: int, num_waves: int) -> di
 
 def _shard_line(problem: Problem, plan: Plan, index: int, position: dict[str, Any]) -> str:
     """One shard line: wave ``index`` as a plan of its own (readable by ``materialize`` and ``cpplan
-    verify``), its ``pack`` position before the wave. Replicas are assigned over the whole pack (see
-    :func:`~cpplan.pricing.plan_reader.replica_waves`), so the window's own ``dp_rank`` is left out."""
+    verify``), its ``pack`` position before the wave and its place in the window's schedule (``gpus``,
+    ``start_s``; see :func:`~cpplan.pricing.plan_reader.rank_waves`)."""
     data = strip_timing(wave_plan_dict(problem, plan, index, {"pack": position}))
-    del data["waves"][0]["dp_rank"]
     return json.dumps(data, separators=(",", ":"), allow_nan=False)

@@ -10,21 +10,20 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 
 from cpplan.errors import InputError
 from cpplan.pricing.ownership import CHUNK_TOKENS
 from cpplan.pricing.result import dp_rank_of
+from cpplan.pricing.schedule import pool_rank_waves
 from cpplan.pricing.wave import WavePlan
 from cpplan.spec.workload import Workload
 from cpplan.spec.workload_digest import plan_digest, wave_digest
-
-T = TypeVar("T")
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -120,6 +119,16 @@ SETTINGS_FIELDS = ("model", "layers", "phase", "topology", "memory_bytes", "chun
 """Plan-JSON fields every part of one plan shares: the settings it was priced under."""
 
 
+def _window_cost(header: dict[str, Any], waves: list[dict[str, Any]]) -> float:
+    """A window's cost from its waves: the makespan of their schedule under ``dp > 1`` or dynamic CP,
+    the sum of their costs otherwise."""
+    topology = header.get("topology") if isinstance(header.get("topology"), dict) else {}
+    costs = [float(w.get("cost_s", 0.0)) for w in waves]
+    if topology.get("dynamic_cp") or int(topology.get("dp", 1)) > 1:
+        return max(float(w.get("start_s", 0.0)) + c for w, c in zip(waves, costs, strict=True))
+    return math.fsum(costs)
+
+
 def merge_plan_lines(plans: list[tuple[int, dict[str, Any]]], source: str) -> dict[str, Any]:
     """One plan from the one-wave plans of a shard file (the waves in line order, totals added up, the
     workload digests chained); every line must share the settings and the pack window."""
@@ -138,7 +147,7 @@ def merge_plan_lines(plans: list[tuple[int, dict[str, Any]]], source: str) -> di
     waves = [wave for _, data in plans for wave in data["waves"]]
     merged = {key: first[key] for key in first if key not in ("workload", "pack", "waves")}
     merged.update(
-        cost_s=math.fsum(float(data.get("cost_s", 0.0)) for _, data in plans),
+        cost_s=_window_cost(first, waves),
         num_waves=len(waves),
         logical_tokens=sum(int(data.get("logical_tokens", 0)) for _, data in plans),
         packed_tokens=sum(int(data.get("packed_tokens", 0)) for _, data in plans),
@@ -159,14 +168,27 @@ def merge_plan_lines(plans: list[tuple[int, dict[str, Any]]], source: str) -> di
     return merged
 
 
-def replica_waves(waves: Iterable[T], *, dp: int, dp_rank: int) -> Iterator[tuple[int, T]]:
-    """The waves data-parallel replica ``dp_rank`` (of ``dp``) runs, each with its position: the one
-    place the assignment rule is applied when a plan or a pack is read back. Today's rule is
-    :func:`~cpplan.pricing.result.dp_rank_of` on the position (round-robin), so every wave runs on exactly
-    one replica and replicas' wave counts differ by at most one."""
-    for position, wave in enumerate(waves):
-        if dp_rank_of(position, dp) == dp_rank:
-            yield position, wave
+def rank_waves(
+    waves: Sequence[dict[str, Any]], *, first: int, cp: int, dp: int, pool_rank: int
+) -> list[tuple[int, int]]:
+    """The ``(wave, wave rank)`` pairs GPU ``pool_rank`` of the ``dp * cp`` pool runs among ``waves``
+    (plan-JSON wave objects numbered from ``first``), in schedule order: the one place the assignment
+    rule is applied when a plan or a pack is read back. A wave runs on its ``gpus`` (rank ``r`` on
+    ``gpus[r]``), in order of ``start_s``; a wave without them (plan JSON written before schedules)
+    goes to replica ``number mod dp``, ranks ``0 .. cp - 1`` of its block. Every wave runs on exactly
+    one group of GPUs."""
+    gpus, starts = [], []
+    for k, wave in enumerate(waves):
+        group = wave.get("gpus")
+        if group is None:
+            replica = dp_rank_of(first + k, dp)
+            group = list(range(replica * cp, replica * cp + int(wave.get("cp", cp))))
+        if not isinstance(group, list) or not all(isinstance(g, int) and g >= 0 for g in group):
+            raise InputError("must be a list of pool ranks", field=f"waves[{first + k}].gpus")
+        start = wave.get("start_s", float(first + k))
+        gpus.append(group)
+        starts.append(float(start) if isinstance(start, int | float) else float(first + k))
+    return pool_rank_waves(gpus, starts, pool_rank)
 
 
 def plan_waves(data: dict[str, Any]) -> list[dict[str, Any]]:
@@ -190,7 +212,7 @@ def read_wave(data: dict[str, Any], w: int, workload: Workload) -> WaveArrays:
     request_ptr = np.cumsum([0, *(c.size for c in chains)]).astype(np.int64)
     request_segments = np.concatenate(chains)
     seg_src = _segment_sources(request_ids, request_ptr, request_segments, num_segments, where)
-    num_ranks = _plan_cp(data)
+    num_ranks = _wave_cp(wave, data, where)
     token_owner = _owners_from_ranges(wave.get("ranks"), num_ranks, int(seg_length.sum()), where)
     chunk_tokens = data.get("chunk_tokens", CHUNK_TOKENS)
     return WaveArrays(
@@ -285,6 +307,18 @@ def _plan_cp(data: dict[str, Any]) -> int:
     cp = topology.get("cp") if isinstance(topology, dict) else None
     if not isinstance(cp, int) or isinstance(cp, bool) or cp < 1:
         raise InputError("must give a positive integer cp", field="topology.cp")
+    return cp
+
+
+def _wave_cp(wave: dict[str, Any], data: dict[str, Any], where: str) -> int:
+    """The wave's CP group size: its ``cp`` (dynamic-CP plans), else the plan's (which must be valid
+    either way)."""
+    plan_cp = _plan_cp(data)
+    if "cp" not in wave:
+        return plan_cp
+    cp = wave["cp"]
+    if not isinstance(cp, int) or isinstance(cp, bool) or cp < 1:
+        raise InputError("must be a positive integer group size", field=f"{where}.cp")
     return cp
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from cpplan.pricing.evaluator import RankPrices, price, wave_cost_s
+from cpplan.pricing.handoff import NO_HANDOFF, Handoff, wave_handoff
 from cpplan.pricing.layout import PackedLayout
 from cpplan.pricing.ownership import ChunkStats, chunk_stats, contiguous_split, rank_quantities
 from cpplan.pricing.problem import Problem
@@ -28,11 +29,17 @@ class WavePlan:
     cost_s: float
     logical_tokens: int
     split: bool = False
+    handoff: Handoff = NO_HANDOFF
 
     @property
     def packed_tokens(self) -> int:
         """Tokens in the wave's packed sequence."""
         return self.layout.packed_tokens
+
+    @property
+    def cp(self) -> int:
+        """The wave's CP group size (its number of ranks)."""
+        return int(self.quantities.shape[0])
 
     @property
     def peak_bytes(self) -> int:
@@ -78,6 +85,9 @@ def price_wave(
     for candidate in owners:
         q = rank_quantities(stats, candidate, problem.topology.cp)
         prices = price(problem.card, q)
+        handoff = wave_handoff(
+            layout, candidate, stats.chunk_tokens, problem.topology.cp, problem.card.handoff
+        )
         wave = WavePlan(
             items=tuple(items),
             layout_name=layout_name,
@@ -86,9 +96,10 @@ def price_wave(
             owner=np.asarray(candidate, dtype=np.int64),
             quantities=q,
             prices=prices,
-            cost_s=wave_cost_s(problem.card, prices),
+            cost_s=wave_cost_s(problem.card, prices) + handoff.seconds,
             logical_tokens=problem.logical_tokens(items),
             split=split,
+            handoff=handoff,
         )
         if best is None or _better(wave, best, problem.budget_bytes):
             best = wave

@@ -1,12 +1,13 @@
 """``PackDataset``: a finished ``cpplan pack`` folder as a torch ``IterableDataset`` of one rank's batches.
 
-Waves are numbered over the whole pack (shard after shard, line after line). Data-parallel replica
-``dp_rank`` takes the waves :func:`~cpplan.pricing.plan_reader.replica_waves` gives it (each wave to
-exactly one replica), and for each yields CP rank ``cp_rank``'s
-:class:`~cpplan.runtime.materialize.RankBatch`, in wave order, with ``batch.wave`` the wave's number
-in the pack. Token ids are read again from the dataset the pack was made from (its path and SHA-256
-are in the manifest; a changed dataset is an :class:`~cpplan.errors.InputError`), window by window,
-as the pack read them.
+Waves are numbered over the whole pack (shard after shard, line after line). The dataset of replica
+``dp_rank``'s CP rank ``cp_rank`` is GPU ``dp_rank * cp + cp_rank`` of the ``dp * cp`` pool: window by
+window it yields that GPU's :class:`~cpplan.runtime.materialize.RankBatch` of every wave whose group
+holds it (:func:`~cpplan.pricing.plan_reader.rank_waves`: each wave on exactly one group, in the window's
+schedule order; under dynamic CP a wave's group may be of another size than ``cp``), with
+``batch.wave`` the wave's number in the pack. Token ids are read again from the dataset the pack was
+made from (its path and SHA-256 are in the manifest; a changed dataset is an
+:class:`~cpplan.errors.InputError`), window by window, as the pack read them.
 
 With a ``DataLoader`` use ``batch_size=None`` (a wave is already a batch); ``num_workers=N`` shares the
 replica's waves among the workers and keeps their order.
@@ -25,7 +26,7 @@ import torch.utils.data
 from cpplan.errors import InputError
 from cpplan.pack.outdir import read_manifest, shard_name
 from cpplan.pack.window_items import check_dataset, window_items
-from cpplan.pricing.plan_reader import check_plan_workload, replica_waves
+from cpplan.pricing.plan_reader import check_plan_workload, rank_waves
 from cpplan.runtime.materialize import RankBatch, materialize
 from cpplan.spec.workload import Item, Workload
 
@@ -58,21 +59,41 @@ class PackDataset(torch.utils.data.IterableDataset):
         check_dataset(self.dataset, manifest["config"]["dataset_sha256"])
 
     def __len__(self) -> int:
-        """Waves this replica runs."""
-        return sum(1 for _ in replica_waves(range(self.num_waves), dp=self.dp, dp_rank=self.dp_rank))
+        """Waves this GPU runs."""
+        return sum(1 for _ in self._mine())
 
     def __iter__(self) -> Iterator[RankBatch]:
-        """This rank's batch of each of the replica's waves (this DataLoader worker's share of them)."""
+        """This GPU's batch of each of its waves (this DataLoader worker's share of them)."""
         worker, num_workers = _worker_share()
         window_index, items = -1, {}
-        mine = replica_waves(self._shard_lines(), dp=self.dp, dp_rank=self.dp_rank)
-        for k, (position, (window, number, text)) in enumerate(mine):
+        for k, (position, window, number, plan, rank) in enumerate(self._mine()):
             if k % num_workers != worker:
                 continue
-            plan = self._plan_line(window, number, text)
             if window != window_index:
                 window_index, items = window, window_items(self.dataset, plan["pack"])
-            yield self._batch(plan, items, position, window, number)
+            yield self._batch(plan, items, position, window, number, rank)
+
+    def _mine(self) -> Iterator[tuple[int, int, int, dict[str, Any], int]]:
+        """This GPU's waves in order: number in the pack, window, shard line, its plan, the wave rank."""
+        pool_rank = self.dp_rank * self.cp + self.cp_rank
+        first = 0
+        for window, lines in self._windows():
+            plans = [self._plan_line(window, number, text) for number, text in lines]
+            waves = [plan["waves"][0] for plan in plans]
+            for k, rank in rank_waves(waves, first=first, cp=self.cp, dp=self.dp, pool_rank=pool_rank):
+                yield first + k, window, lines[k][0], plans[k], rank
+            first += len(lines)
+
+    def _windows(self) -> Iterator[tuple[int, list[tuple[int, str]]]]:
+        """Each window's wave lines (line number and text)."""
+        lines: list[tuple[int, str]] = []
+        current = 0
+        for window, number, text in self._shard_lines():
+            if window != current:
+                yield current, lines
+                current, lines = window, []
+            lines.append((number, text))
+        yield current, lines
 
     def _shard_lines(self) -> Iterator[tuple[int, int, str]]:
         """Every wave line of the pack in order: its window, its line number and its text."""
@@ -98,13 +119,13 @@ class PackDataset(torch.utils.data.IterableDataset):
         return plan
 
     def _batch(
-        self, plan: dict[str, Any], items: dict[str, Item], position: int, window: int, number: int
+        self, plan: dict[str, Any], items: dict[str, Item], position: int, window: int, number: int, rank: int
     ) -> RankBatch:
-        """Materialize one shard line's wave for this CP rank, checked against the dataset's items."""
+        """Materialize one shard line's wave for wave rank ``rank``, checked against the dataset's items."""
         where = f"{self.outdir / shard_name(window)}:{number}"
         workload = _wave_workload(items, plan["waves"][0]["items"], self.dataset, where)
         check_plan_workload(plan, workload, part=True)
-        batch = materialize(plan, workload, wave=0, rank=self.cp_rank)
+        batch = materialize(plan, workload, wave=0, rank=rank)
         return dataclasses.replace(batch, wave=position)
 
 

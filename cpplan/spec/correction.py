@@ -14,7 +14,7 @@ it budgeted against. The scales are learned by :mod:`cpplan.calibration.online`.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -84,14 +84,7 @@ class Correction:
             )
         if self.is_identity:
             return card
-        m, t = float(self.memory_scale), float(self.time_scale)
-        return replace(
-            card,
-            term_bytes=_frozen(card.term_bytes * m),
-            envelope_static_bytes=_frozen(card.envelope_static_bytes * m),
-            cost_seconds=_frozen(card.cost_seconds * t),
-            wave_overhead_s=card.wave_overhead_s * t,
-        )
+        return card.scaled(float(self.memory_scale), float(self.time_scale))
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form recorded in plan JSON and planner state."""

@@ -103,10 +103,12 @@ class Settings:
     @cached_property
     def card(self) -> ResolvedCard:
         """The card resolved for the topology, depth and phase, with :attr:`correction` applied: what
-        every reader prices with (computed once per settings object)."""
-        if self.correction is None:
-            return self.card_alone
-        return self.correction.apply(self.card_alone)
+        every reader prices with (computed once per settings object). Under dynamic CP the card of every
+        group size is resolved here too (corrected alike), so a size the card cannot price fails here."""
+        card = self.card_alone if self.correction is None else self.correction.apply(self.card_alone)
+        for size in self.topology.group_sizes() if self.topology.dynamic_cp else ():
+            card.group_card(size)
+        return card
 
     @cached_property
     def card_alone(self) -> ResolvedCard:

@@ -12,6 +12,7 @@ import numpy as np
 from cpplan.spec.card import ResolvedCard
 from cpplan.spec.quantities import COUNTS, QUANTITIES, QUANTITY_NAMES, check_rules
 from cpplan.verifier.chains import Coverage
+from cpplan.verifier.handoff import handoff_seconds
 from cpplan.verifier.segments import Segment
 
 PEAK_TOLERANCE_BYTES = 2
@@ -61,7 +62,7 @@ def price_ranks(
                 f"wave {w} rank {rank}: predicted peak {peak:,} bytes exceeds the budget of {budget:,} bytes"
             )
         _check_claims(w, rank, claimed.get(rank), local, peak, violations)
-    cost = slowest + card.wave_overhead_s
+    cost = slowest + card.wave_overhead_s + handoff_seconds(card, segments, offsets, owner, seg_of)
     if "cost_s" in wave and not close(float(wave["cost_s"]), cost):
         violations.append(f"wave {w}: cost_s {wave['cost_s']} but the verifier prices {cost}")
     return cost, worst
@@ -103,7 +104,7 @@ def _check_claims(
 def rank_sums(owner, seg_of, pos, grad, loss, cp: int) -> dict[str, np.ndarray]:
     """Every local quantity of the registry per rank, counted the way its entry states: per owned token
     (1, or position + 1 keys for a pair count; only tokens of gradient / loss segments where the entry
-    says so), distinct segments touched, or packed tokens not owned.
+    says so), pieces owned (runs of one segment on the rank), or packed tokens not owned.
 
     Ownership comes in runs of consecutive tokens, so each token-level prefix sum is read once per run.
     """
@@ -130,14 +131,12 @@ def rank_sums(owner, seg_of, pos, grad, loss, cp: int) -> dict[str, np.ndarray]:
 
 
 def _segments_touched(owner: np.ndarray, seg_of: np.ndarray, cp: int) -> np.ndarray:
-    """Distinct (rank, segment) pairs per rank: one per run of tokens with the same owner and segment."""
+    """Pieces per rank: runs of consecutive packed tokens with the same owner and segment (a rank
+    holding two separate ranges of one segment holds two pieces, each with its own incoming state)."""
     change = np.flatnonzero((owner[1:] != owner[:-1]) | (seg_of[1:] != seg_of[:-1])) + 1
-    starts = np.concatenate([[0], change])
-    pair_owner = owner[starts]
-    keep = (pair_owner >= 0) & (pair_owner < cp)
-    width = int(seg_of[-1]) + 1
-    pairs = np.unique(pair_owner[keep] * width + seg_of[starts][keep])
-    return np.bincount(pairs // width, minlength=cp)[:cp].astype(np.int64)
+    run_owner = owner[np.concatenate([[0], change])]
+    keep = (run_owner >= 0) & (run_owner < cp)
+    return np.bincount(run_owner[keep], minlength=cp)[:cp].astype(np.int64)
 
 
 def _peak(card: ResolvedCard, quantities: tuple[int, ...]) -> int:

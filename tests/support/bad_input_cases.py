@@ -548,6 +548,26 @@ CASES: tuple[Case, ...] = (
         topology="pp=2",
         expect=("field 'topology'", "cannot price"),
     ),
+    Case(
+        kind="dynamic CP pool the group sizes do not tile",
+        what="dp=3,cp=4,dynamic_cp=1: 12 GPUs hold no aligned group of 8",
+        topology="dp=3,cp=4,dynamic_cp=1",
+        expect=("field 'topology'", "12 is not a multiple of group size 8"),
+    ),
+    Case(
+        kind="dynamic CP group size the card cannot price",
+        what="dp=2,cp=2,dynamic_cp=1 for a card that supports cp <= 2",
+        files={"card.toml": _card('supports = "pp == 1"', 'supports = "pp == 1 and cp <= 2"')},
+        model="card.toml",
+        topology="dp=2,cp=2,dynamic_cp=1",
+        expect=("field 'topology.dynamic_cp'", "cannot price dynamic CP group size 4"),
+    ),
+    Case(
+        kind="dynamic_cp flag not a boolean",
+        what="cp=2,dynamic_cp=maybe",
+        topology="cp=2,dynamic_cp=maybe",
+        expect=("field 'topology.dynamic_cp'", "not 0, 1, true or false"),
+    ),
     # ------------------------------------------------------------------ model and solver names
     Case(
         kind="unknown model name",

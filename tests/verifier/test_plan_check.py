@@ -89,7 +89,8 @@ def test_over_budget_is_caught(planned):
 
 def test_rank_sums_equal_a_mask_per_rank():
     """The verifier's run-based per-rank sums equal the plain definition (one boolean mask per rank):
-    tokens, gradient and loss tokens, attention pairs (position + 1 per token) and distinct segments."""
+    tokens, gradient and loss tokens, attention pairs (position + 1 per token) and pieces (runs of one
+    segment's tokens on the rank)."""
     import numpy as np
 
     from cpplan.verifier.rank_prices import rank_sums
@@ -109,4 +110,5 @@ def test_rank_sums_equal_a_mask_per_rank():
             assert sums["loss_tokens"][r] == (mine & loss).sum()
             assert sums["attn_pairs"][r] == (pos[mine] + 1).sum()
             assert sums["grad_attn_pairs"][r] == (pos[mine & grad] + 1).sum()
-            assert sums["segments"][r] == len(set(seg_of[mine].tolist()))
+            starts = mine & np.r_[True, (owner[1:] != owner[:-1]) | (seg_of[1:] != seg_of[:-1])]
+            assert sums["segments"][r] == starts.sum()
