@@ -46,7 +46,7 @@ class _Strict(BaseModel):
 
 
 class Geometry(_Strict):
-    """Architecture numbers (the reference figures of DESIGN.md). Zero means "absent"."""
+    """Architecture numbers (the models' published figures). Zero means "absent"."""
 
     hidden: int = Field(gt=0)
     ffn: int = Field(default=0, ge=0)
