@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from cpplan.calibration.planner_state import settings_for_plan
 from cpplan.errors import InputError
 from cpplan.planner import Planner, resolve_profile
 from cpplan.planners import Strategy
@@ -98,12 +99,15 @@ def verify(
     memory_bytes: int | str,
     num_layers: int | None = None,
     phase: Phase = "cold",
+    learned: str | Path | None = None,
 ) -> Verification:
-    """Check a plan (its JSON dictionary or a :class:`PlanResult`) against a workload and card."""
+    """Check a plan (its JSON dictionary or a :class:`PlanResult`) against a workload and card. A plan
+    priced with a learned correction is checked against that correction: the saved planner state's
+    when ``learned`` names one (``Planner.save``), else the one the plan records."""
     settings = Settings.from_user(
         topology=topology, model=model, memory_bytes=memory_bytes, num_layers=num_layers, phase=phase
     )
-    card = settings.card
     if isinstance(plan_data, PlanResult):
         plan_data = plan_to_dict(plan_data.problem, plan_data.plan)
+    card = settings_for_plan(plan_data, settings, learned=learned).card
     return verify_plan(plan_data, workload, card, settings.memory_bytes)

@@ -12,12 +12,18 @@ form: a planner made for a single call.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Mapping
-from numbers import Real
 from pathlib import Path
 
+from cpplan.calibration.online import OnlineCalibration, Verdict, write_log
+from cpplan.calibration.planner_state import (
+    corrected_settings,
+    observation_of,
+    read_state,
+    replay,
+    state_header,
+)
 from cpplan.errors import InputError
 from cpplan.planners import Strategy
 from cpplan.planners.cpsat_strategy import ensure_solver
@@ -27,6 +33,7 @@ from cpplan.pricing.memo import card_constants
 from cpplan.pricing.problem import Problem
 from cpplan.pricing.result import PlanResult
 from cpplan.spec.card import ModelCard, Phase
+from cpplan.spec.correction import Correction
 from cpplan.spec.profile import SolverProfile, load_solver
 from cpplan.spec.settings import Settings
 from cpplan.spec.topology import Topology
@@ -84,16 +91,99 @@ class Planner:
             )
         profile = self._profile_for(time_budget_s)
         deadline = Deadline.after(profile.time_budget_s, deterministic=profile.deterministic, start_s=started)
-        return solve(Problem.build(workload, self.settings), profile, planners=planners, deadline=deadline)
+        settings = corrected_settings(self.settings, self.__dict__.get("_learning"))
+        return solve(Problem.build(workload, settings), profile, planners=planners, deadline=deadline)
+
+    # ------------------------------------------------------------------------------------- learning
+
+    @property
+    def learning(self) -> OnlineCalibration:
+        """What this planner has learned from :meth:`observe` (created, empty, on first use)."""
+        if "_learning" not in self.__dict__:
+            self._learning = OnlineCalibration(self.settings.card_alone)
+        return self._learning
+
+    @property
+    def correction(self) -> Correction:
+        """The learned correction later plans budget against (the identity before any observation)."""
+        return self.learning.correction
+
+    def observe(
+        self,
+        result: PlanResult,
+        *,
+        wave: int,
+        rank: int,
+        peak_bytes: int | None = None,
+        seconds: float | None = None,
+    ) -> tuple[Verdict, ...]:
+        """Record what wave ``wave`` of ``result`` (a plan of this planner) measured on CP rank ``rank``:
+        ``peak_bytes`` above the pre-wave baseline (the quantity ``memory_bytes`` budgets) and/or the
+        wave's ``seconds`` there. Later plans price with the correction learned from every observation
+        (:mod:`cpplan.calibration.online`); the verdicts say whether each value was believed. Raises
+        :class:`InputError` for a result of another context, an unknown wave or rank, or a peak that is
+        not a non-negative whole number of bytes (seconds: a positive finite number)."""
+        observation = observation_of(
+            self.learning,
+            result,
+            step=self._step_of(result),
+            wave=wave,
+            rank=rank,
+            peak_bytes=peak_bytes,
+            seconds=seconds,
+        )
+        return self.learning.observe(observation)
+
+    def _step_of(self, result: PlanResult) -> int:
+        """The number of the plan ``result`` among those observed (in order of first observation)."""
+        steps = self.__dict__.setdefault("_steps", {})
+        key = id(result)
+        if key in steps and steps[key][0] is result:
+            return steps[key][1]
+        known = [o.step for o in self.learning.observations]
+        step = max(known, default=-1) + 1
+        steps[key] = (result, step)
+        while len(steps) > _KEPT_RESULTS:
+            steps.pop(next(iter(steps)))
+        return step
+
+    def save(self, path: str | Path) -> None:
+        """Write the planner's settings, solver profile, trust policy and every observation, in order,
+        as JSON lines (:meth:`load` makes the same planner, with the same correction, from it)."""
+        learning = self.learning
+        write_log(path, state_header(self.settings, self.profile, learning), learning.observations)
+
+    @classmethod
+    def load(cls, path: str | Path) -> Planner:
+        """The planner :meth:`save` wrote: same settings, profile and policy, every observation replayed
+        in order (so the same correction, byte for byte). Errors name the file, line and field."""
+        header, observations = read_state(path)
+        try:
+            planner = cls(
+                model=header["model"],
+                topology=header["topology"],
+                memory_bytes=header["memory_bytes"],
+                solver=header["solver"],
+                num_layers=header["layers"],
+                phase=header["phase"],
+            )
+        except InputError as exc:
+            raise InputError(str(exc), file=str(path), line=1) from None
+        planner._learning = OnlineCalibration(planner.settings.card_alone, header["policy"])
+        replay(planner._learning, observations, path)
+        return planner
 
     def _profile_for(self, time_budget_s: float | None) -> SolverProfile:
-        """The profile with ``time_budget_s`` (checked), made once per distinct budget."""
+        """The profile with ``time_budget_s`` (checked by :meth:`SolverProfile.with_time_budget`), made
+        once per distinct budget."""
         if time_budget_s is None:
             return self.profile
-        seconds = checked_time_budget(time_budget_s)
-        if seconds not in self._profiles:
-            self._profiles[seconds] = self.profile.with_time_budget(seconds)
-        return self._profiles[seconds]
+        valid = isinstance(time_budget_s, int | float) and not isinstance(time_budget_s, bool)
+        if valid and time_budget_s in self._profiles:
+            return self._profiles[time_budget_s]
+        profile = self.profile.with_time_budget(time_budget_s)
+        self._profiles[profile.time_budget_s] = profile
+        return profile
 
     def __repr__(self) -> str:
         s = self.settings
@@ -101,6 +191,10 @@ class Planner:
             f"Planner(model={s.model.name!r}, topology='{s.topology}', memory_bytes={s.memory_bytes}, "
             f"solver={self.profile.name!r}, num_layers={s.num_layers}, phase={s.phase!r})"
         )
+
+
+_KEPT_RESULTS = 16
+"""Plans whose step numbers the planner remembers (by identity) for :meth:`Planner.observe`."""
 
 
 def resolve_profile(solver: SolverProfile | str | Path | None) -> SolverProfile:
@@ -111,17 +205,3 @@ def resolve_profile(solver: SolverProfile | str | Path | None) -> SolverProfile:
             f"must be a SolverProfile, a name or a path, got {type(solver).__name__}", field="solver"
         )
     return solver if isinstance(solver, SolverProfile) else load_solver(solver or "runtime")
-
-
-def checked_time_budget(seconds: object) -> float:
-    """A time budget as float seconds; anything but a positive, finite number is an
-    :class:`~cpplan.errors.InputError` naming the field."""
-    if isinstance(seconds, bool) or not isinstance(seconds, Real):
-        raise InputError(
-            f"must be a positive number of seconds, got {type(seconds).__name__} {seconds!r}",
-            field="time_budget",
-        )
-    value = float(seconds)
-    if not (math.isfinite(value) and value > 0):
-        raise InputError(f"must be a positive number of seconds, got {value}", field="time_budget")
-    return value

@@ -63,7 +63,7 @@ def render(outcomes: list[Outcome]) -> str:
         if outcome.case.api_only:
             cli = "n/a (Python only)"
         if outcome.case.cli_only:
-            api_type, api_message, plain = "n/a", "CLI only (a plan file)", True
+            api_type, api_message, plain = "n/a", "CLI only (an option or a file of the command line)", True
         cells = [
             str(number),
             outcome.case.kind,

@@ -98,7 +98,7 @@ def train(rank: int, world: int, port: int, steps: int) -> None:
         init_method=f"tcp://127.0.0.1:{port}",
         rank=rank,
         world_size=world,
-        timeout=timedelta(seconds=60),
+        timeout=timedelta(seconds=300),
     )
     try:
         workload, advantages = grpo_workload()

@@ -159,20 +159,22 @@ def _reference(problem: Problem, layout, owner: np.ndarray) -> tuple[np.ndarray,
             tokens.append((s, int(layout.seg_position[s]) + j))
     packed = len(tokens)
     local = [dict.fromkeys(QUANTITY_NAMES, 0) for _ in range(cp)]
-    touched: list[set[int]] = [set() for _ in range(cp)]
+    pieces = [0] * cp
+    previous = None
     for t, (s, position) in enumerate(tokens):
         rank = int(owner[t // problem.chunk_tokens])
+        pieces[rank] += previous != (rank, s)
+        previous = (rank, s)
         q = local[rank]
         q["tokens"] += 1
         q["grad_tokens"] += seg_grad[s]
         q["loss_tokens"] += seg_loss[s]
         q["attn_pairs"] += position + 1
         q["grad_attn_pairs"] += (position + 1) * seg_grad[s]
-        touched[rank].add(s)
     peaks, seconds = [], []
     for rank in range(cp):
         q = local[rank]
-        q["segments"] = len(touched[rank])
+        q["segments"] = pieces[rank]
         q["remote_tokens"] = packed - q["tokens"]
         envelopes = []
         for e in range(len(card.envelope_names)):

@@ -13,11 +13,13 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
+
 from cpplan.bench import synthetic
 from cpplan.errors import InputError
 from cpplan.pack.conversations import conversation_item
 from cpplan.pack.readers import iter_json_array
-from cpplan.spec.workload import Item, Workload
+from cpplan.spec.workload import Item, Request, Workload
 
 GRPO_RATIOS: tuple[tuple[int, int], ...] = ((1, 8), (1, 1), (4, 1), (16, 1))
 SPEAKERS = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "system": "system"}
@@ -164,6 +166,66 @@ def suite(*, quick: bool = False) -> list[Case]:
             family="long_tail",
             build=lambda: synthetic.long_tail(
                 num_items=32 if quick else 64, median_tokens=4096, max_tokens=32768
+            ),
+        )
+    )
+    return cases
+
+
+def agent_chat_mix(
+    *,
+    num_trajectories: int,
+    num_chats: int,
+    trajectory_tokens: tuple[int, int] = (100_000, 160_000),
+    chat_turn_tokens: tuple[int, int] = (200, 2_000),
+    seed: int = 0,
+) -> Workload:
+    """A few long agent trajectories (one request each, ``trajectory_tokens`` long) among many short
+    two-turn chats (one item per chat, its second turn extending the first), shuffled."""
+    rng = np.random.default_rng(seed)
+    items = [
+        Item(
+            id=f"agent{t}",
+            requests=(
+                Request(tokens=rng.integers(0, synthetic.VOCAB, int(rng.integers(*trajectory_tokens) + 1))),
+            ),
+        )
+        for t in range(num_trajectories)
+    ]
+    for c in range(num_chats):
+        first = rng.integers(0, synthetic.VOCAB, int(rng.integers(*chat_turn_tokens) + 1))
+        second = np.concatenate(
+            [first, rng.integers(0, synthetic.VOCAB, int(rng.integers(*chat_turn_tokens) + 1))]
+        )
+        items.append(Item(id=f"chat{c}", requests=(Request(tokens=first), Request(tokens=second))))
+    order = rng.permutation(len(items))
+    return Workload(items=tuple(items[i] for i in order))
+
+
+def mixed_suite(*, quick: bool = False) -> list[Case]:
+    """The dynamic-CP suite of mixed lengths: a few agent trajectories of 100K+ tokens among many short
+    chats, ShareGPT conversations (with the ``data`` extra), and a long tail reaching 192K tokens."""
+    cases = [
+        Case(
+            name="agent_chat_mix",
+            family="mixed",
+            build=lambda: agent_chat_mix(num_trajectories=2 if quick else 4, num_chats=48 if quick else 192),
+        )
+    ]
+    if sharegpt_available():
+        cases.append(
+            Case(
+                name="sharegpt",
+                family="sharegpt",
+                build=lambda: sharegpt(num_conversations=64 if quick else 256),
+            )
+        )
+    cases.append(
+        Case(
+            name="long_tail_192k",
+            family="long_tail",
+            build=lambda: synthetic.long_tail(
+                num_items=32 if quick else 96, median_tokens=8192, max_tokens=196_608, seed=5
             ),
         )
     )

@@ -29,11 +29,10 @@ from pathlib import Path
 import numpy as np
 from ortools.linear_solver import pywraplp
 
-from cpplan.calibration.measurements import GB, Measurement, file_sha256, predict_row
+from cpplan.calibration.measurements import GB, Measurement, file_sha256, row_quantities
 from cpplan.errors import InputError
-from cpplan.pricing.evaluator import envelope_bytes
+from cpplan.pricing.evaluator import envelope_bytes, price
 from cpplan.pricing.serialize import cpplan_version
-from cpplan.pricing.wave import WavePlan
 from cpplan.spec.card import Calibration, CalibrationRow, ModelCard, load_card_file
 
 DEFAULT_MAX_RATIO = 1.15
@@ -154,7 +153,7 @@ def _linearize(
 ) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """Each row's envelopes with the fitted coefficients at zero, and their slopes in the coefficients;
     refuses a coefficient no row constrains and a row no coefficient can raise to its observation."""
-    waves = [predict_row(_with(model, zero), row, source=source) for row in used]
+    waves = [row_quantities(_with(model, zero), row, source=source) for row in used]
     base = [_raw(_with(model, zero), row, wave) for row, wave in zip(used, waves, strict=True)]
     slopes = [_slopes(model, zero, names, row, wave, source) for row, wave in zip(used, waves, strict=True)]
     _check_constrained(names, slopes, source)
@@ -165,23 +164,23 @@ def _linearize(
                 f"observed {row.observed_max_bytes / GB:.2f} GB but the card predicts "
                 f"{safety * a.max() / GB:.2f} GB and none of {', '.join(names)} acts on this row "
                 f"({row.phase}, {row.topology}, {row.layers} layers)",
-                file=source,
+                file=row.file or source,
                 line=row.line,
-                field="observed_max_gb",
+                field=row.observed_field,
             )
     return base, slopes
 
 
 def _row_fit(card: ModelCard, row: Measurement, source: str) -> RowFit:
     """The fitted card's prediction for a row: its peak, busiest rank and that rank's binding envelope."""
-    wave = predict_row(card, row, source=source)
-    rank = wave.busiest_rank
     resolved = card.resolve(row.topology, num_layers=row.layers, phase=row.phase)
+    prices = price(resolved, row_quantities(card, row, source=source))
+    rank = int(np.argmax(prices.peak_bytes))
     return RowFit(
         row=row,
-        predicted_bytes=wave.peak_bytes,
-        rank=rank,
-        envelope=resolved.envelope_names[int(wave.prices.envelope[rank])],
+        predicted_bytes=int(prices.peak_bytes[rank]),
+        rank=row.rank if row.rank is not None else rank,
+        envelope=resolved.envelope_names[int(prices.envelope[rank])],
     )
 
 
@@ -196,7 +195,7 @@ def _record(
     """The card's new ``[calibration]``: provenance, method, coefficients and every row's prediction."""
     return Calibration(
         source=source,
-        source_sha256=file_sha256(source) if Path(source).is_file() else "",
+        source_sha256=", ".join(file_sha256(p) if Path(p).is_file() else "" for p in source.split(", ")),
         hardware=model.hardware.name,
         date=date or datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         method=_METHOD,
@@ -249,9 +248,9 @@ def _merge_repeats(rows: Sequence[Measurement]) -> tuple[list[Measurement], tupl
     return used, merged
 
 
-def _raw(card: ModelCard, row: Measurement, wave: WavePlan) -> np.ndarray:
+def _raw(card: ModelCard, row: Measurement, quantities: np.ndarray) -> np.ndarray:
     """Every rank's every envelope before the safety factor: shape (ranks, envelopes)."""
-    return envelope_bytes(card.resolve(row.topology, num_layers=row.layers, phase=row.phase), wave.quantities)
+    return envelope_bytes(card.resolve(row.topology, num_layers=row.layers, phase=row.phase), quantities)
 
 
 def _slopes(
@@ -259,7 +258,7 @@ def _slopes(
     zero: dict[str, float],
     names: list[str],
     row: Measurement,
-    wave: WavePlan,
+    wave: np.ndarray,
     source: str,
 ) -> np.ndarray:
     """Bytes per unit of each coefficient in every rank's envelopes, shape (coefficients, ranks,
@@ -378,9 +377,9 @@ def _check_tight(results: list[RowFit], max_ratio: float, source: str) -> None:
         f"{worst.row.observed_max_bytes / GB:.2f} GB observed "
         f"({worst.ratio:.3f}x, over the {max_ratio:.2f}x allowed), because of line(s) "
         f"{', '.join(str(r.row.line) for r in tight)} held at their observations",
-        file=source,
+        file=worst.row.file or source,
         line=worst.row.line,
-        field="observed_max_gb",
+        field=worst.row.observed_field,
     )
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import csv
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -52,11 +52,27 @@ class Measurement:
     phase: Phase
     observed_min_bytes: int
     observed_max_bytes: int
+    file: str | None = None
+    """The file the row was read from (errors name it)."""
+    quantities: np.ndarray | None = field(default=None, compare=False)
+    """An observed wave's local quantities on the observed rank, shape (1, quantities): the row is priced
+    on them (an observation of a planner's log) instead of on ``requests`` unique requests."""
+    rank: int | None = None
+    """The observed rank of an observation row."""
+    label: str = ""
+    """Where an observation row comes from (``step 3 wave 0 rank 1``)."""
 
     @property
     def conditions(self) -> tuple:
-        """Everything but the observation: rows with equal conditions are repeats."""
-        return (self.model.lower(), self.layers, self.topology, self.requests, self.total_tokens, self.phase)
+        """Everything but the observation: rows with equal conditions are repeats (an observation row
+        repeats nothing)."""
+        key = (self.model.lower(), self.layers, self.topology, self.requests, self.total_tokens, self.phase)
+        return key if self.quantities is None else (*key, self.file, self.line)
+
+    @property
+    def observed_field(self) -> str:
+        """The field that holds the observation in the row's file."""
+        return "observed_max_gb" if self.quantities is None else "peak_bytes"
 
 
 def read_measurements(path: str | Path) -> list[Measurement]:
@@ -93,25 +109,25 @@ def read_measurements(path: str | Path) -> list[Measurement]:
 
 
 def _row(record: dict[str, str], path: Path, line: int) -> Measurement:
-    def fail(field: str, message: str) -> InputError:
-        return InputError(message, file=str(path), line=line, field=field)
+    def fail(name: str, message: str) -> InputError:
+        return InputError(message, file=str(path), line=line, field=name)
 
-    def integer(field: str, low: int = 1) -> int:
+    def integer(name: str, low: int = 1) -> int:
         try:
-            value = int(record[field])
+            value = int(record[name])
         except ValueError:
-            raise fail(field, f"{record[field]!r} is not an integer") from None
+            raise fail(name, f"{record[name]!r} is not an integer") from None
         if value < low:
-            raise fail(field, f"must be at least {low}, got {value}")
+            raise fail(name, f"must be at least {low}, got {value}")
         return value
 
-    def gigabytes(field: str) -> int:
+    def gigabytes(name: str) -> int:
         try:
-            value = float(record[field])
+            value = float(record[name])
         except ValueError:
-            raise fail(field, f"{record[field]!r} is not a number of GB") from None
+            raise fail(name, f"{record[name]!r} is not a number of GB") from None
         if not np.isfinite(value) or value <= 0:
-            raise fail(field, f"must be a positive number of GB, got {record[field]!r}")
+            raise fail(name, f"must be a positive number of GB, got {record[name]!r}")
         return round(value * GB)
 
     sizes = {axis: integer(axis) for axis in AXES}
@@ -134,6 +150,7 @@ def _row(record: dict[str, str], path: Path, line: int) -> Measurement:
         raise fail("model", "must name the model")
     return Measurement(
         line=line,
+        file=str(path),
         model=record["model"],
         layers=integer("layers"),
         topology=topology,
@@ -195,4 +212,12 @@ def predict_row(model: ModelCard, row: Measurement, *, source: str | None = None
             total_tokens=row.total_tokens,
         )
     except InputError as exc:
-        raise InputError(f"cannot price this row: {exc}", file=source, line=row.line) from None
+        raise InputError(f"cannot price this row: {exc}", file=row.file or source, line=row.line) from None
+
+
+def row_quantities(model: ModelCard, row: Measurement, *, source: str | None = None) -> np.ndarray:
+    """The local quantities a row is priced on, shape (ranks, quantities): an observation row's own, a
+    measured row's from :func:`predict_row` (the planner's wave for its workload)."""
+    if row.quantities is not None:
+        return row.quantities
+    return predict_row(model, row, source=source).quantities

@@ -1,8 +1,9 @@
 """The ``cpplan`` command line. Exit codes: 0 plan / valid, 1 verify found violations, 2 bad input,
 3 nothing fits, 70 internal error (set ``CPPLAN_DEBUG=1`` for the traceback).
 
-Subcommands live in their own modules and are imported only when run (:class:`LazyGroup`), so
-``cpplan --help`` does not load numpy, the planners or OR-Tools."""
+Subcommands load on first use: ``cpplan --help`` lists them from :data:`COMMANDS` without importing
+the planner, OR-Tools or torch. Each subcommand module registers itself on :data:`cli` when imported.
+"""
 
 from __future__ import annotations
 
@@ -16,64 +17,47 @@ from cpplan.errors import InputError, NoFitError
 
 EXIT_OK, EXIT_INVALID, EXIT_BAD_INPUT, EXIT_NO_FIT, EXIT_INTERNAL = 0, 1, 2, 3, 70
 
-
-SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "bench": (
-        "cpplan.cli.bench_cmd",
-        "Run every baseline planner and cpplan on the fixed suite; print and save the table.",
-    ),
-    "calibrate": (
-        "cpplan.cli.calibrate_cmd",
-        "Fit the card's calibrated coefficients to MEASUREMENTS.csv as a safe upper envelope (a linear "
-        "program: every row predicted at or above its observed maximum, total over-prediction minimized, "
-        "coefficients non-negative), print predicted/observed per row and write the card to --output.",
-    ),
-    "pack": (
-        "cpplan.cli.pack_cmd",
-        "Pack DATASET (workload JSONL, Parquet, or ShareGPT conversation JSON) into plan shards.",
-    ),
+COMMANDS: dict[str, tuple[str, str]] = {
     "plan": ("cpplan.cli.plan_cmd", "Plan WORKLOAD (JSONL, one item a line) into verified waves."),
-    "report": (
-        "cpplan.cli.report_cmd",
-        "Write a report of the pack in OUTDIR: packed tokens, rank peaks against the budget, seconds per "
-        "wave and tokens saved by sharing.",
-    ),
-    "verify": (
-        "cpplan.cli.verify_cmd",
-        "Check PLAN.json against WORKLOAD: exit 0 when valid, 1 listing each violation.",
-    ),
+    "verify": ("cpplan.cli.verify_cmd", "Check a plan, a shard or a whole pack against its workload."),
+    "pack": ("cpplan.cli.pack_cmd", "Pack a whole dataset into self-describing plan shards."),
+    "report": ("cpplan.cli.report_cmd", "Write an HTML report with plots of a pack folder."),
+    "bench": ("cpplan.cli.bench_cmd", "Run every baseline planner and cpplan on the fixed suite."),
+    "calibrate": ("cpplan.cli.calibrate_cmd", "Fit the card's calibrated coefficients to measured peaks."),
+    "measure": ("cpplan.cli.measure_cmd", "Run a plan's waves on a GPU; log peaks and seconds."),
 }
-"""Each subcommand: the module that registers it on :data:`cli`, and the first sentence of its help,
-which ``cpplan --help`` lists without importing the module (a test checks each against the command)."""
+"""Subcommand name: (module that defines it, the one-line summary ``cpplan --help`` shows)."""
 
 
 class LazyGroup(click.Group):
-    """A group whose subcommands (:data:`SUBCOMMANDS`) are imported when looked up, not when listed."""
+    """A click group whose subcommands are imported only when they run or their own help is asked for."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        """Every subcommand name, registered or not yet imported."""
-        return sorted({*self.commands, *SUBCOMMANDS})
+        """Every subcommand: the registered ones and those :data:`COMMANDS` can load."""
+        return sorted({*self.commands, *COMMANDS})
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        """The subcommand, importing its module (which registers it) on first use."""
-        if cmd_name not in self.commands and cmd_name in SUBCOMMANDS:
-            importlib.import_module(SUBCOMMANDS[cmd_name][0])
+        """The subcommand, importing its module the first time."""
+        if cmd_name not in self.commands and cmd_name in COMMANDS:
+            importlib.import_module(COMMANDS[cmd_name][0])
         return self.commands.get(cmd_name)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        """The command list of ``--help``, as click writes it, from the summaries (importing nothing)."""
+        """The command list of ``--help``, from :data:`COMMANDS` (a command registered otherwise gives its own
+        short help), the same whether or not a command was loaded."""
         names = self.list_commands(ctx)
-        limit = formatter.width - 6 - max(len(name) for name in names)
-        rows = [(name, short_help(self, name, limit)) for name in names]
+        limit = formatter.width - 6 - max(map(len, names))
+        rows = []
+        for name in names:
+            command = self.commands.get(name)
+            text = (
+                COMMANDS[name][1]
+                if name in COMMANDS or command is None
+                else command.get_short_help_str(limit)
+            )
+            rows.append((name, text))
         with formatter.section("Commands"):
             formatter.write_dl(rows)
-
-
-def short_help(group: click.Group, name: str, limit: int) -> str:
-    """A subcommand's one-line help: the registered command's own, or its summary when not imported."""
-    if name in group.commands:
-        return group.commands[name].get_short_help_str(limit)
-    return click.Command(name, help=SUBCOMMANDS[name][1]).get_short_help_str(limit)
 
 
 @click.group(
@@ -81,7 +65,12 @@ def short_help(group: click.Group, name: str, limit: int) -> str:
 )
 @click.version_option(package_name="cpplan")
 def cli() -> None:
-    """Plan packed, context-parallel LLM training waves with CP-SAT."""
+    """Plan packed, context-parallel LLM training waves with CP-SAT.
+
+    Exit codes: 0 done (a plan, a valid plan, a pack), 1 `verify` found violations, 2 bad input (the
+    message names the file, line and field), 3 nothing fits (or a pack planned no item), 70 an internal
+    error (CPPLAN_DEBUG=1 shows the traceback).
+    """
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -97,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     except click.exceptions.Exit as exc:
         return exc.exit_code
     except InputError as exc:
-        click.echo(f"cpplan: error: {exc}", err=True)
+        click.echo(f"cpplan: error: {_with_meaning(exc)}", err=True)
         return EXIT_BAD_INPUT
     except NoFitError as exc:
         click.echo(f"cpplan: nothing fits: {exc}", err=True)
@@ -115,9 +104,29 @@ def main(argv: list[str] | None = None) -> int:
     return int(result or 0)
 
 
+def _with_meaning(exc: InputError) -> str:
+    """The message, with what --memory means when the error is about it (and does not say so)."""
+    from cpplan.spec.units import MEMORY_MEANING
+
+    text = str(exc)
+    if exc.field == "memory" and MEMORY_MEANING not in text:
+        text += f" (--memory is {MEMORY_MEANING})"
+    return text
+
+
 def run() -> None:
     """Console-script entry point."""
     sys.exit(main())
 
 
-__all__ = ["SUBCOMMANDS", "LazyGroup", "cli", "main", "run", "short_help"]
+__all__ = [
+    "COMMANDS",
+    "EXIT_BAD_INPUT",
+    "EXIT_INVALID",
+    "EXIT_NO_FIT",
+    "EXIT_OK",
+    "LazyGroup",
+    "cli",
+    "main",
+    "run",
+]

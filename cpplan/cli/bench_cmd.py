@@ -16,11 +16,14 @@ from cpplan.bench.runner import (
     format_rows,
     run_bench,
 )
-from cpplan.cli import cli
+from cpplan.cli import COMMANDS, cli
 from cpplan.spec.units import parse_bytes
 
+DEFAULT_FOLDER = Path("cpplan-bench")
+"""Where ``cpplan bench`` saves its results unless told: a folder of the current directory."""
 
-@cli.command("bench")
+
+@cli.command("bench", short_help=COMMANDS["bench"][1])
 @click.option("--quick", is_flag=True, help="A small subset (one GRPO size, two ratios, CP 1 and 4).")
 @click.option("--model", default=DEFAULT_MODEL, show_default=True, metavar="NAME|PATH", help="Model card.")
 @click.option(
@@ -44,9 +47,16 @@ from cpplan.spec.units import parse_bytes
     type=click.Path(path_type=Path),
     default=None,
     metavar="PATH.json",
-    help="Where to save the results (default benchmarks/bench.json, or bench_quick.json with --quick).",
+    help="Where to save the results (default ./cpplan-bench/bench.json, or bench_quick.json with --quick).",
 )
 @click.option("--detail", is_flag=True, help="Also print every instance and planner.")
+@click.option(
+    "--dynamic-cp",
+    "dynamic_cp",
+    is_flag=True,
+    help="Run the dynamic-CP suite instead: mixed lengths on a pool of 8 GPUs, dynamic against fixed CP "
+    "and Megatron's dynamic CP.",
+)
 def bench_command(
     quick: bool,
     model: str,
@@ -56,10 +66,13 @@ def bench_command(
     repeats: int | None,
     output: Path | None,
     detail: bool,
+    dynamic_cp: bool,
 ) -> int:
     """Run every baseline planner and cpplan on the fixed suite; print and save the table."""
     for size in memories:
         parse_bytes(size)
+    if dynamic_cp:
+        return _dynamic_bench(quick, model, memories, solver, output)
     if not cps:
         cps = (1, 4) if quick else DEFAULT_CPS
     if not memories:
@@ -83,7 +96,7 @@ def bench_command(
         repeats=repeats,
         progress=progress,
     )
-    path = output or Path("benchmarks") / ("bench_quick.json" if quick else "bench.json")
+    path = output or DEFAULT_FOLDER / ("bench_quick.json" if quick else "bench.json")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=1) + "\n")
     if detail:
@@ -92,5 +105,30 @@ def bench_command(
     click.echo(format_pivot(result["headline"]))
     click.echo()
     click.echo(format_headline(result["headline"]))
+    click.echo(f"\n{len(result['rows'])} runs in {result['wall_s']:.1f} s; saved {path}")
+    return 0
+
+
+def _dynamic_bench(
+    quick: bool, model: str, memories: tuple[str, ...], solver: str, output: Path | None
+) -> int:
+    """``--dynamic-cp``: the dynamic-CP suite (:mod:`cpplan.bench.dynamic`)."""
+    from cpplan.bench.dynamic import DEFAULT_MEMORIES as DYNAMIC_MEMORIES
+    from cpplan.bench.dynamic import format_summary, run_dynamic_bench
+
+    def progress(case, memory, rows) -> None:
+        found = ", ".join(
+            f"{r.planner} {r.status} {'-' if r.cost_s is None else f'{r.cost_s:.3f}'}" for r in rows
+        )
+        click.echo(f"{case.name} {memory}: {found}", err=True)
+
+    chosen = memories or (DYNAMIC_MEMORIES[:1] if quick else DYNAMIC_MEMORIES)
+    result = run_dynamic_bench(quick=quick, model=model, memories=chosen, solver=solver, progress=progress)
+    path = output or Path("benchmarks") / (
+        "bench_dynamic_cp_quick.json" if quick else "bench_dynamic_cp.json"
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=1) + "\n")
+    click.echo(format_summary(result["summary"]))
     click.echo(f"\n{len(result['rows'])} runs in {result['wall_s']:.1f} s; saved {path}")
     return 0

@@ -1,68 +1,229 @@
-"""Options shared by the subcommands that price plans."""
+"""Options shared by the subcommands that price plans, and how they become :class:`Settings`.
+
+Importing this module stays light (click only): ``cpplan --help`` must not pull in the planner.
+"""
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from cpplan.pricing.problem import Problem
-from cpplan.spec.settings import Settings
-from cpplan.spec.workload import Workload
+from cpplan.errors import InputError
+from cpplan.spec.units import MEMORY_MEANING, format_bytes, memory_from_gpu, parse_memory
+
+if TYPE_CHECKING:
+    from cpplan.spec.records import RecordFields
+    from cpplan.spec.settings import Settings
+    from cpplan.spec.topology import Topology
+
+MEMORY_HELP = (
+    f"{MEMORY_MEANING[0].upper()}{MEMORY_MEANING[1:]}, e.g. 40GiB (units: GiB, GB, MiB, MB, KiB, KB; a "
+    "number alone is bytes). Or give --gpu-memory and --resident."
+)
+PROBLEM_KEYS = ("model", "topology", "dynamic_cp", "memory", "gpu_memory", "resident", "layers", "phase")
+RECORD_KEYS = ("tokens_field", "id_field")
 
 
-def problem_options(func: Callable) -> Callable:
-    """``--model --topology --memory --layers --phase``."""
+def problem_options(*, from_plan: bool = False) -> Callable:
+    """``--model --topology --memory (or --gpu-memory --resident) --layers --phase``. With ``from_plan``
+    every one is optional: what is left out is read from the plan being checked."""
+    later = " (default: the plan's)" if from_plan else ""
     options = [
         click.option(
             "--model",
-            "model",
-            required=True,
+            required=not from_plan,
             metavar="NAME|PATH",
-            help="Shipped model card name or path to a TOML card.",
+            help=f"Shipped model card name or path to a TOML card{later}.",
         ),
         click.option(
             "--topology",
-            "topology",
-            default="",
+            default=None,
             metavar="tp=1,cp=4,...",
-            show_default=False,
-            help="Parallel sizes; those left out are 1.",
+            help=f"Parallel sizes, comma-separated; those left out are 1{later}.",
         ),
         click.option(
-            "--memory",
-            "memory",
-            required=True,
+            "--dynamic-cp",
+            "dynamic_cp",
+            is_flag=True,
+            default=False,
+            help="Pool the dp x cp GPUs: each wave chooses its CP group size (a power of two) and the cost "
+            "is the step's makespan (also dynamic_cp=1 in --topology).",
+        ),
+        click.option("--memory", default=None, metavar="SIZE", help=MEMORY_HELP + later),
+        click.option(
+            "--gpu-memory",
+            "gpu_memory",
+            default=None,
             metavar="SIZE",
-            help="Bytes a wave may use per rank, e.g. 80GiB, 80GB, 512MiB.",
+            help="The GPU's memory (e.g. 141GB); with --resident, --memory is their difference.",
+        ),
+        click.option(
+            "--resident",
+            default=None,
+            metavar="SIZE",
+            help="Bytes resident before the wave on each rank: weights, optimizer state, framework reserves.",
         ),
         click.option(
             "--layers",
-            "layers",
             type=int,
             default=None,
             metavar="N",
-            help="Run the card with N layers, keeping its layer pattern.",
+            help=f"Run the card with N layers, keeping its layer pattern{later}.",
         ),
         click.option(
             "--phase",
-            "phase",
             type=click.Choice(["cold", "warm"]),
-            default="cold",
-            show_default=True,
-            help="Price a first (cold) call or a warm repeat.",
+            default=None,
+            help=f"Price a first (cold, the default) call or a warm repeat{later}.",
+        ),
+    ]
+
+    def decorate(func: Callable) -> Callable:
+        return functools.reduce(lambda f, option: option(f), reversed(options), func)
+
+    return decorate
+
+
+def record_options(func: Callable) -> Callable:
+    """``--tokens-field --id-field``: where records keep their token ids and their id."""
+    options = [
+        click.option(
+            "--tokens-field",
+            "tokens_field",
+            default=None,
+            metavar="NAME",
+            help="Read the token ids from this field (Hugging Face form: labels / loss_mask beside it).",
+        ),
+        click.option(
+            "--id-field",
+            "id_field",
+            default=None,
+            metavar="NAME",
+            help="Read the item id from this field (a string or an integer).",
         ),
     ]
     return functools.reduce(lambda f, option: option(f), reversed(options), func)
 
 
-def build(
-    workload_path: Path, model: str, topology: str, memory: str, layers: int | None, phase: str
-) -> Problem:
-    """Read the settings and the workload and assemble the problem (errors are :class:`InputError`)."""
-    settings = Settings.from_user(
-        topology=topology, model=model, memory_bytes=memory, num_layers=layers, phase=phase
+def split_options(values: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
+    """Pop ``keys`` out of a command's keyword arguments."""
+    return {key: values.pop(key) for key in keys}
+
+
+def record_fields(values: dict[str, Any]) -> RecordFields:
+    """The record fields ``--tokens-field`` and ``--id-field`` name."""
+    from cpplan.spec.records import RecordFields
+
+    return RecordFields(id=values.get("id_field") or "id", tokens=values.get("tokens_field"))
+
+
+def memory_bytes(values: dict[str, Any], *, required: bool = True) -> int | None:
+    """``--memory``, or ``--gpu-memory`` less ``--resident`` (saying what was assumed on standard
+    error); ``None`` when neither is given and ``required`` is false."""
+    memory, gpu, resident = values.get("memory"), values.get("gpu_memory"), values.get("resident")
+    if memory is not None and (gpu is not None or resident is not None):
+        raise InputError("give --memory, or --gpu-memory with --resident, not both", field="memory")
+    if gpu is not None or resident is not None:
+        if gpu is None or resident is None:
+            raise InputError("--gpu-memory and --resident go together", field="memory")
+        budget = memory_from_gpu(gpu, resident)
+        click.echo(
+            f"cpplan: --memory {budget:,} bytes ({format_bytes(budget)}) = --gpu-memory {gpu} - "
+            f"--resident {resident}: {MEMORY_MEANING}",
+            err=True,
+        )
+        return budget
+    if memory is not None:
+        return parse_memory(memory)
+    if required:
+        raise InputError(
+            f"missing: give --memory SIZE ({MEMORY_MEANING}), or --gpu-memory and --resident",
+            field="memory",
+        )
+    return None
+
+
+def read_settings(values: dict[str, Any], plan: dict[str, Any] | None = None) -> Settings:
+    """Settings from the problem options; with ``plan`` (plan JSON), what is left out is read from it
+    and what was taken is said on standard error."""
+    from cpplan.spec.settings import Settings
+    from cpplan.spec.topology import Topology
+
+    budget = memory_bytes(values, required=plan is None)
+    chosen = {
+        "model": values.get("model"),
+        "topology": values.get("topology"),
+        "memory_bytes": budget,
+        "num_layers": values.get("layers"),
+        "phase": values.get("phase"),
+    }
+    if plan is not None:
+        chosen = _fill_from_plan(chosen, plan)
+    topology = chosen["topology"]
+    if isinstance(topology, dict):
+        topology = Topology.create(**topology)
+    if values.get("dynamic_cp"):
+        topology = _dynamic(topology)
+    return Settings.from_user(
+        topology=topology or "",
+        model=chosen["model"],
+        memory_bytes=chosen["memory_bytes"],
+        num_layers=chosen["num_layers"],
+        phase=chosen["phase"] or "cold",
     )
-    return Problem.build(Workload.from_jsonl(workload_path), settings)
+
+
+def _dynamic(topology: Topology | str | None) -> Topology | str:
+    """``--dynamic-cp`` folded into the topology (its ``dynamic_cp`` flag)."""
+    if isinstance(topology, str) or topology is None:
+        return f"{topology},dynamic_cp=1" if topology else "dynamic_cp=1"
+    return topology.model_copy(update={"dynamic_cp": True})
+
+
+_PLAN_FIELDS = {
+    "model": "model",
+    "topology": "topology",
+    "memory_bytes": "memory_bytes",
+    "num_layers": "layers",
+    "phase": "phase",
+}
+
+
+def _fill_from_plan(chosen: dict[str, Any], plan: dict[str, Any]) -> dict[str, Any]:
+    """The settings left out, from the plan's fields (each must be there)."""
+    taken = []
+    for key, field in _PLAN_FIELDS.items():
+        if chosen[key] is not None:
+            continue
+        if field not in plan:
+            raise InputError(f"the plan does not say its {field}: pass --{field}", field=field)
+        if field == "model":
+            _check_shipped(plan[field])
+        chosen[key] = plan[field]
+        taken.append(field)
+    if taken:
+        shown = ", ".join(f"{field} {_shown(field, plan[field])}" for field in taken)
+        click.echo(f"cpplan: from the plan: {shown}", err=True)
+    return chosen
+
+
+def _check_shipped(name: Any) -> None:
+    from cpplan.spec.card import available_models
+
+    if name not in available_models():
+        raise InputError(
+            f"the plan was made with model card {name!r}, which is not a shipped card: pass --model PATH",
+            field="model",
+        )
+
+
+def _shown(field: str, value: Any) -> str:
+    if field == "memory_bytes" and isinstance(value, int):
+        return f"{value:,} ({format_bytes(value)})"
+    if field == "topology" and isinstance(value, dict):
+        sizes = [f"{k}={v}" for k, v in value.items() if k != "dynamic_cp" and v != 1]
+        return ",".join([*sizes, *(["dynamic_cp"] if value.get("dynamic_cp") else [])]) or "single rank"
+    return str(value)

@@ -1,23 +1,32 @@
-"""``cpplan pack``: a whole dataset to plan shards, a manifest and a rejects file."""
+"""``cpplan pack``: a whole dataset to self-describing plan shards, a manifest and a rejects file."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
-from cpplan.cli import cli
-from cpplan.cli.options import problem_options
-from cpplan.pack import DEFAULT_WINDOW, pack
-from cpplan.pack.console import print_pack_summary
+from cpplan.cli import COMMANDS, cli
+from cpplan.cli.options import (
+    PROBLEM_KEYS,
+    RECORD_KEYS,
+    problem_options,
+    read_settings,
+    record_fields,
+    record_options,
+    split_options,
+)
+from cpplan.errors import InputError, NoFitError
+from cpplan.pack import DEFAULT_WINDOW
 from cpplan.pack.engines import ENGINES
 from cpplan.pack.readers import FORMATS
-from cpplan.spec.topology import Topology
 
 
-@cli.command("pack")
+@cli.command("pack", short_help=COMMANDS["pack"][1])
 @click.argument("dataset", type=click.Path(path_type=Path))
-@problem_options
+@problem_options()
+@record_options
 @click.option(
     "--output",
     "output",
@@ -47,7 +56,8 @@ from cpplan.spec.topology import Topology
     "fmt",
     type=click.Choice(FORMATS),
     default=None,
-    help="Input format (default: from the file name; .json is ShareGPT).",
+    help="Input format (default: from the file name; .json is a JSON array of ShareGPT conversations or "
+    "items).",
 )
 @click.option(
     "--tokenizer",
@@ -58,42 +68,30 @@ from cpplan.spec.topology import Topology
 )
 @click.option("--restart", is_flag=True, help="Discard what OUTDIR holds instead of resuming it.")
 @click.option("--quiet", is_flag=True, help="No progress bar and no summary table.")
-def pack_command(
-    dataset: Path,
-    model: str,
-    topology: str,
-    memory: str,
-    layers: int | None,
-    phase: str,
-    output: Path,
-    solver: str,
-    time_budget: float | None,
-    engine: str,
-    workers: int,
-    window: int,
-    fmt: str | None,
-    tokenizer: str | None,
-    restart: bool,
-    quiet: bool,
-) -> int:
-    """Pack DATASET (workload JSONL, Parquet, or ShareGPT conversation JSON) into plan shards."""
+def pack_command(dataset: Path, output: Path, quiet: bool, **options: Any) -> int:
+    """Pack DATASET (workload JSONL, Parquet, or a JSON array of ShareGPT conversations or items) into
+    plan shards, each line a plan of one wave that `cpplan verify`, `materialize` and
+    `cpplan.PackDataset` read. Exit 0 when items were planned (rejected ones are counted, with their
+    reasons in OUTDIR/rejects.jsonl), 3 when no item was, 2 on bad input."""
+    from cpplan.pack import pack
+    from cpplan.pack.console import print_pack_summary
+
+    problem_values = split_options(options, PROBLEM_KEYS)
+    fields = record_fields(split_options(options, RECORD_KEYS))
+    settings = read_settings(problem_values)
     outcome = pack(
         dataset,
         output=output,
-        model=model,
-        memory_bytes=memory,
-        topology=Topology.parse(topology),
-        solver=solver,
-        time_budget_s=time_budget,
-        num_layers=layers,
-        phase=phase,
-        engine=engine,
-        workers=workers,
-        window=window,
-        fmt=fmt,
-        tokenizer=tokenizer,
-        restart=restart,
+        model=settings.model,
+        memory_bytes=settings.memory_bytes,
+        topology=settings.topology,
+        num_layers=settings.num_layers,
+        phase=settings.phase,
+        time_budget_s=options.pop("time_budget"),
+        fmt=options.pop("fmt"),
+        fields=fields,
         progress=False if quiet else None,
+        **options,
     )
     manifest = outcome.manifest
     click.echo(
@@ -101,6 +99,29 @@ def pack_command(
         f"items_rejected {manifest['items_rejected']}; waves {manifest['waves']}; "
         f"logical_tokens {manifest['logical_tokens']}; packed_tokens {manifest['packed_tokens']}"
     )
-    if not quiet:
+    if not quiet and manifest["items_planned"]:
         print_pack_summary(manifest, outcome.run)
+    return _verdict(manifest, output, dataset)
+
+
+def _verdict(manifest: dict[str, Any], output: Path, dataset: Path) -> int:
+    """Exit 0 when something was planned (saying how many items were rejected and where the reasons
+    are); otherwise an error: nothing to read (2) or nothing planned, with the commonest reasons (3)."""
+    from cpplan.pack.outdir import REJECTS
+    from cpplan.pack.reject_summary import summarize_rejects
+
+    rejects = output / REJECTS
+    if manifest["items_in"] == 0:
+        raise InputError("holds no item: nothing to pack", file=str(dataset))
+    if manifest["items_planned"] == 0:
+        raise NoFitError(
+            f"no item of {dataset} was planned: all {manifest['items_rejected']:,} were rejected (every "
+            f"reason is in {rejects}). Commonest reasons:\n{summarize_rejects(rejects)}"
+        )
+    if manifest["items_rejected"]:
+        click.echo(
+            f"cpplan: {manifest['items_rejected']:,} of {manifest['items_in']:,} items were rejected; their "
+            f"lines and reasons are in {rejects}",
+            err=True,
+        )
     return 0

@@ -4,21 +4,27 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
-from cpplan.api import solve
-from cpplan.cli import cli
-from cpplan.cli.options import build, problem_options
-from cpplan.cli.plan_table import print_summary
-from cpplan.errors import InputError
-from cpplan.pricing.serialize import dumps, result_to_dict
-from cpplan.spec.profile import load_solver
+from cpplan.cli import COMMANDS, cli
+from cpplan.cli.options import (
+    PROBLEM_KEYS,
+    RECORD_KEYS,
+    problem_options,
+    read_settings,
+    record_fields,
+    record_options,
+    split_options,
+)
+from cpplan.errors import InputError, NoFitError
 
 
-@cli.command("plan")
+@cli.command("plan", short_help=COMMANDS["plan"][1])
 @click.argument("workload", type=click.Path(path_type=Path))
-@problem_options
+@problem_options()
+@record_options
 @click.option(
     "--solver",
     "solver",
@@ -45,37 +51,50 @@ from cpplan.spec.profile import load_solver
 )
 @click.option("--quiet", is_flag=True, help="No summary table on standard error.")
 def plan_command(
-    workload: Path,
-    model: str,
-    topology: str,
-    memory: str,
-    layers: int | None,
-    phase: str,
-    solver: str,
-    time_budget: float | None,
-    output: Path | None,
-    quiet: bool,
+    workload: Path, solver: str, time_budget: float | None, output: Path | None, quiet: bool, **options: Any
 ) -> int:
-    """Plan WORKLOAD (JSONL, one item a line) into verified waves."""
-    if output is not None and (output.is_dir() or not output.parent.is_dir()):
-        why = "is a directory" if output.is_dir() else "its directory does not exist"
-        raise InputError(f"cannot write the plan here: {why}", file=str(output), field="output")
+    """Plan WORKLOAD (JSONL, one item a line: {"id", "tokens"}, {"id", "requests"} or Hugging Face
+    {"input_ids", "labels"}) into verified waves. Exit 0 with a plan, 2 on bad input, 3 when nothing
+    fits (with what would: a budget, a larger CP size)."""
+    from cpplan.api import solve
+    from cpplan.cli.no_fit import with_suggestions
+    from cpplan.cli.plan_table import print_summary
+    from cpplan.pricing.problem import Problem
+    from cpplan.pricing.serialize import dumps, result_to_dict
+    from cpplan.spec.profile import load_solver
+    from cpplan.spec.workload import Workload
+
+    _check_output(output)
+    problem_values = split_options(options, PROBLEM_KEYS)
+    fields = record_fields(split_options(options, RECORD_KEYS))
     profile = load_solver(solver).with_time_budget(time_budget)
-    problem = build(workload, model, topology, memory, layers, phase)
-    result = solve(problem, profile)
+    settings = read_settings(problem_values)
+    problem = Problem.build(Workload.from_jsonl(workload, fields=fields), settings)
+    try:
+        result = solve(problem, profile)
+    except NoFitError as exc:
+        raise with_suggestions(exc, problem) from None
     text = dumps(result_to_dict(result))
     if output is None:
         sys.stdout.write(text)
     else:
-        tmp = output.with_name(output.name + ".tmp")
-        try:
-            tmp.write_text(text)
-            tmp.replace(output)
-        except OSError as exc:
-            tmp.unlink(missing_ok=True)
-            raise InputError(
-                f"cannot write the plan: {exc.strerror}", file=str(output), field="output"
-            ) from None
+        _write(output, text)
     if not quiet:
         print_summary(result)
     return 0
+
+
+def _check_output(output: Path | None) -> None:
+    if output is not None and (output.is_dir() or not output.parent.is_dir()):
+        why = "is a directory" if output.is_dir() else "its directory does not exist"
+        raise InputError(f"cannot write the plan here: {why}", file=str(output), field="output")
+
+
+def _write(output: Path, text: str) -> None:
+    tmp = output.with_name(output.name + ".tmp")
+    try:
+        tmp.write_text(text)
+        tmp.replace(output)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise InputError(f"cannot write the plan: {exc.strerror}", file=str(output), field="output") from None

@@ -45,6 +45,15 @@ def print_summary(result: PlanResult, console: Console | None = None) -> None:
     )
 
 
+def _where(plan, index: int, dp: int) -> str:
+    """The replica a wave runs on, or with a schedule its pool ranks (``4-7``) and start."""
+    if plan.schedule is None:
+        return str(dp_rank_of(index, dp))
+    gpus, start = plan.schedule.gpus[index], plan.schedule.start_s[index]
+    ranks = str(gpus[0]) if len(gpus) == 1 else f"{gpus[0]}-{gpus[-1]}"
+    return f"{ranks} @{start:.3f}s"
+
+
 def wave_table(result: PlanResult) -> Table:
     """One row per wave and a total."""
     problem, plan = result.problem, result.plan
@@ -59,7 +68,7 @@ def wave_table(result: PlanResult) -> Table:
         rank = wave.busiest_rank
         table.add_row(
             str(index),
-            str(dp_rank_of(index, problem.topology.dp)),
+            _where(plan, index, problem.topology.dp),
             str(len(wave.items)),
             wave.layout_name,
             f"{wave.packed_tokens:,}",

@@ -6,11 +6,10 @@ from pathlib import Path
 
 import click
 
-from cpplan.cli import cli
-from cpplan.pack.report import write_report
+from cpplan.cli import COMMANDS, cli
 
 
-@cli.command("report")
+@cli.command("report", short_help=COMMANDS["report"][1])
 @click.argument("outdir", type=click.Path(path_type=Path))
 @click.option(
     "--output",
@@ -23,6 +22,11 @@ from cpplan.pack.report import write_report
 def report_command(outdir: Path, output: Path | None) -> int:
     """Write a report of the pack in OUTDIR: packed tokens, rank peaks against the budget, seconds per
     wave and tokens saved by sharing."""
+    from cpplan.pack.outdir import read_manifest
+    from cpplan.pack.report import report_warnings, write_report
+
     path = write_report(outdir, output)
+    for warning in report_warnings(outdir, read_manifest(outdir)):
+        click.echo(f"cpplan: warning: {warning}", err=True)
     click.echo(str(path))
     return 0

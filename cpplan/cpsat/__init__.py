@@ -1,6 +1,6 @@
 """The CP-SAT planner: waves, layout and CP ownership as one declarative model.
 
-Decomposition (stated, as DESIGN.md allows):
+Decomposition (stated):
 
 1. :mod:`~cpplan.cpsat.space` precomputes the decision space from the prefix tree: *cross* nodes
    (shared by several items; per-wave sharing variables) and each item's Pareto set of *local*

@@ -1,7 +1,9 @@
 """Offline dataset packing: a whole dataset, window by window, to plan shards and a manifest.
 
-``pack`` reads JSONL items, Parquet rows or ShareGPT conversations (tokenized), plans each window of
-items on its own with the portfolio, and writes atomic, resumable output (see :mod:`.outdir`).
+``pack`` reads JSONL items, Parquet rows or JSON arrays (ShareGPT conversations, tokenized, or item
+records), plans each window of items on its own with the portfolio, and writes atomic, resumable output
+(see :mod:`.outdir`) whose shard lines are plans of one wave each. :mod:`.window_items` reads a window's
+items back from the dataset (for ``cpplan verify`` and :class:`cpplan.PackDataset`).
 """
 
 from cpplan.pack.conversations import ChatTokenizer, conversation_item, load_tokenizer

@@ -86,7 +86,7 @@ def print_pack_summary(manifest: dict[str, Any], run: dict[str, Any], console: C
         + (" (see rejects.jsonl)" if manifest["items_rejected"] else "")
     )
     table = Table(
-        title=f"cpplan pack: {config['model']}, {_topology(config['topology'])}, budget "
+        title=f"cpplan pack: {config['model']}, {topology_text(config['topology'])}, budget "
         f"{format_bytes(config['memory_bytes'])}, profile {config['solver']}",
         title_justify="left",
     )
@@ -124,5 +124,6 @@ def print_pack_summary(manifest: dict[str, Any], run: dict[str, Any], console: C
     )
 
 
-def _topology(data: dict[str, int]) -> str:
-    return ",".join(f"{k}={v}" for k, v in data.items())
+def topology_text(data: dict[str, int]) -> str:
+    """A topology from the manifest as ``cp=4`` (sizes of 1 left out; ``single rank`` when all are 1)."""
+    return ",".join(f"{k}={v}" for k, v in data.items() if v != 1) or "single rank"

@@ -11,9 +11,12 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import threading
+import time
 from collections import deque
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
 from typing import Literal
 
 from cpplan.errors import InputError
@@ -22,13 +25,60 @@ from cpplan.pack.windows import PackContext, WindowJob, WindowResult, plan_windo
 Engine = Literal["local", "ray"]
 ENGINES = ("local", "ray")
 
+PARENT_POLL_S = 0.5
 _CONTEXT: PackContext | None = None
 
 
-def _init_worker(ctx: PackContext) -> None:
+def _init_worker(ctx: PackContext, parent_pid: int) -> None:
     global _CONTEXT
     _CONTEXT = ctx
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    watch_parent(parent_pid)
+
+
+def watch_parent(pid: int, poll_s: float = PARENT_POLL_S) -> threading.Thread:
+    """Exit this process within ``poll_s`` seconds of process ``pid`` dying (``kill -9`` included): a pool
+    worker blocked on its task pipe would otherwise outlive the packing run that started it."""
+    start = _start_time(pid)
+
+    def watch() -> None:
+        while _alive(pid, start):
+            time.sleep(poll_s)
+        os._exit(1)
+
+    thread = threading.Thread(target=watch, name="cpplan-parent-watch", daemon=True)
+    thread.start()
+    return thread
+
+
+def _proc_stat(pid: int) -> list[str] | None:
+    """The fields of ``/proc/PID/stat`` after the command name (``None`` when there is no such process)."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return None
+    return text.rsplit(")", 1)[1].split()
+
+
+def _start_time(pid: int) -> str | None:
+    if not Path("/proc/self/stat").exists():
+        return None
+    fields = _proc_stat(pid)
+    return None if fields is None else fields[19]
+
+
+def _alive(pid: int, start: str | None) -> bool:
+    """Whether ``pid`` still runs: not gone, not a zombie, and (with ``/proc``) not a reused pid."""
+    if start is None:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+    fields = _proc_stat(pid)
+    return fields is not None and fields[0] not in ("Z", "X") and fields[19] == start
 
 
 def _run_in_worker(job: WindowJob) -> WindowResult:
@@ -57,7 +107,7 @@ def run_local(jobs: Iterable[WindowJob], ctx: PackContext, workers: int) -> Iter
         max_workers=workers,
         mp_context=multiprocessing.get_context(method),
         initializer=_init_worker,
-        initargs=(ctx,),
+        initargs=(ctx, os.getpid()),
     )
     try:
         yield from _in_order(

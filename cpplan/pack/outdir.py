@@ -2,8 +2,10 @@
 
 Layout of ``OUTDIR``::
 
-    manifest.json        totals, configuration, resume cursor and the sizes of the two logs
-    shards/window-NNNNNN.jsonl   one planned wave a line
+    manifest.json        totals, configuration, the dataset's path, resume cursor and the sizes of the
+                         two logs
+    shards/window-NNNNNN.jsonl   one planned wave a line, each a plan of its own (settings, workload
+                         digest, the window's position in the input, the wave)
     windows.jsonl        one line of figures per committed window
     rejects.jsonl        one line per rejected item: line, record, id, kind, reason
     run.json             wall-clock figures of the last run (the only file that differs between runs)
@@ -33,7 +35,7 @@ WINDOWS = "windows.jsonl"
 REJECTS = "rejects.jsonl"
 RUN = "run.json"
 SHARDS = "shards"
-FORMAT = "cpplan-pack/1"
+FORMAT = "cpplan-pack/2"
 KILL_AT = "CPPLAN_PACK_KILL_AT"
 ADDITIVE = (
     "items_in",
@@ -94,9 +96,10 @@ def _add(totals: dict[str, Any], stats: dict[str, Any]) -> None:
 class OutDir:
     """The state of one output folder: open (fresh or resumed), commit windows, finish."""
 
-    def __init__(self, path: Path, config: dict[str, Any], *, restart: bool = False) -> None:
+    def __init__(self, path: Path, config: dict[str, Any], *, dataset: str, restart: bool = False) -> None:
         self.path = path
         self.config = config
+        self.dataset = dataset
         path.mkdir(parents=True, exist_ok=True)
         (path / SHARDS).mkdir(exist_ok=True)
         manifest = self._read_manifest()
@@ -113,6 +116,7 @@ class OutDir:
             )
         if manifest is None or restart:
             manifest = self._fresh()
+        manifest["dataset"] = dataset
         self.manifest = manifest
         self._recover()
 
@@ -125,12 +129,13 @@ class OutDir:
         except (OSError, json.JSONDecodeError) as exc:
             raise InputError(f"unreadable manifest ({exc}); pass --restart", file=str(file)) from None
         if not isinstance(data, dict) or data.get("format") != FORMAT:
-            raise InputError(f"not a {FORMAT} manifest; pass --restart", file=str(file))
+            raise InputError(f"{_not_this_format(data)}; pass --restart", file=str(file))
         return data
 
     def _fresh(self) -> dict[str, Any]:
         return {
             "format": FORMAT,
+            "dataset": self.dataset,
             "complete": False,
             **_zero_totals(),
             "windows": 0,
@@ -211,5 +216,13 @@ def read_manifest(path: Path) -> dict[str, Any]:
     except (OSError, json.JSONDecodeError) as exc:
         raise InputError(f"unreadable manifest: {exc}", file=str(file)) from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise InputError(f"not a {FORMAT} manifest", file=str(file))
+        raise InputError(_not_this_format(data), file=str(file))
     return data
+
+
+def _not_this_format(data: Any) -> str:
+    """Why a manifest is not one this cpplan reads."""
+    found = data.get("format") if isinstance(data, dict) else None
+    if isinstance(found, str) and found.startswith("cpplan-pack/"):
+        return f"a {found} pack, made by an older cpplan (this one writes and reads {FORMAT}): pack it again"
+    return f"not a {FORMAT} manifest"

@@ -1,4 +1,4 @@
-"""Streaming dataset readers: JSONL items, Parquet rows and ShareGPT conversation JSON (any JSON array).
+"""Streaming dataset readers: JSONL items, Parquet rows and JSON arrays (ShareGPT conversations or items).
 
 Each reader yields :class:`Record` objects one at a time and never holds more than a read chunk (plus
 one record) in memory. Every record carries the :class:`Cursor` just past it, so a packing run can
@@ -8,6 +8,7 @@ resume reading exactly where a committed window ended.
 from __future__ import annotations
 
 import codecs
+import hashlib
 import json
 import re
 from collections.abc import Callable, Iterator
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from cpplan.errors import InputError
+from cpplan.spec.records import DEFAULT_FIELDS, HF_TOKENS, RecordFields, jsonl_lines
 
 Format = Literal["jsonl", "parquet", "sharegpt"]
 FORMATS: tuple[str, ...] = ("jsonl", "parquet", "sharegpt")
@@ -85,37 +87,31 @@ def progress_position(cursor: Cursor, fmt: Format) -> int:
     return cursor.ordinal if fmt == "parquet" else cursor.offset
 
 
-def read_records(path: Path, fmt: Format, start: Cursor | None = None) -> Iterator[Record]:
-    """Records of ``path`` from ``start`` (the beginning when ``None``)."""
+def read_records(
+    path: Path, fmt: Format, start: Cursor | None = None, *, fields: RecordFields = DEFAULT_FIELDS
+) -> Iterator[Record]:
+    """Records of ``path`` from ``start`` (the beginning when ``None``); ``fields`` names the token
+    column Parquet must have."""
     start = start or Cursor()
     if not path.exists():
         raise InputError("no such file", file=str(path))
     if fmt == "jsonl":
         return _jsonl(path, start)
     if fmt == "parquet":
-        return _parquet(path, start)
+        return _parquet(path, start, fields)
     if fmt == "sharegpt":
         return _sharegpt(path, start)
     raise InputError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}", field="format")
 
 
 def _jsonl(path: Path, start: Cursor) -> Iterator[Record]:
-    offset, line, ordinal = start.offset, start.line, start.ordinal
+    """JSONL records through the one line reader workloads use (:func:`cpplan.spec.records.jsonl_lines`)."""
+    ordinal = start.ordinal
     with path.open("rb") as handle:
-        handle.seek(offset)
-        for raw in handle:
-            offset += len(raw)
-            line += 1
-            if not raw.strip():
-                continue
+        for entry in jsonl_lines(handle, offset=start.offset, line=start.line):
             ordinal += 1
-            end = Cursor(offset=offset, line=line, ordinal=ordinal)
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                yield Record(line=line, ordinal=ordinal, payload=None, end=end, error=f"not UTF-8: {exc}")
-                continue
-            yield Record(line=line, ordinal=ordinal, payload=text, end=end)
+            end = Cursor(offset=entry.end, line=entry.line, ordinal=ordinal)
+            yield Record(line=entry.line, ordinal=ordinal, payload=entry.text, end=end, error=entry.error)
 
 
 def _parquet_file(path: Path):
@@ -131,16 +127,18 @@ def _parquet_file(path: Path):
         raise InputError(f"cannot read Parquet: {exc}", file=str(path)) from None
 
 
-def _parquet(path: Path, start: Cursor) -> Iterator[Record]:
+def _parquet(path: Path, start: Cursor, fields: RecordFields) -> Iterator[Record]:
     parquet = _parquet_file(path)
     names = set(parquet.schema_arrow.names)
-    if "id" not in names or not ({"tokens", "requests"} & names):
+    wanted = {fields.tokens} if fields.tokens else {"tokens", "requests", HF_TOKENS}
+    if not wanted & names:
         raise InputError(
-            f"Parquet needs an 'id' column and a 'tokens' or 'requests' column; found {sorted(names)}",
+            f"Parquet needs a column of token ids ({' or '.join(sorted(wanted))}; --tokens-field names "
+            f"another); found {sorted(names)}",
             file=str(path),
         )
-    row = 0
-    for batch in parquet.iter_batches(batch_size=1024):
+    groups, row = _row_groups_from(parquet, start.ordinal)
+    for batch in parquet.iter_batches(batch_size=1024, row_groups=groups):
         if row + batch.num_rows <= start.ordinal:
             row += batch.num_rows
             continue
@@ -151,6 +149,17 @@ def _parquet(path: Path, start: Cursor) -> Iterator[Record]:
             data = {k: v for k, v in record.items() if v is not None}
             end = Cursor(offset=0, line=row, ordinal=row)
             yield Record(line=row, ordinal=row, payload=data, end=end)
+
+
+def _row_groups_from(parquet, first_row: int) -> tuple[list[int], int]:
+    """The row groups holding rows after ``first_row`` (so a resumed read skips the others unread) and
+    the number of rows before them."""
+    sizes = [parquet.metadata.row_group(g).num_rows for g in range(parquet.metadata.num_row_groups)]
+    before, group = 0, 0
+    while group < len(sizes) and before + sizes[group] <= first_row:
+        before += sizes[group]
+        group += 1
+    return list(range(group, len(sizes))), before
 
 
 class _TextStream:
@@ -241,7 +250,9 @@ def _array_records(stream: _TextStream, start: Cursor, source: str) -> Iterator[
         end = Cursor(offset=stream.offset, line=stream.line, ordinal=ordinal)
         if error is not None:
             yield Record(line=line, ordinal=ordinal, payload=None, end=end, error=error)
-            return
+            if error.startswith("truncated"):
+                return
+            continue
         yield Record(line=line, ordinal=ordinal, payload=value, end=end)
 
 
@@ -253,7 +264,7 @@ def _open_array(stream: _TextStream, source: str) -> None:
         head = stream.skip_space()
     if head != "[":
         raise InputError(
-            "expected a JSON array of conversations ('[' at the start)",
+            "expected a JSON array of ShareGPT conversations or items ('[' at the start)",
             file=source,
             line=stream.line + 1,
         )
@@ -263,16 +274,84 @@ def _open_array(stream: _TextStream, source: str) -> None:
 def _decode_next(stream: _TextStream, decoder: json.JSONDecoder) -> tuple[Any, str | None]:
     """Decode the value at the stream position, reading more while it is cut by the buffer's end.
 
-    A value that still fails at end of file is reported (the array cannot be resynchronized after
-    it, so the reader stops there)."""
+    A value the parser rejects for any reason is reported and skipped when its end can be found (the
+    brackets balance); one that runs to the end of the file is reported as truncated, and the reader
+    stops there."""
     while True:
         try:
             value, end = decoder.raw_decode(stream.buffer, stream.pos)
         except json.JSONDecodeError as exc:
-            if len(stream.buffer) - stream.pos > MAX_RECORD_BYTES or not stream.more():
-                where = "truncated at end of file" if stream.eof else "malformed"
-                stream.consume(len(stream.buffer))
-                return None, f"{where}: {exc.msg} (record not complete JSON)"
-            continue
+            if len(stream.buffer) - stream.pos <= MAX_RECORD_BYTES and stream.more():
+                continue
+            return None, _skip_bad_value(stream, f"{exc.msg} (record not complete JSON)")
+        except RecursionError:
+            return None, _skip_bad_value(stream, "nested too deeply to read")
+        except ValueError as exc:  # an integer of more digits than Python converts, say
+            return None, _skip_bad_value(stream, str(exc).split(";")[0])
         stream.consume(end)
         return value, None
+
+
+def _skip_bad_value(stream: _TextStream, reason: str) -> str:
+    """Consume the bad value at the stream position (to its balanced end, else to the end of the file)
+    and return the reject reason."""
+    while True:
+        end = value_end(stream.buffer, stream.pos)
+        if end is not None:
+            stream.consume(end)
+            return f"malformed: {reason}"
+        if len(stream.buffer) - stream.pos > MAX_RECORD_BYTES or not stream.more():
+            stream.consume(len(stream.buffer))
+            stream.eof = True
+            return f"truncated at end of file: {reason}"
+
+
+def value_end(text: str, pos: int) -> int | None:
+    """Where the JSON object or array starting at ``text[pos]`` ends (strings and escapes respected),
+    or ``None`` when its brackets do not close within ``text``."""
+    if pos >= len(text) or text[pos] not in "[{":
+        match = _SCALAR_END.search(text, pos)
+        return None if match is None else match.start()
+    depth, index = 0, pos
+    while True:
+        match = _STRUCTURE.search(text, index)
+        if match is None:
+            return None
+        char = match.group()
+        if char[0] == '"':
+            index = match.end()
+            continue
+        depth += 1 if char in "[{" else -1
+        index = match.end()
+        if depth == 0:
+            return index
+
+
+_STRUCTURE = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]', re.S)
+_SCALAR_END = re.compile(r"[,\]]")
+
+
+def window_records(
+    path: Path, fmt: Format, start: Cursor, end: Cursor, *, fields: RecordFields = DEFAULT_FIELDS
+) -> Iterator[Record]:
+    """The records between two cursors of a pack (a window's ``start`` and ``end``)."""
+    for record in read_records(path, fmt, start, fields=fields):
+        if record.ordinal > end.ordinal:
+            return
+        yield record
+
+
+_DIGESTS: dict[tuple[str, int, int], str] = {}
+
+
+def file_sha256(path: Path) -> str:
+    """The SHA-256 of a file's bytes (kept per path, size and modification time within a process)."""
+    stat = path.stat()
+    key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+    if key not in _DIGESTS:
+        hasher = hashlib.sha256()
+        with path.open("rb") as handle:
+            while block := handle.read(CHUNK_BYTES):
+                hasher.update(block)
+        _DIGESTS[key] = hasher.hexdigest()
+    return _DIGESTS[key]

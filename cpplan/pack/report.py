@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 
 from cpplan.errors import InputError
-from cpplan.pack.console import imbalance
-from cpplan.pack.outdir import WINDOWS, read_manifest, shard_name
+from cpplan.pack.console import imbalance, topology_text
+from cpplan.pack.outdir import REJECTS, WINDOWS, read_manifest, shard_name
 from cpplan.spec.units import format_bytes
 
 PLOTS = ("packed_tokens", "rank_peaks", "seconds", "sharing")
@@ -46,12 +46,12 @@ def read_waves(folder: Path, num_windows: int) -> WaveSeries:
         with handle:
             for line_no, line in enumerate(handle, start=1):
                 try:
-                    wave = json.loads(line)
+                    wave = json.loads(line)["waves"][0]
                     peaks = [int(rank["peak_bytes"]) for rank in wave["ranks"]]
                     series.packed_tokens.append(int(wave["packed_tokens"]))
                     series.logical_tokens.append(int(wave["logical_tokens"]))
                     series.cost_s.append(float(wave["cost_s"]))
-                except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+                except (KeyError, TypeError, ValueError, IndexError) as exc:
                     raise InputError(f"not a wave record: {exc}", file=str(path), line=line_no) from None
                 series.rank_peaks.append(peaks)
                 series.window_of_wave.append(index)
@@ -78,10 +78,14 @@ def _pyplot():
 
 def _plots(series: WaveSeries, windows: list[dict[str, Any]], budget: int, target: Path) -> dict[str, str]:
     plt = _pyplot()
+    from matplotlib.ticker import MaxNLocator
+
     waves = np.arange(len(series.packed_tokens))
     files: dict[str, str] = {}
 
     def save(fig, name: str) -> None:
+        for ax in fig.axes:
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # wave and window numbers are whole
         fig.tight_layout()
         fig.savefig(target / f"{name}.png", dpi=110)
         plt.close(fig)
@@ -129,8 +133,22 @@ def _row(name: str, value: str) -> str:
     return f"<tr><th>{html.escape(name)}</th><td>{html.escape(value)}</td></tr>"
 
 
+def report_warnings(folder: Path, manifest: dict[str, Any]) -> list[str]:
+    """What a reader of the report must know first: a pack that planned nothing, or one not finished."""
+    found = []
+    if manifest["items_planned"] == 0:
+        found.append(
+            f"the pack planned no item ({manifest['items_rejected']:,} rejected; the reasons are in "
+            f"{folder / REJECTS}): the plots are empty"
+        )
+    if not manifest["complete"]:
+        found.append("the pack is not finished: rerun the same `cpplan pack` command to complete it")
+    return found
+
+
 def write_report(folder: str | Path, output: str | Path | None = None) -> Path:
-    """Write ``index.html`` and its PNG plots for the pack in ``folder``; return the HTML path."""
+    """Write ``index.html`` and its PNG plots for the pack in ``folder``; return the HTML path (the
+    page opens with :func:`report_warnings`)."""
     folder = Path(folder)
     manifest = read_manifest(folder)
     target = Path(output) if output is not None else folder / "report"
@@ -144,8 +162,8 @@ def write_report(folder: str | Path, output: str | Path | None = None) -> Path:
     saved = manifest["logical_tokens"] - manifest["packed_tokens"]
     ours, theirs = imbalance(manifest), imbalance(base)
     rows = [
-        _row("dataset", str(config["dataset"])),
-        _row("model / topology", f"{config['model']}, {config['topology']}"),
+        _row("dataset", str(manifest["dataset"])),
+        _row("model / topology", f"{config['model']}, {topology_text(config['topology'])}"),
         _row("budget per rank", format_bytes(budget)),
         _row("solver profile", str(config["solver"])),
         _row("complete", "yes" if manifest["complete"] else "no (partial pack)"),
@@ -168,12 +186,15 @@ def write_report(folder: str | Path, output: str | Path | None = None) -> Path:
     images = "\n".join(
         f'<figure><img src="{html.escape(files[name])}" alt="{html.escape(name)}"></figure>' for name in PLOTS
     )
+    warnings = "".join(
+        f'<p class="warning">warning: {html.escape(text)}</p>\n' for text in report_warnings(folder, manifest)
+    )
     page = f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>cpplan pack report</title>
 <style>body{{font-family:sans-serif;max-width:1000px;margin:2em auto}}th{{text-align:left;padding-right:2em}}
-img{{max-width:100%}}</style></head>
+img{{max-width:100%}}.warning{{color:#b00;font-weight:bold}}</style></head>
 <body><h1>cpplan pack report</h1>
-<table>
+{warnings}<table>
 {chr(10).join(rows)}
 </table>
 {images}

@@ -16,12 +16,21 @@ from cpplan.pack.console import PackProgress
 from cpplan.pack.conversations import DEFAULT_TOKENIZER, load_tokenizer
 from cpplan.pack.engines import Engine, run_windows
 from cpplan.pack.outdir import OutDir
-from cpplan.pack.readers import Cursor, Format, detect_format, input_size, progress_position, read_records
+from cpplan.pack.readers import (
+    Cursor,
+    Format,
+    detect_format,
+    file_sha256,
+    input_size,
+    progress_position,
+    read_records,
+)
 from cpplan.pack.windows import PackContext, WindowJob
 from cpplan.pricing.ownership import CHUNK_TOKENS
 from cpplan.pricing.serialize import cpplan_version
 from cpplan.spec.card import ModelCard, Phase
 from cpplan.spec.profile import SolverProfile, load_solver
+from cpplan.spec.records import DEFAULT_FIELDS, RecordFields
 from cpplan.spec.settings import Settings
 from cpplan.spec.topology import Topology
 
@@ -40,12 +49,13 @@ def _digest(data: Any) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def _jobs(records: Iterator, first_index: int, window: int) -> Iterator[WindowJob]:
+def _jobs(records: Iterator, first_index: int, window: int, start: Cursor) -> Iterator[WindowJob]:
     for index in itertools.count(first_index):
         chunk = tuple(itertools.islice(records, window))
         if not chunk:
             return
-        yield WindowJob(index=index, records=chunk)
+        yield WindowJob(index=index, start=start, records=chunk)
+        start = chunk[-1].end
 
 
 def pack(
@@ -64,13 +74,15 @@ def pack(
     window: int = DEFAULT_WINDOW,
     fmt: Format | None = None,
     tokenizer: str | None = None,
+    fields: RecordFields | None = None,
     restart: bool = False,
     progress: bool | None = None,
 ) -> PackOutcome:
     """Plan every item of ``dataset`` in windows of ``window`` items and write ``output``.
 
     Every item ends in a plan shard or in ``rejects.jsonl``; a rerun after a crash resumes from the
-    manifest. ``progress`` shows a bar (default: when standard error is a terminal)."""
+    manifest. ``fields`` renames the id and token fields of the records; ``progress`` shows a bar
+    (default: when standard error is a terminal)."""
     started = time.perf_counter()
     path = Path(dataset)
     fmt = _check_input(path, fmt, window=window, workers=workers)
@@ -83,9 +95,10 @@ def pack(
         fmt=fmt,
         settings=settings,
         profile=profile.with_time_budget(time_budget_s),
-        tokenizer=_tokenizer(fmt, tokenizer),
+        tokenizer=_tokenizer(path, fmt, tokenizer),
+        fields=fields or DEFAULT_FIELDS,
     )
-    out = OutDir(Path(output), run_config(ctx, window), restart=restart)
+    out = OutDir(Path(output), run_config(ctx, window), dataset=str(path.resolve()), restart=restart)
     resumed, before = out.num_windows, _counted(out)
     _plan_remaining(out, ctx, window=window, engine=engine, workers=workers, progress=progress)
     wall_s = time.perf_counter() - started
@@ -116,24 +129,28 @@ def _check_input(path: Path, fmt: Format | None, *, window: int, workers: int) -
     return fmt
 
 
-def _tokenizer(fmt: Format, tokenizer: str | None) -> str | None:
-    """The tokenizer a ShareGPT input is read with (loaded once here, so a bad name fails before any
-    window runs); ``None`` for inputs that are already tokens."""
+def _tokenizer(path: Path, fmt: Format, tokenizer: str | None) -> str | None:
+    """The tokenizer a JSON array's conversations are read with (loaded here when the first record is a
+    conversation, so a bad name fails before any window runs); ``None`` for inputs that are tokens."""
     if fmt != "sharegpt":
         return None
     tokenizer = tokenizer or DEFAULT_TOKENIZER
-    load_tokenizer(tokenizer)
+    first = next(read_records(path, fmt), None)
+    if first is not None and isinstance(first.payload, dict) and "conversations" in first.payload:
+        load_tokenizer(tokenizer)
     return tokenizer
 
 
 def run_config(ctx: PackContext, window: int) -> dict[str, Any]:
-    """Everything the output depends on: a resumed run must have the same (the out dir checks it)."""
+    """Everything the output depends on: a resumed run must have the same (the out dir checks it). The
+    dataset counts by its content (SHA-256), not by the path it is given under."""
     path, settings, profile, resolved = Path(ctx.source), ctx.settings, ctx.profile, ctx.card
     return {
-        "dataset": str(path),
+        "dataset_sha256": file_sha256(path),
         "input_bytes": path.stat().st_size,
         "format": ctx.fmt,
         "tokenizer": ctx.tokenizer,
+        "fields": ctx.fields.to_dict(),
         "model": resolved.name,
         "model_digest": _digest(settings.model.model_dump(mode="json")),
         "layers": resolved.num_layers,
@@ -160,7 +177,8 @@ def _plan_remaining(
         if not out.complete:
             start: Cursor = out.cursor
             bar.update(progress_position(start, ctx.fmt), out.manifest)
-            jobs = _jobs(read_records(path, ctx.fmt, start), out.num_windows, window)
+            records = read_records(path, ctx.fmt, start, fields=ctx.fields)
+            jobs = _jobs(records, out.num_windows, window, start)
             for result in run_windows(jobs, ctx, engine=engine, workers=workers):
                 out.commit(result)
                 bar.update(progress_position(result.end, ctx.fmt), out.manifest)

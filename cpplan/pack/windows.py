@@ -18,12 +18,13 @@ from cpplan.planners.greedy import greedy_plan
 from cpplan.planners.portfolio import solve
 from cpplan.pricing.problem import Problem, check_context
 from cpplan.pricing.result import Plan
-from cpplan.pricing.serialize import strip_timing, wave_to_dict
+from cpplan.pricing.serialize import strip_timing, wave_plan_dict
 from cpplan.pricing.wave import local_tokens
 from cpplan.spec.card import ResolvedCard
 from cpplan.spec.profile import SolverProfile
+from cpplan.spec.records import DEFAULT_FIELDS, HF_TOKENS, RecordFields, item_from_record, parse_item_line
 from cpplan.spec.settings import Settings
-from cpplan.spec.workload import Item, Workload, item_from_record, parse_item_line
+from cpplan.spec.workload import Item, Workload
 
 BASELINE_LAYOUTS = ("none",)
 
@@ -37,6 +38,7 @@ class PackContext:
     settings: Settings
     profile: SolverProfile
     tokenizer: str | None = None
+    fields: RecordFields = DEFAULT_FIELDS
 
     @property
     def card(self) -> ResolvedCard:
@@ -46,9 +48,10 @@ class PackContext:
 
 @dataclass(frozen=True, kw_only=True)
 class WindowJob:
-    """One window: its index and its records, in input order."""
+    """One window: its index, the input cursor before it and its records, in input order."""
 
     index: int
+    start: Cursor
     records: tuple[Record, ...]
 
     @property
@@ -68,25 +71,40 @@ class WindowResult:
     end: Cursor
 
 
-def _parse(record: Record, ctx: PackContext) -> Item:
+def parse_record(
+    record: Record, fmt: Format, source: str, tokenizer: str | None, fields: RecordFields = DEFAULT_FIELDS
+) -> Item:
+    """One input record to an item: a JSONL line or Parquet row in any workload form, or an element of
+    a JSON array (a ShareGPT conversation, tokenized with ``tokenizer``, or an item record)."""
     if record.error is not None:
-        raise InputError(record.error, file=ctx.source, line=record.line)
-    if ctx.fmt == "jsonl":
-        return parse_item_line(record.payload, ctx.source, record.line)
-    if ctx.fmt == "parquet":
-        data = dict(record.payload)
+        raise InputError(record.error, file=source, line=record.line)
+    if fmt == "jsonl":
+        return parse_item_line(record.payload, source, record.line, fields)
+    data = record.payload
+    if fmt == "parquet":
+        data = dict(data)
         if isinstance(data.get("requests"), list):
             data["requests"] = [
                 {k: v for k, v in r.items() if v is not None} if isinstance(r, dict) else r
                 for r in data["requests"]
             ]
-        return item_from_record(data, ctx.source, record.line)
-    return conversation_item(record.payload, load_tokenizer(ctx.tokenizer), ctx.source, record.line)
+        return item_from_record(data, source, record.line, fields)
+    if isinstance(data, dict) and "conversations" not in data and _is_item_record(data, fields):
+        return item_from_record(data, source, record.line, fields)
+    return conversation_item(data, load_tokenizer(tokenizer), source, record.line)
 
 
-def _known_id(record: Record) -> str | None:
+def _is_item_record(data: dict[str, Any], fields: RecordFields) -> bool:
+    return bool({"tokens", "requests", HF_TOKENS, fields.tokens} & set(data))
+
+
+def _parse(record: Record, ctx: PackContext) -> Item:
+    return parse_record(record, ctx.fmt, ctx.source, ctx.tokenizer, ctx.fields)
+
+
+def _known_id(record: Record, fields: RecordFields) -> str | None:
     payload = record.payload
-    item_id = payload.get("id") if isinstance(payload, dict) else None
+    item_id = payload.get(fields.id) if isinstance(payload, dict) else None
     return item_id if isinstance(item_id, str) else None
 
 
@@ -112,7 +130,7 @@ def _plan(
             if k is None:
                 raise
             reason = str(exc) if exc.item in ids else _single_refusal(items[k], ctx)
-        except InputError as exc:  # the window as a whole is invalid (say, fewer tokens than CP ranks)
+        except InputError as exc:  # the window as a whole is invalid
             rejects.extend(_reject(r, i.id, "input", str(exc)) for r, i in zip(records, items, strict=True))
             return None
         rejects.append(_reject(records[k], items[k].id, "no_fit", reason))
@@ -215,7 +233,7 @@ def _read_window(job: WindowJob, ctx: PackContext) -> tuple[list[Item], list[Rec
         try:
             item = _parse(record, ctx)
         except InputError as exc:
-            rejects.append(_reject(record, _known_id(record), "input", str(exc)))
+            rejects.append(_reject(record, _known_id(record, ctx.fields), "input", str(exc)))
             continue
         try:
             check_context(item, card.max_context, source=ctx.source, line=record.line)
@@ -243,12 +261,7 @@ def _shard(
     problem, plan = planned
     baseline, unplaced = _baseline(problem, ctx)
     lines = [
-        json.dumps(
-            strip_timing({"window": job.index, "strategy": plan.strategy, **wave_to_dict(problem, wave, i)}),
-            separators=(",", ":"),
-            allow_nan=False,
-        )
-        for i, wave in enumerate(plan.waves)
+        _shard_line(problem, plan, i, _position(job, ctx, i, plan.num_waves)) for i in range(plan.num_waves)
     ]
     figures = {
         "requests": problem.workload.num_requests,
@@ -257,3 +270,28 @@ def _shard(
         "baseline": {**plan_figures(baseline), "items_unplaced": unplaced},
     }
     return lines, figures
+
+
+def _position(job: WindowJob, ctx: PackContext, wave: int, num_waves: int) -> dict[str, Any]:
+    """A shard line's ``pack`` object: where its wave and its window's records are, and how the records
+    are read (so the line can be checked against the dataset on its own)."""
+    return {
+        "window": job.index,
+        "wave": wave,
+        "waves": num_waves,
+        "format": ctx.fmt,
+        "tokenizer": ctx.tokenizer,
+        "fields": ctx.fields.to_dict(),
+        "start": job.start.to_dict(),
+        "end": job.end.to_dict(),
+        "first_line": job.records[0].line,
+        "last_line": job.records[-1].line,
+    }
+
+
+def _shard_line(problem: Problem, plan: Plan, index: int, position: dict[str, Any]) -> str:
+    """One shard line: wave ``index`` as a plan of its own (readable by ``materialize`` and ``cpplan
+    verify``), its ``pack`` position before the wave and its place in the window's schedule (``gpus``,
+    ``start_s``; see :func:`~cpplan.pricing.plan_reader.rank_waves`)."""
+    data = strip_timing(wave_plan_dict(problem, plan, index, {"pack": position}))
+    return json.dumps(data, separators=(",", ":"), allow_nan=False)

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from cpplan.errors import NoFitError
 from cpplan.planners.cpsat_strategy import cpsat_planner
 from cpplan.planners.deadline import Deadline
+from cpplan.planners.dynamic_cp import cached_dynamic_plan, group_problem, group_sizes
 from cpplan.planners.greedy import cached_greedy_plan, full_sharing_plan
 from cpplan.planners.seeded import seeded_plan
 from cpplan.pricing.problem import Problem
 from cpplan.pricing.result import Plan, SolverStats
+from cpplan.pricing.schedule import balanced, scheduled
 from cpplan.spec.profile import SolverProfile
 
 Strategy = Callable[[Problem, SolverProfile, Deadline], tuple[Plan | None, SolverStats | None]]
@@ -25,6 +28,8 @@ has no share to take: every seed runs)."""
 
 
 def _greedy(problem: Problem, profile: SolverProfile, deadline: Deadline) -> tuple[Plan, None]:
+    if scheduled(problem.topology):
+        return cached_dynamic_plan(problem, profile.greedy.layouts, deadline=deadline), None
     return cached_greedy_plan(problem, profile.greedy.layouts, deadline), None
 
 
@@ -36,10 +41,79 @@ def _seeded(problem: Problem, profile: SolverProfile, deadline: Deadline) -> tup
     return seeded_plan(problem, profile.greedy.layouts, deadline=deadline.share(SEEDED_SHARE)), None
 
 
+def _cpsat(problem: Problem, profile: SolverProfile, deadline: Deadline) -> tuple[Plan | None, SolverStats]:
+    if scheduled(problem.topology):
+        return _dynamic_cpsat(problem, profile, deadline)
+    return cpsat_planner(problem, profile, deadline)
+
+
+def _dynamic_cpsat(
+    problem: Problem, profile: SolverProfile, deadline: Deadline
+) -> tuple[Plan | None, SolverStats]:
+    from cpplan.planners.schedule_strategy import dynamic_cpsat_planner  # imports OR-Tools: when used
+
+    return dynamic_cpsat_planner(problem, profile, deadline)
+
+
+def at_every_size(strategy: Strategy, dynamic: Strategy | None = None) -> Strategy:
+    """Under dynamic CP: ``strategy`` run as the fixed-CP strategy of every group size (on the group
+    problems, each plan balanced over the pool; the topology's ``cp`` first), and ``dynamic`` (when
+    given) on the pool itself; the plan of least makespan (ties to the earlier), with the statistics of
+    the last run that had any. So a dynamic plan is never costlier than the same strategy's plan at any
+    fixed CP size of the pool; a wall-clock deadline stops the runs once one has a plan. Elsewhere,
+    ``strategy`` itself."""
+
+    def run(problem: Problem, profile: SolverProfile, deadline: Deadline):
+        if not problem.topology.dynamic_cp:
+            return strategy(problem, profile, deadline)
+        sizes = sorted(group_sizes(problem), key=lambda size: size != problem.topology.cp)
+        runs = [(strategy, group_problem(problem, size)) for size in sizes]
+        runs += [(dynamic, problem)] if dynamic is not None else []
+        best, stats, refusal = None, None, None
+        for planner, target in runs:
+            if best is not None and deadline.expired():
+                break
+            try:
+                plan, found = planner(target, profile, deadline)
+            except NoFitError as exc:  # a size too small for some request: other sizes may hold it
+                refusal = exc
+                continue
+            stats = found or stats
+            if plan is not None:
+                plan = balanced(plan, problem.topology.pool)
+                best = plan if best is None or plan.cost_s < best.cost_s else best
+        if best is None and refusal is not None and stats is None:
+            raise refusal
+        return best, stats
+
+    run.__doc__ = strategy.__doc__
+    return run
+
+
+def placed(strategy: Strategy) -> Strategy:
+    """``strategy`` with its plan's waves balanced over the pool's CP groups when the topology has
+    several (``dp > 1`` or dynamic CP; a plan that already has a schedule keeps it)."""
+
+    def run(problem: Problem, profile: SolverProfile, deadline: Deadline):
+        plan, stats = strategy(problem, profile, deadline)
+        if plan is not None and scheduled(problem.topology):
+            plan = balanced(plan, problem.topology.pool)
+        return plan, stats
+
+    run.__doc__ = strategy.__doc__
+    return run
+
+
 PLANNERS: dict[str, Strategy] = {
-    "greedy": _greedy,
-    "full_sharing": _full_sharing,
-    "seeded": _seeded,
-    "cpsat": cpsat_planner,
+    "greedy": placed(_greedy),
+    "full_sharing": at_every_size(placed(_full_sharing)),
+    "seeded": at_every_size(placed(_seeded)),
+    "cpsat": at_every_size(placed(_cpsat), placed(_dynamic_cpsat)),
 }
-"""Every strategy a profile may name, in the order of :data:`cpplan.spec.profile.STRATEGIES`."""
+"""Every strategy a profile may name, in the order of :data:`cpplan.spec.profile.STRATEGIES`. When the
+pool holds several CP groups (``dp > 1`` or dynamic CP) the cost is the makespan: ``greedy`` and
+``cpsat`` then form waves for balance (:mod:`cpplan.planners.dynamic_cp`, the schedule model of
+:mod:`cpplan.planners.schedule_strategy`) and every plan's waves are balanced over the pool. Under
+dynamic CP, ``greedy`` and ``cpsat`` choose each wave's group size, and every strategy also runs as the
+fixed-CP strategy of each group size (:func:`at_every_size`), so the dynamic portfolio holds the fixed
+portfolio of every size."""

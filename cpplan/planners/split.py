@@ -11,7 +11,7 @@ only when one request alone does not fit.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -92,6 +92,33 @@ def best_piece(
             lowest = wave
     assert lowest is not None
     return fitting, lowest
+
+
+def widest(try_width: Callable[[int], WavePlan | None], first: WavePlan, limit: int) -> tuple[int, WavePlan]:
+    """The largest width in ``[1, limit]`` found by doubling then binary search, and its wave.
+
+    ``try_width(w)`` returns the wave of width ``w`` or ``None`` when it does not fit; width 1 fits
+    with wave ``first``.
+    """
+    width, best, failed = 1, first, None
+    while width < limit:
+        trial = min(2 * width, limit)
+        wave = try_width(trial)
+        if wave is None:
+            failed = trial
+            break
+        width, best = trial, wave
+    if failed is not None:
+        lo, hi = width, failed
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            wave = try_width(mid)
+            if wave is None:
+                hi = mid
+            else:
+                lo, best = mid, wave
+        width = lo
+    return width, best
 
 
 def request_refusal(problem: Problem, item: int, request: int, lowest: WavePlan) -> NoFitError:

@@ -226,13 +226,25 @@ def cheapest_cut(problem: Problem, start: int, width: int) -> int:
 def cut_wave(
     problem: Problem, start: int, width: int, widest: WavePlan, layouts: Sequence[str]
 ) -> tuple[int, WavePlan]:
-    """The wave :func:`cheapest_cut` chooses, with a fitting priced version (the widest wave when the
-    shorter one does not fit)."""
+    """The wave :func:`cheapest_cut` chooses, with a fitting priced version, when moving the cut pays:
+    the tokens it keeps from being stored twice, at the widest wave's seconds per packed token, cost
+    more than the share of a wave's overhead the items it leaves behind add (on a cheap model a wave's
+    fixed cost can outweigh a duplicated prompt). Otherwise, or when the shorter wave does not fit,
+    the widest wave."""
     cut = cheapest_cut(problem, start, width)
-    if cut == width:
+    if cut == width or not _cut_pays(problem, start, width, cut, widest):
         return width, widest
     wave, _ = first_fitting(problem, range(start, start + cut), layouts)
     return (cut, wave) if wave is not None else (width, widest)
+
+
+def _cut_pays(problem: Problem, start: int, width: int, cut: int, widest: WavePlan) -> bool:
+    """Whether ending the wave at ``cut`` instead of ``width`` saves more seconds than it adds."""
+    shared = problem.adjacent_shared_tokens
+    overhead = problem.card.wave_overhead_s
+    per_token = max(widest.cost_s - overhead, 0.0) / max(widest.packed_tokens, 1)
+    saved = float(shared[start + width - 1] - shared[start + cut - 1]) * per_token
+    return saved > overhead * (width - cut) / width
 
 
 def balanced_cut(problem: Problem, start: int) -> int:

@@ -88,15 +88,17 @@ def _summed(stats: ChunkStats, owner: np.ndarray, num_ranks: int, name: str) -> 
 
 
 def _segments_touched(stats: ChunkStats, owner: np.ndarray, num_ranks: int, name: str) -> np.ndarray:
-    """Distinct segments each rank's chunks touch: a rank's chunks in order, each chunk's segment span
-    less the one it shares with the rank's previous chunk."""
+    """Pieces each rank owns: maximal runs of one segment's tokens on the rank (each needs its own
+    incoming GDN state, see :mod:`cpplan.pricing.handoff`). A rank's chunks in order, each chunk's
+    segment span less the one it continues from the chunk just before it when the rank owns that one
+    too; a rank owning two separate ranges of one segment (zigzag) holds two pieces of it."""
     order = np.argsort(owner, kind="stable")
     sorted_owner = owner[order]
     first, last = stats.first_segment[order], stats.last_segment[order]
     shared_edge = np.zeros(order.size, dtype=np.int64)
     if order.size > 1:
-        same_rank = sorted_owner[1:] == sorted_owner[:-1]
-        shared_edge[1:] = same_rank & (first[1:] == last[:-1])
+        adjacent = (sorted_owner[1:] == sorted_owner[:-1]) & (order[1:] == order[:-1] + 1)
+        shared_edge[1:] = adjacent & (first[1:] == last[:-1])
     return np.bincount(sorted_owner, weights=last - first + 1 - shared_edge, minlength=num_ranks)
 
 

@@ -9,6 +9,8 @@ The same arrays come from an in-memory :class:`~cpplan.pricing.wave.WavePlan` to
 from __future__ import annotations
 
 import json
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,8 +19,11 @@ import numpy as np
 
 from cpplan.errors import InputError
 from cpplan.pricing.ownership import CHUNK_TOKENS
+from cpplan.pricing.result import dp_rank_of
+from cpplan.pricing.schedule import pool_rank_waves
 from cpplan.pricing.wave import WavePlan
 from cpplan.spec.workload import Workload
+from cpplan.spec.workload_digest import plan_digest, wave_digest
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -72,13 +77,118 @@ class WaveArrays:
 
 
 def read_plan_file(path: str | Path) -> Any:
-    """The decoded JSON of a plan file (checked by :func:`plan_waves` and :func:`read_wave`)."""
+    """The decoded JSON of a plan file (checked by :func:`plan_waves` and :func:`read_wave`): a plan JSON
+    object, or a shard of ``cpplan pack`` (JSONL, one one-wave plan a line), merged into one plan."""
     try:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
+        text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise InputError(f"cannot read plan: {exc.strerror}", file=str(path)) from None
+    except UnicodeDecodeError as exc:
+        raise InputError(f"not UTF-8 text: {exc.reason}", file=str(path)) from None
+    try:
+        return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise InputError(f"malformed JSON: {exc.msg} (line {exc.lineno})", file=str(path)) from None
+        if exc.msg != "Extra data":
+            raise InputError(f"malformed JSON: {exc.msg}", file=str(path), line=exc.lineno) from None
+    except (ValueError, RecursionError) as exc:
+        raise InputError(f"malformed JSON: {exc}", file=str(path)) from None
+    return merge_plan_lines(_jsonl_plans(text, str(path)), str(path))
+
+
+def _jsonl_plans(text: str, source: str) -> list[tuple[int, dict[str, Any]]]:
+    """Each non-blank line of a shard file as a plan object, with its line number."""
+    plans = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            data = json.loads(line)
+        except (ValueError, RecursionError) as exc:
+            raise InputError(f"malformed JSON: {exc}", file=source, line=number) from None
+        if not isinstance(data, dict) or not isinstance(data.get("waves"), list):
+            raise InputError(
+                "not a plan line: a shard line is a plan of one wave (written by cpplan pack 0.2 and later)",
+                file=source,
+                line=number,
+            )
+        plans.append((number, data))
+    return plans
+
+
+SETTINGS_FIELDS = ("model", "layers", "phase", "topology", "memory_bytes", "chunk_tokens", "safety")
+"""Plan-JSON fields every part of one plan shares: the settings it was priced under."""
+
+
+def _window_cost(header: dict[str, Any], waves: list[dict[str, Any]]) -> float:
+    """A window's cost from its waves: the makespan of their schedule under ``dp > 1`` or dynamic CP,
+    the sum of their costs otherwise."""
+    topology = header.get("topology") if isinstance(header.get("topology"), dict) else {}
+    costs = [float(w.get("cost_s", 0.0)) for w in waves]
+    if topology.get("dynamic_cp") or int(topology.get("dp", 1)) > 1:
+        return max(float(w.get("start_s", 0.0)) + c for w, c in zip(waves, costs, strict=True))
+    return math.fsum(costs)
+
+
+def merge_plan_lines(plans: list[tuple[int, dict[str, Any]]], source: str) -> dict[str, Any]:
+    """One plan from the one-wave plans of a shard file (the waves in line order, totals added up, the
+    workload digests chained); every line must share the settings and the pack window."""
+    first = plans[0][1]
+    for number, data in plans[1:]:
+        for key in (*SETTINGS_FIELDS, "strategy"):
+            if data.get(key) != first.get(key):
+                raise InputError(f"differs from line {plans[0][0]}'s", file=source, line=number, field=key)
+        if (data.get("pack") or {}).get("window") != (first.get("pack") or {}).get("window"):
+            raise InputError(
+                "lines of two pack windows: verify one shard file at a time, or the whole pack folder",
+                file=source,
+                line=number,
+                field="pack.window",
+            )
+    waves = [wave for _, data in plans for wave in data["waves"]]
+    merged = {key: first[key] for key in first if key not in ("workload", "pack", "waves")}
+    merged.update(
+        cost_s=_window_cost(first, waves),
+        num_waves=len(waves),
+        logical_tokens=sum(int(data.get("logical_tokens", 0)) for _, data in plans),
+        packed_tokens=sum(int(data.get("packed_tokens", 0)) for _, data in plans),
+        peak_bytes=max(int(data.get("peak_bytes", 0)) for _, data in plans),
+    )
+    summaries = [data.get("workload") for _, data in plans]
+    if all(isinstance(w, dict) and isinstance(w.get("wave_sha256"), list) for w in summaries):
+        digests = [d for w in summaries for d in w["wave_sha256"]]
+        merged["workload"] = {
+            "items": len({item for wave in waves for item in wave.get("items", [])}),
+            "requests": sum(int(w.get("requests", 0)) for w in summaries),
+            "sha256": plan_digest(digests),
+            "wave_sha256": digests,
+        }
+    if "pack" in first:
+        merged["pack"] = {k: v for k, v in first["pack"].items() if k != "wave"}
+    merged["waves"] = waves
+    return merged
+
+
+def rank_waves(
+    waves: Sequence[dict[str, Any]], *, first: int, cp: int, dp: int, pool_rank: int
+) -> list[tuple[int, int]]:
+    """The ``(wave, wave rank)`` pairs GPU ``pool_rank`` of the ``dp * cp`` pool runs among ``waves``
+    (plan-JSON wave objects numbered from ``first``), in schedule order: the one place the assignment
+    rule is applied when a plan or a pack is read back. A wave runs on its ``gpus`` (rank ``r`` on
+    ``gpus[r]``), in order of ``start_s``; a wave without them (plan JSON written before schedules)
+    goes to replica ``number mod dp``, ranks ``0 .. cp - 1`` of its block. Every wave runs on exactly
+    one group of GPUs."""
+    gpus, starts = [], []
+    for k, wave in enumerate(waves):
+        group = wave.get("gpus")
+        if group is None:
+            replica = dp_rank_of(first + k, dp)
+            group = list(range(replica * cp, replica * cp + int(wave.get("cp", cp))))
+        if not isinstance(group, list) or not all(isinstance(g, int) and g >= 0 for g in group):
+            raise InputError("must be a list of pool ranks", field=f"waves[{first + k}].gpus")
+        start = wave.get("start_s", float(first + k))
+        gpus.append(group)
+        starts.append(float(start) if isinstance(start, int | float) else float(first + k))
+    return pool_rank_waves(gpus, starts, pool_rank)
 
 
 def plan_waves(data: dict[str, Any]) -> list[dict[str, Any]]:
@@ -102,7 +212,7 @@ def read_wave(data: dict[str, Any], w: int, workload: Workload) -> WaveArrays:
     request_ptr = np.cumsum([0, *(c.size for c in chains)]).astype(np.int64)
     request_segments = np.concatenate(chains)
     seg_src = _segment_sources(request_ids, request_ptr, request_segments, num_segments, where)
-    num_ranks = _plan_cp(data)
+    num_ranks = _wave_cp(wave, data, where)
     token_owner = _owners_from_ranges(wave.get("ranks"), num_ranks, int(seg_length.sum()), where)
     chunk_tokens = data.get("chunk_tokens", CHUNK_TOKENS)
     return WaveArrays(
@@ -200,6 +310,18 @@ def _plan_cp(data: dict[str, Any]) -> int:
     return cp
 
 
+def _wave_cp(wave: dict[str, Any], data: dict[str, Any], where: str) -> int:
+    """The wave's CP group size: its ``cp`` (dynamic-CP plans), else the plan's (which must be valid
+    either way)."""
+    plan_cp = _plan_cp(data)
+    if "cp" not in wave:
+        return plan_cp
+    cp = wave["cp"]
+    if not isinstance(cp, int) or isinstance(cp, bool) or cp < 1:
+        raise InputError("must be a positive integer group size", field=f"{where}.cp")
+    return cp
+
+
 def _owners_from_ranges(ranks: Any, num_ranks: int, packed_tokens: int, where: str) -> np.ndarray:
     """Every packed token's rank from the ranks' owned ``ranges``; each token owned exactly once."""
     if not isinstance(ranks, list) or len(ranks) != num_ranks:
@@ -225,3 +347,51 @@ def _owners_from_ranges(ranks: Any, num_ranks: int, packed_tokens: int, where: s
         how = "no rank" if count[token] == 0 else f"{int(count[token])} ranks"
         raise InputError(f"packed token {token} is owned by {how}", field=f"{where}.ranks")
     return owner
+
+
+def check_plan_workload(data: dict[str, Any], workload: Workload, *, part: bool) -> None:
+    """Refuse a workload the plan was not made for, in one message: a request the plan holds that the
+    workload lacks, an item of the workload the plan leaves out (unless the plan is ``part`` of a
+    larger one, as a pack shard is), or requests whose digests (token ids, flags) differ. Plans without
+    digests (older files) are checked by ids only."""
+    keys = _plan_keys(data)
+    if keys is None:
+        return
+    where = workload.source or "the workload"
+    held = {key for wave_keys in keys for key in wave_keys}
+    for w, wave_keys in enumerate(keys):
+        for item_id, k in wave_keys:
+            index = workload.index_of.get(item_id)
+            if index is None or not 0 <= k < len(workload.items[index].requests):
+                _another(f"its wave {w} holds request {k} of item {item_id!r}, which {where} does not have")
+    if not part:
+        left = [(i.id, k) for i in workload.items for k in range(len(i.requests)) if (i.id, k) not in held]
+        if left:
+            _another(
+                f"{where} has {len(left)} request(s) the plan does not hold (first: request {left[0][1]} of "
+                f"item {left[0][0]!r})"
+            )
+    summary = data.get("workload")
+    digests = summary.get("wave_sha256") if isinstance(summary, dict) else None
+    if not isinstance(digests, list) or len(digests) != len(keys):
+        return
+    for w, (wave_keys, digest) in enumerate(zip(keys, digests, strict=True)):
+        if wave_digest(workload, wave_keys) != digest:
+            items = sorted({item_id for item_id, _ in wave_keys})
+            shown = ", ".join(repr(i) for i in items[:3]) + (", ..." if len(items) > 3 else "")
+            _another(f"the requests of its wave {w} (items {shown}) have other token ids or flags in {where}")
+
+
+def _another(reason: str) -> None:
+    raise InputError(f"this plan was made for another workload: {reason}", field="workload")
+
+
+def _plan_keys(data: dict[str, Any]) -> list[list[tuple[str, int]]] | None:
+    """Each wave's (item id, request index) keys, or ``None`` when the waves are too malformed to say
+    (the verifier then reports what is wrong)."""
+    try:
+        keys = [[(r["item"], r["request"]) for r in wave["requests"]] for wave in data["waves"]]
+    except (KeyError, TypeError):
+        return None
+    valid = all(isinstance(i, str) and type(k) is int for wave in keys for i, k in wave)
+    return keys if valid else None

@@ -57,8 +57,9 @@ class Problem:
 
     @classmethod
     def build(cls, workload: Workload, settings: Settings) -> Problem:
-        """Validate the workload against the settings (every request within the model's context, at
-        least as many packed tokens as CP ranks) and build the prefix tree."""
+        """Validate the workload against the settings (every request within the model's context) and
+        build the prefix tree. A wave of fewer 128-token chunks than CP ranks leaves the last ranks
+        owning nothing (they still take part in the wave's key/value exchange)."""
         card = settings.card
         sequences, item_of, index_of, grad, loss, ptr = [], [], [], [], [], [0]
         for i, item in enumerate(workload.items):
@@ -75,13 +76,6 @@ class Problem:
                 grad.append(request.grad), loss.append(request.output in ("loss", "logits"))
             ptr.append(len(sequences))
         tree = PrefixTree(sequences)
-        full = int(tree.node_length.sum())
-        if full < settings.topology.cp:
-            raise InputError(
-                f"cp={settings.topology.cp} is larger than the {full} packed tokens of the whole "
-                "workload: some CP ranks would own nothing",
-                field="topology.cp",
-            )
         return cls(
             workload=workload,
             settings=settings,

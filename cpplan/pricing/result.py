@@ -2,28 +2,38 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from cpplan.pricing.problem import Problem
+from cpplan.pricing.schedule import Schedule
 from cpplan.pricing.wave import WavePlan, local_tokens
 from cpplan.spec.units import format_bytes
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
 class Plan:
-    """Waves in execution order, produced by one strategy, priced by the evaluator."""
+    """Waves in execution order, produced by one strategy, priced by the evaluator; with a
+    ``schedule`` (a pool of several CP groups: ``dp > 1`` or dynamic CP), also where and when each
+    wave runs."""
 
     strategy: str
     waves: tuple[WavePlan, ...]
+    schedule: Schedule | None = None
     notes: tuple[str, ...] = ()
     """What the strategy says about this plan (say, that the deadline cut its search short); the
     portfolio adds them to the candidate's reason."""
 
+    def __post_init__(self) -> None:
+        assert self.schedule is None or len(self.schedule.gpus) == len(self.waves), "one placement per wave"
+
     @property
     def cost_s(self) -> float:
-        """Predicted seconds: the sum of the waves' costs."""
-        return float(sum(w.cost_s for w in self.waves))
+        """Predicted seconds: the schedule's makespan, or without one the sum of the waves' costs."""
+        if self.schedule is not None:
+            return self.schedule.makespan_s
+        return math.fsum(w.cost_s for w in self.waves)
 
     @property
     def num_waves(self) -> int:
@@ -144,7 +154,8 @@ class PlanResult:
 
 
 def dp_rank_of(wave_index: int, dp: int) -> int:
-    """Waves are dealt to data-parallel replicas round-robin."""
+    """The replica of a wave of a plan without a schedule: dealt round-robin (plans priced under
+    ``dp > 1`` carry a :class:`Schedule` whose ``gpus`` say where each wave runs instead)."""
     return wave_index % dp
 
 

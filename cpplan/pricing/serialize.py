@@ -2,42 +2,45 @@
 
 from __future__ import annotations
 
-import functools
 import json
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
+from cpplan.pricing.evaluator import RankPrices, price, wave_cost_s
 from cpplan.pricing.ownership import owned_ranges
 from cpplan.pricing.result import Candidate, Plan, PlanResult, SolverStats, dp_rank_of
+from cpplan.pricing.schedule import Schedule, block, replay, scheduled, sequential
 from cpplan.pricing.wave import WavePlan
 from cpplan.spec.quantities import QUANTITY_NAMES
+from cpplan.spec.workload_digest import workload_summary
+from cpplan.version import cpplan_version
 
 TIMING_FIELDS = ("wall_s", "stage_s", "deterministic_time")
 
 
-@functools.cache
-def cpplan_version() -> str:
-    """The installed cpplan version."""
-    try:
-        return version("cpplan")
-    except PackageNotFoundError:
-        return "0+unknown"
-
-
-def wave_to_dict(result_problem, wave: WavePlan, index: int) -> dict[str, Any]:
-    """One wave: items, layout segments, request chains and per-rank loads with breakdowns."""
+def wave_to_dict(
+    result_problem,
+    wave: WavePlan,
+    index: int,
+    *,
+    gpus: tuple[int, ...] | None = None,
+    start_s: float | None = None,
+) -> dict[str, Any]:
+    """One wave: items, its CP group size ``cp`` (with ``gpus``, its pool ranks, and ``start_s``, its
+    start, when placed), layout segments, request chains and per-rank loads with breakdowns (each
+    rank's ``card_peak_bytes`` and the wave's ``card_cost_s``: the card alone, no learned correction)."""
     problem = result_problem
     workload = problem.workload
     layout = wave.layout
-    card = problem.card
+    card = problem.card.group_card(wave.cp)
     requests = []
     for k, r in enumerate(layout.request_ids.tolist()):
         item = workload.items[int(problem.request_item[r])]
         requests.append(
             {"item": item.id, "request": int(problem.request_index[r]), "segments": layout.chain(k).tolist()}
         )
+    alone, alone_cost_s = card_alone_prices(problem, wave)
     ranks = []
-    for rank in range(problem.topology.cp):
+    for rank in range(wave.cp):
         q = wave.quantities[rank]
         entry: dict[str, Any] = {
             "rank": rank,
@@ -45,20 +48,25 @@ def wave_to_dict(result_problem, wave: WavePlan, index: int) -> dict[str, Any]:
         }
         entry.update({name: round(q[i]) for i, name in enumerate(QUANTITY_NAMES)})
         entry["peak_bytes"] = int(wave.prices.peak_bytes[rank])
+        entry["card_peak_bytes"] = int(alone.peak_bytes[rank])
         entry["envelope"] = card.envelope_names[int(wave.prices.envelope[rank])]
         entry["breakdown"] = wave.prices.breakdown(card, rank)
         entry["time_s"] = float(wave.prices.time_s[rank])
         ranks.append(entry)
     item_ids = [workload.items[i].id for i in wave.items]
+    placed = {} if gpus is None else {"gpus": list(gpus), "start_s": start_s}
     return {
         "index": index,
-        "dp_rank": dp_rank_of(index, problem.topology.dp),
+        "dp_rank": _dp_rank(problem.topology.cp, index, problem.topology.dp, gpus),
+        "cp": wave.cp,
+        **placed,
         "items": item_ids,
         "layout": wave.layout_name,
         "split": wave.split,
         "packed_tokens": wave.packed_tokens,
         "logical_tokens": wave.logical_tokens,
         "cost_s": float(wave.cost_s),
+        "card_cost_s": alone_cost_s,
         "segments": [
             [int(p), int(s), int(n)]
             for p, s, n in zip(
@@ -73,9 +81,50 @@ def wave_to_dict(result_problem, wave: WavePlan, index: int) -> dict[str, Any]:
     }
 
 
-def plan_to_dict(problem, plan: Plan) -> dict[str, Any]:
-    """A plan alone (no portfolio information), as the verifier reads it."""
+def card_alone_prices(problem, wave: WavePlan) -> tuple[RankPrices, float]:
+    """The wave's ranks and cost priced by the card alone (no learned correction): ``card_peak_bytes``
+    and the wave's ``card_cost_s``."""
+    card = problem.card.group_card(wave.cp)
+    alone = problem.settings.card_alone.group_card(wave.cp)
+    if alone is card:
+        return wave.prices, float(wave.cost_s)
+    prices = price(alone, wave.quantities)
+    return prices, wave_cost_s(alone, prices) + wave.handoff.seconds / card.time_scale
+
+
+def _dp_rank(cp: int, index: int, dp: int, gpus: tuple[int, ...] | None) -> int | None:
+    """The data-parallel replica a wave runs on: the block of ``cp`` pool ranks holding its group
+    (``None`` for a dynamic-CP group spanning replicas); round-robin for an unplaced wave."""
+    if gpus is None:
+        return dp_rank_of(index, dp)
+    first, last = gpus[0] // cp, gpus[-1] // cp
+    return first if first == last else None
+
+
+def plan_schedule(problem, plan: Plan) -> Schedule:
+    """Where and when each wave runs: the plan's own schedule; without one, one group after another
+    (``dp = 1``), or waves dealt round-robin to the replicas (a plan made without a schedule under
+    ``dp > 1``)."""
+    if plan.schedule is not None:
+        return plan.schedule
+    topology = problem.topology
+    costs = [w.cost_s for w in plan.waves]
+    if not scheduled(topology):
+        return sequential(costs, topology.cp)
+    gpus = [block(topology.cp, w % topology.dp) for w in range(len(costs))]
+    starts, makespan = replay(costs, gpus, topology.pool)
+    return Schedule(pool=topology.pool, gpus=tuple(gpus), start_s=tuple(starts), makespan_s=makespan)
+
+
+def plan_header(problem, plan: Plan, schedule: Schedule | None = None) -> dict[str, Any]:
+    """The plan JSON's fields before ``waves``: the settings it was priced under (``correction``: the
+    learned correction the plan was priced with, ``None`` for the card alone) and its totals. Under
+    ``dp > 1`` or dynamic CP, ``cost_s`` is the schedule's makespan; otherwise the sum of the waves'
+    costs."""
     card = problem.card
+    correction = problem.settings.correction
+    schedule = schedule or plan_schedule(problem, plan)
+    cost_s = schedule.makespan_s if scheduled(problem.topology) else plan.cost_s
     return {
         "cpplan_version": cpplan_version(),
         "model": card.name,
@@ -85,14 +134,46 @@ def plan_to_dict(problem, plan: Plan) -> dict[str, Any]:
         "memory_bytes": problem.memory_bytes,
         "chunk_tokens": problem.chunk_tokens,
         "safety": card.safety,
+        "correction": None if correction is None else correction.to_dict(),
         "strategy": plan.strategy,
-        "cost_s": plan.cost_s,
+        "cost_s": cost_s,
         "num_waves": plan.num_waves,
         "logical_tokens": plan.logical_tokens,
         "packed_tokens": plan.packed_tokens,
         "peak_bytes": plan.peak_bytes,
-        "waves": [wave_to_dict(problem, w, i) for i, w in enumerate(plan.waves)],
     }
+
+
+def plan_to_dict(problem, plan: Plan) -> dict[str, Any]:
+    """A plan alone (no portfolio information), as the verifier reads it."""
+    schedule = plan_schedule(problem, plan)
+    return {**plan_header(problem, plan, schedule), "waves": _waves(problem, plan, schedule)}
+
+
+def _waves(problem, plan: Plan, schedule: Schedule) -> list[dict[str, Any]]:
+    """Every wave's JSON, placed by ``schedule``."""
+    return [
+        wave_to_dict(problem, w, i, gpus=schedule.gpus[i], start_s=schedule.start_s[i])
+        for i, w in enumerate(plan.waves)
+    ]
+
+
+def wave_plan_dict(problem, plan: Plan, index: int, extra: dict[str, Any]) -> dict[str, Any]:
+    """Wave ``index`` of ``plan`` as a plan of its own (one wave, with its own totals, workload digest
+    and its place in the plan's schedule): a shard line of ``cpplan pack``. ``extra`` goes before
+    ``waves`` (the pack's position)."""
+    wave = plan.waves[index]
+    schedule = plan_schedule(problem, plan)
+    data = wave_to_dict(problem, wave, index, gpus=schedule.gpus[index], start_s=schedule.start_s[index])
+    header = plan_header(problem, plan, schedule)
+    header.update(
+        cost_s=float(wave.cost_s),
+        num_waves=1,
+        logical_tokens=wave.logical_tokens,
+        packed_tokens=wave.packed_tokens,
+        peak_bytes=int(wave.peak_bytes),
+    )
+    return {**header, "workload": workload_summary(problem.workload, [data]), **extra, "waves": [data]}
 
 
 def candidate_to_dict(candidate: Candidate) -> dict[str, Any]:
@@ -126,8 +207,13 @@ def solver_to_dict(stats: SolverStats) -> dict[str, Any]:
 
 
 def result_to_dict(result: PlanResult) -> dict[str, Any]:
-    """The full plan JSON of the contract."""
-    data = plan_to_dict(result.problem, result.plan)
+    """The full plan JSON of the contract, with the ``workload`` digests that tell the workload it was
+    made for."""
+    problem, plan = result.problem, result.plan
+    schedule = plan_schedule(problem, plan)
+    waves = _waves(problem, plan, schedule)
+    summary = workload_summary(problem.workload, waves)
+    data = {**plan_header(problem, plan, schedule), "workload": summary, "waves": waves}
     data["profile"] = result.profile
     data["solver"] = solver_to_dict(result.solver)
     data["candidates"] = [candidate_to_dict(c) for c in result.candidates]

@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from cpplan.pricing.evaluator import RankPrices, price, wave_cost_s
+from cpplan.pricing.handoff import NO_HANDOFF, Handoff, wave_handoff
 from cpplan.pricing.layout import PackedLayout
 from cpplan.pricing.memo import card_constants
 from cpplan.pricing.ownership import ChunkStats, chunk_stats, contiguous_split, rank_quantities
@@ -29,11 +30,17 @@ class WavePlan:
     cost_s: float
     logical_tokens: int
     split: bool = False
+    handoff: Handoff = NO_HANDOFF
 
     @property
     def packed_tokens(self) -> int:
         """Tokens in the wave's packed sequence."""
         return self.layout.packed_tokens
+
+    @property
+    def cp(self) -> int:
+        """The wave's CP group size (its number of ranks)."""
+        return int(self.quantities.shape[0])
 
     @property
     def peak_bytes(self) -> int:
@@ -133,6 +140,7 @@ def _priced_ownership(
     """``layout`` with chunk ownership ``owner``, priced."""
     q = rank_quantities(stats, owner, problem.topology.cp)
     prices = price(problem.card, q)
+    handoff = wave_handoff(layout, owner, stats.chunk_tokens, problem.topology.cp, problem.card.handoff)
     return WavePlan(
         items=tuple(items),
         layout_name=layout_name,
@@ -141,9 +149,10 @@ def _priced_ownership(
         owner=np.asarray(owner, dtype=np.int64),
         quantities=q,
         prices=prices,
-        cost_s=wave_cost_s(problem.card, prices),
+        cost_s=wave_cost_s(problem.card, prices) + handoff.seconds,
         logical_tokens=problem.logical_tokens(items),
         split=split,
+        handoff=handoff,
     )
 
 

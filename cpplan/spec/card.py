@@ -8,6 +8,7 @@ model read (one source of truth, two readers).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import re
@@ -45,7 +46,7 @@ class _Strict(BaseModel):
 
 
 class Geometry(_Strict):
-    """Architecture numbers (the reference figures of DESIGN.md). Zero means "absent"."""
+    """Architecture numbers (the models' published figures). Zero means "absent"."""
 
     hidden: int = Field(gt=0)
     ffn: int = Field(default=0, ge=0)
@@ -86,6 +87,26 @@ class Geometry(_Strict):
             "dense_layers": 0 if self.num_experts > 0 else num_layers,
         }
 
+    def layer_positions(self, num_layers: int) -> dict[str, int]:
+        """What is live while the backward runs through the top (highest, first in backward) and the
+        bottom (lowest, last in backward) layer of each kind, for floors that depend on where the
+        backward is: ``{kind}_{top|bottom}_held_layers`` (layers at or below it, whose checkpointed
+        inputs are still held), ``..._held_gdn_layers`` (the GDN layers among them) and
+        ``..._done_layers`` (layers at or above it, whose gradients exist). ``kind`` is ``attn`` or
+        ``gdn``; every count is 0 for a kind the truncated model does not have."""
+        kinds = [self.layer_pattern[i % len(self.layer_pattern)] for i in range(num_layers)]
+        names: dict[str, int] = {}
+        for kind, short in (("attention", "attn"), ("gdn", "gdn")):
+            indices = [i for i, k in enumerate(kinds) if k == kind]
+            ends = (("top", max(indices, default=None)), ("bottom", min(indices, default=None)))
+            for position, index in ends:
+                prefix = f"{short}_{position}"
+                held = [] if index is None else kinds[: index + 1]
+                names[f"{prefix}_held_layers"] = len(held)
+                names[f"{prefix}_held_gdn_layers"] = held.count("gdn")
+                names[f"{prefix}_done_layers"] = 0 if index is None else num_layers - index
+        return names
+
 
 class Hardware(_Strict):
     """The accelerator the cost terms are priced on."""
@@ -96,6 +117,11 @@ class Hardware(_Strict):
     hbm_bytes_per_s: float = Field(gt=0, allow_inf_nan=False)
     interconnect_bytes_per_s: float = Field(gt=0, allow_inf_nan=False)
     wave_overhead_s: float = Field(ge=0, allow_inf_nan=False)
+    collective_base_s: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    """Fixed latency of one collective over the CP group (NCCL's ring ``baseLat``); 0: not priced."""
+    collective_step_s: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    """Latency of each step of a ring collective (NCCL's ``hwLat``); an all-gather over g ranks takes
+    g - 1 steps; 0: not priced."""
 
 
 class MemoryTerm(_Strict):
@@ -156,10 +182,39 @@ class CostTerm(_Strict):
     _known_quantity = field_validator("quantity")(MemoryTerm._known_quantity.__func__)
 
 
+class WaveTerm(_Strict):
+    """Seconds a wave spends once, whatever its tokens: a formula over the geometry, the topology (its
+    CP group size ``cp``) and the hardware, for latency-bound collectives and kernel fixed costs."""
+
+    seconds: Formula
+    when: str = "true"
+    doc: str = ""
+
+
+class Handoff(_Strict):
+    """The GDN recurrent-state hand-off on a wave's critical path (see ``docs/time_model.md``).
+
+    Pieces run in rounds: a piece whose path predecessor lies on another rank waits for that rank's
+    state, so a wave with ``R`` rounds adds ``(R - 1) * round_seconds`` (one sequential collective per
+    GDN layer and pass per extra round), ``state_seconds`` per handed-over state (its bytes over the
+    link), and the recurrence work that waits: ``wait_seconds_per_token`` times the tokens by which the
+    sum over rounds of the busiest rank's round work exceeds the busiest rank's total.
+    """
+
+    round_seconds: Formula = 0
+    state_seconds: Formula = 0
+    wait_seconds_per_token: Formula = 0
+    when: str = "true"
+    doc: str = ""
+
+
 class Cost(_Strict):
-    """Predicted seconds per rank; a wave costs its slowest rank plus ``hardware.wave_overhead_s``."""
+    """Predicted seconds per rank (``terms``), per wave (``wave_terms``, the GDN ``handoff``); a wave
+    costs its slowest rank, its wave terms, its hand-off and ``hardware.wave_overhead_s``."""
 
     terms: dict[str, CostTerm]
+    wave_terms: dict[str, WaveTerm] = Field(default_factory=dict)
+    handoff: Handoff | None = None
 
 
 class CalibrationRow(_Strict):
@@ -234,6 +289,7 @@ class ModelCard(_Strict):
             k: float(v) for k, v in self.geometry.model_dump().items() if isinstance(v, int | float)
         }
         env.update({k: float(v) for k, v in self.geometry.layer_counts(layers).items()})
+        env.update({k: float(v) for k, v in self.geometry.layer_positions(layers).items()})
         env.update(topology.as_env())
         env.update({k: float(v) for k, v in self.hardware.model_dump().items() if isinstance(v, int | float)})
         env.update(self.constants)
@@ -254,6 +310,9 @@ class ModelCard(_Strict):
         self, topology: Topology, *, num_layers: int | None = None, phase: Phase = "cold"
     ) -> ResolvedCard:
         """Numbers for one topology, depth and phase."""
+        whole = isinstance(num_layers, int | np.integer) and not isinstance(num_layers, bool)
+        if num_layers is not None and not whole:
+            raise InputError(f"must be a whole number of layers, got {num_layers!r}", field="layers")
         if num_layers is not None and not 1 <= num_layers <= self.geometry.num_layers:
             raise InputError(
                 f"must be between 1 and the model's {self.geometry.num_layers} layers, got {num_layers}",
@@ -265,6 +324,7 @@ class ModelCard(_Strict):
         term_names, term_q, term_b = self._memory_terms(env, phase, where)
         statics, member = self._envelopes(env, term_names, where)
         cost_names, cost_q, cost_s = self._cost_terms(env, where)
+        wave_names, wave_s = self._wave_terms(env, where)
         return ResolvedCard(
             name=self.name,
             topology=topology,
@@ -281,7 +341,11 @@ class ModelCard(_Strict):
             cost_names=tuple(cost_names),
             cost_quantity=_frozen(np.array(cost_q, dtype=np.int64)),
             cost_seconds=_frozen(np.array(cost_s, dtype=np.float64)),
-            wave_overhead_s=self.hardware.wave_overhead_s,
+            wave_term_names=tuple(wave_names),
+            wave_term_seconds=_frozen(np.array(wave_s, dtype=np.float64)),
+            wave_overhead_s=self.hardware.wave_overhead_s + math.fsum(wave_s),
+            handoff=self._handoff(env, where),
+            model=self,
         )
 
     def _memory_terms(self, env: dict[str, float], phase: Phase, where: str):
@@ -328,6 +392,30 @@ class ModelCard(_Strict):
             values.append(_value(term.seconds_per_unit, env, where, f"cost.terms.{name}.seconds_per_unit"))
         return names, quantities, values
 
+    def _wave_terms(self, env: dict[str, float], where: str) -> tuple[list[str], list[float]]:
+        """The wave terms that hold here: names and seconds per wave."""
+        names, values = [], []
+        for name, term in self.cost.wave_terms.items():
+            field = f"cost.wave_terms.{name}"
+            if _holds(term.when, env, where, field):
+                names.append(name)
+                values.append(_value(term.seconds, env, where, f"{field}.seconds"))
+        return names, values
+
+    def _handoff(self, env: dict[str, float], where: str) -> HandoffSeconds:
+        """The hand-off's seconds per extra round, per handed-over state and per waiting token (all 0
+        where the card has none or it does not hold)."""
+        handoff = self.cost.handoff
+        if handoff is None or not _holds(handoff.when, env, where, "cost.handoff"):
+            return HandoffSeconds()
+        return HandoffSeconds(
+            round_s=_value(handoff.round_seconds, env, where, "cost.handoff.round_seconds"),
+            state_s=_value(handoff.state_seconds, env, where, "cost.handoff.state_seconds"),
+            wait_s_per_token=_value(
+                handoff.wait_seconds_per_token, env, where, "cost.handoff.wait_seconds_per_token"
+            ),
+        )
+
 
 def _frozen(array: np.ndarray) -> np.ndarray:
     array.flags.writeable = False
@@ -365,12 +453,29 @@ def _value(formula: Formula, env: dict[str, float], where: str, field: str) -> f
     return value
 
 
+@dataclass(frozen=True, kw_only=True)
+class HandoffSeconds:
+    """The resolved GDN hand-off (see :class:`Handoff`): seconds per extra round, per handed-over state
+    and per token of recurrence work that waits on an earlier round."""
+
+    round_s: float = 0.0
+    state_s: float = 0.0
+    wait_s_per_token: float = 0.0
+
+    @property
+    def priced(self) -> bool:
+        """Whether any part of the hand-off costs time."""
+        return self.round_s > 0 or self.state_s > 0 or self.wait_s_per_token > 0
+
+
 @dataclass(frozen=True, kw_only=True, eq=False)
 class ResolvedCard:
     """A card's floors and costs as numbers for one topology, depth and phase.
 
     Rank peak: ``safety * max_e(static[e] + sum_t member[e, t] * term_bytes[t] * q[term_quantity[t]])``.
-    Rank time: ``sum_c cost_seconds[c] * q[cost_quantity[c]]``; wave time adds ``wave_overhead_s``.
+    Rank time: ``sum_c cost_seconds[c] * q[cost_quantity[c]]``. Wave time: the slowest rank, plus
+    ``wave_overhead_s`` (the hardware's per-wave overhead and every wave term, ``wave_term_seconds``),
+    plus the GDN ``handoff`` priced on the wave's pieces.
     """
 
     name: str
@@ -389,6 +494,57 @@ class ResolvedCard:
     cost_quantity: np.ndarray
     cost_seconds: np.ndarray
     wave_overhead_s: float
+    wave_term_names: tuple[str, ...] = ()
+    wave_term_seconds: np.ndarray = dataclasses.field(default_factory=lambda: _frozen(np.zeros(0)))
+    handoff: HandoffSeconds = dataclasses.field(default_factory=HandoffSeconds)
+    model: ModelCard | None = dataclasses.field(default=None, repr=False)
+    memory_scale: float = 1.0
+    time_scale: float = 1.0
+    _groups: dict[int, ResolvedCard] = dataclasses.field(default_factory=dict, repr=False)
+
+    def group_card(self, size: int) -> ResolvedCard:
+        """This card resolved for a CP group of ``size`` ranks of the same pool (same depth, phase,
+        TP, EP, ETP and PP; ``dp`` = pool / size): what a dynamic-CP wave of that group size is priced
+        with. Raises :class:`UnsupportedTopologyError` naming the group size when the card cannot
+        price it."""
+        if size == self.topology.cp:
+            return self
+        if size not in self._groups:
+            assert self.model is not None, "a card resolved without its model cannot price other groups"
+            topology = self.topology.group(size)
+            if not evaluate(self.model.supports, topology.as_env()):
+                raise UnsupportedTopologyError(
+                    f"model card {self.name!r} cannot price dynamic CP group size {size} of the pool of "
+                    f"{self.topology.pool} GPUs (topology {topology}; it supports: {self.model.supports})",
+                    field="topology.dynamic_cp",
+                )
+            card = self.model.resolve(topology, num_layers=self.num_layers, phase=self.phase)
+            self._groups[size] = card.scaled(self.memory_scale, self.time_scale)
+        return self._groups[size]
+
+    def scaled(self, memory_scale: float, time_scale: float) -> ResolvedCard:
+        """This card with every memory floor (terms and statics) multiplied by ``memory_scale`` and every
+        time price (rank terms, the wave overhead with its wave terms, the GDN hand-off) by
+        ``time_scale``: a learned correction. Its group cards are scaled alike."""
+        if memory_scale == 1.0 and time_scale == 1.0:
+            return self
+        m, t = float(memory_scale), float(time_scale)
+        return dataclasses.replace(
+            self,
+            term_bytes=_frozen(self.term_bytes * m),
+            envelope_static_bytes=_frozen(self.envelope_static_bytes * m),
+            cost_seconds=_frozen(self.cost_seconds * t),
+            wave_overhead_s=self.wave_overhead_s * t,
+            wave_term_seconds=_frozen(self.wave_term_seconds * t),
+            handoff=HandoffSeconds(
+                round_s=self.handoff.round_s * t,
+                state_s=self.handoff.state_s * t,
+                wait_s_per_token=self.handoff.wait_s_per_token * t,
+            ),
+            memory_scale=self.memory_scale * m,
+            time_scale=self.time_scale * t,
+            _groups={},
+        )
 
     @property
     def num_envelopes(self) -> int:
@@ -492,9 +648,30 @@ def _check_formulas(card: ModelCard) -> None:
                         )
             if field == "memory.terms":
                 earlier_terms.add(name)
+    _check_wave_formulas(card, env, where)
     if evaluate(card.supports, topology.as_env()):
         card.resolve(topology, phase="cold")
         card.resolve(topology, phase="warm")
+
+
+def _check_wave_formulas(card: ModelCard, env: dict[str, float], where: str) -> None:
+    """Unknown names in the wave terms and the hand-off fail on load, naming the field."""
+    formulas = {f"cost.wave_terms.{k}": (t.seconds, t.when) for k, t in card.cost.wave_terms.items()}
+    if card.cost.handoff is not None:
+        h = card.cost.handoff
+        formulas["cost.handoff"] = (h.round_seconds, h.state_seconds, h.wait_seconds_per_token, h.when)
+    for field, group in formulas.items():
+        for formula in group:
+            if not isinstance(formula, str):
+                continue
+            unknown = names_in(formula) - set(env) - {"true", "false", "True", "False"}
+            if unknown:
+                raise InputError(
+                    f"unknown name(s) {', '.join(sorted(unknown))} in {formula!r}",
+                    file=where,
+                    line=file_line(card.path, field),
+                    field=field,
+                )
 
 
 def read_toml(path: str | Path, *, what: str) -> tuple[dict, str]:

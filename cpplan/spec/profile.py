@@ -117,6 +117,11 @@ class SolverProfile(BaseModel):
         """A copy with another time budget (``None`` keeps it); ``seconds`` must be positive."""
         if seconds is None:
             return self
+        if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+            raise InputError(
+                f"must be a positive number of seconds, got {seconds!r} ({type(seconds).__name__})",
+                field="time_budget",
+            )
         if not seconds > 0 or seconds != seconds or seconds == float("inf"):
             raise InputError(f"must be a positive number of seconds, got {seconds}", field="time_budget")
         return self.model_copy(update={"time_budget_s": float(seconds)})

@@ -3,11 +3,12 @@
 Each :class:`Quantity` states, in data, the two facts every reader needs:
 
 - how it is **counted** on a rank: per owned token (``token``), per owned token weighted by the keys
-  it attends on its path, position + 1 (``pair``), per packed segment the rank's tokens touch
-  (``segment``), or per packed token of the wave the rank does not own (``remote``); ``only`` keeps
-  the tokens of segments that take gradients (``grad``) or the tokens whose logits are needed
-  (``loss``: some request through the token needs them,
-  :meth:`~cpplan.spec.workload.Request.logits_needed`);
+  it attends on its path, position + 1 (``pair``), per *piece* the rank owns (``segment``: a maximal run
+  of one packed segment's tokens on the rank, which is what needs its own incoming GDN state; a rank
+  owning two separate ranges of a segment holds two pieces, one contiguous range one), or per packed
+  token of the wave the rank does not own (``remote``); ``only`` keeps the tokens of segments that take
+  gradients (``grad``) or the tokens whose logits are needed (``loss``: some request through the token
+  needs them, :meth:`~cpplan.spec.workload.Request.logits_needed`);
 - how the CP-SAT model **bounds** it on one rank from above (see :data:`RANK_BOUNDS`).
 
 Amounts travel as vectors indexed in registry order (:data:`QUANTITY_INDEX`); the evaluator, the chunk
@@ -36,7 +37,10 @@ RANK_BOUNDS: dict[RankBound, str] = {
         "request of the workload has the flag"
     ),
     "wave_total": "the wave's total (a rank may own every counted token)",
-    "wave_segments": "the wave's segment starts (a rank may touch every segment)",
+    "wave_segments": (
+        "the wave's segment starts (a rank may touch every segment; with a contiguous ownership, as the "
+        "model's waves are realized, a rank's pieces are the segments it touches)"
+    ),
     "wave_packed": "the wave's packed tokens at CP > 1, none at CP1",
 }
 """Every upper bound the joint model may put on one rank's amount of a quantity."""
@@ -97,7 +101,10 @@ QUANTITIES: tuple[Quantity, ...] = (
         ),
     ),
     Quantity(
-        name="segments", count="segment", rank_bound="wave_segments", doc="packed segments the rank touches"
+        name="segments",
+        count="segment",
+        rank_bound="wave_segments",
+        doc="pieces the rank owns: maximal runs of one packed segment's tokens (each its own GDN state)",
     ),
     Quantity(
         name="attn_pairs",

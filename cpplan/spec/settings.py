@@ -15,8 +15,9 @@ import numpy as np
 
 from cpplan.errors import InputError
 from cpplan.spec.card import ModelCard, Phase, ResolvedCard, load_model
+from cpplan.spec.correction import Correction
 from cpplan.spec.topology import Topology
-from cpplan.spec.units import parse_bytes
+from cpplan.spec.units import MAX_BYTES, MEMORY_MEANING, parse_memory
 
 _TOPOLOGY_WANTED = "a cpplan.Topology (or Topology.parse('cp=4'))"
 _MODEL_WANTED = "a ModelCard, a shipped card name or a .toml path"
@@ -36,7 +37,8 @@ class Settings:
     """The model card as loaded (geometry, memory floors, cost terms), before resolution."""
 
     memory_bytes: int
-    """Bytes a wave may use on each rank: the admission limit every rank's ``peak_bytes`` must meet."""
+    """The bytes per rank free for the wave, above the weights, the optimizer state and anything else
+    resident before it: the admission limit every rank's ``peak_bytes`` must meet."""
 
     num_layers: int | None = None
     """Run the card with this many layers, keeping its layer pattern (``None``: the card's own depth);
@@ -45,14 +47,22 @@ class Settings:
     phase: Phase = "cold"
     """Price a first call (``"cold"``) or a warm repeat (``"warm"``)."""
 
+    correction: Correction | None = None
+    """A learned correction of the card (:mod:`cpplan.calibration.online`): :attr:`card` applies it, so
+    every reader prices with it; ``None``: the card alone."""
+
     def __post_init__(self) -> None:
         _require(self.topology, Topology, "topology", _TOPOLOGY_WANTED)
         _require(
             self.model, ModelCard, "model", "a ModelCard (or use Settings.from_user with a name or path)"
         )
         memory = self.memory_bytes
-        if isinstance(memory, bool) or not isinstance(memory, int | np.integer) or memory <= 0:
-            raise InputError(f"must be a positive number of bytes, got {memory!r}", field="memory")
+        whole = isinstance(memory, int | np.integer) and not isinstance(memory, bool)
+        if not whole or not 0 < memory <= MAX_BYTES:
+            raise InputError(
+                f"must be a positive number of bytes up to 2^63 - 1, got {memory!r} ({MEMORY_MEANING})",
+                field="memory",
+            )
         object.__setattr__(self, "memory_bytes", int(memory))
         if self.phase not in get_args(Phase):
             raise InputError(f"must be 'cold' or 'warm', got {self.phase!r}", field="phase")
@@ -61,6 +71,7 @@ class Settings:
             if isinstance(layers, bool) or not isinstance(layers, int | np.integer):
                 raise InputError(f"must be a whole number of layers, got {layers!r}", field="layers")
             object.__setattr__(self, "num_layers", int(layers))
+        _require(self.correction, Correction | None, "correction", "a cpplan Correction or None")
 
     @classmethod
     def from_user(
@@ -80,7 +91,7 @@ class Settings:
         _require(topology, Topology | None, "topology", _TOPOLOGY_WANTED)
         _require(model, ModelCard | str | Path, "model", _MODEL_WANTED)
         card = model if isinstance(model, ModelCard) else load_model(model)
-        memory = parse_bytes(memory_bytes) if isinstance(memory_bytes, str) else memory_bytes
+        memory = parse_memory(memory_bytes) if isinstance(memory_bytes, str) else memory_bytes
         return cls(
             topology=topology or Topology(),
             model=card,
@@ -91,12 +102,24 @@ class Settings:
 
     @cached_property
     def card(self) -> ResolvedCard:
-        """The card resolved for the topology, depth and phase (computed once per settings object)."""
+        """The card resolved for the topology, depth and phase, with :attr:`correction` applied: what
+        every reader prices with (computed once per settings object). Under dynamic CP the card of every
+        group size is resolved here too (corrected alike), so a size the card cannot price fails here."""
+        card = self.card_alone if self.correction is None else self.correction.apply(self.card_alone)
+        for size in self.topology.group_sizes() if self.topology.dynamic_cp else ():
+            card.group_card(size)
+        return card
+
+    @cached_property
+    def card_alone(self) -> ResolvedCard:
+        """The card resolved for the topology, depth and phase, without any learned correction (what
+        ``card_peak_bytes`` reports)."""
         return self.model.resolve(self.topology, num_layers=self.num_layers, phase=self.phase)
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state.pop("card", None)  # resolved again where unpickled, not shipped
+        state.pop("card_alone", None)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from cpplan.errors import InputError
 from cpplan.spec.validation import input_error
@@ -16,6 +16,11 @@ class Topology(BaseModel):
     CP shards tokens (rows), TP shards features, EP shards experts (ETP shards each expert's features),
     PP shards layers and DP replicates the model over different items. The expert grid ``ep * etp``
     must divide the dense grid ``tp * cp * dp`` it is folded onto.
+
+    With ``dynamic_cp`` the ``dp * cp`` GPUs of each TP group form one pool, and every wave chooses its
+    own CP group size: a power of two dividing the pool, placed on an aligned block of pool ranks
+    (:meth:`group_sizes`, :meth:`group`). The pool must then be a power of two, so every group size up
+    to the pool tiles it, and ``cp`` (the fixed-CP candidate's size) is one of them.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -26,6 +31,14 @@ class Topology(BaseModel):
     etp: int = Field(default=1, ge=1, le=1024)
     pp: int = Field(default=1, ge=1, le=1024)
     dp: int = Field(default=1, ge=1, le=65536)
+    dynamic_cp: bool = False
+
+    @field_validator(*AXES, mode="before")
+    @classmethod
+    def _not_a_boolean(cls, value: object) -> object:
+        if isinstance(value, bool):
+            raise ValueError(f"must be a whole number, got {value!r}")
+        return value
 
     @model_validator(mode="after")
     def _expert_grid_divides(self) -> Topology:
@@ -34,26 +47,49 @@ class Topology(BaseModel):
             raise ValueError(f"ep*etp = {self.ep * self.etp} must divide tp*cp*dp = {dense}")
         return self
 
+    @model_validator(mode="after")
+    def _pool_tiles(self) -> Topology:
+        pool = self.pool
+        if self.dynamic_cp and pool & (pool - 1):
+            raise ValueError(
+                f"dynamic_cp needs a pool of dp x cp GPUs that every group size divides: dp={self.dp} x "
+                f"cp={self.cp} = {pool} is not a multiple of group size {(pool & -pool) * 2} (group sizes "
+                "are the powers of two up to the pool; use a pool of 1, 2, 4, 8, 16, ... GPUs)"
+            )
+        return self
+
+    @property
+    def pool(self) -> int:
+        """GPUs of one TP group's data- and context-parallel grid: ``dp * cp``."""
+        return self.dp * self.cp
+
+    def group_sizes(self) -> tuple[int, ...]:
+        """The CP group sizes a wave may take: every power of two up to the pool under ``dynamic_cp``,
+        else the fixed ``cp``."""
+        if not self.dynamic_cp:
+            return (self.cp,)
+        return tuple(1 << k for k in range(self.pool.bit_length()))
+
+    def group(self, size: int) -> Topology:
+        """The fixed-CP topology a wave of CP group ``size`` runs under: the same pool, ``cp = size``,
+        ``dp = pool / size``."""
+        assert self.pool % size == 0, f"group size {size} does not divide the pool of {self.pool}"
+        return self.model_copy(update={"cp": size, "dp": self.pool // size, "dynamic_cp": False})
+
     @classmethod
     def parse(cls, text: str) -> Topology:
-        """Parse ``tp=1,cp=4,ep=1,etp=1,pp=1,dp=1``; sizes left out are 1."""
+        """Parse ``tp=1,cp=4,ep=1,etp=1,pp=1,dp=1``: comma-separated ``NAME=SIZE`` pairs, names in lower
+        case, sizes in ASCII digits; sizes left out are 1."""
         sizes: dict[str, int] = {}
         for part in filter(None, (p.strip() for p in text.split(","))):
             name, sep, value = part.partition("=")
-            name = name.strip().lower()
-            if not sep or name not in AXES:
-                raise InputError(
-                    f"cannot read {part!r}; expected NAME=SIZE with NAME in {', '.join(AXES)}",
-                    field="topology",
-                )
+            if name.strip() == "dynamic_cp" and "dynamic_cp" not in sizes:
+                sizes["dynamic_cp"] = _flag(value.strip() if sep else "1")
+                continue
+            name, size = _axis_size(part)
             if name in sizes:
                 raise InputError(f"{name} given twice", field=f"topology.{name}")
-            try:
-                sizes[name] = int(value.strip())
-            except ValueError:
-                raise InputError(
-                    f"{name}={value.strip()!r} is not an integer", field=f"topology.{name}"
-                ) from None
+            sizes[name] = size
         return cls.create(**sizes)
 
     @classmethod
@@ -65,8 +101,39 @@ class Topology(BaseModel):
             raise input_error(exc, field_root="topology") from None
 
     def __str__(self) -> str:
-        return ",".join(f"{axis}={getattr(self, axis)}" for axis in AXES)
+        text = ",".join(f"{axis}={getattr(self, axis)}" for axis in AXES)
+        return text + (",dynamic_cp=1" if self.dynamic_cp else "")
 
     def as_env(self) -> dict[str, float]:
         """The sizes as formula names."""
         return {axis: float(getattr(self, axis)) for axis in AXES}
+
+
+def _axis_size(part: str) -> tuple[str, int]:
+    """One ``NAME=SIZE`` pair of a topology string."""
+    name, sep, value = part.partition("=")
+    name, value = name.strip(), value.strip()
+    if not sep or name not in AXES:
+        hint = f"; axis names are lower case ({name.lower()})" if name.lower() in AXES else ""
+        raise InputError(
+            f"cannot read {part!r}; expected NAME=SIZE with NAME in {', '.join(AXES)}{hint}",
+            field="topology",
+        )
+    if not (value.isascii() and value.isdigit()):
+        hint = (
+            "; separate the sizes with commas, e.g. cp=2,tp=1"
+            if "=" in value or " " in value
+            else "; write it in the digits 0-9"
+        )
+        raise InputError(f"{name}={value!r} is not an integer{hint}", field=f"topology.{name}")
+    return name, int(value)
+
+
+def _flag(value: str) -> bool:
+    """``dynamic_cp=1`` / ``true`` / ``0`` / ``false`` in a topology string."""
+    lowered = value.lower()
+    if lowered in ("1", "true", "yes"):
+        return True
+    if lowered in ("0", "false", "no"):
+        return False
+    raise InputError(f"dynamic_cp={value!r} is not 0, 1, true or false", field="topology.dynamic_cp")

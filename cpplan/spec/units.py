@@ -1,11 +1,24 @@
-"""Byte sizes: parsing user strings and formatting for tables."""
+"""Byte sizes: parsing user strings and formatting for tables, and what ``--memory`` means."""
 
 from __future__ import annotations
 
 import math
 import re
+from fractions import Fraction
 
 from cpplan.errors import InputError
+
+MEMORY_MEANING = (
+    "the bytes per rank free for the wave, above the weights, the optimizer state and anything else "
+    "resident before it"
+)
+"""What ``--memory`` / ``memory_bytes`` is: the one sentence the README, ``--help`` and errors use."""
+
+MAX_BYTES = 2**63 - 1
+"""The largest size accepted (what a signed 64-bit integer holds: the solver's integer range)."""
+
+TINY_PLAIN_BYTES = 2**20
+"""A memory size given without a unit below this many bytes is refused as a probable missing unit."""
 
 _UNITS = {
     "": 1,
@@ -19,38 +32,77 @@ _UNITS = {
     "gib": 2**30,
     "tib": 2**40,
 }
-_SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:e([+-]?[0-9]+))?\s*([A-Za-z]*)\s*$")
+_SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE]([+-]?[0-9]+))?\s*([A-Za-z]*)\s*$", re.ASCII)
 
 
 def parse_bytes(text: str | int, *, field: str = "memory") -> int:
-    """Parse ``80GiB``, ``80GB``, ``512MiB``, ``1.5e9`` or plain bytes into whole bytes (rounded down)."""
+    """Parse ``80GiB``, ``80GB``, ``512MiB``, ``1.5e9`` or plain bytes into whole bytes (rounded down),
+    exactly (no float rounding) and at most :data:`MAX_BYTES`."""
     if isinstance(text, bool):
         raise InputError(f"expected a size, got {text!r}", field=field)
-    if isinstance(text, int):
-        value = text
-    else:
-        match = _SIZE.match(str(text))
-        if match is None:
-            raise InputError(
-                f"cannot read size {text!r}; use e.g. 80GiB, 80GB, 512MiB or plain bytes", field=field
-            )
-        number, exponent, unit = match.groups()
-        factor = _UNITS.get(unit.lower())
-        if factor is None:
-            raise InputError(
-                f"unknown unit {unit!r} in {text!r}; known: B, KB, MB, GB, TB, KiB, MiB, GiB, TiB",
-                field=field,
-            )
-        try:
-            scaled = float(number) * (10 ** int(exponent) if exponent else 1) * factor
-        except OverflowError:
-            scaled = math.inf
-        if not math.isfinite(scaled):
-            raise InputError(f"size {text!r} is not finite", field=field)
-        value = int(scaled)
+    value = text if isinstance(text, int) else _parse_text(str(text), field)
     if value <= 0:
         raise InputError(f"size must be positive, got {text!r}", field=field)
+    if value > MAX_BYTES:
+        raise InputError(
+            f"size {text!r} is too large: at most {MAX_BYTES:,} bytes (2^63 - 1) are accepted", field=field
+        )
     return value
+
+
+def _parse_text(text: str, field: str) -> int:
+    match = _SIZE.match(text)
+    if match is None:
+        raise InputError(
+            f"cannot read size {text!r}; use e.g. 80GiB, 80GB, 512MiB or plain bytes", field=field
+        )
+    number, exponent, unit = match.groups()
+    factor = _UNITS.get(unit.lower())
+    if factor is None:
+        raise InputError(
+            f"unknown unit {unit!r} in {text!r}; known: B, KB, MB, GB, TB, KiB, MiB, GiB, TiB", field=field
+        )
+    power = int(exponent) if exponent else 0
+    try:
+        rough = float(number) * 10.0**power * factor
+    except OverflowError:
+        rough = math.inf
+    if not math.isfinite(rough):
+        raise InputError(f"size {text!r} is not finite", field=field)
+    if rough > 2 * MAX_BYTES:
+        return MAX_BYTES + 1  # refused by the caller; no exact arithmetic on huge exponents
+    return math.floor(Fraction(number) * Fraction(10) ** power * factor)
+
+
+def parse_memory(text: str | int, *, field: str = "memory") -> int:
+    """A per-rank memory budget (:data:`MEMORY_MEANING`): :func:`parse_bytes`, refusing a number without
+    a unit that is too small to be meant as bytes (``--memory 80`` is 80 bytes, not 80 GiB)."""
+    value = parse_bytes(text, field=field)
+    if isinstance(text, str) and _is_plain(text) and value < TINY_PLAIN_BYTES:
+        raise InputError(
+            f"{text.strip()!r} has no unit, so it is {value:,} bytes: write {text.strip()}GiB (or "
+            f"{text.strip()}GB) for gigabytes; --memory is {MEMORY_MEANING}",
+            field=field,
+        )
+    return value
+
+
+def _is_plain(text: str) -> bool:
+    match = _SIZE.match(text)
+    return match is not None and not match.group(3)
+
+
+def memory_from_gpu(gpu_memory: str | int, resident: str | int) -> int:
+    """The per-rank budget of a GPU of ``gpu_memory`` bytes holding ``resident`` bytes before the wave
+    (weights, optimizer state, framework reserves): their difference, which must be positive."""
+    gpu = parse_bytes(gpu_memory, field="gpu_memory")
+    held = parse_bytes(resident, field="resident")
+    if held >= gpu:
+        raise InputError(
+            f"{format_bytes(held)} resident leaves nothing of the {format_bytes(gpu)} GPU for the wave",
+            field="resident",
+        )
+    return gpu - held
 
 
 def format_bytes(num_bytes: float) -> str:

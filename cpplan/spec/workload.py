@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 from pydantic import (
@@ -22,6 +21,9 @@ from pydantic import (
 
 from cpplan.errors import InputError
 from cpplan.spec.validation import input_error
+
+if TYPE_CHECKING:
+    from cpplan.spec.records import RecordFields
 
 MAX_TOKEN_ID = 2**31 - 1
 Output = Literal["loss", "logits", "hidden", "none"]
@@ -179,9 +181,13 @@ class Workload(BaseModel):
             raise input_error(exc, file=source, field_in_message=True) from None
 
     @classmethod
-    def from_jsonl(cls, path: str | Path) -> Workload:
-        """Read the contract's JSONL: one item a line, ``{"id", "requests": [{"tokens", "grad"}]}``
-        or ``{"id", "tokens"}``. Errors name the file, the line and the field."""
+    def from_jsonl(cls, path: str | Path, *, fields: RecordFields | None = None) -> Workload:
+        """Read JSONL, one item a line, in any form :mod:`cpplan.spec.records` reads (``{"id",
+        "requests"}``, ``{"id", "tokens"}`` or Hugging Face ``{"input_ids", ...}``); ``fields`` renames
+        the id and token fields. Errors name the file, the line and the field; a Parquet file or a JSON
+        array is refused with what reads it."""
+        from cpplan.spec.records import DEFAULT_FIELDS, jsonl_lines, parse_item_line
+
         path = Path(path)
         try:
             handle = path.open("rb")
@@ -190,15 +196,21 @@ class Workload(BaseModel):
         items: list[Item] = []
         lines: dict[str, int] = {}
         with handle:
-            for line_no, item in iter_jsonl_items(_decoded(handle, str(path)), str(path)):
+            _refuse_other_formats(handle.read(4), str(path))
+            for entry in jsonl_lines(handle):
+                if entry.text is None:
+                    raise InputError(entry.error or "unreadable", file=str(path), line=entry.line)
+                if not items and entry.text.lstrip().startswith("["):
+                    _refuse_json_array(str(path), entry.line)
+                item = parse_item_line(entry.text, str(path), entry.line, fields or DEFAULT_FIELDS)
                 if item.id in lines:
                     raise InputError(
                         f"duplicate item id {item.id!r} (first on line {lines[item.id]})",
                         file=str(path),
-                        line=line_no,
+                        line=entry.line,
                         field="id",
                     )
-                lines[item.id] = line_no
+                lines[item.id] = entry.line
                 items.append(item)
         if not items:
             raise InputError("workload is empty: no items", file=str(path))
@@ -239,67 +251,30 @@ class Workload(BaseModel):
         return None if self.lines is None else self.lines[index]
 
 
-def iter_jsonl_items(lines: Iterable[str], source: str, *, start_line: int = 1) -> Iterator[tuple[int, Item]]:
-    """Parse JSONL item lines one at a time; blank lines are skipped. Yields ``(line number, item)``."""
-    for line_no, raw in enumerate(lines, start=start_line):
-        if not raw.strip():
-            continue
-        yield line_no, parse_item_line(raw, source, line_no)
-
-
-def _decoded(handle: Iterable[bytes], source: str) -> Iterator[str]:
-    """UTF-8 lines of a binary file; a line that is not UTF-8 is an :class:`InputError` naming it."""
-    for line_no, raw in enumerate(handle, start=1):
-        try:
-            yield raw.decode("utf-8-sig" if line_no == 1 else "utf-8")
-        except UnicodeDecodeError as exc:
-            raise InputError(
-                f"not UTF-8 text: byte 0x{raw[exc.start]:02x} at column {exc.start + 1}",
-                file=source,
-                line=line_no,
-            ) from None
-
-
-def parse_item_line(raw: str, source: str, line_no: int) -> Item:
-    """One JSONL line to an :class:`Item`, or an :class:`InputError` naming file, line and field."""
-    try:
-        record = json.loads(raw)
-    except json.JSONDecodeError as exc:
+def _refuse_other_formats(head: bytes, source: str) -> None:
+    """A Parquet file is not JSONL: say what reads it."""
+    if head == b"PAR1":
         raise InputError(
-            f"malformed JSON: {exc.msg} (column {exc.colno})", file=source, line=line_no
-        ) from None
-    if not isinstance(record, dict):
-        raise InputError(f"expected a JSON object, got {type(record).__name__}", file=source, line=line_no)
-    return item_from_record(record, source, line_no)
+            "this is a Parquet file, not JSONL (one item a line): `cpplan pack FILE ...` reads Parquet; "
+            "for `cpplan plan`, write the rows as JSONL",
+            file=source,
+        )
 
 
-def item_from_record(record: dict[str, Any], source: str, line_no: int) -> Item:
-    """A decoded record (``{"id", "requests"}`` or ``{"id", "tokens"}``) to an :class:`Item`."""
-    record = dict(record)
-    if "id" not in record:
-        raise InputError("missing", file=source, line=line_no, field="id")
-    if not isinstance(record["id"], str):
-        raise InputError(f"must be a string, got {record['id']!r}", file=source, line=line_no, field="id")
-    if "tokens" in record:
-        if "requests" in record:
-            raise InputError(
-                "give either 'tokens' or 'requests', not both", file=source, line=line_no, field="tokens"
-            )
-        single = {k: record.pop(k) for k in ("tokens", "grad", "output", "loss_mask") if k in record}
-        record["requests"] = [single]
-    elif "requests" not in record:
-        raise InputError("missing: give 'requests' or 'tokens'", file=source, line=line_no, field="requests")
-    try:
-        return Item.model_validate(record)
-    except ValidationError as exc:
-        error = input_error(exc, file=source, line=line_no)
-        loc = exc.errors()[0]["loc"]
-        if len(loc) == 3 and loc[0] == "requests" and loc[2] == "loss_mask":
-            message = exc.errors()[0]["msg"].removeprefix("Value error, ")
-            error = InputError(
-                f"item {record['id']!r} request {loc[1]}: {message}",
-                file=source,
-                line=line_no,
-                field=error.field,
-            )
-        raise error from None
+def _refuse_json_array(source: str, line: int) -> None:
+    """A JSON array is not JSONL: say what reads it."""
+    raise InputError(
+        "this is a JSON array, not JSONL (one item a line): `cpplan pack FILE ...` reads JSON arrays "
+        "(ShareGPT conversations or items); for `cpplan plan`, write one item a line",
+        file=source,
+        line=line,
+    )
+
+
+def __getattr__(name: str) -> Any:
+    """The record readers live in :mod:`cpplan.spec.records`; their old names here still work."""
+    if name in ("parse_item_line", "item_from_record"):
+        from cpplan.spec import records
+
+        return getattr(records, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

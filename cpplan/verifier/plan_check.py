@@ -11,15 +11,17 @@ plan as a whole.
 
 from __future__ import annotations
 
-import math
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
+from cpplan.errors import InputError
 from cpplan.spec.card import ResolvedCard
 from cpplan.spec.workload import Item, Workload
 from cpplan.verifier.chains import check_used, check_whole_items, read_requests
 from cpplan.verifier.owners import read_owners
 from cpplan.verifier.rank_prices import close, price_ranks
+from cpplan.verifier.schedule import replay_cost, wave_gpus, wave_group
 from cpplan.verifier.segments import check_packed_tokens, check_segments, read_segments, segment_offsets
 
 DEFAULT_CHUNK_TOKENS = 128
@@ -43,8 +45,14 @@ def verify_plan(
     memory_bytes: int,
     *,
     chunk_tokens: int | None = None,
+    requests: Collection[tuple[str, int]] | None = None,
+    check_starts: bool = True,
 ) -> Verification:
-    """Check a plan dictionary (as written by ``cpplan plan``) against the workload and card."""
+    """Check a plan dictionary (as written by ``cpplan plan``) against the workload and card.
+
+    ``requests``: the ``(item id, request index)`` pairs the plan must hold, when it is a part of a
+    larger plan (a pack shard); default every request of the workload. ``check_starts``: replay the
+    waves' claimed starts (off for a part that does not hold every wave of its schedule)."""
     chunk = int(chunk_tokens or data.get("chunk_tokens") or DEFAULT_CHUNK_TOKENS)
     waves = data.get("waves")
     if not isinstance(waves, list) or not waves:
@@ -53,18 +61,24 @@ def verify_plan(
     violations: list[str] = []
     seen: dict[tuple[str, int], int] = {}
     wave_costs: list[float] = []
+    placed: tuple[list[dict], list[list[int]]] = ([], [])
     worst_peak = 0
     for w, wave in enumerate(waves):
         try:
-            cost, peak = _check_wave(w, wave, by_id, seen, card, memory_bytes, chunk, violations)
+            group = _wave_card(w, wave, card, violations)
+            if group is None:
+                continue
+            cost, peak = _check_wave(w, wave, by_id, seen, group, memory_bytes, chunk, violations)
         except (KeyError, TypeError, ValueError, IndexError) as exc:
             violations.append(f"wave {w}: malformed ({type(exc).__name__}: {exc})")
             continue
         wave_costs.append(cost)
+        placed[0].append(wave)
+        placed[1].append(wave_gpus(w, wave, group.topology.cp, card.topology, violations))
         worst_peak = max(worst_peak, peak)
     violations.extend(_split_violations(waves, seen))
-    violations.extend(_coverage_violations(workload, seen))
-    total = math.fsum(wave_costs)
+    violations.extend(_coverage_violations(workload, seen, requests))
+    total = replay_cost(placed[0], placed[1], wave_costs, card.topology, violations if check_starts else [])
     claimed = data.get("cost_s")
     if not violations and isinstance(claimed, int | float) and not close(claimed, total):
         violations.append(f"plan cost_s {claimed} differs from the verifier's {total}")
@@ -75,6 +89,19 @@ def verify_plan(
         peak_bytes=worst_peak,
         wave_costs_s=tuple(wave_costs),
     )
+
+
+def _wave_card(w: int, wave: dict, card: ResolvedCard, violations: list[str]) -> ResolvedCard | None:
+    """The card a wave is priced with: resolved for its CP group size (a violation, and ``None``, for
+    a size the topology does not allow or the card cannot price)."""
+    size = wave_group(w, wave, card.topology, violations)
+    if size is None:
+        return None
+    try:
+        return card.group_card(size)
+    except InputError as exc:
+        violations.append(f"wave {w}: {exc}")
+        return None
 
 
 def _check_wave(
@@ -99,12 +126,16 @@ def _check_wave(
     return price_ranks(w, wave, segments, offsets, runs, coverage, card, budget, violations)
 
 
-def _coverage_violations(workload: Workload, seen: dict[tuple[str, int], int]) -> list[str]:
-    """Every request of the workload in some wave, and no request that is not in it."""
-    expected = {(item.id, k) for item in workload.items for k in range(len(item.requests))}
+def _coverage_violations(
+    workload: Workload, seen: dict[tuple[str, int], int], requests: Collection[tuple[str, int]] | None
+) -> list[str]:
+    """Every expected request in some wave, and no request that is not in the workload."""
+    everything = {(item.id, k) for item in workload.items for k in range(len(item.requests))}
+    expected = everything if requests is None else everything & set(requests)
     found = [f"request {key[1]} of item {key[0]!r} is in no wave" for key in sorted(expected - set(seen))]
     found += [
-        f"request {key[1]} of item {key[0]!r} is not in the workload" for key in sorted(set(seen) - expected)
+        f"request {key[1]} of item {key[0]!r} is not in the workload"
+        for key in sorted(set(seen) - everything)
     ]
     return found
 

@@ -2,8 +2,8 @@
 segment tree, then peaks and seconds from the resolved card's terms with plain Python arithmetic (no
 code shared with the numpy evaluator).
 
-The wave is cut into *pieces*: maximal runs of packed tokens inside one segment with one owner (every
-segment start and every ownership boundary cuts). A piece of ``n`` tokens at request positions
+The wave is cut into *pieces*: maximal runs of packed tokens inside one segment with one owner (cut at
+every segment start and every change of owner). A piece of ``n`` tokens at request positions
 ``p .. p + n - 1`` adds ``n`` to a per-token count and ``(p + 1) + ... + (p + n)`` to a per-attended-key
 count, so the work grows with segments and owned ranges, not with tokens.
 """
@@ -19,6 +19,7 @@ import numpy as np
 from cpplan.spec.card import ResolvedCard
 from cpplan.spec.quantities import COUNTS, QUANTITIES, QUANTITY_NAMES, check_rules
 from cpplan.verifier.chains import Coverage
+from cpplan.verifier.handoff import handoff_seconds
 from cpplan.verifier.owners import OwnerRuns
 from cpplan.verifier.segments import Segment
 
@@ -41,13 +42,32 @@ def close(a: float, b: float) -> bool:
 
 @dataclass(frozen=True, kw_only=True)
 class Pieces:
-    """Runs of packed tokens inside one segment with one owner: owner, segment, the request position of
-    the first token, and the number of tokens, one entry per piece in packed order."""
+    """Runs of packed tokens inside one segment with one owner: owner, segment, the packed position and
+    the request position of the first token, and the number of tokens, one entry per piece in packed
+    order."""
 
     owner: np.ndarray
     segment: np.ndarray
+    start: np.ndarray
     first: np.ndarray
     length: np.ndarray
+
+    def merged(self) -> Pieces:
+        """The maximal pieces: neighbours with the same owner and segment joined (ownership given as
+        two touching ranges of one rank is one piece)."""
+        if self.owner.size == 0:
+            return self
+        new = np.concatenate(
+            [[True], (self.owner[1:] != self.owner[:-1]) | (self.segment[1:] != self.segment[:-1])]
+        )
+        heads = np.flatnonzero(new)
+        return Pieces(
+            owner=self.owner[heads],
+            segment=self.segment[heads],
+            start=self.start[heads],
+            first=self.first[heads],
+            length=np.add.reduceat(self.length, heads),
+        )
 
 
 def pieces_of(segments: list[Segment], offsets: list[int], runs: OwnerRuns) -> Pieces:
@@ -62,9 +82,10 @@ def pieces_of(segments: list[Segment], offsets: list[int], runs: OwnerRuns) -> P
     return Pieces(
         owner=runs.owner[run],
         segment=segment,
+        start=cuts,
         first=seg_start[segment] + (cuts - seg_offset[segment]),
         length=ends - cuts,
-    )
+    ).merged()
 
 
 def price_ranks(
@@ -99,7 +120,7 @@ def price_ranks(
                 f"wave {w} rank {rank}: predicted peak {peak:,} bytes exceeds the budget of {budget:,} bytes"
             )
         _check_claims(w, rank, claimed.get(rank), local, peak, violations)
-    cost = slowest + card.wave_overhead_s
+    cost = slowest + card.wave_overhead_s + handoff_seconds(card, segments, offsets, pieces)
     if "cost_s" in wave and not close(float(wave["cost_s"]), cost):
         violations.append(f"wave {w}: cost_s {wave['cost_s']} but the verifier prices {cost}")
     return cost, worst
@@ -136,8 +157,9 @@ def rank_sums(
 ) -> dict[str, np.ndarray]:
     """Every local quantity of the registry per rank, counted the way its entry states: per owned token
     (1, or position + 1 keys for a pair count; only tokens of segments whose ``grad`` / ``loss`` flag is
-    set where the entry says so), distinct segments touched, or packed tokens not owned. Pieces owned
-    by no rank (or by a rank outside ``0..cp-1``) count for none.
+    set where the entry says so), pieces owned (``pieces`` must be the maximal ones: runs of one
+    segment on the rank), or packed tokens not owned. Pieces owned by no rank (or by a rank outside
+    ``0..cp-1``) count for none.
 
     ``masked[flag][s]`` marks, token by token, more tokens of segment ``s`` that carry ``flag`` though
     the segment's flag is off (the tokens whose logits a request with a loss mask needs; segment ``s``
@@ -158,7 +180,7 @@ def rank_sums(
                     values = values + _masked_sums(q.count, extra, segment, first, length, flagged, seg_start)
             sums[q.name] = np.bincount(owner, weights=values, minlength=cp).astype(np.int64)
         elif q.count == "segment":
-            sums[q.name] = _segments_touched(owner, segment, cp)
+            sums[q.name] = np.bincount(owner, minlength=cp)[:cp].astype(np.int64)
     owned = np.bincount(owner, weights=length, minlength=cp).astype(np.int64)
     for q in QUANTITIES:
         if q.count == "remote":
@@ -190,15 +212,6 @@ def _masked_sums(
         hi = np.minimum(lo + length[pieces], marks.size)
         out[pieces] = prefix[hi] - prefix[lo]
     return out
-
-
-def _segments_touched(owner: np.ndarray, segment: np.ndarray, cp: int) -> np.ndarray:
-    """Distinct (rank, segment) pairs per rank."""
-    if owner.size == 0:
-        return np.zeros(cp, dtype=np.int64)
-    width = int(segment.max()) + 1
-    pairs = np.unique(owner * width + segment)
-    return np.bincount(pairs // width, minlength=cp)[:cp].astype(np.int64)
 
 
 def _peak(card: ResolvedCard, quantities: tuple[int, ...]) -> int:

@@ -203,7 +203,7 @@ def test_cpplan_own_planners_never_oom(outcomes):
 def test_repair_turns_an_oom_plan_into_a_fitting_one_with_every_item():
     """The seeded strategy keeps the items of an over-budget baseline wave but splits it into waves
     that fit."""
-    problem = _problem(_small_workloads()["grpo"], 2, "5GiB")
+    problem = _problem(_small_workloads()["grpo"], 2, "4GiB")
     proposal = BASELINES["axolotl_ffd"].plan(problem)
     assert any(not w.fits(problem.budget_bytes) for w in proposal.waves)
     repaired = repair(problem, proposal, ("full", "none"))
@@ -224,12 +224,12 @@ def test_seeded_strategy_wins_where_greedy_loses_and_is_reproducible():
     and planning twice gives the same plan bytes."""
     from cpplan.pricing.serialize import dumps, result_to_dict, strip_timing
 
-    problem = _problem(_small_workloads()["long_tail"], 2, "5GiB")
+    problem = _problem(_small_workloads()["long_tail"], 2, "4GiB")
     greedy = BASELINES["cpplan_greedy"].plan(problem)
     verl = run(BASELINES["verl_dynamic_bsz"], problem)
     assert verl.valid and verl.plan.cost_s < greedy.cost_s
     first, second = (solve(problem, load_solver("deterministic")) for _ in range(2))
     seeded = next(c for c in first.candidates if c.strategy == "seeded")
     assert seeded.valid and seeded.cost_s <= verl.plan.cost_s * (1 + 1e-12)
-    assert first.cost_s <= seeded.cost_s < greedy.cost_s
+    assert first.cost_s <= seeded.cost_s * (1 + 1e-12) and seeded.cost_s < greedy.cost_s
     assert dumps(strip_timing(result_to_dict(first))) == dumps(strip_timing(result_to_dict(second)))

@@ -37,7 +37,7 @@ def test_shipped_card_is_reproduced_by_calibrate():
     assert fit.coefficients == card.calibration.coefficients
     assert card.calibration.source_sha256 == file_sha256(REFERENCE)
     assert set(card.calibration.fitted) == {"cold_excess_ratio", "residual_ratio"}
-    assert [r.line for r in card.calibration.rows] == [9, 10, 11]
+    assert [r.line for r in card.calibration.rows] == [9, 10, 11, 12]
     assert all(1.0 <= r.ratio <= 1.15 for r in card.calibration.rows)
 
 

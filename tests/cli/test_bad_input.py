@@ -109,3 +109,16 @@ def test_docs_table_is_generated_from_the_current_messages():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     assert (ROOT / "docs" / "bad_input.md").read_text(encoding="utf-8") == module.render(module.collect())
+
+
+def test_fewer_chunks_than_cp_ranks_leave_ranks_empty(tmp_path: Path):
+    """One rule for waves with fewer 128-token chunks than CP ranks: they are planned, and the ranks
+    after the last chunk own nothing (3 tokens at cp=8 as for 8 chunks); the verifier accepts it."""
+    (tmp_path / "w.jsonl").write_text('{"id": "p0", "tokens": [1, 2, 3]}\n', encoding="utf-8")
+    (tmp_path / "tiny.toml").write_text(TINY_CARD, encoding="utf-8")
+    out = tmp_path / "plan.json"
+    args = ["plan", str(tmp_path / "w.jsonl"), "--model", str(tmp_path / "tiny.toml"), "--memory", "64MiB"]
+    assert main([*args, "--topology", "cp=8", "--output", str(out), "--quiet"]) == 0
+    ranks = json.loads(out.read_text())["waves"][0]["ranks"]
+    assert [r["tokens"] for r in ranks] == [3, 0, 0, 0, 0, 0, 0, 0]
+    assert main(["verify", str(out), str(tmp_path / "w.jsonl"), "--model", str(tmp_path / "tiny.toml")]) == 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 import subprocess
 import sys
@@ -11,8 +12,10 @@ from pathlib import Path
 import pytest
 
 from cpplan.cli import main
+from cpplan.spec.units import MEMORY_MEANING
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "grpo.jsonl"
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "grpo.jsonl"
 MODEL = ["--model", "qwen3.6-35b-a3b"]
 
 
@@ -104,11 +107,47 @@ def test_bad_input_exits_2_without_traceback(tmp_path, capsys, text, extra, need
 
 
 def test_nothing_fits_exits_3(capsys):
-    """A workload whose single request cannot fit (a budget above the card's static floor of 8.11 GiB
-    here, below any request's peak) exits 3 naming the rank, the bytes needed and the budget."""
-    code, _, err = run(["plan", EXAMPLE, *MODEL, "--topology", "cp=2", "--memory", "8.2GiB"], capsys)
+    """A workload whose single request cannot fit (a budget above the card's static floor of 5.51 GiB
+    here, below any request's peak) exits 3 naming the rank, the bytes needed and the budget, and says
+    what would fit: the budget the request needs and whether a larger CP size fits within this one."""
+    code, _, err = run(["plan", EXAMPLE, *MODEL, "--topology", "cp=2", "--memory", "5.6GiB"], capsys)
     assert code == 3
-    assert "rank" in err and f"{int(8.2 * 2**30):,} bytes" in err and "needs" in err
+    assert "rank" in err and f"{int(5.6 * 2**30):,} bytes" in err and "needs" in err
+    needed = int(err.split("alone needs ")[1].split(" bytes")[0].replace(",", ""))
+    assert f"--memory {needed:,} (" in err and "or more would fit it at cp=2" in err
+    assert "no CP size up to cp=16 fits it within the budget" in err
+
+
+def test_nothing_fits_suggests_the_cp_size_that_fits(capsys):
+    """When a larger CP size fits the refused item within the same budget, the refusal names it."""
+    args = ["plan", EXAMPLE, *MODEL, "--topology", "cp=1", "--memory", "7GiB"]
+    code, _, err = run(args, capsys)
+    assert code == 3
+    assert "--topology with cp=2 would fit it within the budget" in err
+
+
+def test_gpu_memory_less_resident_is_the_memory(tmp_path, capsys):
+    """`--gpu-memory 141GB --resident 75GB` plans exactly as `--memory 66GB` and says what it assumed."""
+    base = ["plan", EXAMPLE, *MODEL, "--topology", "cp=2", "--solver", "deterministic", "--quiet"]
+    code, by_gpu, err = run([*base, "--gpu-memory", "141GB", "--resident", "75GB"], capsys)
+    assert code == 0
+    assert "--memory 66,000,000,000 bytes (61.47 GiB) = --gpu-memory 141GB - --resident 75GB" in err
+    assert MEMORY_MEANING in err
+    code, direct, _ = run([*base, "--memory", "66GB"], capsys)
+    assert code == 0
+    assert json.loads(by_gpu)["memory_bytes"] == json.loads(direct)["memory_bytes"] == 66 * 10**9
+
+
+def test_memory_is_stated_one_way(capsys):
+    """--memory means one thing, in the same words, in `--help`, in errors about it, in the README and in
+    the CLI reference."""
+    assert main(["plan", "--help"]) == 0
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert MEMORY_MEANING[1:] in help_text
+    code, _, err = run(["plan", EXAMPLE, *MODEL], capsys)
+    assert code == 2 and MEMORY_MEANING in err
+    for doc in (ROOT / "README.md", ROOT / "docs" / "cli.md"):
+        assert MEMORY_MEANING in " ".join(doc.read_text().split()), doc
 
 
 @pytest.mark.skipif(
@@ -116,24 +155,27 @@ def test_nothing_fits_exits_3(capsys):
     reason="console script not installed",
 )
 def test_console_script(tmp_path):
-    """The installed `cpplan` console script runs the README's first command and exits 0."""
+    """The installed `cpplan` console script runs the README's first command (its plan written to a
+    temporary folder instead) and exits 0."""
     exe = shutil.which("cpplan") or str(Path(sys.prefix, "bin", "cpplan"))
-    proc = subprocess.run(
-        [
-            exe,
-            "plan",
-            str(EXAMPLE),
-            *MODEL,
-            "--topology",
-            "cp=2",
-            "--memory",
-            "12GiB",
-            "--output",
-            str(tmp_path / "p.json"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    first = (ROOT / "README.md").read_text().split("```bash\n", 1)[1].splitlines()[0]
+    args = shlex.split(first.split("&& ", 1)[1])
+    assert args[:2] == ["cpplan", "plan"]
+    args[args.index("--output") + 1] = str(tmp_path / "p.json")
+    proc = subprocess.run([exe, *args[1:]], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     assert json.loads((tmp_path / "p.json").read_text())["waves"]
+
+
+def test_readme_commands_write_outside_the_source_tree():
+    """The README's commands that write files (`--output`) write under /tmp, never over tracked files
+    (the shipped card, the benchmark results) or into the checkout."""
+    readme = (ROOT / "README.md").read_text()
+    outputs = [
+        line.split("--output ", 1)[1].split()[0] for line in readme.splitlines() if "--output /" in line
+    ]
+    assert outputs
+    assert all(path.startswith("/tmp/") for path in outputs), outputs
+    first = readme.split("```bash\n", 1)[1].splitlines()[0]
+    assert "cpplan plan examples/grpo.jsonl" in first and "--output /tmp/" in first
+    assert "--output models/" not in readme and "--output plan.json" not in readme

@@ -17,7 +17,7 @@ from cpplan.cpsat import CompiledModel, build_space, compile_model, realize, sol
 from cpplan.cpsat.chunk_caps import folded_quantities
 from cpplan.cpsat.columns import columns_with_items
 from cpplan.cpsat.memory import memory_rows
-from cpplan.cpsat.realize import chunk_weights, wave_masks, widest_weight_cap
+from cpplan.cpsat.realize import chunk_weights, widest_weight_cap
 from cpplan.cpsat.scaling import SCALING
 from cpplan.cpsat.solve import Solution
 from cpplan.planners.cpsat_strategy import compile_for, cpsat_planner, greedy_values, plan_columns
@@ -30,6 +30,7 @@ from cpplan.pricing.serialize import plan_to_dict
 from cpplan.spec.quantities import NUM_QUANTITIES, QUANTITY_INDEX
 from cpplan.spec.settings import Settings
 from cpplan.verifier import verify_plan
+from tests.support.model_plans import random_packed_plans
 
 MODEL_PATH = Path(__file__).resolve().parents[1] / "data" / "qwen36_uncalibrated.toml"
 MODEL = load_model(MODEL_PATH)
@@ -274,35 +275,15 @@ def test_model_counts_match_packing_for_any_plan(seed):
     loss tokens."""
     rng = np.random.default_rng(seed)
     problem = problem_of(random_shared_workload(rng), cp=2)
-    space = build_space(problem)
-    num_items = len(space.items)
-    compiled = compile_model(problem, space, num_items)
-    pairs = [
-        (k, w)
-        for k, node in enumerate(space.cross)
-        for w in range(num_items)
-        if any(i >= w for i in node.items)
-    ]
-    for _ in range(5):
-        waves, used = [], 0
-        for i in range(num_items):
-            w = int(rng.integers(0, min(i, used) + 1))
-            used = max(used, w + 1)
-            waves.append(w)
-        assignment = [(w, int(rng.integers(0, len(space.items[i].layouts)))) for i, w in enumerate(waves)]
-        shared = {p for p in pairs if rng.random() < 0.5}
-        values = compiled.evaluate(assignment, shared)
-        solution = Solution(assignment=tuple(assignment), shared=frozenset(shared), cap=values.cap)
-        for w, (items, mask) in wave_masks(problem, space, solution).items():
-            layout = problem.pack(items, mask)
-            totals = values.totals[w]
-            lengths = layout.seg_length
-            seg_pairs = lengths * layout.seg_position + lengths * (lengths + 1) // 2
-            assert layout.packed_tokens == totals["tokens"]
-            assert int(seg_pairs.sum()) == totals["attn_pairs"]
-            assert layout.num_segments <= totals["segments"]
-            assert int(lengths[layout.seg_grad].sum()) <= totals["grad_tokens"]
-            assert int(lengths[layout.seg_loss].sum()) <= totals["loss_tokens"]
+    for values, w, layout in random_packed_plans(problem, rng):
+        totals = values.totals[w]
+        lengths = layout.seg_length
+        seg_pairs = lengths * layout.seg_position + lengths * (lengths + 1) // 2
+        assert layout.packed_tokens == totals["tokens"]
+        assert int(seg_pairs.sum()) == totals["attn_pairs"]
+        assert layout.num_segments <= totals["segments"]
+        assert int(lengths[layout.seg_grad].sum()) <= totals["grad_tokens"]
+        assert int(lengths[layout.seg_loss].sum()) <= totals["loss_tokens"]
 
 
 @pytest.mark.parametrize("seed", range(6))

@@ -9,14 +9,13 @@ import pytest
 
 from cpplan import Item, Request, Workload, load_solver
 from cpplan.cpsat import build_space, compile_model, realize, solve
-from cpplan.cpsat.realize import wave_masks
-from cpplan.cpsat.solve import Solution
 from cpplan.cpsat.space import _tree_facts
 from cpplan.pricing.serialize import plan_to_dict
 from cpplan.pricing.wave import best_wave
 from cpplan.spec.quantities import QUANTITY_INDEX
 from cpplan.verifier import verify_plan
 from tests.cpsat.test_joint_model import problem_of, random_shared_workload
+from tests.support.model_plans import random_packed_plans
 
 LOSS = QUANTITY_INDEX["loss_tokens"]
 
@@ -64,29 +63,9 @@ def test_model_totals_bound_the_masked_loss_tokens(seed):
     packed tokens the model counts and at most its loss tokens."""
     rng = np.random.default_rng(seed)
     problem = _problem(seed)
-    space = build_space(problem)
-    num_items = len(space.items)
-    compiled = compile_model(problem, space, num_items)
-    pairs = [
-        (k, w)
-        for k, node in enumerate(space.cross)
-        for w in range(num_items)
-        if any(i >= w for i in node.items)
-    ]
-    for _ in range(5):
-        waves, used = [], 0
-        for i in range(num_items):
-            w = int(rng.integers(0, min(i, used) + 1))
-            used = max(used, w + 1)
-            waves.append(w)
-        assignment = [(w, int(rng.integers(0, len(space.items[i].layouts)))) for i, w in enumerate(waves)]
-        shared = {p for p in pairs if rng.random() < 0.5}
-        values = compiled.evaluate(assignment, shared)
-        solution = Solution(assignment=tuple(assignment), shared=frozenset(shared), cap=values.cap)
-        for w, (items, mask) in wave_masks(problem, space, solution).items():
-            layout = problem.pack(items, mask)
-            assert layout.packed_tokens == values.totals[w]["tokens"]
-            assert layout.loss_spans.num_tokens <= values.totals[w]["loss_tokens"]
+    for values, w, layout in random_packed_plans(problem, rng):
+        assert layout.packed_tokens == values.totals[w]["tokens"]
+        assert layout.loss_spans.num_tokens <= values.totals[w]["loss_tokens"]
 
 
 @pytest.mark.parametrize("seed", [200, 202, 203])

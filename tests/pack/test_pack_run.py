@@ -19,6 +19,7 @@ from cpplan import Topology, load_model
 from cpplan.cli import main
 from cpplan.pack import load_tokenizer, pack, read_manifest
 from cpplan.pack.conversations import conversation_item
+from cpplan.pricing.plan_reader import read_plan_file
 from cpplan.spec.workload import Workload
 from cpplan.verifier import verify_plan
 from tests.support.pack_data import (
@@ -28,6 +29,7 @@ from tests.support.pack_data import (
     SHAREGPT,
     folder_bytes,
     profile_path,
+    shard_lines,
     shard_waves,
     workload_lines,
     write_dataset,
@@ -62,36 +64,24 @@ def test_every_item_is_planned_once_or_rejected_with_its_line(tmp_path):
 
 
 def test_shards_verify_against_their_windows(tmp_path):
-    """Each window's waves, read back from its shard, pass the independent verifier against the
-    window's own items and budget."""
+    """Each shard file, read on its own as a plan (its lines merged), passes the independent verifier
+    against its window's items, with the settings its lines carry."""
     data, _ = write_dataset(tmp_path)
     out = tmp_path / "out"
     pack(data, output=out, solver=profile_path(tmp_path), window=16, **SETTINGS)
     manifest = read_manifest(out)
-    config = manifest["config"]
     card = load_model(MODEL).resolve(Topology(cp=2), num_layers=4)
     items = {item.id: item for item in Workload.from_jsonl(good_dataset(tmp_path)).items}
     windows = [json.loads(line) for line in (out / "windows.jsonl").read_text().splitlines()]
     assert len(windows) == manifest["windows"] == math.ceil(manifest["items_in"] / 16)
     for window in windows:
-        waves = [json.loads(line) for line in (out / window["shard"]).read_text().splitlines()]
-        ids = [i for wave in waves for i in wave["items"]]
-        plan = {
-            "model": config["model"],
-            "layers": config["layers"],
-            "phase": config["phase"],
-            "topology": config["topology"],
-            "memory_bytes": config["memory_bytes"],
-            "chunk_tokens": config["chunk_tokens"],
-            "safety": config["safety"],
-            "strategy": waves[0]["strategy"],
-            "cost_s": sum(w["cost_s"] for w in waves),
-            "num_waves": len(waves),
-            "waves": waves,
-        }
+        plan = read_plan_file(out / window["shard"])
+        assert plan["memory_bytes"] == manifest["config"]["memory_bytes"] and plan["layers"] == 4
+        ids = [i for wave in plan["waves"] for i in wave["items"]]
         workload = Workload(items=tuple(items[i] for i in ids))
-        verdict = verify_plan(plan, workload, card, config["memory_bytes"], chunk_tokens=128)
+        verdict = verify_plan(plan, workload, card, plan["memory_bytes"])
         assert verdict.valid, verdict.violations[:3]
+        assert math.isclose(verdict.cost_s, plan["cost_s"])
 
 
 def good_dataset(tmp_path: Path) -> Path:
@@ -108,9 +98,11 @@ def test_windows_bound_what_is_planned_together(tmp_path):
     pack(data, output=out, solver=profile_path(tmp_path), window=5, **SETTINGS)
     lines = {json.loads(t)["id"]: n for n, t in enumerate(data.read_text().splitlines(), 1) if _ok(t)}
     windows = {w["index"]: w for w in map(json.loads, (out / "windows.jsonl").read_text().splitlines())}
-    for wave in shard_waves(out):
-        window = windows[wave["window"]]
-        assert all(window["first_line"] <= lines[i] <= window["last_line"] for i in wave["items"])
+    for line in shard_lines(out):
+        position = line["pack"]
+        window = windows[position["window"]]
+        assert (window["first_line"], window["last_line"]) == (position["first_line"], position["last_line"])
+        assert all(window["first_line"] <= lines[i] <= window["last_line"] for i in line["waves"][0]["items"])
     assert max(w["items_in"] for w in windows.values()) == 5
 
 

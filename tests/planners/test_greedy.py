@@ -44,7 +44,8 @@ def _widest(problem: Problem, start: int) -> int:
 def _check_cuts(problem: Problem, plan) -> None:
     """Items in order, once each; every wave fits; every wave before the last two ends either at the
     widest fitting width or, within its back half, at the boundary sharing the fewest tokens up to
-    there; the last two waves cost no more than that rule's wave plus the rest."""
+    there (fewer than at the widest); the last two waves cost no more than the cut rule's wave plus
+    the rest."""
     order = [i for w in plan.waves for i in w.items]
     assert order == list(range(problem.num_items))
     shared = problem.adjacent_shared_tokens
@@ -55,9 +56,9 @@ def _check_cuts(problem: Problem, plan) -> None:
             continue
         widest = _widest(problem, start)
         assert (widest + 1) // 2 <= width <= widest
-        later = shared[start + width - 1 : start + widest]
-        assert shared[start + width - 1] == later.min()
-        assert width == widest or shared[start + width - 1] < shared[start + widest - 1]
+        if width < widest:  # moved back to the cheapest boundary, which shares less
+            later = shared[start + width - 1 : start + widest]
+            assert shared[start + width - 1] == later.min() < shared[start + widest - 1]
     if plan.num_waves >= 2:
         start = plan.waves[-2].items[0]
         ruled = cheapest_cut(problem, start, _widest(problem, start))
@@ -76,9 +77,10 @@ def test_waves_fit_keep_order_and_are_widest_or_cut_where_least_is_shared(tight)
 
 
 def test_greedy_keeps_prefix_groups_whole(qwen36):
-    """With one item per completion, a wave that could hold 1.5 groups ends at the group boundary
-    instead: no prompt is stored in two waves, and the plan is cheaper than cutting where the count
-    runs out (what the planner did before)."""
+    """With one item per completion, on the full-depth model (a duplicated prompt costs more than a
+    share of a wave's overhead), a wave that could hold 1.5 groups ends at the group boundary instead:
+    no prompt is stored in two waves, and the plan is cheaper than cutting where the count runs out
+    (what the planner did before)."""
     workload = grpo(
         num_prompts=5,
         group_size=8,
@@ -88,7 +90,7 @@ def test_greedy_keeps_prefix_groups_whole(qwen36):
         items_per_prompt=False,
         seed=7,
     )
-    settings = Settings(topology=Topology(cp=2), model=qwen36, memory_bytes=2**60, num_layers=8)
+    settings = Settings(topology=Topology(cp=2), model=qwen36, memory_bytes=2**60)
     probe = Problem.build(workload, settings)
     twelve = best_wave(probe, range(12), ("full",))[0].peak_bytes
     problem = Problem.build(workload, dataclasses.replace(settings, memory_bytes=twelve))
@@ -212,7 +214,7 @@ def test_a_small_last_wave_is_balanced_away(qwen36):
         items_per_prompt=False,
         seed=8,
     )
-    settings = Settings(topology=Topology(cp=4), model=qwen36, memory_bytes=2**60, num_layers=8)
+    settings = Settings(topology=Topology(cp=4), model=qwen36, memory_bytes=2**60)
     probe = Problem.build(workload, settings)
     layout = probe.pack(range(39), "full")
     by_time = price_wave(probe, range(39), layout, "full")  # unlimited memory: balanced by time

@@ -110,3 +110,17 @@ def test_a_first_one_shot_call_does_not_spend_its_budget_importing_the_solver():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert not out.stdout.strip().startswith("skipped"), out.stdout
+
+
+def test_planning_names_do_not_import_the_solver():
+    """Touching the planning API (``cpplan.Planner``, ``plan``, ``solve``, ``verify``) imports neither
+    OR-Tools nor torch: the solver is imported where a CP-SAT model is built or a planner warms it up."""
+    code = "\n".join(
+        [
+            "import sys, cpplan",
+            "cpplan.Planner, cpplan.plan, cpplan.solve, cpplan.verify, cpplan.Workload",
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'ortools', 'torch'}))",
+        ]
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout

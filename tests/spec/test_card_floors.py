@@ -90,8 +90,12 @@ def test_qwen36_terms_match_hand_computation():
     32 x 128 x 128 x 4 / 64 = 32,768 (with recompute 90,112 = 88 KiB); GDN segment states
     3 x 32 x 128 x 128 x 4 = 6,291,456; head 2 x 2048 x 2 + 8 = 8,200. At CP2 add the merge buffers
     16 x 256 x 6 = 24,576 per local token (attention 96,256 = 94 KiB at CP2) and gathered k, v and grads
-    4 x 2 x 256 x 2 = 4,096 per remote token. Static: LoRA r16 fp32 grads 4 x 16 x (8 x 256 x 3 x 2560
-    + 8 x 3 x 2560 + 2 x (4096 + 52 x 256) + 6 x (4096 + 128 x 128)) = 1,020,657,664 plus 256 MiB."""
+    4 x 2 x 256 x 2 = 4,096 per remote token. Held per layer until its backward (pattern g g g a g g g a):
+    in the top attention layer (7) 8 layers' inputs and routing and 6 GDN layers' entry states, in the
+    top GDN layer (6) 7 and 6, in the bottom attention layer (3) 4 and 3, in the bottom GDN layer (0) 1
+    and 1. Static: 256 MiB plus one layer's fp32 LoRA r16 gradients, 4 x 16 x (256 x 3 x 2560 + 3 x 2560
+    + max(4096 + 52 x 256, 4096 + 128 x 128)) = 127,631,360 B, for each layer at or above the one in
+    backward (1, 2, 5 and 8 layers); none in the head, which runs before any layer's backward."""
     cp1 = term_bytes(MODEL, Topology(), layers=8, phase="warm")
     assert cp1 == {
         "checkpointed_inputs": 32_768,
@@ -107,12 +111,34 @@ def test_qwen36_terms_match_hand_computation():
         "gdn_segment_states": 6_291_456,
         "head": 8_200,
         "warm_residual": 0.0,
+        **_held(("attn_top", 8, 6), ("gdn_top", 7, 6), ("attn_bottom", 4, 3), ("gdn_bottom", 1, 1)),
     }
     cp2 = term_bytes(MODEL, Topology(cp=2), layers=8, phase="warm")
     assert cp2["attention_cp_merge"] == 24_576
     assert cp2["attention_gathered_kv"] == 4_096
-    static = load_model(MODEL).resolve(Topology(), num_layers=8).envelope_static_bytes
-    assert static[0] == 1_020_657_664 + 2**28
+    resolved = load_model(MODEL).resolve(Topology(), num_layers=8)
+    static = dict(zip(resolved.envelope_names, resolved.envelope_static_bytes.tolist(), strict=True))
+    logits = 1024 * 248_320 * 10
+    per_layer = 127_631_360
+    assert static == {
+        "attention_top": 2**28 + 1 * per_layer,
+        "gdn_top": 2**28 + 2 * per_layer,
+        "attention_bottom": 2**28 + 5 * per_layer,
+        "gdn_bottom": 2**28 + 8 * per_layer,
+        "head": 2**28 + logits,
+    }
+
+
+def _held(*positions: tuple[str, int, int]) -> dict[str, int]:
+    """Held terms of the 8-layer 35B card at each (position, held layers, held GDN layers): 4,096 B of
+    checkpointed input and 416 B of routing per token and layer, 2,146,304 B of GDN entry states per
+    segment and GDN layer."""
+    out = {}
+    for position, layers, gdn in positions:
+        out[f"checkpointed_inputs_{position}"] = layers * 4_096
+        out[f"routing_state_{position}"] = layers * 416
+        out[f"gdn_pending_state_{position}"] = gdn * 2_146_304
+    return out
 
 
 def test_other_cards_terms_match_hand_computation():

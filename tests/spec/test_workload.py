@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from cpplan import InputError, Workload
+from cpplan.spec.records import RecordFields, item_from_record, jsonl_lines
 from cpplan.spec.workload import Request, parse_item_line
 
 
@@ -115,3 +116,71 @@ def test_bad_loss_mask_names_line_request_and_field(mask, message):
         InputError, match=r"w\.jsonl:7, field 'requests\.1\.loss_mask': .*" + re.escape(message)
     ):
         parse_item_line(line, "w.jsonl", 7)
+
+
+def test_hugging_face_records_without_ids_take_their_line_number(tmp_path):
+    """`{"input_ids", "labels"}` lines without an id are items whose id is their line number; labels of
+    -100 are positions that do not count (loss_mask 0), other labels repeat the input ids; extra
+    columns are ignored."""
+    path = write(
+        tmp_path,
+        [
+            json.dumps({"input_ids": [5, 6, 7, 8], "labels": [-100, -100, 7, 8], "text": "ignored"}),
+            "",
+            json.dumps({"input_ids": [5, 6, 9], "attention_mask": [1, 1, 1]}),
+            json.dumps({"input_ids": [1, 2], "loss_mask": [0, 1], "labels": [-100, 2], "id": 17}),
+        ],
+    )
+    wl = Workload.from_jsonl(path)
+    assert [item.id for item in wl.items] == ["1", "3", "17"]
+    first = wl.items[0].requests[0]
+    assert first.loss_mask.tolist() == [False, False, True, True]
+    assert first.predicted().tolist() == [False, True, True]
+    assert wl.items[1].requests[0].loss_mask is None
+    assert wl.items[2].requests[0].loss_mask.tolist() == [False, True]
+
+
+def test_fields_can_be_mapped():
+    """`--tokens-field` reads the token ids (Hugging Face form) from another field and `--id-field` the
+    id, which may be an integer; the native forms take a mapped id too."""
+    fields = RecordFields(tokens="ids", id="uid")
+    item = item_from_record({"uid": 4, "ids": [3, 4], "labels": [-100, 4]}, "x", 9, fields)
+    assert item.id == "4" and item.requests[0].tokens.tolist() == [3, 4]
+    assert item.requests[0].loss_mask.tolist() == [False, True]
+    native = item_from_record({"uid": "a", "tokens": [1]}, "x", 9, RecordFields(id="uid"))
+    assert native.id == "a"
+    with pytest.raises(InputError, match=r"x:9, field 'ids': missing"):
+        item_from_record({"input_ids": [1]}, "x", 9, fields)
+
+
+@pytest.mark.parametrize(
+    ("line", "needle"),
+    [
+        ('{"id": "a", "tokens": [' + "9" * 5000 + "]}", "malformed JSON: Exceeds the limit"),
+        ("[" * 50_000 + "]" * 50_000, "malformed JSON: nested too deeply"),
+        ('{"id": "a", "tokens": [1e999]}', "token 0 is inf"),
+    ],
+    ids=["5,000 digits", "deep nesting", "infinite number"],
+)
+def test_poison_lines_are_input_errors(tmp_path, line, needle):
+    """A line any JSON parser rejects, for any reason (a number with too many digits, brackets nested
+    too deep), is an InputError naming the file and line, never a ValueError or RecursionError."""
+    path = write(tmp_path, ['{"id": "ok", "tokens": [1]}', line])
+    with pytest.raises(InputError) as info:
+        Workload.from_jsonl(path)
+    assert info.value.line == 2 and needle in str(info.value)
+
+
+def test_one_line_reader_drops_a_byte_order_mark_only_at_the_start(tmp_path):
+    """The JSONL line reader plan and pack share drops a UTF-8 byte-order mark on line 1, skips blank
+    lines, reports a line that is not UTF-8 and tracks the byte offset after each line."""
+    path = tmp_path / "w.jsonl"
+    path.write_bytes(b'\xef\xbb\xbf{"a": 1}\n\n{"b": 2}\r\n\xff\n')
+    with path.open("rb") as handle:
+        lines = list(jsonl_lines(handle))
+    assert [(e.line, e.text) for e in lines[:2]] == [(1, '{"a": 1}\n'), (3, '{"b": 2}\r\n')]
+    assert lines[2].text is None and "not UTF-8" in lines[2].error
+    assert [e.end for e in lines] == [12, 13 + 10, 13 + 10 + 2]
+    with path.open("rb") as handle:
+        resumed = list(jsonl_lines(handle, offset=lines[0].end, line=1))
+    assert [e.line for e in resumed] == [3, 4]

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import cpplan
 from cpplan.cli import main
+from cpplan.spec.records import RecordFields
 
 TINY_CARD = """\
 # A small dense model card for the bad-input catalogue.
@@ -255,6 +256,34 @@ CASES: tuple[Case, ...] = (
         expect=("w.jsonl:2", "not UTF-8"),
     ),
     Case(
+        kind="number with too many digits",
+        what="a token written with 5,000 digits (more than Python converts)",
+        files={"w.jsonl": OK_LINE + '{"id": "p1", "tokens": [' + "7" * 5000 + "]}\n"},
+        workload="w.jsonl",
+        expect=("w.jsonl:2", "malformed JSON", "digits"),
+    ),
+    Case(
+        kind="brackets nested too deeply",
+        what="line 2 opens 100,000 brackets",
+        files={"w.jsonl": OK_LINE + "[" * 100_000 + "]" * 100_000 + "\n"},
+        workload="w.jsonl",
+        expect=("w.jsonl:2", "malformed JSON", "nested too deeply"),
+    ),
+    Case(
+        kind="Parquet given to plan",
+        what="cpplan plan data.parquet",
+        files={"data.parquet": b"PAR1" + bytes(64) + b"PAR1"},
+        workload="data.parquet",
+        expect=("data.parquet", "Parquet file, not JSONL", "cpplan pack"),
+    ),
+    Case(
+        kind="JSON array given to plan",
+        what="cpplan plan on a file holding one JSON array of items",
+        files={"a.json": '[\n  {"id": "p0", "tokens": [1, 2]}\n]\n'},
+        workload="a.json",
+        expect=("a.json:1", "JSON array, not JSONL", "cpplan pack"),
+    ),
+    Case(
         kind="missing id",
         what="an item without an id",
         files={"w.jsonl": OK_LINE + '{"tokens": [1, 2]}\n'},
@@ -388,6 +417,50 @@ CASES: tuple[Case, ...] = (
         expect=("w.jsonl:2", "field 'requests.0.tokenz'"),
     ),
     Case(
+        kind="input_ids together with tokens",
+        what='{"input_ids": [...], "tokens": [...]}',
+        files={"w.jsonl": OK_LINE + '{"id": "p1", "tokens": [1], "input_ids": [1]}\n'},
+        workload="w.jsonl",
+        expect=("w.jsonl:2", "field 'input_ids'", "one of"),
+    ),
+    Case(
+        kind="labels that are not the input ids",
+        what="labels[1] = 5 where input_ids[1] = 2 (pre-shifted labels, say)",
+        files={"w.jsonl": OK_LINE + '{"input_ids": [1, 2, 3], "labels": [-100, 5, 3]}\n'},
+        workload="w.jsonl",
+        expect=("w.jsonl:2", "field 'labels'", "labels[1] is 5 but input_ids[1] is 2"),
+    ),
+    Case(
+        kind="labels and loss_mask disagree",
+        what="labels count position 2, loss_mask does not",
+        files={
+            "w.jsonl": OK_LINE + '{"input_ids": [1, 2, 3], "labels": [-100, 2, 3], "loss_mask": [0, 1, 0]}\n'
+        },
+        workload="w.jsonl",
+        expect=("w.jsonl:2", "field 'loss_mask'", "must agree"),
+    ),
+    Case(
+        kind="labels of the wrong length",
+        what="two labels for three input ids",
+        files={"w.jsonl": OK_LINE + '{"input_ids": [1, 2, 3], "labels": [-100, 2]}\n'},
+        workload="w.jsonl",
+        expect=("w.jsonl:2", "field 'labels'", "3 integers"),
+    ),
+    Case(
+        kind="padded input_ids",
+        what="an attention_mask with a 0 (padding)",
+        files={"w.jsonl": OK_LINE + '{"input_ids": [1, 2, 0], "attention_mask": [1, 1, 0]}\n'},
+        workload="w.jsonl",
+        expect=("w.jsonl:2", "field 'attention_mask'", "without padding"),
+    ),
+    Case(
+        kind="mapped id field missing",
+        what="--id-field uid on a record without uid",
+        cli_args=("plan", "ok.jsonl", "--model", "tiny.toml", "--memory", "64MiB", "--id-field", "uid"),
+        api=lambda: cpplan.Workload.from_jsonl("ok.jsonl", fields=RecordFields(id="uid")),
+        expect=("ok.jsonl:1", "field 'uid'"),
+    ),
+    Case(
         kind="empty workload",
         what="a file with only blank lines",
         files={"w.jsonl": "\n\n"},
@@ -439,18 +512,61 @@ CASES: tuple[Case, ...] = (
         expect=("field 'topology.cp'", "twice"),
     ),
     Case(
-        kind="cp larger than the packed tokens",
-        what="cp=8 for a 3-token workload",
-        files={"w.jsonl": '{"id": "p0", "tokens": [1, 2, 3]}\n'},
-        workload="w.jsonl",
-        topology="cp=8",
-        expect=("field 'topology.cp'", "3 packed tokens"),
+        kind="topology size with an underscore",
+        what="cp=0_2 (Python's int() would read 2)",
+        topology="cp=0_2",
+        expect=("field 'topology.cp'", "digits 0-9"),
+    ),
+    Case(
+        kind="topology size in other digits",
+        what="cp=\u0662 (an Arabic-Indic two)",
+        topology="cp=\u0662",
+        expect=("field 'topology.cp'", "digits 0-9"),
+    ),
+    Case(
+        kind="topology axis in capitals",
+        what="CP=2",
+        topology="CP=2",
+        expect=("field 'topology'", "lower case"),
+    ),
+    Case(
+        kind="topology sizes separated by a space",
+        what='"cp=2 tp=1"',
+        topology="cp=2 tp=1",
+        expect=("field 'topology.cp'", "separate the sizes with commas"),
+    ),
+    Case(
+        kind="API: topology size given as a boolean",
+        what="Topology.create(cp=True) (CLI: cp=true)",
+        topology="cp=true",
+        api=lambda: cpplan.Topology.create(cp=True),
+        expect=("field 'topology.cp'",),
     ),
     Case(
         kind="topology the card cannot price",
         what="pp=2 for a card that supports pp == 1",
         topology="pp=2",
         expect=("field 'topology'", "cannot price"),
+    ),
+    Case(
+        kind="dynamic CP pool the group sizes do not tile",
+        what="dp=3,cp=4,dynamic_cp=1: 12 GPUs hold no aligned group of 8",
+        topology="dp=3,cp=4,dynamic_cp=1",
+        expect=("field 'topology'", "12 is not a multiple of group size 8"),
+    ),
+    Case(
+        kind="dynamic CP group size the card cannot price",
+        what="dp=2,cp=2,dynamic_cp=1 for a card that supports cp <= 2",
+        files={"card.toml": _card('supports = "pp == 1"', 'supports = "pp == 1 and cp <= 2"')},
+        model="card.toml",
+        topology="dp=2,cp=2,dynamic_cp=1",
+        expect=("field 'topology.dynamic_cp'", "cannot price dynamic CP group size 4"),
+    ),
+    Case(
+        kind="dynamic_cp flag not a boolean",
+        what="cp=2,dynamic_cp=maybe",
+        topology="cp=2,dynamic_cp=maybe",
+        expect=("field 'topology.dynamic_cp'", "not 0, 1, true or false"),
     ),
     # ------------------------------------------------------------------ model and solver names
     Case(
@@ -652,6 +768,53 @@ CASES: tuple[Case, ...] = (
         expect=("field 'memory'", "not finite"),
     ),
     Case(
+        kind="memory without a unit",
+        what="--memory 80 (80 bytes, meant as 80 GiB)",
+        memory="80",
+        expect=("field 'memory'", "has no unit", "80GiB"),
+    ),
+    Case(
+        kind="memory above 2^63",
+        what="--memory 18446744073709551616 (API: memory_bytes=2**64)",
+        memory=str(2**64),
+        api=lambda: cpplan.plan(
+            cpplan.Workload.from_jsonl("ok.jsonl"), model="tiny.toml", memory_bytes=2**64
+        ),
+        expect=("field 'memory'", "2^63 - 1"),
+    ),
+    Case(
+        kind="GPU memory without what is resident",
+        what="--gpu-memory 141GB alone",
+        cli_args=("plan", "ok.jsonl", "--model", "tiny.toml", "--gpu-memory", "141GB"),
+        cli_only=True,
+        expect=("field 'memory'", "--gpu-memory and --resident go together"),
+    ),
+    Case(
+        kind="resident above the GPU memory",
+        what="--gpu-memory 80GB --resident 90GB",
+        cli_args=("plan", "ok.jsonl", "--model", "tiny.toml", "--gpu-memory", "80GB", "--resident", "90GB"),
+        cli_only=True,
+        expect=("field 'resident'", "leaves nothing"),
+    ),
+    Case(
+        kind="memory given twice",
+        what="--memory 40GiB with --gpu-memory 141GB --resident 75GB",
+        cli_args=(
+            "plan",
+            "ok.jsonl",
+            "--model",
+            "tiny.toml",
+            "--memory",
+            "40GiB",
+            "--gpu-memory",
+            "141GB",
+            "--resident",
+            "75GB",
+        ),
+        cli_only=True,
+        expect=("field 'memory'", "not both"),
+    ),
+    Case(
         kind="budget below the static floor",
         what="--memory 1MiB where the card's static floor is 1.1 MiB",
         memory="1MiB",
@@ -668,6 +831,32 @@ CASES: tuple[Case, ...] = (
         what="--time-budget inf",
         time_budget=float("inf"),
         expect=("field 'time_budget'", "positive"),
+    ),
+    Case(
+        kind="layers not a whole number",
+        what="--layers 2.5 (API: card.resolve(num_layers=2.5))",
+        layers=None,
+        cli_args=("plan", "ok.jsonl", "--model", "tiny.toml", "--memory", "64MiB", "--layers", "2.5"),
+        api=lambda: cpplan.load_model("tiny.toml").resolve(cpplan.Topology(), num_layers=2.5),
+        expect=("layers", "2.5"),
+    ),
+    Case(
+        kind="API: time budget given as a string",
+        what='cpplan.plan(..., time_budget_s="1")',
+        api=lambda: cpplan.plan(
+            cpplan.Workload.from_jsonl("ok.jsonl"), model="tiny.toml", memory_bytes="64MiB", time_budget_s="1"
+        ),
+        api_only=True,
+        expect=("field 'time_budget'", "'1'"),
+    ),
+    Case(
+        kind="API: time budget given as a boolean",
+        what="cpplan.plan(..., time_budget_s=True)",
+        api=lambda: cpplan.plan(
+            cpplan.Workload.from_jsonl("ok.jsonl"), model="tiny.toml", memory_bytes=2**26, time_budget_s=True
+        ),
+        api_only=True,
+        expect=("field 'time_budget'", "True"),
     ),
     Case(
         kind="layers below 1",
@@ -715,6 +904,14 @@ CASES: tuple[Case, ...] = (
         cli_args=("verify", "plan.json", "ok.jsonl", "--model", "tiny.toml", "--memory", "64MiB"),
         cli_only=True,
         expect=("plan.json:2", "malformed JSON"),
+    ),
+    Case(
+        kind="verify: plan file nested too deeply",
+        what="cpplan verify on a plan file of 100,000 opening brackets",
+        files={"plan.json": "[" * 100_000 + "]" * 100_000 + "\n"},
+        cli_args=("verify", "plan.json", "ok.jsonl", "--model", "tiny.toml", "--memory", "64MiB"),
+        cli_only=True,
+        expect=("plan.json", "malformed JSON"),
     ),
     Case(
         kind="verify: plan not an object",

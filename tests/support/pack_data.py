@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
+
 from cpplan import Topology, load_model
 from cpplan.bench.synthetic import grpo, to_jsonl
 from cpplan.pack import read_manifest
@@ -98,11 +100,59 @@ def folder_bytes(folder: Path) -> dict[str, bytes]:
     }
 
 
-def shard_waves(folder: Path) -> list[dict]:
-    """Every wave of every shard, in order."""
+def shard_lines(folder: Path) -> list[dict]:
+    """Every line of every shard (each a plan of one wave), in order."""
     manifest = read_manifest(folder)
-    waves = []
+    lines = []
     for index in range(manifest["windows"]):
         path = folder / "shards" / f"window-{index:06d}.jsonl"
-        waves.extend(json.loads(line) for line in path.read_text().splitlines())
-    return waves
+        lines.extend(json.loads(line) for line in path.read_text().splitlines())
+    return lines
+
+
+def shard_waves(folder: Path) -> list[dict]:
+    """Every wave of every shard, in order."""
+    return [line["waves"][0] for line in shard_lines(folder)]
+
+
+def write_sharegpt(path: Path, num_conversations: int = 30, seed: int = 11) -> Path:
+    """A ShareGPT JSON array of generated conversations (not the bundled tiny file): 1 to 4 exchanges of
+    words drawn at random, some with a system prompt, one with a speaker no role maps (rejected)."""
+    rng = np.random.default_rng(seed)
+    words = ["tree", "wave", "rank", "token", "chunk", "prefix", "memory", "budget", "layer", "plan"]
+
+    def text(low: int, high: int) -> str:
+        return " ".join(rng.choice(words, size=int(rng.integers(low, high))))
+
+    records = []
+    for k in range(num_conversations):
+        messages = [{"from": "system", "value": text(20, 60)}] if k % 3 == 0 else []
+        for _ in range(int(rng.integers(1, 5))):
+            messages += [{"from": "human", "value": text(10, 80)}, {"from": "gpt", "value": text(30, 200)}]
+        if k == 7:
+            messages[0]["from"] = "robot"
+        records.append({"id": f"conv{k}", "conversations": messages})
+    path.write_text(json.dumps(records, indent=1))
+    return path
+
+
+def sharegpt_budget(path: Path, cp: int = 2) -> int:
+    """A per-rank budget (4 layers) a fortieth of the way from the largest conversation's full-sharing peak
+    to all of them together: several waves per window, every conversation fits."""
+    from cpplan.pack import load_tokenizer
+    from cpplan.pack.conversations import conversation_item
+
+    tokenizer = load_tokenizer("bytes")
+    items = []
+    for record in json.loads(path.read_text()):
+        try:
+            items.append(conversation_item(record, tokenizer, str(path), 1))
+        except ValueError:
+            continue
+    problem = Problem.build(
+        Workload(items=tuple(items)),
+        Settings(topology=Topology(cp=cp), model=load_model(MODEL), memory_bytes=2**60, num_layers=4),
+    )
+    single = max(best_wave(problem, [i], ("full",))[0].peak_bytes for i in range(len(items)))
+    whole = best_wave(problem, range(len(items)), ("full",))[0].peak_bytes
+    return single + (whole - single) // 40

@@ -91,7 +91,8 @@ def test_rank_sums_equal_a_mask_per_rank():
     """The verifier's piece-based per-rank sums (runs of one segment and one owner, closed-form per
     run; tokens a loss mask marks in segments not flagged whole, from prefix sums) equal the plain
     definition, one boolean mask per rank over every token: tokens, gradient and loss tokens, attention
-    pairs (position + 1 per token), distinct segments, tokens owned elsewhere."""
+    pairs (position + 1 per token), pieces (runs of one segment's tokens on the rank), tokens owned
+    elsewhere."""
     import numpy as np
 
     from cpplan.verifier.owners import OwnerRuns
@@ -132,7 +133,8 @@ def test_rank_sums_equal_a_mask_per_rank():
             assert sums["loss_tokens"][r] == (mine & loss).sum()
             assert sums["attn_pairs"][r] == (pos[mine] + 1).sum()
             assert sums["grad_attn_pairs"][r] == (pos[mine & grad] + 1).sum()
-            assert sums["segments"][r] == len(set(seg_of[mine].tolist()))
+            starts = mine & np.r_[True, (owner[1:] != owner[:-1]) | (seg_of[1:] != seg_of[:-1])]
+            assert sums["segments"][r] == starts.sum()
             assert sums["remote_tokens"][r] == packed - mine.sum()
 
 

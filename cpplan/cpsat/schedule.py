@@ -1,0 +1,173 @@
+"""The dynamic-CP schedule model: each block of items chooses its group size, each wave its place and
+start on the pool, and the objective is the makespan.
+
+Decomposition (stated here, built by :func:`compile_schedule`): the greedy dynamic plan's waves, taken
+in placement units (a split item's waves stay one unit), are *blocks* of items. Every block has
+*alternatives*: its items priced exactly as waves of another group size (packed in order into the
+widest fitting waves), its own waves first. An alternative is a list of *jobs*: one wave, or a split
+item's waves back to back. Variables and constraints:
+
+- ``y[k, a]``: block ``k`` runs alternative ``a``; exactly one per block;
+- per job ``j`` of ``(k, a)``: a start ``s_j`` and, per aligned pool block ``b`` of the job's group size,
+  ``x[j, b]`` with ``sum_b x[j, b] = y[k, a]``, and an optional interval ``[s_j, s_j + d_j)`` present
+  with ``x[j, b]``; ``d_j`` is the job's exact seconds (the evaluator's, summed over its waves), rounded
+  up to microseconds;
+- per GPU, no two present intervals of blocks holding it overlap;
+- ``makespan >= s_j + d_j`` for every chosen job; minimize ``makespan``.
+
+Every duration is a priced wave, so the model's objective is the plan's makespan up to the microsecond
+rounding, which only lengthens jobs: :func:`realize` orders the chosen jobs by start and replays them
+(each as soon as its GPUs are free), so the realized makespan never exceeds the model's. The greedy
+plan is the complete hint, so the model always holds it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ortools.sat.python import cp_model
+
+from cpplan.pricing.result import Plan
+from cpplan.pricing.schedule import Schedule, block, replay
+from cpplan.pricing.wave import WavePlan
+
+MICROSECONDS = 1_000_000
+
+
+@dataclass(frozen=True, kw_only=True)
+class Job:
+    """Waves of one group size run back to back on one block of the pool."""
+
+    waves: tuple[WavePlan, ...]
+
+    @property
+    def size(self) -> int:
+        """The group size of its waves."""
+        return self.waves[0].cp
+
+    @property
+    def duration_us(self) -> int:
+        """Its seconds, rounded up to microseconds."""
+        return math.ceil(math.fsum(w.cost_s for w in self.waves) * MICROSECONDS)
+
+
+@dataclass(frozen=True, kw_only=True)
+class HintJob:
+    """Where the hint places a job of a block's first alternative: block index and start (µs)."""
+
+    block: int
+    start_us: int
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class ScheduleModel:
+    """A compiled schedule model: the CP-SAT model, its variables and the alternatives they choose."""
+
+    model: cp_model.CpModel
+    pool: int
+    alternatives: tuple[tuple[tuple[Job, ...], ...], ...]
+    choose: tuple[tuple[cp_model.IntVar, ...], ...]
+    place: dict[tuple[int, int, int], dict[int, cp_model.IntVar]]
+    start: dict[tuple[int, int, int], cp_model.IntVar]
+    makespan: cp_model.IntVar
+
+
+def compile_schedule(alternatives: Sequence[Sequence[Sequence[Job]]], pool: int) -> ScheduleModel:
+    """The model of the module docstring over ``alternatives[k][a]`` (the jobs of block ``k``'s
+    alternative ``a``) on a pool of ``pool`` GPUs."""
+    model = cp_model.CpModel()
+    horizon = sum(max(sum(j.duration_us for j in alt) for alt in alts) for alts in alternatives)
+    makespan = model.new_int_var(0, horizon, "makespan")
+    by_gpu: list[list[cp_model.IntervalVar]] = [[] for _ in range(pool)]
+    choose, place, start = [], {}, {}
+    for k, alts in enumerate(alternatives):
+        chosen = [model.new_bool_var(f"y{k}_{a}") for a in range(len(alts))]
+        model.add_exactly_one(chosen)
+        choose.append(tuple(chosen))
+        for a, jobs in enumerate(alts):
+            for j, job in enumerate(jobs):
+                key = (k, a, j)
+                start[key] = model.new_int_var(0, horizon, f"s{k}_{a}_{j}")
+                place[key] = _placements(model, job, key, start[key], pool, by_gpu)
+                model.add(sum(place[key].values()) == chosen[a])
+                model.add(makespan >= start[key] + job.duration_us).only_enforce_if(chosen[a])
+    for intervals in by_gpu:
+        model.add_no_overlap(intervals)
+    model.minimize(makespan)
+    return ScheduleModel(
+        model=model,
+        pool=pool,
+        alternatives=tuple(tuple(tuple(jobs) for jobs in alts) for alts in alternatives),
+        choose=tuple(choose),
+        place=place,
+        start=start,
+        makespan=makespan,
+    )
+
+
+def _placements(model, job: Job, key, start, pool: int, by_gpu) -> dict[int, cp_model.IntVar]:
+    """``x[j, b]`` for every aligned block ``b`` of the job's size, each with its optional interval
+    added to the no-overlap lists of the block's GPUs."""
+    found = {}
+    for b in range(pool // job.size):
+        present = model.new_bool_var(f"x{key}_{b}")
+        interval = model.new_optional_fixed_size_interval_var(start, job.duration_us, present, f"i{key}_{b}")
+        for gpu in block(job.size, b):
+            by_gpu[gpu].append(interval)
+        found[b] = present
+    return found
+
+
+def add_hint(compiled: ScheduleModel, placements: Sequence[Sequence[HintJob]]) -> None:
+    """Hint every block's first alternative with its jobs at ``placements[k][j]`` (every variable,
+    the makespan included)."""
+    model = compiled.model
+    end = 0
+    for k, chosen in enumerate(compiled.choose):
+        for a, var in enumerate(chosen):
+            model.add_hint(var, a == 0)
+            for j in range(len(compiled.alternatives[k][a])):
+                spot = placements[k][j] if a == 0 else None
+                model.add_hint(compiled.start[(k, a, j)], spot.start_us if spot else 0)
+                for b, x in compiled.place[(k, a, j)].items():
+                    model.add_hint(x, spot is not None and spot.block == b)
+                if spot is not None:
+                    end = max(end, spot.start_us + compiled.alternatives[k][a][j].duration_us)
+    model.add_hint(compiled.makespan, end)
+
+
+def hint_placements(alternatives: Sequence[Sequence[Sequence[Job]]], plan: Plan) -> list[list[HintJob]]:
+    """The hint of a plan whose units are the blocks' first alternatives, in plan order: each job on
+    the plan's block, started by an integer replay of the rounded durations in plan order."""
+    assert plan.schedule is not None
+    free = [0] * plan.schedule.pool
+    w, found = 0, []
+    for alts in alternatives:
+        spots = []
+        for job in alts[0]:
+            gpus = plan.schedule.gpus[w]
+            at = max(free[g] for g in gpus)
+            for g in gpus:
+                free[g] = at + job.duration_us
+            spots.append(HintJob(block=gpus[0] // job.size, start_us=at))
+            w += len(job.waves)
+        found.append(spots)
+    return found
+
+
+def realize(compiled: ScheduleModel, solver: cp_model.CpSolver, strategy: str) -> Plan:
+    """The chosen jobs in order of their starts (ties by block), replayed on the pool."""
+    chosen = []
+    for k, alts in enumerate(compiled.alternatives):
+        a = next(a for a, var in enumerate(compiled.choose[k]) if solver.boolean_value(var))
+        for j, job in enumerate(alts[a]):
+            b = next(b for b, x in compiled.place[(k, a, j)].items() if solver.boolean_value(x))
+            chosen.append((solver.value(compiled.start[(k, a, j)]), b * job.size, job, b))
+    chosen.sort(key=lambda entry: entry[:2])
+    waves = [w for _, _, job, _ in chosen for w in job.waves]
+    gpus = [block(job.size, b) for _, _, job, b in chosen for _ in job.waves]
+    starts, makespan = replay([w.cost_s for w in waves], gpus, compiled.pool)
+    schedule = Schedule(pool=compiled.pool, gpus=tuple(gpus), start_s=tuple(starts), makespan_s=makespan)
+    return Plan(strategy=strategy, waves=tuple(waves), schedule=schedule)

@@ -1,0 +1,215 @@
+"""Dynamic CP: every wave chooses its CP group size from the pool, and the step's cost is its makespan.
+
+Under ``Topology(dp=..., cp=..., dynamic_cp=True)`` the ``dp * cp`` GPUs of a TP group form one pool; a
+wave of group size ``g`` (a power of two up to the pool) runs on an aligned block of ``g`` pool ranks.
+This module is a layer over the exact single-size pricing: for each group size it prices waves on a
+*group problem* (the same workload and prefix tree under ``cp = g``, :func:`group_problem`), so every
+memory row and time of a ``g``-wave comes from the same card terms as a fixed-CP plan at ``g``.
+
+The greedy dynamic planner (:func:`dynamic_greedy_plan`) tries a few plans and keeps the one with the
+smallest makespan (ties to the earlier):
+
+- the fixed-CP plan at every group size (the greedy plan of that group problem, its waves balanced over
+  the pool's blocks): the topology's own ``cp`` first, so a dynamic plan is never worse than it;
+- for each *floor* ``f`` among the group sizes, every item at the larger of ``f`` and the smallest group
+  it fits in alone, the items of each size packed in order into the widest fitting waves, and all the
+  waves balanced over the pool (:func:`~cpplan.pricing.schedule.place`).
+
+An item that fits no group alone, not even the whole pool, takes the split path at the pool size, which
+refuses it (naming the item, request, rank and bytes at the largest group) only when one of its requests
+cannot fit alone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import weakref
+from collections.abc import Iterator, Sequence
+
+from cpplan.errors import NoFitError
+from cpplan.planners.deadline import Deadline
+from cpplan.planners.split import split_item, widest
+from cpplan.pricing.problem import Problem
+from cpplan.pricing.result import Plan
+from cpplan.pricing.schedule import balanced
+from cpplan.pricing.wave import WavePlan, best_wave
+
+_GROUPS: weakref.WeakKeyDictionary[Problem, dict[int, Problem]] = weakref.WeakKeyDictionary()
+_PLANS: weakref.WeakKeyDictionary[Problem, dict[tuple[str, ...], Plan | NoFitError]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def group_problem(problem: Problem, size: int) -> Problem:
+    """``problem`` priced for waves of CP group ``size`` (same workload, tree and pool; ``cp = size``),
+    made once per problem and size; the problem itself at its own ``cp``."""
+    if size == problem.topology.cp:
+        return problem
+    groups = _GROUPS.setdefault(problem, {})
+    if size not in groups:
+        settings = dataclasses.replace(problem.settings, topology=problem.topology.group(size))
+        problem.card.group_card(size)  # a size the card cannot price is refused here, naming it
+        groups[size] = dataclasses.replace(problem, settings=settings)
+    return groups[size]
+
+
+def group_sizes(problem: Problem, allowed: Sequence[int] | None = None) -> tuple[int, ...]:
+    """The topology's group sizes (those in ``allowed``, when given) that leave every rank a token of the
+    whole workload to own; under fixed CP, its ``cp`` alone."""
+    distinct = int(problem.tree.node_length.sum())
+    sizes = [g for g in problem.topology.group_sizes() if allowed is None or g in allowed]
+    return tuple(g for g in sizes if g <= distinct) or tuple(sizes[:1])
+
+
+def smallest_fit(
+    problem: Problem, item: int, layouts: Sequence[str], allowed: Sequence[int] | None = None
+) -> int | None:
+    """The smallest group size at which ``item`` alone fits one wave (``None``: none, even the largest)."""
+    for size in group_sizes(problem, allowed):
+        if best_wave(group_problem(problem, size), [item], layouts)[0] is not None:
+            return size
+    return None
+
+
+def packed_waves(
+    problem: Problem, items: Sequence[int], layouts: Sequence[str], *, max_tokens: int | None = None
+) -> list[WavePlan]:
+    """``items`` in order in the widest fitting waves of ``problem`` (a group problem), each holding at
+    most ``max_tokens`` logical tokens unless one item alone has more; an item that fits no wave alone
+    takes the split path."""
+    items = list(items)
+    waves: list[WavePlan] = []
+    start = 0
+    while start < len(items):
+        first, _ = best_wave(problem, [items[start]], layouts)
+        if first is None:
+            waves.extend(split_item(problem, items[start], layouts))
+            start += 1
+            continue
+
+        def attempt(width: int, at: int = start) -> WavePlan | None:
+            chosen = items[at : at + width]
+            if max_tokens is not None and problem.logical_tokens(chosen) > max_tokens:
+                return None
+            return best_wave(problem, chosen, layouts)[0]
+
+        width, best = widest(attempt, first, len(items) - start)
+        waves.append(best)
+        start += width
+    return waves
+
+
+def token_caps(problem: Problem, items: Sequence[int], size: int) -> list[int | None]:
+    """Wave token caps to try for ``items`` at group size ``size``: none (the widest waves), and about
+    one or two waves per group of the pool."""
+    groups = problem.topology.pool // size
+    total = problem.logical_tokens(items) if len(items) else 0
+    return [None, -(-total // groups), -(-total // (2 * groups))]
+
+
+def sized_plans(
+    problem: Problem, sizes: Sequence[int], layouts: Sequence[str], strategy: str
+) -> Iterator[Plan]:
+    """Every item ``i`` in waves of group size ``sizes[i]`` (the items of one size in order), all the
+    waves balanced over the pool: one plan per token cap of :func:`token_caps`, lazily (no cap
+    first)."""
+    classes = {g: [i for i in range(problem.num_items) if sizes[i] == g] for g in sorted(set(sizes))[::-1]}
+    for k in range(3):
+        waves: list[WavePlan] = []
+        for size, items in classes.items():
+            cap = token_caps(problem, items, size)[k]
+            waves.extend(packed_waves(group_problem(problem, size), items, layouts, max_tokens=cap))
+        yield balanced(Plan(strategy=strategy, waves=tuple(waves)), problem.topology.pool)
+
+
+def item_sizes(
+    problem: Problem, layouts: Sequence[str], allowed: Sequence[int] | None = None
+) -> Iterator[list[int]]:
+    """Group-size assignments to try, lazily: every item at the topology's ``cp`` first (nothing to
+    price before it), then at each other size where all fit, then per floor ``f`` every item at
+    ``max(f, its smallest fit)`` (the largest size for an item that fits no group whole), then the
+    balance-minded one of :func:`spread_sizes`; distinct assignments only."""
+    sizes = group_sizes(problem, allowed)
+    base = problem.topology.cp if problem.topology.cp in sizes else sizes[0]
+    first = [base] * problem.num_items
+    yield first
+    fits = [smallest_fit(problem, i, layouts, allowed) for i in range(problem.num_items)]
+    uniform = [size for size in sizes if all(f is not None and f <= size for f in fits)]
+    floors = [[max(floor, f or sizes[-1]) for f in fits] for floor in sizes]
+    found = [first]
+    for assignment in [[size] * problem.num_items for size in uniform] + floors:
+        if assignment not in found:
+            found.append(assignment)
+            yield assignment
+    spread = spread_sizes(problem, layouts, sizes, [f or sizes[-1] for f in fits])
+    if spread not in found:
+        yield spread
+
+
+def spread_sizes(
+    problem: Problem, layouts: Sequence[str], sizes: Sequence[int], fits: Sequence[int]
+) -> list[int]:
+    """Every item at the smallest size, from the one it fits at, where its own seconds (its wave alone,
+    less the per-wave constants) are at most the pool's average load: an item too long for one GPU's
+    share of the step takes a group large enough to finish within it."""
+
+    def seconds(item: int, size: int) -> float | None:
+        wave = best_wave(group_problem(problem, size), [item], layouts)[0]
+        return None if wave is None else wave.cost_s - group_problem(problem, size).card.wave_overhead_s
+
+    alone = [seconds(i, f) or 0.0 for i, f in enumerate(fits)]
+    share = sum(a * f for a, f in zip(alone, fits, strict=True)) / problem.topology.pool
+    found = []
+    for item, fit in enumerate(fits):
+        larger = [g for g in sizes if g >= fit]
+        found.append(next((g for g in larger if (seconds(item, g) or math.inf) <= share), larger[-1]))
+    return found
+
+
+def dynamic_greedy_plan(
+    problem: Problem,
+    layouts: Sequence[str],
+    *,
+    deadline: Deadline | None = None,
+    strategy: str = "greedy",
+    allowed: Sequence[int] | None = None,
+) -> Plan:
+    """The smallest-makespan plan of the candidates in this module's docstring (the topology's own
+    ``cp`` plans first and always; the others while ``deadline`` allows), over the group sizes in
+    ``allowed`` (default: all). Raises :class:`NoFitError` when a request fits no group, not even the
+    largest."""
+    candidates: list[Plan] = []
+    refusal: NoFitError | None = None
+    for assignment in item_sizes(problem, layouts, allowed):
+        try:
+            for plan in sized_plans(problem, assignment, layouts, strategy):
+                candidates.append(plan)
+                if deadline is not None and deadline.expired():
+                    break
+        except NoFitError as exc:  # a request too large for some group: other sizes may hold it
+            refusal = exc
+        if deadline is not None and deadline.expired() and candidates:
+            break
+    if not candidates:
+        assert refusal is not None
+        raise refusal
+    return min(candidates, key=lambda plan: plan.cost_s)
+
+
+def cached_dynamic_plan(
+    problem: Problem, layouts: Sequence[str], *, deadline: Deadline | None = None
+) -> Plan:
+    """:func:`dynamic_greedy_plan`, computed once per problem and layout list (or its refusal): the
+    portfolio's greedy candidate and the schedule model's hint share it."""
+    plans = _PLANS.setdefault(problem, {})
+    key = tuple(layouts)
+    if key not in plans:
+        try:
+            plans[key] = dynamic_greedy_plan(problem, key, deadline=deadline)
+        except NoFitError as exc:
+            plans[key] = exc
+    found = plans[key]
+    if isinstance(found, NoFitError):
+        raise found
+    return found

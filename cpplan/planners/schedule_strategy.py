@@ -1,0 +1,127 @@
+"""The CP-SAT strategy under dynamic CP: the schedule model of :mod:`cpplan.cpsat.schedule`, warm-started
+from the greedy dynamic plan (:func:`~cpplan.planners.dynamic_cp.dynamic_greedy_plan`), solved within
+what is left of the portfolio's deadline, realized by replay.
+
+Each placement unit of the greedy plan (a wave, or a split item's waves) is a block whose alternatives
+are its own waves and its items repacked at every other group size they fit (:func:`alternatives`):
+the model chooses each block's group size and every job's place and start, minimizing the makespan.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import ortools
+from ortools.sat.python import cp_model
+
+from cpplan.cpsat.schedule import MICROSECONDS, Job, add_hint, compile_schedule, hint_placements, realize
+from cpplan.cpsat.solve import model_size, parameters
+from cpplan.errors import NoFitError
+from cpplan.planners.cpsat_strategy import MIN_SEARCH_S, reserve_s
+from cpplan.planners.deadline import Deadline
+from cpplan.planners.dynamic_cp import cached_dynamic_plan, group_problem, group_sizes, packed_waves
+from cpplan.pricing.problem import Problem
+from cpplan.pricing.result import Plan, SolverStats
+from cpplan.pricing.schedule import units
+from cpplan.pricing.wave import WavePlan
+from cpplan.spec.profile import SolverProfile
+
+_STATUS = {cp_model.OPTIMAL: "optimal", cp_model.FEASIBLE: "feasible", cp_model.INFEASIBLE: "infeasible"}
+
+
+def jobs_of(waves: Sequence[WavePlan]) -> tuple[Job, ...]:
+    """Waves as jobs: a split item's consecutive waves one job, every other wave its own."""
+    split_items = [w.items[0] if w.split else None for w in waves]
+    return tuple(Job(waves=tuple(waves[i] for i in unit)) for unit in units(split_items))
+
+
+def alternatives(
+    problem: Problem, plan: Plan, layouts: Sequence[str], allowed: Sequence[int] | None = None
+) -> list[list[tuple[Job, ...]]]:
+    """Per placement unit of ``plan`` (in plan order), its own jobs first, then its items repacked at
+    every group size where each of them fits, in the widest waves and in waves of at most half its
+    tokens (distinct alternatives only)."""
+    found = []
+    for unit in jobs_of(plan.waves):
+        items = sorted({i for w in unit.waves for i in w.items})
+        half = -(-problem.logical_tokens(items) // 2)
+        alts = [(unit,)]
+        for size in group_sizes(problem, allowed):
+            for cap in (None, half):
+                try:
+                    jobs = jobs_of(packed_waves(group_problem(problem, size), items, layouts, max_tokens=cap))
+                except NoFitError:
+                    break
+                if all(_key(jobs) != _key(alt) for alt in alts):
+                    alts.append(jobs)
+        found.append(alts)
+    return found
+
+
+def _key(jobs: Sequence[Job]) -> tuple:
+    """What makes two alternatives the same: their waves' items and group sizes."""
+    return tuple((w.items, w.cp) for job in jobs for w in job.waves)
+
+
+def dynamic_cpsat_planner(
+    problem: Problem,
+    profile: SolverProfile,
+    deadline: Deadline,
+    *,
+    allowed: Sequence[int] | None = None,
+    hint: Plan | None = None,
+) -> tuple[Plan | None, SolverStats]:
+    """Registered as strategy ``cpsat`` when the pool holds several groups: the schedule model over the
+    group sizes in ``allowed`` (default: all), warm-started from ``hint`` (default: the greedy dynamic
+    plan)."""
+    started = time.perf_counter()
+    params = profile.cpsat
+    if problem.num_items > params.max_items:
+        return None, SolverStats(status=f"skipped: {problem.num_items} items > max_items {params.max_items}")
+    search_by = deadline.less(reserve_s(problem))
+    greedy = hint or cached_dynamic_plan(problem, profile.greedy.layouts, deadline=deadline)
+    if search_by.left_s() < MIN_SEARCH_S:
+        return None, SolverStats(status="skipped: no time left", stage_s={"build": 0.0})
+    alts = alternatives(problem, greedy, profile.greedy.layouts, allowed)
+    compiled = compile_schedule(alts, problem.topology.pool)
+    if params.hint:
+        add_hint(compiled, hint_placements(alts, greedy))
+    build_s = time.perf_counter() - started
+    left = search_by.left_s()
+    if left < MIN_SEARCH_S:
+        return None, SolverStats(status="skipped: no time left", stage_s={"build": build_s})
+    solver = cp_model.CpSolver()
+    for name, value in parameters(params, time_limit_s=left, deterministic=profile.deterministic).items():
+        setattr(solver.parameters, name, value)
+    t0 = time.perf_counter()
+    status = solver.solve(compiled.model)
+    search_s = time.perf_counter() - t0
+    plan = None
+    t1 = time.perf_counter()
+    if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        plan = realize(compiled, solver, "cpsat")
+    return plan, _stats(compiled, solver, status, started, build_s, search_s, time.perf_counter() - t1)
+
+
+def _stats(
+    compiled, solver, status, started: float, build_s: float, search_s: float, realize_s: float
+) -> SolverStats:
+    """The run's statistics (objective and bound in seconds, from the model's microseconds)."""
+    booleans, integers, constraints = model_size(compiled.model)
+    solved = status in (cp_model.OPTIMAL, cp_model.FEASIBLE)
+    objective = solver.objective_value / MICROSECONDS if solved else None
+    bound = solver.best_objective_bound / MICROSECONDS if solved else None
+    return SolverStats(
+        status=_STATUS.get(status, "unknown"),
+        objective_s=objective,
+        bound_s=bound,
+        gap=max(0.0, (objective - bound) / objective) if solved and objective > 0 else None,
+        wall_s=time.perf_counter() - started,
+        deterministic_time=float(solver.response_proto.deterministic_time),
+        num_booleans=booleans,
+        num_integers=integers,
+        num_constraints=constraints,
+        ortools_version=ortools.__version__,
+        stage_s={"build": build_s, "search": search_s, "realize": realize_s},
+    )

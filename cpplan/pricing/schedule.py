@@ -1,0 +1,130 @@
+"""Where and when waves run on the pool of ``dp * cp`` GPUs: placement, replay and the makespan.
+
+A wave of CP group size ``g`` runs on an aligned block of ``g`` pool ranks (block ``b`` is ranks
+``b*g .. b*g + g - 1``; rank ``r`` of the wave runs on ``gpus[r]``). The schedule's semantics are a
+replay in plan order: each wave starts when every GPU of its group is free (the finish of the last
+earlier wave on any of them), and the step ends when the last GPU finishes: its *makespan*, the plan's
+``cost_s`` whenever the pool holds more than one group (``dp > 1`` or dynamic CP).
+
+:func:`place` assigns waves to blocks for balance (longest first, each on the block where it can start
+earliest) instead of round-robin; a run of split waves of one item is placed as one unit, back to back
+on one block, so its waves stay consecutive in plan order.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from cpplan.spec.topology import Topology
+
+if TYPE_CHECKING:
+    from cpplan.pricing.result import Plan
+
+
+@dataclass(frozen=True, kw_only=True)
+class Schedule:
+    """Each wave's group (``gpus``: its pool ranks, in wave-rank order) and start (``start_s``, per the
+    cost model), in plan order, and the ``makespan_s`` of the replay."""
+
+    pool: int
+    gpus: tuple[tuple[int, ...], ...]
+    start_s: tuple[float, ...]
+    makespan_s: float
+
+    def __post_init__(self) -> None:
+        assert len(self.gpus) == len(self.start_s), "one group and one start per wave"
+
+
+def scheduled(topology: Topology) -> bool:
+    """Whether a plan's waves share a pool of several groups (so its cost is a makespan)."""
+    return topology.dynamic_cp or topology.dp > 1
+
+
+def block(size: int, index: int) -> tuple[int, ...]:
+    """The pool ranks of aligned block ``index`` of ``size`` ranks."""
+    return tuple(range(index * size, (index + 1) * size))
+
+
+def replay(costs: Sequence[float], gpus: Sequence[Sequence[int]], pool: int) -> tuple[list[float], float]:
+    """Each wave's start when waves run in order, each as soon as every GPU of its group is free, and
+    the makespan (0 for no waves)."""
+    free = [0.0] * pool
+    starts = []
+    for cost, group in zip(costs, gpus, strict=True):
+        start = max(free[g] for g in group)
+        for g in group:
+            free[g] = start + cost
+        starts.append(start)
+    return starts, max(free, default=0.0)
+
+
+def sequential(costs: Sequence[float], size: int) -> Schedule:
+    """Every wave on ranks ``0 .. size - 1``, one after another (a single CP group: ``dp = 1``)."""
+    gpus = [block(size, 0)] * len(costs)
+    starts, makespan = replay(costs, gpus, size)
+    return Schedule(pool=size, gpus=tuple(gpus), start_s=tuple(starts), makespan_s=makespan)
+
+
+def units(split_items: Sequence[int | None]) -> list[list[int]]:
+    """Wave indices grouped into placement units: a run of consecutive split waves of one item (their
+    ``split_items`` entry is the item) is one unit, every other wave its own."""
+    found: list[list[int]] = []
+    for w, item in enumerate(split_items):
+        if found and item is not None and split_items[found[-1][-1]] == item:
+            found[-1].append(w)
+        else:
+            found.append([w])
+    return found
+
+
+def place(
+    costs: Sequence[float], sizes: Sequence[int], pool: int, split_items: Sequence[int | None]
+) -> tuple[list[int], Schedule]:
+    """Balance waves over the pool's aligned blocks: units by decreasing group size, then decreasing
+    seconds (ties in plan order), each on the block where it can start earliest (ties to the lowest
+    block). Returns the new plan order (old wave indices) and its schedule, whose replay reproduces the
+    placement exactly."""
+    groups = units(split_items)
+    duration = [math.fsum(costs[w] for w in unit) for unit in groups]
+    ranked = sorted(range(len(groups)), key=lambda u: (-sizes[groups[u][0]], -duration[u], u))
+    free = [0.0] * pool
+    order: list[int] = []
+    gpus: list[tuple[int, ...]] = []
+    for u in ranked:
+        size = sizes[groups[u][0]]
+        choices = [block(size, b) for b in range(pool // size)]
+        chosen = min(choices, key=lambda ranks: max(free[g] for g in ranks))
+        for w in groups[u]:
+            start = max(free[g] for g in chosen)
+            for g in chosen:
+                free[g] = start + costs[w]
+            order.append(w)
+            gpus.append(chosen)
+    starts, makespan = replay([costs[w] for w in order], gpus, pool)
+    return order, Schedule(pool=pool, gpus=tuple(gpus), start_s=tuple(starts), makespan_s=makespan)
+
+
+def pool_rank_waves(
+    gpus: Sequence[Sequence[int]], start_s: Sequence[float], pool_rank: int
+) -> list[tuple[int, int]]:
+    """The ``(wave, wave rank)`` pairs pool rank ``pool_rank`` runs, in schedule order (by start, then
+    plan order)."""
+    mine = [
+        (start_s[w], w, list(group).index(pool_rank)) for w, group in enumerate(gpus) if pool_rank in group
+    ]
+    return [(w, rank) for _, w, rank in sorted(mine)]
+
+
+def balanced(plan: Plan, pool: int) -> Plan:
+    """``plan`` (a :class:`~cpplan.pricing.result.Plan`) with its waves placed by :func:`place` on a
+    pool of ``pool`` GPUs, in the placement's order; a plan that already has a schedule is returned as
+    it is."""
+    if plan.schedule is not None:
+        return plan
+    split_items = [w.items[0] if w.split else None for w in plan.waves]
+    order, schedule = place([w.cost_s for w in plan.waves], [w.cp for w in plan.waves], pool, split_items)
+    return dataclasses.replace(plan, waves=tuple(plan.waves[w] for w in order), schedule=schedule)

@@ -1,0 +1,142 @@
+"""``cpplan verify``: settings read from the plan, one message for a workload the plan was not made for,
+and pack shards, shard files and whole pack folders checked on their own."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from cpplan.cli import main
+from cpplan.pack import pack
+from tests.support import pack_data as tp
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "grpo.jsonl"
+PLAN_ARGS = ["--model", "qwen3.6-35b-a3b", "--topology", "cp=2", "--memory", "12GiB", "--quiet"]
+
+
+@pytest.fixture(scope="module")
+def plan_file(tmp_path_factory) -> Path:
+    """The bundled example planned at CP2 with 12 GiB."""
+    path = tmp_path_factory.mktemp("plan") / "plan.json"
+    assert main(["plan", str(EXAMPLE), *PLAN_ARGS, "--output", str(path)]) == 0
+    return path
+
+
+def _run(args, capsys) -> tuple[int, str]:
+    code = main([str(a) for a in args])
+    return code, capsys.readouterr().err
+
+
+def test_settings_come_from_the_plan(plan_file, capsys):
+    """Without --model, --topology and --memory, verify uses the plan's own and says which."""
+    code, err = _run(["verify", plan_file, EXAMPLE], capsys)
+    assert code == 0, err
+    assert "from the plan: model qwen3.6-35b-a3b, topology cp=2, memory_bytes 12,884,901,888" in err
+    num_waves = len(json.loads(Path(plan_file).read_text())["waves"])
+    assert f"valid: {num_waves} wave(s)" in err
+
+
+def _variant(tmp_path: Path, change) -> Path:
+    lines = EXAMPLE.read_text().splitlines()
+    path = tmp_path / "variant.jsonl"
+    path.write_text("\n".join(change(lines)) + "\n")
+    return path
+
+
+def _bump_token(lines: list[str]) -> list[str]:
+    first = json.loads(lines[0])
+    first["requests"][1]["tokens"][-1] += 1
+    return [json.dumps(first), *lines[1:]]
+
+
+@pytest.mark.parametrize(
+    ("change", "needle"),
+    [
+        (lambda lines: lines[:-1], "holds request 0 of item 'p5', which"),
+        (
+            lambda lines: [*lines, '{"id": "extra", "tokens": [1, 2, 3]}'],
+            "(first: request 0 of item 'extra')",
+        ),
+        (_bump_token, "have other token ids or flags"),
+    ],
+    ids=["item missing", "item added", "token changed"],
+)
+def test_another_workload_is_one_message(plan_file, tmp_path, capsys, change, needle):
+    """A workload with an item missing, one more item, or one token changed is refused (exit 2) with one
+    line saying the plan was made for another workload, instead of a violation per request."""
+    code, err = _run(["verify", plan_file, _variant(tmp_path, change)], capsys)
+    assert code == 2
+    lines = [line for line in err.splitlines() if line.startswith("cpplan: error")]
+    assert len(lines) == 1 and "this plan was made for another workload" in lines[0] and needle in lines[0]
+    assert "violation" not in err
+
+
+def test_plans_without_digests_still_verify(plan_file, tmp_path, capsys):
+    """A plan JSON written before the workload digests existed is still checked (by ids alone)."""
+    data = json.loads(plan_file.read_text())
+    del data["workload"]
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps(data))
+    assert _run(["verify", old, EXAMPLE], capsys)[0] == 0
+
+
+@pytest.fixture(scope="module")
+def jsonl_pack(tmp_path_factory) -> tuple[Path, Path]:
+    """A JSONL dataset with bad lines, packed in windows of 16 items."""
+    tmp = tmp_path_factory.mktemp("pack")
+    data, _ = tp.write_dataset(tmp)
+    out = tmp / "out"
+    pack(data, output=out, solver=tp.profile_path(tmp), window=16, **tp.SETTINGS)
+    return data, out
+
+
+def test_shard_file_line_and_folder_verify(jsonl_pack, tmp_path, capsys):
+    """A shard file, one of its lines saved alone, the pack folder and its manifest.json all verify
+    against the dataset (bad lines and all), with the settings the shards carry."""
+    data, out = jsonl_pack
+    shard = out / "shards" / "window-000000.jsonl"
+    line = tmp_path / "line.json"
+    line.write_text(shard.read_text().splitlines()[-1])
+    for plan in (shard, line):
+        code, err = _run(["verify", plan, data], capsys)
+        assert code == 0 and "valid:" in err, err
+    for target in (out, out / "manifest.json"):
+        code, err = _run(["verify", target], capsys)
+        assert code == 0 and "valid: 2 window(s)" in err, err
+
+
+def test_pack_folder_with_a_changed_dataset_is_refused(jsonl_pack, tmp_path, capsys):
+    """Verifying a pack against a dataset whose bytes changed is bad input (exit 2)."""
+    data, out = jsonl_pack
+    changed = tmp_path / "changed.jsonl"
+    changed.write_text(data.read_text().replace('"p1"', '"q1"'))
+    code, err = _run(["verify", out, changed], capsys)
+    assert code == 2 and "changed since it was packed" in err
+
+
+def test_broken_shard_reports_violations_per_window(jsonl_pack, tmp_path, capsys):
+    """A shard whose budget is lowered below its peaks fails with violations named by shard (exit 1)."""
+    data, out = jsonl_pack
+    shard = out / "shards" / "window-000001.jsonl"
+    code, err = _run(["verify", shard, data, "--memory", "3GiB"], capsys)
+    assert code == 1 and "exceeds the budget" in err
+
+
+def test_sharegpt_shard_verifies_against_the_conversations(tmp_path, capsys):
+    """A ShareGPT pack's shard verifies against the JSON array: the conversations are tokenized again as
+    its lines say."""
+    data = tp.write_sharegpt(tmp_path / "c.json", num_conversations=10)
+    out = tmp_path / "out"
+    settings = {**tp.SETTINGS, "memory_bytes": tp.sharegpt_budget(data)}
+    pack(data, output=out, solver=tp.profile_path(tmp_path), window=5, tokenizer="bytes", **settings)
+    code, err = _run(["verify", out / "shards" / "window-000001.jsonl", data], capsys)
+    assert code == 0, err
+    assert _run(["verify", out], capsys)[0] == 0
+
+
+def test_workload_is_required_for_a_plan_file(plan_file, capsys):
+    """A plan file without WORKLOAD is bad input naming the missing argument."""
+    code, err = _run(["verify", plan_file], capsys)
+    assert code == 2 and "WORKLOAD" in err

@@ -1,0 +1,102 @@
+"""The time model's per-wave terms and GDN hand-off, resolved from the cards."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cpplan import Topology, load_model
+from cpplan.errors import InputError
+from cpplan.pricing.problem import Problem
+from cpplan.pricing.wave import price_wave
+from cpplan.spec.card import load_card_file
+from cpplan.spec.settings import Settings
+from cpplan.spec.workload import Item, Request, Workload
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+
+
+def _collective(cp: int) -> float:
+    return 8.4e-6 + (cp - 1) * 3.4e-6
+
+
+def test_wave_terms_follow_the_ring_latency_model(qwen36):
+    """On the calibrated card the key/value and conv-tail exchanges cost NCCL's ring latency (base plus
+    cp - 1 steps) per attention and GDN layer and pass, only under CP; the kernel fixed cost is the
+    measured half-performance length at the card's own per-token matmul time, at every CP size."""
+    env = qwen36.environment(Topology())
+    kernel = 1504 * 8 * env["active_params"] / env["effective_flops"]
+    for cp in (1, 2, 4, 8):
+        card = qwen36.resolve(Topology(cp=cp))
+        terms = dict(zip(card.wave_term_names, card.wave_term_seconds.tolist(), strict=True))
+        assert terms["kernel_fixed"] == pytest.approx(kernel, rel=1e-12)
+        if cp == 1:
+            assert set(terms) == {"kernel_fixed"}
+        else:
+            assert terms["attention_kv_latency"] == pytest.approx(3 * 10 * _collective(cp), rel=1e-12)
+            assert terms["gdn_conv_latency"] == pytest.approx(3 * 30 * _collective(cp), rel=1e-12)
+        assert card.wave_overhead_s == pytest.approx(0.02 + sum(terms.values()), rel=1e-12)
+
+
+def test_handoff_is_priced_from_geometry_under_cp_only(qwen36):
+    """The hand-off costs nothing at CP1; at CP8 a round is one collective per GDN layer and pass, a
+    crossing moves the fp32 recurrent state (2 MiB) and the conv tail (48 KiB) per GDN layer and pass,
+    and a waiting token costs the recurrence's own seconds per token."""
+    assert not qwen36.resolve(Topology(cp=1)).handoff.priced
+    card = qwen36.resolve(Topology(cp=8))
+    state = 32 * 128 * 128 * 4 + (2 * 16 + 32) * 128 * 3 * 2
+    assert card.handoff.round_s == pytest.approx(3 * 30 * _collective(8), rel=1e-12)
+    assert card.handoff.state_s == pytest.approx(3 * 30 * state / 450e9, rel=1e-12)
+    recurrence = card.cost_seconds[card.cost_names.index("gdn_recurrence")]
+    assert card.handoff.wait_s_per_token == pytest.approx(recurrence, rel=1e-12)
+
+
+def test_a_card_without_wave_terms_prices_none():
+    """A card written before the per-wave terms (no ``cost.wave_terms``, no ``cost.handoff``, no
+    collective latencies) still loads, and its waves cost only the hardware's overhead beyond ranks."""
+    model = load_card_file(DATA / "qwen36_uncalibrated.toml")
+    card = model.resolve(Topology(cp=4))
+    assert card.wave_term_names == () and card.wave_overhead_s == model.hardware.wave_overhead_s
+    assert not card.handoff.priced
+
+
+def test_unknown_names_in_wave_terms_are_named(tmp_path):
+    """A wave term or hand-off formula naming something unknown is refused on load, naming the field."""
+    text = (DATA / "qwen36_uncalibrated.toml").read_text()
+    for section, body, field in (
+        ("[cost.wave_terms.bad]", 'seconds = "3 * no_such_name"', "cost.wave_terms.bad"),
+        ("[cost.handoff]", 'round_seconds = "nope * 2"', "cost.handoff"),
+    ):
+        path = tmp_path / "card.toml"
+        path.write_text(f"{text}\n{section}\n{body}\n")
+        with pytest.raises(InputError, match="unknown name") as exc:
+            load_card_file(path)
+        assert exc.value.field == field
+
+
+def _wave_seconds(card_model, tokens: int, cp: int) -> float:
+    workload = Workload(items=(Item(id="a", requests=(Request(tokens=np.arange(tokens) % 997),)),))
+    settings = Settings(topology=Topology(cp=cp), model=card_model, memory_bytes=200 * 2**30)
+    problem = Problem.build(workload, settings)
+    return price_wave(problem, [0], problem.pack([0], "full"), "full").cost_s
+
+
+def test_large_cp_groups_are_slow_for_short_work(qwen36):
+    """CP scaling efficiency T(1) / (8 T(8)) of one request: below 0.25 for 2,000 tokens (fixed
+    per-wave costs dominate), above 0.9 for 120,000 tokens; CP was nearly free before these terms."""
+    short = _wave_seconds(qwen36, 2_000, 1) / (8 * _wave_seconds(qwen36, 2_000, 8))
+    long = _wave_seconds(qwen36, 120_000, 1) / (8 * _wave_seconds(qwen36, 120_000, 8))
+    assert short < 0.25 < 0.9 < long
+
+
+def test_every_shipped_card_prices_the_collectives():
+    """Every shipped card states the NCCL ring latencies and prices the key/value exchange latency under
+    CP, and the GDN cards also the hand-off."""
+    for name in ("qwen3.6-35b-a3b", "qwen3.5-27b", "qwen3-30b-a3b", "qwen3-8b", "qwen3-14b"):
+        model = load_model(name)
+        card = model.resolve(Topology(cp=2))
+        assert model.hardware.collective_base_s == 8.4e-6 and model.hardware.collective_step_s == 3.4e-6
+        assert "attention_kv_latency" in card.wave_term_names and "kernel_fixed" in card.wave_term_names
+        assert card.handoff.priced == (model.geometry.gdn_value_heads > 0)
