@@ -21,6 +21,7 @@ returned, about on time, and its notes say where the search stopped.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 from cpplan.errors import NoFitError
@@ -194,12 +195,21 @@ REGROUP_GAIN = 1.1
 shared tokens side by side than the arrival order does."""
 
 
+REGROUP_TIME_FACTOR = 2.0
+"""The regrouped pass starts only with this many times the first pass's time left (it also builds the
+regrouped problem, and a pass cut short packs the rest at once)."""
+
+
 def best_greedy_plan(problem: Problem, layouts: Sequence[str], deadline: Deadline | None = None) -> Plan:
     """:func:`greedy_plan` in arrival order; when the arrival order scatters prefix groups (ordering
     the items by shared prefix puts :data:`REGROUP_GAIN` times more shared tokens side by side) and
-    time is left, also greedy over that order, and the cheaper of the two."""
+    the deadline leaves :data:`REGROUP_TIME_FACTOR` times what the first pass took, also greedy over
+    that order, and the cheaper."""
+    started = time.perf_counter()
     plan = greedy_plan(problem, layouts, deadline=deadline)
-    if plan.notes or (deadline is not None and deadline.expired()) or not regrouping_helps(problem):
+    first_pass_s = time.perf_counter() - started
+    no_time = deadline is not None and deadline.left_s() < REGROUP_TIME_FACTOR * first_pass_s
+    if plan.notes or no_time or not regrouping_helps(problem):
         return plan
     regrouped = regrouped_greedy_plan(problem, layouts, deadline)
     return regrouped if regrouped.cost_s < plan.cost_s else plan

@@ -6,8 +6,9 @@ verified by the independent verifier (:func:`verify_outcome`), and every candida
 from the outcomes (:func:`candidate_reason`).
 
 Time: strategies search until the deadline less :func:`verify_reserve_s` (what verifying their plan
-takes), so the call ends about at the deadline. Once that search deadline has passed and some plan is
-valid, the strategies left are skipped ("skipped: no time left"); without a valid plan they still run
+takes), so the call ends about at the deadline. Once some plan is valid, a strategy starts only when
+the time left is at least what the quickest valid one took (else "skipped: no time left"), except
+CP-SAT, which keeps its own time; without a valid plan they still run
 (greedy and full sharing past their deadline pack with full sharing at once: the floor). The runtime
 profile lists greedy first, then CP-SAT warm-started from it, and the rest only with time to spare.
 """
@@ -89,7 +90,7 @@ def solve(
     outcomes: list[StrategyOutcome] = []
     search_by = deadline.less(verify_reserve_s(problem))
     for strategy in profile.strategies:
-        if search_by.expired() and any(o.valid for o in outcomes):
+        if strategy not in SELF_TIMED and _no_time_for_another(outcomes, search_by):
             outcomes.append(_skipped(strategy))
             continue
         outcome = run_strategy(strategy, table.get(strategy), problem, profile, search_by)
@@ -132,6 +133,20 @@ def run_strategy(
             note = stats.status if plain else f"no solution ({stats.status})"
         return _failed(strategy, note, started, stats=stats)
     return StrategyOutcome(strategy=strategy, plan=plan, stats=stats, wall_s=time.perf_counter() - started)
+
+
+SELF_TIMED = frozenset({"cpsat"})
+"""Strategies that keep their own time (CP-SAT builds and searches only what fits before the
+deadline), so the portfolio does not hold them back; the others are whole passes, started only when
+they can finish."""
+
+
+def _no_time_for_another(outcomes: list[StrategyOutcome], search_by: Deadline) -> bool:
+    """With a valid plan in hand, whether the time left is shorter than the quickest valid strategy
+    took: another one would overrun the deadline (a strategy stopped at its deadline still finishes its
+    plan)."""
+    valid = [o.wall_s for o in outcomes if o.valid]
+    return bool(valid) and search_by.left_s() < min(valid)
 
 
 def _skipped(strategy: str) -> StrategyOutcome:

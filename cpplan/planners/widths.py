@@ -78,14 +78,15 @@ class WidthSearch:
 
     def widest(self, start: int, deadline: Deadline | None = None) -> tuple[int, WavePlan] | None:
         """The widest fitting wave from item ``start`` (its width and a fitting priced version), or
-        ``None`` when the item fits no wave alone. Once ``deadline`` expires the widest fitting width
-        found so far is returned."""
+        ``None`` when the item fits no wave alone. Once ``deadline`` leaves less time than the last test
+        took, the widest fitting width found so far is returned."""
         bracket = _Bracket(fail_width=self.problem.num_items - start + 1)
         for step in range(bracket.fail_width):
             width = self._proposal(start, bracket, step)
             wave, lowest = self._priced(start, width, self.layouts)
             bracket.record(width, wave, lowest.peak_bytes)
-            if bracket.closed or (bracket.fit_wave is not None and deadline and deadline.expired()):
+            out_of_time = deadline is not None and deadline.left_s() < self.test_s  # next test overruns
+            if bracket.closed or (bracket.fit_wave is not None and out_of_time):
                 break
         if bracket.fit_wave is None:
             return None
