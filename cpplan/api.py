@@ -14,8 +14,9 @@ from typing import Any
 
 from cpplan.calibration.planner_state import settings_for_plan
 from cpplan.errors import InputError
-from cpplan.planner import Planner
+from cpplan.planner import Planner, resolve_profile
 from cpplan.planners import Strategy
+from cpplan.planners.cpsat_strategy import ensure_solver
 from cpplan.planners.portfolio import solve
 from cpplan.pricing.problem import Problem
 from cpplan.pricing.result import PlanResult
@@ -62,14 +63,18 @@ def plan(
 ) -> PlanResult:
     """Plan ``workload`` once (a :class:`~cpplan.planner.Planner` made for one call): run the profile's
     strategies, verify each plan independently, keep the cheapest valid one. The time budget counts
-    from this call. Raises :class:`NoFitError` when no strategy yields a valid plan."""
+    from this call (a first call in a process imports OR-Tools before it starts). Raises
+    :class:`NoFitError` when no strategy yields a valid plan."""
+    profile = resolve_profile(solver)
+    if "cpsat" in profile.strategies:
+        ensure_solver()  # once per process, outside the budget
     started = time.perf_counter()
     _check_workload(workload)
     planner = Planner(
         model=model,
         topology=topology,
         memory_bytes=memory_bytes,
-        solver=solver or "runtime",
+        solver=profile,
         num_layers=num_layers,
         phase=phase,
     )

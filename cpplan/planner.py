@@ -2,9 +2,12 @@
 
 ``Planner(model=..., topology=..., memory_bytes=..., solver="runtime")`` loads the card, parses the
 memory size, resolves the card for the topology, depth and phase, and loads the solver profile once;
-``planner.plan(workload)`` then builds the step's problem and runs the portfolio
-(:func:`cpplan.planners.portfolio.solve`) within the profile's time budget, counted from the call.
-:func:`cpplan.plan` is the one-shot form: a planner made for a single call.
+it also derives, once, what every step reads from them (the card's coefficient vectors,
+:func:`~cpplan.pricing.memo.card_constants`) and, when the profile runs CP-SAT, imports OR-Tools and
+runs one trivial solve, so that the first step pays neither. ``planner.plan(workload)`` then builds
+the step's problem and runs the portfolio (:func:`cpplan.planners.portfolio.solve`) within the
+profile's time budget (or the one given), counted from the call. :func:`cpplan.plan` is the one-shot
+form: a planner made for a single call.
 """
 
 from __future__ import annotations
@@ -23,8 +26,10 @@ from cpplan.calibration.planner_state import (
 )
 from cpplan.errors import InputError
 from cpplan.planners import Strategy
+from cpplan.planners.cpsat_strategy import ensure_solver
 from cpplan.planners.deadline import Deadline
 from cpplan.planners.portfolio import solve
+from cpplan.pricing.memo import card_constants
 from cpplan.pricing.problem import Problem
 from cpplan.pricing.result import PlanResult
 from cpplan.spec.card import ModelCard, Phase
@@ -55,9 +60,13 @@ class Planner:
         self.settings = Settings.from_user(
             topology=topology, model=model, memory_bytes=memory_bytes, num_layers=num_layers, phase=phase
         )
-        self.profile = _profile(solver)
+        self.profile = resolve_profile(solver)
         self.card = self.settings.card
         """The card resolved for these settings (a card that cannot price them fails here)."""
+        card_constants(self.card)
+        self._profiles: dict[float, SolverProfile] = {}
+        if "cpsat" in self.profile.strategies:
+            ensure_solver()
 
     def plan(
         self,
@@ -67,10 +76,12 @@ class Planner:
         planners: Mapping[str, Strategy] | None = None,
         started_s: float | None = None,
     ) -> PlanResult:
-        """Plan ``workload`` within ``time_budget_s`` (default: the profile's), counted from
-        ``started_s`` (a :func:`time.perf_counter` instant; default: this call). ``planners`` replaces
-        or adds strategies by name. Raises :class:`~cpplan.errors.NoFitError` when no strategy yields a
-        valid plan."""
+        """Plan ``workload`` within ``time_budget_s`` (default: the profile's; a positive, finite number
+        of seconds, else :class:`~cpplan.errors.InputError`), counted from ``started_s`` (a
+        :func:`time.perf_counter` instant; default: this call). ``planners`` replaces or adds strategies
+        by name. A budget too short for the search still gets a complete plan: the portfolio packs it at
+        once with full sharing and its candidates say so. Raises :class:`~cpplan.errors.NoFitError` when
+        no strategy yields a valid plan."""
         started = time.perf_counter() if started_s is None else started_s
         if not isinstance(workload, Workload):
             raise InputError(
@@ -78,7 +89,7 @@ class Planner:
                 f"got {type(workload).__name__}",
                 field="workload",
             )
-        profile = self.profile.with_time_budget(time_budget_s)
+        profile = self._profile_for(time_budget_s)
         deadline = Deadline.after(profile.time_budget_s, deterministic=profile.deterministic, start_s=started)
         settings = corrected_settings(self.settings, self.__dict__.get("_learning"))
         return solve(Problem.build(workload, settings), profile, planners=planners, deadline=deadline)
@@ -162,6 +173,18 @@ class Planner:
         replay(planner._learning, observations, path)
         return planner
 
+    def _profile_for(self, time_budget_s: float | None) -> SolverProfile:
+        """The profile with ``time_budget_s`` (checked by :meth:`SolverProfile.with_time_budget`), made
+        once per distinct budget."""
+        if time_budget_s is None:
+            return self.profile
+        valid = isinstance(time_budget_s, int | float) and not isinstance(time_budget_s, bool)
+        if valid and time_budget_s in self._profiles:
+            return self._profiles[time_budget_s]
+        profile = self.profile.with_time_budget(time_budget_s)
+        self._profiles[profile.time_budget_s] = profile
+        return profile
+
     def __repr__(self) -> str:
         s = self.settings
         return (
@@ -174,7 +197,9 @@ _KEPT_RESULTS = 16
 """Plans whose step numbers the planner remembers (by identity) for :meth:`Planner.observe`."""
 
 
-def _profile(solver: SolverProfile | str | Path | None) -> SolverProfile:
+def resolve_profile(solver: SolverProfile | str | Path | None) -> SolverProfile:
+    """A solver profile as given, or loaded by name or path (``None``: ``runtime``); anything else is
+    an :class:`~cpplan.errors.InputError` naming the field."""
     if not isinstance(solver, SolverProfile | str | Path | None):
         raise InputError(
             f"must be a SolverProfile, a name or a path, got {type(solver).__name__}", field="solver"

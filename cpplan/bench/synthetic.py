@@ -64,6 +64,31 @@ def agent_trees(
     return Workload(items=tuple(items))
 
 
+def agent_rollouts(
+    *,
+    num_tasks: int,
+    rollouts_per_task: int,
+    num_turns: tuple[int, int],
+    task_tokens: tuple[int, int],
+    turn_tokens: tuple[int, int],
+    seed: int = 0,
+) -> Workload:
+    """Multi-turn agent rollouts, one item per rollout: every rollout of a task starts from the task's
+    prompt, then takes its own turns; request ``k`` of a rollout is its history up to turn ``k`` (each
+    request a prefix of the next), so the prefix tree is task -> rollout -> turn."""
+    rng = np.random.default_rng(seed)
+    items = []
+    for t in range(num_tasks):
+        task = rng.integers(0, VOCAB, _length(rng, task_tokens))
+        for r in range(rollouts_per_task):
+            history, requests = task, []
+            for _ in range(_length(rng, num_turns)):
+                history = np.concatenate([history, rng.integers(0, VOCAB, _length(rng, turn_tokens))])
+                requests.append(Request(tokens=history))
+            items.append(Item(id=f"task{t}r{r}", requests=tuple(requests)))
+    return Workload(items=tuple(items))
+
+
 def long_tail(*, num_items: int, median_tokens: int, max_tokens: int, seed: int = 0) -> Workload:
     """Unique sequences (no sharing) with log-normal lengths capped at ``max_tokens``."""
     rng = np.random.default_rng(seed)

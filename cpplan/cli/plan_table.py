@@ -37,9 +37,10 @@ def print_summary(result: PlanResult, console: Console | None = None) -> None:
     console.print(wave_table(result))
     console.print(candidate_table(result))
     solver, plan = result.solver, result.plan
-    gap = "-" if solver.gap is None else f"{solver.gap:.2%}"
+    gap = "-" if solver.model_gap is None else f"{solver.model_gap:.2%}"
+    status = solver.status + (" in its model" if solver.status in ("optimal", "feasible") else "")
     console.print(
-        f"chosen: {plan.strategy}; solver {solver.status}, gap {gap}; "
+        f"chosen: {plan.strategy}; solver {status} (model gap {gap}); "
         f"planned in {result.wall_s * 1e3:.1f} ms (profile {result.profile})"
     )
 

@@ -84,9 +84,9 @@ def solve(
     build_s: float = 0.0,
 ) -> tuple[Solution | None, SolverStats]:
     """Run CP-SAT on ``compiled``: the solution (``None`` when there is none, or it was rejected) and
-    the run's statistics (``wall_s`` is the solver's own time). With ``deterministic`` the wall-clock
-    limit is not set (only the deterministic one), so the same model and parameters give the same
-    answer on any machine.
+    the run's statistics (``wall_s`` is the solver's own time; objective, bound and gap are the
+    model's, ``model_gap`` says so). With ``deterministic`` the wall-clock limit is not set (only the
+    deterministic one), so the same model and parameters give the same answer on any machine.
 
     Stages: ``build`` (passed in), ``presolve`` and ``search`` (from the solver's log), ``verify``:
     the answer re-evaluated by :meth:`CompiledModel.evaluate` in plain Python, which must pass every
@@ -97,10 +97,8 @@ def solve(
     started = time.perf_counter()
     status = solver.solve(compiled.model)
     wall = time.perf_counter() - started
-    response = solver.response_proto
-    match = _SEARCH_START.search(response.solve_log)
+    match = _SEARCH_START.search(solver.response_proto.solve_log)
     presolve = min(float(match.group(1)), wall) if match else 0.0
-    booleans, integers, constraints = model_size(compiled.model)
     scaling = compiled.space.scaling
     name = _STATUS.get(status, str(status))
     solution = None
@@ -116,25 +114,42 @@ def solve(
         verify_s = time.perf_counter() - t0
         if not passes:
             name, solution = "rejected: the answer fails its plain-Python re-evaluation", None
-    stats = SolverStats(
-        status=name,
+    stage_s = {
+        "build": build_s,
+        "presolve": presolve,
+        "search": max(0.0, wall - presolve),
+        "verify": verify_s,
+    }
+    stats = _stats(compiled, solver, name, (objective, bound, gap), wall, stage_s)
+    return solution, stats
+
+
+def _stats(
+    compiled: CompiledModel,
+    solver: cp_model.CpSolver,
+    status: str,
+    values: tuple[float | None, float | None, float | None],
+    wall_s: float,
+    stage_s: dict[str, float],
+) -> SolverStats:
+    """The run's statistics: ``values`` are the model's objective, bound and gap (seconds, seconds,
+    fraction), reported as ``gap`` and ``model_gap`` alike."""
+    objective, bound, gap = values
+    booleans, integers, constraints = model_size(compiled.model)
+    return SolverStats(
+        status=status,
         objective_s=objective,
         bound_s=bound,
         gap=gap,
-        wall_s=wall,
-        deterministic_time=float(response.deterministic_time),
+        model_gap=gap,
+        wall_s=wall_s,
+        deterministic_time=float(solver.response_proto.deterministic_time),
         num_booleans=booleans,
         num_integers=integers,
         num_constraints=constraints,
         ortools_version=ortools.__version__,
-        stage_s={
-            "build": build_s,
-            "presolve": presolve,
-            "search": max(0.0, wall - presolve),
-            "verify": verify_s,
-        },
+        stage_s=stage_s,
     )
-    return solution, stats
 
 
 def re_evaluate(compiled: CompiledModel, solution: Solution, objective_s: float) -> bool:

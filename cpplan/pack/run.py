@@ -152,7 +152,7 @@ def run_config(ctx: PackContext, window: int) -> dict[str, Any]:
         "tokenizer": ctx.tokenizer,
         "fields": ctx.fields.to_dict(),
         "model": resolved.name,
-        "model_digest": _digest(settings.model.model_dump(mode="json")),
+        "model_digest": _digest(settings.model.model_dump(mode="json", exclude={"path"})),
         "layers": resolved.num_layers,
         "phase": settings.phase,
         "topology": settings.topology.model_dump(),

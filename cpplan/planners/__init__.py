@@ -14,7 +14,6 @@ from cpplan.planners.cpsat_strategy import cpsat_planner
 from cpplan.planners.deadline import Deadline
 from cpplan.planners.dynamic_cp import cached_dynamic_plan, group_problem, group_sizes
 from cpplan.planners.greedy import cached_greedy_plan, full_sharing_plan
-from cpplan.planners.schedule_strategy import dynamic_cpsat_planner
 from cpplan.planners.seeded import seeded_plan
 from cpplan.pricing.problem import Problem
 from cpplan.pricing.result import Plan, SolverStats
@@ -31,11 +30,11 @@ has no share to take: every seed runs)."""
 def _greedy(problem: Problem, profile: SolverProfile, deadline: Deadline) -> tuple[Plan, None]:
     if scheduled(problem.topology):
         return cached_dynamic_plan(problem, profile.greedy.layouts, deadline=deadline), None
-    return cached_greedy_plan(problem, profile.greedy.layouts), None
+    return cached_greedy_plan(problem, profile.greedy.layouts, deadline), None
 
 
 def _full_sharing(problem: Problem, profile: SolverProfile, deadline: Deadline) -> tuple[Plan, None]:
-    return full_sharing_plan(problem), None
+    return full_sharing_plan(problem, deadline), None
 
 
 def _seeded(problem: Problem, profile: SolverProfile, deadline: Deadline) -> tuple[Plan | None, None]:
@@ -44,8 +43,16 @@ def _seeded(problem: Problem, profile: SolverProfile, deadline: Deadline) -> tup
 
 def _cpsat(problem: Problem, profile: SolverProfile, deadline: Deadline) -> tuple[Plan | None, SolverStats]:
     if scheduled(problem.topology):
-        return dynamic_cpsat_planner(problem, profile, deadline)
+        return _dynamic_cpsat(problem, profile, deadline)
     return cpsat_planner(problem, profile, deadline)
+
+
+def _dynamic_cpsat(
+    problem: Problem, profile: SolverProfile, deadline: Deadline
+) -> tuple[Plan | None, SolverStats]:
+    from cpplan.planners.schedule_strategy import dynamic_cpsat_planner  # imports OR-Tools: when used
+
+    return dynamic_cpsat_planner(problem, profile, deadline)
 
 
 def at_every_size(strategy: Strategy, dynamic: Strategy | None = None) -> Strategy:
@@ -101,7 +108,7 @@ PLANNERS: dict[str, Strategy] = {
     "greedy": placed(_greedy),
     "full_sharing": at_every_size(placed(_full_sharing)),
     "seeded": at_every_size(placed(_seeded)),
-    "cpsat": at_every_size(placed(_cpsat), placed(dynamic_cpsat_planner)),
+    "cpsat": at_every_size(placed(_cpsat), placed(_dynamic_cpsat)),
 }
 """Every strategy a profile may name, in the order of :data:`cpplan.spec.profile.STRATEGIES`. When the
 pool holds several CP groups (``dp > 1`` or dynamic CP) the cost is the makespan: ``greedy`` and

@@ -15,33 +15,69 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
-from cpplan.cpsat import build_space, compile_model, realize, solve
-from cpplan.cpsat.columns import Column, columns_with_items, make_columns
-from cpplan.cpsat.model import CompiledModel, ModelValues
-from cpplan.cpsat.space import LayoutSpace
-from cpplan.planners.deadline import Deadline
+import numpy as np
+
+from cpplan.errors import InputError
+from cpplan.planners.deadline import NO_TIME, Deadline
 from cpplan.planners.greedy import cached_greedy_plan
 from cpplan.pricing.problem import Problem
 from cpplan.pricing.result import Plan, SolverStats
 from cpplan.spec.profile import SolverProfile
 
-# Seconds kept back from the deadline for realizing and verifying the solution: a fixed part plus a
-# part per logical token (measured by benchmarks/bench_planners.py on the 2-core machine).
-MARGIN_S = 0.006
-MARGIN_S_PER_TOKEN = 4e-8
-# Below this much search time, CP-SAT is not started.
+if TYPE_CHECKING:  # OR-Tools is imported where the model is built, so `import cpplan` stays light
+    from cpplan.cpsat.columns import Column
+    from cpplan.cpsat.model import CompiledModel, ModelValues
+    from cpplan.cpsat.space import LayoutSpace
+
+REALIZE_S = 0.003
+"""Seconds kept back from the search for realizing its answer, fixed part (the portfolio keeps back
+the verification on top)."""
+
+REALIZE_S_PER_TOKEN = 1e-8
+"""Seconds kept back for realizing, per logical token (measured by benchmarks/bench_runtime.py on the
+2-core machine)."""
+
 MIN_SEARCH_S = 0.005
+"""Below this much search time, CP-SAT is not started."""
+
+BUILD_S_PER_ITEM = 2.5e-4
+"""Seconds to build the joint model (and, for a window, its sub-problem), per item: a model is built
+only when this much time is left besides :data:`MIN_SEARCH_S` (measured on the 2-core machine)."""
+
+
+_SOLVER_READY = False
+
+
+def ensure_solver() -> None:
+    """Import OR-Tools' CP-SAT and the joint model's modules and solve a one-variable model, once per
+    process: callers do it before a deadline starts, so no planning budget pays for the import or the
+    solver's first-call set-up."""
+    global _SOLVER_READY
+    if _SOLVER_READY:
+        return
+    from ortools.sat.python import cp_model
+
+    import cpplan.cpsat  # noqa: F401  (the joint model's modules)
+
+    model = cp_model.CpModel()
+    model.add(model.new_bool_var("x") >= 0)
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = 1
+    solver.solve(model)
+    _SOLVER_READY = True
 
 
 def reserve_s(problem: Problem) -> float:
-    """Seconds to keep for realizing and verifying a solution of ``problem``."""
-    tokens = sum(item.num_tokens for item in problem.workload.items)
-    return MARGIN_S + MARGIN_S_PER_TOKEN * tokens
+    """Seconds to keep for realizing a solution of ``problem``."""
+    return REALIZE_S + REALIZE_S_PER_TOKEN * problem.logical_tokens(range(problem.num_items))
 
 
 def plan_columns(problem: Problem, space: LayoutSpace, num_waves: int, *plans: Plan) -> tuple[Column, ...]:
     """The waves of ``plans`` (each fits: every strategy prices its waves exactly) as exact columns."""
+    from cpplan.cpsat.columns import make_columns
+
     return make_columns((plan.waves for plan in plans), space.scaling, problem.budget_bytes, num_waves)
 
 
@@ -51,12 +87,14 @@ def greedy_values(
     """The model's values of a greedy-style plan (items in ascending waves, one spec per wave). With
     ``as_columns`` each wave takes the exact column with its items where the model has one; without,
     the plan is judged by the conservative rows alone."""
+    from cpplan.cpsat.columns import columns_with_items
+
     problem = compiled.problem
     assignment: list[tuple[int, int]] = [(0, 0)] * problem.num_items
     shared: set[tuple[int, int]] = set()
     taken: list[int | None] = [None] * compiled.num_waves
     for w, wave in enumerate(plan.waves):
-        mask = problem.share_mask(wave.layout_name)
+        mask = _share_mask(problem, wave.layout_name)
         for i in wave.items:
             assignment[i] = (w, space.items[i].layout_of(mask))
         shared.update((k, w) for k, node in enumerate(space.cross) if mask[node.node])
@@ -65,9 +103,20 @@ def greedy_values(
     return compiled.evaluate(assignment, shared, taken)
 
 
+def _share_mask(problem: Problem, name: str) -> np.ndarray:
+    """The share mask of a layout spec; none shared for a wave named otherwise (a realized ``cpsat``
+    wave: in the hint it only ever stands as an exact column, whose sharing the model ignores)."""
+    try:
+        return problem.share_mask(name)
+    except InputError:
+        return np.zeros(problem.tree.num_nodes, dtype=bool)
+
+
 def compile_for(problem: Problem, profile: SolverProfile, greedy: Plan) -> tuple[LayoutSpace, CompiledModel]:
-    """The decision space and the joint model for ``problem``: the greedy plan's wave count (plus the
-    profile's extra waves) and its waves as exact columns."""
+    """The decision space and the joint model for ``problem``: the greedy plan's (or any incumbent
+    plan's) wave count, plus the profile's extra waves, and its waves as exact columns."""
+    from cpplan.cpsat import build_space, compile_model
+
     space = build_space(problem, extra_specs=tuple(profile.greedy.layouts))
     num_waves = greedy.num_waves + profile.cpsat.max_extra_waves
     return space, compile_model(problem, space, num_waves, plan_columns(problem, space, num_waves, greedy))
@@ -76,24 +125,43 @@ def compile_for(problem: Problem, profile: SolverProfile, greedy: Plan) -> tuple
 def cpsat_planner(
     problem: Problem, profile: SolverProfile, deadline: Deadline
 ) -> tuple[Plan | None, SolverStats]:
-    """Registered as strategy ``cpsat``."""
-    started = time.perf_counter()
-    params = profile.cpsat
-    if problem.num_items > params.max_items:
-        return None, SolverStats(status=f"skipped: {problem.num_items} items > max_items {params.max_items}")
-    search_by = deadline.less(reserve_s(problem))
-    greedy = cached_greedy_plan(problem, profile.greedy.layouts)
+    """Registered as strategy ``cpsat``: the joint model warm-started from the greedy plan, or, above
+    the profile's ``max_items``, large-neighbourhood search over the greedy plan's waves
+    (:func:`~cpplan.planners.lns.lns_plan`)."""
+    from cpplan.planners.lns import lns_plan
+
+    greedy = cached_greedy_plan(problem, profile.greedy.layouts, deadline)
+    if problem.num_items > profile.cpsat.max_items:
+        return lns_plan(problem, profile, greedy, deadline)
     if any(wave.split for wave in greedy.waves):
         return None, SolverStats(status="skipped: the greedy plan splits an item (not modelled)")
-    if search_by.left_s() < MIN_SEARCH_S:
-        return None, SolverStats(status="skipped: no time left", stage_s={"build": 0.0})
-    space, compiled = compile_for(problem, profile, greedy)
+    return joint_plan(problem, profile, greedy, deadline)
+
+
+def joint_plan(
+    problem: Problem, profile: SolverProfile, incumbent: Plan, deadline: Deadline
+) -> tuple[Plan | None, SolverStats]:
+    """The joint model of ``problem`` with ``incumbent``'s waves (none split; taken in order of their
+    lowest item) as exact columns and, taken as them, the complete hint; solved until ``deadline`` less
+    :func:`reserve_s`, realized and priced. Skipped (its status says so) when too little time is left
+    to build the model and search it."""
+    from cpplan.cpsat import realize, solve
+
+    started = time.perf_counter()
+    params = profile.cpsat
+    incumbent = Plan(
+        strategy=incumbent.strategy, waves=tuple(sorted(incumbent.waves, key=lambda w: min(w.items)))
+    )
+    search_by = deadline.less(reserve_s(problem))
+    if search_by.left_s() < MIN_SEARCH_S + BUILD_S_PER_ITEM * problem.num_items:
+        return None, SolverStats(status=NO_TIME, stage_s={"build": 0.0})
+    space, compiled = compile_for(problem, profile, incumbent)
     if params.hint:
-        compiled.add_hint(greedy_values(compiled, space, greedy))
+        compiled.add_hint(greedy_values(compiled, space, incumbent))
     build_s = time.perf_counter() - started
     left = search_by.left_s()
     if left < MIN_SEARCH_S:
-        return None, SolverStats(status="skipped: no time left", stage_s={"build": build_s})
+        return None, SolverStats(status=NO_TIME, stage_s={"build": build_s})
     solution, stats = solve(
         compiled, params, time_limit_s=left, deterministic=profile.deterministic, build_s=build_s
     )

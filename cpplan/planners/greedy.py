@@ -1,50 +1,187 @@
-"""The greedy exact planner and the full-sharing fallback.
+"""The greedy exact planner and the full-sharing fallback, both anytime.
 
-Items are taken in order. For each wave the width is grown (1, 2, 4, ...) while the wave still fits,
-then binary-searched between the last width that fits and the first that does not. Every candidate
-wave is priced exactly: its packed layout (the cheapest fitting one of the given layouts) and its
-contiguous CP ownership. No wave is admitted whose priced peak exceeds the budget on any rank.
+Items are taken in order. Each wave is the widest run of items from the first unplanned one that fits
+(:class:`~cpplan.planners.widths.WidthSearch`: a peak model proposes widths, every candidate wave is
+priced exactly), cut back to the boundary in its back half where the fewest tokens are shared
+(:func:`~cpplan.planners.widths.cheapest_cut`: a prefix group stays whole rather than storing its
+prompt in two waves), and kept in the cheapest of the given layouts that fits, with its contiguous CP
+ownership (at the memory edge, the time-balanced split repaired until it fits:
+:func:`~cpplan.pricing.wave.edge_ownership`). When the rest fits in one more wave, the last two
+waves are split at the cheapest boundary near the middle if that costs less (:func:`last_two_waves`).
+No wave is admitted whose priced peak exceeds the budget on any rank. Above :data:`WINDOW_ITEMS`
+items the same runs window by window (:func:`windowed_waves`), so its time grows linearly.
+
+Under a wall-clock deadline the search stops when only the time the floor needs is left (the last
+candidate's pricing time per wave still to plan, :meth:`WidthSearch.floor_s`; or when the deadline
+passes mid-wave: that wave keeps the widest width found), and the items left are packed by
+:func:`hurried_waves` (full sharing, the memory-minimal layout, at the peak model's width cut where
+the least is shared, halved until it fits: about one pricing per wave), so a complete plan is always
+returned, about on time, and its notes say where the search stopped.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 from cpplan.errors import NoFitError
-from cpplan.planners.split import split_item, widest
+from cpplan.planners.deadline import Deadline
+from cpplan.planners.split import split_item
+from cpplan.planners.subproblem import SubProblem
+from cpplan.planners.widths import WidthSearch, balanced_cut, cut_wave
 from cpplan.pricing.problem import Problem
 from cpplan.pricing.result import Plan
-from cpplan.pricing.wave import WavePlan, best_wave
+from cpplan.pricing.wave import WavePlan, best_wave, first_fitting
+
+FLOOR_LAYOUT = "full"
+"""The layout of the anytime floor (:func:`hurried_waves`): full sharing, the fewest packed tokens."""
 
 
-def greedy_plan(problem: Problem, layouts: Sequence[str], *, strategy: str = "greedy") -> Plan:
-    """Plan every item in order with the widest fitting waves. An item that fits no wave alone is split
-    along its prefix tree into consecutive waves (:func:`split_item`); :class:`NoFitError`, naming the
-    item, request, rank, bytes and budget, only when a single request cannot fit under any layout."""
+FINISH_PRICINGS = 8
+"""Pricings (at the last one's time) a wave's cut, its layouts and the plan's ending may take: with less
+time left before the deadline, the fitting wave found is kept as it is."""
+
+WINDOW_ITEMS = 512
+"""Above this many items greedy plans through windows of items (:func:`windowed_waves`)."""
+
+WINDOW_WAVES = 8
+"""A window holds about this many of the widest waves so far (the one meeting its end is planned
+again in the next window)."""
+
+
+def greedy_plan(
+    problem: Problem, layouts: Sequence[str], *, strategy: str = "greedy", deadline: Deadline | None = None
+) -> Plan:
+    """Plan every item in order with the widest fitting waves, each cut where the least is shared.
+    An item that fits no wave alone is split along its prefix tree into consecutive waves
+    (:func:`split_item`); :class:`NoFitError`, naming the item, request, rank, bytes and budget, only
+    when a single request cannot fit under any layout. Past ``deadline`` the rest is packed by
+    :func:`hurried_waves` and the plan's notes say so."""
+    layouts = tuple(layouts)
+    if problem.num_items > WINDOW_ITEMS:
+        waves, hurried_from = windowed_waves(problem, layouts, deadline)
+    else:
+        search = WidthSearch(problem=problem, layouts=layouts)
+        waves, hurried_from = planned_waves(problem, layouts, deadline, search, final=True)
+    notes = ()
+    if hurried_from is not None:
+        n = problem.num_items
+        notes = (f"deadline reached after {hurried_from} of {n} items; the rest packed with full sharing",)
+    return Plan(strategy=strategy, waves=tuple(waves), notes=notes)
+
+
+def planned_waves(
+    problem: Problem, layouts: tuple[str, ...], deadline: Deadline | None, search: WidthSearch, *, final: bool
+) -> tuple[list[WavePlan], int | None]:
+    """Greedy's waves over every item of ``problem`` and the item from which it hurried (``None``: it
+    did not). ``final``: the problem's last item is the workload's (only then are the last two waves
+    balanced, :func:`last_two_waves`)."""
     waves: list[WavePlan] = []
     start, n = 0, problem.num_items
     while start < n:
-        first, _ = best_wave(problem, [start], layouts)
-        if first is None:
+        if deadline is not None and deadline.left_s() <= search.floor_s(start):
+            waves.extend(hurried_waves(search, start, layouts))
+            return waves, start
+        found = search.widest(start, deadline)
+        if found is None:
             waves.extend(split_item(problem, start, layouts))
             start += 1
             continue
-        width, best = widest(
-            lambda w, at=start: best_wave(problem, range(at, at + w), layouts)[0], first, n - start
-        )
-        waves.append(best)
+        if deadline is not None and deadline.left_s() < FINISH_PRICINGS * search.test_s:
+            waves.append(found[1])  # no time to cut, price every layout or balance: keep it, hurry on
+            start += found[0]
+            continue
+        width, wave = cut_wave(problem, start, *found, layouts)
+        best, _ = best_wave(problem, range(start, start + width), layouts)
+        ending = last_two_waves(problem, start, best or wave, layouts) if final else None
+        if ending is not None:
+            waves.extend(ending)
+            break
+        waves.append(best or wave)
         start += width
-    return Plan(strategy=strategy, waves=tuple(waves))
+    return waves, None
 
 
-def cached_greedy_plan(problem: Problem, layouts: Sequence[str]) -> Plan:
-    """:func:`greedy_plan`, computed once per problem and layout list and kept (or its refusal) in
-    ``problem.memo.greedy_plans``: the portfolio's greedy candidate and the CP-SAT hint share it."""
+def windowed_waves(
+    problem: Problem, layouts: tuple[str, ...], deadline: Deadline | None
+) -> tuple[list[WavePlan], int | None]:
+    """:func:`planned_waves` for a large problem, window by window: each window is a sub-problem of the
+    next items (at least :data:`WINDOW_ITEMS`, :data:`WINDOW_WAVES` times the widest wave so far), so
+    pricing a wave costs time in the window's size, not the problem's; every wave the window plans is
+    kept except the one that meets its end (planned again in the next window; a window holding less
+    than one wave is widened). The peak model carries over from window to window."""
+    waves: list[WavePlan] = []
+    start, n, size, hurried_from = 0, problem.num_items, WINDOW_ITEMS, None
+    search = WidthSearch(problem=problem, layouts=layouts)
+    while start < n:
+        stop = min(n, start + size)
+        sub = SubProblem.of(problem, range(start, stop))
+        search = search.moved_to(sub.problem)
+        found, hurried = planned_waves(sub.problem, layouts, deadline, search, final=stop == n)
+        keep = found if stop == n else _before_last(found)
+        if not keep:
+            size *= 2
+            continue
+        if hurried is not None and hurried_from is None:
+            hurried_from = start + hurried
+        waves.extend(sub.to_parent(wave) for wave in keep)
+        start += max(max(wave.items) for wave in keep) + 1
+        size = max(WINDOW_ITEMS, WINDOW_WAVES * max(len(wave.items) for wave in keep))
+    return waves, hurried_from
+
+
+def _before_last(waves: list[WavePlan]) -> list[WavePlan]:
+    """The waves before the last one and every other piece of the item it holds (when it is split)."""
+    first = min(waves[-1].items)
+    return [wave for wave in waves if max(wave.items) < first]
+
+
+def last_two_waves(
+    problem: Problem, start: int, first: WavePlan, layouts: Sequence[str]
+) -> list[WavePlan] | None:
+    """When the items after ``first`` (the next wave, from ``start``) fit in one wave, the plan's last
+    two waves: ``first`` and that rest, or, when the rest is at most half as wide as ``first``, the two
+    waves split at :func:`balanced_cut` if those fit and cost less (a greedy first wave can leave a
+    small, costly last one). ``None`` when the rest needs more than one wave (or there is none)."""
+    n, end = problem.num_items, start + len(first.items)
+    if end >= n or first_fitting(problem, range(end, n), layouts)[0] is None:
+        return None
+    rest, _ = best_wave(problem, range(end, n), layouts)
+    cut = start + balanced_cut(problem, start)
+    if cut != end and 2 * (n - end) <= len(first.items):  # a small last wave: try balancing
+        head, _ = best_wave(problem, range(start, cut), layouts)
+        tail, _ = best_wave(problem, range(cut, n), layouts)
+        if head is not None and tail is not None and head.cost_s + tail.cost_s < first.cost_s + rest.cost_s:
+            return [head, tail]
+    return [first, rest]
+
+
+def hurried_waves(search: WidthSearch, start: int, layouts: Sequence[str]) -> list[WavePlan]:
+    """The anytime floor: items from ``start`` on in full-sharing waves of the width the peak model
+    proposes, halved until they fit (:meth:`WidthSearch.quick`: about one pricing per wave); an item
+    that fits no full-sharing wave alone goes to the split path."""
+    problem = search.problem
+    waves: list[WavePlan] = []
+    while start < problem.num_items:
+        found = search.quick(start, (FLOOR_LAYOUT,))
+        if found is None:
+            waves.extend(split_item(problem, start, layouts))
+            start += 1
+            continue
+        width, wave = found
+        waves.append(wave)
+        start += width
+    return waves
+
+
+def cached_greedy_plan(problem: Problem, layouts: Sequence[str], deadline: Deadline | None = None) -> Plan:
+    """:func:`best_greedy_plan`, computed once per problem and layout list and kept (or its refusal)
+    in ``problem.memo.greedy_plans``: the portfolio's greedy candidate and the CP-SAT hint share it."""
     key = tuple(layouts)
     plans = problem.memo.greedy_plans
     if key not in plans:
         try:
-            plans[key] = greedy_plan(problem, key)
+            plans[key] = best_greedy_plan(problem, key, deadline)
         except NoFitError as exc:
             plans[key] = exc
     found = plans[key]
@@ -53,6 +190,49 @@ def cached_greedy_plan(problem: Problem, layouts: Sequence[str]) -> Plan:
     return found
 
 
-def full_sharing_plan(problem: Problem) -> Plan:
+REGROUP_GAIN = 1.1
+"""Greedy also plans the items regrouped by shared prefix when that order puts this many times more
+shared tokens side by side than the arrival order does."""
+
+
+REGROUP_TIME_FACTOR = 2.0
+"""The regrouped pass starts only with this many times the first pass's time left (it also builds the
+regrouped problem, and a pass cut short packs the rest at once)."""
+
+
+def best_greedy_plan(problem: Problem, layouts: Sequence[str], deadline: Deadline | None = None) -> Plan:
+    """:func:`greedy_plan` in arrival order; when the arrival order scatters prefix groups (ordering
+    the items by shared prefix puts :data:`REGROUP_GAIN` times more shared tokens side by side) and
+    the deadline leaves :data:`REGROUP_TIME_FACTOR` times what the first pass took, also greedy over
+    that order, and the cheaper."""
+    started = time.perf_counter()
+    plan = greedy_plan(problem, layouts, deadline=deadline)
+    first_pass_s = time.perf_counter() - started
+    no_time = deadline is not None and deadline.left_s() < REGROUP_TIME_FACTOR * first_pass_s
+    if plan.notes or no_time or not regrouping_helps(problem):
+        return plan
+    regrouped = regrouped_greedy_plan(problem, layouts, deadline)
+    return regrouped if regrouped.cost_s < plan.cost_s else plan
+
+
+def regrouping_helps(problem: Problem) -> bool:
+    """Whether ordering the items by shared prefix puts :data:`REGROUP_GAIN` times more shared tokens
+    side by side than their arrival order."""
+    if problem.num_items < 3:
+        return False
+    regrouped = int(problem.shared_along(problem.prefix_order).sum())
+    return regrouped > REGROUP_GAIN * int(problem.adjacent_shared_tokens.sum())
+
+
+def regrouped_greedy_plan(problem: Problem, layouts: Sequence[str], deadline: Deadline | None = None) -> Plan:
+    """Greedy over the items ordered by shared prefix (:attr:`Problem.prefix_order`), as a plan of
+    ``problem``; its notes say the items were regrouped."""
+    sub = SubProblem.of(problem, problem.prefix_order, keep_order=True)
+    plan = greedy_plan(sub.problem, layouts, deadline=deadline)
+    waves = tuple(sub.to_parent(wave) for wave in plan.waves)
+    return Plan(strategy="greedy", waves=waves, notes=("items regrouped by shared prefix", *plan.notes))
+
+
+def full_sharing_plan(problem: Problem, deadline: Deadline | None = None) -> Plan:
     """The greedy planner restricted to the memory-minimal layout (share every decision)."""
-    return greedy_plan(problem, ("full",), strategy="full_sharing")
+    return greedy_plan(problem, (FLOOR_LAYOUT,), strategy="full_sharing", deadline=deadline)

@@ -4,6 +4,13 @@
 strategy runs once (:func:`run_strategy`, which turns every fault into a recorded outcome), its plan is
 verified by the independent verifier (:func:`verify_outcome`), and every candidate's reason is written
 from the outcomes (:func:`candidate_reason`).
+
+Time: strategies search until the deadline less :func:`verify_reserve_s` (what verifying their plan
+takes), so the call ends about at the deadline. Once some plan is valid, a strategy starts only when
+the time left is at least what the quickest valid one took (else "skipped: no time left"), except
+CP-SAT, which keeps its own time; without a valid plan they still run
+(greedy and full sharing past their deadline pack with full sharing at once: the floor). The runtime
+profile lists greedy first, then CP-SAT warm-started from it, and the rest only with time to spare.
 """
 
 from __future__ import annotations
@@ -15,7 +22,8 @@ from typing import Any
 
 from cpplan.errors import CpplanError, NoFitError
 from cpplan.planners import PLANNERS, Strategy
-from cpplan.planners.deadline import Deadline
+from cpplan.planners.cpsat_strategy import ensure_solver
+from cpplan.planners.deadline import NO_TIME, Deadline, verify_reserve_s
 from cpplan.pricing.problem import Problem, check_static_floor
 from cpplan.pricing.result import Candidate, Plan, PlanResult, SolverStats
 from cpplan.pricing.serialize import plan_to_dict
@@ -73,18 +81,25 @@ def solve(
     from the deadline's start. Raises :class:`NoFitError` when no strategy
     yields a valid plan (a strategy's own refusal first, when one refused)."""
     if deadline is None:
+        if "cpsat" in profile.strategies:
+            ensure_solver()  # once per process, before the budget starts
         deadline = Deadline.after(profile.time_budget_s, deterministic=profile.deterministic)
     check_static_floor(problem.card, problem.budget_bytes)
     table = {**PLANNERS, **(planners or {})}
     verified: list[tuple[dict[str, Any], Verification]] = []
-    outcomes = []
+    outcomes: list[StrategyOutcome] = []
+    search_by = deadline.less(verify_reserve_s(problem))
     for strategy in profile.strategies:
-        outcome = run_strategy(strategy, table.get(strategy), problem, profile, deadline)
+        if strategy not in SELF_TIMED and _no_time_for_another(outcomes, search_by):
+            outcomes.append(_skipped(strategy))
+            continue
+        outcome = run_strategy(strategy, table.get(strategy), problem, profile, search_by)
         if outcome.plan is not None:
             outcome = verify_outcome(problem, outcome, verified)
         outcomes.append(outcome)
     winner = _winner(outcomes)
-    stats = next((o.stats for o in reversed(outcomes) if o.stats is not None), SolverStats(status="not_run"))
+    unrun = SolverStats(status=NO_TIME if any(o.note == NO_TIME for o in outcomes) else "not_run")
+    stats = next((o.stats for o in reversed(outcomes) if o.stats is not None), unrun)
     return PlanResult(
         problem=problem,
         plan=winner.plan,
@@ -112,9 +127,31 @@ def run_strategy(
     except Exception as exc:
         return _failed(strategy, f"raised {type(exc).__name__}: {exc}", started)
     if plan is None:
-        note = f"no solution ({stats.status})" if stats else "no solution within its time"
+        note = "no solution within its time"
+        if stats is not None:
+            plain = stats.status.startswith(("skipped", "lns"))  # already says why there is no plan
+            note = stats.status if plain else f"no solution ({stats.status})"
         return _failed(strategy, note, started, stats=stats)
     return StrategyOutcome(strategy=strategy, plan=plan, stats=stats, wall_s=time.perf_counter() - started)
+
+
+SELF_TIMED = frozenset({"cpsat"})
+"""Strategies that keep their own time (CP-SAT builds and searches only what fits before the
+deadline), so the portfolio does not hold them back; the others are whole passes, started only when
+they can finish."""
+
+
+def _no_time_for_another(outcomes: list[StrategyOutcome], search_by: Deadline) -> bool:
+    """With a valid plan in hand, whether the time left is shorter than the quickest valid strategy
+    took: another one would overrun the deadline (a strategy stopped at its deadline still finishes its
+    plan)."""
+    valid = [o.wall_s for o in outcomes if o.valid]
+    return bool(valid) and search_by.left_s() < min(valid)
+
+
+def _skipped(strategy: str) -> StrategyOutcome:
+    """A strategy not started because the deadline has passed and a valid plan is in hand."""
+    return StrategyOutcome(strategy=strategy, note=NO_TIME)
 
 
 def _failed(
@@ -211,7 +248,7 @@ def candidate_reason(outcome: StrategyOutcome, winner: StrategyOutcome) -> str:
             if verdict.cost_s >= chosen
             else "tied"
         )
-    return why + (f"; {outcome.note}" if outcome.note else "")
+    return "; ".join([why, *outcome.plan.notes, *([outcome.note] if outcome.note else [])])
 
 
 def _candidate(outcome: StrategyOutcome, winner: StrategyOutcome) -> Candidate:

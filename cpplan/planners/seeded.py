@@ -3,8 +3,8 @@
 Each baseline packer (token budgets, no-sharing bins, zigzag, prefix groups) proposes which items run
 together. For every proposed wave this strategy keeps the cheaper of two fitting versions: the wave as
 the baseline laid it out and owned it, and the wave under cpplan's own candidate layouts with its
-balanced contiguous ownership. A wave that fits in neither version is split: its items are refilled in
-order into the widest waves that fit (an item too large for any wave takes the split path). The
+balanced contiguous ownership. A wave that fits in neither version is split: its items are planned
+again by greedy as a problem of their own (an item too large for any wave takes the split path). The
 cheapest seeded plan is returned. Under a wall-clock budget (profiles that are not deterministic) it
 starts seeds only within its share of the time left, so CP-SAT, which runs after it, keeps the rest.
 
@@ -14,15 +14,22 @@ that does not fit is turned into one that does instead of being run into an out-
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 from cpplan.baselines import axolotl, megatron, prefix_grouper, trl, verl
 from cpplan.baselines.base import Baseline
 from cpplan.planners.deadline import Deadline
-from cpplan.planners.split import split_item
+from cpplan.planners.greedy import planned_waves
+from cpplan.planners.subproblem import SubProblem
+from cpplan.planners.widths import WidthSearch
 from cpplan.pricing.problem import Problem
 from cpplan.pricing.result import Plan
 from cpplan.pricing.wave import WavePlan, best_wave
+
+SEED_S_PER_ITEM = 4e-4
+"""Seconds one seed is expected to take per item before any has run (proposing and repairing a plan
+prices about as many waves as greedy does)."""
 
 # Cheapest and most often useful first: a time-limited run keeps the seeds it reached.
 SEEDS: tuple[Baseline, ...] = (
@@ -34,13 +41,23 @@ SEEDS: tuple[Baseline, ...] = (
 )
 
 
-def repair(problem: Problem, proposal: Plan, layouts: Sequence[str], cache: dict | None = None) -> Plan:
+def repair(
+    problem: Problem,
+    proposal: Plan,
+    layouts: Sequence[str],
+    cache: dict | None = None,
+    *,
+    deadline: Deadline | None = None,
+) -> Plan | None:
     """Every wave of ``proposal`` as its cheapest fitting version, split where none fits. ``cache``
-    keeps cpplan's own pricing of item sets already seen (seeds often propose the same waves)."""
+    keeps cpplan's own pricing of item sets already seen (seeds often propose the same waves). ``None``
+    when ``deadline`` expires before every wave is repaired."""
     budget = problem.budget_bytes
     cache = {} if cache is None else cache
     waves: list[WavePlan] = []
     for wave in proposal.waves:
+        if deadline is not None and deadline.expired():
+            return None
         if wave.items not in cache:
             cache[wave.items] = best_wave(problem, wave.items, layouts)[0]
         own = cache[wave.items]
@@ -54,35 +71,32 @@ def repair(problem: Problem, proposal: Plan, layouts: Sequence[str], cache: dict
 
 
 def _refill(problem: Problem, items: Sequence[int], layouts: Sequence[str]) -> list[WavePlan]:
-    waves: list[WavePlan] = []
-    current: list[int] = []
-    best: WavePlan | None = None
-    for item in items:
-        trial, _ = best_wave(problem, [*current, item], layouts)
-        if trial is not None:
-            current, best = [*current, item], trial
-            continue
-        if best is not None:
-            waves.append(best)
-        alone, _ = best_wave(problem, [item], layouts)
-        if alone is None:  # too large for any wave: split along its prefix tree (or refused there)
-            waves.extend(split_item(problem, item, layouts))
-            current, best = [], None
-            continue
-        current, best = [item], alone
-    if best is not None:
-        waves.append(best)
-    return waves
+    """The items of a wave that fits in neither version, planned again by greedy as a problem of their
+    own (ascending, widest waves cut where the least is shared; an item too large for any wave takes
+    the split path): a few pricings per wave, not one per item."""
+    sub = SubProblem.of(problem, items)
+    search = WidthSearch(problem=sub.problem, layouts=tuple(layouts))
+    waves, _ = planned_waves(sub.problem, tuple(layouts), None, search, final=True)
+    return [sub.to_parent(wave) for wave in waves]
 
 
 def seeded_plan(problem: Problem, layouts: Sequence[str], *, deadline: Deadline | None = None) -> Plan | None:
-    """The cheapest repaired baseline plan. No seed is started once ``deadline`` has expired, and
-    ``None`` is returned when none was; without a deadline (or with a deterministic one, which never
-    expires) every seed runs, so the answer is the same on every run."""
+    """The cheapest repaired baseline plan. A seed is started only while ``deadline`` leaves as much
+    time as the last seed took (:data:`SEED_S_PER_ITEM` per item before the first: a baseline's
+    proposal cannot be cut short), and its repair is abandoned once the deadline has expired; ``None``
+    when no seed was repaired in time. Without a deadline (or
+    with a deterministic one, which never expires) every seed runs, so the answer is the same on every
+    run."""
     cache: dict = {}
     plans = []
+    expected_s = SEED_S_PER_ITEM * problem.num_items
     for seed in SEEDS:
-        if deadline is not None and deadline.expired():
+        if deadline is not None and deadline.left_s() < expected_s:
             break
-        plans.append(repair(problem, seed.plan(problem), layouts, cache))
+        started = time.perf_counter()
+        proposal = seed.plan(problem)
+        repaired = repair(problem, proposal, layouts, cache, deadline=deadline)
+        if repaired is not None:
+            plans.append(repaired)
+        expected_s = time.perf_counter() - started
     return min(plans, key=lambda p: p.cost_s) if plans else None

@@ -2,10 +2,10 @@
 
 The item's requests are ordered by their paths in the prefix tree (lexicographically by node), so the
 requests below any tree node are adjacent and each piece keeps as much of its shared prefixes as it
-can. Pieces are then grown like the greedy planner grows waves (double the width while the piece
-fits, then binary-search), each priced exactly under the given layouts and marked ``split``. The item
-is refused, naming the request, the rank, the bytes and the budget, only when one request alone does
-not fit.
+can. Pieces are then planned as greedy plans waves (the requests as the items of a problem of their
+own: widest fitting runs, cut where the least is shared), each priced exactly under the given layouts
+and marked ``split``. The item is refused, naming the request, the rank, the bytes and the budget,
+only when one request alone does not fit.
 """
 
 from __future__ import annotations
@@ -19,25 +19,53 @@ from cpplan.errors import NoFitError
 from cpplan.pricing.problem import Problem
 from cpplan.pricing.wave import WavePlan, price_wave
 from cpplan.spec.units import format_bytes
+from cpplan.spec.workload import Item, Workload
 
 
 def split_item(problem: Problem, item: int, layouts: Sequence[str]) -> list[WavePlan]:
-    """Consecutive ``split`` waves that together hold every request of ``item`` exactly once."""
+    """Consecutive ``split`` waves that together hold every request of ``item`` exactly once.
+
+    The item's requests, in prefix-tree order, become the items of a problem of their own, which greedy
+    plans (:func:`~cpplan.planners.greedy.planned_waves`: widths led by the peak model, cuts where the
+    least is shared), so splitting costs a few pricings per piece, not a search over every width."""
+    from cpplan.planners.greedy import planned_waves  # greedy plans split items through this module
+    from cpplan.planners.widths import WidthSearch
+
     order = tree_order(problem, problem.item_requests([item]))
-    waves: list[WavePlan] = []
-    start = 0
-    while start < order.size:
-        first, lowest = best_piece(problem, item, order[start : start + 1], layouts)
-        if first is None:
-            raise request_refusal(problem, item, int(order[start]), lowest)
-        width, best = widest(
-            lambda w, rest=order[start:]: best_piece(problem, item, rest[:w], layouts)[0],
-            first,
-            order.size - start,
-        )
-        waves.append(best)
-        start += width
-    return waves
+    layouts = tuple(layouts)
+    if order.size == 1:  # one request: it fits alone or nothing does
+        alone, lowest = best_piece(problem, item, order, layouts)
+        if alone is None:
+            raise request_refusal(problem, item, int(order[0]), lowest)
+        return [alone]
+    pieces = _request_problem(problem, item, order)
+    search = WidthSearch(problem=pieces, layouts=layouts)
+    try:
+        waves, _ = planned_waves(pieces, layouts, None, search, final=True)
+    except NoFitError as exc:
+        k = pieces.workload.index_of.get(exc.item, 0)
+        _, lowest = best_piece(problem, item, order[k : k + 1], layouts)
+        raise request_refusal(problem, item, int(order[k]), lowest) from None
+    return [_as_piece(wave, item, order) for wave in waves]
+
+
+def _request_problem(problem: Problem, item: int, order: np.ndarray) -> Problem:
+    """The requests ``order`` (tree request indices of ``item``) as a problem of one-request items, in
+    that order, under the same settings."""
+    requests = problem.workload.items[item].requests
+    base = int(problem.item_ptr[item])
+    name = problem.workload.items[item].id
+    pieces = tuple(Item(id=f"{name}/{r - base}", requests=(requests[r - base],)) for r in order.tolist())
+    return Problem.build(Workload(items=pieces, source=problem.workload.source), problem.settings)
+
+
+def _as_piece(wave: WavePlan, item: int, order: np.ndarray) -> WavePlan:
+    """A wave of the requests' problem as the ``split`` wave of ``item``: its requests (there, request
+    ``j`` is ``order[j]``) mapped back; the same packing and prices."""
+    layout = dataclasses.replace(
+        wave.layout, request_ids=order[wave.layout.request_ids], seg_src=order[wave.layout.seg_src]
+    )
+    return dataclasses.replace(wave, items=(item,), layout=layout, split=True)
 
 
 def tree_order(problem: Problem, requests: np.ndarray) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""Work the planners of one problem share: share masks, priced waves and greedy plans.
+"""Work the planners of one problem share: share masks, node counts, priced waves and greedy plans.
 
 A :class:`PricingMemo` belongs to one :class:`~cpplan.pricing.problem.Problem` object (a field of it,
 made fresh with every problem and left out of equality and repr). Everything in it is a pure function
@@ -7,6 +7,7 @@ of the problem, so an entry can never go stale; a copy of the problem gets an em
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -16,6 +17,7 @@ if TYPE_CHECKING:
     from cpplan.errors import NoFitError
     from cpplan.pricing.result import Plan
     from cpplan.pricing.wave import WavePlan
+    from cpplan.spec.card import ResolvedCard
 
 
 @dataclass(frozen=True, eq=False)
@@ -30,6 +32,39 @@ class PricingMemo:
     items): layouts that pack a wave identically are priced once, and the greedy, full-sharing and
     seeded strategies of one portfolio call share the work."""
 
+    node_counts: dict[tuple[int, ...], np.ndarray] = field(default_factory=dict)
+    """Per item set, how many of its requests pass through each prefix-tree node (what decides which
+    sharing decisions a layout takes on a wave): computed once for every layout and strategy."""
+
     greedy_plans: dict[tuple[str, ...], Plan | NoFitError] = field(default_factory=dict)
     """The greedy plan (or its refusal) by the layouts it tried: the portfolio's greedy candidate and
     the CP-SAT strategy's hint and columns are one computation."""
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class CardConstants:
+    """Numbers derived from a resolved card once and read on every wave priced under it."""
+
+    time_coefficients: np.ndarray
+    """Seconds per unit of each quantity (:meth:`ResolvedCard.time_coefficients`), read-only."""
+
+    static_peak_bytes: float
+    """The peak of a rank that owns nothing: safety times the largest envelope's static bytes."""
+
+
+_CARD_CONSTANTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def card_constants(card: ResolvedCard) -> CardConstants:
+    """The :class:`CardConstants` of ``card``, computed on first use and kept while the card lives (a
+    :class:`~cpplan.planner.Planner` keeps its card, so every step reuses them)."""
+    found = _CARD_CONSTANTS.get(card)
+    if found is None:
+        coefficients = card.time_coefficients()
+        coefficients.flags.writeable = False
+        found = CardConstants(
+            time_coefficients=coefficients,
+            static_peak_bytes=card.safety * float(card.envelope_static_bytes.max()),
+        )
+        _CARD_CONSTANTS[card] = found
+    return found

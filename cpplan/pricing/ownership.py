@@ -133,62 +133,124 @@ def contiguous_split(
     """Chunk owners: ``num_ranks`` contiguous ranges minimizing the largest range of ``weights``.
 
     Optional limits on every range: at most ``max_chunks`` chunks, and a total of ``cap_weights`` at
-    most ``cap``. Binary search on the bottleneck with a greedy feasibility check (each range grows as
-    far as the bound and the limits allow), then the same greedy fills ranks in order. The limits must
+    most ``cap``. The least feasible bottleneck is found first (:func:`least_bottleneck`), then a greedy
+    fills ranks in order, each range as far as the bottleneck and the limits allow. The limits must
     admit a cover of every chunk.
     """
     weights = np.asarray(weights, dtype=np.float64)
     num_chunks = weights.size
     if num_ranks == 1 or num_chunks == 0:
         return np.zeros(num_chunks, dtype=np.int64)
-    prefix = np.concatenate([[0.0], np.cumsum(weights)]).tolist()  # bisect on lists: little call overhead
-    capped = None
-    if cap_weights is not None:
-        assert cap is not None
-        capped = np.concatenate([[0.0], np.cumsum(np.asarray(cap_weights, dtype=np.float64))]).tolist()
-    longest = num_chunks if max_chunks is None else max_chunks
+    prefix = np.concatenate([[0.0], np.cumsum(weights)])
+    limits = _RangeLimits.of(num_chunks, max_chunks, cap_weights, cap)
+    if limits.unlimited:
+        bound = least_bottleneck(prefix.tolist(), float(weights.max()), num_ranks)
+    else:
+        bound = _bisected_bottleneck(prefix.tolist(), float(weights.max()), num_ranks, limits)
+    ends = _greedy_ends(prefix.tolist(), bound, num_ranks, limits)
+    assert ends is not None, "the range limits do not cover every chunk"
+    return np.repeat(np.arange(num_ranks, dtype=np.int64), np.diff([0, *ends]))
 
-    def cuts(bound: float) -> list[int] | None:
-        result, start = [], 0
-        for _ in range(num_ranks):
-            end = bisect.bisect_right(prefix, prefix[start] + bound * (1 + 1e-12)) - 1
-            end = max(end, start + 1) if start < num_chunks else start
-            end = min(end, start + longest, num_chunks)
-            if capped is not None:
-                end = min(end, bisect.bisect_right(capped, capped[start] + cap) - 1)
-            result.append(end)
-            start = end
-        return result if start >= num_chunks else None
 
-    lo, hi = float(weights.max()), float(prefix[-1])
-    assert cuts(hi) is not None, "the range limits do not cover every chunk"
+@dataclass(frozen=True)
+class _RangeLimits:
+    """Limits on every range of a contiguous split: chunk count, and a cap on another weight's sum."""
+
+    longest: int
+    """The most chunks a range may hold."""
+    capped: list[float] | None
+    """Prefix sums of the capped weight (``None``: no cap)."""
+    cap: float
+    """The most a range's capped weight may sum to."""
+    unlimited: bool
+    """Whether neither limit can bind."""
+
+    @classmethod
+    def of(cls, num_chunks: int, max_chunks: int | None, cap_weights, cap: float | None) -> _RangeLimits:
+        """The limits of a split of ``num_chunks`` chunks (``None``: no such limit)."""
+        capped = None
+        if cap_weights is not None:
+            assert cap is not None
+            capped = np.concatenate([[0.0], np.cumsum(np.asarray(cap_weights, dtype=np.float64))]).tolist()
+        longest = num_chunks if max_chunks is None else max_chunks
+        return cls(longest, capped, 0.0 if cap is None else cap, capped is None and longest >= num_chunks)
+
+
+def _greedy_ends(prefix: list[float], bound: float, num_ranks: int, limits: _RangeLimits) -> list[int] | None:
+    """Each rank's range end when ranks fill in order (:func:`_fill`); ``None`` when they do not cover
+    every chunk."""
+    ends = _fill(prefix, bound, num_ranks, limits)
+    return ends if ends[-1] >= len(prefix) - 1 else None
+
+
+def _fill(prefix: list[float], bound: float, num_ranks: int, limits: _RangeLimits) -> list[int]:
+    """Each rank's range end when ranks fill in order, each as far as ``bound`` and the limits allow
+    (at least one chunk while any is left)."""
+    num_chunks = len(prefix) - 1
+    result, start = [], 0
+    for _ in range(num_ranks):
+        end = bisect.bisect_right(prefix, prefix[start] + bound * (1 + 1e-12)) - 1
+        end = max(end, start + 1) if start < num_chunks else start
+        end = min(end, start + limits.longest, num_chunks)
+        if limits.capped is not None:
+            end = min(end, bisect.bisect_right(limits.capped, limits.capped[start] + limits.cap) - 1)
+        result.append(end)
+        start = end
+    return result
+
+
+MAX_BIDS = 64
+"""Bidding steps of :func:`least_bottleneck` before it bisects the rest."""
+
+
+def least_bottleneck(prefix: list[float], heaviest: float, num_ranks: int) -> float:
+    """The least bottleneck of a contiguous split without limits, exactly (a bidding search).
+
+    Start from a lower bound, ``max(heaviest, total / ranks)`` (a range holds the heaviest chunk; some
+    range holds at least the average). While the fill at bound ``B`` leaves chunks uncovered, no bound
+    below ``B' = min over ranks of (its range plus the next chunk)`` fills differently (every range
+    stops where it stopped), so the least feasible bound is at least ``B'``: move there. Each step
+    lengthens a range; from a tight lower bound few remain, and past :data:`MAX_BIDS` the rest is
+    bisected (exact to a relative 1e-9).
+    """
+    num_chunks = len(prefix) - 1
+    bound = max(heaviest, prefix[-1] / num_ranks)
+    limits = _RangeLimits(num_chunks, None, 0.0, True)
+    for _ in range(MAX_BIDS):
+        ends = _fill(prefix, bound, num_ranks, limits)
+        if ends[-1] >= num_chunks:
+            return bound
+        starts = [0, *ends[:-1]]
+        bound = min(prefix[e + 1] - prefix[s] for s, e in zip(starts, ends, strict=True) if e < num_chunks)
+    return _bisected_bottleneck(prefix, bound, num_ranks, limits)
+
+
+def _bisected_bottleneck(prefix: list[float], lower: float, num_ranks: int, limits: _RangeLimits) -> float:
+    """The least feasible bottleneck at or above ``lower`` under range limits, by bisection to a
+    relative 1e-9."""
+    lo, hi = lower, prefix[-1]
+    assert _greedy_ends(prefix, hi, num_ranks, limits) is not None, (
+        "the range limits do not cover every chunk"
+    )
     for _ in range(60):
         if hi - lo <= 1e-9 * max(hi, 1.0):
             break
         mid = (lo + hi) / 2
-        if cuts(mid) is None:
+        if _greedy_ends(prefix, mid, num_ranks, limits) is None:
             lo = mid
         else:
             hi = mid
-    ends = cuts(hi)
-    assert ends is not None
-    owner = np.empty(num_chunks, dtype=np.int64)
-    start = 0
-    for rank, end in enumerate(ends):
-        owner[start:end] = rank
-        start = end
-    return owner
+    return hi
 
 
 def owned_ranges(owner: np.ndarray, stats: ChunkStats, rank: int) -> list[tuple[int, int]]:
     """The packed-token ranges ``[start, end)`` a rank owns, merged where adjacent."""
     chunks = np.flatnonzero(np.asarray(owner) == rank)
-    ranges: list[tuple[int, int]] = []
-    for c in chunks.tolist():
-        start = c * stats.chunk_tokens
-        end = min(start + stats.chunk_tokens, stats.packed_tokens)
-        if ranges and ranges[-1][1] == start:
-            ranges[-1] = (ranges[-1][0], end)
-        else:
-            ranges.append((start, end))
-    return ranges
+    if chunks.size == 0:
+        return []
+    breaks = np.flatnonzero(np.diff(chunks) != 1) + 1
+    first = chunks[np.concatenate([[0], breaks])]
+    last = chunks[np.concatenate([breaks - 1, [chunks.size - 1]])]
+    starts = first * stats.chunk_tokens
+    ends = np.minimum((last + 1) * stats.chunk_tokens, stats.packed_tokens)
+    return list(zip(starts.tolist(), ends.tolist(), strict=True))

@@ -120,9 +120,12 @@ class Problem:
 
     def item_requests(self, items) -> np.ndarray:
         """Tree request indices of the given item indices, in item order."""
-        return np.concatenate([np.arange(self.item_ptr[i], self.item_ptr[i + 1]) for i in items]).astype(
-            np.int64
-        )
+        if isinstance(items, range) and items.step == 1 and len(items):  # a run of items: one range
+            return np.arange(self.item_ptr[items.start], self.item_ptr[items.stop], dtype=np.int64)
+        items = np.asarray(list(items) if not isinstance(items, np.ndarray) else items, dtype=np.int64)
+        starts, lengths = self.item_ptr[items], self.item_ptr[items + 1] - self.item_ptr[items]
+        offsets = np.cumsum(lengths) - lengths
+        return np.repeat(starts - offsets, lengths) + np.arange(int(lengths.sum()), dtype=np.int64)
 
     def share_mask(self, spec: str) -> np.ndarray:
         """The node mask of a layout spec (kept in :attr:`memo` per spec)."""
@@ -155,6 +158,52 @@ class Problem:
     def logical_tokens(self, items) -> int:
         """Unpacked tokens of the given items."""
         return int(self._item_tokens[np.asarray(list(items), dtype=np.int64)].sum())
+
+    @cached_property
+    def _item_nodes(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every distinct (item, node) pair: an item and a prefix-tree node its requests pass through,
+        sorted by item then node (one vectorized pass over the request paths)."""
+        tree = self.tree
+        items = np.repeat(self.request_item, np.diff(tree.path_ptr))
+        keys = np.unique(items * tree.num_nodes + tree.path_nodes)
+        return keys // tree.num_nodes, keys % tree.num_nodes
+
+    @cached_property
+    def item_full_tokens(self) -> np.ndarray:
+        """Per item, its packed tokens alone under full sharing (each node of its requests once)."""
+        items, nodes = self._item_nodes
+        return np.bincount(items, weights=self.tree.node_length[nodes], minlength=self.num_items).astype(
+            np.int64
+        )
+
+    @cached_property
+    def adjacent_shared_tokens(self) -> np.ndarray:
+        """Per pair of neighbouring items ``(i, i + 1)``, the tokens of the prefix-tree nodes both pass
+        through: what a wave boundary between them stores twice (shape ``num_items - 1``)."""
+        return self.shared_along(np.arange(self.num_items, dtype=np.int64))
+
+    def shared_along(self, order: np.ndarray) -> np.ndarray:
+        """For the items in ``order`` (a permutation), the tokens each neighbouring pair
+        ``(order[k], order[k + 1])`` shares: the prefix-tree nodes both pass through."""
+        items, nodes = self._item_nodes
+        position = np.empty(self.num_items, dtype=np.int64)
+        position[np.asarray(order, dtype=np.int64)] = np.arange(self.num_items, dtype=np.int64)
+        at = position[items]
+        keys = np.sort(at * self.tree.num_nodes + nodes)
+        at, nodes = keys // self.tree.num_nodes, keys % self.tree.num_nodes
+        earlier = keys - self.tree.num_nodes  # (k, v) as the key of (k - 1, v)
+        found = np.minimum(np.searchsorted(keys, earlier), keys.size - 1)
+        both = (keys[found] == earlier) & (at > 0)
+        weights = self.tree.node_length[nodes[both]]
+        return np.bincount(at[both] - 1, weights=weights, minlength=self.num_items - 1).astype(np.int64)
+
+    @cached_property
+    def prefix_order(self) -> np.ndarray:
+        """The items ordered by their first request's path in the prefix tree (arrival order among
+        equals): items that share prefixes come together, however they arrived."""
+        first = self.item_ptr[:-1]
+        keys = [self.tree.path(int(r)) for r in first.tolist()]
+        return np.array(sorted(range(self.num_items), key=keys.__getitem__), dtype=np.int64)
 
 
 def check_static_floor(card: ResolvedCard, memory_bytes: int) -> None:

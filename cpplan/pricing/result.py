@@ -21,6 +21,9 @@ class Plan:
     strategy: str
     waves: tuple[WavePlan, ...]
     schedule: Schedule | None = None
+    notes: tuple[str, ...] = ()
+    """What the strategy says about this plan (say, that the deadline cut its search short); the
+    portfolio adds them to the candidate's reason."""
 
     def __post_init__(self) -> None:
         assert self.schedule is None or len(self.schedule.gpus) == len(self.waves), "one placement per wave"
@@ -75,12 +78,23 @@ class Candidate:
 
 @dataclass(frozen=True, kw_only=True)
 class SolverStats:
-    """What the CP-SAT backend reports: status, objective, proven bound, gap, times and model size."""
+    """What the CP-SAT backend reports: status, objective, proven bound, gap, times and model size.
+
+    The joint model is conservative (its per-rank memory rows bound the exact ones from above), so its
+    objective, bound and gap are the *model's*: ``optimal`` means optimal in the model, and a plan
+    outside it (the exact evaluator admits more) may cost less. Nothing here bounds the plan itself."""
 
     status: str
+    """CP-SAT's status on its model (``optimal`` / ``feasible`` there), or why it did not run."""
     objective_s: float | None = None
+    """The model's objective of the answer, in seconds."""
     bound_s: float | None = None
+    """The model's proven lower bound, in seconds: a bound of the conservative model's optimum, not of
+    every plan."""
     gap: float | None = None
+    """``(objective - bound) / objective`` in the model (kept for compatibility: see :attr:`model_gap`)."""
+    model_gap: float | None = None
+    """The same gap, named for what it is: the model's, not the plan's."""
     wall_s: float = 0.0
     deterministic_time: float | None = None
     num_booleans: int = 0

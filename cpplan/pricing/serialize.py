@@ -195,6 +195,7 @@ def solver_to_dict(stats: SolverStats) -> dict[str, Any]:
         "objective_s": stats.objective_s,
         "bound_s": stats.bound_s,
         "gap": stats.gap,
+        "model_gap": stats.model_gap,
         "wall_s": stats.wall_s,
         "deterministic_time": stats.deterministic_time,
         "num_booleans": stats.num_booleans,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -10,9 +10,10 @@ import numpy as np
 from cpplan.pricing.evaluator import RankPrices, price, wave_cost_s
 from cpplan.pricing.handoff import NO_HANDOFF, Handoff, wave_handoff
 from cpplan.pricing.layout import PackedLayout
+from cpplan.pricing.memo import card_constants
 from cpplan.pricing.ownership import ChunkStats, chunk_stats, contiguous_split, rank_quantities
 from cpplan.pricing.problem import Problem
-from cpplan.spec.quantities import QUANTITY_INDEX
+from cpplan.spec.quantities import COUNTS, NUM_QUANTITIES, QUANTITIES, QUANTITY_INDEX, check_rules
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -62,10 +63,40 @@ def ownership_candidates(problem: Problem, stats: ChunkStats) -> list[np.ndarray
     cp = problem.topology.cp
     if cp == 1:
         return [np.zeros(stats.num_chunks, dtype=np.int64)]
-    time_weight = stats.quantity_matrix() @ problem.card.time_coefficients()
+    time_weight = stats.quantity_matrix() @ card_constants(problem.card).time_coefficients
     by_time = contiguous_split(time_weight, cp)
     by_tokens = contiguous_split(stats.tokens.astype(np.float64), cp)
     return [by_time] if np.array_equal(by_time, by_tokens) else [by_time, by_tokens]
+
+
+EDGE_STEPS = 12
+"""Repair steps :func:`edge_ownership` takes before it gives up."""
+
+
+def edge_ownership(problem: Problem, stats: ChunkStats, owner: np.ndarray) -> np.ndarray | None:
+    """For a wave at the memory edge: ``owner`` (contiguous, balanced by time) repaired until every
+    rank fits, or ``None``. The rank furthest over the budget hands chunks at one end to the neighbour
+    with the lower peak, as many as its excess over its bytes per chunk, every step priced exactly;
+    the ranks' times stay as close to balanced as the memory allows (the token-balanced split, the
+    other fallback, lets them drift further)."""
+    cp, budget = problem.topology.cp, problem.budget_bytes
+    sizes = np.bincount(owner, minlength=cp)
+    static = card_constants(problem.card).static_peak_bytes
+    for _ in range(EDGE_STEPS):
+        peaks = price(problem.card, rank_quantities(stats, owner, cp)).peak_bytes
+        worst = int(np.argmax(peaks))
+        if peaks[worst] <= budget:
+            return owner
+        per_chunk = max(peaks[worst] - static, 1.0) / sizes[worst]
+        moved = min(int(np.ceil((peaks[worst] - budget) / per_chunk)), int(sizes[worst]) - 1)
+        if moved < 1:
+            return None
+        neighbours = [r for r in (worst - 1, worst + 1) if 0 <= r < cp]
+        to = min(neighbours, key=lambda r: peaks[r])
+        sizes[worst] -= moved
+        sizes[to] += moved
+        owner = np.repeat(np.arange(cp, dtype=np.int64), sizes)
+    return None
 
 
 def price_wave(
@@ -83,28 +114,46 @@ def price_wave(
     owners = [owner] if owner is not None else ownership_candidates(problem, stats)
     best: WavePlan | None = None
     for candidate in owners:
-        q = rank_quantities(stats, candidate, problem.topology.cp)
-        prices = price(problem.card, q)
-        handoff = wave_handoff(
-            layout, candidate, stats.chunk_tokens, problem.topology.cp, problem.card.handoff
-        )
-        wave = WavePlan(
-            items=tuple(items),
-            layout_name=layout_name,
-            layout=layout,
-            stats=stats,
-            owner=np.asarray(candidate, dtype=np.int64),
-            quantities=q,
-            prices=prices,
-            cost_s=wave_cost_s(problem.card, prices) + handoff.seconds,
-            logical_tokens=problem.logical_tokens(items),
-            split=split,
-            handoff=handoff,
-        )
+        wave = _priced_ownership(problem, items, layout, layout_name, stats, candidate, split)
         if best is None or _better(wave, best, problem.budget_bytes):
             best = wave
     assert best is not None
+    fallback = owner is None and len(owners) > 1 and best.owner is not owners[0]
+    if fallback and best.fits(problem.budget_bytes):  # only the token-balanced split fits: repair by time
+        repaired = edge_ownership(problem, stats, owners[0])
+        if repaired is not None:
+            wave = _priced_ownership(problem, items, layout, layout_name, stats, repaired, split)
+            if _better(wave, best, problem.budget_bytes):
+                best = wave
     return best
+
+
+def _priced_ownership(
+    problem: Problem,
+    items: Sequence[int],
+    layout: PackedLayout,
+    layout_name: str,
+    stats: ChunkStats,
+    owner: np.ndarray,
+    split: bool,
+) -> WavePlan:
+    """``layout`` with chunk ownership ``owner``, priced."""
+    q = rank_quantities(stats, owner, problem.topology.cp)
+    prices = price(problem.card, q)
+    handoff = wave_handoff(layout, owner, stats.chunk_tokens, problem.topology.cp, problem.card.handoff)
+    return WavePlan(
+        items=tuple(items),
+        layout_name=layout_name,
+        layout=layout,
+        stats=stats,
+        owner=np.asarray(owner, dtype=np.int64),
+        quantities=q,
+        prices=prices,
+        cost_s=wave_cost_s(problem.card, prices) + handoff.seconds,
+        logical_tokens=problem.logical_tokens(items),
+        split=split,
+        handoff=handoff,
+    )
 
 
 def _better(a: WavePlan, b: WavePlan, budget: int) -> bool:
@@ -125,29 +174,100 @@ def best_wave(
     packing is priced once per problem (kept in ``problem.memo.priced_waves``; the first layout
     naming it wins ties).
     """
-    items = tuple(items)
-    counts = problem.tree.node_counts(problem.item_requests(items))
-    cache = problem.memo.priced_waves
-    seen: set[bytes] = set()
     fitting: WavePlan | None = None
     lowest: WavePlan | None = None
-    for spec in layouts:
-        take = (problem.share_mask(spec) & (counts >= 2)).tobytes()
-        if take in seen:
-            continue
-        seen.add(take)
-        wave = cache.get((items, take))
-        if wave is None:
-            wave = price_wave(problem, items, problem.pack(items, spec), spec)
-            cache[(items, take)] = wave
-        elif wave.layout_name != spec:
-            wave = replace(wave, layout_name=spec)
+    for wave in _distinct_waves(problem, tuple(items), layouts):
         if wave.fits(problem.budget_bytes) and (fitting is None or wave.cost_s < fitting.cost_s):
             fitting = wave
         if lowest is None or wave.peak_bytes < lowest.peak_bytes:
             lowest = wave
     assert lowest is not None
     return fitting, lowest
+
+
+def first_fitting(
+    problem: Problem, items: Sequence[int], layouts: Sequence[str]
+) -> tuple[WavePlan | None, WavePlan]:
+    """The wave of the first layout (in the order given) that fits, or ``None``; and the lowest-peak
+    wave priced. Layouts are priced only until one fits: whether ``items`` fit at all is the same
+    answer as :func:`best_wave`'s, usually for one pricing instead of one per layout."""
+    lowest: WavePlan | None = None
+    for wave in _distinct_waves(problem, tuple(items), layouts):
+        if wave.fits(problem.budget_bytes):
+            return wave, wave
+        if lowest is None or wave.peak_bytes < lowest.peak_bytes:
+            lowest = wave
+    assert lowest is not None
+    return None, lowest
+
+
+def _distinct_waves(problem: Problem, items: tuple[int, ...], layouts: Sequence[str]) -> Iterator[WavePlan]:
+    """The priced wave of each layout that packs ``items`` differently from the layouts before it
+    (named by that layout), priced on first use and kept in ``problem.memo``. A later layout that
+    shares nothing is left out when :func:`unshared_cannot_fit` proves it over the budget."""
+    counts = wave_counts(problem, items)
+    cache = problem.memo.priced_waves
+    seen: set[bytes] = set()
+    for spec in layouts:
+        taken = problem.share_mask(spec) & (counts >= 2)
+        take = taken.tobytes()
+        if take in seen:
+            continue
+        seen.add(take)
+        if seen != {take} and not taken.any() and unshared_cannot_fit(problem, items):
+            continue  # no sharing, provably over the budget: not worth packing
+        wave = cache.get((items, take))
+        if wave is None:
+            wave = price_wave(problem, items, problem.pack(items, spec), spec)
+            cache[(items, take)] = wave
+        elif wave.layout_name != spec:
+            wave = replace(wave, layout_name=spec)
+        yield wave
+
+
+def unshared_cannot_fit(problem: Problem, items: tuple[int, ...]) -> bool:
+    """Whether ``items`` packed without sharing provably exceed the budget on some rank: every
+    request is then stored whole as its own segment, so the wave's totals are known without packing,
+    and the busiest rank costs at least the average rank (a peak is a maximum of sums: convex in the
+    rank's quantities), counted here with the wave's tokens, attended pairs and segments spread evenly,
+    every tokens not owned gathered, and the gradient- or loss-only counts left at zero."""
+    lengths = problem.request_tokens[problem.item_requests(items)].astype(np.float64)
+    cp = problem.topology.cp
+    mean = np.zeros(NUM_QUANTITIES)
+    for quantity in QUANTITIES:
+        if quantity.only == "all":
+            mean[QUANTITY_INDEX[quantity.name]] = _UNSHARED_MEAN[quantity.count](lengths, cp)
+    return bool(price(problem.card, mean).peak_bytes[0] > problem.budget_bytes)
+
+
+_UNSHARED_MEAN = {
+    "token": lambda n, cp: n.sum() / cp,
+    "pair": lambda n, cp: (n * (n + 1) / 2).sum() / cp,
+    "segment": lambda n, cp: n.size / cp,
+    "remote": lambda n, cp: n.sum() * (cp - 1) / cp,
+}
+"""Per count, the average rank's amount when requests of ``n`` tokens are packed without sharing."""
+check_rules("pricing.wave.unshared_cannot_fit", _UNSHARED_MEAN, COUNTS)
+
+
+def wave_counts(problem: Problem, items: tuple[int, ...]) -> np.ndarray:
+    """How many of the requests of ``items`` pass through each prefix-tree node (kept in
+    ``problem.memo.node_counts``: every layout of a wave, and every strategy, asks for the same)."""
+    counts = problem.memo.node_counts.get(items)
+    if counts is None:
+        counts = problem.memo.node_counts[items] = request_node_counts(problem, problem.item_requests(items))
+    return counts
+
+
+def request_node_counts(problem: Problem, requests: np.ndarray) -> np.ndarray:
+    """How many of ``requests`` (tree request indices) pass through each node: one count over their
+    concatenated root-to-leaf paths (the same numbers as ``PrefixTree.node_counts``, vectorized)."""
+    tree = problem.tree
+    starts, ends = tree.path_ptr[requests], tree.path_ptr[requests + 1]
+    lengths = ends - starts
+    offsets = np.cumsum(lengths) - lengths
+    entries = np.repeat(starts - offsets, lengths) + np.arange(int(lengths.sum()), dtype=np.int64)
+    return np.bincount(tree.path_nodes[entries], minlength=tree.num_nodes).astype(np.int64)
 
 
 def local_tokens(wave: WavePlan) -> np.ndarray:

@@ -87,9 +87,11 @@ def _read_chain(
             violations.append(f"wave {w}: request {k} of {item_id!r} has a broken chain at segment {c}")
             return
         piece = request.tokens[position : position + length]
-        if coverage.tokens[c] is None:
-            coverage.tokens[c] = piece
-        if piece.size != length or not np.array_equal(coverage.tokens[c], piece):
+        held = coverage.tokens[c]
+        if held is None:
+            coverage.tokens[c] = held = piece
+        same = held is piece or (held.size == piece.size and bool((held == piece).all()))
+        if piece.size != length or not same:
             violations.append(
                 f"wave {w}: segment {c} holds tokens that differ from request {k} of {item_id!r}"
             )

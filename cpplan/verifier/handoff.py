@@ -1,4 +1,4 @@
-"""The verifier's own count of a wave's GDN hand-off, token by token (no code shared with
+"""The verifier's own count of a wave's GDN hand-off, piece by piece (no code shared with
 :mod:`cpplan.pricing.handoff`).
 
 A piece is a run of packed tokens of one segment owned by one rank. Walking the pieces in packed order,
@@ -11,26 +11,21 @@ the busiest rank's total), each at the card's resolved hand-off seconds.
 
 from __future__ import annotations
 
-import numpy as np
-
 from cpplan.spec.card import ResolvedCard
 from cpplan.verifier.segments import Segment
 
 
-def handoff_seconds(
-    card: ResolvedCard, segments: list[Segment], offsets: list[int], owner: np.ndarray, seg_of: np.ndarray
-) -> float:
-    """Seconds the wave's hand-off adds (0 on one rank or when the card prices none)."""
+def handoff_seconds(card: ResolvedCard, segments: list[Segment], offsets: list[int], pieces) -> float:
+    """Seconds the wave's hand-off adds (0 on one rank or when the card prices none); ``pieces`` are the
+    wave's maximal pieces in packed order (:class:`~cpplan.verifier.rank_prices.Pieces`)."""
     seconds = card.handoff
-    if card.topology.cp == 1 or not seconds.priced or owner.size == 0:
+    if card.topology.cp == 1 or not seconds.priced or pieces.owner.size == 0:
         return 0.0
-    starts = [0, *(np.flatnonzero((owner[1:] != owner[:-1]) | (seg_of[1:] != seg_of[:-1])) + 1).tolist()]
-    ends = [*starts[1:], int(owner.size)]
     piece_owner, piece_round, sources = [], [], set()
     last_piece: dict[int, int] = {}
     work: dict[tuple[int, int], int] = {}
-    for i, (start, end) in enumerate(zip(starts, ends, strict=True)):
-        segment, rank = int(seg_of[start]), int(owner[start])
+    columns = (pieces.start, pieces.length, pieces.owner, pieces.segment)
+    for i, (start, length, rank, segment) in enumerate(zip(*(c.tolist() for c in columns), strict=True)):
         parent = segments[segment][0]
         pred = i - 1 if start != offsets[segment] else last_piece.get(parent, -1) if parent >= 0 else -1
         crossing = pred >= 0 and piece_owner[pred] != rank
@@ -40,7 +35,7 @@ def handoff_seconds(
         piece_owner.append(rank)
         piece_round.append(round_)
         last_piece[segment] = i
-        work[(rank, round_)] = work.get((rank, round_), 0) + end - start
+        work[(rank, round_)] = work.get((rank, round_), 0) + length
     rounds = max(piece_round) + 1
     per_round = sum(max(work.get((r, k), 0) for r in range(card.topology.cp)) for k in range(rounds))
     per_rank = max(sum(work.get((r, k), 0) for k in range(rounds)) for r in range(card.topology.cp))

@@ -122,8 +122,8 @@ def _check_wave(
     check_whole_items(w, wave, by_id, violations)
     check_used(w, coverage, violations)
     check_packed_tokens(w, wave, packed, violations)
-    owner = read_owners(w, wave["ranks"], packed, chunk, card.topology.cp, violations)
-    return price_ranks(w, wave, segments, offsets, owner, coverage, card, budget, violations)
+    runs = read_owners(w, wave["ranks"], packed, chunk, card.topology.cp, violations)
+    return price_ranks(w, wave, segments, offsets, runs, coverage, card, budget, violations)
 
 
 def _coverage_violations(

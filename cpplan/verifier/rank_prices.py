@@ -1,10 +1,17 @@
-"""The verifier's own pricing of a wave: per-rank local quantities summed token by token from the
-owners and the segment tree, then peaks and seconds from the resolved card's terms with plain Python
-arithmetic (no code shared with the numpy evaluator)."""
+"""The verifier's own pricing of a wave: per-rank local quantities summed from the owners and the
+segment tree, then peaks and seconds from the resolved card's terms with plain Python arithmetic (no
+code shared with the numpy evaluator).
+
+The wave is cut into *pieces*: maximal runs of packed tokens inside one segment with one owner (cut at
+every segment start and every change of owner). A piece of ``n`` tokens at request positions
+``p .. p + n - 1`` adds ``n`` to a per-token count and ``(p + 1) + ... + (p + n)`` to a per-attended-key
+count, so the work grows with segments and owned ranges, not with tokens.
+"""
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -13,14 +20,19 @@ from cpplan.spec.card import ResolvedCard
 from cpplan.spec.quantities import COUNTS, QUANTITIES, QUANTITY_NAMES, check_rules
 from cpplan.verifier.chains import Coverage
 from cpplan.verifier.handoff import handoff_seconds
+from cpplan.verifier.owners import OwnerRuns
 from cpplan.verifier.segments import Segment
 
 PEAK_TOLERANCE_BYTES = 2
 COST_TOLERANCE = 1e-9
 
-_PER_TOKEN = {"token": lambda pos: np.ones_like(pos), "pair": lambda pos: pos + 1}
-"""What one owned token at position ``pos`` adds to a per-token count: 1, or the keys it attends."""
-check_rules("verifier.rank_prices", (*_PER_TOKEN, "segment", "remote"), COUNTS)
+_PER_RUN = {
+    "token": lambda first, n: n,
+    "pair": lambda first, n: n * (2 * first + n + 1) // 2,
+}
+"""What ``n`` owned tokens at consecutive positions ``first .. first + n - 1`` add to a per-token count:
+one each, or the keys each attends (position + 1), an arithmetic series."""
+check_rules("verifier.rank_prices", (*_PER_RUN, "segment", "remote"), COUNTS)
 
 
 def close(a: float, b: float) -> bool:
@@ -28,12 +40,60 @@ def close(a: float, b: float) -> bool:
     return abs(a - b) <= COST_TOLERANCE * max(1.0, abs(a), abs(b))
 
 
+@dataclass(frozen=True, kw_only=True)
+class Pieces:
+    """Runs of packed tokens inside one segment with one owner: owner, segment, the packed position and
+    the request position of the first token, and the number of tokens, one entry per piece in packed
+    order."""
+
+    owner: np.ndarray
+    segment: np.ndarray
+    start: np.ndarray
+    first: np.ndarray
+    length: np.ndarray
+
+    def merged(self) -> Pieces:
+        """The maximal pieces: neighbours with the same owner and segment joined (ownership given as
+        two touching ranges of one rank is one piece)."""
+        if self.owner.size == 0:
+            return self
+        new = np.concatenate(
+            [[True], (self.owner[1:] != self.owner[:-1]) | (self.segment[1:] != self.segment[:-1])]
+        )
+        heads = np.flatnonzero(new)
+        return Pieces(
+            owner=self.owner[heads],
+            segment=self.segment[heads],
+            start=self.start[heads],
+            first=self.first[heads],
+            length=np.add.reduceat(self.length, heads),
+        )
+
+
+def pieces_of(segments: list[Segment], offsets: list[int], runs: OwnerRuns) -> Pieces:
+    """Cut the wave at every segment start and every ownership boundary."""
+    seg_offset = np.array(offsets, dtype=np.int64)
+    seg_start = np.array([s[1] for s in segments], dtype=np.int64)
+    cuts = np.union1d(seg_offset, runs.start)
+    cuts = cuts[cuts < runs.packed]
+    ends = np.append(cuts[1:], runs.packed)
+    segment = np.searchsorted(seg_offset, cuts, side="right") - 1
+    run = np.searchsorted(runs.start, cuts, side="right") - 1
+    return Pieces(
+        owner=runs.owner[run],
+        segment=segment,
+        start=cuts,
+        first=seg_start[segment] + (cuts - seg_offset[segment]),
+        length=ends - cuts,
+    ).merged()
+
+
 def price_ranks(
     w: int,
     wave: dict[str, Any],
     segments: list[Segment],
     offsets: list[int],
-    owner: np.ndarray,
+    runs: OwnerRuns,
     coverage: Coverage,
     card: ResolvedCard,
     budget: int,
@@ -42,13 +102,11 @@ def price_ranks(
     """Price every rank of the wave, check it against the budget and the plan's claims; the wave's cost
     (slowest rank plus overhead) and its worst peak."""
     cp = card.topology.cp
-    packed = int(owner.size)
-    seg_of, pos = _token_positions(segments, offsets, packed)
-    grad = np.array(coverage.grad, dtype=bool)[seg_of]
-    loss = np.array(coverage.loss, dtype=bool)[seg_of]
-    for c, needed in coverage.masked_loss.items():
-        loss[offsets[c] : offsets[c] + needed.size] |= needed
-    per_rank = rank_sums(owner, seg_of, pos, grad, loss, cp)
+    pieces = pieces_of(segments, offsets, runs)
+    flags = {"grad": np.array(coverage.grad, dtype=bool), "loss": np.array(coverage.loss, dtype=bool)}
+    seg_start = np.array([s[1] for s in segments], dtype=np.int64)
+    masked = {"loss": coverage.masked_loss} if coverage.masked_loss else {}
+    per_rank = rank_sums(pieces, flags, runs.packed, cp, masked=masked, seg_start=seg_start)
     claimed = {int(r["rank"]): r for r in wave["ranks"]}
     slowest, worst = 0.0, 0
     for rank in range(cp):
@@ -62,23 +120,10 @@ def price_ranks(
                 f"wave {w} rank {rank}: predicted peak {peak:,} bytes exceeds the budget of {budget:,} bytes"
             )
         _check_claims(w, rank, claimed.get(rank), local, peak, violations)
-    cost = slowest + card.wave_overhead_s + handoff_seconds(card, segments, offsets, owner, seg_of)
+    cost = slowest + card.wave_overhead_s + handoff_seconds(card, segments, offsets, pieces)
     if "cost_s" in wave and not close(float(wave["cost_s"]), cost):
         violations.append(f"wave {w}: cost_s {wave['cost_s']} but the verifier prices {cost}")
     return cost, worst
-
-
-def _token_positions(
-    segments: list[Segment], offsets: list[int], packed: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """Each packed token's segment and its position in the request (the segment's start plus the
-    token's place in the segment)."""
-    seg_len = np.array([s[2] for s in segments], dtype=np.int64)
-    seg_of = np.repeat(np.arange(len(segments)), seg_len)
-    seg_start = np.array([s[1] for s in segments], dtype=np.int64)
-    shift = np.array(offsets, dtype=np.int64) - seg_start
-    pos = np.arange(packed, dtype=np.int64) - np.repeat(shift, seg_len)
-    return seg_of, pos
 
 
 def _check_claims(
@@ -101,42 +146,72 @@ def _check_claims(
         )
 
 
-def rank_sums(owner, seg_of, pos, grad, loss, cp: int) -> dict[str, np.ndarray]:
+def rank_sums(
+    pieces: Pieces,
+    seg_flags: dict[str, np.ndarray],
+    packed: int,
+    cp: int,
+    *,
+    masked: dict[str, dict[int, np.ndarray]] | None = None,
+    seg_start: np.ndarray | None = None,
+) -> dict[str, np.ndarray]:
     """Every local quantity of the registry per rank, counted the way its entry states: per owned token
-    (1, or position + 1 keys for a pair count; only tokens of gradient / loss segments where the entry
-    says so), pieces owned (runs of one segment on the rank), or packed tokens not owned.
+    (1, or position + 1 keys for a pair count; only tokens of segments whose ``grad`` / ``loss`` flag is
+    set where the entry says so), pieces owned (``pieces`` must be the maximal ones: runs of one
+    segment on the rank), or packed tokens not owned. Pieces owned by no rank (or by a rank outside
+    ``0..cp-1``) count for none.
 
-    Ownership comes in runs of consecutive tokens, so each token-level prefix sum is read once per run.
-    """
+    ``masked[flag][s]`` marks, token by token, more tokens of segment ``s`` that carry ``flag`` though
+    the segment's flag is off (the tokens whose logits a request with a loss mask needs; segment ``s``
+    starts at request position ``seg_start[s]``); they are counted from per-segment prefix sums, so the
+    work grows with the masked segments, not with the wave."""
     sums = {name: np.zeros(cp, dtype=np.int64) for name in QUANTITY_NAMES}
-    if owner.size == 0:
-        return sums
-    bounds = np.concatenate([[0], np.flatnonzero(owner[1:] != owner[:-1]) + 1, [owner.size]])
-    run_owner = owner[bounds[:-1]]
-    keep = (run_owner >= 0) & (run_owner < cp)
-    flags = {"all": np.ones(pos.size, dtype=bool), "grad": grad, "loss": loss}
+    mine = (pieces.owner >= 0) & (pieces.owner < cp)
+    owner, segment = pieces.owner[mine], pieces.segment[mine]
+    first, length = pieces.first[mine], pieces.length[mine]
     for q in QUANTITIES:
-        if q.count in _PER_TOKEN:
-            values = _PER_TOKEN[q.count](pos) * flags[q.only]
-            prefix = np.concatenate([[0], np.cumsum(values, dtype=np.int64)])
-            run_sums = prefix[bounds[1:]] - prefix[bounds[:-1]]
-            np.add.at(sums[q.name], run_owner[keep], run_sums[keep])
+        if q.count in _PER_RUN:
+            values = _PER_RUN[q.count](first, length)
+            if q.only != "all":
+                flagged = seg_flags[q.only][segment]
+                values = values * flagged
+                extra = (masked or {}).get(q.only)
+                if extra:
+                    values = values + _masked_sums(q.count, extra, segment, first, length, flagged, seg_start)
+            sums[q.name] = np.bincount(owner, weights=values, minlength=cp).astype(np.int64)
         elif q.count == "segment":
-            sums[q.name] = _segments_touched(owner, seg_of, cp)
-    owned = np.bincount(owner[(owner >= 0) & (owner < cp)], minlength=cp)[:cp]
+            sums[q.name] = np.bincount(owner, minlength=cp)[:cp].astype(np.int64)
+    owned = np.bincount(owner, weights=length, minlength=cp).astype(np.int64)
     for q in QUANTITIES:
         if q.count == "remote":
-            sums[q.name] = owner.size - owned
+            sums[q.name] = packed - owned
     return sums
 
 
-def _segments_touched(owner: np.ndarray, seg_of: np.ndarray, cp: int) -> np.ndarray:
-    """Pieces per rank: runs of consecutive packed tokens with the same owner and segment (a rank
-    holding two separate ranges of one segment holds two pieces, each with its own incoming state)."""
-    change = np.flatnonzero((owner[1:] != owner[:-1]) | (seg_of[1:] != seg_of[:-1])) + 1
-    run_owner = owner[np.concatenate([[0], change])]
-    keep = (run_owner >= 0) & (run_owner < cp)
-    return np.bincount(run_owner[keep], minlength=cp)[:cp].astype(np.int64)
+def _masked_sums(
+    count: str,
+    needed: dict[int, np.ndarray],
+    segment: np.ndarray,
+    first: np.ndarray,
+    length: np.ndarray,
+    flagged: np.ndarray,
+    seg_start: np.ndarray | None,
+) -> np.ndarray:
+    """Per piece, what its tokens marked in ``needed[segment]`` add to a per-token count (zero for a
+    piece whose segment is flagged whole, or has no marks)."""
+    assert seg_start is not None, "masked tokens need the segments' start positions"
+    out = np.zeros(segment.size, dtype=np.int64)
+    for s, marks in needed.items():
+        pieces = np.flatnonzero((segment == s) & ~flagged)
+        if pieces.size == 0:
+            continue
+        positions = int(seg_start[s]) + np.arange(marks.size, dtype=np.int64)
+        per_token = _PER_RUN[count](positions, np.ones_like(positions)) * marks.astype(np.int64)
+        prefix = np.concatenate([[0], np.cumsum(per_token)])
+        lo = np.minimum(first[pieces] - int(seg_start[s]), marks.size)
+        hi = np.minimum(lo + length[pieces], marks.size)
+        out[pieces] = prefix[hi] - prefix[lo]
+    return out
 
 
 def _peak(card: ResolvedCard, quantities: tuple[int, ...]) -> int:

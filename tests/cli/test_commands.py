@@ -37,7 +37,7 @@ def test_plan_then_verify_bundled_example(tmp_path, capsys):
     data = json.loads(plan_path.read_text())
     assert data["strategy"] in ("cpsat", "greedy", "full_sharing")
     assert {"cost_s", "waves", "solver", "candidates"} <= set(data)
-    assert {"status", "bound_s", "gap", "wall_s"} <= set(data["solver"])
+    assert {"status", "bound_s", "gap", "model_gap", "wall_s"} <= set(data["solver"])
     assert all({"strategy", "cost_s", "valid", "reason"} <= set(c) for c in data["candidates"])
     wave = data["waves"][0]
     assert {"items", "packed_tokens", "cost_s", "ranks"} <= set(wave)

@@ -61,13 +61,15 @@ def test_seeded_strategy_starts_no_seed_after_its_deadline(small_grpo, settings)
 
 def test_cpsat_strategy_skips_without_time_left(small_grpo, settings):
     """With the deadline less the realize/verify reserve already past, CP-SAT is not started and says
-    so; the portfolio still returns the greedy family's plan, under the deadline it was given."""
+    so; the portfolio still returns greedy's plan (packed at once with full sharing, its reason says
+    the deadline was reached), and skips every strategy after it, saying so, and the solver block
+    says CP-SAT did not run."""
     problem = Problem.build(small_grpo, settings)
     runtime = load_solver("runtime")
     plan, stats = cpsat_planner(problem, runtime, Deadline.after(0.0, deterministic=False))
     assert plan is None and stats.status == "skipped: no time left"
     result = solve(problem, runtime, deadline=Deadline.after(0.0, deterministic=False))
     reasons = {c.strategy: c.reason for c in result.candidates}
-    assert reasons["cpsat"] == "no solution (skipped: no time left)"
-    assert reasons["seeded"] == "no solution within its time"
-    assert result.strategy in ("greedy", "full_sharing")
+    assert reasons["cpsat"] == reasons["seeded"] == reasons["full_sharing"] == "skipped: no time left"
+    assert result.strategy == "greedy" and "deadline reached" in reasons["greedy"]
+    assert result.solver.status == "skipped: no time left"

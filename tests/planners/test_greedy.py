@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
+import dataclasses
+import time
+
 import pytest
 
 import cpplan
-from cpplan import NoFitError, Topology
+from cpplan import NoFitError, Topology, load_solver
+from cpplan.bench.synthetic import grpo
+from cpplan.planners.deadline import Deadline
 from cpplan.planners.greedy import full_sharing_plan, greedy_plan
+from cpplan.planners.widths import WidthSearch, cheapest_cut
+from cpplan.pricing.ownership import contiguous_split
 from cpplan.pricing.problem import Problem
-from cpplan.pricing.wave import best_wave
+from cpplan.pricing.serialize import plan_to_dict
+from cpplan.pricing.wave import best_wave, price_wave
 from cpplan.spec.settings import Settings
+from cpplan.verifier import verify_plan
 from tests.conftest import middle_budget
 
 LAYOUTS = ("full", "none", "min_span:512")
@@ -22,18 +31,123 @@ def tight(small_grpo, qwen36):
     return Problem.build(small_grpo, Settings(topology=Topology(cp=2), model=qwen36, memory_bytes=budget))
 
 
-def test_waves_fit_keep_order_and_are_maximal(tight):
-    """Every greedy wave fits on every rank, items stay in order and each item is planned once, and no
-    wave could have taken the next item under any layout (the width search found the edge)."""
+def _widest(problem: Problem, start: int) -> int:
+    """The widest fitting width from ``start``, by pricing every width in turn."""
+    width = 0
+    while (
+        start + width < problem.num_items and best_wave(problem, range(start, start + width + 1), LAYOUTS)[0]
+    ):
+        width += 1
+    return width
+
+
+def _check_cuts(problem: Problem, plan) -> None:
+    """Items in order, once each; every wave fits; every wave before the last two ends either at the
+    widest fitting width or, within its back half, at the boundary sharing the fewest tokens up to
+    there (fewer than at the widest); the last two waves cost no more than the cut rule's wave plus
+    the rest."""
+    order = [i for w in plan.waves for i in w.items]
+    assert order == list(range(problem.num_items))
+    shared = problem.adjacent_shared_tokens
+    for k, wave in enumerate(plan.waves):
+        assert wave.fits(problem.budget_bytes)
+        start, width = wave.items[0], len(wave.items)
+        if k >= plan.num_waves - 2:
+            continue
+        widest = _widest(problem, start)
+        assert (widest + 1) // 2 <= width <= widest
+        if width < widest:  # moved back to the cheapest boundary, which shares less
+            later = shared[start + width - 1 : start + widest]
+            assert shared[start + width - 1] == later.min() < shared[start + widest - 1]
+    if plan.num_waves >= 2:
+        start = plan.waves[-2].items[0]
+        ruled = cheapest_cut(problem, start, _widest(problem, start))
+        first, _ = best_wave(problem, range(start, start + ruled), LAYOUTS)
+        rest, _ = best_wave(problem, range(start + ruled, problem.num_items), LAYOUTS)
+        if rest is not None:
+            assert plan.waves[-2].cost_s + plan.waves[-1].cost_s <= first.cost_s + rest.cost_s + 1e-12
+
+
+def test_waves_fit_keep_order_and_are_widest_or_cut_where_least_is_shared(tight):
+    """Every greedy wave fits on every rank, items stay in order and each item is planned once, and a
+    wave ends at the widest fitting width unless, in its back half, a boundary shares fewer tokens."""
     plan = greedy_plan(tight, LAYOUTS)
     assert plan.num_waves > 1
-    order = [i for w in plan.waves for i in w.items]
-    assert order == list(range(tight.num_items))
-    for wave in plan.waves:
-        assert wave.fits(tight.budget_bytes)
-        if wave.items[-1] + 1 < tight.num_items:
-            bigger, _ = best_wave(tight, [*wave.items, wave.items[-1] + 1], LAYOUTS)
-            assert bigger is None
+    _check_cuts(tight, plan)
+
+
+def test_greedy_keeps_prefix_groups_whole(qwen36):
+    """With one item per completion, on the full-depth model (a duplicated prompt costs more than a
+    share of a wave's overhead), a wave that could hold 1.5 groups ends at the group boundary instead:
+    no prompt is stored in two waves, and the plan is cheaper than cutting where the count runs out
+    (what the planner did before)."""
+    workload = grpo(
+        num_prompts=5,
+        group_size=8,
+        system_tokens=0,
+        prompt_tokens=(2048, 3072),
+        completion_tokens=(128, 256),
+        items_per_prompt=False,
+        seed=7,
+    )
+    settings = Settings(topology=Topology(cp=2), model=qwen36, memory_bytes=2**60)
+    probe = Problem.build(workload, settings)
+    twelve = best_wave(probe, range(12), ("full",))[0].peak_bytes
+    problem = Problem.build(workload, dataclasses.replace(settings, memory_bytes=twelve))
+    plan = greedy_plan(problem, LAYOUTS)
+    _check_cuts(problem, plan)
+    assert plan.num_waves > 1 and all(w.items[0] % 8 == 0 and len(w.items) % 8 == 0 for w in plan.waves)
+    count_cut = _cut_where_count_runs_out(problem)
+    assert plan.cost_s < count_cut
+
+
+def _cut_where_count_runs_out(problem: Problem) -> float:
+    """The cost of the widest-wave plan without moving any cut (the planner before group cuts)."""
+    start, cost = 0, 0.0
+    while start < problem.num_items:
+        width = _widest(problem, start)
+        cost += best_wave(problem, range(start, start + width), LAYOUTS)[0].cost_s
+        start += width
+    return cost
+
+
+def test_width_search_prices_few_candidate_waves(qwen36):
+    """The width search prices about two candidate widths per wave once its peak model has seen a
+    wave (the width it proposes fits and one more does not), far below doubling plus bisection."""
+    workload = grpo(
+        num_prompts=16,
+        group_size=8,
+        system_tokens=0,
+        prompt_tokens=(1024, 2048),
+        completion_tokens=(128, 512),
+        items_per_prompt=False,
+        seed=2,
+    )
+    settings = Settings(topology=Topology(cp=2), model=qwen36, memory_bytes=2**60, num_layers=8)
+    probe = Problem.build(workload, settings)
+    budget = best_wave(probe, range(30), ("full",))[0].peak_bytes
+    problem = Problem.build(workload, dataclasses.replace(settings, memory_bytes=budget))
+    search = WidthSearch(problem=problem, layouts=LAYOUTS)
+    start, tests = 0, []
+    while start < problem.num_items:
+        before = search.num_priced
+        width, _ = search.widest(start)
+        tests.append(search.num_priced - before)
+        start += width
+    assert len(tests) >= 4
+    assert sum(tests[1:]) <= 3 * len(tests[1:]), tests
+
+
+def test_deadline_past_gives_a_complete_full_sharing_plan(tight):
+    """With the deadline already past, greedy still returns a complete plan that fits: every wave in
+    the memory-minimal layout, and a note saying where the search stopped."""
+    deadline = Deadline.after(1e-9, deterministic=False)
+    time.sleep(1e-3)
+    plan = greedy_plan(tight, LAYOUTS, deadline=deadline)
+    assert [i for w in plan.waves for i in w.items] == list(range(tight.num_items))
+    assert all(w.fits(tight.budget_bytes) and w.layout_name == "full" for w in plan.waves)
+    assert plan.notes and "deadline" in plan.notes[0]
+    assert not greedy_plan(tight, LAYOUTS).notes
 
 
 def test_full_sharing_is_memory_minimal(tight):
@@ -70,7 +184,8 @@ def test_refusal_names_item_rank_bytes_budget(small_grpo, qwen36):
 
 def test_portfolio_lists_every_candidate(small_grpo, qwen36):
     """plan() verifies every strategy's plan, picks the cheapest valid one and lists each candidate
-    with its cost, validity and reason."""
+    with its cost, validity and reason, in the runtime profile's order: greedy, then CP-SAT warm-started
+    from it, then the strategies that run only with time to spare."""
     result = cpplan.plan(
         small_grpo,
         topology=Topology(cp=2),
@@ -79,8 +194,100 @@ def test_portfolio_lists_every_candidate(small_grpo, qwen36):
         solver="runtime",
     )
     names = [c.strategy for c in result.candidates]
-    assert names[:2] == ["greedy", "full_sharing"]
+    assert names == list(load_solver("runtime").strategies) == ["greedy", "cpsat", "full_sharing", "seeded"]
     valid = [c for c in result.candidates if c.valid]
     assert result.cost_s == pytest.approx(min(c.cost_s for c in valid))
     assert all(c.reason for c in result.candidates)
     assert "wave" in result.summary()
+
+
+def test_a_small_last_wave_is_balanced_away(qwen36):
+    """When the widest first wave (three groups, at the memory edge) would leave one small group for
+    the last wave, the last two waves are split at the group boundary nearest the middle instead,
+    which costs less."""
+    workload = grpo(
+        num_prompts=4,
+        group_size=13,
+        system_tokens=300,
+        prompt_tokens=(500, 6000),
+        completion_tokens=(100, 3000),
+        items_per_prompt=False,
+        seed=8,
+    )
+    settings = Settings(topology=Topology(cp=4), model=qwen36, memory_bytes=2**60)
+    probe = Problem.build(workload, settings)
+    layout = probe.pack(range(39), "full")
+    by_time = price_wave(probe, range(39), layout, "full")  # unlimited memory: balanced by time
+    by_tokens = contiguous_split(by_time.stats.tokens.astype(float), 4)
+    edge = price_wave(probe, range(39), layout, "full", owner=by_tokens).peak_bytes
+    budget = (edge + by_time.peak_bytes) // 2  # three groups fit, but not balanced by time
+    problem = Problem.build(workload, dataclasses.replace(settings, memory_bytes=budget))
+    plan = greedy_plan(problem, LAYOUTS)
+    assert [len(w.items) for w in plan.waves] == [26, 26]
+    widest, _ = best_wave(problem, range(39), LAYOUTS)
+    rest, _ = best_wave(problem, range(39, 52), LAYOUTS)
+    assert plan.cost_s < widest.cost_s + rest.cost_s
+
+
+def test_windowed_greedy_plans_like_the_whole(qwen36, monkeypatch):
+    """Above WINDOW_ITEMS greedy plans window by window (sub-problems of the next items, the wave that
+    meets a window's end planned again in the next): the plan is the one greedy makes over the whole
+    problem, wave for wave."""
+    import cpplan.planners.greedy as greedy_module
+
+    workload = grpo(
+        num_prompts=12,
+        group_size=8,
+        system_tokens=64,
+        prompt_tokens=(500, 3000),
+        completion_tokens=(100, 1500),
+        items_per_prompt=False,
+        seed=3,
+    )
+    for cp, gib in ((2, 12), (1, 30)):
+        settings = Settings(topology=Topology(cp=cp), model=qwen36, memory_bytes=gib * 2**30, num_layers=8)
+        whole = greedy_plan(Problem.build(workload, settings), LAYOUTS)
+        monkeypatch.setattr(greedy_module, "WINDOW_ITEMS", 8)
+        windowed = greedy_plan(Problem.build(workload, settings), LAYOUTS)
+        monkeypatch.setattr(greedy_module, "WINDOW_ITEMS", 10_000)
+        assert whole.num_waves > 1
+        assert [w.items for w in windowed.waves] == [w.items for w in whole.waves]
+        assert [w.cost_s for w in windowed.waves] == [w.cost_s for w in whole.waves]
+        problem = Problem.build(workload, settings)
+        data = plan_to_dict(problem, windowed)
+        assert verify_plan(data, workload, problem.card, problem.budget_bytes).valid
+
+
+def test_greedy_regroups_items_that_arrive_interleaved(qwen36):
+    """When the arrival order scatters GRPO groups, the greedy candidate also plans the items ordered
+    by shared prefix and keeps the cheaper: every wave then holds whole groups, the plan verifies, and
+    it costs far less than greedy in arrival order. Items that arrive grouped are planned in order."""
+    import numpy as np
+
+    from cpplan.planners.greedy import cached_greedy_plan, regrouping_helps
+
+    grouped = grpo(
+        num_prompts=4,
+        group_size=8,
+        system_tokens=256,
+        prompt_tokens=(2000, 4000),
+        completion_tokens=(200, 800),
+        items_per_prompt=False,
+        seed=5,
+    )
+    order = np.random.default_rng(5).permutation(grouped.num_items)
+    shuffled = cpplan.Workload(items=tuple(grouped.items[k] for k in order))
+    settings = Settings(topology=Topology(cp=2), model=qwen36, memory_bytes=2**60, num_layers=8)
+    budget = best_wave(Problem.build(grouped, settings), range(8), ("full",))[0].peak_bytes
+    settings = dataclasses.replace(settings, memory_bytes=budget)
+    problem = Problem.build(shuffled, settings)
+    assert regrouping_helps(problem)
+    plan = cached_greedy_plan(problem, LAYOUTS)
+    assert plan.notes == ("items regrouped by shared prefix",)
+    assert plan.cost_s < greedy_plan(problem, LAYOUTS).cost_s * 0.8
+    groups = [{shuffled.items[i].id.split("c")[0] for i in wave.items} for wave in plan.waves]
+    assert all(len(g) == 1 for g in groups)
+    assert verify_plan(plan_to_dict(problem, plan), shuffled, problem.card, problem.budget_bytes).valid
+    in_order = Problem.build(grouped, settings)
+    assert not regrouping_helps(in_order)
+    assert not cached_greedy_plan(in_order, LAYOUTS).notes

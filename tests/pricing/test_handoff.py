@@ -16,6 +16,8 @@ from cpplan.runtime.materialize import materialize_wave
 from cpplan.spec.card import HandoffSeconds
 from cpplan.spec.settings import Settings
 from cpplan.verifier.handoff import handoff_seconds
+from cpplan.verifier.owners import OwnerRuns
+from cpplan.verifier.rank_prices import pieces_of
 from cpplan.verifier.segments import segment_offsets
 from tests.support.prefix_trees import LAYOUTS, build_problem, prefix_workloads
 
@@ -92,7 +94,7 @@ def test_branches_on_their_own_ranks_run_in_parallel():
     st.integers(0, 2**32 - 1),
 )
 def test_verifier_prices_the_same_handoff(workload, spec, cp, kind, seed):
-    """The verifier's token-by-token hand-off seconds equal the evaluator's (GDN card, any ownership)."""
+    """The verifier's piece-by-piece hand-off seconds equal the evaluator's (GDN card, any ownership)."""
     cp = min(cp, int(PrefixTree([r.tokens for _, _, r in workload.requests()]).node_length.sum()))
     settings_ = Settings(
         topology=Topology(cp=cp), model=load_model("qwen3.6-35b-a3b"), memory_bytes=80 * 2**30
@@ -107,9 +109,10 @@ def test_verifier_prices_the_same_handoff(workload, spec, cp, kind, seed):
     )
     offsets, packed = segment_offsets(segments)
     token_owner = np.repeat(owner, 3)[:packed]
-    seg_of = np.repeat(np.arange(len(segments)), layout.seg_length)
+    cuts = np.concatenate([[0], np.flatnonzero(token_owner[1:] != token_owner[:-1]) + 1])
+    runs = OwnerRuns(start=cuts, end=np.append(cuts[1:], packed), owner=token_owner[cuts])
     assert np.isclose(
-        handoff_seconds(problem.card, segments, offsets, token_owner, seg_of),
+        handoff_seconds(problem.card, segments, offsets, pieces_of(segments, offsets, runs)),
         priced.seconds,
         rtol=1e-12,
         atol=0,

@@ -88,6 +88,35 @@ def test_contiguous_split_is_min_max_optimal(rng):
         assert got == pytest.approx(best, rel=1e-9)
 
 
+def _brute_bottleneck(weights: np.ndarray, k: int, max_chunks: int | None = None) -> float:
+    """The least largest range over every way to cut ``weights`` into ``k`` contiguous ranges."""
+    best = np.inf
+    for cuts in itertools.combinations_with_replacement(range(weights.size + 1), k - 1):
+        bounds = list(zip((0, *cuts), (*cuts, weights.size), strict=True))
+        if max_chunks is not None and any(b - a > max_chunks for a, b in bounds):
+            continue
+        best = min(best, max(weights[a:b].sum() for a, b in bounds))
+    return best
+
+
+def test_least_bottleneck_is_exact(rng):
+    """On integer weights (exact in floating point) the split's bottleneck is exactly the brute-force
+    optimum, with and without a per-range chunk limit; the bidding search never rests on a bound that a
+    cheaper cut would beat."""
+    for _ in range(200):
+        n = int(rng.integers(1, 11))
+        weights = rng.integers(0, 20, n).astype(np.float64)
+        weights[int(rng.integers(0, n))] += 1  # at least one positive weight
+        k = int(rng.integers(2, 5))
+        owner = contiguous_split(weights, k)
+        assert max(weights[owner == r].sum() for r in range(k)) == _brute_bottleneck(weights, k)
+        longest = int(np.ceil(n / k)) + int(rng.integers(0, 2))
+        owner = contiguous_split(weights, k, max_chunks=longest)
+        assert np.bincount(owner, minlength=k).max() <= longest
+        got = max(weights[owner == r].sum() for r in range(k))
+        assert got == pytest.approx(_brute_bottleneck(weights, k, longest), rel=1e-9)
+
+
 def test_ownership_balances_attention_work(qwen36):
     """One 64K-token request at CP2: the time-balanced split gives rank 0 (early positions, cheap
     attention) more tokens than rank 1, and its slowest rank is faster than an even token split."""

@@ -88,21 +88,44 @@ def test_over_budget_is_caught(planned):
 
 
 def test_rank_sums_equal_a_mask_per_rank():
-    """The verifier's run-based per-rank sums equal the plain definition (one boolean mask per rank):
-    tokens, gradient and loss tokens, attention pairs (position + 1 per token) and pieces (runs of one
-    segment's tokens on the rank)."""
+    """The verifier's piece-based per-rank sums (runs of one segment and one owner, closed-form per
+    run; tokens a loss mask marks in segments not flagged whole, from prefix sums) equal the plain
+    definition, one boolean mask per rank over every token: tokens, gradient and loss tokens, attention
+    pairs (position + 1 per token), pieces (runs of one segment's tokens on the rank), tokens owned
+    elsewhere."""
     import numpy as np
 
-    from cpplan.verifier.rank_prices import rank_sums
+    from cpplan.verifier.owners import OwnerRuns
+    from cpplan.verifier.rank_prices import pieces_of, rank_sums
 
     rng = np.random.default_rng(11)
     for _ in range(50):
-        num_tokens, cp = int(rng.integers(1, 400)), int(rng.integers(1, 5))
-        owner = np.repeat(rng.integers(0, cp, num_tokens // 7 + 1), 7)[:num_tokens]
-        seg_of = np.sort(rng.integers(0, 9, num_tokens))
-        pos = rng.integers(0, 1000, num_tokens)
-        grad, loss = rng.random(num_tokens) < 0.7, rng.random(num_tokens) < 0.5
-        sums = rank_sums(owner, seg_of, pos, grad, loss, cp)
+        num_segments, cp = int(rng.integers(1, 9)), int(rng.integers(1, 5))
+        lengths = rng.integers(1, 60, num_segments)
+        segments = [
+            (-1, int(p), int(n)) for p, n in zip(rng.integers(0, 500, num_segments), lengths, strict=True)
+        ]
+        offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).tolist()
+        packed = int(lengths.sum())
+        cuts = np.unique(np.concatenate([[0], rng.integers(0, packed, 4)]))
+        owners = rng.integers(-1, cp, cuts.size)
+        runs = OwnerRuns(start=cuts, end=np.append(cuts[1:], packed), owner=owners)
+        seg_grad, seg_loss = rng.random(num_segments) < 0.7, rng.random(num_segments) < 0.5
+        masked = {s: rng.random(int(lengths[s])) < 0.3 for s in range(num_segments) if rng.random() < 0.5}
+        sums = rank_sums(
+            pieces_of(segments, offsets, runs),
+            {"grad": seg_grad, "loss": seg_loss},
+            packed,
+            cp,
+            masked={"loss": masked},
+            seg_start=np.array([p for _, p, _ in segments]),
+        )
+        owner = np.repeat(owners, np.diff(np.append(cuts, packed)))
+        seg_of = np.repeat(np.arange(num_segments), lengths)
+        pos = np.concatenate([np.arange(p, p + n) for _, p, n in segments])
+        grad, loss = seg_grad[seg_of], seg_loss[seg_of]
+        for s, marks in masked.items():
+            loss[offsets[s] : offsets[s] + marks.size] |= marks
         for r in range(cp):
             mine = owner == r
             assert sums["tokens"][r] == mine.sum()
@@ -112,3 +135,27 @@ def test_rank_sums_equal_a_mask_per_rank():
             assert sums["grad_attn_pairs"][r] == (pos[mine & grad] + 1).sum()
             starts = mine & np.r_[True, (owner[1:] != owner[:-1]) | (seg_of[1:] != seg_of[:-1])]
             assert sums["segments"][r] == starts.sum()
+            assert sums["remote_tokens"][r] == packed - mine.sum()
+
+
+def test_a_shared_segment_whose_requests_differ_is_caught(planned):
+    """Checked against a workload where one request's shared prefix differs by one token, the plan's
+    shared segment holds tokens that differ from that request: the verifier reads every request back
+    token by token and names the wave, segment and request."""
+    import numpy as np
+
+    problem, data = planned
+    workload = problem.workload
+    item = workload.items[1]
+    tokens = item.requests[1].tokens.copy()
+    tokens[3] += 1
+    changed = item.model_copy(
+        update={"requests": (item.requests[0], cpplan.Request(tokens=tokens), *item.requests[2:])}
+    )
+    other = cpplan.Workload(items=(workload.items[0], changed, *workload.items[2:]))
+    verdict = verify_plan(data, other, problem.card, problem.budget_bytes)
+    assert not verdict.valid
+    assert any("holds tokens that differ from request 1 of 'p1'" in v for v in verdict.violations), (
+        verdict.violations
+    )
+    assert np.array_equal(workload.items[1].requests[1].tokens[:3], tokens[:3])

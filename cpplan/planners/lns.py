@@ -1,0 +1,216 @@
+"""Large-neighbourhood search: the joint model re-solves a few adjacent waves at a time.
+
+Above the profile's ``max_items`` the joint model of the whole workload is too large for its budget,
+so the CP-SAT strategy improves the greedy plan window by window instead of skipping: a window is two
+or three adjacent waves (at most :data:`WINDOW_ITEMS_PER_MAX_ITEMS` × ``max_items`` items, none split;
+one wave alone where even two are too many: its layout and ownership are still re-solved),
+its items become a sub-problem (:class:`~cpplan.planners.subproblem.SubProblem`), the joint model
+solves it with the window's waves as exact columns and complete hint
+(:func:`~cpplan.planners.cpsat_strategy.joint_plan`), and the answer replaces the window only when the
+independent verifier accepts it, as a plan of the sub-problem, and prices it lower. Windows overlap by
+one wave, so items can move along the plan; passes repeat while one improves and time is left.
+
+Each window gets an equal share of the time left for the windows still to come in the pass, less what
+verifying its answer takes; a window whose model cannot be built and searched in the time left
+(:data:`BUILD_S_PER_ITEM`) is not started. Under a deterministic deadline every window of every pass
+runs (each CP-SAT call on its deterministic limit), so the answer is the same on every machine.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass
+
+from cpplan.errors import CpplanError
+from cpplan.planners.cpsat_strategy import BUILD_S_PER_ITEM, MIN_SEARCH_S, joint_plan
+from cpplan.planners.deadline import Deadline, verify_reserve_s
+from cpplan.planners.subproblem import SubProblem
+from cpplan.pricing.problem import Problem
+from cpplan.pricing.result import Plan, SolverStats
+from cpplan.pricing.serialize import plan_to_dict
+from cpplan.pricing.wave import WavePlan
+from cpplan.spec.profile import SolverProfile
+from cpplan.verifier.plan_check import verify_plan
+
+WINDOW_WAVES = 3
+"""The most adjacent waves one window re-solves."""
+
+WINDOW_ITEMS_PER_MAX_ITEMS = 2
+"""A window holds at most this many times the profile's ``max_items`` items."""
+
+
+MIN_DETERMINISTIC_S = 0.05
+"""The least deterministic time limit one window gets."""
+
+MAX_PASSES = 3
+"""Passes over the plan at most (a pass without an improvement ends the search)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Window:
+    """Waves ``start .. start + size - 1`` of the current plan."""
+
+    start: int
+    size: int
+
+
+def lns_plan(
+    problem: Problem, profile: SolverProfile, incumbent: Plan, deadline: Deadline
+) -> tuple[Plan | None, SolverStats]:
+    """``incumbent`` improved window by window (``None`` when no window improved), and statistics
+    whose status counts the windows solved, improved and proved optimal in their model."""
+    started = time.perf_counter()
+    waves, tally = list(incumbent.waves), Counter()
+    limit = WINDOW_ITEMS_PER_MAX_ITEMS * profile.cpsat.max_items
+    for _ in range(MAX_PASSES):
+        improved = _one_pass(problem, profile, waves, limit, deadline, tally)
+        if not improved or deadline.left_s() < MIN_SEARCH_S:
+            break
+    stats = SolverStats(status=_status(tally), wall_s=time.perf_counter() - started, stage_s=_stages(tally))
+    if not tally["improved"]:
+        return None, stats
+    return Plan(strategy="cpsat", waves=tuple(waves)), stats
+
+
+def _one_pass(
+    problem: Problem,
+    profile: SolverProfile,
+    waves: list[WavePlan],
+    limit: int,
+    deadline: Deadline,
+    tally: Counter,
+) -> bool:
+    """One sweep of overlapping windows over ``waves`` (replaced in place); whether any improved."""
+    improved, start = False, 0
+    while start < len(waves):
+        window = _window_at(waves, start, limit)
+        if window is None:
+            start += 1
+            continue
+        left = _windows_left(waves, start, limit)
+        size = window.size
+        better = _solve_window(problem, profile, waves[start : start + size], deadline, left, tally)
+        if better is not None:
+            waves[start : start + size] = better
+            improved, size = True, len(better)
+        if deadline.left_s() < MIN_SEARCH_S:
+            break
+        start = _advance(start, size, len(waves))
+    return improved
+
+
+def _advance(start: int, size: int, num_waves: int) -> int:
+    """Where the next window starts: on the last wave of a window of several (windows overlap by one
+    wave, so items can travel along the plan), after a window of one or one that reaches the end."""
+    return start + size if size == 1 or start + size >= num_waves else start + size - 1
+
+
+def _window_at(waves: list[WavePlan], start: int, limit: int) -> _Window | None:
+    """The widest window of up to :data:`WINDOW_WAVES` waves from ``start`` within ``limit`` items and
+    without a split wave: two or more waves, or the wave alone when the next one does not fit with it
+    (``None`` when the wave itself is split or over the limit)."""
+    size, items = 0, 0
+    for wave in waves[start : start + WINDOW_WAVES]:
+        if wave.split or items + len(wave.items) > limit:
+            break
+        size, items = size + 1, items + len(wave.items)
+    return _Window(start=start, size=size) if size >= 1 else None
+
+
+def _windows_left(waves: list[WavePlan], start: int, limit: int) -> int:
+    """How many windows this pass still has from ``start`` on (for sharing out the time)."""
+    count, at = 0, start
+    while at < len(waves):
+        window = _window_at(waves, at, limit)
+        count += window is not None
+        at = at + 1 if window is None else _advance(at, window.size, len(waves))
+    return max(1, count)
+
+
+def _solve_window(
+    problem: Problem,
+    profile: SolverProfile,
+    window: list[WavePlan],
+    deadline: Deadline,
+    windows_left: int,
+    tally: Counter,
+) -> list[WavePlan] | None:
+    """The window's waves re-solved by the joint model, when verified and cheaper; else ``None``."""
+    t0 = time.perf_counter()
+    step_by = _window_deadline(deadline, windows_left, sum(len(wave.items) for wave in window))
+    if step_by is None:
+        tally["unaffordable"] += 1
+        return None
+    try:
+        sub = SubProblem.of(problem, [i for wave in window for i in wave.items])
+    except CpplanError:  # say, fewer packed tokens than CP ranks: leave the window as it is
+        return None
+    incumbent = Plan(strategy="cpsat", waves=tuple(sub.from_parent(wave) for wave in window))
+    step_by = step_by.less(verify_reserve_s(sub.problem))
+    tally["build_s"] += time.perf_counter() - t0
+    try:
+        plan, stats = joint_plan(sub.problem, _window_profile(profile, windows_left), incumbent, step_by)
+    except CpplanError:
+        return None
+    _count(stats, tally)
+    if plan is None or not plan.cost_s < incumbent.cost_s * (1 - 1e-9):
+        tally["proved"] += plan is not None and stats.status == "optimal"
+        return None
+    t1 = time.perf_counter()
+    verdict = verify_plan(
+        plan_to_dict(sub.problem, plan), sub.problem.workload, sub.problem.card, sub.problem.budget_bytes
+    )
+    tally["verify_s"] += time.perf_counter() - t1
+    if not verdict.valid or not verdict.cost_s < incumbent.cost_s * (1 - 1e-9):
+        tally["rejected"] += 1
+        return None
+    tally["improved"] += 1
+    return [sub.to_parent(wave) for wave in plan.waves]
+
+
+def _window_profile(profile: SolverProfile, windows_left: int) -> SolverProfile:
+    """``profile`` with its deterministic time limit shared out like the clock: a window gets the
+    limit over the windows left in the pass (at least :data:`MIN_DETERMINISTIC_S`), so one pass of a
+    deterministic search costs about one joint model's limit."""
+    limit = profile.cpsat.deterministic_time_s
+    if limit is None:
+        return profile
+    share = max(limit / windows_left, MIN_DETERMINISTIC_S)
+    return profile.model_copy(
+        update={"cpsat": profile.cpsat.model_copy(update={"deterministic_time_s": share})}
+    )
+
+
+def _window_deadline(deadline: Deadline, windows_left: int, items: int) -> Deadline | None:
+    """The window's deadline: its equal share of the time left, or all of it when the share cannot
+    build and search its model but the whole can (one window solved beats none); ``None`` when not
+    even the whole can."""
+    needed = BUILD_S_PER_ITEM * items + MIN_SEARCH_S
+    share = deadline.share(1.0 / windows_left)
+    if share.left_s() >= needed:
+        return share
+    return deadline if deadline.left_s() >= needed else None
+
+
+def _count(stats: SolverStats, tally: Counter) -> None:
+    """Add one CP-SAT run's statistics to the tally."""
+    if stats.status.startswith("skipped"):
+        tally["skipped"] += 1
+        return
+    tally["solved"] += 1
+    for stage, seconds in stats.stage_s.items():
+        tally[f"{stage}_s"] += seconds
+
+
+def _status(tally: Counter) -> str:
+    """The LNS status line: windows solved, improved, proved optimal in their model, rejected, skipped."""
+    parts = [f"lns: {tally['solved']} windows solved", f"{tally['improved']} improved"]
+    parts.append(f"{tally['proved']} proved optimal in their model")
+    parts += [f"{tally[key]} {key}" for key in ("rejected", "skipped", "unaffordable") if tally[key]]
+    return ", ".join(parts)
+
+
+def _stages(tally: Counter) -> dict[str, float]:
+    """Seconds per stage summed over the windows."""
+    return {key[:-2]: float(value) for key, value in tally.items() if key.endswith("_s")}

@@ -1,0 +1,124 @@
+"""Pricing one wave: layouts priced until one fits, and ownership at the memory edge."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from cpplan import Topology
+from cpplan.bench.synthetic import grpo
+from cpplan.pricing.ownership import contiguous_split
+from cpplan.pricing.problem import Problem
+from cpplan.pricing.wave import best_wave, edge_ownership, first_fitting, price_wave
+from cpplan.spec.settings import Settings
+
+LAYOUTS = ("full", "none", "min_span:512")
+
+
+def _edge_problem(qwen36):
+    """Three GRPO groups of 13 at CP4 (8 layers) with a budget between the token-balanced and the
+    time-balanced ownership's peak: the wave fits only if some rank takes more time."""
+    workload = grpo(
+        num_prompts=3,
+        group_size=13,
+        system_tokens=300,
+        prompt_tokens=(500, 6000),
+        completion_tokens=(100, 3000),
+        items_per_prompt=False,
+        seed=8,
+    )
+    settings = Settings(topology=Topology(cp=4), model=qwen36, memory_bytes=2**60, num_layers=8)
+    probe = Problem.build(workload, settings)
+    layout = probe.pack(range(39), "full")
+    by_time = price_wave(probe, range(39), layout, "full")
+    tokens_owner = contiguous_split(by_time.stats.tokens.astype(float), 4)
+    by_tokens = price_wave(probe, range(39), layout, "full", owner=tokens_owner)
+    budget = (by_tokens.peak_bytes + by_time.peak_bytes) // 2
+    return Problem.build(workload, dataclasses.replace(settings, memory_bytes=budget)), by_tokens
+
+
+def test_edge_ownership_fits_and_beats_token_balance(qwen36):
+    """At the memory edge the time-balanced ownership is repaired chunk by chunk until every rank
+    fits: the wave fits, its owners stay contiguous, and its slowest rank is faster than under the
+    token-balanced split (the only fitting fallback before)."""
+    problem, by_tokens = _edge_problem(qwen36)
+    wave = price_wave(problem, range(39), problem.pack(range(39), "full"), "full")
+    assert wave.fits(problem.budget_bytes)
+    assert wave.cost_s < by_tokens.cost_s
+    assert (np.diff(wave.owner) >= 0).all()
+    time_balanced = contiguous_split(wave.stats.quantity_matrix() @ problem.card.time_coefficients(), 4)
+    assert not price_wave(problem, range(39), wave.layout, "full", owner=time_balanced).fits(
+        problem.budget_bytes
+    )
+    assert (edge_ownership(problem, wave.stats, time_balanced) == wave.owner).all()
+
+
+def test_first_fitting_agrees_with_best_wave(qwen36):
+    """Whether a wave fits is the same answer from first_fitting (layouts priced until one fits) as
+    from best_wave (every layout priced), for narrow and wide waves; a fitting answer fits."""
+    problem, _ = _edge_problem(qwen36)
+    for width in (1, 13, 26, 30, 39):
+        first, _ = first_fitting(problem, range(width), LAYOUTS)
+        best, _ = best_wave(problem, range(width), LAYOUTS)
+        assert (first is None) == (best is None)
+        assert first is None or first.fits(problem.budget_bytes)
+
+
+def test_vectorized_request_and_node_counts_match_the_plain_ones(qwen36):
+    """Problem.item_requests (one range for a run of items, a vectorized gather otherwise) and
+    request_node_counts (one bincount over the requests' paths) give exactly the per-item
+    concatenation and PrefixTree.node_counts, for runs, shuffled subsets and lists."""
+    from cpplan.bench.synthetic import agent_trees
+    from cpplan.pricing.wave import request_node_counts
+
+    rng = np.random.default_rng(0)
+    settings = Settings(topology=Topology(cp=2), model=qwen36, memory_bytes=2**40)
+    for workload in (
+        grpo(num_prompts=5, group_size=4, system_tokens=10, prompt_tokens=(5, 50), completion_tokens=(1, 20)),
+        agent_trees(num_trees=4, depth=3, branching=3, turn_tokens=(5, 30)),
+    ):
+        problem = Problem.build(workload, settings)
+        ptr = problem.item_ptr
+        for _ in range(30):
+            items = rng.choice(
+                problem.num_items, size=int(rng.integers(1, problem.num_items + 1)), replace=False
+            )
+            plain = np.concatenate([np.arange(ptr[i], ptr[i + 1]) for i in items])
+            assert np.array_equal(problem.item_requests(items), plain)
+            assert np.array_equal(problem.item_requests(items.tolist()), plain)
+            assert np.array_equal(request_node_counts(problem, plain), problem.tree.node_counts(plain))
+            a = int(rng.integers(0, problem.num_items))
+            run = range(a, int(rng.integers(a + 1, problem.num_items + 1)))
+            assert np.array_equal(
+                problem.item_requests(run), np.concatenate([np.arange(ptr[i], ptr[i + 1]) for i in run])
+            )
+
+
+def test_unshared_bound_never_rules_out_a_fitting_wave(qwen36):
+    """unshared_cannot_fit (the average rank of the no-sharing packing, known without packing) is a
+    true lower bound: whenever it says a wave cannot fit unshared, the exactly priced no-sharing wave
+    does not fit either; and it does rule out wide waves of prompt-sharing groups."""
+    from cpplan.pricing.wave import unshared_cannot_fit
+
+    workload = grpo(
+        num_prompts=4,
+        group_size=8,
+        system_tokens=64,
+        prompt_tokens=(2000, 4000),
+        completion_tokens=(100, 600),
+    )
+    rng = np.random.default_rng(3)
+    ruled_out = 0
+    for cp, gib in ((1, 12), (2, 8), (4, 5)):
+        settings = Settings(topology=Topology(cp=cp), model=qwen36, memory_bytes=gib * 2**30, num_layers=8)
+        problem = Problem.build(workload, settings)
+        for _ in range(12):
+            items = tuple(
+                sorted(rng.choice(problem.num_items, int(rng.integers(1, 5)), replace=False).tolist())
+            )
+            if unshared_cannot_fit(problem, items):
+                ruled_out += 1
+                unshared = price_wave(problem, items, problem.pack(items, "none"), "none")
+                assert not unshared.fits(problem.budget_bytes)
+    assert ruled_out > 0
