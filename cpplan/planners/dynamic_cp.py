@@ -30,15 +30,13 @@ from collections.abc import Iterator, Sequence
 from cpplan.errors import NoFitError
 from cpplan.planners.deadline import Deadline
 from cpplan.planners.split import split_item, widest
+from cpplan.pricing.memo import memoized_plan
 from cpplan.pricing.problem import Problem
 from cpplan.pricing.result import Plan
 from cpplan.pricing.schedule import balanced
 from cpplan.pricing.wave import WavePlan, best_wave
 
 _GROUPS: weakref.WeakKeyDictionary[Problem, dict[int, Problem]] = weakref.WeakKeyDictionary()
-_PLANS: weakref.WeakKeyDictionary[Problem, dict[tuple[str, ...], Plan | NoFitError]] = (
-    weakref.WeakKeyDictionary()
-)
 
 
 def group_problem(problem: Problem, size: int) -> Problem:
@@ -202,14 +200,7 @@ def cached_dynamic_plan(
 ) -> Plan:
     """:func:`dynamic_greedy_plan`, computed once per problem and layout list (or its refusal): the
     portfolio's greedy candidate and the schedule model's hint share it."""
-    plans = _PLANS.setdefault(problem, {})
     key = tuple(layouts)
-    if key not in plans:
-        try:
-            plans[key] = dynamic_greedy_plan(problem, key, deadline=deadline)
-        except NoFitError as exc:
-            plans[key] = exc
-    found = plans[key]
-    if isinstance(found, NoFitError):
-        raise found
-    return found
+    return memoized_plan(
+        problem.memo.dynamic_plans, key, lambda: dynamic_greedy_plan(problem, key, deadline=deadline)
+    )

@@ -24,11 +24,11 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from cpplan.errors import NoFitError
 from cpplan.planners.deadline import Deadline
 from cpplan.planners.split import split_item
 from cpplan.planners.subproblem import SubProblem
 from cpplan.planners.widths import WidthSearch, balanced_cut, cut_wave
+from cpplan.pricing.memo import memoized_plan
 from cpplan.pricing.problem import Problem
 from cpplan.pricing.result import Plan
 from cpplan.pricing.wave import WavePlan, best_wave, first_fitting
@@ -178,16 +178,7 @@ def cached_greedy_plan(problem: Problem, layouts: Sequence[str], deadline: Deadl
     """:func:`best_greedy_plan`, computed once per problem and layout list and kept (or its refusal)
     in ``problem.memo.greedy_plans``: the portfolio's greedy candidate and the CP-SAT hint share it."""
     key = tuple(layouts)
-    plans = problem.memo.greedy_plans
-    if key not in plans:
-        try:
-            plans[key] = best_greedy_plan(problem, key, deadline)
-        except NoFitError as exc:
-            plans[key] = exc
-    found = plans[key]
-    if isinstance(found, NoFitError):
-        raise found
-    return found
+    return memoized_plan(problem.memo.greedy_plans, key, lambda: best_greedy_plan(problem, key, deadline))
 
 
 REGROUP_GAIN = 1.1

@@ -17,7 +17,7 @@ import numpy as np
 
 from cpplan.errors import NoFitError
 from cpplan.pricing.problem import Problem
-from cpplan.pricing.wave import WavePlan, price_wave
+from cpplan.pricing.wave import WavePlan, cheapest_and_lowest, price_wave
 from cpplan.spec.units import format_bytes
 from cpplan.spec.workload import Item, Workload
 
@@ -78,20 +78,15 @@ def best_piece(
 ) -> tuple[WavePlan | None, WavePlan]:
     """The cheapest fitting split wave holding ``requests`` of ``item`` (or ``None``) and the
     lowest-peak one seen."""
-    fitting: WavePlan | None = None
-    lowest: WavePlan | None = None
     logical = int(problem.request_tokens[requests].sum())
-    for spec in layouts:
-        layout = problem.pack_requests(requests, spec)
-        wave = dataclasses.replace(
-            price_wave(problem, (item,), layout, spec, split=True), logical_tokens=logical
+    waves = (
+        dataclasses.replace(
+            price_wave(problem, (item,), problem.pack_requests(requests, spec), spec, split=True),
+            logical_tokens=logical,
         )
-        if wave.fits(problem.budget_bytes) and (fitting is None or wave.cost_s < fitting.cost_s):
-            fitting = wave
-        if lowest is None or wave.peak_bytes < lowest.peak_bytes:
-            lowest = wave
-    assert lowest is not None
-    return fitting, lowest
+        for spec in layouts
+    )
+    return cheapest_and_lowest(waves, problem.budget_bytes)
 
 
 def widest(try_width: Callable[[int], WavePlan | None], first: WavePlan, limit: int) -> tuple[int, WavePlan]:

@@ -8,13 +8,15 @@ of the problem, so an entry can never go stale; a copy of the problem gets an em
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from cpplan.errors import NoFitError
+
 if TYPE_CHECKING:
-    from cpplan.errors import NoFitError
     from cpplan.pricing.result import Plan
     from cpplan.pricing.wave import WavePlan
     from cpplan.spec.card import ResolvedCard
@@ -39,6 +41,26 @@ class PricingMemo:
     greedy_plans: dict[tuple[str, ...], Plan | NoFitError] = field(default_factory=dict)
     """The greedy plan (or its refusal) by the layouts it tried: the portfolio's greedy candidate and
     the CP-SAT strategy's hint and columns are one computation."""
+
+    dynamic_plans: dict[tuple[str, ...], Plan | NoFitError] = field(default_factory=dict)
+    """The dynamic-CP greedy plan (or its refusal) by the layouts it tried: the portfolio's candidate
+    and the schedule model's hint."""
+
+
+def memoized_plan(
+    plans: dict[tuple[str, ...], Plan | NoFitError], key: tuple[str, ...], make: Callable[[], Plan]
+) -> Plan:
+    """``plans[key]``, made by ``make()`` on first use; a refusal (:class:`NoFitError`) is kept too
+    and raised again on every call."""
+    if key not in plans:
+        try:
+            plans[key] = make()
+        except NoFitError as exc:
+            plans[key] = exc
+    found = plans[key]
+    if isinstance(found, NoFitError):
+        raise found
+    return found
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -174,14 +174,20 @@ def best_wave(
     packing is priced once per problem (kept in ``problem.memo.priced_waves``; the first layout
     naming it wins ties).
     """
+    return cheapest_and_lowest(_distinct_waves(problem, tuple(items), layouts), problem.budget_bytes)
+
+
+def cheapest_and_lowest(waves: Iterable[WavePlan], budget_bytes: int) -> tuple[WavePlan | None, WavePlan]:
+    """Of the versions of one wave, the cheapest that fits ``budget_bytes`` (or ``None``; the first
+    wins ties) and the lowest-peak one."""
     fitting: WavePlan | None = None
     lowest: WavePlan | None = None
-    for wave in _distinct_waves(problem, tuple(items), layouts):
-        if wave.fits(problem.budget_bytes) and (fitting is None or wave.cost_s < fitting.cost_s):
+    for wave in waves:
+        if wave.fits(budget_bytes) and (fitting is None or wave.cost_s < fitting.cost_s):
             fitting = wave
         if lowest is None or wave.peak_bytes < lowest.peak_bytes:
             lowest = wave
-    assert lowest is not None
+    assert lowest is not None, "a wave has at least one version"
     return fitting, lowest
 
 
