@@ -9,8 +9,11 @@ memory row and time of a ``g``-wave comes from the same card terms as a fixed-CP
 The greedy dynamic planner (:func:`dynamic_greedy_plan`) tries a few plans and keeps the one with the
 smallest makespan (ties to the earlier):
 
-- the fixed-CP plan at every group size (the greedy plan of that group problem, its waves balanced over
-  the pool's blocks): the topology's own ``cp`` first, so a dynamic plan is never worse than it;
+- the fixed-CP plan at every group size (the fixed-CP greedy of that group problem, prefix groups
+  regrouped and waves cut where the least is shared, its waves balanced over the pool's blocks): the
+  topology's own ``cp`` first, so a dynamic plan is never worse than it;
+- every item at one size, in order, in waves of at most a token cap (none, one or two waves per group
+  of the pool), for balance;
 - for each *floor* ``f`` among the group sizes, every item at the larger of ``f`` and the smallest group
   it fits in alone, the items of each size packed in order into the widest fitting waves, and all the
   waves balanced over the pool (:func:`~cpplan.pricing.schedule.place`).
@@ -29,6 +32,7 @@ from collections.abc import Iterator, Sequence
 
 from cpplan.errors import NoFitError
 from cpplan.planners.deadline import Deadline
+from cpplan.planners.greedy import cached_greedy_plan
 from cpplan.planners.split import split_item, widest
 from cpplan.pricing.memo import memoized_plan
 from cpplan.pricing.problem import Problem
@@ -165,6 +169,16 @@ def spread_sizes(
     return found
 
 
+def fixed_greedy_plan(
+    problem: Problem, size: int, layouts: Sequence[str], strategy: str, deadline: Deadline | None
+) -> Plan:
+    """The fixed-CP greedy plan at group ``size`` (:func:`~cpplan.planners.greedy.cached_greedy_plan`
+    of the group problem: prefix groups regrouped, waves cut where the least is shared), its waves
+    balanced over the pool."""
+    plan = cached_greedy_plan(group_problem(problem, size), layouts, deadline)
+    return balanced(dataclasses.replace(plan, strategy=strategy), problem.topology.pool)
+
+
 def dynamic_greedy_plan(
     problem: Problem,
     layouts: Sequence[str],
@@ -179,6 +193,13 @@ def dynamic_greedy_plan(
     largest."""
     candidates: list[Plan] = []
     refusal: NoFitError | None = None
+    for size in sorted(group_sizes(problem, allowed), key=lambda g: g != problem.topology.cp):
+        if candidates and deadline is not None and deadline.expired():
+            break
+        try:
+            candidates.append(fixed_greedy_plan(problem, size, layouts, strategy, deadline))
+        except NoFitError as exc:
+            refusal = exc
     for assignment in item_sizes(problem, layouts, allowed):
         try:
             for plan in sized_plans(problem, assignment, layouts, strategy):

@@ -6,7 +6,8 @@ the baseline laid it out and owned it, and the wave under cpplan's own candidate
 balanced contiguous ownership. A wave that fits in neither version is split: its items are planned
 again by greedy as a problem of their own (an item too large for any wave takes the split path). The
 cheapest seeded plan is returned. Under a wall-clock budget (profiles that are not deterministic) it
-starts seeds only within its share of the time left, so CP-SAT, which runs after it, keeps the rest.
+starts a seed only while the time left covers what the last one took (the runtime profile runs it
+last, with the time greedy and CP-SAT leave).
 
 So a baseline plan that fits the budget is never cheaper than what the portfolio chooses, and one
 that does not fit is turned into one that does instead of being run into an out-of-memory error.

@@ -9,10 +9,12 @@ import numpy as np
 import pytest
 
 import cpplan
+from cpplan.bench.synthetic import grpo
 from cpplan.errors import NoFitError, UnsupportedTopologyError
 from cpplan.planners.dynamic_cp import dynamic_greedy_plan, group_problem, sized_plans
+from cpplan.planners.greedy import cached_greedy_plan
 from cpplan.pricing.problem import Problem
-from cpplan.pricing.schedule import block, replay
+from cpplan.pricing.schedule import balanced, block, replay
 from cpplan.pricing.serialize import dumps, plan_to_dict, result_to_dict, strip_timing
 from cpplan.runtime.pool import materialize_pool, pool_waves
 from cpplan.spec.card import ModelCard
@@ -100,6 +102,30 @@ def test_dynamic_greedy_is_at_most_each_uniform_size(mixed, qwen36):
     for size in (4, 8):
         uniform = min(sized_plans(problem, [size] * problem.num_items, LAYOUTS, "g"), key=lambda p: p.cost_s)
         assert plan.cost_s <= uniform.cost_s
+
+
+def test_dynamic_greedy_holds_the_regrouped_fixed_greedy_of_each_size(qwen36):
+    """On GRPO groups arriving shuffled, fixed-CP greedy regroups the items by shared prefix; the
+    dynamic greedy plan holds that plan of every group size as a candidate, so it is no costlier than
+    any of them (balanced over the pool), and it verifies."""
+    grouped = grpo(
+        num_prompts=4,
+        group_size=8,
+        system_tokens=256,
+        prompt_tokens=(2000, 4000),
+        completion_tokens=(200, 800),
+        items_per_prompt=False,
+        seed=5,
+    )
+    order = np.random.default_rng(5).permutation(grouped.num_items)
+    shuffled = Workload(items=tuple(grouped.items[k] for k in order))
+    problem = _problem(shuffled, cpplan.Topology(dp=1, cp=2, dynamic_cp=True), qwen36, memory="6GiB")
+    plan = dynamic_greedy_plan(problem, LAYOUTS)
+    for size in (1, 2):
+        fixed = cached_greedy_plan(group_problem(problem, size), LAYOUTS)
+        assert fixed.notes == ("items regrouped by shared prefix",)
+        assert plan.cost_s <= balanced(fixed, problem.topology.pool).cost_s
+    assert _verify(problem, plan).valid
 
 
 def test_fixed_cp_under_dp_balances_the_replicas(mixed, qwen36):
