@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 import cpplan
-from cpplan.bench.synthetic import grpo
 from cpplan.errors import NoFitError, UnsupportedTopologyError
 from cpplan.planners.dynamic_cp import dynamic_greedy_plan, group_problem, sized_plans
 from cpplan.planners.greedy import cached_greedy_plan
@@ -21,6 +20,7 @@ from cpplan.spec.card import ModelCard
 from cpplan.spec.settings import Settings
 from cpplan.spec.workload import Item, Request, Workload
 from cpplan.verifier import verify_plan
+from tests.support.grpo_arrivals import grouped_and_shuffled
 
 LAYOUTS = ("full", "none", "min_span:512")
 
@@ -108,17 +108,7 @@ def test_dynamic_greedy_holds_the_regrouped_fixed_greedy_of_each_size(qwen36):
     """On GRPO groups arriving shuffled, fixed-CP greedy regroups the items by shared prefix; the
     dynamic greedy plan holds that plan of every group size as a candidate, so it is no costlier than
     any of them (balanced over the pool), and it verifies."""
-    grouped = grpo(
-        num_prompts=4,
-        group_size=8,
-        system_tokens=256,
-        prompt_tokens=(2000, 4000),
-        completion_tokens=(200, 800),
-        items_per_prompt=False,
-        seed=5,
-    )
-    order = np.random.default_rng(5).permutation(grouped.num_items)
-    shuffled = Workload(items=tuple(grouped.items[k] for k in order))
+    _, shuffled = grouped_and_shuffled()
     problem = _problem(shuffled, cpplan.Topology(dp=1, cp=2, dynamic_cp=True), qwen36, memory="6GiB")
     plan = dynamic_greedy_plan(problem, LAYOUTS)
     for size in (1, 2):

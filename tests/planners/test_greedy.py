@@ -20,6 +20,7 @@ from cpplan.pricing.wave import best_wave, price_wave
 from cpplan.spec.settings import Settings
 from cpplan.verifier import verify_plan
 from tests.conftest import middle_budget
+from tests.support.grpo_arrivals import grouped_and_shuffled
 
 LAYOUTS = ("full", "none", "min_span:512")
 
@@ -262,21 +263,9 @@ def test_greedy_regroups_items_that_arrive_interleaved(qwen36):
     """When the arrival order scatters GRPO groups, the greedy candidate also plans the items ordered
     by shared prefix and keeps the cheaper: every wave then holds whole groups, the plan verifies, and
     it costs far less than greedy in arrival order. Items that arrive grouped are planned in order."""
-    import numpy as np
-
     from cpplan.planners.greedy import cached_greedy_plan, regrouping_helps
 
-    grouped = grpo(
-        num_prompts=4,
-        group_size=8,
-        system_tokens=256,
-        prompt_tokens=(2000, 4000),
-        completion_tokens=(200, 800),
-        items_per_prompt=False,
-        seed=5,
-    )
-    order = np.random.default_rng(5).permutation(grouped.num_items)
-    shuffled = cpplan.Workload(items=tuple(grouped.items[k] for k in order))
+    grouped, shuffled = grouped_and_shuffled()
     settings = Settings(topology=Topology(cp=2), model=qwen36, memory_bytes=2**60, num_layers=8)
     budget = best_wave(Problem.build(grouped, settings), range(8), ("full",))[0].peak_bytes
     settings = dataclasses.replace(settings, memory_bytes=budget)

@@ -10,7 +10,6 @@ import pytest
 
 import cpplan
 import cpplan.planners.lns as lns_module
-from cpplan.bench.synthetic import grpo
 from cpplan.planners.cpsat_strategy import cpsat_planner
 from cpplan.planners.deadline import Deadline
 from cpplan.planners.greedy import greedy_plan
@@ -22,23 +21,14 @@ from cpplan.pricing.serialize import plan_to_dict, strip_timing
 from cpplan.pricing.wave import best_wave
 from cpplan.spec.settings import Settings
 from cpplan.verifier import verify_plan
+from tests.support.grpo_arrivals import grouped_and_shuffled
 
 
 @pytest.fixture(scope="module")
 def interleaved(qwen36) -> Problem:
     """Four GRPO groups of 8 rollouts arriving shuffled (one item each), at CP2 and 8 layers, with room
     for 8 items a wave: in-order greedy splits every group."""
-    base = grpo(
-        num_prompts=4,
-        group_size=8,
-        system_tokens=256,
-        prompt_tokens=(2000, 4000),
-        completion_tokens=(200, 800),
-        items_per_prompt=False,
-        seed=5,
-    )
-    order = np.random.default_rng(5).permutation(base.num_items)
-    workload = cpplan.Workload(items=tuple(base.items[k] for k in order))
+    _, workload = grouped_and_shuffled()
     settings = Settings(topology=cpplan.Topology(cp=2), model=qwen36, memory_bytes=2**60, num_layers=8)
     budget = best_wave(Problem.build(workload, settings), range(8), ("full",))[0].peak_bytes
     return Problem.build(workload, dataclasses.replace(settings, memory_bytes=budget))
