@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 import torch
 import torch.distributed as dist
+from torch.utils.checkpoint import checkpoint
 
 from cpplan.errors import InputError
 from cpplan.hf.attention import attention_layer
@@ -20,6 +21,9 @@ from cpplan.spec.workload import Workload
 
 Key = tuple[str, int]
 KERNELS = ("auto", "torch", "flex", "fla")
+POSITIONS = ("all", "loss")
+LOGITS_CHUNK_TOKENS = 1024
+"""Positions whose logits exist at once by default (the shipped cards' ``logits_chunk_tokens``)."""
 
 
 def packed_logprobs(
@@ -31,6 +35,8 @@ def packed_logprobs(
     group: dist.ProcessGroup | None = None,
     distributed: bool = False,
     kernels: str = "auto",
+    positions: str = "all",
+    logits_chunk_tokens: int = LOGITS_CHUNK_TOKENS,
 ) -> dict[Key, torch.Tensor]:
     """Per request of wave ``wave``: ``log p(tokens[t+1] | tokens[:t+1])`` for ``t = 0 .. n-2``.
 
@@ -49,12 +55,26 @@ def packed_logprobs(
     ``kernels``: ``"auto"`` (on CUDA: fla's gated delta rule, when installed, and compiled
     flex_attention; elsewhere pure torch), ``"torch"`` (pure torch everywhere), ``"flex"``
     (flex_attention for attention layers even on the CPU, forward only there; pure-torch GDN) or
-    ``"fla"`` (fla required, CUDA only). Raises
-    :class:`cpplan.InputError` for a wave out of range, a plan made for another workload, or a model
-    whose layers cpplan cannot route.
+    ``"fla"`` (fla required, CUDA only).
+
+    The LM head runs only where a log-prob is read, one chunk of ``logits_chunk_tokens`` positions at
+    a time and again in backward, so at most one chunk's logits exist at once (what the cards' head
+    envelope prices). ``positions``: ``"all"`` (every entry) or ``"loss"`` (only the entries the
+    request's loss counts, ``Request.predicted()``: the positions the planner prices logits for; the
+    other entries are 0 and carry no gradient, so the masked losses of :mod:`cpplan.hf.losses` are
+    unchanged). Raises :class:`cpplan.InputError` for a wave out of range, a plan made for another
+    workload, or a model whose layers cpplan cannot route.
     """
     if kernels not in KERNELS:
         raise ValueError(f"kernels must be one of {KERNELS}, got {kernels!r}")
+    if positions not in POSITIONS:
+        raise ValueError(f"positions must be one of {POSITIONS}, got {positions!r}")
+    if (
+        isinstance(logits_chunk_tokens, bool)
+        or not isinstance(logits_chunk_tokens, int)
+        or logits_chunk_tokens < 1
+    ):
+        raise ValueError(f"logits_chunk_tokens must be a positive integer, got {logits_chunk_tokens!r}")
     batches = materialize_wave(result, workload, wave=wave)
     lm = adapt(model)
     geo = WaveGeometry.build(batches)
@@ -62,7 +82,14 @@ def packed_logprobs(
     hs, ropes = _embed(lm, batches, geo, comm, wave)
     for layer in lm.layers:
         hs = _layer(layer, hs, ropes, geo, comm, kernels)
-    return _read_back(lm, hs, geo, comm)
+    counted = _counted_entries(workload, geo) if positions == "loss" else None
+    return _read_back(lm, hs, geo, comm, counted, logits_chunk_tokens)
+
+
+def _counted_entries(workload: Workload, geo: WaveGeometry) -> np.ndarray:
+    """Whether each read-back entry (requests in ``geo.requests`` order) counts for its loss."""
+    requests = (workload.items[workload.index_of[item]].requests[index] for item, index in geo.requests)
+    return np.concatenate([r.predicted().astype(bool) for r in requests])
 
 
 def _embed(lm, batches, geo: WaveGeometry, comm, wave: int) -> tuple[dict, dict]:
@@ -95,8 +122,11 @@ def _layer(layer, hs: dict, ropes: dict, geo, comm, kernels: str) -> dict:
     return out
 
 
-def _read_back(lm, hs: dict, geo: WaveGeometry, comm) -> dict[Key, torch.Tensor]:
-    """Every request's next-token log-probs, each value computed by the rank owning its position."""
+def _read_back(
+    lm, hs: dict, geo: WaveGeometry, comm, counted: np.ndarray | None, chunk_tokens: int
+) -> dict[Key, torch.Tensor]:
+    """Every request's next-token log-probs, each value computed by the rank owning its position
+    (only the ``counted`` entries, when given; the others are 0)."""
     positions = np.concatenate([rb[:-1] for rb in geo.readback])
     targets = geo.input_ids[np.concatenate([rb[1:] for rb in geo.readback])]
     owner = geo.owner[positions]
@@ -104,15 +134,46 @@ def _read_back(lm, hs: dict, geo: WaveGeometry, comm) -> dict[Key, torch.Tensor]
     counts = np.bincount(owner, minlength=geo.num_ranks).tolist()
     values = {}
     for r in comm.ranks:
-        logits = lm.lm_head(lm.norm(hs[r]))
-        logprobs = logits.to(compute_dtype(logits.dtype)).log_softmax(-1)
         mine = order[owner[order] == r]
-        rows = torch.as_tensor(geo.local[positions[mine]], device=logits.device)
-        values[r] = logprobs[rows, torch.as_tensor(targets[mine], device=logits.device)]
+        keep = np.arange(mine.size) if counted is None else np.flatnonzero(counted[mine])
+        chosen = mine[keep]
+        found = _target_logprobs(lm, hs[r], geo.local[positions[chosen]], targets[chosen], chunk_tokens)
+        if keep.size == mine.size:
+            values[r] = found
+        else:
+            index = torch.as_tensor(keep, device=found.device)
+            values[r] = found.new_zeros(mine.size).index_copy(0, index, found)
     gathered = comm.replicate(values, counts)
     flat = gathered[torch.as_tensor(np.argsort(order, kind="stable"), device=gathered.device)]
     sizes = [rb.size - 1 for rb in geo.readback]
     return dict(zip(geo.requests, torch.split(flat, sizes), strict=True))
+
+
+def _target_logprobs(
+    lm, hidden: torch.Tensor, rows: np.ndarray, targets: np.ndarray, chunk_tokens: int
+) -> torch.Tensor:
+    """``log p(targets[i] | rows[i])`` for each pair: the final norm on those rows, then the LM head
+    on ``chunk_tokens`` of them at a time, recomputed in backward (only the chosen log-probs are kept)."""
+    device = hidden.device
+    normed = lm.norm(hidden[torch.as_tensor(rows, device=device, dtype=torch.long)])
+    wanted = torch.as_tensor(targets, device=device, dtype=torch.long)
+    parts = [
+        checkpoint(
+            _head_logprobs,
+            lm.lm_head,
+            normed[s : s + chunk_tokens],
+            wanted[s : s + chunk_tokens],
+            use_reentrant=False,
+        )
+        for s in range(0, len(rows), chunk_tokens)
+    ]
+    return torch.cat(parts) if parts else normed.new_zeros(0, dtype=compute_dtype(normed.dtype))
+
+
+def _head_logprobs(head: torch.nn.Module, normed: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    logits = head(normed)
+    logprobs = logits.to(compute_dtype(logits.dtype)).log_softmax(-1)
+    return logprobs.gather(-1, targets[:, None])[:, 0]
 
 
 __all__ = ["packed_logprobs"]

@@ -226,16 +226,25 @@ def hf_run_wave(
     group: Any = None,
     kernels: str = "auto",
 ) -> RunWave:
-    """A :data:`RunWave` running the planned wave through :func:`cpplan.hf.packed_logprobs` and
-    backpropagating the mean log-prob of every request (what a policy-gradient loss costs in memory)."""
-    from cpplan.hf import packed_logprobs
+    """A :data:`RunWave` running the planned wave through :func:`cpplan.hf.packed_logprobs` (logits only
+    at the positions the loss counts, as planned) and backpropagating the token-mean policy loss under
+    the requests' loss masks (what a policy-gradient step costs in memory)."""
+    from cpplan.hf import packed_logprobs, policy_loss
 
     def run(wave: int) -> None:
         logprobs = packed_logprobs(
-            model, plan, workload, wave=wave, distributed=distributed, group=group, kernels=kernels
+            model,
+            plan,
+            workload,
+            wave=wave,
+            distributed=distributed,
+            group=group,
+            kernels=kernels,
+            positions="loss",
         )
-        loss = -sum(v.float().mean() for v in logprobs.values())
-        loss.backward()
+        loss = policy_loss(logprobs, workload=workload)
+        if loss.requires_grad:  # a wave whose requests count no token has nothing to backpropagate
+            loss.backward()
 
     return run
 
