@@ -32,9 +32,9 @@ from cpplan.cpsat import SCALING
 from cpplan.planners.cpsat_strategy import compile_for, cpsat_planner, greedy_values
 from cpplan.planners.deadline import Deadline
 from cpplan.planners.greedy import full_sharing_plan, greedy_plan
+from cpplan.plans.plan import Plan
+from cpplan.plans.plan_writer import plan_to_dict
 from cpplan.pricing.problem import Problem
-from cpplan.pricing.result import Plan
-from cpplan.pricing.serialize import plan_to_dict
 from cpplan.pricing.wave import local_tokens
 from cpplan.spec.settings import Settings
 from cpplan.spec.workload import Workload

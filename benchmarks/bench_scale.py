@@ -33,8 +33,8 @@ import numpy as np
 import cpplan
 from cpplan.bench.synthetic import grpo, to_jsonl
 from cpplan.planners.greedy import greedy_plan
+from cpplan.plans.plan_writer import plan_to_dict
 from cpplan.pricing.problem import Problem
-from cpplan.pricing.serialize import plan_to_dict
 from cpplan.spec.workload import Item, Request, Workload
 from cpplan.verifier import verify_plan
 

@@ -21,10 +21,10 @@ _EXPORTS: dict[str, str] = {
     "UnsupportedTopologyError": "cpplan.errors",
     "Planner": "cpplan.planner",
     "Problem": "cpplan.pricing.problem",
-    "Candidate": "cpplan.pricing.result",
-    "Plan": "cpplan.pricing.result",
-    "PlanResult": "cpplan.pricing.result",
-    "SolverStats": "cpplan.pricing.result",
+    "Candidate": "cpplan.plans.plan",
+    "Plan": "cpplan.plans.plan",
+    "PlanResult": "cpplan.plans.result",
+    "SolverStats": "cpplan.plans.plan",
     "PrefixTree": "cpplan.pricing.tree",
     "RankBatch": "cpplan.runtime.materialize",
     "materialize": "cpplan.runtime.materialize",
@@ -110,8 +110,9 @@ if TYPE_CHECKING:  # what type checkers and editors see
     from cpplan.api import build_problem, plan, solve, verify
     from cpplan.errors import CpplanError, InputError, NoFitError, UnsupportedTopologyError
     from cpplan.planner import Planner
+    from cpplan.plans.plan import Candidate, Plan, SolverStats
+    from cpplan.plans.result import PlanResult
     from cpplan.pricing.problem import Problem
-    from cpplan.pricing.result import Candidate, Plan, PlanResult, SolverStats
     from cpplan.pricing.tree import PrefixTree
     from cpplan.runtime.materialize import RankBatch, materialize, materialize_wave
     from cpplan.runtime.pack_dataset import PackDataset

@@ -18,9 +18,9 @@ from cpplan.planner import Planner, resolve_profile
 from cpplan.planners import Strategy
 from cpplan.planners.cpsat_strategy import ensure_solver
 from cpplan.planners.portfolio import solve
+from cpplan.plans.plan_writer import plan_to_dict
+from cpplan.plans.result import PlanResult
 from cpplan.pricing.problem import Problem
-from cpplan.pricing.result import PlanResult
-from cpplan.pricing.serialize import plan_to_dict
 from cpplan.spec.card import ModelCard, Phase
 from cpplan.spec.profile import SolverProfile
 from cpplan.spec.settings import Settings

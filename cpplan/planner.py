@@ -29,9 +29,9 @@ from cpplan.planners import Strategy
 from cpplan.planners.cpsat_strategy import ensure_solver
 from cpplan.planners.deadline import Deadline
 from cpplan.planners.portfolio import solve
+from cpplan.plans.result import PlanResult
 from cpplan.pricing.memo import card_constants
 from cpplan.pricing.problem import Problem
-from cpplan.pricing.result import PlanResult
 from cpplan.spec.card import ModelCard, Phase
 from cpplan.spec.correction import Correction
 from cpplan.spec.profile import SolverProfile, load_solver

@@ -20,7 +20,7 @@ sys.path.insert(0, str(ROOT))
 
 from cpplan import Settings, Topology, load_model  # noqa: E402
 from cpplan.bench.synthetic import grpo  # noqa: E402
-from cpplan.pricing.plan_reader import WaveArrays  # noqa: E402
+from cpplan.plans.plan_reader import WaveArrays  # noqa: E402
 from cpplan.pricing.problem import Problem  # noqa: E402
 from cpplan.pricing.wave import best_wave  # noqa: E402
 

@@ -15,11 +15,11 @@ from hypothesis import strategies as st
 import cpplan
 from cpplan.planners import PLANNERS
 from cpplan.planners.deadline import Deadline
+from cpplan.plans.plan_writer import plan_to_dict
 from cpplan.pricing.evaluator import price
 from cpplan.pricing.layout import pack
 from cpplan.pricing.ownership import chunk_stats, rank_quantities
 from cpplan.pricing.problem import Problem
-from cpplan.pricing.serialize import plan_to_dict
 from cpplan.pricing.wave import best_wave, price_wave
 from cpplan.spec.quantities import QUANTITY_NAMES
 from cpplan.spec.settings import Settings

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import cpplan
-from cpplan.pricing.serialize import strip_timing
+from cpplan.plans.plan_writer import strip_timing
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "grpo.jsonl"
 

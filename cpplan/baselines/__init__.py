@@ -1,7 +1,7 @@
 """Baseline planners from other trainers, written from their published descriptions, behind one
 interface (:class:`Baseline`: a name and ``plan(problem) -> Plan``).
 
-Every baseline's plan is a :class:`cpplan.pricing.result.Plan` of priced waves, so cpplan's evaluator prices
+Every baseline's plan is a :class:`cpplan.plans.plan.Plan` of priced waves, so cpplan's evaluator prices
 it and cpplan's verifier checks it exactly as it does cpplan's own. A wave that breaks the per-rank budget is
 kept and reported as an :class:`Oom` (wave, rank, bytes), never repaired.
 """

@@ -11,8 +11,8 @@ from cpplan.baselines.base import Baseline, build_plan, in_workload_order, item_
 from cpplan.baselines.binpack import first_fit_decreasing
 from cpplan.baselines.capacity import token_capacity
 from cpplan.baselines.shard_rules import even_tokens
+from cpplan.plans.plan import Plan
 from cpplan.pricing.problem import Problem
-from cpplan.pricing.result import Plan
 
 NAME = "axolotl_ffd"
 

@@ -2,7 +2,7 @@
 
 A baseline decides three things: which items run together (its packing), which prefix-tree nodes are
 stored once (its layout: none, or a share mask) and which CP rank owns each chunk (its ownership rule).
-:func:`build_plan` turns those decisions into a :class:`cpplan.pricing.result.Plan` of priced
+:func:`build_plan` turns those decisions into a :class:`cpplan.plans.plan.Plan` of priced
 :class:`cpplan.pricing.wave.WavePlan` s, so the evaluator prices and the verifier checks a baseline exactly as
 it does cpplan's own plans. A wave over the budget is kept as it is and reported as an OOM: repairing
 it would hide what the baseline does. :func:`run` (built on :func:`timed` and :func:`outcome_of`, which
@@ -22,11 +22,11 @@ from typing import TypeVar
 import numpy as np
 
 from cpplan.errors import NoFitError
+from cpplan.plans.plan import Plan
+from cpplan.plans.plan_writer import plan_to_dict
 from cpplan.pricing.layout import PackedLayout
 from cpplan.pricing.ownership import ChunkStats, chunk_stats
 from cpplan.pricing.problem import Problem
-from cpplan.pricing.result import Plan
-from cpplan.pricing.serialize import plan_to_dict
 from cpplan.pricing.wave import WavePlan, price_wave
 from cpplan.spec.units import format_bytes
 from cpplan.verifier import Verification, verify_plan

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from cpplan.baselines.base import Baseline
 from cpplan.planners.greedy import full_sharing_plan, greedy_plan
+from cpplan.plans.plan import Plan
 from cpplan.pricing.problem import Problem
-from cpplan.pricing.result import Plan
 from cpplan.spec.profile import GreedyParams
 
 GREEDY_LAYOUTS = GreedyParams().layouts

@@ -32,10 +32,10 @@ from cpplan.baselines.base import Baseline, item_tokens
 from cpplan.baselines.capacity import per_gpu_token_capacity
 from cpplan.baselines.shard_rules import zigzag
 from cpplan.planners.dynamic_cp import group_problem
+from cpplan.plans.plan import Plan
+from cpplan.plans.pool_schedule import Schedule, block, replay
 from cpplan.pricing.ownership import chunk_stats
 from cpplan.pricing.problem import Problem
-from cpplan.pricing.result import Plan
-from cpplan.pricing.schedule import Schedule, block, replay
 from cpplan.pricing.wave import WavePlan, price_wave
 
 NAME = "megatron_dynamic_cp"

@@ -19,8 +19,8 @@ from cpplan.baselines.base import Baseline, build_plan, in_workload_order, item_
 from cpplan.baselines.binpack import karmarkar_karp
 from cpplan.baselines.capacity import per_gpu_token_capacity
 from cpplan.baselines.shard_rules import even_tokens
+from cpplan.plans.plan import Plan
 from cpplan.pricing.problem import Problem
-from cpplan.pricing.result import Plan
 
 NAME = "verl_dynamic_bsz"
 

@@ -31,8 +31,8 @@ from ortools.linear_solver import pywraplp
 
 from cpplan.calibration.measurements import GB, Measurement, file_sha256, row_quantities
 from cpplan.errors import InputError
+from cpplan.plans.plan_writer import cpplan_version
 from cpplan.pricing.evaluator import envelope_bytes, price
-from cpplan.pricing.serialize import cpplan_version
 from cpplan.spec.card import Calibration, CalibrationRow, ModelCard, load_card_file
 
 DEFAULT_MAX_RATIO = 1.15

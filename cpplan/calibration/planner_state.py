@@ -20,7 +20,7 @@ from cpplan.calibration.online import (
     read_log,
 )
 from cpplan.errors import InputError
-from cpplan.pricing.result import PlanResult
+from cpplan.plans.result import PlanResult
 from cpplan.spec.card import ModelCard, load_model
 from cpplan.spec.correction import Correction
 from cpplan.spec.profile import SolverProfile

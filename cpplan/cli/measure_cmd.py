@@ -10,7 +10,7 @@ import click
 
 from cpplan.cli import COMMANDS, cli
 from cpplan.errors import InputError
-from cpplan.pricing.plan_reader import read_plan_file
+from cpplan.plans.plan_reader import read_plan_file
 from cpplan.runtime.measure import (
     CudaMemory,
     build_model,

@@ -59,8 +59,8 @@ def plan_command(
     from cpplan.api import solve
     from cpplan.cli.no_fit import with_suggestions
     from cpplan.cli.plan_table import print_summary
+    from cpplan.plans.plan_writer import dumps, result_to_dict
     from cpplan.pricing.problem import Problem
-    from cpplan.pricing.serialize import dumps, result_to_dict
     from cpplan.spec.profile import load_solver
     from cpplan.spec.workload import Workload
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from cpplan.pricing.result import PlanResult, dp_rank_of
+from cpplan.plans.pool_schedule import dp_rank_of
+from cpplan.plans.result import PlanResult
 from cpplan.pricing.wave import local_tokens
 from cpplan.spec.units import format_bytes
 

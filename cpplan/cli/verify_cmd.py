@@ -49,7 +49,7 @@ def verify_command(plan_file: Path, workload: Path | None, learned: Path | None,
         return _verify_pack(folder, workload, problem_values, learned)
     if workload is None:
         raise InputError("missing: give the WORKLOAD the plan was made for", field="workload")
-    from cpplan.pricing.plan_reader import read_plan_file
+    from cpplan.plans.plan_reader import read_plan_file
 
     data = read_plan_file(plan_file)
     if not isinstance(data, dict):
@@ -84,7 +84,7 @@ def _workload(data: dict[str, Any], path: Path, fields):
 def _verify_one(data: dict[str, Any], workload, settings):
     """The verifier's verdict on one plan, after the check that it was made for ``workload`` (a pack
     shard must hold exactly the requests it lists)."""
-    from cpplan.pricing.plan_reader import check_plan_workload
+    from cpplan.plans.plan_reader import check_plan_workload
     from cpplan.verifier import verify_plan
 
     part = isinstance(data.get("pack"), dict)
@@ -122,7 +122,7 @@ def _verify_pack(folder: Path, dataset: Path | None, values: dict[str, Any], lea
     """Every shard of a finished pack against its window of the dataset."""
     from cpplan.pack.outdir import read_manifest, shard_name
     from cpplan.pack.window_items import check_dataset
-    from cpplan.pricing.plan_reader import read_plan_file
+    from cpplan.plans.plan_reader import read_plan_file
 
     manifest = read_manifest(folder)
     path = dataset if dataset is not None else Path(manifest["dataset"])

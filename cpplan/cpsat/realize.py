@@ -1,4 +1,4 @@
-"""From a solution to a priced :class:`~cpplan.pricing.result.Plan`: pack each wave, assign chunks, price.
+"""From a solution to a priced :class:`~cpplan.plans.plan.Plan`: pack each wave, assign chunks, price.
 
 Each used wave is packed with :meth:`Problem.pack` under the chosen share mask (cross nodes as the
 solver shared them, local decision nodes as the item's chosen local layout). Its chunks go to ranks by
@@ -19,12 +19,12 @@ from cpplan.cpsat.columns import Column, columns_with_items
 from cpplan.cpsat.memory import MemoryRows
 from cpplan.cpsat.solve import Solution
 from cpplan.cpsat.space import LayoutSpace
+from cpplan.plans.plan import Plan
 from cpplan.pricing.amounts import span_amounts
 from cpplan.pricing.layout import PackedLayout
 from cpplan.pricing.loss_positions import layout_totals
 from cpplan.pricing.ownership import ChunkStats, chunk_stats
 from cpplan.pricing.problem import Problem
-from cpplan.pricing.result import Plan
 from cpplan.pricing.wave import WavePlan, price_wave
 from cpplan.spec.quantities import COUNTS, QUANTITIES, QUANTITY_INDEX, check_rules
 

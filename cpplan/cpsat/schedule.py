@@ -29,8 +29,8 @@ from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
-from cpplan.pricing.result import Plan
-from cpplan.pricing.schedule import Schedule, block, replay
+from cpplan.plans.plan import Plan
+from cpplan.plans.pool_schedule import Schedule, block, replay
 from cpplan.pricing.wave import WavePlan
 
 MICROSECONDS = 1_000_000

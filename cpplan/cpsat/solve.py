@@ -12,7 +12,7 @@ import ortools
 from ortools.sat.python import cp_model
 
 from cpplan.cpsat.model import CompiledModel
-from cpplan.pricing.result import SolverStats
+from cpplan.plans.plan import SolverStats
 from cpplan.spec.profile import CpSatParams
 
 _STATUS = {

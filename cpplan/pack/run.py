@@ -26,8 +26,8 @@ from cpplan.pack.readers import (
     read_records,
 )
 from cpplan.pack.windows import PackContext, WindowJob
+from cpplan.plans.plan_writer import cpplan_version
 from cpplan.pricing.ownership import CHUNK_TOKENS
-from cpplan.pricing.serialize import cpplan_version
 from cpplan.spec.card import ModelCard, Phase
 from cpplan.spec.profile import SolverProfile, load_solver
 from cpplan.spec.records import DEFAULT_FIELDS, RecordFields

@@ -16,9 +16,9 @@ from cpplan.pack.conversations import conversation_item, load_tokenizer
 from cpplan.pack.readers import Cursor, Format, Record
 from cpplan.planners.greedy import greedy_plan
 from cpplan.planners.portfolio import solve
+from cpplan.plans.plan import Plan
+from cpplan.plans.plan_writer import strip_timing, wave_plan_dict
 from cpplan.pricing.problem import Problem, check_context
-from cpplan.pricing.result import Plan
-from cpplan.pricing.serialize import strip_timing, wave_plan_dict
 from cpplan.pricing.wave import local_tokens
 from cpplan.spec.card import ResolvedCard
 from cpplan.spec.profile import SolverProfile
@@ -292,6 +292,6 @@ def _position(job: WindowJob, ctx: PackContext, wave: int, num_waves: int) -> di
 def _shard_line(problem: Problem, plan: Plan, index: int, position: dict[str, Any]) -> str:
     """One shard line: wave ``index`` as a plan of its own (readable by ``materialize`` and ``cpplan
     verify``), its ``pack`` position before the wave and its place in the window's schedule (``gpus``,
-    ``start_s``; see :func:`~cpplan.pricing.plan_reader.rank_waves`)."""
+    ``start_s``; see :func:`~cpplan.plans.plan_reader.rank_waves`)."""
     data = strip_timing(wave_plan_dict(problem, plan, index, {"pack": position}))
     return json.dumps(data, separators=(",", ":"), allow_nan=False)

@@ -15,9 +15,9 @@ from cpplan.planners.deadline import Deadline
 from cpplan.planners.dynamic_cp import cached_dynamic_plan, group_problem, group_sizes
 from cpplan.planners.greedy import cached_greedy_plan, full_sharing_plan
 from cpplan.planners.seeded import seeded_plan
+from cpplan.plans.plan import Plan, SolverStats, balanced
+from cpplan.plans.pool_schedule import scheduled
 from cpplan.pricing.problem import Problem
-from cpplan.pricing.result import Plan, SolverStats
-from cpplan.pricing.schedule import balanced, scheduled
 from cpplan.spec.profile import SolverProfile
 
 Strategy = Callable[[Problem, SolverProfile, Deadline], tuple[Plan | None, SolverStats | None]]

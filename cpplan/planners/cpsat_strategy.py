@@ -22,8 +22,8 @@ import numpy as np
 from cpplan.errors import InputError
 from cpplan.planners.deadline import NO_TIME, Deadline
 from cpplan.planners.greedy import cached_greedy_plan
+from cpplan.plans.plan import Plan, SolverStats
 from cpplan.pricing.problem import Problem
-from cpplan.pricing.result import Plan, SolverStats
 from cpplan.spec.profile import SolverProfile
 
 if TYPE_CHECKING:  # OR-Tools is imported where the model is built, so `import cpplan` stays light

@@ -16,7 +16,7 @@ smallest makespan (ties to the earlier):
   of the pool), for balance;
 - for each *floor* ``f`` among the group sizes, every item at the larger of ``f`` and the smallest group
   it fits in alone, the items of each size packed in order into the widest fitting waves, and all the
-  waves balanced over the pool (:func:`~cpplan.pricing.schedule.place`).
+  waves balanced over the pool (:func:`~cpplan.plans.pool_schedule.place`).
 
 An item that fits no group alone, not even the whole pool, takes the split path at the pool size, which
 refuses it (naming the item, request, rank and bytes at the largest group) only when one of its requests
@@ -34,10 +34,9 @@ from cpplan.errors import NoFitError
 from cpplan.planners.deadline import Deadline
 from cpplan.planners.greedy import cached_greedy_plan
 from cpplan.planners.split import split_item, widest
-from cpplan.pricing.memo import memoized_plan
+from cpplan.plans.plan import Plan, balanced
+from cpplan.pricing.memo import memoized
 from cpplan.pricing.problem import Problem
-from cpplan.pricing.result import Plan
-from cpplan.pricing.schedule import balanced
 from cpplan.pricing.wave import WavePlan, best_wave
 
 _GROUPS: weakref.WeakKeyDictionary[Problem, dict[int, Problem]] = weakref.WeakKeyDictionary()
@@ -220,8 +219,8 @@ def cached_dynamic_plan(
     problem: Problem, layouts: Sequence[str], *, deadline: Deadline | None = None
 ) -> Plan:
     """:func:`dynamic_greedy_plan`, computed once per problem and layout list (or its refusal): the
-    portfolio's greedy candidate and the schedule model's hint share it."""
+    portfolio's greedy candidate and the schedule model's hint share it (kept in ``problem.memo.planned``)."""
     key = tuple(layouts)
-    return memoized_plan(
-        problem.memo.dynamic_plans, key, lambda: dynamic_greedy_plan(problem, key, deadline=deadline)
+    return memoized(
+        problem.memo.planned, ("dynamic", key), lambda: dynamic_greedy_plan(problem, key, deadline=deadline)
     )

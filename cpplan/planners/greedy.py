@@ -28,9 +28,9 @@ from cpplan.planners.deadline import Deadline
 from cpplan.planners.split import split_item
 from cpplan.planners.subproblem import SubProblem
 from cpplan.planners.widths import WidthSearch, balanced_cut, cut_wave
-from cpplan.pricing.memo import memoized_plan
+from cpplan.plans.plan import Plan
+from cpplan.pricing.memo import memoized
 from cpplan.pricing.problem import Problem
-from cpplan.pricing.result import Plan
 from cpplan.pricing.wave import WavePlan, best_wave, first_fitting
 
 FLOOR_LAYOUT = "full"
@@ -176,9 +176,9 @@ def hurried_waves(search: WidthSearch, start: int, layouts: Sequence[str]) -> li
 
 def cached_greedy_plan(problem: Problem, layouts: Sequence[str], deadline: Deadline | None = None) -> Plan:
     """:func:`best_greedy_plan`, computed once per problem and layout list and kept (or its refusal)
-    in ``problem.memo.greedy_plans``: the portfolio's greedy candidate and the CP-SAT hint share it."""
+    in ``problem.memo.planned``: the portfolio's greedy candidate and the CP-SAT hint share it."""
     key = tuple(layouts)
-    return memoized_plan(problem.memo.greedy_plans, key, lambda: best_greedy_plan(problem, key, deadline))
+    return memoized(problem.memo.planned, ("greedy", key), lambda: best_greedy_plan(problem, key, deadline))
 
 
 REGROUP_GAIN = 1.1

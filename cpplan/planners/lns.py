@@ -26,9 +26,9 @@ from cpplan.errors import CpplanError
 from cpplan.planners.cpsat_strategy import BUILD_S_PER_ITEM, MIN_SEARCH_S, joint_plan
 from cpplan.planners.deadline import Deadline, verify_reserve_s
 from cpplan.planners.subproblem import SubProblem
+from cpplan.plans.plan import Plan, SolverStats
+from cpplan.plans.plan_writer import plan_to_dict
 from cpplan.pricing.problem import Problem
-from cpplan.pricing.result import Plan, SolverStats
-from cpplan.pricing.serialize import plan_to_dict
 from cpplan.pricing.wave import WavePlan
 from cpplan.spec.profile import SolverProfile
 from cpplan.verifier.plan_check import verify_plan

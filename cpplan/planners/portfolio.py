@@ -24,9 +24,10 @@ from cpplan.errors import CpplanError, NoFitError
 from cpplan.planners import PLANNERS, Strategy
 from cpplan.planners.cpsat_strategy import ensure_solver
 from cpplan.planners.deadline import NO_TIME, Deadline, verify_reserve_s
+from cpplan.plans.plan import Candidate, Plan, SolverStats
+from cpplan.plans.plan_writer import plan_to_dict
+from cpplan.plans.result import PlanResult
 from cpplan.pricing.problem import Problem, check_static_floor
-from cpplan.pricing.result import Candidate, Plan, PlanResult, SolverStats
-from cpplan.pricing.serialize import plan_to_dict
 from cpplan.spec.profile import SolverProfile
 from cpplan.verifier.plan_check import Verification, verify_plan
 

@@ -21,9 +21,9 @@ from cpplan.errors import NoFitError
 from cpplan.planners.cpsat_strategy import MIN_SEARCH_S, reserve_s
 from cpplan.planners.deadline import Deadline
 from cpplan.planners.dynamic_cp import cached_dynamic_plan, group_problem, group_sizes, packed_waves
+from cpplan.plans.plan import Plan, SolverStats
+from cpplan.plans.pool_schedule import units
 from cpplan.pricing.problem import Problem
-from cpplan.pricing.result import Plan, SolverStats
-from cpplan.pricing.schedule import units
 from cpplan.pricing.wave import WavePlan
 from cpplan.spec.profile import SolverProfile
 

@@ -24,8 +24,8 @@ from cpplan.planners.deadline import Deadline
 from cpplan.planners.greedy import planned_waves
 from cpplan.planners.subproblem import SubProblem
 from cpplan.planners.widths import WidthSearch
+from cpplan.plans.plan import Plan
 from cpplan.pricing.problem import Problem
-from cpplan.pricing.result import Plan
 from cpplan.pricing.wave import WavePlan, best_wave
 
 SEED_S_PER_ITEM = 4e-4

@@ -13,26 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cpplan.errors import InputError
 from cpplan.pricing.tree import PrefixTree
-
-NAMED_LAYOUTS = ("full", "none")
-
-
-def parse_layout(spec: str) -> tuple[str, int]:
-    """Check a layout spec: ``full``, ``none``, ``depth:K`` (share tree levels 1..K) or ``min_span:T``
-    (share a node when its span is at least T tokens). Returns ``(kind, parameter)``."""
-    kind, _, value = spec.partition(":")
-    if kind in NAMED_LAYOUTS and not value:
-        return kind, 0
-    if kind in ("depth", "min_span"):
-        try:
-            number = int(value)
-        except ValueError:
-            number = -1
-        if number >= 0:
-            return kind, number
-    raise InputError(f"unknown layout {spec!r}; use full, none, depth:K or min_span:T", field="layouts")
+from cpplan.spec.layout_specs import parse_layout
 
 
 def share_mask(tree: PrefixTree, spec: str) -> np.ndarray:

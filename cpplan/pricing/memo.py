@@ -1,25 +1,28 @@
-"""Work the planners of one problem share: share masks, node counts, priced waves and greedy plans.
+"""Work the planners of one problem share: share masks, node counts, priced waves and the planners' own
+per-problem results (greedy plans, their refusals).
 
 A :class:`PricingMemo` belongs to one :class:`~cpplan.pricing.problem.Problem` object (a field of it,
 made fresh with every problem and left out of equality and repr). Everything in it is a pure function
-of the problem, so an entry can never go stale; a copy of the problem gets an empty memo.
+of the problem, so an entry can never go stale; a copy of the problem gets an empty memo. Pricing reads
+and fills the typed caches; the planners keep what they compute per problem in :attr:`PricingMemo.planned`,
+a store pricing does not look into (so it imports none of the planners' types).
 """
 
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
 from cpplan.errors import NoFitError
 
 if TYPE_CHECKING:
-    from cpplan.pricing.result import Plan
-    from cpplan.pricing.wave import WavePlan
     from cpplan.spec.card import ResolvedCard
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, eq=False)
@@ -29,38 +32,34 @@ class PricingMemo:
     share_masks: dict[str, np.ndarray] = field(default_factory=dict)
     """The prefix-tree node mask of each layout spec (``"full"``, ``"min_span:512"``, ...)."""
 
-    priced_waves: dict[tuple[tuple[int, ...], bytes], WavePlan] = field(default_factory=dict)
-    """Priced waves by (item indices, the bytes of the sharing decisions the layout takes on those
-    items): layouts that pack a wave identically are priced once, and the greedy, full-sharing and
-    seeded strategies of one portfolio call share the work."""
+    priced_waves: dict[tuple[tuple[int, ...], bytes], Any] = field(default_factory=dict)
+    """Priced waves (:class:`~cpplan.pricing.wave.WavePlan`, which reads the problem holding this memo)
+    by (item indices, the bytes of the sharing decisions the layout takes on those items): layouts that
+    pack a wave identically are priced once, and the greedy, full-sharing and seeded strategies of one
+    portfolio call share the work."""
 
     node_counts: dict[tuple[int, ...], np.ndarray] = field(default_factory=dict)
     """Per item set, how many of its requests pass through each prefix-tree node (what decides which
     sharing decisions a layout takes on a wave): computed once for every layout and strategy."""
 
-    greedy_plans: dict[tuple[str, ...], Plan | NoFitError] = field(default_factory=dict)
-    """The greedy plan (or its refusal) by the layouts it tried: the portfolio's greedy candidate and
-    the CP-SAT strategy's hint and columns are one computation."""
-
-    dynamic_plans: dict[tuple[str, ...], Plan | NoFitError] = field(default_factory=dict)
-    """The dynamic-CP greedy plan (or its refusal) by the layouts it tried: the portfolio's candidate
-    and the schedule model's hint."""
+    planned: dict[Hashable, object] = field(default_factory=dict)
+    """What the planners compute once per problem, by a key that starts with the planner's name (say
+    ``("greedy", layouts)``: a greedy plan or its refusal, which the portfolio's greedy candidate and the
+    CP-SAT strategy's hint and columns share), filled through :func:`memoized`."""
 
 
-def memoized_plan(
-    plans: dict[tuple[str, ...], Plan | NoFitError], key: tuple[str, ...], make: Callable[[], Plan]
-) -> Plan:
-    """``plans[key]``, made by ``make()`` on first use; a refusal (:class:`NoFitError`) is kept too
+def memoized(store: dict[Hashable, object], key: Hashable, make: Callable[[], T]) -> T:
+    """``store[key]``, made by ``make()`` on first use; a refusal (:class:`NoFitError`) is kept too
     and raised again on every call."""
-    if key not in plans:
+    if key not in store:
         try:
-            plans[key] = make()
+            store[key] = make()
         except NoFitError as exc:
-            plans[key] = exc
-    found = plans[key]
+            store[key] = exc
+    found = store[key]
     if isinstance(found, NoFitError):
         raise found
-    return found
+    return found  # type: ignore[return-value]  # make() put it there
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)

@@ -16,7 +16,8 @@ import torch
 import torch.distributed as dist
 
 from cpplan.errors import CpplanError
-from cpplan.pricing.result import Plan, PlanResult
+from cpplan.plans.plan import Plan
+from cpplan.plans.result import PlanResult
 from cpplan.spec.workload import Workload
 
 DIGEST_BYTES = 32

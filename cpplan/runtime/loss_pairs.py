@@ -27,7 +27,7 @@ from cpplan.spec.workload import Request
 @dataclass(frozen=True, kw_only=True, eq=False)
 class LossPairs:
     """What every rank's loss pairs are cut from: ``layout`` (a
-    :class:`~cpplan.pricing.plan_reader.WaveArrays`), every packed token's id, the mask-free loss
+    :class:`~cpplan.plans.plan_reader.WaveArrays`), every packed token's id, the mask-free loss
     requests through each segment, and, when some request has a mask, the masked requests counting
     each packed token as a target."""
 

@@ -1,10 +1,10 @@
 """From a plan to the tensors one CP rank runs: owned tokens, tree metadata, read-back and loss indices.
 
-A :class:`~cpplan.pricing.result.Plan` keeps each wave's packed layout and chunk ownership but no token ids.
+A :class:`~cpplan.plans.plan.Plan` keeps each wave's packed layout and chunk ownership but no token ids.
 The tokens are rebuilt from the workload the plan was made for: ``PackedLayout.seg_src`` and ``request_ids``
 index the workload's requests in flattened (item, request) order, the same order
 :class:`~cpplan.pricing.problem.Problem` builds its prefix tree in. A plan file (the JSON ``cpplan plan``
-writes, as a path or a loaded dictionary) works too: :mod:`cpplan.pricing.plan_reader` reads and checks its
+writes, as a path or a loaded dictionary) works too: :mod:`cpplan.plans.plan_reader` reads and checks its
 segments, request chains and owned ranges. Every step is a numpy gather over whole arrays; nothing loops over
 tokens or segments in Python. Every request read back through the packed sequence is compared with the
 workload's tokens, so a plan used with another workload is refused.
@@ -27,9 +27,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from cpplan.errors import InputError
+from cpplan.plans.plan import Plan
+from cpplan.plans.plan_reader import WaveArrays, plan_waves, read_plan_file, read_wave
+from cpplan.plans.result import PlanResult
 from cpplan.pricing.layout import chain_positions
-from cpplan.pricing.plan_reader import WaveArrays, plan_waves, read_plan_file, read_wave
-from cpplan.pricing.result import Plan, PlanResult
 from cpplan.runtime.loss_pairs import LossPairs
 from cpplan.spec.workload import Request, Workload
 
@@ -109,7 +110,7 @@ PlanLike = Plan | PlanResult | dict[str, Any] | str | Path
 def materialize(plan: PlanLike, workload: Workload, *, wave: int, rank: int) -> RankBatch:
     """The tensors CP rank ``rank`` needs to run wave ``wave`` of ``plan`` (made for ``workload``).
 
-    ``plan``: a :class:`~cpplan.pricing.result.Plan`, a :class:`~cpplan.pricing.result.PlanResult`, or a plan
+    ``plan``: a :class:`~cpplan.plans.plan.Plan`, a :class:`~cpplan.plans.result.PlanResult`, or a plan
     file's JSON (a path or the loaded dictionary)."""
     data = _WaveData.build(plan, workload, wave)
     if isinstance(rank, bool) or not isinstance(rank, int | np.integer) or not 0 <= rank < data.num_ranks:

@@ -3,7 +3,7 @@
 Waves are numbered over the whole pack (shard after shard, line after line). The dataset of replica
 ``dp_rank``'s CP rank ``cp_rank`` is GPU ``dp_rank * cp + cp_rank`` of the ``dp * cp`` pool: window by
 window it yields that GPU's :class:`~cpplan.runtime.materialize.RankBatch` of every wave whose group
-holds it (:func:`~cpplan.pricing.plan_reader.rank_waves`: each wave on exactly one group, in the window's
+holds it (:func:`~cpplan.plans.plan_reader.rank_waves`: each wave on exactly one group, in the window's
 schedule order; under dynamic CP a wave's group may be of another size than ``cp``), with
 ``batch.wave`` the wave's number in the pack. Token ids are read again from the dataset the pack was
 made from (its path and SHA-256 are in the manifest; a changed dataset is an
@@ -26,7 +26,7 @@ import torch.utils.data
 from cpplan.errors import InputError
 from cpplan.pack.outdir import read_manifest, shard_name
 from cpplan.pack.window_items import check_dataset, window_items
-from cpplan.pricing.plan_reader import check_plan_workload, rank_waves
+from cpplan.plans.plan_reader import check_plan_workload, rank_waves
 from cpplan.runtime.materialize import RankBatch, materialize
 from cpplan.spec.workload import Item, Workload
 

@@ -12,9 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from cpplan.errors import InputError
-from cpplan.pricing.plan_reader import plan_waves, rank_waves, read_plan_file
-from cpplan.pricing.result import Plan, PlanResult
-from cpplan.pricing.schedule import pool_rank_waves
+from cpplan.plans.plan import Plan
+from cpplan.plans.plan_reader import plan_waves, rank_waves, read_plan_file
+from cpplan.plans.pool_schedule import pool_rank_waves
+from cpplan.plans.result import PlanResult
 from cpplan.runtime.materialize import RankBatch, materialize
 from cpplan.spec.workload import Workload
 

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from cpplan.errors import InputError
 from cpplan.spec.card import read_toml
+from cpplan.spec.layout_specs import parse_layout
 from cpplan.spec.shipped import toml_files
 from cpplan.spec.validation import input_error
 
@@ -60,8 +61,6 @@ class GreedyParams(BaseModel):
     @field_validator("layouts")
     @classmethod
     def _valid_layouts(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        from cpplan.pricing.layout import parse_layout
-
         for spec in value:
             try:
                 parse_layout(spec)

@@ -1,5 +1,5 @@
 """The verifier's replay of a plan's schedule (its own code: nothing shared with
-:mod:`cpplan.pricing.schedule`).
+:mod:`cpplan.plans.pool_schedule`).
 
 Every wave names its CP group size ``cp`` and its pool ranks ``gpus``: an aligned block of ``cp``
 ranks of the pool of ``dp * cp`` GPUs (under fixed CP the group size is the topology's). Replaying the

@@ -222,7 +222,7 @@ def test_seeded_strategy_wins_where_greedy_loses_and_is_reproducible():
     """On long-tail sequences at CP2 verl's Karmarkar-Karp waves beat the in-order greedy planner (a
     better balanced split of the same number of waves); the portfolio's seeded strategy takes them,
     and planning twice gives the same plan bytes."""
-    from cpplan.pricing.serialize import dumps, result_to_dict, strip_timing
+    from cpplan.plans.plan_writer import dumps, result_to_dict, strip_timing
 
     problem = _problem(_small_workloads()["long_tail"], 2, "4GiB")
     greedy = BASELINES["cpplan_greedy"].plan(problem)

@@ -13,7 +13,7 @@ import cpplan
 from cpplan import InputError, Planner, Topology
 from cpplan.bench.synthetic import grpo
 from cpplan.calibration.online import TrustPolicy
-from cpplan.pricing.serialize import strip_timing
+from cpplan.plans.plan_writer import strip_timing
 from cpplan.spec.profile import SolverProfile
 
 MODEL = "qwen3.6-35b-a3b"

@@ -23,10 +23,10 @@ from cpplan.cpsat.solve import Solution
 from cpplan.planners.cpsat_strategy import compile_for, cpsat_planner, greedy_values, plan_columns
 from cpplan.planners.deadline import Deadline
 from cpplan.planners.greedy import full_sharing_plan, greedy_plan
+from cpplan.plans.plan_writer import plan_to_dict
 from cpplan.pricing.evaluator import price
 from cpplan.pricing.ownership import CHUNK_TOKENS
 from cpplan.pricing.problem import Problem
-from cpplan.pricing.serialize import plan_to_dict
 from cpplan.spec.quantities import NUM_QUANTITIES, QUANTITY_INDEX
 from cpplan.spec.settings import Settings
 from cpplan.verifier import verify_plan

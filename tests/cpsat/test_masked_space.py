@@ -10,7 +10,7 @@ import pytest
 from cpplan import Item, Request, Workload, load_solver
 from cpplan.cpsat import build_space, compile_model, realize, solve
 from cpplan.cpsat.space import _tree_facts
-from cpplan.pricing.serialize import plan_to_dict
+from cpplan.plans.plan_writer import plan_to_dict
 from cpplan.pricing.wave import best_wave
 from cpplan.spec.quantities import QUANTITY_INDEX
 from cpplan.verifier import verify_plan

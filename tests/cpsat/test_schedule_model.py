@@ -10,8 +10,8 @@ import pytest
 from ortools.sat.python import cp_model
 
 from cpplan.cpsat.schedule import Job, add_hint, compile_schedule, hint_placements, realize
-from cpplan.pricing.result import Plan
-from cpplan.pricing.schedule import block, place, replay
+from cpplan.plans.plan import Plan
+from cpplan.plans.pool_schedule import block, place, replay
 
 
 @dataclass(frozen=True)

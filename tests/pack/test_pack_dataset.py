@@ -13,7 +13,7 @@ import cpplan
 from cpplan import InputError, PackDataset, Topology
 from cpplan.pack import load_tokenizer, pack
 from cpplan.pack.conversations import conversation_item
-from cpplan.pricing.plan_reader import read_plan_file
+from cpplan.plans.plan_reader import read_plan_file
 from tests.support import pack_data as tp
 
 

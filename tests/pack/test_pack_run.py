@@ -19,7 +19,7 @@ from cpplan import Topology, load_model
 from cpplan.cli import main
 from cpplan.pack import load_tokenizer, pack, read_manifest
 from cpplan.pack.conversations import conversation_item
-from cpplan.pricing.plan_reader import read_plan_file
+from cpplan.plans.plan_reader import read_plan_file
 from cpplan.spec.workload import Workload
 from cpplan.verifier import verify_plan
 from tests.support.pack_data import (

@@ -12,9 +12,10 @@ import cpplan
 from cpplan.errors import NoFitError, UnsupportedTopologyError
 from cpplan.planners.dynamic_cp import dynamic_greedy_plan, group_problem, sized_plans
 from cpplan.planners.greedy import cached_greedy_plan
+from cpplan.plans.plan import balanced
+from cpplan.plans.plan_writer import dumps, plan_to_dict, result_to_dict, strip_timing
+from cpplan.plans.pool_schedule import block, replay
 from cpplan.pricing.problem import Problem
-from cpplan.pricing.schedule import balanced, block, replay
-from cpplan.pricing.serialize import dumps, plan_to_dict, result_to_dict, strip_timing
 from cpplan.runtime.pool import materialize_pool, pool_waves
 from cpplan.spec.card import ModelCard
 from cpplan.spec.settings import Settings

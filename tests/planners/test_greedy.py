@@ -13,9 +13,9 @@ from cpplan.bench.synthetic import grpo
 from cpplan.planners.deadline import Deadline
 from cpplan.planners.greedy import full_sharing_plan, greedy_plan
 from cpplan.planners.widths import WidthSearch, cheapest_cut
+from cpplan.plans.plan_writer import plan_to_dict
 from cpplan.pricing.ownership import contiguous_split
 from cpplan.pricing.problem import Problem
-from cpplan.pricing.serialize import plan_to_dict
 from cpplan.pricing.wave import best_wave, price_wave
 from cpplan.spec.settings import Settings
 from cpplan.verifier import verify_plan

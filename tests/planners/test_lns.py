@@ -15,9 +15,9 @@ from cpplan.planners.deadline import Deadline
 from cpplan.planners.greedy import greedy_plan
 from cpplan.planners.lns import lns_plan
 from cpplan.planners.subproblem import SubProblem
+from cpplan.plans.plan import Plan
+from cpplan.plans.plan_writer import plan_to_dict, strip_timing
 from cpplan.pricing.problem import Problem
-from cpplan.pricing.result import Plan
-from cpplan.pricing.serialize import plan_to_dict, strip_timing
 from cpplan.pricing.wave import best_wave
 from cpplan.spec.settings import Settings
 from cpplan.verifier import verify_plan

@@ -17,9 +17,9 @@ from cpplan.bench.synthetic import agent_trees, grpo, long_tail, to_jsonl
 from cpplan.planners.cpsat_strategy import cpsat_planner, joint_plan
 from cpplan.planners.deadline import Deadline
 from cpplan.planners.greedy import greedy_plan
+from cpplan.plans.plan import Plan, SolverStats
+from cpplan.plans.plan_writer import strip_timing
 from cpplan.pricing.problem import Problem
-from cpplan.pricing.result import Plan, SolverStats
-from cpplan.pricing.serialize import strip_timing
 from cpplan.pricing.wave import price_wave
 from cpplan.spec.profile import GreedyParams
 from cpplan.spec.settings import Settings

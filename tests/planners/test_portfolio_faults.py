@@ -14,9 +14,9 @@ from cpplan.api import solve
 from cpplan.bench.synthetic import grpo
 from cpplan.planners import PLANNERS
 from cpplan.planners.greedy import greedy_plan
+from cpplan.plans.plan import Plan, SolverStats
+from cpplan.plans.plan_writer import plan_to_dict
 from cpplan.pricing.problem import Problem
-from cpplan.pricing.result import Plan, SolverStats
-from cpplan.pricing.serialize import plan_to_dict
 from cpplan.pricing.wave import price_wave
 from cpplan.spec.settings import Settings
 from cpplan.verifier import verify_plan

@@ -11,8 +11,8 @@ import pytest
 
 import cpplan
 from cpplan.planners.deadline import verify_reserve_s
+from cpplan.plans.plan_writer import plan_to_dict
 from cpplan.pricing.memo import card_constants
-from cpplan.pricing.serialize import plan_to_dict
 from cpplan.verifier import verify_plan
 
 

@@ -16,9 +16,9 @@ import cpplan
 from cpplan.bench.synthetic import to_jsonl
 from cpplan.cli import main
 from cpplan.planners.greedy import greedy_plan
+from cpplan.plans.plan_writer import plan_to_dict
 from cpplan.pricing.layout import pack
 from cpplan.pricing.problem import Problem
-from cpplan.pricing.serialize import plan_to_dict
 from cpplan.pricing.wave import price_wave
 from cpplan.spec.settings import Settings
 from cpplan.verifier import verify_plan

@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 import cpplan
 from cpplan.bench import synthetic
+from cpplan.plans.plan_writer import plan_to_dict
 from cpplan.pricing.problem import Problem
-from cpplan.pricing.serialize import plan_to_dict
 from cpplan.pricing.wave import best_wave
 from cpplan.spec.quantities import QUANTITY_INDEX
 from cpplan.spec.settings import Settings

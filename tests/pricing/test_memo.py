@@ -32,12 +32,12 @@ def test_memo_is_per_problem_and_a_cold_copy_starts_empty(small_grpo, settings):
     assert not (memo_field.init or memo_field.repr or memo_field.compare)
     plan = cached_greedy_plan(problem, LAYOUTS)
     assert cached_greedy_plan(problem, LAYOUTS) is plan
-    assert problem.memo.greedy_plans[LAYOUTS] is plan
+    assert problem.memo.planned[("greedy", LAYOUTS)] is plan
     assert problem.memo.priced_waves and set(problem.memo.share_masks) == set(LAYOUTS)
-    assert not other.memo.greedy_plans and not other.memo.priced_waves
+    assert not other.memo.planned and not other.memo.priced_waves
     cold = cold_copy(problem)
     assert cold.tree is problem.tree and cold.memo is not problem.memo
-    assert not (cold.memo.greedy_plans or cold.memo.priced_waves or cold.memo.share_masks)
+    assert not (cold.memo.planned or cold.memo.priced_waves or cold.memo.share_masks)
     again = cached_greedy_plan(cold, LAYOUTS)
     assert again is not plan and [w.items for w in again.waves] == [w.items for w in plan.waves]
 
@@ -51,7 +51,7 @@ def test_memo_keeps_a_refusal(qwen36, small_grpo):
         cached_greedy_plan(problem, LAYOUTS)
     with pytest.raises(NoFitError) as second:
         cached_greedy_plan(problem, LAYOUTS)
-    assert second.value is first.value is problem.memo.greedy_plans[LAYOUTS]
+    assert second.value is first.value is problem.memo.planned[("greedy", LAYOUTS)]
 
 
 def test_priced_waves_are_shared_between_layouts_that_pack_alike(small_grpo, settings):

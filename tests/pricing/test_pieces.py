@@ -8,11 +8,11 @@ import pytest
 
 import cpplan
 from cpplan.baselines.shard_rules import zigzag
+from cpplan.plans.plan import Plan
+from cpplan.plans.plan_writer import plan_to_dict
 from cpplan.pricing.evaluator import price
 from cpplan.pricing.ownership import chunk_stats, rank_quantities
 from cpplan.pricing.problem import Problem
-from cpplan.pricing.result import Plan
-from cpplan.pricing.serialize import plan_to_dict
 from cpplan.pricing.wave import price_wave
 from cpplan.spec.quantities import QUANTITY_INDEX
 from cpplan.spec.settings import Settings

@@ -6,7 +6,7 @@ import networkx as nx
 import numpy as np
 import pytest
 
-from cpplan.pricing.layout import pack, parse_layout, share_mask
+from cpplan.pricing.layout import pack, share_mask
 from cpplan.pricing.tree import PrefixTree
 
 
@@ -100,10 +100,3 @@ def test_wave_subset_compresses_chains():
     for spec in ("full", "none"):
         layout = pack(tree, [0], share_mask(tree, spec), flags, flags)
         assert layout.num_segments == 1 and layout.packed_tokens == 4
-
-
-def test_layout_specs():
-    """Unknown layout specs are refused."""
-    assert parse_layout("min_span:64") == ("min_span", 64)
-    with pytest.raises(ValueError, match="unknown layout"):
-        parse_layout("half")

@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 import cpplan
 from cpplan import InputError, Item, Request, Workload
 from cpplan.bench import synthetic
+from cpplan.plans.plan_writer import plan_to_dict, result_to_dict
 from cpplan.pricing.layout import pack
-from cpplan.pricing.serialize import plan_to_dict, result_to_dict
 from cpplan.pricing.wave import price_wave
 from cpplan.runtime.materialize import materialize_wave
 from tests.support.prefix_trees import LAYOUTS, build_problem, hand_plan, prefix_workloads

@@ -9,7 +9,7 @@ import pytest
 
 import cpplan
 from cpplan.bench import synthetic
-from cpplan.pricing.serialize import plan_to_dict
+from cpplan.plans.plan_writer import plan_to_dict
 from cpplan.verifier import verify_plan
 from cpplan.verifier.chains import masked_logits_needed
 

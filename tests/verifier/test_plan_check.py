@@ -8,7 +8,7 @@ import pytest
 
 import cpplan
 from cpplan import Topology
-from cpplan.pricing.serialize import plan_to_dict
+from cpplan.plans.plan_writer import plan_to_dict
 from cpplan.verifier import verify_plan
 from tests.conftest import middle_budget
 

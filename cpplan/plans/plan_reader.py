@@ -1,4 +1,5 @@
-"""Reading plan JSON back: the inverse of :mod:`cpplan.pricing.serialize` for what a runtime needs.
+"""Reading plan JSON back: the inverse of :mod:`cpplan.plans.plan_writer` for what a runtime needs, by the
+field names of :mod:`cpplan.plans.plan_fields`.
 
 A plan file's wave becomes :class:`WaveArrays` (the segment tree, each request's chain of segments and
 every packed token's owning CP rank), checked field by field against the workload it was made for; each
@@ -18,9 +19,9 @@ from typing import Any
 import numpy as np
 
 from cpplan.errors import InputError
+from cpplan.plans.plan_fields import SETTINGS_FIELDS, TOTAL_FIELDS
+from cpplan.plans.pool_schedule import dp_rank_of, pool_rank_waves
 from cpplan.pricing.ownership import CHUNK_TOKENS
-from cpplan.pricing.result import dp_rank_of
-from cpplan.pricing.schedule import pool_rank_waves
 from cpplan.pricing.wave import WavePlan
 from cpplan.spec.workload import Workload
 from cpplan.spec.workload_digest import plan_digest, wave_digest
@@ -115,10 +116,6 @@ def _jsonl_plans(text: str, source: str) -> list[tuple[int, dict[str, Any]]]:
     return plans
 
 
-SETTINGS_FIELDS = ("model", "layers", "phase", "topology", "memory_bytes", "chunk_tokens", "safety")
-"""Plan-JSON fields every part of one plan shares: the settings it was priced under."""
-
-
 def _window_cost(header: dict[str, Any], waves: list[dict[str, Any]]) -> float:
     """A window's cost from its waves: the makespan of their schedule under ``dp > 1`` or dynamic CP,
     the sum of their costs otherwise."""
@@ -146,13 +143,15 @@ def merge_plan_lines(plans: list[tuple[int, dict[str, Any]]], source: str) -> di
             )
     waves = [wave for _, data in plans for wave in data["waves"]]
     merged = {key: first[key] for key in first if key not in ("workload", "pack", "waves")}
-    merged.update(
-        cost_s=_window_cost(first, waves),
-        num_waves=len(waves),
-        logical_tokens=sum(int(data.get("logical_tokens", 0)) for _, data in plans),
-        packed_tokens=sum(int(data.get("packed_tokens", 0)) for _, data in plans),
-        peak_bytes=max(int(data.get("peak_bytes", 0)) for _, data in plans),
-    )
+    totals = {
+        "cost_s": _window_cost(first, waves),
+        "num_waves": len(waves),
+        "logical_tokens": sum(int(data.get("logical_tokens", 0)) for _, data in plans),
+        "packed_tokens": sum(int(data.get("packed_tokens", 0)) for _, data in plans),
+        "peak_bytes": max(int(data.get("peak_bytes", 0)) for _, data in plans),
+    }
+    assert tuple(totals) == TOTAL_FIELDS, "a merged plan adds up every total"
+    merged.update(totals)
     summaries = [data.get("workload") for _, data in plans]
     if all(isinstance(w, dict) and isinstance(w.get("wave_sha256"), list) for w in summaries):
         digests = [d for w in summaries for d in w["wave_sha256"]]

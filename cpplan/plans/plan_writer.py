@@ -1,20 +1,32 @@
-"""Plan JSON: the contract's fields plus the layout and ownership that ``cpplan verify`` re-checks."""
+"""Writing plan JSON: the contract's fields plus the layout and ownership that ``cpplan verify`` re-checks,
+each object built from its field list in :mod:`~cpplan.plans.plan_fields`."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
+from cpplan.plans.plan import Candidate, Plan, SolverStats
+from cpplan.plans.plan_fields import (
+    CANDIDATE_FIELDS,
+    HEADER_FIELDS,
+    PLACEMENT_FIELDS,
+    PLAN_FIELDS,
+    PLAN_OPTIONAL,
+    RANK_FIELDS,
+    REQUEST_FIELDS,
+    SOLVER_FIELDS,
+    TIMING_FIELDS,
+    WAVE_FIELDS,
+    record,
+)
+from cpplan.plans.pool_schedule import Schedule, block, dp_rank_of, replay, scheduled, sequential
 from cpplan.pricing.evaluator import RankPrices, price, wave_cost_s
 from cpplan.pricing.ownership import owned_ranges
-from cpplan.pricing.result import Candidate, Plan, PlanResult, SolverStats, dp_rank_of
-from cpplan.pricing.schedule import Schedule, block, replay, scheduled, sequential
 from cpplan.pricing.wave import WavePlan
 from cpplan.spec.quantities import QUANTITY_NAMES
 from cpplan.spec.workload_digest import workload_summary
 from cpplan.version import cpplan_version
-
-TIMING_FIELDS = ("wall_s", "stage_s", "deterministic_time")
 
 
 def wave_to_dict(
@@ -35,9 +47,12 @@ def wave_to_dict(
     requests = []
     for k, r in enumerate(layout.request_ids.tolist()):
         item = workload.items[int(problem.request_item[r])]
-        requests.append(
-            {"item": item.id, "request": int(problem.request_index[r]), "segments": layout.chain(k).tolist()}
-        )
+        request = {
+            "item": item.id,
+            "request": int(problem.request_index[r]),
+            "segments": layout.chain(k).tolist(),
+        }
+        requests.append(record(REQUEST_FIELDS, request))
     alone, alone_cost_s = card_alone_prices(problem, wave)
     ranks = []
     for rank in range(wave.cp):
@@ -52,10 +67,10 @@ def wave_to_dict(
         entry["envelope"] = card.envelope_names[int(wave.prices.envelope[rank])]
         entry["breakdown"] = wave.prices.breakdown(card, rank)
         entry["time_s"] = float(wave.prices.time_s[rank])
-        ranks.append(entry)
+        ranks.append(record(RANK_FIELDS, entry))
     item_ids = [workload.items[i].id for i in wave.items]
     placed = {} if gpus is None else {"gpus": list(gpus), "start_s": start_s}
-    return {
+    values = {
         "index": index,
         "dp_rank": _dp_rank(problem.topology.cp, index, problem.topology.dp, gpus),
         "cp": wave.cp,
@@ -79,6 +94,7 @@ def wave_to_dict(
         "requests": requests,
         "ranks": ranks,
     }
+    return record(WAVE_FIELDS, values, optional=PLACEMENT_FIELDS)
 
 
 def card_alone_prices(problem, wave: WavePlan) -> tuple[RankPrices, float]:
@@ -125,7 +141,7 @@ def plan_header(problem, plan: Plan, schedule: Schedule | None = None) -> dict[s
     correction = problem.settings.correction
     schedule = schedule or plan_schedule(problem, plan)
     cost_s = schedule.makespan_s if scheduled(problem.topology) else plan.cost_s
-    return {
+    values = {
         "cpplan_version": cpplan_version(),
         "model": card.name,
         "layers": card.num_layers,
@@ -142,12 +158,14 @@ def plan_header(problem, plan: Plan, schedule: Schedule | None = None) -> dict[s
         "packed_tokens": plan.packed_tokens,
         "peak_bytes": plan.peak_bytes,
     }
+    return record(HEADER_FIELDS, values)
 
 
 def plan_to_dict(problem, plan: Plan) -> dict[str, Any]:
     """A plan alone (no portfolio information), as the verifier reads it."""
     schedule = plan_schedule(problem, plan)
-    return {**plan_header(problem, plan, schedule), "waves": _waves(problem, plan, schedule)}
+    values = {**plan_header(problem, plan, schedule), "waves": _waves(problem, plan, schedule)}
+    return record(PLAN_FIELDS, values, optional=PLAN_OPTIONAL)
 
 
 def _waves(problem, plan: Plan, schedule: Schedule) -> list[dict[str, Any]]:
@@ -173,12 +191,13 @@ def wave_plan_dict(problem, plan: Plan, index: int, extra: dict[str, Any]) -> di
         packed_tokens=wave.packed_tokens,
         peak_bytes=int(wave.peak_bytes),
     )
-    return {**header, "workload": workload_summary(problem.workload, [data]), **extra, "waves": [data]}
+    values = {**header, "workload": workload_summary(problem.workload, [data]), **extra, "waves": [data]}
+    return record(PLAN_FIELDS, values, optional=PLAN_OPTIONAL)
 
 
 def candidate_to_dict(candidate: Candidate) -> dict[str, Any]:
     """One portfolio candidate."""
-    return {
+    values = {
         "strategy": candidate.strategy,
         "cost_s": candidate.cost_s,
         "valid": candidate.valid,
@@ -186,11 +205,12 @@ def candidate_to_dict(candidate: Candidate) -> dict[str, Any]:
         "num_waves": candidate.num_waves,
         "wall_s": candidate.wall_s,
     }
+    return record(CANDIDATE_FIELDS, values)
 
 
 def solver_to_dict(stats: SolverStats) -> dict[str, Any]:
     """Solver statistics."""
-    return {
+    values = {
         "status": stats.status,
         "objective_s": stats.objective_s,
         "bound_s": stats.bound_s,
@@ -204,21 +224,33 @@ def solver_to_dict(stats: SolverStats) -> dict[str, Any]:
         "ortools_version": stats.ortools_version,
         "stage_s": dict(stats.stage_s),
     }
+    return record(SOLVER_FIELDS, values)
 
 
-def result_to_dict(result: PlanResult) -> dict[str, Any]:
-    """The full plan JSON of the contract, with the ``workload`` digests that tell the workload it was
-    made for."""
-    problem, plan = result.problem, result.plan
+def result_to_dict(
+    problem,
+    plan: Plan,
+    *,
+    profile: str,
+    solver: SolverStats,
+    candidates: tuple[Candidate, ...],
+    wall_s: float,
+) -> dict[str, Any]:
+    """The full plan JSON of the contract (what :meth:`~cpplan.plans.result.PlanResult.to_dict`
+    returns), with the ``workload`` digests that tell the workload it was made for."""
     schedule = plan_schedule(problem, plan)
     waves = _waves(problem, plan, schedule)
     summary = workload_summary(problem.workload, waves)
-    data = {**plan_header(problem, plan, schedule), "workload": summary, "waves": waves}
-    data["profile"] = result.profile
-    data["solver"] = solver_to_dict(result.solver)
-    data["candidates"] = [candidate_to_dict(c) for c in result.candidates]
-    data["wall_s"] = result.wall_s
-    return data
+    values = {
+        **plan_header(problem, plan, schedule),
+        "workload": summary,
+        "waves": waves,
+        "profile": profile,
+        "solver": solver_to_dict(solver),
+        "candidates": [candidate_to_dict(c) for c in candidates],
+        "wall_s": wall_s,
+    }
+    return record(PLAN_FIELDS, values, optional=("pack",))
 
 
 def dumps(data: dict[str, Any]) -> str:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cpplan.pricing.schedule import block, place, pool_rank_waves, replay, sequential, units
+from cpplan.plans.pool_schedule import block, place, pool_rank_waves, replay, sequential, units
 
 
 def test_replay_starts_each_wave_when_its_gpus_are_free():

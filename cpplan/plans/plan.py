@@ -1,15 +1,14 @@
-"""Immutable results: a plan (its waves), the portfolio's candidates, solver statistics."""
+"""Immutable results of planning: a plan (its waves, and its schedule on the pool), the portfolio's
+candidates, solver statistics."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Any
 
-from cpplan.pricing.problem import Problem
-from cpplan.pricing.schedule import Schedule
+from cpplan.plans.pool_schedule import Schedule, place
 from cpplan.pricing.wave import WavePlan, local_tokens
-from cpplan.spec.units import format_bytes
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -104,59 +103,15 @@ class SolverStats:
     stage_s: dict[str, float] = field(default_factory=dict)
 
 
-@dataclass(frozen=True, kw_only=True, eq=False)
-class PlanResult:
-    """The portfolio's answer: the chosen plan, every candidate, solver statistics and timings."""
-
-    problem: Problem
-    plan: Plan
-    candidates: tuple[Candidate, ...]
-    solver: SolverStats
-    profile: str
-    wall_s: float
-
-    @property
-    def cost_s(self) -> float:
-        """Predicted seconds of the chosen plan."""
-        return self.plan.cost_s
-
-    @property
-    def strategy(self) -> str:
-        """The strategy whose plan won."""
-        return self.plan.strategy
-
-    @property
-    def bound_s(self) -> float | None:
-        """The solver's proven lower bound, when it ran."""
-        return self.solver.bound_s
-
-    def to_dict(self) -> dict[str, Any]:
-        """The plan JSON, exactly as ``cpplan plan --output`` writes it."""
-        from cpplan.pricing.serialize import result_to_dict  # serialize reads these types
-
-        return result_to_dict(self)
-
-    def summary(self) -> str:
-        """A few lines: strategy, waves, tokens, busiest rank, peak against budget, seconds."""
-        plan, budget = self.plan, self.problem.budget_bytes
-        busiest = max(plan.waves, key=lambda w: w.peak_bytes)
-        tokens = local_tokens(busiest)
-        lines = [
-            f"strategy {plan.strategy}: {plan.num_waves} wave(s), predicted {plan.cost_s:.4f} s "
-            f"(planned in {self.wall_s * 1e3:.1f} ms, profile {self.profile})",
-            f"tokens: {plan.packed_tokens:,} packed of {plan.logical_tokens:,} logical "
-            f"({plan.packed_tokens / max(plan.logical_tokens, 1):.1%})",
-            f"busiest rank: {busiest.busiest_rank} of wave {plan.waves.index(busiest)}, "
-            f"{int(tokens[busiest.busiest_rank]):,} local tokens, peak {format_bytes(busiest.peak_bytes)} "
-            f"of {format_bytes(budget)} ({busiest.peak_bytes / budget:.1%})",
-        ]
-        return "\n".join(lines)
+def balanced(plan: Plan, pool: int) -> Plan:
+    """``plan`` with its waves placed by :func:`~cpplan.plans.pool_schedule.place` on a
+    pool of ``pool`` GPUs, in the placement's order; a plan that already has a schedule is returned as
+    it is."""
+    if plan.schedule is not None:
+        return plan
+    split_items = [w.items[0] if w.split else None for w in plan.waves]
+    order, schedule = place([w.cost_s for w in plan.waves], [w.cp for w in plan.waves], pool, split_items)
+    return dataclasses.replace(plan, waves=tuple(plan.waves[w] for w in order), schedule=schedule)
 
 
-def dp_rank_of(wave_index: int, dp: int) -> int:
-    """The replica of a wave of a plan without a schedule: dealt round-robin (plans priced under
-    ``dp > 1`` carry a :class:`Schedule` whose ``gpus`` say where each wave runs instead)."""
-    return wave_index % dp
-
-
-__all__ = ["Candidate", "Plan", "PlanResult", "SolverStats", "dp_rank_of"]
+__all__ = ["Candidate", "Plan", "SolverStats", "balanced"]

@@ -13,16 +13,11 @@ on one block, so its waves stay consecutive in plan order.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from cpplan.spec.topology import Topology
-
-if TYPE_CHECKING:
-    from cpplan.pricing.result import Plan
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -119,12 +114,7 @@ def pool_rank_waves(
     return [(w, rank) for _, w, rank in sorted(mine)]
 
 
-def balanced(plan: Plan, pool: int) -> Plan:
-    """``plan`` (a :class:`~cpplan.pricing.result.Plan`) with its waves placed by :func:`place` on a
-    pool of ``pool`` GPUs, in the placement's order; a plan that already has a schedule is returned as
-    it is."""
-    if plan.schedule is not None:
-        return plan
-    split_items = [w.items[0] if w.split else None for w in plan.waves]
-    order, schedule = place([w.cost_s for w in plan.waves], [w.cp for w in plan.waves], pool, split_items)
-    return dataclasses.replace(plan, waves=tuple(plan.waves[w] for w in order), schedule=schedule)
+def dp_rank_of(wave_index: int, dp: int) -> int:
+    """The replica of a wave of a plan without a schedule: dealt round-robin (plans priced under
+    ``dp > 1`` carry a :class:`Schedule` whose ``gpus`` say where each wave runs instead)."""
+    return wave_index % dp

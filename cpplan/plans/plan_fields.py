@@ -1,0 +1,120 @@
+"""The plan JSON's fields: the one schema :mod:`~cpplan.plans.plan_writer` writes and
+:mod:`~cpplan.plans.plan_reader` reads.
+
+Each tuple names one kind of object's fields in the order the writer writes them (the order is part of
+a plan file's readability). The writer builds every object with :func:`record`, which refuses a field
+the schema does not name and a field it names that the writer left out; the reader reads no key that
+is not named here (``tests/plans/test_plan_fields.py`` checks that).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from typing import Any
+
+from cpplan.spec.quantities import QUANTITY_NAMES
+
+SETTINGS_FIELDS = ("model", "layers", "phase", "topology", "memory_bytes", "chunk_tokens", "safety")
+"""The settings a plan was priced under: every part of one plan (every line of a shard) shares them."""
+
+TOTAL_FIELDS = ("cost_s", "num_waves", "logical_tokens", "packed_tokens", "peak_bytes")
+"""The plan's totals over its waves."""
+
+HEADER_FIELDS = ("cpplan_version", *SETTINGS_FIELDS, "correction", "strategy", *TOTAL_FIELDS)
+"""A plan's fields before ``workload`` and ``waves``."""
+
+RESULT_FIELDS = ("profile", "solver", "candidates", "wall_s")
+"""What the portfolio adds after ``waves`` (the full plan JSON of ``cpplan plan``)."""
+
+PLAN_FIELDS = (*HEADER_FIELDS, "workload", "pack", "waves", *RESULT_FIELDS)
+"""A plan object: ``workload`` (its digests), ``pack`` (a shard line's position) and the result fields
+are written only where they apply (see :data:`PLAN_OPTIONAL`)."""
+
+PLAN_OPTIONAL = ("workload", "pack", *RESULT_FIELDS)
+"""Plan fields a plan alone (the verifier's input) or a shard line leaves out."""
+
+WORKLOAD_FIELDS = ("items", "requests", "sha256", "wave_sha256")
+"""The ``workload`` object: counts and the digests that tell the workload a plan was made for."""
+
+PACK_FIELDS = (
+    "window",
+    "wave",
+    "waves",
+    "format",
+    "tokenizer",
+    "fields",
+    "start",
+    "end",
+    "first_line",
+    "last_line",
+)
+"""The ``pack`` object of a ``cpplan pack`` shard line: its window, its wave in the window and where
+the window's records are read."""
+
+PLACEMENT_FIELDS = ("gpus", "start_s")
+"""A placed wave's pool ranks (rank ``r`` on ``gpus[r]``) and start."""
+
+WAVE_FIELDS = (
+    "index",
+    "dp_rank",
+    "cp",
+    *PLACEMENT_FIELDS,
+    "items",
+    "layout",
+    "split",
+    "packed_tokens",
+    "logical_tokens",
+    "cost_s",
+    "card_cost_s",
+    "segments",
+    "requests",
+    "ranks",
+)
+"""A wave object (``segments``: ``[parent, position, length]`` of each packed segment)."""
+
+REQUEST_FIELDS = ("item", "request", "segments")
+"""A request of a wave: its item id, its index in the item and its chain of segments."""
+
+RANK_FIELDS = (
+    "rank",
+    "ranges",
+    *QUANTITY_NAMES,
+    "peak_bytes",
+    "card_peak_bytes",
+    "envelope",
+    "breakdown",
+    "time_s",
+)
+"""A CP rank of a wave: its owned ``[start, end)`` ranges, local quantities and prices."""
+
+CANDIDATE_FIELDS = ("strategy", "cost_s", "valid", "reason", "num_waves", "wall_s")
+"""A portfolio candidate."""
+
+SOLVER_FIELDS = (
+    "status",
+    "objective_s",
+    "bound_s",
+    "gap",
+    "model_gap",
+    "wall_s",
+    "deterministic_time",
+    "num_booleans",
+    "num_integers",
+    "num_constraints",
+    "ortools_version",
+    "stage_s",
+)
+"""The solver statistics."""
+
+TIMING_FIELDS = ("wall_s", "stage_s", "deterministic_time")
+"""Wall-clock fields (left out of byte-for-byte comparisons of plans)."""
+
+
+def record(fields: tuple[str, ...], values: Mapping[str, Any], *, optional: Collection[str] = ()) -> dict:
+    """``values`` as a plan-JSON object in the order of ``fields``; every field must be given except
+    those in ``optional``, and nothing outside ``fields``."""
+    unknown = [name for name in values if name not in fields]
+    assert not unknown, f"plan JSON fields outside the schema: {unknown}"
+    missing = [name for name in fields if name not in values and name not in optional]
+    assert not missing, f"plan JSON fields left out: {missing}"
+    return {name: values[name] for name in fields if name in values}

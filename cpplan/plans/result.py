@@ -1,0 +1,70 @@
+"""The portfolio's answer: the chosen plan with every candidate, the solver's statistics and timings,
+its plan JSON and a summary."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from cpplan.plans.plan import Candidate, Plan, SolverStats
+from cpplan.plans.plan_writer import result_to_dict
+from cpplan.pricing.problem import Problem
+from cpplan.pricing.wave import local_tokens
+from cpplan.spec.units import format_bytes
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class PlanResult:
+    """The portfolio's answer: the chosen plan, every candidate, solver statistics and timings."""
+
+    problem: Problem
+    plan: Plan
+    candidates: tuple[Candidate, ...]
+    solver: SolverStats
+    profile: str
+    wall_s: float
+
+    @property
+    def cost_s(self) -> float:
+        """Predicted seconds of the chosen plan."""
+        return self.plan.cost_s
+
+    @property
+    def strategy(self) -> str:
+        """The strategy whose plan won."""
+        return self.plan.strategy
+
+    @property
+    def bound_s(self) -> float | None:
+        """The solver's proven lower bound, when it ran."""
+        return self.solver.bound_s
+
+    def to_dict(self) -> dict[str, Any]:
+        """The plan JSON, exactly as ``cpplan plan --output`` writes it."""
+        return result_to_dict(
+            self.problem,
+            self.plan,
+            profile=self.profile,
+            solver=self.solver,
+            candidates=self.candidates,
+            wall_s=self.wall_s,
+        )
+
+    def summary(self) -> str:
+        """A few lines: strategy, waves, tokens, busiest rank, peak against budget, seconds."""
+        plan, budget = self.plan, self.problem.budget_bytes
+        busiest = max(plan.waves, key=lambda w: w.peak_bytes)
+        tokens = local_tokens(busiest)
+        lines = [
+            f"strategy {plan.strategy}: {plan.num_waves} wave(s), predicted {plan.cost_s:.4f} s "
+            f"(planned in {self.wall_s * 1e3:.1f} ms, profile {self.profile})",
+            f"tokens: {plan.packed_tokens:,} packed of {plan.logical_tokens:,} logical "
+            f"({plan.packed_tokens / max(plan.logical_tokens, 1):.1%})",
+            f"busiest rank: {busiest.busiest_rank} of wave {plan.waves.index(busiest)}, "
+            f"{int(tokens[busiest.busiest_rank]):,} local tokens, peak {format_bytes(busiest.peak_bytes)} "
+            f"of {format_bytes(budget)} ({busiest.peak_bytes / budget:.1%})",
+        ]
+        return "\n".join(lines)
+
+
+__all__ = ["PlanResult"]
