@@ -1,14 +1,16 @@
-"""Baseline planners from other trainers, written from their published descriptions, behind one
-interface (:class:`Baseline`: a name and ``plan(problem) -> Plan``).
+"""Proposal packers: the wave groupings other trainers make, written from their published descriptions,
+behind one interface (:class:`Baseline`: a name and ``plan(problem) -> Plan``).
 
 Every baseline's plan is a :class:`cpplan.plans.plan.Plan` of priced waves, so cpplan's evaluator prices
 it and cpplan's verifier checks it exactly as it does cpplan's own. A wave that breaks the per-rank budget is
-kept and reported as an :class:`Oom` (wave, rank, bytes), never repaired.
+kept and reported as an :class:`Oom` (wave, rank, bytes), never repaired. This package sits below the
+planners (the ``seeded`` strategy repairs these proposals); the peer comparison of ``cpplan bench``
+(with cpplan's own planners and Megatron's dynamic CP as peers) is in :mod:`cpplan.bench`.
 """
 
 from __future__ import annotations
 
-from cpplan.baselines import axolotl, cpplan_own, megatron, prefix_grouper, trl, verl
+from cpplan.baselines import axolotl, megatron, prefix_grouper, trl, verl
 from cpplan.baselines.base import (
     Baseline,
     Oom,
@@ -32,8 +34,6 @@ BASELINES: dict[str, Baseline] = {
         trl.BASELINE,
         megatron.BASELINE,
         prefix_grouper.BASELINE,
-        cpplan_own.GREEDY,
-        cpplan_own.FULL_SHARING,
     )
 }
 

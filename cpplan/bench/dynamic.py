@@ -8,7 +8,7 @@ For each workload of :func:`cpplan.bench.suites.mixed_suite` and memory budget, 
   and schedule model, so fixed CP gets everything but a per-wave group size); *best fixed* is the
   cheapest of them;
 - **cpplan dynamic**: the portfolio at ``Topology(dp=2, cp=4, dynamic_cp=True)``;
-- **Megatron dynamic CP**: :mod:`cpplan.baselines.megatron_dynamic` on the same pool.
+- **Megatron dynamic CP**: :mod:`cpplan.bench.megatron_dynamic` on the same pool.
 
 Every plan is priced by the evaluator and checked by the verifier on the same problem; costs are
 makespans. The result states, per instance, the gain of dynamic over the best fixed CP and whether the
@@ -29,7 +29,8 @@ from typing import Any
 import numpy as np
 
 from cpplan.api import build_problem, solve
-from cpplan.baselines import Outcome, megatron_dynamic, outcome_of, run, timed
+from cpplan.baselines import Outcome, outcome_of, run, timed
+from cpplan.bench import megatron_dynamic
 from cpplan.bench.suites import Case, mixed_suite
 from cpplan.planners.cpsat_strategy import ensure_solver
 from cpplan.planners.deadline import Deadline

@@ -1,7 +1,7 @@
 """``cpplan bench``: every planner on the fixed suite, priced by one evaluator, checked by one verifier.
 
-For each workload of :func:`cpplan.bench.suites.suite`, each CP size and each memory budget, every baseline of
-:mod:`cpplan.baselines` and cpplan's portfolio (:func:`cpplan.api.solve`) plan the same problem. Each
+For each workload of :func:`cpplan.bench.suites.suite`, each CP size and each memory budget, every peer of
+:mod:`cpplan.bench.peers` and cpplan's portfolio (:func:`cpplan.api.solve`) plan the same problem. Each
 planner is timed over ``repeats`` runs; its last plan is priced by the numpy evaluator and checked by the
 independent verifier. A baseline wave over the budget is counted as an OOM, never repaired.
 """
@@ -19,7 +19,8 @@ from typing import Any
 import numpy as np
 
 from cpplan.api import build_problem, solve
-from cpplan.baselines import BASELINES, Baseline, Outcome, outcome_of, run, timed
+from cpplan.baselines import Baseline, Outcome, outcome_of, run, timed
+from cpplan.bench.peers import PEERS
 from cpplan.bench.suites import Case, sharegpt_available, suite
 from cpplan.planners import PLANNERS
 from cpplan.planners.cpsat_strategy import ensure_solver
@@ -115,7 +116,7 @@ def run_bench(
     repeats = repeats if repeats is not None else (1 if quick else 3)
     profile = load_solver(solver)
     card = load_model(model)
-    baselines = list(BASELINES.values())
+    baselines = list(PEERS.values())
     if "cpsat" in profile.strategies:
         ensure_solver()  # as a trainer's Planner does once: no timed run pays for the import
     rows: list[Row] = []

@@ -31,9 +31,9 @@ from ortools.linear_solver import pywraplp
 
 from cpplan.calibration.measurements import GB, Measurement, file_sha256, row_quantities
 from cpplan.errors import InputError
-from cpplan.plans.plan_writer import cpplan_version
 from cpplan.pricing.evaluator import envelope_bytes, price
 from cpplan.spec.card import Calibration, CalibrationRow, ModelCard, load_card_file
+from cpplan.version import cpplan_version
 
 DEFAULT_MAX_RATIO = 1.15
 _MAX_ANCHOR_ROUNDS = 10

@@ -8,10 +8,7 @@ from pathlib import Path
 
 import click
 
-from cpplan.cli import COMMANDS, cli
-from cpplan.errors import InputError
-from cpplan.plans.plan_reader import read_plan_file
-from cpplan.runtime.measure import (
+from cpplan.calibration.measure import (
     CudaMemory,
     build_model,
     clear_gradients,
@@ -19,6 +16,9 @@ from cpplan.runtime.measure import (
     measure_plan,
     write_logs,
 )
+from cpplan.cli import COMMANDS, cli
+from cpplan.errors import InputError
+from cpplan.plans.plan_reader import read_plan_file
 from cpplan.spec.workload import Workload
 
 

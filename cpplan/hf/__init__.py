@@ -7,7 +7,6 @@ log-probabilities equal running each request alone (:func:`unpacked_logprobs`). 
 holds the RL loss reductions; :func:`float64_internals` makes float64 comparisons exact.
 """
 
-from cpplan.hf.comm import sum_gradients
 from cpplan.hf.losses import (
     loss_denominators,
     loss_masks,
@@ -19,6 +18,7 @@ from cpplan.hf.losses import (
 from cpplan.hf.precision import float64_internals
 from cpplan.hf.reference import unpacked_logprobs
 from cpplan.hf.run import packed_logprobs
+from cpplan.runtime.comm import sum_gradients
 
 __all__ = [
     "float64_internals",

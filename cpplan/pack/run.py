@@ -26,13 +26,13 @@ from cpplan.pack.readers import (
     read_records,
 )
 from cpplan.pack.windows import PackContext, WindowJob
-from cpplan.plans.plan_writer import cpplan_version
 from cpplan.pricing.ownership import CHUNK_TOKENS
 from cpplan.spec.card import ModelCard, Phase
 from cpplan.spec.profile import SolverProfile, load_solver
 from cpplan.spec.records import DEFAULT_FIELDS, RecordFields
 from cpplan.spec.settings import Settings
 from cpplan.spec.topology import Topology
+from cpplan.version import cpplan_version
 
 DEFAULT_WINDOW = 1024
 

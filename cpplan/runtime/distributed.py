@@ -1,4 +1,5 @@
-"""torch.distributed helpers: plan agreement across data-parallel ranks and the CP key/value all-gather.
+"""torch.distributed helpers: plan agreement across data-parallel ranks and the CP key/value all-gather
+(one publish of :class:`~cpplan.runtime.comm.ProcessGroupComm`, put in packed order).
 
 Every DP rank plans alone (with the ``deterministic`` solver profile) and must reach the same plan. Each
 rank hashes its plan (:func:`plan_digest`) and one all-gather of the 32-byte digests lets every rank see
@@ -18,6 +19,7 @@ import torch.distributed as dist
 from cpplan.errors import CpplanError
 from cpplan.plans.plan import Plan
 from cpplan.plans.result import PlanResult
+from cpplan.runtime.comm import ProcessGroupComm
 from cpplan.spec.workload import Workload
 
 DIGEST_BYTES = 32
@@ -101,28 +103,6 @@ def agree_on_plan(
     )
 
 
-class _GatherRows(torch.autograd.Function):
-    """All-gather of variable-length row blocks into packed order; the backward sums every rank's
-    gradient of the full tensor (one all-reduce) and keeps the local rows."""
-
-    @staticmethod
-    def forward(ctx, local, counts, order, inverse, rank, group):
-        ctx.group, ctx.rank, ctx.counts, ctx.order = group, rank, counts, order
-        longest = max(counts)
-        padded = local.new_zeros((longest, *local.shape[1:]))
-        padded[: local.shape[0]] = local
-        pieces = [torch.empty_like(padded) for _ in counts]
-        dist.all_gather(pieces, padded.contiguous(), group=group)
-        return torch.cat([p[:n] for p, n in zip(pieces, counts, strict=True)])[inverse]
-
-    @staticmethod
-    def backward(ctx, grad):
-        grad = grad.contiguous().clone()
-        dist.all_reduce(grad, group=ctx.group)
-        start = sum(ctx.counts[: ctx.rank])
-        return grad[ctx.order[start : start + ctx.counts[ctx.rank]]], None, None, None, None, None
-
-
 def kv_all_gather(batch, *, group: dist.ProcessGroup | None = None):
     """The exchange for :class:`~cpplan.runtime.reference_model.ReferenceLM` on CP rank ``batch.rank``: the
     ranks' local keys and values, all-gathered and put in packed order. Differentiable."""
@@ -135,8 +115,10 @@ def kv_all_gather(batch, *, group: dist.ProcessGroup | None = None):
     if rank != batch.rank:
         raise ValueError(f"batch is for CP rank {batch.rank} but this process is rank {rank} of the group")
 
+    comm = ProcessGroupComm(batch.num_ranks, group)
+
     def exchange(kv: torch.Tensor) -> torch.Tensor:
-        return _GatherRows.apply(kv, counts, order, inverse, rank, group)
+        return comm.publish({rank: kv}, counts)[inverse]
 
     return exchange
 

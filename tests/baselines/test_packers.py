@@ -8,11 +8,12 @@ import pytest
 
 from cpplan import Topology, load_model, load_solver
 from cpplan.api import build_problem, solve
-from cpplan.baselines import BASELINES, per_gpu_token_capacity, run, token_capacity
+from cpplan.baselines import per_gpu_token_capacity, run, token_capacity
 from cpplan.baselines.binpack import best_fit_decreasing, first_fit_decreasing, karmarkar_karp
 from cpplan.baselines.prefix_grouper import groups
 from cpplan.baselines.shard_rules import zigzag, zigzag_token_owner
 from cpplan.bench import synthetic
+from cpplan.bench.peers import PEERS
 from cpplan.errors import NoFitError
 from cpplan.planners.seeded import repair
 from cpplan.pricing.ownership import chunk_stats
@@ -148,7 +149,7 @@ def test_verl_multiplies_the_token_budget_by_cp_before_splitting():
     for cp in (1, 2, 4):
         problem = _problem(workload, cp, "5GiB")
         per_gpu = per_gpu_token_capacity(problem)
-        plan = BASELINES["verl_dynamic_bsz"].plan(problem)
+        plan = PEERS["verl_dynamic_bsz"].plan(problem)
         assert plan.num_waves == max(1, -(-total // (cp * per_gpu)))
         assert token_capacity(problem) <= cp * per_gpu
 
@@ -160,7 +161,7 @@ def outcomes():
     found = {}
     for name, cp, memory in INSTANCES:
         problem = _problem(workloads[name], cp, memory)
-        runs = {b: run(baseline, problem) for b, baseline in BASELINES.items()}
+        runs = {b: run(baseline, problem) for b, baseline in PEERS.items()}
         found[(name, cp, memory)] = (problem, runs, solve(problem, load_solver("deterministic")))
     return found
 
@@ -204,7 +205,7 @@ def test_repair_turns_an_oom_plan_into_a_fitting_one_with_every_item():
     """The seeded strategy keeps the items of an over-budget baseline wave but splits it into waves
     that fit."""
     problem = _problem(_small_workloads()["grpo"], 2, "4GiB")
-    proposal = BASELINES["axolotl_ffd"].plan(problem)
+    proposal = PEERS["axolotl_ffd"].plan(problem)
     assert any(not w.fits(problem.budget_bytes) for w in proposal.waves)
     repaired = repair(problem, proposal, ("full", "none"))
     assert all(w.fits(problem.budget_bytes) for w in repaired.waves)
@@ -215,7 +216,7 @@ def test_cpplan_baselines_refuse_an_item_that_fits_nowhere():
     """cpplan's own planners refuse (NoFitError) rather than plan an item no wave can hold."""
     problem = _problem(synthetic.long_tail(num_items=2, median_tokens=20000, max_tokens=20000), 1, "3GiB")
     with pytest.raises(NoFitError):
-        BASELINES["cpplan_greedy"].plan(problem)
+        PEERS["cpplan_greedy"].plan(problem)
 
 
 def test_seeded_strategy_wins_where_greedy_loses_and_is_reproducible():
@@ -225,8 +226,8 @@ def test_seeded_strategy_wins_where_greedy_loses_and_is_reproducible():
     from cpplan.plans.plan_writer import dumps, result_to_dict, strip_timing
 
     problem = _problem(_small_workloads()["long_tail"], 2, "4GiB")
-    greedy = BASELINES["cpplan_greedy"].plan(problem)
-    verl = run(BASELINES["verl_dynamic_bsz"], problem)
+    greedy = PEERS["cpplan_greedy"].plan(problem)
+    verl = run(PEERS["verl_dynamic_bsz"], problem)
     assert verl.valid and verl.plan.cost_s < greedy.cost_s
     first, second = (solve(problem, load_solver("deterministic")) for _ in range(2))
     seeded = next(c for c in first.candidates if c.strategy == "seeded")

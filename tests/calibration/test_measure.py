@@ -11,8 +11,7 @@ import pytest
 import torch
 
 from cpplan import InputError, Planner
-from cpplan.cli import main
-from cpplan.runtime.measure import (
+from cpplan.calibration.measure import (
     CudaMemory,
     build_model,
     clear_gradients,
@@ -20,6 +19,7 @@ from cpplan.runtime.measure import (
     measure_plan,
     write_logs,
 )
+from cpplan.cli import main
 from tests.support.hf_models import mixed_workload, one_thread, plan, tiny_model  # noqa: F401
 
 DATA = Path(__file__).resolve().parents[1] / "data"

@@ -1,12 +1,13 @@
-"""cpplan's own planners as baselines: the greedy exact planner and the full-sharing fallback.
+"""The peers ``cpplan bench`` compares: the other trainers' packers (:data:`cpplan.baselines.BASELINES`)
+and cpplan's own planners as baselines, the greedy exact planner and the full-sharing fallback.
 
-Both price every candidate wave exactly, so neither ever admits a wave over the budget; when a single
-item fits no wave they refuse (:class:`cpplan.errors.NoFitError`) instead of planning it.
+cpplan's own price every candidate wave exactly, so neither ever admits a wave over the budget; when a
+single item fits no wave they refuse (:class:`cpplan.errors.NoFitError`) instead of planning it.
 """
 
 from __future__ import annotations
 
-from cpplan.baselines.base import Baseline
+from cpplan.baselines import BASELINES, Baseline
 from cpplan.planners.greedy import full_sharing_plan, greedy_plan
 from cpplan.plans.plan import Plan
 from cpplan.pricing.problem import Problem
@@ -38,3 +39,6 @@ FULL_SHARING = Baseline(
     summary="the greedy planner with full prefix sharing only (the memory-minimal layout)",
     plan=full_sharing,
 )
+
+PEERS: dict[str, Baseline] = {**BASELINES, GREEDY.name: GREEDY, FULL_SHARING.name: FULL_SHARING}
+"""Every baseline ``cpplan bench`` runs beside the portfolio, by name."""

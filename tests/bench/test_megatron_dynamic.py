@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 
 import cpplan
-from cpplan.baselines import megatron_dynamic, run
+from cpplan.baselines import run
 from cpplan.baselines.capacity import per_gpu_token_capacity
-from cpplan.baselines.megatron_dynamic import gpus_needed, next_round
+from cpplan.bench import megatron_dynamic
+from cpplan.bench.megatron_dynamic import gpus_needed, next_round
 from cpplan.pricing.problem import Problem
 from cpplan.spec.settings import Settings
 from cpplan.spec.workload import Item, Request, Workload
