@@ -29,7 +29,8 @@ import cpplan
 from cpplan import Topology, load_model, load_solver
 from cpplan.bench.synthetic import agent_trees, grpo, long_tail
 from cpplan.cpsat import SCALING
-from cpplan.planners.cpsat_strategy import compile_for, cpsat_planner, greedy_values
+from cpplan.planners.cpsat_planner import cpsat_planner
+from cpplan.planners.cpsat_strategy import compile_for, greedy_values
 from cpplan.planners.deadline import Deadline
 from cpplan.planners.greedy import full_sharing_plan, greedy_plan
 from cpplan.plans.plan import Plan

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from cpplan.errors import NoFitError
-from cpplan.planners.cpsat_strategy import cpsat_planner
+from cpplan.planners.cpsat_planner import cpsat_planner
 from cpplan.planners.deadline import Deadline
 from cpplan.planners.dynamic_cp import cached_dynamic_plan, group_problem, group_sizes
 from cpplan.planners.greedy import cached_greedy_plan, full_sharing_plan

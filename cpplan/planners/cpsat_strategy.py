@@ -21,7 +21,6 @@ import numpy as np
 
 from cpplan.errors import InputError
 from cpplan.planners.deadline import NO_TIME, Deadline
-from cpplan.planners.greedy import cached_greedy_plan
 from cpplan.plans.plan import Plan, SolverStats
 from cpplan.pricing.problem import Problem
 from cpplan.spec.profile import SolverProfile
@@ -120,22 +119,6 @@ def compile_for(problem: Problem, profile: SolverProfile, greedy: Plan) -> tuple
     space = build_space(problem, extra_specs=tuple(profile.greedy.layouts))
     num_waves = greedy.num_waves + profile.cpsat.max_extra_waves
     return space, compile_model(problem, space, num_waves, plan_columns(problem, space, num_waves, greedy))
-
-
-def cpsat_planner(
-    problem: Problem, profile: SolverProfile, deadline: Deadline
-) -> tuple[Plan | None, SolverStats]:
-    """Registered as strategy ``cpsat``: the joint model warm-started from the greedy plan, or, above
-    the profile's ``max_items``, large-neighbourhood search over the greedy plan's waves
-    (:func:`~cpplan.planners.lns.lns_plan`)."""
-    from cpplan.planners.lns import lns_plan
-
-    greedy = cached_greedy_plan(problem, profile.greedy.layouts, deadline)
-    if problem.num_items > profile.cpsat.max_items:
-        return lns_plan(problem, profile, greedy, deadline)
-    if any(wave.split for wave in greedy.waves):
-        return None, SolverStats(status="skipped: the greedy plan splits an item (not modelled)")
-    return joint_plan(problem, profile, greedy, deadline)
 
 
 def joint_plan(

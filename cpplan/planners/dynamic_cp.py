@@ -32,8 +32,8 @@ from collections.abc import Iterator, Sequence
 
 from cpplan.errors import NoFitError
 from cpplan.planners.deadline import Deadline
-from cpplan.planners.greedy import cached_greedy_plan
-from cpplan.planners.split import split_item, widest
+from cpplan.planners.greedy import cached_greedy_plan, split_item
+from cpplan.planners.split import widest
 from cpplan.plans.plan import Plan, balanced
 from cpplan.pricing.memo import memoized
 from cpplan.pricing.problem import Problem

@@ -24,8 +24,9 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
+from cpplan.errors import NoFitError
 from cpplan.planners.deadline import Deadline
-from cpplan.planners.split import split_item
+from cpplan.planners.split import as_piece, best_piece, request_problem, request_refusal, tree_order
 from cpplan.planners.subproblem import SubProblem
 from cpplan.planners.widths import WidthSearch, balanced_cut, cut_wave
 from cpplan.plans.plan import Plan
@@ -172,6 +173,30 @@ def hurried_waves(search: WidthSearch, start: int, layouts: Sequence[str]) -> li
         waves.append(wave)
         start += width
     return waves
+
+
+def split_item(problem: Problem, item: int, layouts: Sequence[str]) -> list[WavePlan]:
+    """Consecutive ``split`` waves that together hold every request of ``item`` exactly once.
+
+    The item's requests, in prefix-tree order, become the items of a problem of their own, which greedy
+    plans (:func:`planned_waves`: widths led by the peak model, cuts where the
+    least is shared), so splitting costs a few pricings per piece, not a search over every width."""
+    order = tree_order(problem, problem.item_requests([item]))
+    layouts = tuple(layouts)
+    if order.size == 1:  # one request: it fits alone or nothing does
+        alone, lowest = best_piece(problem, item, order, layouts)
+        if alone is None:
+            raise request_refusal(problem, item, int(order[0]), lowest)
+        return [alone]
+    pieces = request_problem(problem, item, order)
+    search = WidthSearch(problem=pieces, layouts=layouts)
+    try:
+        waves, _ = planned_waves(pieces, layouts, None, search, final=True)
+    except NoFitError as exc:
+        k = pieces.workload.index_of.get(exc.item, 0)
+        _, lowest = best_piece(problem, item, order[k : k + 1], layouts)
+        raise request_refusal(problem, item, int(order[k]), lowest) from None
+    return [as_piece(wave, item, order) for wave in waves]
 
 
 def cached_greedy_plan(problem: Problem, layouts: Sequence[str], deadline: Deadline | None = None) -> Plan:

@@ -1,11 +1,13 @@
-"""The split path: an item too large for any wave is split along its prefix tree into consecutive waves.
+"""The split path's pieces: an item too large for any wave is split along its prefix tree into
+consecutive waves (:func:`cpplan.planners.greedy.split_item` plans them).
 
 The item's requests are ordered by their paths in the prefix tree (lexicographically by node), so the
 requests below any tree node are adjacent and each piece keeps as much of its shared prefixes as it
 can. Pieces are then planned as greedy plans waves (the requests as the items of a problem of their
-own: widest fitting runs, cut where the least is shared), each priced exactly under the given layouts
-and marked ``split``. The item is refused, naming the request, the rank, the bytes and the budget,
-only when one request alone does not fit.
+own, :func:`request_problem`: widest fitting runs, cut where the least is shared), each priced exactly
+under the given layouts and marked ``split`` (:func:`as_piece`). The item is refused, naming the
+request, the rank, the bytes and the budget, only when one request alone does not fit
+(:func:`request_refusal`).
 """
 
 from __future__ import annotations
@@ -22,34 +24,7 @@ from cpplan.spec.units import format_bytes
 from cpplan.spec.workload import Item, Workload
 
 
-def split_item(problem: Problem, item: int, layouts: Sequence[str]) -> list[WavePlan]:
-    """Consecutive ``split`` waves that together hold every request of ``item`` exactly once.
-
-    The item's requests, in prefix-tree order, become the items of a problem of their own, which greedy
-    plans (:func:`~cpplan.planners.greedy.planned_waves`: widths led by the peak model, cuts where the
-    least is shared), so splitting costs a few pricings per piece, not a search over every width."""
-    from cpplan.planners.greedy import planned_waves  # greedy plans split items through this module
-    from cpplan.planners.widths import WidthSearch
-
-    order = tree_order(problem, problem.item_requests([item]))
-    layouts = tuple(layouts)
-    if order.size == 1:  # one request: it fits alone or nothing does
-        alone, lowest = best_piece(problem, item, order, layouts)
-        if alone is None:
-            raise request_refusal(problem, item, int(order[0]), lowest)
-        return [alone]
-    pieces = _request_problem(problem, item, order)
-    search = WidthSearch(problem=pieces, layouts=layouts)
-    try:
-        waves, _ = planned_waves(pieces, layouts, None, search, final=True)
-    except NoFitError as exc:
-        k = pieces.workload.index_of.get(exc.item, 0)
-        _, lowest = best_piece(problem, item, order[k : k + 1], layouts)
-        raise request_refusal(problem, item, int(order[k]), lowest) from None
-    return [_as_piece(wave, item, order) for wave in waves]
-
-
-def _request_problem(problem: Problem, item: int, order: np.ndarray) -> Problem:
+def request_problem(problem: Problem, item: int, order: np.ndarray) -> Problem:
     """The requests ``order`` (tree request indices of ``item``) as a problem of one-request items, in
     that order, under the same settings."""
     requests = problem.workload.items[item].requests
@@ -59,7 +34,7 @@ def _request_problem(problem: Problem, item: int, order: np.ndarray) -> Problem:
     return Problem.build(Workload(items=pieces, source=problem.workload.source), problem.settings)
 
 
-def _as_piece(wave: WavePlan, item: int, order: np.ndarray) -> WavePlan:
+def as_piece(wave: WavePlan, item: int, order: np.ndarray) -> WavePlan:
     """A wave of the requests' problem as the ``split`` wave of ``item``: its requests (there, request
     ``j`` is ``order[j]``) mapped back; the same packing and prices."""
     layout = dataclasses.replace(

@@ -24,8 +24,8 @@ import numpy as np
 from pydantic import ValidationError
 
 from cpplan.errors import InputError
+from cpplan.spec.items import Item, Request
 from cpplan.spec.validation import input_error
-from cpplan.spec.workload import Item, Request
 
 HF_TOKENS = "input_ids"
 IGNORE_INDEX = -100

@@ -20,7 +20,8 @@ from cpplan.cpsat.memory import memory_rows
 from cpplan.cpsat.realize import chunk_weights, widest_weight_cap
 from cpplan.cpsat.scaling import SCALING
 from cpplan.cpsat.solve import Solution
-from cpplan.planners.cpsat_strategy import compile_for, cpsat_planner, greedy_values, plan_columns
+from cpplan.planners.cpsat_planner import cpsat_planner
+from cpplan.planners.cpsat_strategy import compile_for, greedy_values, plan_columns
 from cpplan.planners.deadline import Deadline
 from cpplan.planners.greedy import full_sharing_plan, greedy_plan
 from cpplan.plans.plan_writer import plan_to_dict

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from cpplan import Settings, Topology
-from cpplan.planners.cpsat_strategy import cpsat_planner
+from cpplan.planners.cpsat_planner import cpsat_planner
 from cpplan.planners.deadline import Deadline
 from cpplan.planners.portfolio import solve
 from cpplan.planners.seeded import seeded_plan

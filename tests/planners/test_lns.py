@@ -10,7 +10,7 @@ import pytest
 
 import cpplan
 import cpplan.planners.lns as lns_module
-from cpplan.planners.cpsat_strategy import cpsat_planner
+from cpplan.planners.cpsat_planner import cpsat_planner
 from cpplan.planners.deadline import Deadline
 from cpplan.planners.greedy import greedy_plan
 from cpplan.planners.lns import lns_plan

@@ -14,7 +14,8 @@ import pytest
 from cpplan import Item, Request, Topology, Workload, load_model, load_solver
 from cpplan.api import solve
 from cpplan.bench.synthetic import agent_trees, grpo, long_tail, to_jsonl
-from cpplan.planners.cpsat_strategy import cpsat_planner, joint_plan
+from cpplan.planners.cpsat_planner import cpsat_planner
+from cpplan.planners.cpsat_strategy import joint_plan
 from cpplan.planners.deadline import Deadline
 from cpplan.planners.greedy import greedy_plan
 from cpplan.plans.plan import Plan, SolverStats
