@@ -26,7 +26,7 @@ Decomposition (stated):
    realized plan independently.
 """
 
-from cpplan.cpsat.model import CompiledModel, ModelValues, compile_model
+from cpplan.cpsat.joint_model import CompiledModel, ModelValues, compile_model
 from cpplan.cpsat.realize import realize
 from cpplan.cpsat.scaling import SCALING, Scaling
 from cpplan.cpsat.solve import Solution, solve

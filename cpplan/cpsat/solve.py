@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import ortools
 from ortools.sat.python import cp_model
 
-from cpplan.cpsat.model import CompiledModel
+from cpplan.cpsat.joint_model import CompiledModel
 from cpplan.plans.plan import SolverStats
 from cpplan.spec.profile import CpSatParams
 

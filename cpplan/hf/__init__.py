@@ -17,7 +17,7 @@ from cpplan.hf.losses import (
 )
 from cpplan.hf.precision import float64_internals
 from cpplan.hf.reference import unpacked_logprobs
-from cpplan.hf.run import packed_logprobs
+from cpplan.hf.wave_runner import packed_logprobs
 from cpplan.runtime.comm import sum_gradients
 
 __all__ = [

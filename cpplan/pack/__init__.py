@@ -8,8 +8,8 @@ items back from the dataset (for ``cpplan verify`` and :class:`cpplan.PackDatase
 
 from cpplan.pack.conversations import ChatTokenizer, conversation_item, load_tokenizer
 from cpplan.pack.outdir import MANIFEST, REJECTS, read_manifest
+from cpplan.pack.pack_run import DEFAULT_WINDOW, PackOutcome, pack
 from cpplan.pack.readers import Cursor, Record, detect_format, read_records
-from cpplan.pack.run import DEFAULT_WINDOW, PackOutcome, pack
 from cpplan.pack.windows import PackContext, WindowJob, WindowResult, plan_window
 
 __all__ = [

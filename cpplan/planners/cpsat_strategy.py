@@ -27,7 +27,7 @@ from cpplan.spec.profile import SolverProfile
 
 if TYPE_CHECKING:  # OR-Tools is imported where the model is built, so `import cpplan` stays light
     from cpplan.cpsat.columns import Column
-    from cpplan.cpsat.model import CompiledModel, ModelValues
+    from cpplan.cpsat.joint_model import CompiledModel, ModelValues
     from cpplan.cpsat.space import LayoutSpace
 
 REALIZE_S = 0.003

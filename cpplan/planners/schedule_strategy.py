@@ -1,6 +1,6 @@
-"""The CP-SAT strategy under dynamic CP: the schedule model of :mod:`cpplan.cpsat.schedule`, warm-started
-from the greedy dynamic plan (:func:`~cpplan.planners.dynamic_cp.dynamic_greedy_plan`), solved within
-what is left of the portfolio's deadline, realized by replay.
+"""The CP-SAT strategy under dynamic CP: the schedule model of :mod:`cpplan.cpsat.schedule_model`,
+warm-started from the greedy dynamic plan (:func:`~cpplan.planners.dynamic_cp.dynamic_greedy_plan`),
+solved within what is left of the portfolio's deadline, realized by replay.
 
 Each placement unit of the greedy plan (a wave, or a split item's waves) is a block whose alternatives
 are its own waves and its items repacked at every other group size they fit (:func:`alternatives`):
@@ -15,7 +15,14 @@ from collections.abc import Sequence
 import ortools
 from ortools.sat.python import cp_model
 
-from cpplan.cpsat.schedule import MICROSECONDS, Job, add_hint, compile_schedule, hint_placements, realize
+from cpplan.cpsat.schedule_model import (
+    MICROSECONDS,
+    Job,
+    add_hint,
+    compile_schedule,
+    hint_placements,
+    realize,
+)
 from cpplan.cpsat.solve import model_size, parameters
 from cpplan.errors import NoFitError
 from cpplan.planners.cpsat_strategy import MIN_SEARCH_S, reserve_s

@@ -21,7 +21,7 @@ from cpplan.spec.workload import Item, Workload
 from cpplan.verifier.chains import check_used, check_whole_items, read_requests
 from cpplan.verifier.owners import read_owners
 from cpplan.verifier.rank_prices import close, price_ranks
-from cpplan.verifier.schedule import replay_cost, wave_gpus, wave_group
+from cpplan.verifier.schedule_replay import replay_cost, wave_gpus, wave_group
 from cpplan.verifier.segments import check_packed_tokens, check_segments, read_segments, segment_offsets
 
 DEFAULT_CHUNK_TOKENS = 128

@@ -19,7 +19,7 @@ import numpy as np
 from cpplan.spec.card import ResolvedCard
 from cpplan.spec.quantities import COUNTS, QUANTITIES, QUANTITY_NAMES, check_rules
 from cpplan.verifier.chains import Coverage
-from cpplan.verifier.handoff import handoff_seconds
+from cpplan.verifier.handoff_recount import handoff_seconds
 from cpplan.verifier.owners import OwnerRuns
 from cpplan.verifier.segments import Segment
 

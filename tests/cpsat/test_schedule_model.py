@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import pytest
 from ortools.sat.python import cp_model
 
-from cpplan.cpsat.schedule import Job, add_hint, compile_schedule, hint_placements, realize
+from cpplan.cpsat.schedule_model import Job, add_hint, compile_schedule, hint_placements, realize
 from cpplan.plans.plan import Plan
 from cpplan.plans.pool_schedule import block, place, replay
 

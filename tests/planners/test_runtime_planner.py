@@ -68,7 +68,7 @@ def test_planner_imports_the_solver_when_made_not_in_its_first_step():
             "cpplan.Planner(model='qwen3-8b', memory_bytes='20GiB', solver=greedy_only)",
             "print('ortools' in sys.modules)",
             "cpplan.Planner(model='qwen3-8b', memory_bytes='20GiB')",
-            "print('ortools' in sys.modules, 'cpplan.cpsat.model' in sys.modules)",
+            "print('ortools' in sys.modules, 'cpplan.cpsat.joint_model' in sys.modules)",
         ]
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -15,7 +15,7 @@ from cpplan.pricing.wave import price_wave
 from cpplan.runtime.materialize import materialize_wave
 from cpplan.spec.card import HandoffSeconds
 from cpplan.spec.settings import Settings
-from cpplan.verifier.handoff import handoff_seconds
+from cpplan.verifier.handoff_recount import handoff_seconds
 from cpplan.verifier.owners import OwnerRuns
 from cpplan.verifier.rank_prices import pieces_of
 from cpplan.verifier.segments import segment_offsets

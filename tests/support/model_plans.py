@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from cpplan.cpsat import build_space, compile_model
-from cpplan.cpsat.model import ModelValues
+from cpplan.cpsat.joint_model import ModelValues
 from cpplan.cpsat.realize import wave_masks
 from cpplan.cpsat.solve import Solution
 from cpplan.pricing.layout import PackedLayout

@@ -11,10 +11,10 @@ from torch.utils.checkpoint import checkpoint
 
 from cpplan.errors import InputError
 from cpplan.hf.attention import attention_layer
+from cpplan.hf.decoder_routing import adapt
 from cpplan.hf.delta_rule import compute_dtype
 from cpplan.hf.gdn import gdn_layer
 from cpplan.hf.geometry import WaveGeometry
-from cpplan.hf.model import adapt
 from cpplan.runtime.comm import ProcessGroupComm, SimulatedComm
 from cpplan.runtime.materialize import materialize_wave
 from cpplan.spec.workload import Workload
