@@ -13,9 +13,13 @@ from collections.abc import Collection, Mapping
 from typing import Any
 
 from cpplan.spec.quantities import QUANTITY_NAMES
+from cpplan.spec.topology import Topology
 
 SETTINGS_FIELDS = ("model", "layers", "phase", "topology", "memory_bytes", "chunk_tokens", "safety")
 """The settings a plan was priced under: every part of one plan (every line of a shard) shares them."""
+
+TOPOLOGY_FIELDS = tuple(Topology.model_fields)
+"""The ``topology`` object: the :class:`~cpplan.spec.topology.Topology` the plan was priced under."""
 
 TOTAL_FIELDS = ("cost_s", "num_waves", "logical_tokens", "packed_tokens", "peak_bytes")
 """The plan's totals over its waves."""
