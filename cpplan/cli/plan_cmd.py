@@ -59,7 +59,7 @@ def plan_command(
     from cpplan.api import solve
     from cpplan.cli.no_fit import with_suggestions
     from cpplan.cli.plan_table import print_summary
-    from cpplan.plans.plan_writer import dumps, result_to_dict
+    from cpplan.plans.plan_writer import dumps
     from cpplan.pricing.problem import Problem
     from cpplan.spec.profile import load_solver
     from cpplan.spec.workload import Workload
@@ -74,7 +74,7 @@ def plan_command(
         result = solve(problem, profile)
     except NoFitError as exc:
         raise with_suggestions(exc, problem) from None
-    text = dumps(result_to_dict(result))
+    text = dumps(result.to_dict())
     if output is None:
         sys.stdout.write(text)
     else:

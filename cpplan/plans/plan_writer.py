@@ -227,7 +227,7 @@ def solver_to_dict(stats: SolverStats) -> dict[str, Any]:
     return record(SOLVER_FIELDS, values)
 
 
-def result_to_dict(
+def full_plan_dict(
     problem,
     plan: Plan,
     *,

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cpplan.plans.plan import Candidate, Plan, SolverStats
-from cpplan.plans.plan_writer import result_to_dict
+from cpplan.plans.plan_writer import full_plan_dict
 from cpplan.pricing.problem import Problem
 from cpplan.pricing.wave import local_tokens
 from cpplan.spec.units import format_bytes
@@ -41,7 +41,7 @@ class PlanResult:
 
     def to_dict(self) -> dict[str, Any]:
         """The plan JSON, exactly as ``cpplan plan --output`` writes it."""
-        return result_to_dict(
+        return full_plan_dict(
             self.problem,
             self.plan,
             profile=self.profile,

@@ -223,7 +223,7 @@ def test_seeded_strategy_wins_where_greedy_loses_and_is_reproducible():
     """On long-tail sequences at CP2 verl's Karmarkar-Karp waves beat the in-order greedy planner (a
     better balanced split of the same number of waves); the portfolio's seeded strategy takes them,
     and planning twice gives the same plan bytes."""
-    from cpplan.plans.plan_writer import dumps, result_to_dict, strip_timing
+    from cpplan.plans.plan_writer import dumps, strip_timing
 
     problem = _problem(_small_workloads()["long_tail"], 2, "4GiB")
     greedy = PEERS["cpplan_greedy"].plan(problem)
@@ -233,4 +233,4 @@ def test_seeded_strategy_wins_where_greedy_loses_and_is_reproducible():
     seeded = next(c for c in first.candidates if c.strategy == "seeded")
     assert seeded.valid and seeded.cost_s <= verl.plan.cost_s * (1 + 1e-12)
     assert first.cost_s <= seeded.cost_s * (1 + 1e-12) and seeded.cost_s < greedy.cost_s
-    assert dumps(strip_timing(result_to_dict(first))) == dumps(strip_timing(result_to_dict(second)))
+    assert dumps(strip_timing(first.to_dict())) == dumps(strip_timing(second.to_dict()))

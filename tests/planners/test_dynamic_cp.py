@@ -13,7 +13,7 @@ from cpplan.errors import NoFitError, UnsupportedTopologyError
 from cpplan.planners.dynamic_cp import dynamic_greedy_plan, group_problem, sized_plans
 from cpplan.planners.greedy import cached_greedy_plan
 from cpplan.plans.plan import balanced
-from cpplan.plans.plan_writer import dumps, plan_to_dict, result_to_dict, strip_timing
+from cpplan.plans.plan_writer import dumps, plan_to_dict, strip_timing
 from cpplan.plans.pool_schedule import block, replay
 from cpplan.pricing.problem import Problem
 from cpplan.runtime.pool import materialize_pool, pool_waves
@@ -77,7 +77,7 @@ def test_dynamic_portfolio_never_costs_more_than_any_fixed_cp(mixed, qwen36):
     assert all(dynamic.cost_s <= f.cost_s * (1 + 1e-9) for f in fixed_costs)
     assert _verify(dynamic.problem, dynamic.plan).valid
     again = cpplan.solve(_problem(mixed, cpplan.Topology(dp=2, cp=4, dynamic_cp=True), qwen36), profile)
-    assert dumps(strip_timing(result_to_dict(again))) == dumps(strip_timing(result_to_dict(dynamic)))
+    assert dumps(strip_timing(again.to_dict())) == dumps(strip_timing(dynamic.to_dict()))
 
 
 def test_waves_of_several_sizes_share_the_pool(sized):

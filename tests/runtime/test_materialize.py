@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 import cpplan
 from cpplan import InputError, Item, Request, Workload
 from cpplan.bench import synthetic
-from cpplan.plans.plan_writer import plan_to_dict, result_to_dict
+from cpplan.plans.plan_writer import plan_to_dict
 from cpplan.pricing.layout import pack
 from cpplan.pricing.wave import price_wave
 from cpplan.runtime.materialize import materialize_wave
@@ -153,7 +153,7 @@ def test_grpo_plan_contract():
     result = cpplan.plan(
         wl, topology=cpplan.Topology(cp=4), model="qwen3-8b", memory_bytes=80 * 2**30, solver="deterministic"
     )
-    data = result_to_dict(result)
+    data = result.to_dict()
     for w, wave in enumerate(data["waves"]):
         total = 0
         for rank in range(4):
