@@ -372,4 +372,4 @@ _RANK_VALUES = {
     "wave_segments": lambda t, tokens, name, cp: t["segments"],
     "wave_packed": lambda t, tokens, name, cp: t["tokens"] if cp > 1 else 0,
 }
-check_rules("cpsat.model._wave_values", _RANK_VALUES, RANK_BOUNDS)
+check_rules("cpsat.joint_model._wave_values", _RANK_VALUES, RANK_BOUNDS)
