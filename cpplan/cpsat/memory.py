@@ -14,7 +14,6 @@ are not enforced.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -78,7 +77,6 @@ class MemoryRows:
         )
 
 
-@functools.lru_cache(maxsize=64)  # the same card, budget and units every step: rows computed once
 def memory_rows(
     card: ResolvedCard,
     memory_bytes: int,

@@ -25,7 +25,6 @@ from functools import cached_property
 import numpy as np
 
 from cpplan.planners.deadline import Deadline
-from cpplan.pricing.memo import card_constants
 from cpplan.pricing.problem import Problem
 from cpplan.pricing.wave import WavePlan, first_fitting
 
@@ -61,7 +60,7 @@ class WidthSearch:
 
     @cached_property
     def _static_bytes(self) -> float:
-        return card_constants(self.problem.card).static_peak_bytes
+        return self.problem.card.constants.static_peak_bytes
 
     @cached_property
     def _cumulative_tokens(self) -> np.ndarray:

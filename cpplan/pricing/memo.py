@@ -7,7 +7,6 @@ of the problem, so an entry can never go stale; a copy of the problem gets an em
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -17,9 +16,9 @@ import numpy as np
 from cpplan.errors import NoFitError
 
 if TYPE_CHECKING:
+    from cpplan.pricing.problem import Problem
     from cpplan.pricing.result import Plan
     from cpplan.pricing.wave import WavePlan
-    from cpplan.spec.card import ResolvedCard
 
 
 @dataclass(frozen=True, eq=False)
@@ -46,6 +45,10 @@ class PricingMemo:
     """The dynamic-CP greedy plan (or its refusal) by the layouts it tried: the portfolio's candidate
     and the schedule model's hint."""
 
+    group_problems: dict[int, Problem] = field(default_factory=dict)
+    """Under dynamic CP, the problem priced for waves of each other CP group size (same workload, tree
+    and pool; ``cp`` = the size): made once per size."""
+
 
 def memoized_plan(
     plans: dict[tuple[str, ...], Plan | NoFitError], key: tuple[str, ...], make: Callable[[], Plan]
@@ -60,33 +63,4 @@ def memoized_plan(
     found = plans[key]
     if isinstance(found, NoFitError):
         raise found
-    return found
-
-
-@dataclass(frozen=True, kw_only=True, eq=False)
-class CardConstants:
-    """Numbers derived from a resolved card once and read on every wave priced under it."""
-
-    time_coefficients: np.ndarray
-    """Seconds per unit of each quantity (:meth:`ResolvedCard.time_coefficients`), read-only."""
-
-    static_peak_bytes: float
-    """The peak of a rank that owns nothing: safety times the largest envelope's static bytes."""
-
-
-_CARD_CONSTANTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def card_constants(card: ResolvedCard) -> CardConstants:
-    """The :class:`CardConstants` of ``card``, computed on first use and kept while the card lives (a
-    :class:`~cpplan.planner.Planner` keeps its card, so every step reuses them)."""
-    found = _CARD_CONSTANTS.get(card)
-    if found is None:
-        coefficients = card.time_coefficients()
-        coefficients.flags.writeable = False
-        found = CardConstants(
-            time_coefficients=coefficients,
-            static_peak_bytes=card.safety * float(card.envelope_static_bytes.max()),
-        )
-        _CARD_CONSTANTS[card] = found
     return found

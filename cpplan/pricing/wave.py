@@ -10,7 +10,6 @@ import numpy as np
 from cpplan.pricing.evaluator import RankPrices, price, wave_cost_s
 from cpplan.pricing.handoff import NO_HANDOFF, Handoff, wave_handoff
 from cpplan.pricing.layout import PackedLayout
-from cpplan.pricing.memo import card_constants
 from cpplan.pricing.ownership import ChunkStats, chunk_stats, contiguous_split, rank_quantities
 from cpplan.pricing.problem import Problem
 from cpplan.spec.quantities import COUNTS, NUM_QUANTITIES, QUANTITIES, QUANTITY_INDEX, check_rules
@@ -63,7 +62,7 @@ def ownership_candidates(problem: Problem, stats: ChunkStats) -> list[np.ndarray
     cp = problem.topology.cp
     if cp == 1:
         return [np.zeros(stats.num_chunks, dtype=np.int64)]
-    time_weight = stats.quantity_matrix() @ card_constants(problem.card).time_coefficients
+    time_weight = stats.quantity_matrix() @ problem.card.constants.time_coefficients
     by_time = contiguous_split(time_weight, cp)
     by_tokens = contiguous_split(stats.tokens.astype(np.float64), cp)
     return [by_time] if np.array_equal(by_time, by_tokens) else [by_time, by_tokens]
@@ -81,7 +80,7 @@ def edge_ownership(problem: Problem, stats: ChunkStats, owner: np.ndarray) -> np
     other fallback, lets them drift further)."""
     cp, budget = problem.topology.cp, problem.budget_bytes
     sizes = np.bincount(owner, minlength=cp)
-    static = card_constants(problem.card).static_peak_bytes
+    static = problem.card.constants.static_peak_bytes
     for _ in range(EDGE_STEPS):
         peaks = price(problem.card, rank_quantities(stats, owner, cp)).peak_bytes
         worst = int(np.argmax(peaks))

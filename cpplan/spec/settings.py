@@ -103,12 +103,9 @@ class Settings:
     @cached_property
     def card(self) -> ResolvedCard:
         """The card resolved for the topology, depth and phase, with :attr:`correction` applied: what
-        every reader prices with (computed once per settings object). Under dynamic CP the card of every
-        group size is resolved here too (corrected alike), so a size the card cannot price fails here."""
-        card = self.card_alone if self.correction is None else self.correction.apply(self.card_alone)
-        for size in self.topology.group_sizes() if self.topology.dynamic_cp else ():
-            card.group_card(size)
-        return card
+        every reader prices with (computed once per settings object). Under dynamic CP it holds the card
+        of every group size (corrected alike), so a size the card cannot price fails here."""
+        return self.card_alone if self.correction is None else self.correction.apply(self.card_alone)
 
     @cached_property
     def card_alone(self) -> ResolvedCard:

@@ -11,7 +11,6 @@ import pytest
 
 import cpplan
 from cpplan.planners.deadline import verify_reserve_s
-from cpplan.pricing.memo import card_constants
 from cpplan.pricing.serialize import plan_to_dict
 from cpplan.verifier import verify_plan
 
@@ -52,7 +51,7 @@ def test_settings_derived_work_is_done_once(planner, small_grpo):
     first = planner.plan(small_grpo, 0.05)
     second = planner.plan(small_grpo, 0.05)
     assert first.problem.card is second.problem.card is planner.card
-    assert card_constants(planner.card) is card_constants(second.problem.card)
+    assert planner.card.constants is second.problem.card.constants
     assert planner._profile_for(0.05) is planner._profile_for(0.05)
     assert planner._profile_for(None) is planner.profile
 
