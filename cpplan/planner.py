@@ -92,7 +92,7 @@ class Planner:
                 field="workload",
             )
         profile = self._profile_for(time_budget_s)
-        deadline = Deadline.after(profile.time_budget_s, deterministic=profile.deterministic, start_s=started)
+        deadline = Deadline.of_profile(profile, start_s=started)
         settings = corrected_settings(self.settings, self._learning)
         return solve(Problem.build(workload, settings), profile, planners=planners, deadline=deadline)
 

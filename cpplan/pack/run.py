@@ -29,7 +29,7 @@ from cpplan.pack.windows import PackContext, WindowJob
 from cpplan.pricing.ownership import CHUNK_TOKENS
 from cpplan.pricing.serialize import cpplan_version
 from cpplan.spec.card import ModelCard, Phase
-from cpplan.spec.profile import SolverProfile, load_solver
+from cpplan.spec.profile import SolverProfile, TimingParams, load_solver
 from cpplan.spec.records import DEFAULT_FIELDS, RecordFields
 from cpplan.spec.settings import Settings
 from cpplan.spec.topology import Topology
@@ -160,10 +160,16 @@ def run_config(ctx: PackContext, window: int) -> dict[str, Any]:
         "chunk_tokens": CHUNK_TOKENS,
         "safety": resolved.safety,
         "solver": profile.name,
-        "solver_digest": _digest(profile.model_dump(mode="json", exclude={"path"})),
+        "solver_digest": _digest(profile.model_dump(mode="json", exclude=_undigested(profile))),
         "window": window,
         "cpplan_version": cpplan_version(),
     }
+
+
+def _undigested(profile: SolverProfile) -> set[str]:
+    """Profile fields the solver digest leaves out: its path, and its timing estimates while they are
+    the defaults (so a pack folder made before profiles had a ``[timing]`` table still resumes)."""
+    return {"path"} | ({"timing"} if profile.timing == TimingParams() else set())
 
 
 def _plan_remaining(

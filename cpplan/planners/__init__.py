@@ -22,10 +22,6 @@ from cpplan.spec.profile import SolverProfile
 
 Strategy = Callable[[Problem, SolverProfile, Deadline], tuple[Plan | None, SolverStats | None]]
 
-SEEDED_SHARE = 0.5
-"""The share of the time left that the seeded strategy may start seeds in (a deterministic deadline
-has no share to take: every seed runs)."""
-
 
 def _greedy(problem: Problem, profile: SolverProfile, deadline: Deadline) -> tuple[Plan, None]:
     if scheduled(problem.topology):
@@ -38,7 +34,9 @@ def _full_sharing(problem: Problem, profile: SolverProfile, deadline: Deadline) 
 
 
 def _seeded(problem: Problem, profile: SolverProfile, deadline: Deadline) -> tuple[Plan | None, None]:
-    return seeded_plan(problem, profile.greedy.layouts, deadline=deadline.share(SEEDED_SHARE)), None
+    return seeded_plan(
+        problem, profile.greedy.layouts, deadline=deadline.share(profile.timing.seeded_share)
+    ), None
 
 
 def _cpsat(problem: Problem, profile: SolverProfile, deadline: Deadline) -> tuple[Plan | None, SolverStats]:
