@@ -23,6 +23,7 @@ from cpplan.calibration.planner_state import (
     read_state,
     replay,
     state_header,
+    state_settings,
 )
 from cpplan.errors import InputError
 from cpplan.planners import Strategy
@@ -56,10 +57,16 @@ class Planner:
         num_layers: int | None = None,
         phase: Phase = "cold",
     ) -> None:
-        self.settings = Settings.from_user(
+        settings = Settings.from_user(
             topology=topology, model=model, memory_bytes=memory_bytes, num_layers=num_layers, phase=phase
         )
-        self.profile = resolve_profile(solver)
+        self._start(settings, resolve_profile(solver))
+
+    def _start(self, settings: Settings, profile: SolverProfile) -> None:
+        """Set the planner up for ``settings`` and ``profile`` (what :meth:`__init__` and :meth:`load`
+        share)."""
+        self.settings = settings
+        self.profile = profile
         self.card = self.settings.card
         """The card resolved for these settings (a card that cannot price them fails here)."""
         self._profiles: dict[float, SolverProfile] = {}
@@ -160,15 +167,10 @@ class Planner:
         """The planner :meth:`save` wrote: same settings, profile and policy, every observation replayed
         in order (so the same correction, byte for byte). Errors name the file, line and field."""
         header, observations = read_state(path)
+        settings = state_settings(header, path)
+        planner = cls.__new__(cls)
         try:
-            planner = cls(
-                model=header["model"],
-                topology=header["topology"],
-                memory_bytes=header["memory_bytes"],
-                solver=header["solver"],
-                num_layers=header["layers"],
-                phase=header["phase"],
-            )
+            planner._start(settings, header["solver"])
         except InputError as exc:
             raise InputError(str(exc), file=str(path), line=1) from None
         planner._learning = OnlineCalibration(planner.settings.card_alone, header["policy"])
