@@ -62,7 +62,7 @@ def plan_columns(problem: Problem, space: LayoutSpace, num_waves: int, *plans: P
     """The waves of ``plans`` (each fits: every strategy prices its waves exactly) as exact columns."""
     from cpplan.cpsat.columns import make_columns
 
-    return make_columns((plan.waves for plan in plans), space.scaling, problem.budget_bytes, num_waves)
+    return make_columns((plan.waves for plan in plans), space.scaling, problem.memory_bytes, num_waves)
 
 
 def greedy_values(

@@ -157,7 +157,7 @@ def _solve_window(
         return None
     t1 = time.perf_counter()
     verdict = verify_plan(
-        plan_to_dict(sub.problem, plan), sub.problem.workload, sub.problem.card, sub.problem.budget_bytes
+        plan_to_dict(sub.problem, plan), sub.problem.workload, sub.problem.card, sub.problem.memory_bytes
     )
     tally["verify_s"] += time.perf_counter() - t1
     if not verdict.valid or not verdict.cost_s < incumbent.cost_s * (1 - 1e-9):

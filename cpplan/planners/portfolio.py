@@ -85,7 +85,7 @@ def solve(
             ensure_solver()  # once per process, before the budget starts
         deadline = Deadline.of_profile(profile)
     deadline = replace(deadline, timing=profile.timing)  # every strategy decides by the profile's
-    check_static_floor(problem.card, problem.budget_bytes)
+    check_static_floor(problem.card, problem.memory_bytes)
     table = {**PLANNERS, **(planners or {})}
     verified: list[tuple[dict[str, Any], Verification]] = []
     outcomes: list[StrategyOutcome] = []
@@ -181,7 +181,7 @@ def verify_outcome(
         verdict = next((v for d, v in verified if d == data), None)
         if verdict is None:
             verdict = verify_plan(
-                data, problem.workload, problem.card, problem.budget_bytes, chunk_tokens=problem.chunk_tokens
+                data, problem.workload, problem.card, problem.memory_bytes, chunk_tokens=problem.chunk_tokens
             )
             verified.append((data, verdict))
     except Exception as exc:  # a malformed plan object is a failed strategy, not a crash

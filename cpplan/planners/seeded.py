@@ -49,7 +49,7 @@ def repair(
     """Every wave of ``proposal`` as its cheapest fitting version, split where none fits. ``cache``
     keeps cpplan's own pricing of item sets already seen (seeds often propose the same waves). ``None``
     when ``deadline`` expires before every wave is repaired."""
-    budget = problem.budget_bytes
+    memory_bytes = problem.memory_bytes
     cache = {} if cache is None else cache
     waves: list[WavePlan] = []
     for wave in proposal.waves:
@@ -58,7 +58,7 @@ def repair(
         if wave.items not in cache:
             cache[wave.items] = best_wave(problem, wave.items, layouts)[0]
         own = cache[wave.items]
-        kept = wave if wave.fits(budget) else None
+        kept = wave if wave.fits(memory_bytes) else None
         choices = [w for w in (kept, own) if w is not None]
         if choices:
             waves.append(min(choices, key=lambda w: w.cost_s))

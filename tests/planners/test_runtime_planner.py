@@ -36,7 +36,7 @@ def test_a_budget_too_short_for_greedy_still_gives_a_complete_valid_plan(planner
     result = planner.plan(small_grpo, 1e-6)
     problem = result.problem
     assert verify_plan(
-        plan_to_dict(problem, result.plan), small_grpo, problem.card, problem.budget_bytes
+        plan_to_dict(problem, result.plan), small_grpo, problem.card, problem.memory_bytes
     ).valid
     assert all(w.layout_name == "full" for w in result.plan.waves)
     reasons = {c.strategy: c.reason for c in result.candidates}
