@@ -118,7 +118,7 @@ def plan_row(problem: Problem, plan: Plan | None, seconds: float) -> dict:
     """Cost, waves, busiest-rank tokens, planning time and the verifier's verdict of one plan."""
     if plan is None:
         return {"cost_s": None, "waves": None, "busiest_tokens": None, "plan_s": seconds, "valid": None}
-    verdict = verify_plan(plan_to_dict(problem, plan), problem.workload, problem.card, problem.budget_bytes)
+    verdict = verify_plan(plan_to_dict(problem, plan), problem.workload, problem.card, problem.memory_bytes)
     return {
         "cost_s": plan.cost_s,
         "waves": plan.num_waves,

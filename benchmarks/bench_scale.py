@@ -90,7 +90,7 @@ def measure(name: str, workload: Workload, planner: cpplan.Planner) -> dict:
     t2 = time.perf_counter()
     data = plan_to_dict(problem, plan)
     t3 = time.perf_counter()
-    verdict = verify_plan(data, workload, problem.card, problem.budget_bytes)
+    verdict = verify_plan(data, workload, problem.card, problem.memory_bytes)
     t4 = time.perf_counter()
     result = planner.plan(workload)
     t5 = time.perf_counter()

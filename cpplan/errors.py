@@ -43,11 +43,11 @@ class NoFitError(CpplanError):
         request: int | None = None,
         rank: int | None = None,
         needed_bytes: int | None = None,
-        budget_bytes: int | None = None,
+        memory_bytes: int | None = None,
     ) -> None:
         self.item = item
         self.request = request
         self.rank = rank
         self.needed_bytes = needed_bytes
-        self.budget_bytes = budget_bytes
+        self.memory_bytes = memory_bytes
         super().__init__(message)

@@ -2,12 +2,12 @@
 
 ``Planner(model=..., topology=..., memory_bytes=..., solver="runtime")`` loads the card, parses the
 memory size, resolves the card for the topology, depth and phase, and loads the solver profile once;
-it also derives, once, what every step reads from them (the card's coefficient vectors,
-:func:`~cpplan.pricing.memo.card_constants`) and, when the profile runs CP-SAT, imports OR-Tools and
-runs one trivial solve, so that the first step pays neither. ``planner.plan(workload)`` then builds
-the step's problem and runs the portfolio (:func:`cpplan.planners.portfolio.solve`) within the
-profile's time budget (or the one given), counted from the call. :func:`cpplan.plan` is the one-shot
-form: a planner made for a single call.
+the resolved card carries what every step reads from it (its coefficient vectors,
+:class:`~cpplan.spec.card.CardConstants`, derived when it is resolved) and, when the profile runs
+CP-SAT, imports OR-Tools and runs one trivial solve, so that the first step pays neither.
+``planner.plan(workload)`` then builds the step's problem and runs the portfolio
+(:func:`cpplan.planners.portfolio.solve`) within the profile's time budget (or the one given),
+counted from the call. :func:`cpplan.plan` is the one-shot form: a planner made for a single call.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from cpplan.calibration.planner_state import (
     read_state,
     replay,
     state_header,
+    state_settings,
 )
 from cpplan.errors import InputError
 from cpplan.planners import Strategy
@@ -30,7 +31,6 @@ from cpplan.planners.cpsat_strategy import ensure_solver
 from cpplan.planners.deadline import Deadline
 from cpplan.planners.portfolio import solve
 from cpplan.plans.result import PlanResult
-from cpplan.pricing.memo import card_constants
 from cpplan.pricing.problem import Problem
 from cpplan.spec.card import ModelCard, Phase
 from cpplan.spec.correction import Correction
@@ -57,14 +57,23 @@ class Planner:
         num_layers: int | None = None,
         phase: Phase = "cold",
     ) -> None:
-        self.settings = Settings.from_user(
+        settings = Settings.from_user(
             topology=topology, model=model, memory_bytes=memory_bytes, num_layers=num_layers, phase=phase
         )
-        self.profile = resolve_profile(solver)
+        self._start(settings, resolve_profile(solver))
+
+    def _start(self, settings: Settings, profile: SolverProfile) -> None:
+        """Set the planner up for ``settings`` and ``profile`` (what :meth:`__init__` and :meth:`load`
+        share)."""
+        self.settings = settings
+        self.profile = profile
         self.card = self.settings.card
         """The card resolved for these settings (a card that cannot price them fails here)."""
-        card_constants(self.card)
         self._profiles: dict[float, SolverProfile] = {}
+        self._learning: OnlineCalibration | None = None
+        """What :meth:`observe` has taught (made on first use, or by :meth:`load`)."""
+        self._steps: dict[int, tuple[PlanResult, int]] = {}
+        """The step number of each of the last :data:`_KEPT_RESULTS` observed plans, by identity."""
         if "cpsat" in self.profile.strategies:
             ensure_solver()
 
@@ -90,8 +99,8 @@ class Planner:
                 field="workload",
             )
         profile = self._profile_for(time_budget_s)
-        deadline = Deadline.after(profile.time_budget_s, deterministic=profile.deterministic, start_s=started)
-        settings = corrected_settings(self.settings, self.__dict__.get("_learning"))
+        deadline = Deadline.of_profile(profile, start_s=started)
+        settings = corrected_settings(self.settings, self._learning)
         return solve(Problem.build(workload, settings), profile, planners=planners, deadline=deadline)
 
     # ------------------------------------------------------------------------------------- learning
@@ -99,7 +108,7 @@ class Planner:
     @property
     def learning(self) -> OnlineCalibration:
         """What this planner has learned from :meth:`observe` (created, empty, on first use)."""
-        if "_learning" not in self.__dict__:
+        if self._learning is None:
             self._learning = OnlineCalibration(self.settings.card_alone)
         return self._learning
 
@@ -136,7 +145,7 @@ class Planner:
 
     def _step_of(self, result: PlanResult) -> int:
         """The number of the plan ``result`` among those observed (in order of first observation)."""
-        steps = self.__dict__.setdefault("_steps", {})
+        steps = self._steps
         key = id(result)
         if key in steps and steps[key][0] is result:
             return steps[key][1]
@@ -158,15 +167,10 @@ class Planner:
         """The planner :meth:`save` wrote: same settings, profile and policy, every observation replayed
         in order (so the same correction, byte for byte). Errors name the file, line and field."""
         header, observations = read_state(path)
+        settings = state_settings(header, path)
+        planner = cls.__new__(cls)
         try:
-            planner = cls(
-                model=header["model"],
-                topology=header["topology"],
-                memory_bytes=header["memory_bytes"],
-                solver=header["solver"],
-                num_layers=header["layers"],
-                phase=header["phase"],
-            )
+            planner._start(settings, header["solver"])
         except InputError as exc:
             raise InputError(str(exc), file=str(path), line=1) from None
         planner._learning = OnlineCalibration(planner.settings.card_alone, header["policy"])

@@ -100,7 +100,7 @@ def _alone_fits(problem: Problem, requests: list[int]) -> bool:
         layout = pack(
             problem.tree, requests, problem.share_mask(spec), problem.request_grad, problem.request_loss
         )
-        if price_wave(problem, (0,), layout, spec).fits(problem.budget_bytes):
+        if price_wave(problem, (0,), layout, spec).fits(problem.memory_bytes):
             return True
     return False
 
@@ -122,7 +122,7 @@ def test_every_plan_passes_the_verifier_and_refusals_are_justified(problem: Prob
         except cpplan.NoFitError as exc:
             event(f"{name}: refused")
             assert some_request_cannot_fit, f"{name} refused although every request fits alone: {exc}"
-            assert exc.needed_bytes > exc.budget_bytes == problem.budget_bytes
+            assert exc.needed_bytes > exc.memory_bytes == problem.memory_bytes
             if exc.request is not None:
                 i = problem.workload.index_of[exc.item]
                 tree_request = int(problem.item_ptr[i]) + exc.request
@@ -131,7 +131,7 @@ def test_every_plan_passes_the_verifier_and_refusals_are_justified(problem: Prob
         if plan is None:
             continue
         verdict = verify_plan(
-            plan_to_dict(problem, plan), problem.workload, problem.card, problem.budget_bytes
+            plan_to_dict(problem, plan), problem.workload, problem.card, problem.memory_bytes
         )
         assert verdict.valid, (name, verdict.violations)
         event(f"{name}: {'split' if any(w.split for w in plan.waves) else 'no split'}")

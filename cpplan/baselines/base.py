@@ -55,12 +55,12 @@ class Oom:
     wave: int
     rank: int
     peak_bytes: int
-    budget_bytes: int
+    memory_bytes: int
 
     def __str__(self) -> str:
         return (
             f"wave {self.wave} rank {self.rank}: {self.peak_bytes:,} bytes ({format_bytes(self.peak_bytes)}) "
-            f"over the budget of {self.budget_bytes:,} bytes ({format_bytes(self.budget_bytes)})"
+            f"over the budget of {self.memory_bytes:,} bytes ({format_bytes(self.memory_bytes)})"
         )
 
 
@@ -154,11 +154,11 @@ def build_plan(
 
 def find_ooms(problem: Problem, plan: Plan) -> tuple[Oom, ...]:
     """Every (wave, rank) whose priced peak is over the budget."""
-    budget = problem.budget_bytes
+    memory_bytes = problem.memory_bytes
     return tuple(
-        Oom(wave=w, rank=int(r), peak_bytes=int(wave.prices.peak_bytes[r]), budget_bytes=budget)
+        Oom(wave=w, rank=int(r), peak_bytes=int(wave.prices.peak_bytes[r]), memory_bytes=memory_bytes)
         for w, wave in enumerate(plan.waves)
-        for r in np.flatnonzero(wave.prices.peak_bytes > budget).tolist()
+        for r in np.flatnonzero(wave.prices.peak_bytes > memory_bytes).tolist()
     )
 
 
@@ -168,7 +168,7 @@ def check(problem: Problem, plan: Plan) -> Verification:
         plan_to_dict(problem, plan),
         problem.workload,
         problem.card,
-        problem.budget_bytes,
+        problem.memory_bytes,
         chunk_tokens=problem.chunk_tokens,
     )
 

@@ -40,12 +40,12 @@ _NON_ADDITIVE = {
 check_rules("baselines.capacity", _NON_ADDITIVE, COUNTS)
 
 
-def card_token_capacity(card: ResolvedCard, budget_bytes: int, *, limit: int = 1 << 26) -> int:
-    """The largest packed length (at least 1) whose even split fits ``budget_bytes`` under ``card``."""
+def card_token_capacity(card: ResolvedCard, memory_bytes: int, *, limit: int = 1 << 26) -> int:
+    """The largest packed length (at least 1) whose even split fits ``memory_bytes`` under ``card``."""
     cp = card.topology.cp
 
     def fits(tokens: int) -> bool:
-        return bool(price(card, even_split_quantities(tokens, cp)).peak_bytes[0] <= budget_bytes)
+        return bool(price(card, even_split_quantities(tokens, cp)).peak_bytes[0] <= memory_bytes)
 
     lo, hi = 0, limit
     while hi - lo > 1:
@@ -59,7 +59,7 @@ def card_token_capacity(card: ResolvedCard, budget_bytes: int, *, limit: int = 1
 
 def token_capacity(problem: Problem) -> int:
     """Tokens per wave a well-tuned token budget would allow at the problem's own topology."""
-    return card_token_capacity(problem.card, problem.budget_bytes)
+    return card_token_capacity(problem.card, problem.memory_bytes)
 
 
 def per_gpu_token_capacity(problem: Problem) -> int:
@@ -68,4 +68,4 @@ def per_gpu_token_capacity(problem: Problem) -> int:
     sizes = problem.topology.model_dump()
     topology = Topology(**{**sizes, "cp": 1, "dp": sizes["dp"] * sizes["cp"]})
     card = problem.model.resolve(topology, num_layers=problem.card.num_layers, phase=problem.card.phase)
-    return card_token_capacity(card, problem.budget_bytes)
+    return card_token_capacity(card, problem.memory_bytes)

@@ -94,7 +94,7 @@ def _restricted(problem: Problem, profile: SolverProfile, size: int) -> Outcome:
 
     def plan_at(fresh: Problem):
         greedy = dynamic_greedy_plan(fresh, profile.greedy.layouts, allowed=(size,))
-        deadline = Deadline.after(profile.time_budget_s, deterministic=profile.deterministic)
+        deadline = Deadline.of_profile(profile)
         found, _ = dynamic_cpsat_planner(fresh, profile, deadline, allowed=(size,), hint=greedy)
         return min((p for p in (greedy, found) if p is not None), key=lambda p: p.cost_s)
 

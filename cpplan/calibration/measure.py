@@ -28,7 +28,7 @@ from cpplan.errors import InputError
 from cpplan.spec.card import Phase
 from cpplan.spec.profile import load_solver
 from cpplan.spec.quantities import QUANTITY_NAMES
-from cpplan.spec.topology import Topology
+from cpplan.spec.settings import topology_from_json
 from cpplan.spec.workload import Workload
 
 RunWave = Callable[[int], Any]
@@ -186,13 +186,13 @@ def plan_header(plan: dict[str, Any], phase: Phase) -> dict[str, Any]:
     """A planner-state header for the plan's settings in ``phase`` (the runtime profile, the default
     trust policy)."""
     try:
-        topology = Topology(**plan["topology"])
         header = {
             "model": str(plan["model"]),
-            "topology": str(topology),
             "layers": int(plan["layers"]),
             "phase": phase,
+            "topology": topology_from_json(plan["topology"]).model_dump(),
             "memory_bytes": int(plan["memory_bytes"]),
+            "correction": None,
         }
     except (KeyError, TypeError, ValueError) as exc:
         raise InputError(f"the plan lacks its settings ({exc})", field="plan") from None

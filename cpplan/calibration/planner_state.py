@@ -21,11 +21,11 @@ from cpplan.calibration.online import (
 )
 from cpplan.errors import InputError
 from cpplan.plans.result import PlanResult
-from cpplan.spec.card import ModelCard, load_model
+from cpplan.spec.card import ModelCard
 from cpplan.spec.correction import Correction
 from cpplan.spec.profile import SolverProfile
 from cpplan.spec.quantities import QUANTITY_INDEX
-from cpplan.spec.settings import Settings
+from cpplan.spec.settings import Settings, topology_from_json
 from cpplan.spec.shipped import data_dir
 from cpplan.spec.topology import Topology
 
@@ -99,26 +99,33 @@ def corrected_settings(settings: Settings, learning: OnlineCalibration | None) -
 
 
 def state_header(settings: Settings, profile: SolverProfile, learning: OnlineCalibration) -> dict[str, Any]:
-    """The planner state's first line: what :func:`planner_arguments` needs to make the planner again."""
+    """The planner state's first line: the settings in their one JSON form (:meth:`Settings.to_json`,
+    as the plan JSON writes them), the card's file when it is not a shipped one (``model_path``) and
+    its digest, the solver profile and the trust policy: what :meth:`Planner.load` makes the planner
+    again from."""
     model = settings.model
     return {
-        "model": _model_reference(model),
+        **settings.to_json(),
+        "model_path": _model_path(model),
         "card_sha256": file_sha256(model.path) if model.path and Path(model.path).is_file() else "",
-        "topology": str(settings.topology),
-        "layers": settings.num_layers,
-        "phase": settings.phase,
-        "memory_bytes": settings.memory_bytes,
         "solver": profile.model_dump(mode="json"),
         "policy": policy_to_dict(learning.policy),
     }
 
 
-def _model_reference(model: ModelCard) -> str:
-    """A shipped card's name, any other card's path."""
+def _model_path(model: ModelCard) -> str | None:
+    """``None`` for a shipped card (its name finds it), any other card's absolute path."""
     if model.path is None:
         raise InputError("a card built in code has no file to name in the planner state", field="model")
     shipped = Path(model.path).resolve().parent == data_dir("cpplan.cards").resolve()
-    return model.name if shipped else str(Path(model.path).resolve())
+    return None if shipped else str(Path(model.path).resolve())
+
+
+def state_settings(header: dict[str, Any], path: str | Path) -> Settings:
+    """The settings of a planner state's header (:meth:`Settings.from_json`; a state written before the
+    one JSON form, with the topology as text and the raw layer count, reads the same), errors naming
+    the file's first line."""
+    return Settings.from_json(header, file=str(path), line=1)
 
 
 def read_state(path: str | Path) -> tuple[dict[str, Any], list[Observation]]:
@@ -178,7 +185,7 @@ def learned_correction(path: str | Path, settings: Settings) -> Correction:
     """The correction a saved planner state implies for ``settings`` (which must be its context)."""
     header, observations = read_state(path)
     layers = settings.card_alone.num_layers
-    theirs = (header["topology"], header["layers"] or layers, header["phase"])
+    theirs = (str(_topology(header, path)), header["layers"] or layers, header["phase"])
     if theirs != (str(settings.topology), layers, settings.phase):
         raise InputError(
             f"the planner state learned {theirs[0]} at {theirs[1]} layers ({theirs[2]}), not "
@@ -197,14 +204,8 @@ def observation_rows(path: str | Path) -> tuple[str, list[Measurement], list[Ver
     observation (priced on the observed rank's quantities), and the peaks its trust window rejected
     (left out, reported)."""
     header, observations = read_state(path)
-    model = load_model(header["model"])
-    settings = Settings(
-        topology=_topology(header, path),
-        model=model,
-        memory_bytes=max(int(header["memory_bytes"]), 1),
-        num_layers=header["layers"],
-        phase=header["phase"],
-    )
+    settings = state_settings({**header, "memory_bytes": max(int(header["memory_bytes"]), 1)}, path)
+    model = settings.model
     learning = OnlineCalibration(settings.card_alone, header["policy"])
     replay(learning, observations, path)
     memory = learning.verdicts("memory")
@@ -239,6 +240,6 @@ def _row(observation: Observation, settings: Settings, file: str, model: str) ->
 
 def _topology(header: dict[str, Any], path: str | Path) -> Topology:
     try:
-        return Topology.parse(str(header["topology"]))
+        return topology_from_json(header["topology"])
     except ValueError as exc:
         raise InputError(str(exc), file=str(path), line=1, field="topology") from None

@@ -40,7 +40,7 @@ def with_suggestions(exc: NoFitError, problem: Problem) -> NoFitError:
         request=exc.request,
         rank=exc.rank,
         needed_bytes=exc.needed_bytes,
-        budget_bytes=exc.budget_bytes,
+        memory_bytes=exc.memory_bytes,
     )
 
 

@@ -129,13 +129,13 @@ def memory_bytes(values: dict[str, Any], *, required: bool = True) -> int | None
     if gpu is not None or resident is not None:
         if gpu is None or resident is None:
             raise InputError("--gpu-memory and --resident go together", field="memory")
-        budget = memory_from_gpu(gpu, resident)
+        from_gpu = memory_from_gpu(gpu, resident)
         click.echo(
-            f"cpplan: --memory {budget:,} bytes ({format_bytes(budget)}) = --gpu-memory {gpu} - "
+            f"cpplan: --memory {from_gpu:,} bytes ({format_bytes(from_gpu)}) = --gpu-memory {gpu} - "
             f"--resident {resident}: {MEMORY_MEANING}",
             err=True,
         )
-        return budget
+        return from_gpu
     if memory is not None:
         return parse_memory(memory)
     if required:
@@ -149,14 +149,12 @@ def memory_bytes(values: dict[str, Any], *, required: bool = True) -> int | None
 def read_settings(values: dict[str, Any], plan: dict[str, Any] | None = None) -> Settings:
     """Settings from the problem options; with ``plan`` (plan JSON), what is left out is read from it
     and what was taken is said on standard error."""
-    from cpplan.spec.settings import Settings
-    from cpplan.spec.topology import Topology
+    from cpplan.spec.settings import Settings, topology_from_json
 
-    budget = memory_bytes(values, required=plan is None)
     chosen = {
         "model": values.get("model"),
         "topology": values.get("topology"),
-        "memory_bytes": budget,
+        "memory_bytes": memory_bytes(values, required=plan is None),
         "num_layers": values.get("layers"),
         "phase": values.get("phase"),
     }
@@ -164,7 +162,7 @@ def read_settings(values: dict[str, Any], plan: dict[str, Any] | None = None) ->
         chosen = _fill_from_plan(chosen, plan)
     topology = chosen["topology"]
     if isinstance(topology, dict):
-        topology = Topology.create(**topology)
+        topology = topology_from_json(topology)
     if values.get("dynamic_cp"):
         topology = _dynamic(topology)
     return Settings.from_user(
@@ -183,19 +181,12 @@ def _dynamic(topology: Topology | str | None) -> Topology | str:
     return topology.model_copy(update={"dynamic_cp": True})
 
 
-_PLAN_FIELDS = {
-    "model": "model",
-    "topology": "topology",
-    "memory_bytes": "memory_bytes",
-    "num_layers": "layers",
-    "phase": "phase",
-}
-
-
 def _fill_from_plan(chosen: dict[str, Any], plan: dict[str, Any]) -> dict[str, Any]:
-    """The settings left out, from the plan's fields (each must be there)."""
+    """The settings left out, from the plan's fields (the settings' JSON form, each must be there)."""
+    from cpplan.spec.settings import JSON_KEYS
+
     taken = []
-    for key, field in _PLAN_FIELDS.items():
+    for key, field in JSON_KEYS.items():
         if chosen[key] is not None:
             continue
         if field not in plan:

@@ -58,9 +58,9 @@ def _where(plan, index: int, dp: int) -> str:
 def wave_table(result: PlanResult) -> Table:
     """One row per wave and a total."""
     problem, plan = result.problem, result.plan
-    budget = problem.budget_bytes
+    memory_bytes = problem.memory_bytes
     table = Table(
-        title=f"cpplan plan: {problem.card.name}, {problem.topology}, budget {format_bytes(budget)}",
+        title=f"cpplan plan: {problem.card.name}, {problem.topology}, budget {format_bytes(memory_bytes)}",
         title_justify="left",
     )
     for column in _WAVE_COLUMNS:
@@ -77,7 +77,7 @@ def wave_table(result: PlanResult) -> Table:
             str(rank),
             f"{int(local_tokens(wave)[rank]):,}",
             format_bytes(wave.peak_bytes),
-            f"{wave.peak_bytes / budget:.1%}",
+            f"{wave.peak_bytes / memory_bytes:.1%}",
             f"{wave.cost_s:.4f}",
         )
     table.add_section()
@@ -91,7 +91,7 @@ def wave_table(result: PlanResult) -> Table:
         "",
         "",
         format_bytes(plan.peak_bytes),
-        f"{plan.peak_bytes / budget:.1%}",
+        f"{plan.peak_bytes / memory_bytes:.1%}",
         f"{plan.cost_s:.4f}",
     )
     return table

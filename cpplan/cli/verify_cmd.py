@@ -104,11 +104,11 @@ def _verify_one(data: dict[str, Any], workload, settings):
     )
 
 
-def _report(verdict, num_waves: int, budget: int, prefix: str = "") -> int:
+def _report(verdict, num_waves: int, memory_bytes: int, prefix: str = "") -> int:
     if verdict.valid:
         click.echo(
             f"{prefix}valid: {num_waves} wave(s), verifier's cost {verdict.cost_s:.6f} s, "
-            f"peak {verdict.peak_bytes:,} bytes of {budget:,}",
+            f"peak {verdict.peak_bytes:,} bytes of {memory_bytes:,}",
             err=True,
         )
         return 0

@@ -60,7 +60,7 @@ class ColumnVars:
 
 
 def make_columns(
-    plans: Iterable[Sequence[WavePlan]], scaling: Scaling, budget_bytes: int, num_waves: int
+    plans: Iterable[Sequence[WavePlan]], scaling: Scaling, memory_bytes: int, num_waves: int
 ) -> tuple[Column, ...]:
     """Columns of the fitting waves of ``plans`` (each a sequence of waves), none from a plan that
     splits an item: one per item set (the cheapest wave given, first on ties), in the order first seen,
@@ -72,7 +72,7 @@ def make_columns(
             continue
         ordered = sorted(plan, key=lambda wave: min(wave.items))
         for w, wave in enumerate(ordered[:num_waves]):
-            assert wave.fits(budget_bytes), "a column must be a wave the exact evaluator accepts"
+            assert wave.fits(memory_bytes), "a column must be a wave the exact evaluator accepts"
             items = tuple(sorted(wave.items))
             if items not in best or wave.cost_s < best[items].cost_s:
                 best[items] = wave

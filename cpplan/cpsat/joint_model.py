@@ -351,9 +351,9 @@ def _wave_values(compiled: CompiledModel, t: dict[str, int], modelled: bool) -> 
     total_weight = rows.weight_chunk_kib * chunks + rows.weight_start_kib * t["segments"]
     weight_cap = rows.weight_max_kib - (-total_weight // cp)
     by_weight = rows.weighted and all(
-        rows.rank_kib_weighted(e, weight_cap, values) <= rows.budget_kib for e in range(len(rows.static_kib))
+        rows.rank_kib_weighted(e, weight_cap, values) <= rows.memory_kib for e in range(len(rows.static_kib))
     )
-    by_chunks = max(kib) <= rows.budget_kib
+    by_chunks = max(kib) <= rows.memory_kib
     return _WaveValues(
         chunks=chunks,
         cap=cap,

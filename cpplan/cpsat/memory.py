@@ -14,7 +14,6 @@ are not enforced.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -39,7 +38,7 @@ class MemoryRows:
     per_chunk_kib: tuple[int, ...]
     per_token_kib: tuple[tuple[int, int], ...]
     per_unit_kib: tuple[dict[str, int], ...]
-    budget_kib: int
+    memory_kib: int
     exact_tokens: bool
     weighted: bool = False
     weight_token_bytes: float = 0.0
@@ -78,7 +77,6 @@ class MemoryRows:
         )
 
 
-@functools.lru_cache(maxsize=64)  # the same card, budget and units every step: rows computed once
 def memory_rows(
     card: ResolvedCard,
     memory_bytes: int,
@@ -111,7 +109,7 @@ def memory_rows(
         per_chunk_kib=tuple(per_chunk),
         per_token_kib=tuple(per_token),
         per_unit_kib=tuple(per_unit),
-        budget_kib=scaling.budget(memory_bytes, card.safety),
+        memory_kib=scaling.memory_kib(memory_bytes, card.safety),
         exact_tokens=card.topology.cp == 1,
     )
 
@@ -168,7 +166,7 @@ def add_memory(
             else:
                 folded = rows.per_chunk_kib[e] * ownership.cap[w]
             load = folded + sum(coef * bounds[name] for name, coef in rows.per_unit_kib[e].items())
-            row = model.add(rows.static_kib[e] + load <= rows.budget_kib)
+            row = model.add(rows.static_kib[e] + load <= rows.memory_kib)
             if weighted is None:
                 row.only_enforce_if(active)
                 continue
@@ -180,6 +178,6 @@ def add_memory(
             )
             model.add(
                 rows.static_kib[e] + ownership.weight_cap[w] + rows.weight_start_kib + others
-                <= rows.budget_kib
+                <= rows.memory_kib
             ).only_enforce_if([*active, weighted])
     return rounding

@@ -89,12 +89,12 @@ def realize(
         wave = price_wave(problem, items, layout, LAYOUT_NAME, owner=owner)
         if alternatives and cp > 1:
             other = price_wave(problem, items, layout, LAYOUT_NAME)
-            if other.fits(problem.budget_bytes) and (
-                not wave.fits(problem.budget_bytes) or other.cost_s < wave.cost_s
+            if other.fits(problem.memory_bytes) and (
+                not wave.fits(problem.memory_bytes) or other.cost_s < wave.cost_s
             ):
                 wave = other
         for g in columns_with_items(columns, items) if alternatives else ():  # same items, known wave
-            if not wave.fits(problem.budget_bytes) or columns[g].wave.cost_s < wave.cost_s:
+            if not wave.fits(problem.memory_bytes) or columns[g].wave.cost_s < wave.cost_s:
                 wave = columns[g].wave
         waves.append(wave)
     return Plan(strategy="cpsat", waves=tuple(waves))
@@ -111,7 +111,7 @@ def widest_weight_cap(rows: MemoryRows, layout: PackedLayout) -> int:
     """The largest weight cap (KiB) the weighted rows admit for a packed wave (other quantities
     bounded by the wave's totals)."""
     values = _wave_totals(layout)
-    return min(rows.budget_kib - rows.rank_kib_weighted(e, 0, values) for e in range(len(rows.static_kib)))
+    return min(rows.memory_kib - rows.rank_kib_weighted(e, 0, values) for e in range(len(rows.static_kib)))
 
 
 def _wave_totals(layout: PackedLayout) -> dict[str, int]:
@@ -142,7 +142,7 @@ def widest_cap(rows: MemoryRows, layout, num_chunks: int, cp: int) -> int:
         rest = rows.rank_kib(e, 0, values)
         per_chunk = rows.per_chunk_kib[e]
         if per_chunk > 0:
-            best = min(best, (rows.budget_kib - rest) // per_chunk)
-        elif rest > rows.budget_kib:
+            best = min(best, (rows.memory_kib - rest) // per_chunk)
+        elif rest > rows.memory_kib:
             return 0
     return max(best, 0)

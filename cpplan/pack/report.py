@@ -76,7 +76,9 @@ def _pyplot():
     return plt
 
 
-def _plots(series: WaveSeries, windows: list[dict[str, Any]], budget: int, target: Path) -> dict[str, str]:
+def _plots(
+    series: WaveSeries, windows: list[dict[str, Any]], memory_bytes: int, target: Path
+) -> dict[str, str]:
     plt = _pyplot()
     from matplotlib.ticker import MaxNLocator
 
@@ -104,7 +106,7 @@ def _plots(series: WaveSeries, windows: list[dict[str, Any]], budget: int, targe
         peaks[w, : len(p)] = p
     for rank in range(peaks.shape[1]):
         ax.plot(waves, peaks[:, rank] / 2**30, ".", markersize=3, label=f"rank {rank}")
-    ax.axhline(budget / 2**30, color="#c44e52", linestyle="--", label="budget")
+    ax.axhline(memory_bytes / 2**30, color="#c44e52", linestyle="--", label="budget")
     ax.set(xlabel="wave", ylabel="GiB", title="Predicted peak per rank against the budget")
     ax.legend(fontsize="small", ncol=min(peaks.shape[1] + 1, 6))
     save(fig, "rank_peaks")
@@ -156,15 +158,15 @@ def write_report(folder: str | Path, output: str | Path | None = None) -> Path:
     series = read_waves(folder, int(manifest["windows"]))
     windows = _windows(folder)
     config = manifest["config"]
-    budget = int(config["memory_bytes"])
-    files = _plots(series, windows, budget, target)
+    memory_bytes = int(config["memory_bytes"])
+    files = _plots(series, windows, memory_bytes, target)
     base = manifest["baseline"]
     saved = manifest["logical_tokens"] - manifest["packed_tokens"]
     ours, theirs = imbalance(manifest), imbalance(base)
     rows = [
         _row("dataset", str(manifest["dataset"])),
         _row("model / topology", f"{config['model']}, {topology_text(config['topology'])}"),
-        _row("budget per rank", format_bytes(budget)),
+        _row("budget per rank", format_bytes(memory_bytes)),
         _row("solver profile", str(config["solver"])),
         _row("complete", "yes" if manifest["complete"] else "no (partial pack)"),
         _row(
@@ -181,7 +183,7 @@ def write_report(folder: str | Path, output: str | Path | None = None) -> Path:
             "rank imbalance (baseline)",
             f"{'-' if ours is None else f'{ours:.3f}'} ({'-' if theirs is None else f'{theirs:.3f}'})",
         ),
-        _row("largest rank peak", f"{format_bytes(manifest['peak_bytes'])} of {format_bytes(budget)}"),
+        _row("largest rank peak", f"{format_bytes(manifest['peak_bytes'])} of {format_bytes(memory_bytes)}"),
     ]
     images = "\n".join(
         f'<figure><img src="{html.escape(files[name])}" alt="{html.escape(name)}"></figure>' for name in PLOTS

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from cpplan.errors import NoFitError
 from cpplan.planners.cpsat_planner import cpsat_planner
 from cpplan.planners.deadline import Deadline
-from cpplan.planners.dynamic_cp import cached_dynamic_plan, group_problem, group_sizes
+from cpplan.planners.dynamic_cp import at_each_size, cached_dynamic_plan, group_problem
 from cpplan.planners.greedy import cached_greedy_plan, full_sharing_plan
 from cpplan.planners.seeded import seeded_plan
 from cpplan.plans.plan import Plan, SolverStats, balanced
@@ -21,10 +21,6 @@ from cpplan.pricing.problem import Problem
 from cpplan.spec.profile import SolverProfile
 
 Strategy = Callable[[Problem, SolverProfile, Deadline], tuple[Plan | None, SolverStats | None]]
-
-SEEDED_SHARE = 0.5
-"""The share of the time left that the seeded strategy may start seeds in (a deterministic deadline
-has no share to take: every seed runs)."""
 
 
 def _greedy(problem: Problem, profile: SolverProfile, deadline: Deadline) -> tuple[Plan, None]:
@@ -38,7 +34,9 @@ def _full_sharing(problem: Problem, profile: SolverProfile, deadline: Deadline) 
 
 
 def _seeded(problem: Problem, profile: SolverProfile, deadline: Deadline) -> tuple[Plan | None, None]:
-    return seeded_plan(problem, profile.greedy.layouts, deadline=deadline.share(SEEDED_SHARE)), None
+    return seeded_plan(
+        problem, profile.greedy.layouts, deadline=deadline.share(profile.timing.seeded_share)
+    ), None
 
 
 def _cpsat(problem: Problem, profile: SolverProfile, deadline: Deadline) -> tuple[Plan | None, SolverStats]:
@@ -66,25 +64,25 @@ def at_every_size(strategy: Strategy, dynamic: Strategy | None = None) -> Strate
     def run(problem: Problem, profile: SolverProfile, deadline: Deadline):
         if not problem.topology.dynamic_cp:
             return strategy(problem, profile, deadline)
-        sizes = sorted(group_sizes(problem), key=lambda size: size != problem.topology.cp)
-        runs = [(strategy, group_problem(problem, size)) for size in sizes]
-        runs += [(dynamic, problem)] if dynamic is not None else []
-        best, stats, refusal = None, None, None
-        for planner, target in runs:
-            if best is not None and deadline.expired():
-                break
+        stats: list[SolverStats] = []
+
+        def plan_of(planner: Strategy, target: Problem) -> Plan | None:
+            plan, found = planner(target, profile, deadline)
+            stats.extend([found] if found is not None else [])
+            return None if plan is None else balanced(plan, problem.topology.pool)
+
+        def at_size(size: int) -> Plan | None:
+            return plan_of(strategy, group_problem(problem, size))
+
+        plans, refusal = at_each_size(problem, at_size, deadline)
+        if dynamic is not None and not (plans and deadline.expired()):
             try:
-                plan, found = planner(target, profile, deadline)
-            except NoFitError as exc:  # a size too small for some request: other sizes may hold it
+                plans += [plan for plan in [plan_of(dynamic, problem)] if plan is not None]
+            except NoFitError as exc:  # the pool itself cannot hold some request
                 refusal = exc
-                continue
-            stats = found or stats
-            if plan is not None:
-                plan = balanced(plan, problem.topology.pool)
-                best = plan if best is None or plan.cost_s < best.cost_s else best
-        if best is None and refusal is not None and stats is None:
+        if not plans and refusal is not None and not stats:
             raise refusal
-        return best, stats
+        return (min(plans, key=lambda plan: plan.cost_s) if plans else None), (stats[-1] if stats else None)
 
     run.__doc__ = strategy.__doc__
     return run

@@ -23,28 +23,12 @@ from cpplan.errors import InputError
 from cpplan.planners.deadline import NO_TIME, Deadline
 from cpplan.plans.plan import Plan, SolverStats
 from cpplan.pricing.problem import Problem
-from cpplan.spec.profile import SolverProfile
+from cpplan.spec.profile import SolverProfile, TimingParams
 
 if TYPE_CHECKING:  # OR-Tools is imported where the model is built, so `import cpplan` stays light
     from cpplan.cpsat.columns import Column
     from cpplan.cpsat.joint_model import CompiledModel, ModelValues
     from cpplan.cpsat.space import LayoutSpace
-
-REALIZE_S = 0.003
-"""Seconds kept back from the search for realizing its answer, fixed part (the portfolio keeps back
-the verification on top)."""
-
-REALIZE_S_PER_TOKEN = 1e-8
-"""Seconds kept back for realizing, per logical token (measured by benchmarks/bench_runtime.py on the
-2-core machine)."""
-
-MIN_SEARCH_S = 0.005
-"""Below this much search time, CP-SAT is not started."""
-
-BUILD_S_PER_ITEM = 2.5e-4
-"""Seconds to build the joint model (and, for a window, its sub-problem), per item: a model is built
-only when this much time is left besides :data:`MIN_SEARCH_S` (measured on the 2-core machine)."""
-
 
 _SOLVER_READY = False
 
@@ -68,16 +52,16 @@ def ensure_solver() -> None:
     _SOLVER_READY = True
 
 
-def reserve_s(problem: Problem) -> float:
-    """Seconds to keep for realizing a solution of ``problem``."""
-    return REALIZE_S + REALIZE_S_PER_TOKEN * problem.logical_tokens(range(problem.num_items))
+def reserve_s(problem: Problem, timing: TimingParams) -> float:
+    """Seconds to keep for realizing a solution of ``problem`` (the profile's ``[timing]`` estimates)."""
+    return timing.realize_reserve_s(problem.logical_tokens(range(problem.num_items)))
 
 
 def plan_columns(problem: Problem, space: LayoutSpace, num_waves: int, *plans: Plan) -> tuple[Column, ...]:
     """The waves of ``plans`` (each fits: every strategy prices its waves exactly) as exact columns."""
     from cpplan.cpsat.columns import make_columns
 
-    return make_columns((plan.waves for plan in plans), space.scaling, problem.budget_bytes, num_waves)
+    return make_columns((plan.waves for plan in plans), space.scaling, problem.memory_bytes, num_waves)
 
 
 def greedy_values(
@@ -135,15 +119,16 @@ def joint_plan(
     incumbent = Plan(
         strategy=incumbent.strategy, waves=tuple(sorted(incumbent.waves, key=lambda w: min(w.items)))
     )
-    search_by = deadline.less(reserve_s(problem))
-    if search_by.left_s() < MIN_SEARCH_S + BUILD_S_PER_ITEM * problem.num_items:
+    timing = profile.timing
+    search_by = deadline.less(reserve_s(problem, timing))
+    if search_by.left_s() < timing.min_search_s + timing.build_s_per_item * problem.num_items:
         return None, SolverStats(status=NO_TIME, stage_s={"build": 0.0})
     space, compiled = compile_for(problem, profile, incumbent)
     if params.hint:
         compiled.add_hint(greedy_values(compiled, space, incumbent))
     build_s = time.perf_counter() - started
     left = search_by.left_s()
-    if left < MIN_SEARCH_S:
+    if left < timing.min_search_s:
         return None, SolverStats(status=NO_TIME, stage_s={"build": build_s})
     solution, stats = solve(
         compiled, params, time_limit_s=left, deterministic=profile.deterministic, build_s=build_s

@@ -10,27 +10,22 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
+
+from cpplan.spec.profile import SolverProfile, TimingParams
 
 if TYPE_CHECKING:
     from cpplan.pricing.problem import Problem
-
-VERIFY_S = 0.002
-"""Seconds kept back for verifying a plan, fixed part."""
-
-VERIFY_S_PER_TOKEN = 6e-9
-"""Seconds kept back for verifying a plan, per logical token (serializing and verifying a 1.5M-token,
-256-item plan takes about 5 ms on the 2-core machine, up to twice that when it is busy)."""
 
 
 NO_TIME = "skipped: no time left"
 """The status (and candidate reason) of a strategy not started for lack of time."""
 
 
-def verify_reserve_s(problem: Problem) -> float:
+def verify_reserve_s(problem: Problem, timing: TimingParams) -> float:
     """Seconds to keep back from a deadline for verifying (and serializing) one plan of ``problem``."""
-    return VERIFY_S + VERIFY_S_PER_TOKEN * problem.logical_tokens(range(problem.num_items))
+    return timing.verify_reserve_s(problem.logical_tokens(range(problem.num_items)))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -46,12 +41,35 @@ class Deadline:
     deterministic: bool = False
     """Whether this deadline ignores the clock: it never expires and always has unlimited time left."""
 
+    timing: TimingParams = field(default_factory=TimingParams)
+    """The profile's wall-time estimates (its ``[timing]`` table), which strategies handed only a
+    deadline (greedy, seeded) decide by."""
+
     @classmethod
-    def after(cls, seconds: float, *, deterministic: bool, start_s: float | None = None) -> Deadline:
-        """A deadline ``seconds`` after ``start_s`` (default: now); deterministic ones never expire."""
+    def after(
+        cls,
+        seconds: float,
+        *,
+        deterministic: bool,
+        start_s: float | None = None,
+        timing: TimingParams | None = None,
+    ) -> Deadline:
+        """A deadline ``seconds`` after ``start_s`` (default: now); deterministic ones never expire.
+        ``timing``: the profile's estimates (default: the shipped ones)."""
         start = time.perf_counter() if start_s is None else start_s
         return cls(
-            start_s=start, end_s=math.inf if deterministic else start + seconds, deterministic=deterministic
+            start_s=start,
+            end_s=math.inf if deterministic else start + seconds,
+            deterministic=deterministic,
+            timing=timing or TimingParams(),
+        )
+
+    @classmethod
+    def of_profile(cls, profile: SolverProfile, *, start_s: float | None = None) -> Deadline:
+        """The deadline of ``profile``: its time budget after ``start_s`` (default: now), deterministic
+        as it is, with its timing estimates."""
+        return cls.after(
+            profile.time_budget_s, deterministic=profile.deterministic, start_s=start_s, timing=profile.timing
         )
 
     def left_s(self) -> float:

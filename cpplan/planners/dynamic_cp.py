@@ -27,8 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from cpplan.errors import NoFitError
 from cpplan.planners.deadline import Deadline
@@ -39,18 +38,15 @@ from cpplan.pricing.memo import memoized
 from cpplan.pricing.problem import Problem
 from cpplan.pricing.wave import WavePlan, best_wave
 
-_GROUPS: weakref.WeakKeyDictionary[Problem, dict[int, Problem]] = weakref.WeakKeyDictionary()
-
 
 def group_problem(problem: Problem, size: int) -> Problem:
     """``problem`` priced for waves of CP group ``size`` (same workload, tree and pool; ``cp = size``),
     made once per problem and size; the problem itself at its own ``cp``."""
     if size == problem.topology.cp:
         return problem
-    groups = _GROUPS.setdefault(problem, {})
+    groups = problem.memo.group_problems
     if size not in groups:
         settings = dataclasses.replace(problem.settings, topology=problem.topology.group(size))
-        problem.card.group_card(size)  # a size the card cannot price is refused here, naming it
         groups[size] = dataclasses.replace(problem, settings=settings)
     return groups[size]
 
@@ -61,6 +57,31 @@ def group_sizes(problem: Problem, allowed: Sequence[int] | None = None) -> tuple
     distinct = int(problem.tree.node_length.sum())
     sizes = [g for g in problem.topology.group_sizes() if allowed is None or g in allowed]
     return tuple(g for g in sizes if g <= distinct) or tuple(sizes[:1])
+
+
+def at_each_size(
+    problem: Problem,
+    plan_at: Callable[[int], Plan | None],
+    deadline: Deadline | None,
+    allowed: Sequence[int] | None = None,
+) -> tuple[list[Plan], NoFitError | None]:
+    """The group-size sweep: ``plan_at(size)`` for each of :func:`group_sizes` (the topology's ``cp``
+    first), stopping once a plan is found and a wall-clock ``deadline`` has expired. Returns the plans
+    found, in order (``None`` answers left out), and the last refusal: a size too small for some
+    request (:class:`NoFitError`) does not stop the sweep, as other sizes may hold it."""
+    plans: list[Plan] = []
+    refusal: NoFitError | None = None
+    for size in sorted(group_sizes(problem, allowed), key=lambda g: g != problem.topology.cp):
+        if plans and deadline is not None and deadline.expired():
+            break
+        try:
+            plan = plan_at(size)
+        except NoFitError as exc:
+            refusal = exc
+            continue
+        if plan is not None:
+            plans.append(plan)
+    return plans, refusal
 
 
 def smallest_fit(
@@ -190,15 +211,9 @@ def dynamic_greedy_plan(
     ``cp`` plans first and always; the others while ``deadline`` allows), over the group sizes in
     ``allowed`` (default: all). Raises :class:`NoFitError` when a request fits no group, not even the
     largest."""
-    candidates: list[Plan] = []
-    refusal: NoFitError | None = None
-    for size in sorted(group_sizes(problem, allowed), key=lambda g: g != problem.topology.cp):
-        if candidates and deadline is not None and deadline.expired():
-            break
-        try:
-            candidates.append(fixed_greedy_plan(problem, size, layouts, strategy, deadline))
-        except NoFitError as exc:
-            refusal = exc
+    candidates, refusal = at_each_size(
+        problem, lambda size: fixed_greedy_plan(problem, size, layouts, strategy, deadline), deadline, allowed
+    )
     for assignment in item_sizes(problem, layouts, allowed):
         try:
             for plan in sized_plans(problem, assignment, layouts, strategy):

@@ -38,10 +38,6 @@ FLOOR_LAYOUT = "full"
 """The layout of the anytime floor (:func:`hurried_waves`): full sharing, the fewest packed tokens."""
 
 
-FINISH_PRICINGS = 8
-"""Pricings (at the last one's time) a wave's cut, its layouts and the plan's ending may take: with less
-time left before the deadline, the fitting wave found is kept as it is."""
-
 WINDOW_ITEMS = 512
 """Above this many items greedy plans through windows of items (:func:`windowed_waves`)."""
 
@@ -88,7 +84,7 @@ def planned_waves(
             waves.extend(split_item(problem, start, layouts))
             start += 1
             continue
-        if deadline is not None and deadline.left_s() < FINISH_PRICINGS * search.test_s:
+        if deadline is not None and deadline.left_s() < deadline.timing.finish_pricings * search.test_s:
             waves.append(found[1])  # no time to cut, price every layout or balance: keep it, hurry on
             start += found[0]
             continue
@@ -211,20 +207,15 @@ REGROUP_GAIN = 1.1
 shared tokens side by side than the arrival order does."""
 
 
-REGROUP_TIME_FACTOR = 2.0
-"""The regrouped pass starts only with this many times the first pass's time left (it also builds the
-regrouped problem, and a pass cut short packs the rest at once)."""
-
-
 def best_greedy_plan(problem: Problem, layouts: Sequence[str], deadline: Deadline | None = None) -> Plan:
     """:func:`greedy_plan` in arrival order; when the arrival order scatters prefix groups (ordering
     the items by shared prefix puts :data:`REGROUP_GAIN` times more shared tokens side by side) and
-    the deadline leaves :data:`REGROUP_TIME_FACTOR` times what the first pass took, also greedy over
+    the deadline leaves ``timing.regroup_time_factor`` times what the first pass took, also greedy over
     that order, and the cheaper."""
     started = time.perf_counter()
     plan = greedy_plan(problem, layouts, deadline=deadline)
     first_pass_s = time.perf_counter() - started
-    no_time = deadline is not None and deadline.left_s() < REGROUP_TIME_FACTOR * first_pass_s
+    no_time = deadline is not None and deadline.left_s() < deadline.timing.regroup_time_factor * first_pass_s
     if plan.notes or no_time or not regrouping_helps(problem):
         return plan
     regrouped = regrouped_greedy_plan(problem, layouts, deadline)

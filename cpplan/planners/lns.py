@@ -12,8 +12,9 @@ one wave, so items can move along the plan; passes repeat while one improves and
 
 Each window gets an equal share of the time left for the windows still to come in the pass, less what
 verifying its answer takes; a window whose model cannot be built and searched in the time left
-(:data:`BUILD_S_PER_ITEM`) is not started. Under a deterministic deadline every window of every pass
-runs (each CP-SAT call on its deterministic limit), so the answer is the same on every machine.
+(the profile's ``timing.build_s_per_item``) is not started. Under a deterministic deadline every
+window of every pass runs (each CP-SAT call on its deterministic limit), so the answer is the same on
+every machine.
 """
 
 from __future__ import annotations
@@ -23,14 +24,14 @@ from collections import Counter
 from dataclasses import dataclass
 
 from cpplan.errors import CpplanError
-from cpplan.planners.cpsat_strategy import BUILD_S_PER_ITEM, MIN_SEARCH_S, joint_plan
+from cpplan.planners.cpsat_strategy import joint_plan
 from cpplan.planners.deadline import Deadline, verify_reserve_s
 from cpplan.planners.subproblem import SubProblem
 from cpplan.plans.plan import Plan, SolverStats
 from cpplan.plans.plan_writer import plan_to_dict
 from cpplan.pricing.problem import Problem
 from cpplan.pricing.wave import WavePlan
-from cpplan.spec.profile import SolverProfile
+from cpplan.spec.profile import SolverProfile, TimingParams
 from cpplan.verifier.plan_check import verify_plan
 
 WINDOW_WAVES = 3
@@ -38,10 +39,6 @@ WINDOW_WAVES = 3
 
 WINDOW_ITEMS_PER_MAX_ITEMS = 2
 """A window holds at most this many times the profile's ``max_items`` items."""
-
-
-MIN_DETERMINISTIC_S = 0.05
-"""The least deterministic time limit one window gets."""
 
 MAX_PASSES = 3
 """Passes over the plan at most (a pass without an improvement ends the search)."""
@@ -65,7 +62,7 @@ def lns_plan(
     limit = WINDOW_ITEMS_PER_MAX_ITEMS * profile.cpsat.max_items
     for _ in range(MAX_PASSES):
         improved = _one_pass(problem, profile, waves, limit, deadline, tally)
-        if not improved or deadline.left_s() < MIN_SEARCH_S:
+        if not improved or deadline.left_s() < profile.timing.min_search_s:
             break
     stats = SolverStats(status=_status(tally), wall_s=time.perf_counter() - started, stage_s=_stages(tally))
     if not tally["improved"]:
@@ -94,7 +91,7 @@ def _one_pass(
         if better is not None:
             waves[start : start + size] = better
             improved, size = True, len(better)
-        if deadline.left_s() < MIN_SEARCH_S:
+        if deadline.left_s() < profile.timing.min_search_s:
             break
         start = _advance(start, size, len(waves))
     return improved
@@ -138,7 +135,8 @@ def _solve_window(
 ) -> list[WavePlan] | None:
     """The window's waves re-solved by the joint model, when verified and cheaper; else ``None``."""
     t0 = time.perf_counter()
-    step_by = _window_deadline(deadline, windows_left, sum(len(wave.items) for wave in window))
+    items = sum(len(wave.items) for wave in window)
+    step_by = _window_deadline(deadline, windows_left, items, profile.timing)
     if step_by is None:
         tally["unaffordable"] += 1
         return None
@@ -147,7 +145,7 @@ def _solve_window(
     except CpplanError:  # say, fewer packed tokens than CP ranks: leave the window as it is
         return None
     incumbent = Plan(strategy="cpsat", waves=tuple(sub.from_parent(wave) for wave in window))
-    step_by = step_by.less(verify_reserve_s(sub.problem))
+    step_by = step_by.less(verify_reserve_s(sub.problem, profile.timing))
     tally["build_s"] += time.perf_counter() - t0
     try:
         plan, stats = joint_plan(sub.problem, _window_profile(profile, windows_left), incumbent, step_by)
@@ -159,7 +157,7 @@ def _solve_window(
         return None
     t1 = time.perf_counter()
     verdict = verify_plan(
-        plan_to_dict(sub.problem, plan), sub.problem.workload, sub.problem.card, sub.problem.budget_bytes
+        plan_to_dict(sub.problem, plan), sub.problem.workload, sub.problem.card, sub.problem.memory_bytes
     )
     tally["verify_s"] += time.perf_counter() - t1
     if not verdict.valid or not verdict.cost_s < incumbent.cost_s * (1 - 1e-9):
@@ -171,22 +169,24 @@ def _solve_window(
 
 def _window_profile(profile: SolverProfile, windows_left: int) -> SolverProfile:
     """``profile`` with its deterministic time limit shared out like the clock: a window gets the
-    limit over the windows left in the pass (at least :data:`MIN_DETERMINISTIC_S`), so one pass of a
+    limit over the windows left in the pass (at least ``timing.min_deterministic_s``), so one pass of a
     deterministic search costs about one joint model's limit."""
     limit = profile.cpsat.deterministic_time_s
     if limit is None:
         return profile
-    share = max(limit / windows_left, MIN_DETERMINISTIC_S)
+    share = max(limit / windows_left, profile.timing.min_deterministic_s)
     return profile.model_copy(
         update={"cpsat": profile.cpsat.model_copy(update={"deterministic_time_s": share})}
     )
 
 
-def _window_deadline(deadline: Deadline, windows_left: int, items: int) -> Deadline | None:
+def _window_deadline(
+    deadline: Deadline, windows_left: int, items: int, timing: TimingParams
+) -> Deadline | None:
     """The window's deadline: its equal share of the time left, or all of it when the share cannot
     build and search its model but the whole can (one window solved beats none); ``None`` when not
     even the whole can."""
-    needed = BUILD_S_PER_ITEM * items + MIN_SEARCH_S
+    needed = timing.build_s_per_item * items + timing.min_search_s
     share = deadline.share(1.0 / windows_left)
     if share.left_s() >= needed:
         return share

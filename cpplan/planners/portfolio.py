@@ -84,12 +84,13 @@ def solve(
     if deadline is None:
         if "cpsat" in profile.strategies:
             ensure_solver()  # once per process, before the budget starts
-        deadline = Deadline.after(profile.time_budget_s, deterministic=profile.deterministic)
-    check_static_floor(problem.card, problem.budget_bytes)
+        deadline = Deadline.of_profile(profile)
+    deadline = replace(deadline, timing=profile.timing)  # every strategy decides by the profile's
+    check_static_floor(problem.card, problem.memory_bytes)
     table = {**PLANNERS, **(planners or {})}
     verified: list[tuple[dict[str, Any], Verification]] = []
     outcomes: list[StrategyOutcome] = []
-    search_by = deadline.less(verify_reserve_s(problem))
+    search_by = deadline.less(verify_reserve_s(problem, profile.timing))
     for strategy in profile.strategies:
         if strategy not in SELF_TIMED and _no_time_for_another(outcomes, search_by):
             outcomes.append(_skipped(strategy))
@@ -181,7 +182,7 @@ def verify_outcome(
         verdict = next((v for d, v in verified if d == data), None)
         if verdict is None:
             verdict = verify_plan(
-                data, problem.workload, problem.card, problem.budget_bytes, chunk_tokens=problem.chunk_tokens
+                data, problem.workload, problem.card, problem.memory_bytes, chunk_tokens=problem.chunk_tokens
             )
             verified.append((data, verdict))
     except Exception as exc:  # a malformed plan object is a failed strategy, not a crash
@@ -244,10 +245,11 @@ def candidate_reason(outcome: StrategyOutcome, winner: StrategyOutcome) -> str:
         why = "chosen: cheapest valid plan"
     else:
         chosen = winner.verdict.cost_s
+        assert verdict.cost_s >= chosen, "the winner is the cheapest valid outcome"
         why = (
-            f"costs {verdict.cost_s:.6f} s, not below the chosen {chosen:.6f} s"
-            if verdict.cost_s >= chosen
-            else "tied"
+            f"tied: costs {chosen:.6f} s, as the chosen {winner.strategy} (the earlier is kept)"
+            if verdict.cost_s == chosen
+            else f"costs {verdict.cost_s:.6f} s, not below the chosen {chosen:.6f} s"
         )
     return "; ".join([why, *outcome.plan.notes, *([outcome.note] if outcome.note else [])])
 

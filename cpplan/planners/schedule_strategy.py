@@ -25,7 +25,7 @@ from cpplan.cpsat.schedule_model import (
 )
 from cpplan.cpsat.solve import model_size, parameters
 from cpplan.errors import NoFitError
-from cpplan.planners.cpsat_strategy import MIN_SEARCH_S, reserve_s
+from cpplan.planners.cpsat_strategy import reserve_s
 from cpplan.planners.deadline import Deadline
 from cpplan.planners.dynamic_cp import cached_dynamic_plan, group_problem, group_sizes, packed_waves
 from cpplan.plans.plan import Plan, SolverStats
@@ -86,9 +86,9 @@ def dynamic_cpsat_planner(
     params = profile.cpsat
     if problem.num_items > params.max_items:
         return None, SolverStats(status=f"skipped: {problem.num_items} items > max_items {params.max_items}")
-    search_by = deadline.less(reserve_s(problem))
+    search_by = deadline.less(reserve_s(problem, profile.timing))
     greedy = hint or cached_dynamic_plan(problem, profile.greedy.layouts, deadline=deadline)
-    if search_by.left_s() < MIN_SEARCH_S:
+    if search_by.left_s() < profile.timing.min_search_s:
         return None, SolverStats(status="skipped: no time left", stage_s={"build": 0.0})
     alts = alternatives(problem, greedy, profile.greedy.layouts, allowed)
     compiled = compile_schedule(alts, problem.topology.pool)
@@ -96,7 +96,7 @@ def dynamic_cpsat_planner(
         add_hint(compiled, hint_placements(alts, greedy))
     build_s = time.perf_counter() - started
     left = search_by.left_s()
-    if left < MIN_SEARCH_S:
+    if left < profile.timing.min_search_s:
         return None, SolverStats(status="skipped: no time left", stage_s={"build": build_s})
     solver = cp_model.CpSolver()
     for name, value in parameters(params, time_limit_s=left, deterministic=profile.deterministic).items():

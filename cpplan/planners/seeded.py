@@ -28,10 +28,6 @@ from cpplan.plans.plan import Plan
 from cpplan.pricing.problem import Problem
 from cpplan.pricing.wave import WavePlan, best_wave
 
-SEED_S_PER_ITEM = 4e-4
-"""Seconds one seed is expected to take per item before any has run (proposing and repairing a plan
-prices about as many waves as greedy does)."""
-
 # Cheapest and most often useful first: a time-limited run keeps the seeds it reached.
 SEEDS: tuple[Baseline, ...] = (
     prefix_grouper.BASELINE,
@@ -53,7 +49,7 @@ def repair(
     """Every wave of ``proposal`` as its cheapest fitting version, split where none fits. ``cache``
     keeps cpplan's own pricing of item sets already seen (seeds often propose the same waves). ``None``
     when ``deadline`` expires before every wave is repaired."""
-    budget = problem.budget_bytes
+    memory_bytes = problem.memory_bytes
     cache = {} if cache is None else cache
     waves: list[WavePlan] = []
     for wave in proposal.waves:
@@ -62,7 +58,7 @@ def repair(
         if wave.items not in cache:
             cache[wave.items] = best_wave(problem, wave.items, layouts)[0]
         own = cache[wave.items]
-        kept = wave if wave.fits(budget) else None
+        kept = wave if wave.fits(memory_bytes) else None
         choices = [w for w in (kept, own) if w is not None]
         if choices:
             waves.append(min(choices, key=lambda w: w.cost_s))
@@ -83,14 +79,13 @@ def _refill(problem: Problem, items: Sequence[int], layouts: Sequence[str]) -> l
 
 def seeded_plan(problem: Problem, layouts: Sequence[str], *, deadline: Deadline | None = None) -> Plan | None:
     """The cheapest repaired baseline plan. A seed is started only while ``deadline`` leaves as much
-    time as the last seed took (:data:`SEED_S_PER_ITEM` per item before the first: a baseline's
-    proposal cannot be cut short), and its repair is abandoned once the deadline has expired; ``None``
-    when no seed was repaired in time. Without a deadline (or
-    with a deterministic one, which never expires) every seed runs, so the answer is the same on every
-    run."""
+    time as the last seed took (the deadline's ``timing.seed_s_per_item`` per item before the first: a
+    baseline's proposal cannot be cut short), and its repair is abandoned once the deadline has
+    expired; ``None`` when no seed was repaired in time. Without a deadline (or with a deterministic
+    one, which never expires) every seed runs, so the answer is the same on every run."""
     cache: dict = {}
     plans = []
-    expected_s = SEED_S_PER_ITEM * problem.num_items
+    expected_s = 0.0 if deadline is None else deadline.timing.seed_s_per_item * problem.num_items
     for seed in SEEDS:
         if deadline is not None and deadline.left_s() < expected_s:
             break

@@ -61,7 +61,7 @@ def best_piece(
         )
         for spec in layouts
     )
-    return cheapest_and_lowest(waves, problem.budget_bytes)
+    return cheapest_and_lowest(waves, problem.memory_bytes)
 
 
 def widest(try_width: Callable[[int], WavePlan | None], first: WavePlan, limit: int) -> tuple[int, WavePlan]:
@@ -93,17 +93,17 @@ def widest(try_width: Callable[[int], WavePlan | None], first: WavePlan, limit: 
 
 def request_refusal(problem: Problem, item: int, request: int, lowest: WavePlan) -> NoFitError:
     """The error for a request that fits no wave even alone: item, request, rank, bytes and budget."""
-    rank, needed, budget = lowest.busiest_rank, lowest.peak_bytes, problem.budget_bytes
+    rank, needed, memory_bytes = lowest.busiest_rank, lowest.peak_bytes, problem.memory_bytes
     item_id = problem.workload.items[item].id
     k = int(problem.request_index[request])
     return NoFitError(
         f"item {item_id!r} does not fit in one wave and cannot be split to fit: its request {k} "
         f"({problem.tree.sequences[request].size:,} tokens) alone needs {needed:,} bytes "
-        f"({format_bytes(needed)}) on rank {rank}, over the budget of {budget:,} bytes "
-        f"({format_bytes(budget)})",
+        f"({format_bytes(needed)}) on rank {rank}, over the budget of {memory_bytes:,} bytes "
+        f"({format_bytes(memory_bytes)})",
         item=item_id,
         request=k,
         rank=rank,
         needed_bytes=needed,
-        budget_bytes=budget,
+        memory_bytes=memory_bytes,
     )

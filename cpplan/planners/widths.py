@@ -25,7 +25,6 @@ from functools import cached_property
 import numpy as np
 
 from cpplan.planners.deadline import Deadline
-from cpplan.pricing.memo import card_constants
 from cpplan.pricing.problem import Problem
 from cpplan.pricing.wave import WavePlan, first_fitting
 
@@ -61,7 +60,7 @@ class WidthSearch:
 
     @cached_property
     def _static_bytes(self) -> float:
-        return card_constants(self.problem.card).static_peak_bytes
+        return self.problem.card.constants.static_peak_bytes
 
     @cached_property
     def _cumulative_tokens(self) -> np.ndarray:
@@ -151,7 +150,7 @@ class WidthSearch:
             return (lo + hi) // 2
         if bracket.fit_peak is not None and bracket.fail_peak is not None:
             rise = bracket.fail_peak - bracket.fit_peak
-            share = (self.problem.budget_bytes - bracket.fit_peak) / rise if rise > 0 else 0.5
+            share = (self.problem.memory_bytes - bracket.fit_peak) / rise if rise > 0 else 0.5
             guess = bracket.fit_width + int(share * (bracket.fail_width - bracket.fit_width))
         else:
             guess = self._model_width(start)
@@ -161,7 +160,7 @@ class WidthSearch:
         """The widest width from ``start`` whose estimated tokens the peak model admits."""
         if self.slope is None:
             return self.last_width
-        room = (self.problem.budget_bytes - self._static_bytes) / self.slope
+        room = (self.problem.memory_bytes - self._static_bytes) / self.slope
         if room > 2 * self.slope_tokens:  # learned on a much narrower wave: its fixed part inflates
             room *= NARROW_SLOPE_SHARE  # the slope less than a wide wave's does; aim below, a fit is cheap
         first_shared = self.problem.adjacent_shared_tokens[start - 1] if start > 0 else 0

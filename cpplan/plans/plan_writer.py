@@ -133,24 +133,21 @@ def plan_schedule(problem, plan: Plan) -> Schedule:
 
 
 def plan_header(problem, plan: Plan, schedule: Schedule | None = None) -> dict[str, Any]:
-    """The plan JSON's fields before ``waves``: the settings it was priced under (``correction``: the
-    learned correction the plan was priced with, ``None`` for the card alone) and its totals. Under
+    """The plan JSON's fields before ``waves``: the settings it was priced under (their one JSON form,
+    :meth:`Settings.to_json`; ``correction``: the learned correction the plan was priced with, ``None``
+    for the card alone) and its totals. Under
     ``dp > 1`` or dynamic CP, ``cost_s`` is the schedule's makespan; otherwise the sum of the waves'
     costs."""
-    card = problem.card
-    correction = problem.settings.correction
+    settings = problem.settings.to_json()
+    correction = settings.pop("correction")
     schedule = schedule or plan_schedule(problem, plan)
     cost_s = schedule.makespan_s if scheduled(problem.topology) else plan.cost_s
     values = {
         "cpplan_version": cpplan_version(),
-        "model": card.name,
-        "layers": card.num_layers,
-        "phase": card.phase,
-        "topology": problem.topology.model_dump(),
-        "memory_bytes": problem.memory_bytes,
+        **settings,
         "chunk_tokens": problem.chunk_tokens,
-        "safety": card.safety,
-        "correction": None if correction is None else correction.to_dict(),
+        "safety": problem.card.safety,
+        "correction": correction,
         "strategy": plan.strategy,
         "cost_s": cost_s,
         "num_waves": plan.num_waves,

@@ -52,7 +52,7 @@ class PlanResult:
 
     def summary(self) -> str:
         """A few lines: strategy, waves, tokens, busiest rank, peak against budget, seconds."""
-        plan, budget = self.plan, self.problem.budget_bytes
+        plan, budget = self.plan, self.problem.memory_bytes
         busiest = max(plan.waves, key=lambda w: w.peak_bytes)
         tokens = local_tokens(busiest)
         lines = [

@@ -10,17 +10,13 @@ a store pricing does not look into (so it imports none of the planners' types).
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
 from cpplan.errors import NoFitError
-
-if TYPE_CHECKING:
-    from cpplan.spec.card import ResolvedCard
 
 T = TypeVar("T")
 
@@ -47,6 +43,10 @@ class PricingMemo:
     ``("greedy", layouts)``: a greedy plan or its refusal, which the portfolio's greedy candidate and the
     CP-SAT strategy's hint and columns share), filled through :func:`memoized`."""
 
+    group_problems: dict[int, Any] = field(default_factory=dict)
+    """Under dynamic CP, the :class:`~cpplan.pricing.problem.Problem` priced for waves of each other CP
+    group size (same workload, tree and pool; ``cp`` = the size): made once per size."""
+
 
 def memoized(store: dict[Hashable, object], key: Hashable, make: Callable[[], T]) -> T:
     """``store[key]``, made by ``make()`` on first use; a refusal (:class:`NoFitError`) is kept too
@@ -59,33 +59,4 @@ def memoized(store: dict[Hashable, object], key: Hashable, make: Callable[[], T]
     found = store[key]
     if isinstance(found, NoFitError):
         raise found
-    return found  # type: ignore[return-value]  # make() put it there
-
-
-@dataclass(frozen=True, kw_only=True, eq=False)
-class CardConstants:
-    """Numbers derived from a resolved card once and read on every wave priced under it."""
-
-    time_coefficients: np.ndarray
-    """Seconds per unit of each quantity (:meth:`ResolvedCard.time_coefficients`), read-only."""
-
-    static_peak_bytes: float
-    """The peak of a rank that owns nothing: safety times the largest envelope's static bytes."""
-
-
-_CARD_CONSTANTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def card_constants(card: ResolvedCard) -> CardConstants:
-    """The :class:`CardConstants` of ``card``, computed on first use and kept while the card lives (a
-    :class:`~cpplan.planner.Planner` keeps its card, so every step reuses them)."""
-    found = _CARD_CONSTANTS.get(card)
-    if found is None:
-        coefficients = card.time_coefficients()
-        coefficients.flags.writeable = False
-        found = CardConstants(
-            time_coefficients=coefficients,
-            static_peak_bytes=card.safety * float(card.envelope_static_bytes.max()),
-        )
-        _CARD_CONSTANTS[card] = found
     return found

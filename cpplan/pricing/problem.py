@@ -105,18 +105,14 @@ class Problem:
 
     @property
     def memory_bytes(self) -> int:
-        """Bytes a wave may use on each rank (from :attr:`settings`)."""
+        """Bytes a wave may use on each rank, the admission limit for ``peak_bytes`` (from
+        :attr:`settings`)."""
         return self.settings.memory_bytes
 
     @property
     def num_items(self) -> int:
         """Items in the workload."""
         return self.workload.num_items
-
-    @property
-    def budget_bytes(self) -> int:
-        """Bytes a wave may use on each rank (the admission limit for ``peak_bytes``)."""
-        return self.memory_bytes
 
     def item_requests(self, items) -> np.ndarray:
         """Tree request indices of the given item indices, in item order."""

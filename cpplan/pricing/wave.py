@@ -10,7 +10,6 @@ import numpy as np
 from cpplan.pricing.evaluator import RankPrices, price, wave_cost_s
 from cpplan.pricing.handoff import NO_HANDOFF, Handoff, wave_handoff
 from cpplan.pricing.layout import PackedLayout
-from cpplan.pricing.memo import card_constants
 from cpplan.pricing.ownership import ChunkStats, chunk_stats, contiguous_split, rank_quantities
 from cpplan.pricing.problem import Problem
 from cpplan.spec.quantities import COUNTS, NUM_QUANTITIES, QUANTITIES, QUANTITY_INDEX, check_rules
@@ -52,9 +51,9 @@ class WavePlan:
         """The rank with the largest predicted peak."""
         return int(np.argmax(self.prices.peak_bytes))
 
-    def fits(self, budget_bytes: int) -> bool:
+    def fits(self, memory_bytes: int) -> bool:
         """Every rank's predicted peak is within the budget."""
-        return bool((self.prices.peak_bytes <= budget_bytes).all())
+        return bool((self.prices.peak_bytes <= memory_bytes).all())
 
 
 def ownership_candidates(problem: Problem, stats: ChunkStats) -> list[np.ndarray]:
@@ -63,7 +62,7 @@ def ownership_candidates(problem: Problem, stats: ChunkStats) -> list[np.ndarray
     cp = problem.topology.cp
     if cp == 1:
         return [np.zeros(stats.num_chunks, dtype=np.int64)]
-    time_weight = stats.quantity_matrix() @ card_constants(problem.card).time_coefficients
+    time_weight = stats.quantity_matrix() @ problem.card.constants.time_coefficients
     by_time = contiguous_split(time_weight, cp)
     by_tokens = contiguous_split(stats.tokens.astype(np.float64), cp)
     return [by_time] if np.array_equal(by_time, by_tokens) else [by_time, by_tokens]
@@ -79,16 +78,16 @@ def edge_ownership(problem: Problem, stats: ChunkStats, owner: np.ndarray) -> np
     with the lower peak, as many as its excess over its bytes per chunk, every step priced exactly;
     the ranks' times stay as close to balanced as the memory allows (the token-balanced split, the
     other fallback, lets them drift further)."""
-    cp, budget = problem.topology.cp, problem.budget_bytes
+    cp, memory_bytes = problem.topology.cp, problem.memory_bytes
     sizes = np.bincount(owner, minlength=cp)
-    static = card_constants(problem.card).static_peak_bytes
+    static = problem.card.constants.static_peak_bytes
     for _ in range(EDGE_STEPS):
         peaks = price(problem.card, rank_quantities(stats, owner, cp)).peak_bytes
         worst = int(np.argmax(peaks))
-        if peaks[worst] <= budget:
+        if peaks[worst] <= memory_bytes:
             return owner
         per_chunk = max(peaks[worst] - static, 1.0) / sizes[worst]
-        moved = min(int(np.ceil((peaks[worst] - budget) / per_chunk)), int(sizes[worst]) - 1)
+        moved = min(int(np.ceil((peaks[worst] - memory_bytes) / per_chunk)), int(sizes[worst]) - 1)
         if moved < 1:
             return None
         neighbours = [r for r in (worst - 1, worst + 1) if 0 <= r < cp]
@@ -115,15 +114,15 @@ def price_wave(
     best: WavePlan | None = None
     for candidate in owners:
         wave = _priced_ownership(problem, items, layout, layout_name, stats, candidate, split)
-        if best is None or _better(wave, best, problem.budget_bytes):
+        if best is None or _better(wave, best, problem.memory_bytes):
             best = wave
     assert best is not None
     fallback = owner is None and len(owners) > 1 and best.owner is not owners[0]
-    if fallback and best.fits(problem.budget_bytes):  # only the token-balanced split fits: repair by time
+    if fallback and best.fits(problem.memory_bytes):  # only the token-balanced split fits: repair by time
         repaired = edge_ownership(problem, stats, owners[0])
         if repaired is not None:
             wave = _priced_ownership(problem, items, layout, layout_name, stats, repaired, split)
-            if _better(wave, best, problem.budget_bytes):
+            if _better(wave, best, problem.memory_bytes):
                 best = wave
     return best
 
@@ -156,8 +155,8 @@ def _priced_ownership(
     )
 
 
-def _better(a: WavePlan, b: WavePlan, budget: int) -> bool:
-    fa, fb = a.fits(budget), b.fits(budget)
+def _better(a: WavePlan, b: WavePlan, memory_bytes: int) -> bool:
+    fa, fb = a.fits(memory_bytes), b.fits(memory_bytes)
     if fa != fb:
         return fa
     if fa:
@@ -174,16 +173,16 @@ def best_wave(
     packing is priced once per problem (kept in ``problem.memo.priced_waves``; the first layout
     naming it wins ties).
     """
-    return cheapest_and_lowest(_distinct_waves(problem, tuple(items), layouts), problem.budget_bytes)
+    return cheapest_and_lowest(_distinct_waves(problem, tuple(items), layouts), problem.memory_bytes)
 
 
-def cheapest_and_lowest(waves: Iterable[WavePlan], budget_bytes: int) -> tuple[WavePlan | None, WavePlan]:
-    """Of the versions of one wave, the cheapest that fits ``budget_bytes`` (or ``None``; the first
+def cheapest_and_lowest(waves: Iterable[WavePlan], memory_bytes: int) -> tuple[WavePlan | None, WavePlan]:
+    """Of the versions of one wave, the cheapest that fits ``memory_bytes`` (or ``None``; the first
     wins ties) and the lowest-peak one."""
     fitting: WavePlan | None = None
     lowest: WavePlan | None = None
     for wave in waves:
-        if wave.fits(budget_bytes) and (fitting is None or wave.cost_s < fitting.cost_s):
+        if wave.fits(memory_bytes) and (fitting is None or wave.cost_s < fitting.cost_s):
             fitting = wave
         if lowest is None or wave.peak_bytes < lowest.peak_bytes:
             lowest = wave
@@ -199,7 +198,7 @@ def first_fitting(
     answer as :func:`best_wave`'s, usually for one pricing instead of one per layout."""
     lowest: WavePlan | None = None
     for wave in _distinct_waves(problem, tuple(items), layouts):
-        if wave.fits(problem.budget_bytes):
+        if wave.fits(problem.memory_bytes):
             return wave, wave
         if lowest is None or wave.peak_bytes < lowest.peak_bytes:
             lowest = wave
@@ -243,7 +242,7 @@ def unshared_cannot_fit(problem: Problem, items: tuple[int, ...]) -> bool:
     for quantity in QUANTITIES:
         if quantity.only == "all":
             mean[QUANTITY_INDEX[quantity.name]] = _UNSHARED_MEAN[quantity.count](lengths, cp)
-    return bool(price(problem.card, mean).peak_bytes[0] > problem.budget_bytes)
+    return bool(price(problem.card, mean).peak_bytes[0] > problem.memory_bytes)
 
 
 _UNSHARED_MEAN = {

@@ -346,7 +346,28 @@ class ModelCard(_Strict):
             wave_overhead_s=self.hardware.wave_overhead_s + math.fsum(wave_s),
             handoff=self._handoff(env, where),
             model=self,
+            group_cards=self._group_cards(topology, int(env["layers"]), phase),
         )
+
+    def _group_cards(self, topology: Topology, num_layers: int, phase: Phase) -> tuple[ResolvedCard, ...]:
+        """Under dynamic CP, the card of every other group size of the pool (what
+        :meth:`ResolvedCard.group_card` returns), resolved with this card; none under fixed CP. Raises
+        :class:`UnsupportedTopologyError` naming the first group size the card cannot price."""
+        if not topology.dynamic_cp:
+            return ()
+        cards = []
+        for size in topology.group_sizes():
+            if size == topology.cp:
+                continue
+            group = topology.group(size)
+            if not evaluate(self.supports, group.as_env()):
+                raise UnsupportedTopologyError(
+                    f"model card {self.name!r} cannot price dynamic CP group size {size} of the pool of "
+                    f"{topology.pool} GPUs (topology {group}; it supports: {self.supports})",
+                    field="topology.dynamic_cp",
+                )
+            cards.append(self.resolve(group, num_layers=num_layers, phase=phase))
+        return tuple(cards)
 
     def _memory_terms(self, env: dict[str, float], phase: Phase, where: str):
         """The memory terms that hold here: names, quantity indices and bytes per unit. Each term's value
@@ -469,6 +490,17 @@ class HandoffSeconds:
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
+class CardConstants:
+    """Numbers derived from a resolved card once and read on every wave priced under it."""
+
+    time_coefficients: np.ndarray
+    """Seconds per unit of each quantity (:meth:`ResolvedCard.time_coefficients`), read-only."""
+
+    static_peak_bytes: float
+    """The peak of a rank that owns nothing: safety times the largest envelope's static bytes."""
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
 class ResolvedCard:
     """A card's floors and costs as numbers for one topology, depth and phase.
 
@@ -500,27 +532,28 @@ class ResolvedCard:
     model: ModelCard | None = dataclasses.field(default=None, repr=False)
     memory_scale: float = 1.0
     time_scale: float = 1.0
-    _groups: dict[int, ResolvedCard] = dataclasses.field(default_factory=dict, repr=False)
+    group_cards: tuple[ResolvedCard, ...] = dataclasses.field(default=(), repr=False)
+    """Under dynamic CP, the card of every other group size of the pool, in size order (resolved with
+    this one by :meth:`ModelCard.resolve` and scaled with it); empty under fixed CP."""
+    constants: CardConstants = dataclasses.field(init=False, repr=False)
+    """What every wave priced under this card reads, derived when the card is made."""
+
+    def __post_init__(self) -> None:
+        coefficients = _frozen(self.time_coefficients())
+        static = self.safety * float(self.envelope_static_bytes.max())
+        constants = CardConstants(time_coefficients=coefficients, static_peak_bytes=static)
+        object.__setattr__(self, "constants", constants)
 
     def group_card(self, size: int) -> ResolvedCard:
         """This card resolved for a CP group of ``size`` ranks of the same pool (same depth, phase,
         TP, EP, ETP and PP; ``dp`` = pool / size): what a dynamic-CP wave of that group size is priced
-        with. Raises :class:`UnsupportedTopologyError` naming the group size when the card cannot
-        price it."""
+        with. ``size`` must be one of the topology's group sizes."""
         if size == self.topology.cp:
             return self
-        if size not in self._groups:
-            assert self.model is not None, "a card resolved without its model cannot price other groups"
-            topology = self.topology.group(size)
-            if not evaluate(self.model.supports, topology.as_env()):
-                raise UnsupportedTopologyError(
-                    f"model card {self.name!r} cannot price dynamic CP group size {size} of the pool of "
-                    f"{self.topology.pool} GPUs (topology {topology}; it supports: {self.model.supports})",
-                    field="topology.dynamic_cp",
-                )
-            card = self.model.resolve(topology, num_layers=self.num_layers, phase=self.phase)
-            self._groups[size] = card.scaled(self.memory_scale, self.time_scale)
-        return self._groups[size]
+        for card in self.group_cards:
+            if card.topology.cp == size:
+                return card
+        raise AssertionError(f"group size {size} is not one of topology {self.topology}'s")
 
     def scaled(self, memory_scale: float, time_scale: float) -> ResolvedCard:
         """This card with every memory floor (terms and statics) multiplied by ``memory_scale`` and every
@@ -543,7 +576,7 @@ class ResolvedCard:
             ),
             memory_scale=self.memory_scale * m,
             time_scale=self.time_scale * t,
-            _groups={},
+            group_cards=tuple(card.scaled(m, t) for card in self.group_cards),
         )
 
     @property

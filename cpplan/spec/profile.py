@@ -71,6 +71,65 @@ class GreedyParams(BaseModel):
         return value
 
 
+class TimingParams(BaseModel):
+    """The wall-time estimates the portfolio budgets its deadline with: what it keeps back for work
+    after a search and what it expects work to take before starting it. The defaults were measured on
+    the 2-core development machine (``benchmarks/bench_runtime.py`` and ``benchmarks/bench_planners.py``
+    under the runtime profile); a deterministic profile never reads the clock, so there only
+    :attr:`min_deterministic_s` counts."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+    verify_s: float = Field(default=0.002, ge=0, allow_inf_nan=False)
+    """Seconds kept back for verifying (and serializing) a plan, fixed part."""
+
+    verify_s_per_token: float = Field(default=6e-9, ge=0, allow_inf_nan=False)
+    """Seconds kept back for verifying a plan, per logical token (serializing and verifying a
+    1.5M-token, 256-item plan takes about 5 ms on the 2-core machine, up to twice that when busy)."""
+
+    realize_s: float = Field(default=0.003, ge=0, allow_inf_nan=False)
+    """Seconds kept back from the CP-SAT search for realizing its answer, fixed part (verification is
+    kept back on top)."""
+
+    realize_s_per_token: float = Field(default=1e-8, ge=0, allow_inf_nan=False)
+    """Seconds kept back for realizing a CP-SAT answer, per logical token (``bench_runtime.py``)."""
+
+    min_search_s: float = Field(default=0.005, ge=0, allow_inf_nan=False)
+    """Below this much search time left, CP-SAT (and a window of its large-neighbourhood search) is not
+    started."""
+
+    build_s_per_item: float = Field(default=2.5e-4, ge=0, allow_inf_nan=False)
+    """Seconds to build the joint model (and, for a window, its sub-problem), per item: a model is built
+    only when this much time is left besides :attr:`min_search_s`."""
+
+    seed_s_per_item: float = Field(default=4e-4, ge=0, allow_inf_nan=False)
+    """Seconds one seed of the seeded strategy is expected to take per item before any has run
+    (proposing and repairing a plan prices about as many waves as greedy does)."""
+
+    seeded_share: float = Field(default=0.5, gt=0, le=1, allow_inf_nan=False)
+    """The share of the time left that the seeded strategy may start seeds in."""
+
+    finish_pricings: int = Field(default=8, ge=0)
+    """Pricings (at the last one's time) greedy's cut of a wave, its layouts and the plan's ending may
+    take: with less time left, the fitting wave found is kept as it is."""
+
+    regroup_time_factor: float = Field(default=2.0, ge=0, allow_inf_nan=False)
+    """Greedy's regrouped pass starts only with this many times the first pass's time left (it also
+    builds the regrouped problem, and a pass cut short packs the rest at once)."""
+
+    min_deterministic_s: float = Field(default=0.05, gt=0, allow_inf_nan=False)
+    """The least deterministic time limit (CP-SAT's work counter, not the clock) one window of the
+    large-neighbourhood search gets."""
+
+    def verify_reserve_s(self, logical_tokens: int) -> float:
+        """Seconds to keep back for verifying (and serializing) a plan of ``logical_tokens``."""
+        return self.verify_s + self.verify_s_per_token * logical_tokens
+
+    def realize_reserve_s(self, logical_tokens: int) -> float:
+        """Seconds to keep back for realizing a CP-SAT answer over ``logical_tokens``."""
+        return self.realize_s + self.realize_s_per_token * logical_tokens
+
+
 class SolverProfile(BaseModel):
     """A validated solver profile (one TOML file per profile)."""
 
@@ -98,6 +157,9 @@ class SolverProfile(BaseModel):
 
     cpsat: CpSatParams = CpSatParams()
     """Parameters of the CP-SAT strategy."""
+
+    timing: TimingParams = TimingParams()
+    """The wall-time estimates the portfolio budgets its deadline with (the ``[timing]`` table)."""
 
     path: str | None = None
     """The TOML file the profile was read from (``None`` when built in code); left out of the pack

@@ -20,6 +20,16 @@ from cpplan.spec.topology import Topology
 from cpplan.spec.units import MAX_BYTES, MEMORY_MEANING, parse_memory
 
 _TOPOLOGY_WANTED = "a cpplan.Topology (or Topology.parse('cp=4'))"
+
+JSON_KEYS = {
+    "model": "model",
+    "topology": "topology",
+    "memory_bytes": "memory_bytes",
+    "num_layers": "layers",
+    "phase": "phase",
+}
+"""Each setting's key in the settings' one JSON form (:meth:`Settings.to_json`): the plan JSON's header,
+the planner state's header and the pack run's configuration."""
 _MODEL_WANTED = "a ModelCard, a shipped card name or a .toml path"
 
 
@@ -103,18 +113,63 @@ class Settings:
     @cached_property
     def card(self) -> ResolvedCard:
         """The card resolved for the topology, depth and phase, with :attr:`correction` applied: what
-        every reader prices with (computed once per settings object). Under dynamic CP the card of every
-        group size is resolved here too (corrected alike), so a size the card cannot price fails here."""
-        card = self.card_alone if self.correction is None else self.correction.apply(self.card_alone)
-        for size in self.topology.group_sizes() if self.topology.dynamic_cp else ():
-            card.group_card(size)
-        return card
+        every reader prices with (computed once per settings object). Under dynamic CP it holds the card
+        of every group size (corrected alike), so a size the card cannot price fails here."""
+        return self.card_alone if self.correction is None else self.correction.apply(self.card_alone)
 
     @cached_property
     def card_alone(self) -> ResolvedCard:
         """The card resolved for the topology, depth and phase, without any learned correction (what
         ``card_peak_bytes`` reports)."""
         return self.model.resolve(self.topology, num_layers=self.num_layers, phase=self.phase)
+
+    def to_json(self) -> dict[str, Any]:
+        """The settings' one JSON form, written by every writer (plan JSON, planner state, pack run):
+        the card's name, the resolved number of layers, the phase, the topology as an object of sizes,
+        the per-rank memory budget in bytes and the learned correction (``None``: the card alone).
+        :meth:`from_json` reads it back."""
+        return {
+            "model": self.model.name,
+            "layers": self.card_alone.num_layers,
+            "phase": self.phase,
+            "topology": self.topology.model_dump(),
+            "memory_bytes": self.memory_bytes,
+            "correction": None if self.correction is None else self.correction.to_dict(),
+        }
+
+    @classmethod
+    def from_json(
+        cls,
+        data: dict[str, Any],
+        *,
+        model: ModelCard | None = None,
+        file: str | None = None,
+        line: int | None = None,
+    ) -> Settings:
+        """The settings :meth:`to_json` wrote (the card loaded by ``model_path`` when given, else by
+        name; ``model``: a card already loaded). Also reads the planner state written before there was
+        one form: the topology as text, ``layers`` ``None`` for the card's own depth and ``model`` a
+        card's path. Errors are :class:`InputError` naming ``file``, ``line`` and the field."""
+        try:
+            missing = [key for key in JSON_KEYS.values() if key not in data]
+            if missing:
+                raise InputError(f"lacks {', '.join(missing)}", field=missing[0])
+            card = model or load_model(data.get("model_path") or data["model"])
+            recorded = data.get("correction")
+            return cls(
+                topology=topology_from_json(data["topology"]),
+                model=card,
+                memory_bytes=data["memory_bytes"],
+                num_layers=data["layers"],
+                phase=data["phase"],
+                correction=None if recorded is None else Correction.from_dict(recorded, file=file),
+            )
+        except InputError as exc:
+            if exc.file is not None or file is None:
+                raise
+            named = f"field '{exc.field}': "
+            message = str(exc).removeprefix(named) if exc.field else str(exc)
+            raise InputError(message, file=file, line=line, field=exc.field) from None
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -124,6 +179,19 @@ class Settings:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
+
+
+def topology_from_json(value: Any) -> Topology:
+    """A topology's JSON form: an object of sizes (:meth:`Settings.to_json`), or the text form older
+    planner states wrote (``"tp=1,cp=2,..."``); an :class:`InputError` naming ``topology`` otherwise."""
+    if isinstance(value, str):
+        return Topology.parse(value)
+    if not isinstance(value, dict):
+        raise InputError(f"must be an object of parallel sizes, got {type(value).__name__}", field="topology")
+    try:
+        return Topology.create(**value)
+    except (TypeError, ValueError) as exc:
+        raise InputError(str(exc), field="topology") from None
 
 
 def _require(value: Any, expected: Any, field: str, wanted: str) -> None:

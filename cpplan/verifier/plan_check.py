@@ -110,7 +110,7 @@ def _check_wave(
     by_id: dict[str, Item],
     seen: dict[tuple[str, int], int],
     card: ResolvedCard,
-    budget: int,
+    memory_bytes: int,
     chunk: int,
     violations: list[str],
 ) -> tuple[float, int]:
@@ -123,7 +123,7 @@ def _check_wave(
     check_used(w, coverage, violations)
     check_packed_tokens(w, wave, packed, violations)
     runs = read_owners(w, wave["ranks"], packed, chunk, card.topology.cp, violations)
-    return price_ranks(w, wave, segments, offsets, runs, coverage, card, budget, violations)
+    return price_ranks(w, wave, segments, offsets, runs, coverage, card, memory_bytes, violations)
 
 
 def _coverage_violations(

@@ -96,7 +96,7 @@ def price_ranks(
     runs: OwnerRuns,
     coverage: Coverage,
     card: ResolvedCard,
-    budget: int,
+    memory_bytes: int,
     violations: list[str],
 ) -> tuple[float, int]:
     """Price every rank of the wave, check it against the budget and the plan's claims; the wave's cost
@@ -115,9 +115,10 @@ def price_ranks(
         peak, seconds = _peak(card, quantities), _seconds(card, quantities)
         slowest = max(slowest, seconds)
         worst = max(worst, peak)
-        if peak > budget:
+        if peak > memory_bytes:
             violations.append(
-                f"wave {w} rank {rank}: predicted peak {peak:,} bytes exceeds the budget of {budget:,} bytes"
+                f"wave {w} rank {rank}: predicted peak {peak:,} bytes exceeds the budget of "
+                f"{memory_bytes:,} bytes"
             )
         _check_claims(w, rank, claimed.get(rank), local, peak, violations)
     cost = slowest + card.wave_overhead_s + handoff_seconds(card, segments, offsets, pieces)

@@ -177,7 +177,7 @@ def test_every_baseline_plan_verifies_except_its_detected_budget_violations(outc
             assert set(outcome.budget_violations) == reported, name
             assert outcome.valid == (not reported)
             for o in outcome.ooms:
-                assert o.peak_bytes > problem.budget_bytes
+                assert o.peak_bytes > problem.memory_bytes
                 assert outcome.plan.waves[o.wave].prices.peak_bytes[o.rank] == o.peak_bytes
             total_ooms += len(reported)
     assert total_ooms > 0
@@ -206,9 +206,9 @@ def test_repair_turns_an_oom_plan_into_a_fitting_one_with_every_item():
     that fit."""
     problem = _problem(_small_workloads()["grpo"], 2, "4GiB")
     proposal = PEERS["axolotl_ffd"].plan(problem)
-    assert any(not w.fits(problem.budget_bytes) for w in proposal.waves)
+    assert any(not w.fits(problem.memory_bytes) for w in proposal.waves)
     repaired = repair(problem, proposal, ("full", "none"))
-    assert all(w.fits(problem.budget_bytes) for w in repaired.waves)
+    assert all(w.fits(problem.memory_bytes) for w in repaired.waves)
     assert sorted(i for w in repaired.waves for i in w.items) == list(range(problem.num_items))
 
 

@@ -114,5 +114,5 @@ def test_report_wave_axes_have_whole_ticks(tmp_path, monkeypatch):
         rank_peaks=[[5, 6]] * 3,
     )
     window = {"logical_tokens": 5, "packed_tokens": 3, "baseline": {"packed_tokens": 5}}
-    _plots(series, [window, window], budget=10, target=tmp_path)
+    _plots(series, [window, window], memory_bytes=10, target=tmp_path)
     assert ticks and all(float(t).is_integer() for t in ticks)

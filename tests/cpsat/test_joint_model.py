@@ -189,7 +189,7 @@ def test_integer_rows_never_admit_what_the_evaluator_refuses(cp):
 
         def admits(budget: int, cap=cap, values=values) -> bool:
             rows = memory_rows(card, budget, SCALING, folded=folded_quantities({"grad": True, "loss": True}))
-            return all(rows.rank_kib(e, cap, values) <= rows.budget_kib for e in range(card.num_envelopes))
+            return all(rows.rank_kib(e, cap, values) <= rows.memory_kib for e in range(card.num_envelopes))
 
         lo, hi = 1, 400 * GIB
         while hi - lo > 1:
@@ -238,8 +238,8 @@ def test_realized_plans_stay_within_the_model_bounds(cp):
             "grad_attn_pairs": 0,
         }
         if cap > solution.cap[w]:
-            assert all(rows.rank_kib(e, cap, realized) <= rows.budget_kib for e in range(3))
-        assert wave.fits(problem.budget_bytes)
+            assert all(rows.rank_kib(e, cap, realized) <= rows.memory_kib for e in range(3))
+        assert wave.fits(problem.memory_bytes)
 
 
 def random_shared_workload(rng: np.random.Generator) -> Workload:
@@ -305,7 +305,7 @@ def test_solver_plans_verify_with_mixed_flags(seed):
     values = compiled.evaluate(solution.assignment, set(solution.shared))
     assert values.feasible and SCALING.seconds(values.objective) <= stats.objective_s + 1e-9
     plan = realize(problem, space, compiled.memory, solution)
-    verdict = verify_plan(plan_to_dict(problem, plan), problem.workload, problem.card, problem.budget_bytes)
+    verdict = verify_plan(plan_to_dict(problem, plan), problem.workload, problem.card, problem.memory_bytes)
     assert verdict.valid, verdict.violations
 
 
@@ -382,7 +382,7 @@ def test_weighted_waves_stay_within_their_weight_cap():
         rows = compiled.memory
         plan = realize(problem, space, rows, solution, alternatives=False)
         for w, wave in enumerate(plan.waves):
-            assert wave.fits(problem.budget_bytes)
+            assert wave.fits(problem.memory_bytes)
             if not solution.weighted[w]:
                 continue
             num_checked += 1
@@ -426,7 +426,7 @@ def test_columns_admit_the_greedy_plan_at_the_memory_edge():
     assert stats.objective_s <= in_model_s + 1e-9 and stats.bound_s <= stats.objective_s
     plan = realize(problem, space, compiled.memory, solution, columns=compiled.columns)
     assert plan.cost_s <= greedy.cost_s + 1e-12
-    verdict = verify_plan(plan_to_dict(problem, plan), problem.workload, problem.card, problem.budget_bytes)
+    verdict = verify_plan(plan_to_dict(problem, plan), problem.workload, problem.card, problem.memory_bytes)
     assert verdict.valid, verdict.violations
 
     runtime = load_solver("runtime").with_time_budget(2.0)

@@ -84,5 +84,5 @@ def test_solver_plans_verify_with_masks(seed):
     assert compiled.evaluate(solution.assignment, set(solution.shared)).feasible
     plan = realize(problem, space, compiled.memory, solution)
     assert plan.num_waves >= 2
-    verdict = verify_plan(plan_to_dict(problem, plan), problem.workload, problem.card, problem.budget_bytes)
+    verdict = verify_plan(plan_to_dict(problem, plan), problem.workload, problem.card, problem.memory_bytes)
     assert verdict.valid, verdict.violations

@@ -55,7 +55,7 @@ def _problem(workload: Workload, topology: cpplan.Topology, model, memory: str =
 
 
 def _verify(problem: Problem, plan):
-    return verify_plan(plan_to_dict(problem, plan), problem.workload, problem.card, problem.budget_bytes)
+    return verify_plan(plan_to_dict(problem, plan), problem.workload, problem.card, problem.memory_bytes)
 
 
 def test_dynamic_portfolio_never_costs_more_than_any_fixed_cp(mixed, qwen36):
@@ -92,7 +92,7 @@ def test_waves_of_several_sizes_share_the_pool(sized):
     starts, makespan = replay([w["cost_s"] for w in data["waves"]], [w["gpus"] for w in data["waves"]], 8)
     assert [w["start_s"] for w in data["waves"]] == starts
     assert data["cost_s"] == makespan < sum(w["cost_s"] for w in data["waves"])
-    assert verify_plan(data, problem.workload, problem.card, problem.budget_bytes).valid
+    assert verify_plan(data, problem.workload, problem.card, problem.memory_bytes).valid
 
 
 def test_dynamic_greedy_is_at_most_each_uniform_size(mixed, qwen36):
@@ -132,7 +132,7 @@ def test_fixed_cp_under_dp_balances_the_replicas(mixed, qwen36):
     assert plan.cost_s <= round_robin + 1e-12
     data = plan_to_dict(problem, plan)
     assert all(w["dp_rank"] == w["gpus"][0] // 4 for w in data["waves"])
-    verdict = verify_plan(data, problem.workload, problem.card, problem.budget_bytes)
+    verdict = verify_plan(data, problem.workload, problem.card, problem.memory_bytes)
     assert verdict.valid and verdict.cost_s == pytest.approx(plan.cost_s, rel=1e-12)
 
 
@@ -154,7 +154,7 @@ def test_verifier_replays_the_schedule(sized, edit, violation):
     problem, plan = sized
     data = copy.deepcopy(plan_to_dict(problem, plan))
     edit(data)
-    verdict = verify_plan(data, problem.workload, problem.card, problem.budget_bytes)
+    verdict = verify_plan(data, problem.workload, problem.card, problem.memory_bytes)
     assert not verdict.valid and any(violation in v for v in verdict.violations)
 
 

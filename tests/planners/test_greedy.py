@@ -51,7 +51,7 @@ def _check_cuts(problem: Problem, plan) -> None:
     assert order == list(range(problem.num_items))
     shared = problem.adjacent_shared_tokens
     for k, wave in enumerate(plan.waves):
-        assert wave.fits(problem.budget_bytes)
+        assert wave.fits(problem.memory_bytes)
         start, width = wave.items[0], len(wave.items)
         if k >= plan.num_waves - 2:
             continue
@@ -146,7 +146,7 @@ def test_deadline_past_gives_a_complete_full_sharing_plan(tight):
     time.sleep(1e-3)
     plan = greedy_plan(tight, LAYOUTS, deadline=deadline)
     assert [i for w in plan.waves for i in w.items] == list(range(tight.num_items))
-    assert all(w.fits(tight.budget_bytes) and w.layout_name == "full" for w in plan.waves)
+    assert all(w.fits(tight.memory_bytes) and w.layout_name == "full" for w in plan.waves)
     assert plan.notes and "deadline" in plan.notes[0]
     assert not greedy_plan(tight, LAYOUTS).notes
 
@@ -179,7 +179,7 @@ def test_refusal_names_item_rank_bytes_budget(small_grpo, qwen36):
     with pytest.raises(NoFitError) as info:
         greedy_plan(problem, LAYOUTS)
     err = info.value
-    assert err.item == "p0" and err.rank in (0, 1) and err.needed_bytes > err.budget_bytes == 2 * 2**30
+    assert err.item == "p0" and err.rank in (0, 1) and err.needed_bytes > err.memory_bytes == 2 * 2**30
     assert "'p0'" in str(err) and f"{err.needed_bytes:,}" in str(err) and f"{2 * 2**30:,}" in str(err)
 
 
@@ -256,7 +256,7 @@ def test_windowed_greedy_plans_like_the_whole(qwen36, monkeypatch):
         assert [w.cost_s for w in windowed.waves] == [w.cost_s for w in whole.waves]
         problem = Problem.build(workload, settings)
         data = plan_to_dict(problem, windowed)
-        assert verify_plan(data, workload, problem.card, problem.budget_bytes).valid
+        assert verify_plan(data, workload, problem.card, problem.memory_bytes).valid
 
 
 def test_greedy_regroups_items_that_arrive_interleaved(qwen36):
@@ -276,7 +276,7 @@ def test_greedy_regroups_items_that_arrive_interleaved(qwen36):
     assert plan.cost_s < greedy_plan(problem, LAYOUTS).cost_s * 0.8
     groups = [{shuffled.items[i].id.split("c")[0] for i in wave.items} for wave in plan.waves]
     assert all(len(g) == 1 for g in groups)
-    assert verify_plan(plan_to_dict(problem, plan), shuffled, problem.card, problem.budget_bytes).valid
+    assert verify_plan(plan_to_dict(problem, plan), shuffled, problem.card, problem.memory_bytes).valid
     in_order = Problem.build(grouped, settings)
     assert not regrouping_helps(in_order)
     assert not cached_greedy_plan(in_order, LAYOUTS).notes

@@ -62,7 +62,7 @@ def test_lns_improves_the_greedy_plan_and_its_plan_verifies(interleaved, small_w
     assert "improved" in stats.status and "rejected" not in stats.status
     assert plan.cost_s < in_order.cost_s * 0.95
     data = plan_to_dict(interleaved, plan)
-    verdict = verify_plan(data, interleaved.workload, interleaved.card, interleaved.budget_bytes)
+    verdict = verify_plan(data, interleaved.workload, interleaved.card, interleaved.memory_bytes)
     assert verdict.valid, verdict.violations
     assert sorted(i for w in plan.waves for i in w.items) == list(range(interleaved.num_items))
 

@@ -213,7 +213,7 @@ def test_fallback_when_the_solver_returns_an_invalid_plan():
     problem = _greedy_problem()
     everything = list(range(problem.num_items))
     overfull = price_wave(problem, everything, problem.pack(everything, "full"), "full")
-    assert not overfull.fits(problem.budget_bytes)
+    assert not overfull.fits(problem.memory_bytes)
 
     def overflowing(problem, profile, deadline):
         return Plan(strategy="cpsat", waves=(overfull,)), SolverStats(status="feasible")

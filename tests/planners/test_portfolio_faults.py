@@ -53,7 +53,7 @@ def _check_fallback(result: cpplan.PlanResult, problem: Problem) -> cpplan.Candi
     """The chosen plan is not CP-SAT's, re-verifies as valid, and CP-SAT's candidate is recorded."""
     assert result.strategy in ("greedy", "full_sharing", "seeded")
     verdict = verify_plan(
-        plan_to_dict(problem, result.plan), problem.workload, problem.card, problem.budget_bytes
+        plan_to_dict(problem, result.plan), problem.workload, problem.card, problem.memory_bytes
     )
     assert verdict.valid, verdict.violations
     (cpsat,) = [c for c in result.candidates if c.strategy == "cpsat"]
@@ -141,7 +141,7 @@ def test_solver_underpricing_memory(problem, profile):
     def underpricing(problem, profile, deadline):
         wave = _one_wave(problem)
         lowered = dataclasses.replace(
-            wave.prices, peak_bytes=wave.prices.peak_bytes * 0 + problem.budget_bytes - 1
+            wave.prices, peak_bytes=wave.prices.peak_bytes * 0 + problem.memory_bytes - 1
         )
         return Plan(strategy="cpsat", waves=(dataclasses.replace(wave, prices=lowered),)), None
 

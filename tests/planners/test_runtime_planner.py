@@ -12,7 +12,6 @@ import pytest
 import cpplan
 from cpplan.planners.deadline import verify_reserve_s
 from cpplan.plans.plan_writer import plan_to_dict
-from cpplan.pricing.memo import card_constants
 from cpplan.verifier import verify_plan
 
 
@@ -37,13 +36,13 @@ def test_a_budget_too_short_for_greedy_still_gives_a_complete_valid_plan(planner
     result = planner.plan(small_grpo, 1e-6)
     problem = result.problem
     assert verify_plan(
-        plan_to_dict(problem, result.plan), small_grpo, problem.card, problem.budget_bytes
+        plan_to_dict(problem, result.plan), small_grpo, problem.card, problem.memory_bytes
     ).valid
     assert all(w.layout_name == "full" for w in result.plan.waves)
     reasons = {c.strategy: c.reason for c in result.candidates}
     assert result.strategy == "greedy" and "deadline reached after 0 of" in reasons["greedy"]
     assert all(reasons[s] == "skipped: no time left" for s in ("cpsat", "full_sharing", "seeded"))
-    assert result.wall_s < 1e-6 + verify_reserve_s(problem) + 0.25
+    assert result.wall_s < 1e-6 + verify_reserve_s(problem, planner.profile.timing) + 0.25
 
 
 def test_settings_derived_work_is_done_once(planner, small_grpo):
@@ -52,7 +51,7 @@ def test_settings_derived_work_is_done_once(planner, small_grpo):
     first = planner.plan(small_grpo, 0.05)
     second = planner.plan(small_grpo, 0.05)
     assert first.problem.card is second.problem.card is planner.card
-    assert card_constants(planner.card) is card_constants(second.problem.card)
+    assert planner.card.constants is second.problem.card.constants
     assert planner._profile_for(0.05) is planner._profile_for(0.05)
     assert planner._profile_for(None) is planner.profile
 

@@ -93,7 +93,7 @@ def test_oversized_item_is_split_into_consecutive_marked_waves():
     held = sorted(r["request"] for i in big_waves for r in data["waves"][i]["requests"])
     assert held == [0, 1, 2, 3]
     assert sum(w.logical_tokens for w in plan.waves) == WORKLOAD.num_tokens
-    verdict = verify_plan(data, problem.workload, problem.card, problem.budget_bytes)
+    verdict = verify_plan(data, problem.workload, problem.card, problem.memory_bytes)
     assert verdict.valid, verdict.violations
 
 
@@ -130,7 +130,7 @@ def test_refusal_only_when_one_request_cannot_fit(capsys, tmp_path):
     error = info.value
     assert error.item == "big"
     assert error.request in (0, 1, 2, 3)
-    assert error.needed_bytes > error.budget_bytes == budget
+    assert error.needed_bytes > error.memory_bytes == budget
     assert error.rank in (0, 1)
     message = str(error)
     assert f"{error.needed_bytes:,} bytes" in message and f"{budget:,} bytes" in message
@@ -143,7 +143,7 @@ def test_refusal_only_when_one_request_cannot_fit(capsys, tmp_path):
 
 
 def _verdict(problem: Problem, data: dict):
-    return verify_plan(data, problem.workload, problem.card, problem.budget_bytes)
+    return verify_plan(data, problem.workload, problem.card, problem.memory_bytes)
 
 
 def test_verifier_rejects_pieces_that_are_not_consecutive():

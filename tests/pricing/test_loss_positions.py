@@ -81,7 +81,7 @@ def test_masked_loss_tokens_agree_everywhere(workload, data):
         assert wave.quantities[:, LOSS].astype(int).tolist() == want
         assert [r["loss_tokens"] for r in wave_json["ranks"]] == want
     verdict = verify_plan(
-        data_json, workload, problem.card, problem.budget_bytes, chunk_tokens=problem.chunk_tokens
+        data_json, workload, problem.card, problem.memory_bytes, chunk_tokens=problem.chunk_tokens
     )
     assert verdict.valid, verdict.violations
 

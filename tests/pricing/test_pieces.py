@@ -46,7 +46,7 @@ def test_zigzag_ranks_hold_two_pieces(one_long_request):
     wave = price_wave(problem, [0], layout, "full", owner)
     data = plan_to_dict(problem, Plan(strategy="zigzag", waves=(wave,)))
     assert [r["segments"] for r in data["waves"][0]["ranks"]] == [2] * 7 + [1]
-    verdict = verify_plan(data, problem.workload, problem.card, problem.budget_bytes)
+    verdict = verify_plan(data, problem.workload, problem.card, problem.memory_bytes)
     assert not any("segments" in v or "peak_bytes" in v for v in verdict.violations)
 
 

@@ -44,12 +44,12 @@ def test_edge_ownership_fits_and_beats_token_balance(qwen36):
     token-balanced split (the only fitting fallback before)."""
     problem, by_tokens = _edge_problem(qwen36)
     wave = price_wave(problem, range(39), problem.pack(range(39), "full"), "full")
-    assert wave.fits(problem.budget_bytes)
+    assert wave.fits(problem.memory_bytes)
     assert wave.cost_s < by_tokens.cost_s
     assert (np.diff(wave.owner) >= 0).all()
     time_balanced = contiguous_split(wave.stats.quantity_matrix() @ problem.card.time_coefficients(), 4)
     assert not price_wave(problem, range(39), wave.layout, "full", owner=time_balanced).fits(
-        problem.budget_bytes
+        problem.memory_bytes
     )
     assert (edge_ownership(problem, wave.stats, time_balanced) == wave.owner).all()
 
@@ -62,7 +62,7 @@ def test_first_fitting_agrees_with_best_wave(qwen36):
         first, _ = first_fitting(problem, range(width), LAYOUTS)
         best, _ = best_wave(problem, range(width), LAYOUTS)
         assert (first is None) == (best is None)
-        assert first is None or first.fits(problem.budget_bytes)
+        assert first is None or first.fits(problem.memory_bytes)
 
 
 def test_vectorized_request_and_node_counts_match_the_plain_ones(qwen36):
@@ -120,5 +120,5 @@ def test_unshared_bound_never_rules_out_a_fitting_wave(qwen36):
             if unshared_cannot_fit(problem, items):
                 ruled_out += 1
                 unshared = price_wave(problem, items, problem.pack(items, "none"), "none")
-                assert not unshared.fits(problem.budget_bytes)
+                assert not unshared.fits(problem.memory_bytes)
     assert ruled_out > 0

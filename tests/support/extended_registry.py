@@ -46,7 +46,7 @@ def main(card_path: str, workload_path: str) -> dict:
             workload, topology=cpplan.Topology(cp=2), model=card, memory_bytes="30GiB", solver="deterministic"
         )
         data = result.to_dict()
-        verdict = verify_plan(data, workload, result.problem.card, result.problem.budget_bytes)
+        verdict = verify_plan(data, workload, result.problem.card, result.problem.memory_bytes)
         ranks = [r for w in data["waves"] for r in w["ranks"]]
         out[name] = {
             "valid": verdict.valid,

@@ -48,7 +48,7 @@ def workload_lines(num_prompts: int = 24, seed: int = 3) -> list[str]:
     return to_jsonl(workload).splitlines()
 
 
-def budget_bytes() -> int:
+def memory_bytes() -> int:
     """A per-rank budget (4 layers, CP2) a third of the way from the largest test item's full-sharing
     peak to all of them together: every item fits alone, waves hold several items, and the 60,000-token
     ``huge`` request fits nowhere. Derived from the card, so it follows calibration changes."""
@@ -64,7 +64,7 @@ def budget_bytes() -> int:
     return budget
 
 
-BUDGET = budget_bytes()
+BUDGET = memory_bytes()
 SETTINGS = {"model": MODEL, "topology": Topology(cp=2), "memory_bytes": BUDGET, "num_layers": 4}
 CLI_SETTINGS = ["--model", MODEL, "--topology", "cp=2", "--memory", str(BUDGET), "--layers", "4"]
 

@@ -46,7 +46,7 @@ def test_masked_plan_verifies_and_counts_completions(masked_plan):
     tokens (each completion's tokens from the one predicting its first token, a branch point's last
     prompt token counted once), fewer than its packed tokens."""
     result, data, workload, _ = masked_plan
-    verdict = verify_plan(data, workload, result.problem.card, result.problem.budget_bytes)
+    verdict = verify_plan(data, workload, result.problem.card, result.problem.memory_bytes)
     assert verdict.valid, verdict.violations
     loss = sum(r["loss_tokens"] for w in data["waves"] for r in w["ranks"])
     completions = sum(r.num_tokens - 400 for _, _, r in workload.requests())
@@ -60,7 +60,7 @@ def test_a_false_loss_tokens_claim_is_caught(masked_plan):
     result, data, workload, _ = masked_plan
     bad = copy.deepcopy(data)
     bad["waves"][0]["ranks"][0]["loss_tokens"] += 1
-    verdict = verify_plan(bad, workload, result.problem.card, result.problem.budget_bytes)
+    verdict = verify_plan(bad, workload, result.problem.card, result.problem.memory_bytes)
     assert not verdict.valid
     assert any("loss_tokens" in v for v in verdict.violations), verdict.violations
 
@@ -69,7 +69,7 @@ def test_the_masks_are_read_from_the_workload(masked_plan):
     """The masked plan checked against the same requests without masks is refused: the verifier counts
     every token's logits as needed there, so the plan's loss tokens (and peaks) disagree."""
     result, data, _, plain = masked_plan
-    verdict = verify_plan(data, plain, result.problem.card, result.problem.budget_bytes)
+    verdict = verify_plan(data, plain, result.problem.card, result.problem.memory_bytes)
     assert not verdict.valid
     assert any("loss_tokens" in v for v in verdict.violations), verdict.violations
 

@@ -23,7 +23,7 @@ def planned(small_grpo, qwen36):
 
 
 def check(problem, data):
-    return verify_plan(data, problem.workload, problem.card, problem.budget_bytes)
+    return verify_plan(data, problem.workload, problem.card, problem.memory_bytes)
 
 
 def test_valid_plan_passes_and_is_repriced(planned):
@@ -153,7 +153,7 @@ def test_a_shared_segment_whose_requests_differ_is_caught(planned):
         update={"requests": (item.requests[0], cpplan.Request(tokens=tokens), *item.requests[2:])}
     )
     other = cpplan.Workload(items=(workload.items[0], changed, *workload.items[2:]))
-    verdict = verify_plan(data, other, problem.card, problem.budget_bytes)
+    verdict = verify_plan(data, other, problem.card, problem.memory_bytes)
     assert not verdict.valid
     assert any("holds tokens that differ from request 1 of 'p1'" in v for v in verdict.violations), (
         verdict.violations
