@@ -199,7 +199,9 @@ def _dynamic(topology: Topology | str | None) -> Topology | str:
     """``--dynamic-cp`` folded into the topology (its ``dynamic_cp`` flag)."""
     if isinstance(topology, str) or topology is None:
         return f"{topology},dynamic_cp=1" if topology else "dynamic_cp=1"
-    return topology.model_copy(update={"dynamic_cp": True})
+    from cpplan.spec.topology import Topology
+
+    return Topology.create(**{**topology.model_dump(exclude={"equal_waves"}), "dynamic_cp": True})
 
 
 def _equal_waves(topology: Topology | str | None, on: bool) -> Topology | str:

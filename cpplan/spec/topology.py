@@ -24,9 +24,10 @@ class Topology(BaseModel):
 
     ``equal_waves``: every GPU of the pool runs the same number of waves (a GPU with fewer real waves
     runs empty padding waves, each priced at the card's fixed per-wave cost), as FSDP and ZeRO-3 need
-    (every forward all-gathers parameters over the whole pool). ``None`` (the default): on exactly when
-    the pool holds more than one CP group (``dp > 1`` or dynamic CP); ``False`` for a trainer that only
-    reduces after the step (:attr:`needs_equal_waves`).
+    (every forward all-gathers parameters over the whole pool). ``None`` (the default) is resolved when
+    the topology is made: on exactly when the pool holds more than one CP group (``dp > 1`` or dynamic
+    CP); ``False`` for a trainer that only reduces after the step. So ``Topology(dp=2)`` equals
+    ``Topology(dp=2, equal_waves=True)``.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -70,13 +71,22 @@ class Topology(BaseModel):
         """GPUs of one TP group's data- and context-parallel grid: ``dp * cp``."""
         return self.dp * self.cp
 
+    @model_validator(mode="after")
+    def _resolve_equal_waves(self) -> Topology:
+        if self.equal_waves is None:
+            self.__dict__["equal_waves"] = self.several_groups
+        return self
+
+    @property
+    def several_groups(self) -> bool:
+        """Whether the pool holds more than one CP group (``dp > 1`` or dynamic CP)."""
+        return self.dynamic_cp or self.dp > 1
+
     @property
     def needs_equal_waves(self) -> bool:
-        """Whether every GPU of the pool must run the same number of waves: :attr:`equal_waves`, or
-        (``None``) whether the pool holds more than one CP group."""
-        if self.equal_waves is not None:
-            return self.equal_waves
-        return self.dynamic_cp or self.dp > 1
+        """Whether every GPU of the pool must run the same number of waves (:attr:`equal_waves`,
+        resolved)."""
+        return bool(self.equal_waves)
 
     def group_sizes(self) -> tuple[int, ...]:
         """The CP group sizes a wave may take: every power of two up to the pool under ``dynamic_cp``,
@@ -123,8 +133,8 @@ class Topology(BaseModel):
     def __str__(self) -> str:
         text = ",".join(f"{axis}={getattr(self, axis)}" for axis in AXES)
         text += ",dynamic_cp=1" if self.dynamic_cp else ""
-        equal, auto = self.needs_equal_waves, self.dynamic_cp or self.dp > 1
-        return text + (f",equal_waves={int(equal)}" if equal != auto else "")
+        equal = self.needs_equal_waves
+        return text + (f",equal_waves={int(equal)}" if equal != self.several_groups else "")
 
     def as_env(self) -> dict[str, float]:
         """The sizes as formula names."""
