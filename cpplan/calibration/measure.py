@@ -28,7 +28,7 @@ from cpplan.errors import InputError
 from cpplan.spec.card import Phase
 from cpplan.spec.profile import load_solver
 from cpplan.spec.quantities import QUANTITY_NAMES
-from cpplan.spec.settings import topology_from_json
+from cpplan.spec.settings import topology_from_json, topology_to_json
 from cpplan.spec.workload import Workload
 
 RunWave = Callable[[int], Any]
@@ -190,7 +190,7 @@ def plan_header(plan: dict[str, Any], phase: Phase) -> dict[str, Any]:
             "model": str(plan["model"]),
             "layers": int(plan["layers"]),
             "phase": phase,
-            "topology": topology_from_json(plan["topology"]).model_dump(),
+            "topology": topology_to_json(topology_from_json(plan["topology"])),
             "memory_bytes": int(plan["memory_bytes"]),
             "correction": None,
         }

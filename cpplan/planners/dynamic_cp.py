@@ -18,6 +18,9 @@ smallest makespan (ties to the earlier):
   it fits in alone, the items of each size packed in order into the widest fitting waves, and all the
   waves balanced over the pool (:func:`~cpplan.plans.pool_schedule.place`).
 
+Under equal waves (:func:`pool_padding_s`) every candidate's makespan counts the padding waves, so the
+choice among them (and the placement) weighs a GPU's missing waves at the fixed per-wave cost.
+
 An item that fits no group alone, not even the whole pool, takes the split path at the pool size, which
 refuses it (naming the item, request, rank and bytes at the largest group) only when one of its requests
 cannot fit alone.
@@ -49,6 +52,13 @@ def group_problem(problem: Problem, size: int) -> Problem:
         settings = dataclasses.replace(problem.settings, topology=problem.topology.group(size))
         groups[size] = dataclasses.replace(problem, settings=settings)
     return groups[size]
+
+
+def pool_padding_s(problem: Problem) -> float | None:
+    """The seconds of one empty padding wave when every GPU of the pool must run the same number of
+    waves (:attr:`~cpplan.spec.topology.Topology.needs_equal_waves`): the card's fixed per-wave cost at
+    the topology's own CP size (what the verifier charges); ``None`` otherwise."""
+    return problem.card.wave_overhead_s if problem.topology.needs_equal_waves else None
 
 
 def group_sizes(problem: Problem, allowed: Sequence[int] | None = None) -> tuple[int, ...]:
@@ -142,7 +152,8 @@ def sized_plans(
         for size, items in classes.items():
             cap = token_caps(problem, items, size)[k]
             waves.extend(packed_waves(group_problem(problem, size), items, layouts, max_tokens=cap))
-        yield balanced(Plan(strategy=strategy, waves=tuple(waves)), problem.topology.pool)
+        plan = Plan(strategy=strategy, waves=tuple(waves))
+        yield balanced(plan, problem.topology.pool, pool_padding_s(problem))
 
 
 def item_sizes(
@@ -196,7 +207,9 @@ def fixed_greedy_plan(
     of the group problem: prefix groups regrouped, waves cut where the least is shared), its waves
     balanced over the pool."""
     plan = cached_greedy_plan(group_problem(problem, size), layouts, deadline)
-    return balanced(dataclasses.replace(plan, strategy=strategy), problem.topology.pool)
+    return balanced(
+        dataclasses.replace(plan, strategy=strategy), problem.topology.pool, pool_padding_s(problem)
+    )
 
 
 def dynamic_greedy_plan(

@@ -78,7 +78,9 @@ def verify_plan(
         worst_peak = max(worst_peak, peak)
     violations.extend(_split_violations(waves, seen))
     violations.extend(_coverage_violations(workload, seen, requests))
-    total = replay_cost(placed[0], placed[1], wave_costs, card.topology, violations if check_starts else [])
+    padding = (data.get("padding"), card.wave_overhead_s)
+    replayed = violations if check_starts else []
+    total = replay_cost(placed[0], placed[1], wave_costs, card.topology, replayed, padding)
     claimed = data.get("cost_s")
     if not violations and isinstance(claimed, int | float) and not close(claimed, total):
         violations.append(f"plan cost_s {claimed} differs from the verifier's {total}")

@@ -160,20 +160,26 @@ def test_verifier_replays_the_schedule(sized, edit, violation):
 
 def test_each_pool_rank_gets_its_waves_in_schedule_order(mixed, sized):
     """Every (wave, wave rank) of a dynamic plan goes to exactly one pool rank, ``gpus[rank]``, and each
-    pool rank's list is in order of start; the batches are that rank's share of each wave."""
+    pool rank's list is in order of start, then its padding waves (``None``), every list as long as
+    every other (equal waves, on by default); the batches are that rank's share of each wave."""
     problem, plan = sized
     data = plan_to_dict(problem, plan)
-    seen = []
+    seen, lengths = [], set()
     for pool_rank in range(8):
-        mine = pool_waves(data, pool_rank)
-        assert mine == pool_waves(plan, pool_rank)
+        entries = pool_waves(data, pool_rank)
+        assert entries == pool_waves(plan, pool_rank)
+        mine = [e for e in entries if e is not None]
+        assert entries[len(mine) :] == [None] * (len(entries) - len(mine))
+        lengths.add(len(entries))
         starts = [data["waves"][w]["start_s"] for w, _ in mine]
         assert starts == sorted(starts)
         assert all(data["waves"][w]["gpus"][r] == pool_rank for w, r in mine)
         seen.extend(mine)
     assert sorted(seen) == sorted((w, r) for w, wave in enumerate(data["waves"]) for r in range(wave["cp"]))
+    assert len(lengths) == 1
     batches = materialize_pool(data, mixed, pool_rank=0)
-    assert [b.num_ranks for b in batches] == [data["waves"][w]["cp"] for w, _ in pool_waves(data, 0)]
+    expected = [None if e is None else data["waves"][e[0]]["cp"] for e in pool_waves(data, 0)]
+    assert [None if b is None else b.num_ranks for b in batches] == expected
 
 
 def test_an_item_too_large_for_the_pool_names_the_bytes_at_the_largest_group(qwen36):

@@ -39,7 +39,9 @@ def test_json_round_trip_gives_the_same_settings(settings):
     its :data:`JSON_KEYS` key, the topology as an object and the resolved layer count."""
     data = settings.to_json()
     assert set(JSON_KEYS.values()) | {"correction"} == set(data)
-    assert data["topology"] == {"tp": 1, "cp": 2, "ep": 1, "etp": 1, "pp": 1, "dp": 2, "dynamic_cp": True}
+    sizes = {"tp": 1, "cp": 2, "ep": 1, "etp": 1, "pp": 1, "dp": 2}
+    topology = {**sizes, "dynamic_cp": True, "equal_waves": True}
+    assert data["topology"] == topology
     assert Settings.from_json(json.loads(json.dumps(data))) == settings
     full_depth = Settings.from_user(model=settings.model, memory_bytes=1)
     assert full_depth.to_json()["layers"] == settings.model.geometry.num_layers
