@@ -11,10 +11,15 @@ time), a :class:`_Track` keeps the ordered ratios ``observed / card``:
   agree with each other (within ``trust_factor``) are a change of regime, not noise: they are re-admitted
   and replace the window (a real change is learned after ``confirm`` steps; one wild reading, even on
   every rank of a wave, never is).
-- **scale**: the largest believed ratio among the last ``window`` believed ones, times ``1 + margin``,
-  rounded up to ``digits`` significant digits; ``margin = max(min_margin, first_margin / n)`` with ``n``
-  the distinct waves those ratios come from. Every believed observation is therefore predicted at
-  least ``1 + margin`` times over by the corrected card, and the margin shrinks as evidence accumulates.
+- **memory scale** (an upper bound: admission budgets against it): the largest believed ratio among the
+  last ``window`` believed ones, times ``1 + margin``, rounded up to ``digits`` significant digits;
+  ``margin = max(min_margin, first_margin / n)`` with ``n`` the distinct waves those ratios come from.
+  Every believed observation is therefore predicted at least ``1 + margin`` times over by the corrected
+  card. The ratio is taken against the card's prediction *with* its safety factor, so the card's own
+  margin is what an observation replaces, not something the learned margin multiplies: one observation
+  at ratio ``r`` shrinks the budgeted capacity by ``r × 1.03``, not ``r × 1.10 × 1.10``.
+- **time scale** (a best estimate: it ranks plans and predicts their seconds, it guards nothing): the
+  median believed ratio in the window, rounded up, with no margin.
 
 The scale is a pure function of the ordered observations and the card: the same observations in the same
 order give the same correction, byte for byte (data-parallel ranks that feed each other's observations in
@@ -59,12 +64,13 @@ class TrustPolicy:
     confirm: int = 3
     """Rejected ratios on one side from this many distinct steps that agree are re-admitted."""
 
-    first_margin: float = 0.10
-    """The margin above the largest believed ratio after one observed wave; divided by the number of
-    distinct observed waves after that."""
+    first_margin: float = 0.03
+    """The memory margin above the largest believed ratio after one observed wave; divided by the number
+    of distinct observed waves after that. (The card's own safety factor, 1.1 on the shipped cards, is
+    the margin before any observation; a measured peak leaves only the spread between waves to cover.)"""
 
-    min_margin: float = 0.03
-    """The margin never falls below this."""
+    min_margin: float = 0.02
+    """The memory margin never falls below this."""
 
     digits: int = 6
     """Scales are rounded up to this many significant digits."""
@@ -142,6 +148,7 @@ class _Track:
     """One kind's evidence in order: the believed ratios (window), the pending rejections, verdicts."""
 
     policy: TrustPolicy
+    kind: Kind = "memory"
     trusted: deque = field(default_factory=deque)
     pending: list[int] = field(default_factory=list)
     verdicts: list[Verdict] = field(default_factory=list)
@@ -190,9 +197,12 @@ class _Track:
         self.pending.clear()
 
     def scale(self) -> float:
-        """The largest believed ratio in the window times ``1 + margin``, rounded up (1: none)."""
+        """Memory: the largest believed ratio in the window times ``1 + margin``; time: the median
+        believed ratio; rounded up (1: none believed)."""
         if not self.trusted:
             return 1.0
+        if self.kind == "time":
+            return round_up(self.reference(), self.policy)
         waves = {(v.step, v.wave) for v in self.trusted}
         return round_up(
             max(v.ratio for v in self.trusted) * (1.0 + self.policy.margin(len(waves))), self.policy
@@ -241,7 +251,7 @@ class OnlineCalibration:
         self.card = card
         self.policy = policy or TrustPolicy()
         self.observations: list[Observation] = []
-        self._tracks = {kind: _Track(self.policy) for kind in KINDS}
+        self._tracks = {kind: _Track(self.policy, kind) for kind in KINDS}
 
     def observe(self, observation: Observation) -> tuple[Verdict, ...]:
         """Record one observation; the verdict on each value it carries."""
