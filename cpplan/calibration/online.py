@@ -75,6 +75,11 @@ class TrustPolicy:
     digits: int = 6
     """Scales are rounded up to this many significant digits."""
 
+    time_estimate: Literal["median", "bound"] = "median"
+    """``median``: the time scale is the median believed ratio (a best estimate); ``bound``: the largest
+    times ``1 + margin``, as the memory scale (what states saved before issue 27 used; their policy,
+    which lacks this field, reads as ``bound`` so they replay to the correction they had)."""
+
     def __post_init__(self) -> None:
         checks = {
             "trust_factor": self.trust_factor > 1,
@@ -84,6 +89,10 @@ class TrustPolicy:
             "min_margin": 0 <= self.min_margin <= self.first_margin,
             "digits": isinstance(self.digits, int) and 1 <= self.digits <= 15,
         }
+        if self.time_estimate not in ("median", "bound"):
+            raise InputError(
+                f"must be 'median' or 'bound', got {self.time_estimate!r}", field="policy.time_estimate"
+            )
         for name, ok in checks.items():
             if not ok or not math.isfinite(getattr(self, name)):
                 raise InputError(f"invalid value {getattr(self, name)!r}", field=f"policy.{name}")
@@ -201,7 +210,7 @@ class _Track:
         believed ratio; rounded up (1: none believed)."""
         if not self.trusted:
             return 1.0
-        if self.kind == "time":
+        if self.kind == "time" and self.policy.time_estimate == "median":
             return round_up(self.reference(), self.policy)
         waves = {(v.step, v.wave) for v in self.trusted}
         return round_up(
@@ -437,6 +446,7 @@ def policy_from_dict(data: Any, *, file: str | None = None, line: int | None = N
     unknown = sorted(set(data) - set(TrustPolicy.__dataclass_fields__))
     if unknown:
         raise InputError(f"unknown field {unknown[0]!r}", file=file, line=line, field="policy")
+    data = {"time_estimate": "bound", **data}
     try:
         return TrustPolicy(**data)
     except (InputError, TypeError) as exc:
