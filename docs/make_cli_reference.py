@@ -54,6 +54,17 @@ No command prints a traceback for bad input. `cpplan --help` lists the commands 
 planner, OR-Tools or torch (about 0.1 s against 0.05 s for a bare `python -c pass` on the 2-core
 development machine; `python benchmarks/bench_cli_startup.py` measures it).
 
+## Solver profile
+
+`cpplan plan` uses the `deterministic` profile unless `--solver` says otherwise: CP-SAT is bounded by
+its deterministic work counter and nothing is cut by the wall clock, so the same command gives the same
+plan, byte for byte, on a quiet and on a busy machine (and a larger `--memory` never a costlier plan).
+Until issue 27 the default was `runtime`, the profile a trainer's `cpplan.Planner` keeps: a 0.1 s
+wall-clock budget per step, in which a loaded machine can leave CP-SAT, the seeded re-pricing and even
+part of the greedy search undone. `--solver runtime` still gives it, and when its deadline cuts the search
+the summary says so in a `note:` line (how many items were packed at once with full sharing, which
+strategies never ran).
+
 ## Memory
 
 `--memory` is {MEMORY_MEANING}. Predicted peaks are counted the same way, above that pre-wave baseline,
