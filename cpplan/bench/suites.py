@@ -9,6 +9,7 @@ fewer than a BPE tokenizer gives, and equal text always gets equal ids, so share
 from __future__ import annotations
 
 import re
+import sys
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -105,8 +106,15 @@ def sharegpt(*, num_conversations: int, max_tokens: int = 16384, min_turns: int 
 
     items: list[Item] = []
     seen: set[str] = set()
+
+    def truncated(num_read: int, reason: str) -> None:
+        sys.stderr.write(
+            f"cpplan: {DATA_FILENAME} is truncated ({reason}): {num_read:,} conversations read, "
+            f"{len(items):,} of them used\n"
+        )
+
     with open_dataset("r") as handle:
-        for record in iter_json_array(handle.read, source=DATA_FILENAME):
+        for record in iter_json_array(handle.read, source=DATA_FILENAME, on_truncated=truncated):
             item = sharegpt_item(record, max_tokens=max_tokens)
             if item is None or len(item.requests) < min_turns or item.id in seen:
                 continue
