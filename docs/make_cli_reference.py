@@ -73,8 +73,9 @@ it holds before a wave, `--gpu-memory 141GB --resident 75GB` computes `--memory`
 what it assumed; a `--memory` equal to a whole GPU's size (40, 48, 80, 94, 96, 141, 144 or 192, in GB
 or GiB) plans but warns and suggests `--gpu-memory`. Sizes take `GiB`, `GB`, `MiB`, `MB`, `KiB`, `KB`,
 `TiB`, `TB` or a plain number of bytes; a bare `G`, `M`, `K`, `T` is decimal (`80G` = `80GB`, as
-Kubernetes and the SI read it, and the smaller of its two readings) and `Gi`, `Mi`, `Ki`, `Ti` binary; a plain number below 1 MiB is refused as a probably missing unit (`--memory 80`), and sizes
-above 2^63 - 1 bytes are refused.
+Kubernetes and the SI read it, and the smaller of its two readings) and `Gi`, `Mi`, `Ki`, `Ti` binary;
+a plain number below 1 MiB is refused as a probably missing unit (`--memory 80`), and sizes above
+2^63 - 1 bytes are refused.
 
 ## Workload files
 
