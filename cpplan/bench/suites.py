@@ -9,6 +9,7 @@ fewer than a BPE tokenizer gives, and equal text always gets equal ids, so share
 from __future__ import annotations
 
 import re
+import sys
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -105,8 +106,15 @@ def sharegpt(*, num_conversations: int, max_tokens: int = 16384, min_turns: int 
 
     items: list[Item] = []
     seen: set[str] = set()
+
+    def truncated(num_read: int, reason: str) -> None:
+        sys.stderr.write(
+            f"cpplan: {DATA_FILENAME} is truncated ({reason}): {num_read:,} conversations read, "
+            f"{len(items):,} of them used\n"
+        )
+
     with open_dataset("r") as handle:
-        for record in iter_json_array(handle.read, source=DATA_FILENAME):
+        for record in iter_json_array(handle.read, source=DATA_FILENAME, on_truncated=truncated):
             item = sharegpt_item(record, max_tokens=max_tokens)
             if item is None or len(item.requests) < min_turns or item.id in seen:
                 continue
@@ -143,6 +151,8 @@ def suite(*, quick: bool = False) -> list[Case]:
                     ),
                 )
             )
+    if quick:
+        cases.append(Case(name="grpo_g8_shuffled", family="grpo", build=grpo_shuffled))
     cases.append(
         Case(
             name="agent_trees",
@@ -170,6 +180,28 @@ def suite(*, quick: bool = False) -> list[Case]:
         )
     )
     return cases
+
+
+QUICK_ONLY = ("grpo_g8_shuffled",)
+"""Quick-suite cases the full suite does not hold: where the joint model matters on a small instance (the
+full suite's cases are the published benchmark; docs/benchmarks.md)."""
+
+
+def grpo_shuffled(seed: int = 5) -> Workload:
+    """Eight GRPO groups of 8 rollouts (prompts of 3-6K tokens), one item each, arriving shuffled (every
+    group scattered when items are taken in order): in-order full sharing stores a prompt in every wave
+    its group is scattered over, the joint planners regroup (1.5x cheaper at CP1, 40 GiB)."""
+    grouped = synthetic.grpo(
+        num_prompts=8,
+        group_size=8,
+        system_tokens=256,
+        prompt_tokens=(3000, 6000),
+        completion_tokens=(200, 800),
+        items_per_prompt=False,
+        seed=seed,
+    )
+    order = np.random.default_rng(seed).permutation(grouped.num_items)
+    return Workload(items=tuple(grouped.items[k] for k in order))
 
 
 def agent_chat_mix(

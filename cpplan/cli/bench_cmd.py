@@ -44,6 +44,7 @@ DEFAULT_FOLDER = Path("cpplan-bench")
 @click.option("--repeats", type=click.IntRange(min=1), default=None, help="Timed runs per planner.")
 @click.option(
     "--output",
+    "-o",
     type=click.Path(path_type=Path),
     default=None,
     metavar="PATH.json",

@@ -25,6 +25,7 @@ from cpplan.spec.card import load_model
 @click.option("--model", "model", required=True, metavar="NAME|PATH", help="Card to calibrate.")
 @click.option(
     "--output",
+    "-o",
     "output",
     required=True,
     metavar="CARD.toml",

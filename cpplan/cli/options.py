@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from cpplan.errors import InputError
-from cpplan.spec.units import MEMORY_MEANING, format_bytes, memory_from_gpu, parse_memory
+from cpplan.spec.units import MEMORY_MEANING, format_bytes, memory_from_gpu, parse_memory, whole_gpu_warning
 
 if TYPE_CHECKING:
     from cpplan.spec.records import RecordFields
@@ -156,7 +156,11 @@ def memory_bytes(values: dict[str, Any], *, required: bool = True) -> int | None
         )
         return from_gpu
     if memory is not None:
-        return parse_memory(memory)
+        value = parse_memory(memory)
+        warning = whole_gpu_warning(value)
+        if warning:
+            click.echo(warning, err=True)
+        return value
     if required:
         raise InputError(
             f"missing: give --memory SIZE ({MEMORY_MEANING}), or --gpu-memory and --resident",
