@@ -67,6 +67,6 @@ def gpu_check_command(
         perturb_logprob=perturb_logprob,
     )
     report, code = run_check(config, echo=lambda line: click.echo(line, err=True))
-    verdict = "passed" if report["passed"] else "FAILED" if code == 1 else "incomplete"
+    verdict = "passed" if report["passed"] else {1: "FAILED", 70: "raised"}.get(code, "incomplete")
     click.echo(f"gpu-check {verdict}: {output}")
     return code
