@@ -44,8 +44,21 @@ from cpplan.gpu_check.time_guard import DEFAULT_LIMIT_S
     metavar="S,...",
     help="Steps to run (a rerun of one step: --steps waves).",
 )
-@click.option("--model", "model", default="qwen3.6-35b-a3b", show_default=True, help="Card to check.")
-@click.option("--perturb-logprob", "perturb_logprob", type=float, default=0.0, hidden=True)
+@click.option(
+    "--model",
+    "model",
+    default="qwen3.6-35b-a3b",
+    show_default=True,
+    help="Card to check (a Qwen3.5/3.6-MoE card: the waves step builds its model from the geometry).",
+)
+@click.option(
+    "--perturb-logprob",
+    "perturb_logprob",
+    type=float,
+    default=0.0,
+    hidden=True,
+    help="Self-test: add this to one packed log-prob of every exactness run (the check must fail).",
+)
 def gpu_check_command(
     output: Path, dry_run: bool, time_limit_s: float, steps: str, model: str, perturb_logprob: float
 ) -> int:
