@@ -90,6 +90,9 @@ TOLERANCES: dict[tuple[str, str], Tolerance] = {
 precision, before any GPU run; the observed values are in each report."""
 
 DTYPES = {"cpu": ("float32", "float64"), "cuda": ("bfloat16", "float32")}
+GDN_HEAD_DIM = {"cpu": 8, "cuda": 32}
+"""GDN head dimension of the tiny models: fla's Triton kernels take heads of 16 and more (their dots
+need at least 16 along each side), the pure-torch kernels any."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -181,7 +184,9 @@ def check_exactness(
         for dtype in DTYPES[kind]:
             if not allowed():
                 return rows
-            model = tiny_model(family, dtype=getattr(torch, dtype), device=device)
+            model = tiny_model(
+                family, dtype=getattr(torch, dtype), device=device, gdn_head_dim=GDN_HEAD_DIM[kind]
+            )
             alone = _alone(model, workload, dtype)
             for cp in cp_sizes:
                 if not allowed():

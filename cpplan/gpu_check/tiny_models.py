@@ -14,9 +14,10 @@ VOCAB = 64
 FAMILIES = ("qwen3", "qwen3_moe", "qwen3_5", "qwen3_5_moe")
 
 
-def tiny_config(family: str, *, layers: int = 4) -> Any:
+def tiny_config(family: str, *, layers: int = 4, gdn_head_dim: int = 8) -> Any:
     """The transformers config of a tiny model of ``family``: hidden 32, ``layers`` layers (hybrids: 3
-    GDN + 1 attention per 4), 4 experts top-2 for MoE models, a vocabulary of 64."""
+    GDN + 1 attention per 4, GDN heads of ``gdn_head_dim``), 4 experts top-2 for MoE models, a
+    vocabulary of 64."""
     import transformers
 
     if family not in FAMILIES:
@@ -24,7 +25,7 @@ def tiny_config(family: str, *, layers: int = 4) -> Any:
     common = {"vocab_size": VOCAB, "hidden_size": 32, "num_hidden_layers": layers, "num_attention_heads": 4}
     common |= {"num_key_value_heads": 2, "head_dim": 16}
     moe = {"moe_intermediate_size": 16, "num_experts": 4, "num_experts_per_tok": 2}
-    gdn = {"linear_key_head_dim": 8, "linear_value_head_dim": 8}
+    gdn = {"linear_key_head_dim": gdn_head_dim, "linear_value_head_dim": gdn_head_dim}
     gdn |= {"linear_num_key_heads": 2, "linear_num_value_heads": 4}
     configs = {
         "qwen3": ("Qwen3Config", {"intermediate_size": 48}),
@@ -45,12 +46,13 @@ def tiny_model(
     layers: int = 4,
     dtype: torch.dtype = torch.float64,
     device: str | torch.device = "cpu",
+    gdn_head_dim: int = 8,
 ) -> torch.nn.Module:
     """A random model of one family (:func:`tiny_config`) in ``dtype`` on ``device``, in eval mode; the
     same ``seed`` gives the same weights whatever the dtype (initialised in float32, then cast)."""
     import transformers
 
-    config = tiny_config(family, layers=layers)
+    config = tiny_config(family, layers=layers, gdn_head_dim=gdn_head_dim)
     model_class = {
         "qwen3": "Qwen3ForCausalLM",
         "qwen3_moe": "Qwen3MoeForCausalLM",
