@@ -149,8 +149,12 @@ def _zero_conv_tails(which: str):
     return faulty
 
 
-def _own_segment_keys(self, segment, last):
-    return np.arange(self.seg_offset[segment], last + 1)
+_PIECE_KEYS = WaveGeometry.piece_keys
+
+
+def _own_segment_keys(self, rank, piece):
+    keys = _PIECE_KEYS(self, rank, piece)
+    return keys[self.segment[keys] == self.segment[keys[-1]]]
 
 
 FAULTS = {
@@ -158,7 +162,7 @@ FAULTS = {
     "recurrent state across CP cuts": (gdn_module, "initial_states", _zero_states("cut")),
     "conv tail at branch points": (gdn_module, "conv_sources", _zero_conv_tails("branch")),
     "conv tail across CP cuts": (gdn_module, "conv_sources", _zero_conv_tails("cut")),
-    "attention to ancestor segments": (WaveGeometry, "path_keys", _own_segment_keys),
+    "attention to ancestor segments": (WaveGeometry, "piece_keys", _own_segment_keys),
 }
 
 
