@@ -229,7 +229,7 @@ def test_packed_seq_params_refuses_sharing():
     """A wave whose segments share a prefix has overlapping key paths: packed_seq_params refuses it
     with a ValueError naming the shared segment and the fields to use instead."""
     _, batches = _unshared_wave(1, "full")
-    with pytest.raises(ValueError, match="shares prefixes.*attn_k_index"):
+    with pytest.raises(ValueError, match=r"shares prefixes.*attn_k_index"):
         batches[0].packed_seq_params()
 
 
