@@ -4,7 +4,6 @@ plans (planned, or with chunks dealt to ranks in a zigzag), and exactness measur
 from __future__ import annotations
 
 import dataclasses
-import importlib
 
 import numpy as np
 import pytest
@@ -46,26 +45,10 @@ def tiny_model(family: str, *, seed: int = 0, layers: int = 4) -> torch.nn.Modul
         ),
     }
     config_name, model_name, extra = configs[family]
-    torch_gdn_kernels_without_cuda()
     config = getattr(transformers, config_name)(**common, **extra)
     config._experts_implementation = "eager"  # grouped_mm refuses float64
     torch.manual_seed(seed)
     return getattr(transformers, model_name)(config).double().eval()
-
-
-def torch_gdn_kernels_without_cuda() -> None:
-    """Without CUDA, point transformers' Qwen3.5 modules back at their own torch gated delta rule.
-
-    transformers binds flash-linear-attention's Triton kernels into them whenever ``fla`` imports (the
-    ``kernels`` extra), whatever the device; without a GPU driver those raise ``RuntimeError: 0 active
-    drivers ([]). There should only be one.``, so the unpacked references would fail."""
-    if torch.cuda.is_available():
-        return
-    for family in ("qwen3_5", "qwen3_5_moe"):
-        module = importlib.import_module(f"transformers.models.{family}.modeling_{family}")
-        for name in ("torch_chunk_gated_delta_rule", "torch_recurrent_gated_delta_rule"):
-            function = getattr(module, name)
-            setattr(module, name, getattr(function, "__wrapped__", function))
 
 
 def _tokens(rng: np.random.Generator, n: int) -> list[int]:
