@@ -283,6 +283,41 @@ def test_flex_attention_path_equals_torch_path(references, workload):
     assert max_abs_diff(flex, want) <= LOGPROBS
 
 
+@pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
+def test_no_mask_outlives_its_wave(workload):
+    """The flex path's BlockMasks (and the wave's geometry holding the key paths) are built during the
+    wave's forward and all freed once it returns: nothing the wave allocated stays reachable."""
+    import gc
+
+    from torch.nn.attention.flex_attention import BlockMask
+
+    model = tiny_model("qwen3", layers=2)
+
+    def alive() -> tuple[int, int]:
+        gc.collect()
+        objects = gc.get_objects()
+        return (
+            sum(isinstance(o, BlockMask) for o in objects),
+            sum(isinstance(o, WaveGeometry) for o in objects),
+        )
+
+    before = alive()
+    seen = []
+    real = WaveGeometry.build.__func__
+
+    def spy(cls, batches):
+        seen.append(real(cls, batches))
+        return seen[-1]
+
+    with pytest.MonkeyPatch.context() as patch, torch.no_grad():
+        patch.setattr(WaveGeometry, "build", classmethod(spy))
+        packed_logprobs(model, zigzag(plan(workload, 2), 2), workload, wave=0, kernels="flex")
+        geo = seen.pop()
+        assert len(geo.keys) == 2  # the spy saw the wave's geometry
+        del geo
+    assert alive() == before
+
+
 def test_unknown_kernels_are_refused(workload):
     """An unknown ``kernels`` choice is a ValueError listing the known ones."""
     with pytest.raises(ValueError, match="kernels must be one of"):
