@@ -251,3 +251,23 @@ def test_block_mask_runs_the_tree_mask():
         assert mask is not b.block_mask(block_size=128)
         got = flex_attention(q[:, :, b.packed_index], k, v, block_mask=mask, scale=0.25)
         torch.testing.assert_close(got[0, 0], want[b.packed_index], rtol=1e-5, atol=1e-5)
+
+
+def test_documented_figure_draws_a_real_wave():
+    """docs/make_kernel_fields_figure.py draws a real wave showing every kind of state source: a zero
+    state, one from the same rank and one from the other rank, and key paths through a shared prefix."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "docs" / "make_kernel_fields_figure.py"
+    spec = importlib.util.spec_from_file_location("make_kernel_fields_figure", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    batches = module.example()
+    kinds = set()
+    for b in batches:
+        for r in b.state_source_rank.tolist():
+            kinds.add("zero" if r < 0 else "same" if r == b.rank else "other")
+    assert kinds == {"zero", "same", "other"}
+    assert any(int(np.diff(b.attn_k_cu_seqlens.numpy()).max()) > b.max_seqlen_q for b in batches)
+    _check_attention(batches)
