@@ -55,7 +55,7 @@ def packed_logprobs(
     ``kernels``: ``"auto"`` (on CUDA: fla's gated delta rule, when installed, and compiled
     flex_attention; elsewhere pure torch), ``"torch"`` (pure torch everywhere), ``"flex"``
     (flex_attention for attention layers even on the CPU, forward only there; pure-torch GDN) or
-    ``"fla"`` (fla required, CUDA only).
+    ``"fla"`` (fla required: CUDA, or the CPU under ``TRITON_INTERPRET=1``).
 
     The LM head runs only where a log-prob is read, one chunk of ``logits_chunk_tokens`` positions at
     a time and again in backward, so at most one chunk's logits exist at once (what the cards' head
