@@ -17,7 +17,7 @@ from cpplan.hf.losses import (
 )
 from cpplan.hf.precision import float64_internals
 from cpplan.hf.reference import unpacked_logprobs
-from cpplan.hf.wave_runner import packed_logprobs
+from cpplan.hf.wave_runner import packed_logprobs, packed_logprobs_and_entropies
 from cpplan.runtime.comm import sum_gradients
 
 __all__ = [
@@ -25,6 +25,7 @@ __all__ = [
     "loss_denominators",
     "loss_masks",
     "packed_logprobs",
+    "packed_logprobs_and_entropies",
     "policy_loss",
     "sequence_mean_token_mean",
     "sequence_mean_token_sum",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -37,6 +38,7 @@ def packed_logprobs(
     kernels: str = "auto",
     positions: str = "all",
     logits_chunk_tokens: int = LOGITS_CHUNK_TOKENS,
+    temperature: float = 1.0,
 ) -> dict[Key, torch.Tensor]:
     """Per request of wave ``wave``: ``log p(tokens[t+1] | tokens[:t+1])`` for ``t = 0 .. n-2``.
 
@@ -62,19 +64,62 @@ def packed_logprobs(
     envelope prices). ``positions``: ``"all"`` (every entry) or ``"loss"`` (only the entries the
     request's loss counts, ``Request.predicted()``: the positions the planner prices logits for; the
     other entries are 0 and carry no gradient, so the masked losses of :mod:`cpplan.hf.losses` are
-    unchanged). Raises :class:`cpplan.InputError` for a wave out of range, a plan made for another
-    workload, or a model whose layers cpplan cannot route.
+    unchanged). ``temperature``: the logits are divided by it before the softmax (what a sampler at
+    that temperature drew from; RL trainers score completions so). Raises :class:`cpplan.InputError`
+    for a wave out of range, a plan made for another workload, or a model whose layers cpplan cannot
+    route.
     """
+    head = _Head(chunk_tokens=logits_chunk_tokens, temperature=temperature, entropy=False)
+    stats = _packed_stats(model, result, workload, wave, group, distributed, kernels, positions, head)
+    return {key: value[:, 0] for key, value in stats.items()}
+
+
+def packed_logprobs_and_entropies(
+    model: torch.nn.Module,
+    result: Any,
+    workload: Workload,
+    *,
+    wave: int,
+    group: dist.ProcessGroup | None = None,
+    distributed: bool = False,
+    kernels: str = "auto",
+    positions: str = "all",
+    logits_chunk_tokens: int = LOGITS_CHUNK_TOKENS,
+    temperature: float = 1.0,
+) -> tuple[dict[Key, torch.Tensor], dict[Key, torch.Tensor]]:
+    """:func:`packed_logprobs` and, from the same logits, each entry's entropy of the next-token
+    distribution ``-sum_v p_v log p_v`` (at ``temperature``; 0 where ``positions="loss"`` skips the
+    entry). Both differentiable; the LM head still runs one chunk at a time."""
+    head = _Head(chunk_tokens=logits_chunk_tokens, temperature=temperature, entropy=True)
+    both = _packed_stats(model, result, workload, wave, group, distributed, kernels, positions, head)
+    return {k: v[:, 0] for k, v in both.items()}, {k: v[:, 1] for k, v in both.items()}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class _Head:
+    """How the LM head is read: positions per chunk, the temperature, whether entropies come too."""
+
+    chunk_tokens: int
+    temperature: float
+    entropy: bool
+
+    def __post_init__(self) -> None:
+        chunk = self.chunk_tokens
+        if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
+            raise ValueError(f"logits_chunk_tokens must be a positive integer, got {chunk!r}")
+        t = self.temperature
+        if isinstance(t, bool) or not isinstance(t, int | float) or not 0 < t < float("inf"):
+            raise ValueError(f"temperature must be a positive number, got {t!r}")
+
+
+def _packed_stats(
+    model, result, workload: Workload, wave: int, group, distributed: bool, kernels: str, positions: str, head
+) -> dict[Key, torch.Tensor]:
+    """Run the wave as planned and read back every request's ``[n, 1 or 2]`` head values."""
     if kernels not in KERNELS:
         raise ValueError(f"kernels must be one of {KERNELS}, got {kernels!r}")
     if positions not in POSITIONS:
         raise ValueError(f"positions must be one of {POSITIONS}, got {positions!r}")
-    if (
-        isinstance(logits_chunk_tokens, bool)
-        or not isinstance(logits_chunk_tokens, int)
-        or logits_chunk_tokens < 1
-    ):
-        raise ValueError(f"logits_chunk_tokens must be a positive integer, got {logits_chunk_tokens!r}")
     batches = materialize_wave(result, workload, wave=wave)
     lm = adapt(model)
     geo = WaveGeometry.build(batches)
@@ -84,7 +129,7 @@ def packed_logprobs(
     for layer in lm.layers:
         hs = _layer(layer, hs, ropes, geo, comm, kernels, masks)
     counted = _counted_entries(workload, geo) if positions == "loss" else None
-    return _read_back(lm, hs, geo, comm, counted, logits_chunk_tokens)
+    return _read_back(lm, hs, geo, comm, counted, head)
 
 
 def _counted_entries(workload: Workload, geo: WaveGeometry) -> np.ndarray:
@@ -124,10 +169,10 @@ def _layer(layer, hs: dict, ropes: dict, geo, comm, kernels: str, masks: WaveMas
 
 
 def _read_back(
-    lm, hs: dict, geo: WaveGeometry, comm, counted: np.ndarray | None, chunk_tokens: int
+    lm, hs: dict, geo: WaveGeometry, comm, counted: np.ndarray | None, head: _Head
 ) -> dict[Key, torch.Tensor]:
-    """Every request's next-token log-probs, each value computed by the rank owning its position
-    (only the ``counted`` entries, when given; the others are 0)."""
+    """Every request's next-token log-probs (and entropies: column 1 of each ``[n, 1 or 2]`` value), each
+    computed by the rank owning its position (only the ``counted`` entries, when given; others 0)."""
     positions = np.concatenate([rb[:-1] for rb in geo.readback])
     targets = geo.input_ids[np.concatenate([rb[1:] for rb in geo.readback])]
     owner = geo.owner[positions]
@@ -138,12 +183,12 @@ def _read_back(
         mine = order[owner[order] == r]
         keep = np.arange(mine.size) if counted is None else np.flatnonzero(counted[mine])
         chosen = mine[keep]
-        found = _target_logprobs(lm, hs[r], geo.local[positions[chosen]], targets[chosen], chunk_tokens)
+        found = _target_logprobs(lm, hs[r], geo.local[positions[chosen]], targets[chosen], head)
         if keep.size == mine.size:
             values[r] = found
         else:
             index = torch.as_tensor(keep, device=found.device)
-            values[r] = found.new_zeros(mine.size).index_copy(0, index, found)
+            values[r] = found.new_zeros(mine.size, found.shape[1]).index_copy(0, index, found)
     gathered = comm.replicate(values, counts)
     flat = gathered[torch.as_tensor(np.argsort(order, kind="stable"), device=gathered.device)]
     sizes = [rb.size - 1 for rb in geo.readback]
@@ -151,10 +196,12 @@ def _read_back(
 
 
 def _target_logprobs(
-    lm, hidden: torch.Tensor, rows: np.ndarray, targets: np.ndarray, chunk_tokens: int
+    lm, hidden: torch.Tensor, rows: np.ndarray, targets: np.ndarray, head: _Head
 ) -> torch.Tensor:
-    """``log p(targets[i] | rows[i])`` for each pair: the final norm on those rows, then the LM head
-    on ``chunk_tokens`` of them at a time, recomputed in backward (only the chosen log-probs are kept)."""
+    """``log p(targets[i] | rows[i])`` (and the entropy) for each pair, ``[n, 1 or 2]``: the final norm
+    on those rows, then the LM head on ``head.chunk_tokens`` of them at a time, recomputed in backward
+    (only the chosen values are kept)."""
+    chunk_tokens = head.chunk_tokens
     device = hidden.device
     normed = lm.norm(hidden[torch.as_tensor(rows, device=device, dtype=torch.long)])
     wanted = torch.as_tensor(targets, device=device, dtype=torch.long)
@@ -164,17 +211,26 @@ def _target_logprobs(
             lm.lm_head,
             normed[s : s + chunk_tokens],
             wanted[s : s + chunk_tokens],
+            head.temperature,
+            head.entropy,
             use_reentrant=False,
         )
         for s in range(0, len(rows), chunk_tokens)
     ]
-    return torch.cat(parts) if parts else normed.new_zeros(0, dtype=compute_dtype(normed.dtype))
+    width = 2 if head.entropy else 1
+    return torch.cat(parts) if parts else normed.new_zeros(0, width, dtype=compute_dtype(normed.dtype))
 
 
-def _head_logprobs(head: torch.nn.Module, normed: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+def _head_logprobs(
+    head: torch.nn.Module, normed: torch.Tensor, targets: torch.Tensor, temperature: float, entropy: bool
+) -> torch.Tensor:
     logits = head(normed)
-    logprobs = logits.to(compute_dtype(logits.dtype)).log_softmax(-1)
-    return logprobs.gather(-1, targets[:, None])[:, 0]
+    logits = logits.to(compute_dtype(logits.dtype))
+    logprobs = (logits if temperature == 1.0 else logits / temperature).log_softmax(-1)
+    chosen = logprobs.gather(-1, targets[:, None])
+    if not entropy:
+        return chosen
+    return torch.cat([chosen, -(logprobs.exp() * logprobs).sum(-1, keepdim=True)], dim=1)
 
 
-__all__ = ["packed_logprobs"]
+__all__ = ["packed_logprobs", "packed_logprobs_and_entropies"]
