@@ -81,15 +81,11 @@ def tiny_model(seed: int = 0) -> torch.nn.Module:
 
 def shard(model: torch.nn.Module, mesh) -> torch.nn.Module:
     """FSDP2 over all ranks: each decoder layer, then the root; gradients summed, not averaged."""
-    from torch.distributed.fsdp import FSDPModule, fully_shard
+    from torch.distributed.fsdp import fully_shard
 
-    everyone = mesh["dp", "cp"]._flatten()
-    for layer in model.model.layers:
-        fully_shard(layer, mesh=everyone)
-    fully_shard(model, mesh=everyone)
-    for module in model.modules():
-        if isinstance(module, FSDPModule):
-            module.set_gradient_divide_factor(1.0)
+    for block in [*model.model.layers, model]:
+        fully_shard(block, mesh=mesh["dp", "cp"]._flatten())
+        block.set_gradient_divide_factor(1.0)
     return model
 
 

@@ -44,14 +44,19 @@ def packed_logprobs(
     tokens it owns, attention layers see keys through the tree mask, and Gated DeltaNet layers carry
     conv and recurrent states along each request's path (across branch points and CP boundaries). The
     result is differentiable with respect to the model's parameters. ``model``: an unmodified
-    transformers causal LM (Qwen3, Qwen3-MoE, Qwen3.5, Qwen3.5/3.6-MoE), PEFT-wrapped or not.
-    ``result``: a PlanResult, a Plan or a plan file (path or dict) made for ``workload``.
+    transformers causal LM (Qwen3, Qwen3-MoE, Qwen3.5, Qwen3.5/3.6-MoE) in float64, float32 or
+    bfloat16, PEFT-wrapped or not, sharded with FSDP2 ``fully_shard`` (layers and root) or wrapped in
+    DDP: the wave is one call of ``model`` and every module inside is called as a module, so the
+    wrappers' hooks fire (:mod:`cpplan.hf.module_calls`). The log-probs are float32 (float64 for a
+    float64 model). ``result``: a PlanResult, a Plan or a plan file (path or dict) made for ``workload``.
 
     Without ``distributed`` every CP rank runs in this process. With ``distributed=True`` this process
-    is CP rank ``dist.get_rank(group)`` of ``group`` (one process per CP rank of the plan): keys,
-    values and states are exchanged with collectives, every rank returns all of the wave's
-    log-probabilities, every rank must backpropagate the same loss computed from them, and the
-    parameter gradients must then be summed over the group (:func:`cpplan.hf.sum_gradients`).
+    is CP rank ``dist.get_rank(group)`` of ``group`` (one process per CP rank of the plan; a
+    ProcessGroup or a 1-D DeviceMesh such as ``mesh["cp"]``): keys, values and states are exchanged
+    with collectives, every rank returns all of the wave's log-probabilities, every rank must
+    backpropagate the same loss computed from them, and the parameter gradients must then be summed
+    over the group (:func:`cpplan.hf.sum_gradients`), or, under FSDP2 or DDP over the ``dp x cp``
+    ranks, by the wrapper as a sum (docs/hf.md, "Inside FSDP2, HSDP and DDP").
     ``kernels``: ``"auto"`` (on CUDA: fla's gated delta rule, when installed, and compiled
     flex_attention; elsewhere pure torch), ``"torch"`` (pure torch everywhere), ``"flex"``
     (flex_attention for attention layers even on the CPU, forward only there; pure-torch GDN) or
