@@ -11,6 +11,9 @@ For the duration of the call the ``forward`` of three kinds of module is replace
 removed afterwards, so the model is unchanged): the causal LM's (runs the decoder stack, then reads the
 log-probs back), the decoder stack's (embedding, rotary, each layer called as a whole, final norm) and
 each token mixer's (cpplan's tree attention or Gated DeltaNet with state hand-off over all local ranks).
+transformers' own gradient checkpointing of the decoder layers is switched off for the call: its
+recomputation in backward would run after the mixers' forwards are restored (so the wave keeps all
+activations, as the planner prices them).
 """
 
 from __future__ import annotations
@@ -28,21 +31,22 @@ _ABSENT = object()
 
 
 @contextmanager
-def replaced_forwards(overrides: list[tuple[nn.Module, Callable]]) -> Iterator[None]:
-    """Within the context, each module's ``forward`` is its override (a forward already set on the
-    instance, such as accelerate's hooks, is put back afterwards)."""
+def replaced_attributes(overrides: list[tuple[nn.Module, str, object]]) -> Iterator[None]:
+    """Within the context, each ``(module, name, value)`` sets an instance attribute (a ``forward``
+    override, a flag); afterwards the instance's own value (such as accelerate's ``forward`` hook) is
+    put back, or the attribute removed so the class's applies again."""
     saved = []
     try:
-        for module, forward in overrides:
-            saved.append((module, module.__dict__.get("forward", _ABSENT)))
-            module.__dict__["forward"] = forward
+        for module, name, value in overrides:
+            saved.append((module, name, module.__dict__.get(name, _ABSENT)))
+            module.__dict__[name] = value
         yield
     finally:
-        for module, before in reversed(saved):
+        for module, name, before in reversed(saved):
             if before is _ABSENT:
-                module.__dict__.pop("forward", None)
+                module.__dict__.pop(name, None)
             else:
-                module.__dict__["forward"] = before
+                module.__dict__[name] = before
 
 
 def local_split(x: torch.Tensor, geo, comm, dim: int = 0) -> dict[int, torch.Tensor]:
@@ -69,4 +73,4 @@ def mixer_forward(layer, wave) -> Callable:
     return forward
 
 
-__all__ = ["local_split", "mixer_forward", "replaced_forwards"]
+__all__ = ["local_split", "mixer_forward", "replaced_attributes"]

@@ -14,7 +14,7 @@ from cpplan.hf.attention import WaveMasks
 from cpplan.hf.decoder_routing import adapt
 from cpplan.hf.delta_rule import compute_dtype
 from cpplan.hf.geometry import WaveGeometry
-from cpplan.hf.module_calls import local_split, mixer_forward, replaced_forwards
+from cpplan.hf.module_calls import local_split, mixer_forward, replaced_attributes
 from cpplan.runtime.comm import ProcessGroupComm, SimulatedComm
 from cpplan.runtime.materialize import materialize_wave
 from cpplan.spec.workload import Workload
@@ -90,7 +90,7 @@ def packed_logprobs(
     _check_vocabulary(lm, geo, wave)
     counted = _counted_entries(workload, geo) if positions == "loss" else None
     run = _WaveRun(lm, batches, geo, comm, kernels, counted, logits_chunk_tokens)
-    with replaced_forwards(run.overrides()):
+    with replaced_attributes(run.overrides()):
         return model(input_ids=run.input_ids[None], position_ids=run.position_ids[None])
 
 
@@ -120,9 +120,15 @@ class _WaveRun:
         self.ropes: dict = {}
 
     def overrides(self) -> list:
-        """(module, forward) pairs to install for the wave."""
-        mixers = [(layer.mixer, mixer_forward(layer, self)) for layer in self.lm.layers]
-        return [(self.lm.base, self.causal_lm_forward), (self.lm.inner, self.stack_forward), *mixers]
+        """(module, attribute, value) to install for the wave: the forwards, and no layer checkpointing."""
+        mixers = [(layer.mixer, "forward", mixer_forward(layer, self)) for layer in self.lm.layers]
+        unchecked = [(layer.module, "gradient_checkpointing", False) for layer in self.lm.layers]
+        return [
+            (self.lm.base, "forward", self.causal_lm_forward),
+            (self.lm.inner, "forward", self.stack_forward),
+            *mixers,
+            *unchecked,
+        ]
 
     def causal_lm_forward(self, *args, **kwargs) -> dict[Key, torch.Tensor]:
         """The causal LM: the decoder stack, then every request's log-probs read back."""
