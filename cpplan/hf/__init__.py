@@ -2,7 +2,8 @@
 
 :func:`packed_logprobs` runs one wave of a cpplan plan through an unmodified transformers causal LM:
 tree-packed, every CP rank computing only its owned tokens (in one process or one process per rank),
-Gated DeltaNet conv and recurrent states handed over along every request's path. Its per-request
+Gated DeltaNet conv and recurrent states handed over along every request's path, through the model's
+own module calls (so it runs inside FSDP2, HSDP and DDP, in bf16, fp32 or float64). Its per-request
 log-probabilities equal running each request alone (:func:`unpacked_logprobs`). :mod:`cpplan.hf.losses`
 holds the RL loss reductions; :func:`float64_internals` makes float64 comparisons exact.
 """

@@ -58,7 +58,7 @@ def gated_delta_rule(
     q, k = q.repeat_interleave(group, dim=1), k.repeat_interleave(group, dim=1)
     if _use_fla(kernels, v):
         return _fla(q, k, v, g, beta, cu_seqlens, initial_state)
-    dtype = compute_dtype(v.dtype)
+    out_dtype, dtype = v.dtype, compute_dtype(v.dtype)
     q, k, v, g, beta = (x.to(dtype) for x in (q, k, v, g, beta))
     q = l2_normalise(q) * q.shape[-1] ** -0.5
     k = l2_normalise(k)
@@ -69,7 +69,7 @@ def gated_delta_rule(
         )
         outs.append(o)
         finals.append(s)
-    return torch.cat(outs).to(v.dtype), torch.stack(finals)
+    return torch.cat(outs).to(out_dtype), torch.stack(finals)
 
 
 def chunked_delta_rule(
