@@ -59,9 +59,9 @@ class WavePlan:
 def ownership_candidates(problem: Problem, stats: ChunkStats) -> list[np.ndarray]:
     """Contiguous ownerships to try: balanced by predicted seconds (attention work included), by token
     count and, where the card has more than one barrier (:mod:`cpplan.pricing.evaluator`), by mixes of
-    the barriers' seconds, the two costliest barriers normalized to their wave totals: a wave costs the slowest rank of
-    each barrier, so the split balancing the total is rarely the cheapest (a long sequence's early ranks
-    hold more tokens, its late ranks more attended pairs)."""
+    the two costliest barriers' seconds, each normalized to its wave total: a wave costs the slowest rank
+    of each barrier, so the split balancing the total is rarely the cheapest (a long sequence's early
+    ranks hold more tokens, its late ranks more attended pairs)."""
     cp = problem.topology.cp
     if cp == 1:
         return [np.zeros(stats.num_chunks, dtype=np.int64)]
