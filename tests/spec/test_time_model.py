@@ -44,14 +44,14 @@ def test_wave_terms_follow_the_ring_latency_model(qwen36):
 
 def test_handoff_is_priced_from_geometry_under_cp_only(qwen36):
     """The hand-off costs nothing at CP1; at CP8 a round is one collective and one serial recurrence call
-    (forward, recompute, backward as two: four launch floors of 0.355 ms) per GDN layer, a crossing moves
+    (forward, recompute, backward: three launch floors of 0.355 ms) per GDN layer, a crossing moves
     the fp32 recurrent state (2 MiB) and the conv tail (48 KiB) per GDN layer and pass at NCCL's measured
     bus bandwidth, and a waiting token costs the recurrence's own seconds per token (fla's measured
     4.81 + 15.56 ms per 32K tokens at 64 heads, scaled to 32: about 9.3 us over 30 layers)."""
     assert not qwen36.resolve(Topology(cp=1)).handoff.priced
     card = qwen36.resolve(Topology(cp=8))
     state = 32 * 128 * 128 * 4 + (2 * 16 + 32) * 128 * 3 * 2
-    assert card.handoff.round_s == pytest.approx(3 * 30 * _collective(8) + 30 * 4 * 0.355e-3, rel=1e-12)
+    assert card.handoff.round_s == pytest.approx(3 * 30 * _collective(8) + 30 * 3 * 0.355e-3, rel=1e-12)
     assert card.handoff.state_s == pytest.approx(3 * 30 * state / 365e9, rel=1e-12)
     names = card.cost_names
     recurrence = (
