@@ -40,7 +40,13 @@ DEFAULT_FOLDER = Path("cpplan-bench")
     type=click.IntRange(min=1, max=1024),
     help="CP size; repeat for several (default 1, 2, 4 and 8).",
 )
-@click.option("--solver", default="runtime", show_default=True, metavar="NAME|PATH", help="cpplan's profile.")
+@click.option(
+    "--solver",
+    default=None,
+    metavar="NAME|PATH",
+    help="cpplan's profile (default runtime; deterministic with --sensitivity, so factors compare plans, not "
+    "deadlines).",
+)
 @click.option("--repeats", type=click.IntRange(min=1), default=None, help="Timed runs per planner.")
 @click.option(
     "--output",
@@ -79,7 +85,8 @@ def bench_command(
     for size in memories:
         parse_bytes(size)
     if sensitivity:
-        return _sensitivity(quick, model, memories, solver, output)
+        return _sensitivity(quick, model, memories, solver or "deterministic", output)
+    solver = solver or "runtime"
     if dynamic_cp:
         return _dynamic_bench(quick, model, memories, solver, output)
     if not cps:
