@@ -114,10 +114,13 @@ class Observation:
     peak_bytes: int | None = None
     seconds: float | None = None
     line: int | None = None
+    handoff_s: float = 0.0
+    """The wave's GDN hand-off seconds under the card alone, which its quantities cannot price (0 for
+    logs written before it was recorded)."""
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON line of the log (quantities by name, one value per rank)."""
-        return {
+        """The JSON line of the log (quantities by name, one value per rank; the hand-off where any)."""
+        line = {
             "step": self.step,
             "wave": self.wave,
             "rank": self.rank,
@@ -125,6 +128,7 @@ class Observation:
             "seconds": self.seconds,
             "quantities": {name: _plain(self.quantities[:, i]) for i, name in enumerate(QUANTITY_NAMES)},
         }
+        return line | ({"handoff_s": self.handoff_s} if self.handoff_s else {})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -268,7 +272,7 @@ class OnlineCalibration:
         verdicts = []
         for kind, observed, predicted in (
             ("memory", observation.peak_bytes, float(prices.peak_bytes[observation.rank])),
-            ("time", observation.seconds, wave_cost_s(self.card, prices)),
+            ("time", observation.seconds, wave_cost_s(self.card, prices) + observation.handoff_s),
         ):
             if observed is None:
                 continue
@@ -387,6 +391,7 @@ def _observation(data: dict[str, Any], path: Path, line: int) -> Observation:
         peak_bytes=peak,
         seconds=None if seconds is None else float(seconds),
         line=line,
+        handoff_s=float(data.get("handoff_s", 0.0)),
     )
 
 

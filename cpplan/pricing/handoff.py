@@ -10,25 +10,42 @@ layer carries that round's states. So a wave with ``R`` rounds adds, per GDN lay
 sequential collectives, the bytes of every handed-over state (each source piece sent once), and the
 recurrence work that waits: ``sum_k max_r W[r, k] - max_r sum_k W[r, k]`` tokens, where ``W[r, k]`` is
 rank ``r``'s tokens in round ``k`` (the slowest rank's own total is already in its per-rank time).
+Each extra round is also one more serial call of the recurrence kernel per GDN layer and pass, so the
+card's ``round_seconds`` holds that call's launch floor beside the collective.
+
+*Parallel state passing* (``mode="parallel"``, as fla's CP and LASP-2 run it) replaces the rounds: every
+rank runs its pieces from a zero state while forming each piece's affine transition ``S_out = A S_in +
+B``, one all-gather per GDN layer and pass carries every crossing's ``(A, B)``, and every piece whose
+path crosses ranks reruns from its composed initial state. It costs one round, the transitions' bytes
+(one per handed-over state) and the rerun of those pieces' tokens on the slowest rank, whatever the
+number of rounds. :func:`handoff_modes` prices a wave both ways.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
 from cpplan.spec.card import HandoffSeconds
 
+HandoffMode = Literal["rounds", "parallel"]
+HANDOFF_MODES: tuple[HandoffMode, ...] = ("rounds", "parallel")
+"""How a wave's GDN states pass between ranks: round by round, or all at once (parallel)."""
+
 
 @dataclass(frozen=True, kw_only=True)
 class Handoff:
-    """A wave's hand-off: rounds, handed-over states, waiting tokens and the seconds they cost."""
+    """A wave's hand-off in one ``mode``: rounds, handed-over states, the tokens that wait (rounds) or
+    rerun on the slowest rank (parallel), and the seconds they cost."""
 
     rounds: int = 1
     crossings: int = 0
     wait_tokens: int = 0
+    rerun_tokens: int = 0
     seconds: float = 0.0
+    mode: HandoffMode = "rounds"
 
 
 NO_HANDOFF = Handoff()
@@ -102,10 +119,24 @@ def _rounds(seg: np.ndarray, first: np.ndarray, crossing: np.ndarray, seg_parent
     return above[seg] + crossing[first_index][seg] + inner
 
 
-def handoff_of(pieces: Pieces, num_ranks: int, seconds: HandoffSeconds) -> Handoff:
-    """The rounds, crossings and waiting tokens of ``pieces`` and what they cost under ``seconds``."""
+def handoff_of(
+    pieces: Pieces, num_ranks: int, seconds: HandoffSeconds, mode: HandoffMode = "rounds"
+) -> Handoff:
+    """The rounds, crossings and waiting (or rerun) tokens of ``pieces`` and what they cost under
+    ``seconds`` in ``mode``."""
     rounds = int(pieces.round.max()) + 1 if pieces.round.size else 1
     crossings = int(np.unique(pieces.source[pieces.source >= 0]).size)
+    if mode == "parallel":
+        late = np.where(pieces.round > 0, pieces.length, 0)
+        rerun = int(np.bincount(pieces.owner, weights=late, minlength=num_ranks).max()) if late.size else 0
+        cost = (
+            (seconds.parallel_s if crossings else 0.0)
+            + crossings * seconds.parallel_piece_s
+            + rerun * seconds.parallel_rerun_s_per_token
+        )
+        return Handoff(
+            rounds=rounds, crossings=crossings, rerun_tokens=rerun, seconds=float(cost), mode="parallel"
+        )
     cells = pieces.owner * rounds + pieces.round
     work = np.bincount(cells, weights=pieces.length, minlength=num_ranks * rounds).reshape(num_ranks, rounds)
     wait_tokens = int(work.max(axis=0).sum() - work.sum(axis=1).max())
@@ -116,11 +147,30 @@ def handoff_of(pieces: Pieces, num_ranks: int, seconds: HandoffSeconds) -> Hando
 
 
 def wave_handoff(
-    layout, owner: np.ndarray, chunk_tokens: int, num_ranks: int, seconds: HandoffSeconds
+    layout,
+    owner: np.ndarray,
+    chunk_tokens: int,
+    num_ranks: int,
+    seconds: HandoffSeconds,
+    mode: HandoffMode = "rounds",
 ) -> Handoff:
-    """The hand-off of a packed layout under a chunk ownership (nothing at one rank, or when the card
-    prices no hand-off)."""
+    """The hand-off of a packed layout under a chunk ownership in ``mode`` (nothing at one rank, or when
+    the card prices no hand-off)."""
     if num_ranks == 1 or not seconds.priced:
-        return NO_HANDOFF
+        return NO_HANDOFF if mode == "rounds" else Handoff(mode=mode)
     pieces = chunk_pieces(layout.seg_offset, layout.seg_length, layout.seg_parent, owner, chunk_tokens)
-    return handoff_of(pieces, num_ranks, seconds)
+    return handoff_of(pieces, num_ranks, seconds, mode)
+
+
+def handoff_modes(
+    layout, owner: np.ndarray, chunk_tokens: int, num_ranks: int, seconds: HandoffSeconds
+) -> dict[HandoffMode, Handoff]:
+    """The wave's hand-off priced in every mode (what a planner choosing the mode per wave compares):
+    ``{"rounds": ..., "parallel": ...}``, each from the same pieces."""
+    if num_ranks == 1 or not seconds.priced:
+        return {
+            mode: wave_handoff(layout, owner, chunk_tokens, num_ranks, seconds, mode)
+            for mode in HANDOFF_MODES
+        }
+    pieces = chunk_pieces(layout.seg_offset, layout.seg_length, layout.seg_parent, owner, chunk_tokens)
+    return {mode: handoff_of(pieces, num_ranks, seconds, mode) for mode in HANDOFF_MODES}

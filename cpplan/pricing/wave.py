@@ -57,15 +57,42 @@ class WavePlan:
 
 
 def ownership_candidates(problem: Problem, stats: ChunkStats) -> list[np.ndarray]:
-    """Contiguous ownerships to try: balanced by predicted seconds (attention work included) and by
-    token count."""
+    """Contiguous ownerships to try: balanced by predicted seconds (attention work included), by token
+    count and, where the card has more than one barrier (:mod:`cpplan.pricing.evaluator`), by mixes of
+    the two costliest barriers' seconds, each normalized to its wave total (the best of
+    :data:`BARRIER_MIXES` by its barrier seconds): a wave costs the slowest rank
+    of each barrier, so the split balancing the total is rarely the cheapest (a long sequence's early
+    ranks hold more tokens, its late ranks more attended pairs)."""
     cp = problem.topology.cp
     if cp == 1:
         return [np.zeros(stats.num_chunks, dtype=np.int64)]
-    time_weight = stats.quantity_matrix() @ problem.card.constants.time_coefficients
-    by_time = contiguous_split(time_weight, cp)
-    by_tokens = contiguous_split(stats.tokens.astype(np.float64), cp)
-    return [by_time] if np.array_equal(by_time, by_tokens) else [by_time, by_tokens]
+    matrix = stats.quantity_matrix()
+    time_weight = matrix @ problem.card.constants.time_coefficients
+    candidates = [contiguous_split(time_weight, cp), contiguous_split(stats.tokens.astype(np.float64), cp)]
+    per_barrier = matrix @ problem.card.constants.barrier_coefficients.T
+    totals = per_barrier.sum(axis=0)
+    largest = np.argsort(-totals, kind="stable")[:2]
+    if largest.size == 2 and totals[largest[1]] > 0:
+        normalized = per_barrier[:, largest] / totals[largest]
+        mixes = [contiguous_split(normalized @ mix, cp) for mix in BARRIER_MIXES]
+        candidates.append(min(mixes, key=lambda owner: _barrier_seconds(problem, stats, owner)))
+    distinct: list[np.ndarray] = []
+    for owner in candidates:
+        if not any(np.array_equal(owner, seen) for seen in distinct):
+            distinct.append(owner)
+    return distinct
+
+
+BARRIER_MIXES = tuple(np.array([k / 4, 1 - k / 4]) for k in range(5))
+"""Weights of the two costliest barriers' normalized seconds that :func:`ownership_candidates` balances:
+each alone and three mixes between; the one whose ranks' barrier seconds sum lowest is priced exactly
+(with the total- and token-balanced splits), so a wave costs three pricings, not seven."""
+
+
+def _barrier_seconds(problem: Problem, stats: ChunkStats, owner: np.ndarray) -> float:
+    """The per-barrier slowest-rank seconds of a chunk ownership (no memory, no hand-off): a screen."""
+    quantities = rank_quantities(stats, owner, problem.topology.cp)
+    return float((quantities @ problem.card.constants.barrier_coefficients.T).max(axis=0).sum())
 
 
 EDGE_STEPS = 12

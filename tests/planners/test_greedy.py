@@ -213,12 +213,14 @@ def test_a_small_last_wave_is_balanced_away(qwen36):
         prompt_tokens=(500, 6000),
         completion_tokens=(100, 3000),
         items_per_prompt=False,
-        seed=8,
+        seed=10,  # under the issue-25 time model seed 8 now plans cheapest as 39 + 13
     )
     settings = Settings(topology=Topology(cp=4), model=qwen36, memory_bytes=2**60)
     probe = Problem.build(workload, settings)
     layout = probe.pack(range(39), "full")
-    by_time = price_wave(probe, range(39), layout, "full")  # unlimited memory: balanced by time
+    stats = price_wave(probe, range(39), layout, "full").stats
+    time_owner = contiguous_split(stats.quantity_matrix() @ probe.card.time_coefficients(), 4)
+    by_time = price_wave(probe, range(39), layout, "full", owner=time_owner)  # balanced by total time
     by_tokens = contiguous_split(by_time.stats.tokens.astype(float), 4)
     edge = price_wave(probe, range(39), layout, "full", owner=by_tokens).peak_bytes
     budget = (edge + by_time.peak_bytes) // 2  # three groups fit, but not balanced by time
