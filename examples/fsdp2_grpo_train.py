@@ -8,7 +8,11 @@ sum (``set_gradient_divide_factor(1.0)``). A GRPO step (two prompts after a shar
 sampled completions each, completion-only loss masks) is planned by cpplan for a dp=2 x cp=2 pool; each
 process runs *its* GPU's waves (``cpplan.pool_waves``) through the wrapped model with
 ``cpplan.hf.packed_logprobs(..., distributed=True, group=mesh["cp"])`` and backpropagates the token-mean
-policy loss over the step's counted tokens (all-reduced over DP). At every step rank 0 also runs each
+policy loss over the step's counted tokens (all-reduced over DP). Under equal waves (the default on a
+pool of several CP groups) a GPU with fewer real waves ends its list with ``None`` padding waves, run with
+``cpplan.hf.padding_wave`` (an empty forward and backward through every wrapped module, so FSDP's
+all-gathers and reduce-scatters line up); ``--memory-gib 5.8`` plans this step unequally (two waves on one
+replica, one and a padding wave on the other). At every step rank 0 also runs each
 request alone through an unsharded copy of the current weights and prints both losses and the largest
 gradient difference (float64 with ``cpplan.hf.float64_internals``: about 1e-12 of the largest gradient).
 """
@@ -29,9 +33,8 @@ import cpplan.hf
 
 VOCAB = 64
 DP, CP = 2, 2
-MEMORY_BYTES = 6 * 2**30
-"""Per-GPU budget under which this step takes two waves, one per DP replica (FSDP needs every GPU to run
-the same number of forwards)."""
+MEMORY_GIB = 6.0
+"""Per-GPU budget (GiB) under which this step takes two waves, one per DP replica."""
 
 
 def grpo_workload(seed: int = 0) -> tuple[cpplan.Workload, dict]:
@@ -92,7 +95,7 @@ def shard(model: torch.nn.Module, mesh) -> torch.nn.Module:
 def step_tokens(result, workload, waves, dp_group) -> float:
     """The step's counted tokens: those of this replica's waves, summed over the DP replicas."""
     counted = 0
-    for wave, wave_rank in waves:
+    for wave, wave_rank in (entry for entry in waves if entry is not None):
         for item, k in cpplan.materialize(result, workload, wave=wave, rank=wave_rank).requests:
             counted += int(workload.items[workload.index_of[item]].requests[k].predicted().sum())
     total = torch.tensor(counted)
@@ -100,7 +103,17 @@ def step_tokens(result, workload, waves, dp_group) -> float:
     return float(total)
 
 
-def train(rank: int, world: int, port: int, steps: int) -> None:
+def wave_loss(model, result, workload, advantages, entry, mesh, denominator) -> torch.Tensor:
+    """The loss of one entry of this GPU's list: a real wave's policy loss, or a padding wave's zero."""
+    if entry is None:
+        return cpplan.hf.padding_wave(model)
+    logprobs = cpplan.hf.packed_logprobs(
+        model, result, workload, wave=entry[0], distributed=True, group=mesh["cp"]
+    )
+    return cpplan.hf.policy_loss(logprobs, advantages, workload=workload, denominator=denominator)
+
+
+def train(rank: int, world: int, port: int, steps: int, memory_gib: float) -> None:
     """One GPU of the pool: plan the step, then ``steps`` AdamW steps over this GPU's waves."""
     from torch.distributed.device_mesh import init_device_mesh
 
@@ -118,39 +131,36 @@ def train(rank: int, world: int, port: int, steps: int) -> None:
         planner = cpplan.Planner(
             model="qwen3.6-35b-a3b",
             topology=cpplan.Topology(cp=CP, dp=DP),
-            memory_bytes=MEMORY_BYTES,
+            memory_bytes=int(memory_gib * 2**30),
             solver="deterministic",
         )
         result = planner.plan(workload)
-        waves = cpplan.pool_waves(result, rank)  # this GPU's (wave, CP rank) pairs
-        counts = [None] * world
-        dist.all_gather_object(counts, len(waves))
-        if len(set(counts)) != 1:
-            raise SystemExit(f"unequal waves per GPU {counts}: FSDP would hang")
+        waves = cpplan.pool_waves(result, rank)  # this GPU's (wave, CP rank) pairs, then None per padding
         model = shard(tiny_model(), mesh)
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
         if rank == 0:
+            lists = [_numbers(cpplan.pool_waves(result, g)) for g in (0, world - 1)]
             print(f"{result.plan.num_waves} waves over {DP} replicas of CP {CP}; GPU 0 runs waves", end=" ")
-            print(f"{[w for w, _ in waves]}")
+            print(f"{lists[0]}, GPU {world - 1} runs {lists[1]} (None: a padding wave)")
         for step in range(steps):
             reference = _reference(model, workload, advantages)  # every rank joins the gathers
             optimizer.zero_grad()
             with cpplan.hf.float64_internals():
                 denominator = step_tokens(result, workload, waves, mesh["dp"].get_group())
                 losses = []
-                for wave, _ in waves:
-                    logprobs = cpplan.hf.packed_logprobs(
-                        model, result, workload, wave=wave, distributed=True, group=mesh["cp"]
-                    )
-                    loss = cpplan.hf.policy_loss(
-                        logprobs, advantages, workload=workload, denominator=denominator
-                    )
+                for entry in waves:
+                    loss = wave_loss(model, result, workload, advantages, entry, mesh, denominator)
                     loss.backward()
                     losses.append(loss.detach())
             _report(rank, step, model, sum(losses), mesh, reference)
             optimizer.step()
     finally:
         dist.destroy_process_group()
+
+
+def _numbers(entries: list) -> list:
+    """The wave numbers of a ``pool_waves`` list (``None`` for a padding wave)."""
+    return [None if entry is None else entry[0] for entry in entries]
 
 
 def _full(tensor: torch.Tensor) -> torch.Tensor:
@@ -188,11 +198,13 @@ def _report(rank: int, step: int, model, replica_loss, mesh, reference) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=2)
+    parser.add_argument("--memory-gib", type=float, default=MEMORY_GIB, help="per-GPU budget")
     args = parser.parse_args()
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    mp.start_processes(train, args=(DP * CP, port, args.steps), nprocs=DP * CP, start_method="spawn")
+    arguments = (DP * CP, port, args.steps, args.memory_gib)
+    mp.start_processes(train, args=arguments, nprocs=DP * CP, start_method="spawn")
 
 
 if __name__ == "__main__":
