@@ -13,7 +13,7 @@ smallest makespan (ties to the earlier):
   regrouped and waves cut where the least is shared, its waves balanced over the pool's blocks): the
   topology's own ``cp`` first, so a dynamic plan is never worse than it;
 - every item at one size, in order, in waves of at most a token cap (none, one or two waves per group
-  of the pool), for balance;
+  of the pool), and cut into exactly one or two waves per group of about equal tokens, for balance;
 - for each *floor* ``f`` among the group sizes, every item at the larger of ``f`` and the smallest group
   it fits in alone, the items of each size packed in order into the widest fitting waves, and all the
   waves balanced over the pool (:func:`~cpplan.plans.pool_schedule.place`).
@@ -32,12 +32,15 @@ import dataclasses
 import math
 from collections.abc import Callable, Iterator, Sequence
 
+import numpy as np
+
 from cpplan.errors import NoFitError
 from cpplan.planners.deadline import Deadline
 from cpplan.planners.greedy import cached_greedy_plan, split_item
 from cpplan.planners.split import widest
 from cpplan.plans.plan import Plan, balanced
 from cpplan.pricing.memo import memoized
+from cpplan.pricing.ownership import contiguous_split
 from cpplan.pricing.problem import Problem
 from cpplan.pricing.wave import WavePlan, best_wave
 
@@ -154,6 +157,32 @@ def sized_plans(
             waves.extend(packed_waves(group_problem(problem, size), items, layouts, max_tokens=cap))
         plan = Plan(strategy=strategy, waves=tuple(waves))
         yield balanced(plan, problem.topology.pool, pool_padding_s(problem))
+    for per_group in (1, 2):
+        waves = []
+        for size, items in classes.items():
+            count = per_group * (problem.topology.pool // size)
+            waves.extend(split_waves(group_problem(problem, size), items, layouts, count))
+        plan = Plan(strategy=strategy, waves=tuple(waves))
+        yield balanced(plan, problem.topology.pool, pool_padding_s(problem))
+
+
+def split_waves(problem: Problem, items: Sequence[int], layouts: Sequence[str], count: int) -> list[WavePlan]:
+    """``items`` in order cut into ``count`` consecutive runs of about equal logical tokens (one or two
+    per group of the pool: what a token cap filled in order misses when it leaves a small remainder wave
+    that some group then runs on top of a full one), each run one wave where it fits, else packed by
+    :func:`packed_waves`."""
+    if not items:
+        return []
+    tokens = np.array([problem.logical_tokens([i]) for i in items], dtype=np.float64)
+    runs = np.bincount(contiguous_split(tokens, min(count, len(items))))
+    waves: list[WavePlan] = []
+    start = 0
+    for width in runs.tolist():
+        run = list(items[start : start + width])
+        start += width
+        wave = best_wave(problem, run, layouts)[0] if run else None
+        waves.extend([wave] if wave is not None else packed_waves(problem, run, layouts) if run else [])
+    return waves
 
 
 def item_sizes(

@@ -140,7 +140,11 @@ def price_wave(
     owners = [owner] if owner is not None else ownership_candidates(problem, stats)
     best: WavePlan | None = None
     for candidate in owners:
-        wave = _priced_ownership(problem, items, layout, layout_name, stats, candidate, split)
+        q = rank_quantities(stats, candidate, problem.topology.cp)
+        prices = price(problem.card, q)
+        if best is not None and _cannot_win(problem, best, prices):
+            continue  # the hand-off, the costliest part of a pricing, is not worth counting
+        wave = _priced_ownership(problem, items, layout, layout_name, stats, candidate, split, (q, prices))
         if best is None or _better(wave, best, problem.memory_bytes):
             best = wave
     assert best is not None
@@ -154,6 +158,17 @@ def price_wave(
     return best
 
 
+def _cannot_win(problem: Problem, best: WavePlan, prices: RankPrices) -> bool:
+    """Whether an ownership priced ``prices`` (its hand-off not yet counted) provably loses to ``best``
+    (which fits): a version over the budget cannot win, and nor can one whose cost before its hand-off
+    (:func:`~cpplan.pricing.evaluator.wave_cost_s`; a hand-off adds seconds, never takes any) is not
+    below ``best``'s, since only a strictly cheaper version replaces it."""
+    if not best.fits(problem.memory_bytes):
+        return False
+    over = not (prices.peak_bytes <= problem.memory_bytes).all()
+    return over or best.cost_s <= wave_cost_s(problem.card, prices)
+
+
 def _priced_ownership(
     problem: Problem,
     items: Sequence[int],
@@ -162,10 +177,14 @@ def _priced_ownership(
     stats: ChunkStats,
     owner: np.ndarray,
     split: bool,
+    priced: tuple[np.ndarray, RankPrices] | None = None,
 ) -> WavePlan:
-    """``layout`` with chunk ownership ``owner``, priced."""
-    q = rank_quantities(stats, owner, problem.topology.cp)
-    prices = price(problem.card, q)
+    """``layout`` with chunk ownership ``owner`` (its rank quantities and prices when already known),
+    priced."""
+    if priced is None:
+        q = rank_quantities(stats, owner, problem.topology.cp)
+        priced = (q, price(problem.card, q))
+    q, prices = priced
     handoff = wave_handoff(layout, owner, stats.chunk_tokens, problem.topology.cp, problem.card.handoff)
     return WavePlan(
         items=tuple(items),
