@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -16,6 +17,9 @@ from cpplan.hf.decoder_routing import adapt
 from cpplan.hf.delta_rule import compute_dtype
 from cpplan.hf.gdn import gdn_layer
 from cpplan.hf.geometry import WaveGeometry
+from cpplan.plans.plan import Plan
+from cpplan.plans.plan_reader import read_plan_file, wave_gdn_handoff
+from cpplan.plans.result import PlanResult
 from cpplan.runtime.comm import ProcessGroupComm, SimulatedComm
 from cpplan.runtime.materialize import materialize_wave
 from cpplan.spec.workload import Workload
@@ -120,14 +124,17 @@ def _packed_stats(
         raise ValueError(f"kernels must be one of {KERNELS}, got {kernels!r}")
     if positions not in POSITIONS:
         raise ValueError(f"positions must be one of {POSITIONS}, got {positions!r}")
+    if isinstance(result, str | Path):
+        result = read_plan_file(result)
     batches = materialize_wave(result, workload, wave=wave)
+    handoff = _gdn_handoff(result, wave)
     lm = adapt(model)
     geo = WaveGeometry.build(batches)
     comm = ProcessGroupComm(geo.num_ranks, group) if distributed else SimulatedComm(geo.num_ranks)
     hs, ropes = _embed(lm, batches, geo, comm, wave)
     masks = WaveMasks(geo)
     for layer in lm.layers:
-        hs = _layer(layer, hs, ropes, geo, comm, kernels, masks)
+        hs = _layer(layer, hs, ropes, geo, comm, kernels, masks, handoff)
     counted = _counted_entries(workload, geo) if positions == "loss" else None
     return _read_back(lm, hs, geo, comm, counted, head)
 
@@ -154,12 +161,20 @@ def _embed(lm, batches, geo: WaveGeometry, comm, wave: int) -> tuple[dict, dict]
     return hs, ropes
 
 
-def _layer(layer, hs: dict, ropes: dict, geo, comm, kernels: str, masks: WaveMasks) -> dict:
+def _gdn_handoff(result, wave: int) -> str:
+    """How the plan's wave passes GDN states between ranks (its ``gdn_handoff``)."""
+    plan = result.plan if isinstance(result, PlanResult) else result
+    if isinstance(plan, Plan):
+        return plan.waves[wave].gdn_handoff
+    return wave_gdn_handoff(plan, wave)
+
+
+def _layer(layer, hs: dict, ropes: dict, geo, comm, kernels: str, masks: WaveMasks, handoff: str) -> dict:
     normed = {r: layer.input_norm(hs[r]) for r in comm.ranks}
     if layer.kind == "attention":
         mixed = attention_layer(layer, normed, ropes, geo, comm, kernels=kernels, masks=masks)
     else:
-        mixed = gdn_layer(layer, normed, geo, comm, kernels=kernels)
+        mixed = gdn_layer(layer, normed, geo, comm, kernels=kernels, handoff=handoff)
     out = {}
     for r in comm.ranks:
         h = hs[r] + mixed[r]
