@@ -83,9 +83,15 @@ CASES = [
 ]
 
 
+WORKLOADS = {
+    "mixed": lambda: mixed_workload(0),
+    "long": long_workload,
+    "tree": lambda: random_tree_workload(2),
+}
+
+
 def _case(name: str, cp: int, ownership: str):
-    workloads = {"mixed": mixed_workload, "long": long_workload, "tree": random_tree_workload}
-    workload = workloads[name](*(() if name == "long" else (0 if name == "mixed" else 2,)))
+    workload = WORKLOADS[name]()
     result = plan(workload, cp)
     return workload, result if ownership == "planned" else zigzag(result, cp)
 
