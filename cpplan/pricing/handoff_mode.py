@@ -10,12 +10,15 @@ from zero runs again from its true state. Priced with the card's hand-off terms
 - rounds: ``(rounds - 1) round_s + crossings state_s + waiting tokens x wait_s_per_token``;
 - parallel: ``round_s + 2 crossings state_s`` (each crossing sends a map ``[A | B]``: the transition,
   ``key dim x key dim``, and the zero-state final state, one state's bytes each at Qwen3.5/3.6's
-  ``key dim = value dim``) ``+ max_r (rerun_r + transition_r) x wait_s_per_token``, where ``rerun_r``
-  is rank ``r``'s tokens in pieces that do not start from zero and ``transition_r`` those of them whose
-  final state another piece starts from (the identity run forming ``A``).
+  ``key dim = value dim``) ``+ (max_r before_r + max_r after_r - max_r T_r) x wait_s_per_token``: the
+  exchange is a barrier between the runs before it (``before_r``: rank ``r``'s tokens of pieces starting
+  from zero, and twice those of pieces with both a source and a successor, run from zero for ``B`` and
+  from the identity for ``A``) and the reruns after it (``after_r``: its tokens of pieces with a source);
+  the per-rank time already counts each rank's ``T_r`` tokens once.
 
 So rounds wins where pieces already overlap (many requests, short continuations: little waits) and
-parallel where one long sequence spans the group (each round would wait for the whole previous rank).
+at CP 2 (the second rank's rerun waits as long as its round would), parallel where one long sequence
+spans more ranks (each round would wait for the whole previous rank).
 :func:`choose_gdn_handoff` is the one place the choice is made. The wave's ``cost_s`` still counts the
 rounds' seconds (what the verifier recounts); the chosen mode costs at most that.
 """
@@ -50,10 +53,15 @@ def parallel_seconds(
     same_next = np.r_[seg[1:] == seg[:-1], False]
     last_of_segment = ~same_next
     has_successor = same_next | (last_of_segment & parents[seg])
-    extra = pieces.length * (~from_zero) * (1 + has_successor)
-    per_rank = np.bincount(pieces.owner, weights=extra, minlength=num_ranks)
+    before = pieces.length * np.where(from_zero, 1, 2 * has_successor)
+    after = pieces.length * ~from_zero
+
+    def busiest(weights: np.ndarray) -> float:
+        return float(np.bincount(pieces.owner, weights=weights, minlength=num_ranks).max())
+
+    wait_tokens = busiest(before) + busiest(after) - busiest(pieces.length)
     exchange_s = seconds.round_s + 2 * crossings * seconds.state_s
-    return float(exchange_s + per_rank.max() * seconds.wait_s_per_token)
+    return float(exchange_s + wait_tokens * seconds.wait_s_per_token)
 
 
 def choose_gdn_handoff(mode_seconds: Mapping[str, float]) -> str:

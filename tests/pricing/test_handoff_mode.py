@@ -29,8 +29,9 @@ def test_choose_the_cheaper_mode_rounds_on_a_tie():
 
 def test_one_segment_over_four_ranks_runs_each_continuation_twice():
     """A segment cut into four equal contiguous pieces: one exchange of three maps (two states' bytes
-    each), and every rank but the first reruns its 100 tokens, the middle two forming their transition
-    too (200 tokens of extra recurrence on the busiest rank), instead of rounds waiting for 300."""
+    each); before it the middle two ranks run their 100 tokens from zero and from the identity (200),
+    after it the last three rerun theirs (100), against 100 tokens per rank: 200 tokens wait, instead
+    of 300 in rounds."""
     pieces = chunk_pieces(np.array([0]), np.array([400]), np.array([-1]), np.repeat(np.arange(4), 10), 10)
     seconds = parallel_seconds(pieces, np.array([0]), np.array([-1]), 4, UNIT)
     assert seconds == 1.0 + 2 * 3 * 1e-3 + 200 * 1e-6
@@ -54,8 +55,10 @@ def test_no_crossing_costs_nothing():
 )
 def test_parallel_price_counts_what_execution_runs(workload, spec, cp, kind, seed):
     """On random prefix trees, layouts and ownerships, the parallel price is one exchange, two states
-    per map :mod:`cpplan.hf.gdn_parallel` publishes, and the busiest rank's rerun and transition tokens
-    as its :class:`~cpplan.hf.gdn_parallel.ParallelPlan` runs them."""
+    per map :mod:`cpplan.hf.gdn_parallel` publishes, and the recurrence that waits at the exchange:
+    the busiest rank before it (pieces from zero once, pieces with a source and a successor twice) and
+    after it (pieces with a source), less the busiest rank's tokens, as the pieces and
+    :class:`~cpplan.hf.gdn_parallel.ParallelPlan` of the execution say."""
     problem = build_problem(workload, cp=cp, chunk_tokens=3)
     items = list(range(problem.num_items))
     layout = problem.pack(items, spec)
@@ -67,8 +70,13 @@ def test_parallel_price_counts_what_execution_runs(workload, spec, cp, kind, see
     run = ParallelPlan.of(executed)
     lengths = executed.end - executed.start
     rerun = executed.pred >= 0
-    extra = np.bincount(executed.owner, weights=lengths * rerun * (1 + run.has_successor), minlength=cp)
-    want = 0.0 if not run.published.size else 1.0 + 2 * run.published.size * 1e-3 + extra.max() * 1e-6
+    before = lengths * np.where(rerun, 2 * run.has_successor, 1)
+
+    def busiest(weights):
+        return np.bincount(executed.owner, weights=weights, minlength=cp).max()
+
+    wait = busiest(before) + busiest(lengths * rerun) - busiest(lengths)
+    want = 0.0 if not run.published.size else 1.0 + 2 * run.published.size * 1e-3 + wait * 1e-6
     pieces = chunk_pieces(layout.seg_offset, layout.seg_length, layout.seg_parent, owner, 3)
     assert np.isclose(
         parallel_seconds(pieces, layout.seg_offset, layout.seg_parent, cp, UNIT), want, rtol=1e-12
@@ -76,10 +84,11 @@ def test_parallel_price_counts_what_execution_runs(workload, spec, cp, kind, see
 
 
 def test_planner_chooses_per_wave(qwen36):
-    """With the card's hand-off terms, one long request spanning four ranks passes its states in
-    parallel; at CP 1 the wave keeps the rounds; the wave's cost still counts the rounds."""
+    """With the card's hand-off terms, one long request spanning four or eight ranks passes its states
+    in parallel; at CP 2 (the second rank's rerun waits as long as its round) and CP 1 the wave keeps
+    the rounds; the wave's cost still counts the rounds."""
     long = Workload(items=(Item(id="a", requests=(Request(tokens=np.arange(20_000) % 997),)),))
-    for cp, mode in ((1, ROUNDS), (4, PARALLEL)):
+    for cp, mode in ((1, ROUNDS), (2, ROUNDS), (4, PARALLEL), (8, PARALLEL)):
         problem = Problem.build(
             long, Settings(topology=Topology(cp=cp), model=qwen36, memory_bytes=80 * 2**30)
         )
