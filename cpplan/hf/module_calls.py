@@ -66,7 +66,7 @@ def mixer_forward(layer, wave) -> Callable:
                 layer, hs, wave.ropes, wave.geo, wave.comm, kernels=wave.kernels, masks=wave.masks
             )
         else:
-            mixed = gdn_layer(layer, hs, wave.geo, wave.comm, kernels=wave.kernels)
+            mixed = gdn_layer(layer, hs, wave.geo, wave.comm, kernels=wave.kernels, handoff=wave.handoff)
         out = torch.cat([mixed[r] for r in wave.comm.ranks])[None]
         return (out, None) if layer.kind == "attention" else out
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -16,6 +17,9 @@ from cpplan.hf.decoder_routing import adapt
 from cpplan.hf.delta_rule import compute_dtype
 from cpplan.hf.geometry import WaveGeometry
 from cpplan.hf.module_calls import local_split, mixer_forward, replaced_attributes
+from cpplan.plans.plan import Plan
+from cpplan.plans.plan_reader import read_plan_file, wave_gdn_handoff
+from cpplan.plans.result import PlanResult
 from cpplan.runtime.comm import ProcessGroupComm, SimulatedComm
 from cpplan.runtime.materialize import materialize_wave
 from cpplan.spec.workload import Workload
@@ -125,7 +129,10 @@ def _packed_stats(
         raise ValueError(f"kernels must be one of {KERNELS}, got {kernels!r}")
     if positions not in POSITIONS:
         raise ValueError(f"positions must be one of {POSITIONS}, got {positions!r}")
+    if isinstance(result, str | Path):
+        result = read_plan_file(result)
     batches = materialize_wave(result, workload, wave=wave)
+    handoff = _gdn_handoff(result, wave)
     lm = adapt(model)
     geo = WaveGeometry.build(batches)
     if distributed:
@@ -134,7 +141,7 @@ def _packed_stats(
         comm = SimulatedComm(geo.num_ranks)
     _check_vocabulary(lm, geo, wave)
     counted = _counted_entries(workload, geo) if positions == "loss" else None
-    run = _WaveRun(lm, batches, geo, comm, kernels, counted, head)
+    run = _WaveRun(lm, batches, geo, comm, kernels, counted, head, handoff)
     with replaced_attributes(run.overrides()):
         return model(input_ids=run.input_ids[None], position_ids=run.position_ids[None])
 
@@ -155,8 +162,8 @@ class _WaveRun:
     """One wave's forward through the model's own module calls (see :mod:`cpplan.hf.module_calls`):
     the overriding forwards of the causal LM, its decoder stack and each token mixer."""
 
-    def __init__(self, lm, batches, geo, comm, kernels: str, counted, head: _Head) -> None:
-        self.lm, self.geo, self.comm, self.kernels = lm, geo, comm, kernels
+    def __init__(self, lm, batches, geo, comm, kernels: str, counted, head: _Head, handoff: str) -> None:
+        self.lm, self.geo, self.comm, self.kernels, self.handoff = lm, geo, comm, kernels, handoff
         self.counted, self.head = counted, head
         self.masks = WaveMasks(geo)
         device = lm.lm_head.weight.device
@@ -217,6 +224,14 @@ def _check_vocabulary(lm, geo: WaveGeometry, wave: int) -> None:
             f"wave {wave} holds token id {largest}, outside the model's vocabulary of {vocab}",
             field="workload",
         )
+
+
+def _gdn_handoff(result, wave: int) -> str:
+    """How the plan's wave passes GDN states between ranks (its ``gdn_handoff``)."""
+    plan = result.plan if isinstance(result, PlanResult) else result
+    if isinstance(plan, Plan):
+        return plan.waves[wave].gdn_handoff
+    return wave_gdn_handoff(plan, wave)
 
 
 def _read_back(

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from typing import Any
 
+from cpplan.pricing.handoff_mode import GDN_HANDOFF_MODES as MODES
 from cpplan.spec.quantities import QUANTITY_NAMES
 from cpplan.spec.topology import Topology
 
@@ -79,11 +80,17 @@ WAVE_FIELDS = (
     "logical_tokens",
     "cost_s",
     "card_cost_s",
+    "gdn_handoff",
     "segments",
     "requests",
     "ranks",
 )
-"""A wave object (``segments``: ``[parent, position, length]`` of each packed segment)."""
+"""A wave object (``segments``: ``[parent, position, length]`` of each packed segment; ``gdn_handoff``:
+how its GDN states cross CP ranks, one of :data:`GDN_HANDOFF_MODES`, ``"rounds"`` where a plan written
+before the field leaves it out)."""
+
+GDN_HANDOFF_MODES = MODES
+"""The values of a wave's ``gdn_handoff`` (:mod:`cpplan.pricing.handoff_mode`)."""
 
 REQUEST_FIELDS = ("item", "request", "segments")
 """A request of a wave: its item id, its index in the item and its chain of segments."""

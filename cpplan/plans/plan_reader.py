@@ -19,8 +19,9 @@ from typing import Any
 import numpy as np
 
 from cpplan.errors import InputError
-from cpplan.plans.plan_fields import SETTINGS_FIELDS, TOTAL_FIELDS
+from cpplan.plans.plan_fields import GDN_HANDOFF_MODES, SETTINGS_FIELDS, TOTAL_FIELDS
 from cpplan.plans.pool_schedule import dp_rank_of, pool_rank_waves
+from cpplan.pricing.handoff_mode import ROUNDS
 from cpplan.pricing.ownership import CHUNK_TOKENS
 from cpplan.pricing.wave import WavePlan
 from cpplan.spec.workload import Workload
@@ -248,6 +249,18 @@ def read_wave(data: dict[str, Any], w: int, workload: Workload) -> WaveArrays:
         request_segments=request_segments,
         token_owner=token_owner,
     )
+
+
+def wave_gdn_handoff(data: dict[str, Any], w: int) -> str:
+    """How wave ``w``'s GDN states cross CP ranks: its ``gdn_handoff`` (``"rounds"`` where a plan written
+    before the field leaves it out)."""
+    mode = data["waves"][w].get("gdn_handoff", ROUNDS)
+    if mode not in GDN_HANDOFF_MODES:
+        raise InputError(
+            f"must be one of {', '.join(map(repr, GDN_HANDOFF_MODES))}, got {mode!r}",
+            field=f"waves[{w}].gdn_handoff",
+        )
+    return mode
 
 
 def _segments(wave: dict[str, Any], where: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -84,6 +84,7 @@ def wave_to_dict(
         "logical_tokens": wave.logical_tokens,
         "cost_s": float(wave.cost_s),
         "card_cost_s": alone_cost_s,
+        "gdn_handoff": wave.gdn_handoff,
         "segments": [
             [int(p), int(s), int(n)]
             for p, s, n in zip(

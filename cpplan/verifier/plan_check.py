@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cpplan.errors import InputError
+from cpplan.plans.plan_fields import GDN_HANDOFF_MODES
 from cpplan.spec.card import ResolvedCard
 from cpplan.spec.workload import Item, Workload
 from cpplan.verifier.chains import check_used, check_whole_items, read_requests
@@ -124,8 +125,17 @@ def _check_wave(
     check_whole_items(w, wave, by_id, violations)
     check_used(w, coverage, violations)
     check_packed_tokens(w, wave, packed, violations)
+    _check_gdn_handoff(w, wave, violations)
     runs = read_owners(w, wave["ranks"], packed, chunk, card.topology.cp, violations)
     return price_ranks(w, wave, segments, offsets, runs, coverage, card, memory_bytes, violations)
+
+
+def _check_gdn_handoff(w: int, wave: dict, violations: list[str]) -> None:
+    """The wave's ``gdn_handoff``, where given, names a mode the executor runs."""
+    mode = wave.get("gdn_handoff", "rounds")
+    if not isinstance(mode, str) or mode not in GDN_HANDOFF_MODES:
+        modes = ", ".join(map(repr, GDN_HANDOFF_MODES))
+        violations.append(f"wave {w}: gdn_handoff {mode!r} is not one of {modes}")
 
 
 def _coverage_violations(

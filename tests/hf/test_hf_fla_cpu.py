@@ -58,3 +58,15 @@ def test_fla_path_of_packed_logprobs_equals_torch(report):
     assert report["packed"]["sources_on_other_ranks"] >= 1
     assert report["packed"]["logprobs"] <= 1e-5
     assert report["packed"]["grad"] <= 1e-5
+
+
+def test_fla_parallel_state_passing_equals_torch(report):
+    """The same wave with its states passed in parallel (``gdn_handoff = "parallel"``: fla runs the
+    zero-state pieces, the transitions from the identity with ``key dim`` value columns and the reruns),
+    on a model whose states carry across pieces, gives the pure-torch path's log-probs and parameter
+    gradients, and fla's rounds' log-probs, within float32 rounding."""
+    assert report["parallel_calls"] >= 3
+    assert report["parallel"]["sources_on_other_ranks"] >= 1
+    assert report["parallel"]["logprobs"] <= 1e-5
+    assert report["parallel"]["grad"] <= 1e-5
+    assert report["parallel"]["vs_rounds"] <= 1e-5

@@ -84,3 +84,22 @@ def test_gloo_masked_policy_loss_equals_unpacked(reference, spawned, world):
     assert max_rel_grad_diff(records[0]["masked"]["grads"], want["grads"]) <= 1e-8
     for record in records[1:]:
         assert max_abs_diff(record["masked"]["grads"], records[0]["masked"]["grads"]) == 0.0
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_gloo_parallel_state_passing_equals_unpacked(reference, spawned, world):
+    """With the GDN states passed in parallel (one all-gather of the affine maps per layer, planned
+    ranges and zigzag chunks), every rank's log-probs and the summed gradients equal the unpacked run
+    and the sequential rounds, the same on every rank."""
+    _, want, want_grads, _ = reference
+    records = spawned(world)
+    for ownership in ("planned", "zigzag"):
+        run = f"{ownership}_parallel"
+        for record in records:
+            assert max_abs_diff(record[run]["logprobs"], want) <= 1e-9
+            assert max_abs_diff(record[run]["logprobs"], record[ownership]["logprobs"]) <= 1e-9
+        grads = records[0][run]["grads"]
+        assert max_rel_grad_diff(grads, want_grads) <= 1e-8
+        assert max_rel_grad_diff(grads, records[0][ownership]["grads"]) <= 1e-8
+        for record in records[1:]:
+            assert max_abs_diff(record[run]["grads"], grads) == 0.0

@@ -45,16 +45,23 @@ def _delta_rule(torch, gated_delta_rule) -> dict:
     }
 
 
-def _packed(torch) -> dict:
+_FLA_LOGPROBS: dict = {}  # the fla runs' log-probs per mode, to compare the two modes
+
+
+def _packed(torch, gdn_handoff: str = "rounds", *, slow: bool = False) -> dict:
     """``packed_logprobs`` of a one-layer Qwen3.5 (a GDN layer) on a CP-2 zigzag wave with shared
-    prefixes: fla against pure torch, log-probs and parameter gradients."""
+    prefixes, its states passed as ``gdn_handoff`` says (``slow``: decaying slowly enough to carry
+    across pieces, :func:`~tests.support.hf_models.slow_decay`): fla against pure torch, log-probs and
+    parameter gradients."""
     import cpplan
     from cpplan.hf import packed_logprobs
-    from tests.support.hf_models import mixed_workload, plan, tiny_model, zigzag
+    from tests.support.hf_models import mixed_workload, plan, slow_decay, tiny_model, with_gdn_handoff, zigzag
 
     workload = mixed_workload(scale=0.15)  # 357 packed tokens: GRPO groups, a prefix chain, a duplicate
     model = tiny_model("qwen3_5", layers=1).float()
-    result = zigzag(plan(workload, 2), 2)
+    if slow:
+        slow_decay(model)
+    result = with_gdn_handoff(zigzag(plan(workload, 2), 2), gdn_handoff)
     runs = {}
     for kernels in ("fla", "torch"):
         model.zero_grad()
@@ -66,6 +73,7 @@ def _packed(torch) -> dict:
         )
     (lp1, g1), (lp2, g2) = runs["fla"], runs["torch"]
     scale = max(float(g.abs().max()) for g in g2.values())
+    _FLA_LOGPROBS[gdn_handoff, slow] = lp1
     return {
         "logprobs": max(_max_diff(lp1[k], lp2[k]) for k in lp2),
         "grad": max(_max_diff(g1[n], g2[n]) for n in g2) / scale,
@@ -106,6 +114,12 @@ def main() -> None:
     report["delta_rule_calls"] = len(calls)
     report["packed"] = _packed(torch)
     report["packed_calls"] = len(calls) - report["delta_rule_calls"]
+    before = len(calls)
+    report["parallel"] = _packed(torch, "parallel", slow=True)
+    report["parallel_calls"] = len(calls) - before
+    _packed(torch, "rounds", slow=True)
+    rounds, parallel = _FLA_LOGPROBS["rounds", True], _FLA_LOGPROBS["parallel", True]
+    report["parallel"]["vs_rounds"] = max(_max_diff(parallel[k], rounds[k]) for k in rounds)
     print(json.dumps(report))
 
 

@@ -115,3 +115,22 @@ def zigzag(result: cpplan.PlanResult, cp: int) -> cpplan.Plan:
         owner = pattern[np.arange(wave.owner.size) % pattern.size]
         waves.append(dataclasses.replace(wave, owner=owner.astype(wave.owner.dtype)))
     return cpplan.Plan(strategy="zigzag", waves=tuple(waves))
+
+
+def with_gdn_handoff(result, mode: str) -> cpplan.Plan:
+    """The plan's waves with their ``gdn_handoff`` set to ``mode`` (``"rounds"`` or ``"parallel"``)."""
+    plan_ = result.plan if isinstance(result, cpplan.PlanResult) else result
+    waves = tuple(dataclasses.replace(w, gdn_handoff=mode) for w in plan_.waves)
+    return cpplan.Plan(strategy=plan_.strategy, waves=waves)
+
+
+def slow_decay(model, a_log: float = -6.0):
+    """``model`` with every Gated DeltaNet layer's ``A_log`` set to ``a_log`` (in place; returned). The
+    tiny models' random ``A_log`` (0.8 to 2.7) decay the recurrent state by about ``e^-6`` per token, so
+    a state handed over matters for a token or two; at ``-6`` it decays by about 0.3 % per token and
+    carries over whole pieces."""
+    with torch.no_grad():
+        for layer in model.model.layers:
+            if hasattr(layer, "linear_attn"):
+                layer.linear_attn.A_log.fill_(a_log)
+    return model
