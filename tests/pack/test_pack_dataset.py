@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 
+import numpy as np
 import pytest
 import torch
 
@@ -36,6 +37,34 @@ def sharegpt_pack(tmp_path_factory):
         tokenizer="bytes",
     ).manifest
     return data, out, manifest
+
+
+@pytest.fixture(scope="module")
+def padded_pack(tmp_path_factory):
+    """Six sequences of 5,000 tokens, each a wave of its own at 2.4 GiB (qwen3-8b, 2 layers), packed at
+    dp=2, cp=2 in windows of 3: every window has three waves for two replicas, so equal waves (the
+    default) pads one replica by one wave in each window."""
+    tmp = tmp_path_factory.mktemp("padded")
+    rng = np.random.default_rng(5)
+    data = tmp / "long.jsonl"
+    data.write_text(
+        "".join(
+            json.dumps({"id": f"s{k}", "tokens": rng.integers(0, 5000, 5000).tolist()}) + "\n"
+            for k in range(6)
+        )
+    )
+    out = tmp / "out"
+    pack(
+        data,
+        output=out,
+        model="qwen3-8b",
+        topology=Topology(cp=2, dp=2),
+        memory_bytes="2.4GiB",
+        num_layers=2,
+        solver=tp.profile_path(tmp),
+        window=3,
+    )
+    return data, out, None
 
 
 def _conversations(data) -> dict[str, cpplan.Item]:
@@ -91,14 +120,14 @@ def _shard_lines(out) -> list[list[dict]]:
     return [[json.loads(t) for t in shard.read_text().splitlines() if t.strip()] for shard in shards]
 
 
-def test_equal_waves_padding_is_yielded_as_none_so_every_gpu_runs_as_many_waves(sharegpt_pack, tmp_path):
-    """The dp=2 pack is made under equal waves (the default), and one of its windows gives replica 1 a
-    wave more than replica 0: replica 0's GPUs yield a ``None`` for that window's padding wave right
+def test_equal_waves_padding_is_yielded_as_none_so_every_gpu_runs_as_many_waves(padded_pack, tmp_path):
+    """The dp=2 pack is made under equal waves (the default), and its windows give one replica a wave
+    more than the other: replica 0's GPUs yield a ``None`` for that window's padding wave right
     after the window's real waves (where the shard lines' ``padding.waves`` put it), so every GPU's
     dataset has the same length and the same number of entries window by window (what FSDP needs), also
     through a DataLoader. A pack whose lines carry no ``padding`` (made before equal waves) still reads,
     as real waves only."""
-    _, out, _ = sharegpt_pack
+    _, out, _ = padded_pack
     windows = _shard_lines(out)
     padding = [lines[0]["padding"]["waves"] for lines in windows]
     assert any(max(counts) > 0 for counts in padding), "the fixture pack has a padded window"
@@ -115,11 +144,12 @@ def test_equal_waves_padding_is_yielded_as_none_so_every_gpu_runs_as_many_waves(
             first, position = first + len(lines), position + n
         assert position == len(listed)
         entries[g] = listed
-    assert len({len(e) for e in entries.values()}) == 1 and None in entries[0]
+    assert len({len(e) for e in entries.values()}) == 1 and any(None in e for e in entries.values())
+    padded = next(g for g, e in entries.items() if None in e)
     loader = torch.utils.data.DataLoader(
-        PackDataset(out, dp_rank=0, cp_rank=0), batch_size=None, num_workers=2
+        PackDataset(out, dp_rank=padded // 2, cp_rank=padded % 2), batch_size=None, num_workers=2
     )
-    assert [None if b is None else b.wave for b in loader] == entries[0]
+    assert [None if b is None else b.wave for b in loader] == entries[padded]
 
     old = tmp_path / "old"
     shutil.copytree(out, old)
@@ -128,8 +158,8 @@ def test_equal_waves_padding_is_yielded_as_none_so_every_gpu_runs_as_many_waves(
         shard.write_text(
             "".join(json.dumps({k: v for k, v in line.items() if k != "padding"}) + "\n" for line in lines)
         )
-    unpadded = [b.wave for b in PackDataset(old, dp_rank=0, cp_rank=0)]
-    assert unpadded == [w for w in entries[0] if w is not None]
+    unpadded = [b.wave for b in PackDataset(old, dp_rank=padded // 2, cp_rank=padded % 2)]
+    assert unpadded == [w for w in entries[padded] if w is not None]
 
 
 def test_a_changed_dataset_is_refused_and_a_moved_one_can_be_named(sharegpt_pack, tmp_path):
