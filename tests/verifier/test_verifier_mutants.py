@@ -293,6 +293,15 @@ def test_a_split_wave_not_marked_split_is_caught(split):
     )
 
 
+def test_split_waves_after_other_waves_are_consecutive(split):
+    """The split item's two waves placed after the small items' wave (waves 1 and 2) are still
+    consecutive: with the claimed starts not replayed, the plan verifies."""
+    result, data = split
+    later = {**data, "waves": [data["waves"][2], data["waves"][0], data["waves"][1]]}
+    verdict = verdict_of(result, later, check_starts=False)
+    assert verdict.valid, verdict.violations
+
+
 def test_split_waves_must_be_consecutive(split):
     """The split item's two waves moved apart (the small items' wave between them) are reported as not
     consecutive; with the claimed starts not replayed, that is the only violation."""
@@ -319,22 +328,40 @@ def test_a_part_of_a_plan_is_checked_against_its_requests(fixed):
 
 
 def test_requests_outside_the_workload_are_named(fixed):
-    """A request index past its item's requests, and a request of an item the workload lacks, are each
-    named as not in the workload; a listed item the workload lacks is named too."""
+    """A request index one past its item's last request, and a request of an item the workload lacks,
+    are each named as not in the workload (never read as malformed); a listed item the workload lacks
+    is named too; the wave's other requests are still read (none of them is in no wave)."""
     result, data = fixed
     bad = copy.deepcopy(data)
     wave = bad["waves"][0]
-    entry = wave["requests"][-1]
+    entry = wave["requests"][0]
     item, k = entry["item"], entry["request"]
-    entry["request"] = 99
+    num_requests = sum(e["item"] == item for e in wave["requests"])
+    entry["request"] = num_requests
     violations = verdict_of(result, bad).violations
-    assert f"request 99 of item {item!r} is not in the workload" in violations
-    assert f"request {k} of item {item!r} is in no wave" in violations
+    assert f"request {num_requests} of item {item!r} is not in the workload" in violations
+    assert [v for v in violations if "in no wave" in v] == [f"request {k} of item {item!r} is in no wave"]
+    assert not any("malformed" in v for v in violations), violations
     entry["request"], entry["item"] = k, "ghost"
     wave["items"].append("ghost")
     violations = verdict_of(result, bad).violations
     assert f"request {k} of item 'ghost' is not in the workload" in violations
     assert "wave 0: item 'ghost' is not in the workload" in violations
+    assert [v for v in violations if "in no wave" in v] == [f"request {k} of item {item!r} is in no wave"]
+
+
+def test_a_repeated_request_does_not_hide_the_ones_after_it(fixed):
+    """A request of wave 0 repeated first in wave 1 is reported (as a repeat, and as an item wave 1
+    does not list); wave 1's own requests after it are still read, so nothing else is reported."""
+    result, data = fixed
+    bad = copy.deepcopy(data)
+    entry = copy.deepcopy(data["waves"][0]["requests"][0])
+    bad["waves"][1]["requests"].insert(0, entry)
+    item, k = entry["item"], entry["request"]
+    assert verdict_of(result, bad).violations == (
+        f"wave 1: request {k} of item {item!r} belongs to an item not listed",
+        f"request {k} of item {item!r} appears in waves 0 and 1",
+    )
 
 
 def _chain(data: dict, w: int = 0, r: int = 0) -> list[int]:
@@ -588,6 +615,32 @@ def test_a_group_size_the_card_cannot_price_is_reported(pooled, qwen36):
     assert verdict.wave_costs_s == () and verdict.peak_bytes == 0 and verdict.cost_s == 0.0
 
 
+def test_a_range_outside_the_wave_does_not_hide_the_next(fixed):
+    """A rank listing a range outside the wave before its real one: the bad range is reported and
+    skipped, the real one still read (so nothing else is reported)."""
+    result, data = fixed
+    bad = copy.deepcopy(data)
+    ranges = bad["waves"][0]["ranks"][1]["ranges"]
+    packed = data["waves"][0]["packed_tokens"]
+    ranges.insert(0, [-128, 0])
+    assert verdict_of(result, bad).violations == (f"wave 0 rank 1: range [-128, 0) outside [0, {packed})",)
+
+
+def test_a_range_inside_another_splits_it_in_three_runs(fixed):
+    """Rank 0 listed as owning the whole wave, then rank 1 a chunk-aligned middle part: the middle goes
+    to rank 1 (the later range), the rest stays rank 0's, in three runs; the overlap is reported and
+    the token claims are checked against that ownership."""
+    result, data = fixed
+    bad = copy.deepcopy(data)
+    packed = data["waves"][0]["packed_tokens"]
+    ranks = bad["waves"][0]["ranks"]
+    ranks[0]["ranges"], ranks[1]["ranges"] = [[0, packed]], [[1280, 2560]]
+    ranks[0]["tokens"], ranks[1]["tokens"] = packed - 1280, 1280
+    violations = verdict_of(result, bad).violations
+    assert violations[0] == "wave 0 rank 1: range [1280, 2560) overlaps another owner"
+    assert not any(" but owns " in v or "malformed" in v for v in violations), violations
+
+
 def test_a_gap_at_the_start_is_unowned(fixed):
     """Rank 0's range starting one chunk late leaves the wave's first chunk with no owner."""
     result, data = fixed
@@ -610,3 +663,39 @@ def test_a_segment_on_no_chain_is_reported(fixed):
     leaf = entry["segments"][-1]
     assert all(leaf not in e["segments"] for e in bad["waves"][0]["requests"])
     assert f"wave 0: segment {leaf} is used by no request" in verdict_of(result, bad).violations
+
+
+def _with_grad(workload: cpplan.Workload, grad) -> cpplan.Workload:
+    """The workload with each request's ``grad`` set by ``grad(item index, request index)``."""
+    return cpplan.Workload(
+        items=tuple(
+            item.model_copy(
+                update={
+                    "requests": tuple(
+                        cpplan.Request(
+                            tokens=r.tokens, grad=grad(i, k), output=r.output, loss_mask=r.loss_mask
+                        )
+                        for k, r in enumerate(item.requests)
+                    )
+                }
+            )
+            for i, item in enumerate(workload.items)
+        )
+    )
+
+
+@pytest.mark.parametrize("grad", ["none", "mixed"])
+def test_gradient_free_requests_are_priced_without_gradients(small_grpo, qwen36, grad):
+    """With no request taking gradients, or only some (a shared prefix then carries gradients when any
+    request through it does, whichever is read last), the plan verifies against the verifier's own
+    per-segment gradient flags; checked against the workload with gradients (so every segment needs
+    them), its waves cost more than they claim."""
+    rule = (lambda i, k: False) if grad == "none" else (lambda i, k: k == 0)
+    workload = _with_grad(small_grpo, rule)
+    result, data = plan_for(workload, qwen36, Topology(cp=2), middle_budget(small_grpo, qwen36, 2))
+    verdict = verdict_of(result, data)
+    assert verdict.valid, verdict.violations
+    problem = result.problem
+    with_grad = verify_plan(data, small_grpo, problem.card, 2**60)
+    assert any(v.startswith("wave 0: cost_s ") for v in with_grad.violations), with_grad.violations
+    assert with_grad.cost_s > verdict.cost_s
