@@ -399,7 +399,8 @@ def test_request_chains_are_read_segment_by_segment(fixed):
 
 
 def test_segment_trees_are_checked_segment_by_segment(fixed):
-    """An empty segment, a root not starting at position 0 and a child not continuing its parent are
+    """An empty segment, a segment naming itself as parent, a root not starting at position 0 and a
+    child not continuing its parent are
     each reported with the wave, segment and positions; a request reading through the child that
     does not continue its parent (its parent right, its start wrong) has a broken chain there."""
     result, data = fixed
@@ -408,6 +409,7 @@ def test_segment_trees_are_checked_segment_by_segment(fixed):
     assert parent == 1 and position == segments[1][1] + segments[1][2]
     cases = {
         (2, 2, 0): "wave 0 segment 2: length 0 < 1",
+        (1, 0, 1): "wave 0 segment 1: parent 1 does not come before it",
         (0, 1, 5): "wave 0 segment 0: a root segment starts at position 5, not 0",
         (2, 1, position + 1): f"wave 0 segment 2: position {position + 1} does not continue parent 1",
     }
@@ -723,3 +725,15 @@ def test_a_rank_owning_one_token_must_claim_it(fixed):
     del ranks[1]["tokens"]
     violations = verdict_of(result, bad, chunk_tokens=1).violations
     assert "wave 0 rank 1: tokens None but owns 1" in violations, violations
+
+
+def test_a_wave_without_segments_holds_no_tokens(fixed):
+    """A wave whose segment list is empty holds no packed tokens: its claim, its requests' chains and
+    its owners' ranges are each reported against zero tokens (read, not malformed)."""
+    result, data = fixed
+    bad = copy.deepcopy(data)
+    wave = bad["waves"][0]
+    wave["segments"] = []
+    violations = verdict_of(result, bad).violations
+    assert f"wave 0: packed_tokens {wave['packed_tokens']} but segments hold 0" in violations, violations
+    assert not any("malformed" in v for v in violations), violations
