@@ -400,9 +400,9 @@ def test_request_chains_are_read_segment_by_segment(fixed):
 
 def test_segment_trees_are_checked_segment_by_segment(fixed):
     """An empty segment, a segment naming itself as parent, a root not starting at position 0 and a
-    child not continuing its parent are
-    each reported with the wave, segment and positions; a request reading through the child that
-    does not continue its parent (its parent right, its start wrong) has a broken chain there."""
+    child not continuing its parent are each reported with the wave, segment and positions; a request
+    reading through the child that does not continue its parent (its parent right, its start wrong)
+    has a broken chain there."""
     result, data = fixed
     segments = data["waves"][0]["segments"]
     parent, position, _ = segments[2]
