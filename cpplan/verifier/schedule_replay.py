@@ -58,11 +58,14 @@ def replay_cost(
     costs: list[float],
     topology: Topology,
     violations: list[str],
+    *,
+    indices: list[int],
 ) -> float:
     """Replay the waves in order on the pool, check each claimed ``start_s``, and return the plan's
-    cost: the makespan under ``dp > 1`` or dynamic CP, the sum of the waves' costs otherwise."""
+    cost: the makespan under ``dp > 1`` or dynamic CP, the sum of the waves' costs otherwise.
+    ``indices``: each wave's index in the plan, which the messages name."""
     free = [0.0] * topology.pool
-    for w, (wave, group, cost) in enumerate(zip(waves, groups, costs, strict=True)):
+    for w, wave, group, cost in zip(indices, waves, groups, costs, strict=True):
         start = max(free[g] for g in group)
         claimed = wave.get("start_s")
         if isinstance(claimed, int | float) and not isinstance(claimed, bool) and not close(claimed, start):
