@@ -17,7 +17,7 @@ from cpplan import Topology
 from cpplan.pricing.evaluator import envelope_bytes, price, wave_cost_s
 from cpplan.pricing.handoff import NO_HANDOFF, chunk_pieces, handoff_of, wave_handoff
 from cpplan.spec.card import HandoffSeconds
-from cpplan.verifier.handoff import handoff_seconds
+from cpplan.verifier.handoff_recount import handoff_seconds
 from cpplan.verifier.owners import OwnerRuns
 from cpplan.verifier.rank_prices import pieces_of
 

@@ -26,7 +26,7 @@ def plan_for(workload, model, topology, budget, **kwargs) -> tuple[cpplan.PlanRe
 def verdict_of(result: cpplan.PlanResult, data: dict, **kwargs) -> cpplan.Verification:
     """The verifier's verdict on ``data`` against the result's own workload, card and budget."""
     problem = result.problem
-    budget = kwargs.pop("budget", problem.budget_bytes)
+    budget = kwargs.pop("budget", problem.memory_bytes)
     return verify_plan(data, problem.workload, problem.card, budget, **kwargs)
 
 
@@ -615,17 +615,17 @@ def test_claimed_starts_are_replayed_unless_absent_or_not_numbers(single):
     assert verdict_of(result, bad, check_starts=False).valid
 
 
-def test_a_group_size_the_card_cannot_price_is_reported(pooled, qwen36):
-    """Checked with a card that supports CP groups of at most two, the pooled plan's group of four is
-    refused with the card's own message, naming the wave; the wave is not priced."""
-    result, data = pooled
+def test_a_group_size_the_card_cannot_price_is_refused_before_any_wave(pooled, qwen36):
+    """A card that supports CP groups of at most two cannot be resolved for the pooled plan's pool of
+    four (a resolved card holds every group size's card), so such a plan is never priced: the error
+    names the field, the card and the group size."""
+    result, _ = pooled
     limited = cpplan.ModelCard.model_validate({**qwen36.model_dump(), "supports": "pp == 1 and cp <= 2"})
-    card = limited.resolve(result.problem.card.topology)
-    verdict = verify_plan(data, result.problem.workload, card, result.problem.budget_bytes)
-    first = verdict.violations[0]
-    assert first.startswith("wave 0: field 'topology.dynamic_cp': model card 'qwen3.6-35b-a3b' cannot price ")
-    assert "dynamic CP group size 4 of the pool of 4 GPUs" in first
-    assert verdict.wave_costs_s == () and verdict.peak_bytes == 0 and verdict.cost_s == 0.0
+    with pytest.raises(cpplan.UnsupportedTopologyError) as caught:
+        limited.resolve(result.problem.card.topology)
+    message = str(caught.value)
+    assert message.startswith("field 'topology.dynamic_cp': model card 'qwen3.6-35b-a3b' cannot price ")
+    assert "dynamic CP group size 4 of the pool of 4 GPUs" in message
 
 
 def test_a_range_outside_the_wave_does_not_hide_the_next(fixed):
