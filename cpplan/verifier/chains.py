@@ -123,7 +123,7 @@ def check_whole_items(w: int, wave: dict[str, Any], by_id: dict[str, Item], viol
     if wave.get("split"):
         return
     listed = Counter(e["item"] for e in wave["requests"])
-    for item_id in set(wave["items"]):
+    for item_id in dict.fromkeys(wave["items"]):
         item = by_id.get(item_id)
         if item is None:
             violations.append(f"wave {w}: item {item_id!r} is not in the workload")

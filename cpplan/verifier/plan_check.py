@@ -62,7 +62,7 @@ def verify_plan(
     violations: list[str] = []
     seen: dict[tuple[str, int], int] = {}
     wave_costs: list[float] = []
-    placed: tuple[list[dict], list[list[int]]] = ([], [])
+    placed: tuple[list[dict], list[list[int]], list[int]] = ([], [], [])
     worst_peak = 0
     for w, wave in enumerate(waves):
         try:
@@ -76,12 +76,13 @@ def verify_plan(
         wave_costs.append(cost)
         placed[0].append(wave)
         placed[1].append(wave_gpus(w, wave, group.topology.cp, card.topology, violations))
+        placed[2].append(w)
         worst_peak = max(worst_peak, peak)
     violations.extend(_split_violations(waves, seen))
     violations.extend(_coverage_violations(workload, seen, requests))
     padding = (data.get("padding"), card.wave_overhead_s)
     replayed = violations if check_starts else []
-    total = replay_cost(placed[0], placed[1], wave_costs, card.topology, replayed, padding)
+    total = replay_cost(placed[0], placed[1], wave_costs, card.topology, replayed, padding, indices=placed[2])
     claimed = data.get("cost_s")
     if not violations and isinstance(claimed, int | float) and not close(claimed, total):
         violations.append(f"plan cost_s {claimed} differs from the verifier's {total}")

@@ -65,14 +65,17 @@ def replay_cost(
     topology: Topology,
     violations: list[str],
     padding: tuple[Any, float] = (None, 0.0),
+    *,
+    indices: list[int],
 ) -> float:
     """Replay the waves in order on the pool, check each claimed ``start_s``, and return the plan's
     cost: the makespan under ``dp > 1`` or dynamic CP (with each rank's padding waves when the plan
     claims equal waves: ``padding`` is the plan's ``padding`` object and the card's per-wave cost), the
-    sum of the waves' costs otherwise."""
+    sum of the waves' costs otherwise. ``indices``: each wave's index in the plan, which the messages
+    name."""
     free = [0.0] * topology.pool
     counts = [0] * topology.pool
-    for w, (wave, group, cost) in enumerate(zip(waves, groups, costs, strict=True)):
+    for w, wave, group, cost in zip(indices, waves, groups, costs, strict=True):
         start = max(free[g] for g in group)
         claimed = wave.get("start_s")
         if isinstance(claimed, int | float) and not isinstance(claimed, bool) and not close(claimed, start):

@@ -76,19 +76,47 @@ def test_the_verifier_prices_the_padding_itself():
     gpus = [[0], [1], [1], [1], [1]]
     claim = {"waves": [3, 0], "wave_cost_s": PAD_S}
     found: list[str] = []
-    cost = replay_cost(waves, gpus, list(LONG_AND_SHORT), topology, found, (claim, PAD_S))
+    cost = replay_cost(
+        waves, gpus, list(LONG_AND_SHORT), topology, found, (claim, PAD_S), indices=list(range(len(waves)))
+    )
     assert found == [] and math.isclose(cost, 12.7)
     unequal: list[str] = []
-    replay_cost(waves, gpus, list(LONG_AND_SHORT), topology, unequal, ({**claim, "waves": [2, 0]}, PAD_S))
+    replay_cost(
+        waves,
+        gpus,
+        list(LONG_AND_SHORT),
+        topology,
+        unequal,
+        ({**claim, "waves": [2, 0]}, PAD_S),
+        indices=list(range(len(waves))),
+    )
     assert any("claims equal waves" in v for v in unequal)
     off_card: list[str] = []
-    replay_cost(waves, gpus, list(LONG_AND_SHORT), topology, off_card, ({**claim, "wave_cost_s": 0.0}, PAD_S))
+    replay_cost(
+        waves,
+        gpus,
+        list(LONG_AND_SHORT),
+        topology,
+        off_card,
+        ({**claim, "wave_cost_s": 0.0}, PAD_S),
+        indices=list(range(len(waves))),
+    )
     assert any("wave_cost_s" in v for v in off_card)
     missing: list[str] = []
-    assert replay_cost(waves, gpus, list(LONG_AND_SHORT), topology, missing, (None, PAD_S)) == 10.0
+    assert (
+        replay_cost(waves, gpus, list(LONG_AND_SHORT), topology, missing, (None, PAD_S), indices=[0, 1])
+        == 10.0
+    )
     assert any("requires equal waves" in v for v in missing)
     opted_out: list[str] = []
-    replay_cost(waves, gpus, list(LONG_AND_SHORT), Topology(cp=1, dp=2, equal_waves=False), opted_out)
+    replay_cost(
+        waves,
+        gpus,
+        list(LONG_AND_SHORT),
+        Topology(cp=1, dp=2, equal_waves=False),
+        opted_out,
+        indices=list(range(len(waves))),
+    )
     assert opted_out == []
 
 

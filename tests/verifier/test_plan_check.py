@@ -35,48 +35,91 @@ def test_valid_plan_passes_and_is_repriced(planned):
 
 
 def tamper(data, how):
+    """A copy of the plan broken one way, and the violations (exact messages) that break must produce."""
     bad = copy.deepcopy(data)
     wave = bad["waves"][0]
+    ranks = wave["ranks"]
     if how == "drop_request":
-        wave["requests"].pop()
-    elif how == "duplicate_request":
-        bad["waves"][1]["requests"].append(copy.deepcopy(wave["requests"][0]))
-    elif how == "overlap":
-        wave["ranks"][1]["ranges"][0][0] -= 128
-    elif how == "unowned":
-        wave["ranks"][1]["ranges"][0][0] += 128
-    elif how == "misaligned":
-        wave["ranks"][0]["ranges"][0][1] -= 5
-        wave["ranks"][1]["ranges"][0][0] -= 5
-    elif how == "wrong_tokens":
+        entry = wave["requests"].pop()
+        item, k = entry["item"], entry["request"]
+        held = sum(e["item"] == item for e in wave["requests"])
+        return bad, [
+            f"request {k} of item {item!r} is in no wave",
+            f"wave 0: item {item!r} has {held} of its {held + 1} requests "
+            "(waves never split an item unless marked split)",
+        ]
+    if how == "duplicate_request":
+        entry = copy.deepcopy(wave["requests"][0])
+        bad["waves"][1]["requests"].append(entry)
+        item, k = entry["item"], entry["request"]
+        return bad, [
+            f"request {k} of item {item!r} appears in waves 0 and 1",
+            f"wave 1: request {k} of item {item!r} belongs to an item not listed",
+        ]
+    if how == "overlap":
+        ranks[1]["ranges"][0][0] -= 128
+        start, end = ranks[1]["ranges"][0]
+        return bad, [f"wave 0 rank 1: range [{start}, {end}) overlaps another owner"]
+    if how == "unowned":
+        ranks[1]["ranges"][0][0] += 128
+        return bad, ["wave 0: 128 packed tokens have no owner"]
+    if how == "misaligned":
+        ranks[0]["ranges"][0][1] -= 5
+        ranks[1]["ranges"][0][0] -= 5
+        (start0, end0), (start1, end1) = ranks[0]["ranges"][0], ranks[1]["ranges"][0]
+        return bad, [
+            f"wave 0 rank 0: range [{start0}, {end0}) is not on 128-token chunks",
+            f"wave 0 rank 1: range [{start1}, {end1}) is not on 128-token chunks",
+        ]
+    if how == "wrong_tokens":
         wave["segments"][0][2] -= 1
-    elif how == "parent_after_child":
+        packed = wave["packed_tokens"]
+        return bad, [f"wave 0: packed_tokens {packed} but segments hold {packed - 1}"]
+    if how == "parent_after_child":
         wave["segments"][1][0] = 5
-    elif how == "claimed_peak":
-        wave["ranks"][0]["peak_bytes"] //= 2
-    return bad
+        return bad, ["wave 0 segment 1: parent 5 does not come before it"]
+    if how == "claimed_peak":
+        peak = ranks[0]["peak_bytes"]
+        ranks[0]["peak_bytes"] //= 2
+        return bad, [f"wave 0 rank 0: peak_bytes {peak // 2} but the verifier prices {peak}"]
+    raise AssertionError(how)
 
 
 @pytest.mark.parametrize(
-    ("how", "needle"),
+    "how",
     [
-        ("drop_request", "in no wave"),
-        ("duplicate_request", "appears in waves"),
-        ("overlap", "overlaps"),
-        ("unowned", "no owner"),
-        ("misaligned", "chunks"),
-        ("wrong_tokens", ""),
-        ("parent_after_child", "parent"),
-        ("claimed_peak", "peak_bytes"),
+        "drop_request",
+        "duplicate_request",
+        "overlap",
+        "unowned",
+        "misaligned",
+        "wrong_tokens",
+        "parent_after_child",
+        "claimed_peak",
     ],
 )
-def test_tampered_plans_are_caught(planned, how, needle):
-    """Dropped or duplicated requests, overlapping, missing or misaligned ownership, broken segments and
-    a false peak claim are each reported."""
+def test_tampered_plans_are_caught(planned, how):
+    """Dropped or duplicated requests, overlapping, missing or misaligned ownership, broken segments
+    (a shortened segment: the packed tokens the segments hold no longer match the wave's claim) and a
+    false peak claim are each reported, with the message that names what is broken."""
     problem, data = planned
-    verdict = check(problem, tamper(data, how))
+    bad, expected = tamper(data, how)
+    verdict = check(problem, bad)
     assert not verdict.valid
-    assert any(needle in v for v in verdict.violations), verdict.violations
+    missing = [m for m in expected if m not in verdict.violations]
+    assert not missing, (missing, verdict.violations)
+
+
+def test_a_false_packed_tokens_claim_is_the_only_violation(planned):
+    """A wave whose segments, chains and owners are intact but whose ``packed_tokens`` claim is off
+    by one is refused for that claim alone: the packed-tokens check is the only one that sees it."""
+    problem, data = planned
+    bad = copy.deepcopy(data)
+    wave = bad["waves"][1]
+    packed = wave["packed_tokens"]
+    wave["packed_tokens"] = packed + 1
+    verdict = check(problem, bad)
+    assert verdict.violations == (f"wave 1: packed_tokens {packed + 1} but segments hold {packed}",)
 
 
 def test_over_budget_is_caught(planned):
