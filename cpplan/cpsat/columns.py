@@ -19,9 +19,8 @@ would relax them by big-M terms and ruin the proven bound):
   chunks and rank-average time are zero (its ``cp - 1`` boundary segments are charged only to slots
   without a column), and its conservative memory rows are not enforced (:mod:`~cpplan.cpsat.memory`);
 - the objective adds ``Σ take[w, g] · time[g]``: the column's exact time (per barrier its slowest
-  rank, summed, plus its GDN hand-off), rounded up to time units so the model never under-states it;
-  the slot's ``used[w]`` adds the wave overhead as for
-  any wave.
+  rank, summed, plus its GDN hand-off in the mode the wave runs), rounded up to time units so the
+  model never under-states it; the slot's ``used[w]`` adds the wave overhead as for any wave.
 
 Realization (:func:`~cpplan.cpsat.realize.realize`) emits a slot's column as its own priced wave,
 unchanged. So every plan made of columns (the greedy plan among them) is a feasible solution of the

@@ -8,8 +8,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from cpplan.pricing.evaluator import RankPrices, price, wave_cost_s
-from cpplan.pricing.handoff import NO_HANDOFF, Handoff, wave_handoff
-from cpplan.pricing.handoff_mode import ROUNDS, gdn_handoff_mode
+from cpplan.pricing.handoff import NO_HANDOFF, Handoff
+from cpplan.pricing.handoff_mode import ROUNDS, chosen_handoff
 from cpplan.pricing.layout import PackedLayout
 from cpplan.pricing.ownership import ChunkStats, chunk_stats, contiguous_split, rank_quantities
 from cpplan.pricing.problem import Problem
@@ -19,7 +19,8 @@ from cpplan.spec.quantities import COUNTS, NUM_QUANTITIES, QUANTITIES, QUANTITY_
 @dataclass(frozen=True, kw_only=True, eq=False)
 class WavePlan:
     """One priced wave: items, layout, chunk ownership, per-rank quantities, prices and cost.
-    ``gdn_handoff``: how its GDN states cross ranks (:mod:`cpplan.pricing.handoff_mode`)."""
+    ``handoff``: its GDN hand-off in the chosen mode, whose seconds ``cost_s`` counts; ``gdn_handoff``:
+    that mode, how its GDN states cross ranks (:mod:`cpplan.pricing.handoff_mode`)."""
 
     items: tuple[int, ...]
     layout_name: str
@@ -188,9 +189,7 @@ def _priced_ownership(
         q = rank_quantities(stats, owner, problem.topology.cp)
         priced = (q, price(problem.card, q))
     q, prices = priced
-    handoff = wave_handoff(layout, owner, stats.chunk_tokens, problem.topology.cp, problem.card.handoff)
-    cp, seconds = problem.topology.cp, problem.card.handoff
-    mode = gdn_handoff_mode(layout, owner, stats.chunk_tokens, cp, seconds, handoff)
+    handoff = chosen_handoff(layout, owner, stats.chunk_tokens, problem.topology.cp, problem.card.handoff)
     return WavePlan(
         items=tuple(items),
         layout_name=layout_name,
@@ -203,7 +202,7 @@ def _priced_ownership(
         logical_tokens=problem.logical_tokens(items),
         split=split,
         handoff=handoff,
-        gdn_handoff=mode,
+        gdn_handoff=handoff.mode,
     )
 
 

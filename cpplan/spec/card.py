@@ -216,14 +216,6 @@ class Handoff(_Strict):
     round_seconds: Formula = 0
     state_seconds: Formula = 0
     wait_seconds_per_token: Formula = 0
-    parallel_seconds: Formula = 0
-    """Parallel state passing (one all-gather of every piece's affine transition per GDN layer and
-    pass, then each piece reruns from its composed state): the fixed seconds of its one round."""
-    parallel_piece_seconds: Formula = 0
-    """Parallel state passing: seconds per piece whose transition ``(A, B)`` is gathered (its bytes)."""
-    parallel_rerun_seconds_per_token: Formula = 0
-    """Parallel state passing: seconds per token of a piece that reruns from its composed state (and
-    forms its transition), on the slowest rank."""
     when: str = "true"
     doc: str = ""
 
@@ -469,9 +461,6 @@ _HANDOFF_FIELDS = {
     "round_s": "round_seconds",
     "state_s": "state_seconds",
     "wait_s_per_token": "wait_seconds_per_token",
-    "parallel_s": "parallel_seconds",
-    "parallel_piece_s": "parallel_piece_seconds",
-    "parallel_rerun_s_per_token": "parallel_rerun_seconds_per_token",
 }
 """:class:`HandoffSeconds` fields and the :class:`Handoff` formulas they resolve."""
 
@@ -520,9 +509,6 @@ class HandoffSeconds:
     round_s: float = 0.0
     state_s: float = 0.0
     wait_s_per_token: float = 0.0
-    parallel_s: float = 0.0
-    parallel_piece_s: float = 0.0
-    parallel_rerun_s_per_token: float = 0.0
 
     @property
     def priced(self) -> bool:

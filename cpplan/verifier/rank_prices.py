@@ -100,7 +100,8 @@ def price_ranks(
     violations: list[str],
 ) -> tuple[float, int]:
     """Price every rank of the wave, check it against the budget and the plan's claims; the wave's cost
-    (per barrier the slowest rank, summed, plus overhead and hand-off) and its worst peak."""
+    (per barrier the slowest rank, summed, plus overhead and the hand-off in the wave's ``gdn_handoff``
+    mode) and its worst peak."""
     cp = card.topology.cp
     pieces = pieces_of(segments, offsets, runs)
     flags = {"grad": np.array(coverage.grad, dtype=bool), "loss": np.array(coverage.loss, dtype=bool)}
@@ -124,9 +125,12 @@ def price_ranks(
             )
         _check_claims(w, rank, claimed.get(rank), local, peak, violations)
     compute = math.fsum(slowest.values())
-    cost = compute + card.wave_overhead_s + handoff_seconds(card, segments, offsets, pieces)
+    mode = wave.get("gdn_handoff", "rounds")
+    cost = compute + card.wave_overhead_s + handoff_seconds(card, segments, offsets, pieces, mode)
     if "cost_s" in wave and not close(float(wave["cost_s"]), cost):
-        violations.append(f"wave {w}: cost_s {wave['cost_s']} but the verifier prices {cost}")
+        violations.append(
+            f"wave {w}: cost_s {wave['cost_s']} but the verifier prices {cost} (GDN hand-off {mode!r})"
+        )
     return cost, worst
 
 

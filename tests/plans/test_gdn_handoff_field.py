@@ -47,26 +47,27 @@ def test_the_plan_says_which_mode_each_wave_uses(plans):
 
 
 def test_a_plan_without_the_field_means_rounds(plans):
-    """A plan written before the field (no ``gdn_handoff``) reads as rounds and still verifies."""
-    result, data = plans["long"]
-    old = copy.deepcopy(data)
-    for wave in old["waves"]:
-        del wave["gdn_handoff"]
-    assert wave_gdn_handoff(old, 0) == "rounds"
-    problem = result.problem
-    assert verify_plan(old, problem.workload, problem.card, problem.memory_bytes).valid
+    """A plan written before the field (no ``gdn_handoff``) reads as rounds and is checked as rounds:
+    a rounds plan still verifies, one whose waves claim the parallel cost does not."""
+    for name, valid in (("short", True), ("long", False)):
+        result, data = plans[name]
+        old = copy.deepcopy(data)
+        for wave in old["waves"]:
+            del wave["gdn_handoff"]
+        assert wave_gdn_handoff(old, 0) == "rounds"
+        problem = result.problem
+        verdict = verify_plan(old, problem.workload, problem.card, problem.memory_bytes)
+        assert verdict.valid == valid, verdict.violations
 
 
 @pytest.mark.parametrize("value", ["ring", 1, None])
 def test_an_unknown_mode_is_refused(plans, value):
-    """Both modes verify; any other value is a verifier violation naming the field and an InputError
-    from the reader."""
+    """The plan as written (its wave in the mode it is priced in) verifies; a value that is no mode is a
+    verifier violation naming the field and an InputError from the reader."""
     result, data = plans["long"]
     problem = result.problem
-    for mode in GDN_HANDOFF_MODES:
-        good = copy.deepcopy(data)
-        good["waves"][0]["gdn_handoff"] = mode
-        assert verify_plan(good, problem.workload, problem.card, problem.memory_bytes).valid
+    assert data["waves"][0]["gdn_handoff"] in GDN_HANDOFF_MODES
+    assert verify_plan(data, problem.workload, problem.card, problem.memory_bytes).valid
     bad = copy.deepcopy(data)
     bad["waves"][0]["gdn_handoff"] = value
     verdict = verify_plan(bad, problem.workload, problem.card, problem.memory_bytes)

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cpplan import Plan, Problem, Topology
+from cpplan import Plan, PrefixTree, Problem, Topology, load_model
 from cpplan.hf.gdn_parallel import ParallelPlan
 from cpplan.hf.geometry import WaveGeometry
-from cpplan.pricing.handoff import chunk_pieces, handoff_of
-from cpplan.pricing.handoff_mode import PARALLEL, ROUNDS, choose_gdn_handoff, parallel_seconds
+from cpplan.pricing.evaluator import wave_cost_s
+from cpplan.pricing.handoff import chunk_pieces, handoff_modes, parallel_handoff, rounds_handoff
+from cpplan.pricing.handoff_mode import PARALLEL, ROUNDS, choose_gdn_handoff
 from cpplan.pricing.wave import price_wave
 from cpplan.runtime.materialize import materialize_wave
 from cpplan.spec.settings import Settings
@@ -33,16 +36,17 @@ def test_one_segment_over_four_ranks_runs_each_continuation_twice():
     after it the last three rerun theirs (100), against 100 tokens per rank: 200 tokens wait, instead
     of 300 in rounds."""
     pieces = chunk_pieces(np.array([0]), np.array([400]), np.array([-1]), np.repeat(np.arange(4), 10), 10)
-    seconds = parallel_seconds(pieces, np.array([0]), np.array([-1]), 4, UNIT)
+    seconds = parallel_handoff(pieces, np.array([0]), np.array([-1]), 4, UNIT).seconds
     assert seconds == 1.0 + 2 * 3 * 1e-3 + 200 * 1e-6
-    assert choose_gdn_handoff({ROUNDS: handoff_of(pieces, 4, UNIT).seconds, PARALLEL: seconds}) == PARALLEL
+    rounds_s = rounds_handoff(pieces, 4, UNIT).seconds
+    assert choose_gdn_handoff({ROUNDS: rounds_s, PARALLEL: seconds}) == PARALLEL
 
 
 def test_no_crossing_costs_nothing():
     """Pieces that never continue another rank's state add no parallel seconds."""
     seg_offset, seg_length, seg_parent = np.array([0, 10]), np.array([10, 10]), np.array([-1, -1])
     pieces = chunk_pieces(seg_offset, seg_length, seg_parent, np.array([0, 1]), 10)
-    assert parallel_seconds(pieces, seg_offset, seg_parent, 2, UNIT) == 0.0
+    assert parallel_handoff(pieces, seg_offset, seg_parent, 2, UNIT).seconds == 0.0
 
 
 @settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
@@ -79,22 +83,57 @@ def test_parallel_price_counts_what_execution_runs(workload, spec, cp, kind, see
     want = 0.0 if not run.published.size else 1.0 + 2 * run.published.size * 1e-3 + wait * 1e-6
     pieces = chunk_pieces(layout.seg_offset, layout.seg_length, layout.seg_parent, owner, 3)
     assert np.isclose(
-        parallel_seconds(pieces, layout.seg_offset, layout.seg_parent, cp, UNIT), want, rtol=1e-12
+        parallel_handoff(pieces, layout.seg_offset, layout.seg_parent, cp, UNIT).seconds, want, rtol=1e-12
     )
 
 
 def test_planner_chooses_per_wave(qwen36):
     """With the card's hand-off terms, one long request spanning four or eight ranks passes its states
     in parallel; at CP 2 (the second rank's rerun waits as long as its round) and CP 1 the wave keeps
-    the rounds; the wave's cost still counts the rounds."""
+    the rounds; the wave's cost counts the chosen mode's hand-off, the cheaper of the two."""
     long = Workload(items=(Item(id="a", requests=(Request(tokens=np.arange(20_000) % 997),)),))
     for cp, mode in ((1, ROUNDS), (2, ROUNDS), (4, PARALLEL), (8, PARALLEL)):
         problem = Problem.build(
             long, Settings(topology=Topology(cp=cp), model=qwen36, memory_bytes=80 * 2**30)
         )
         wave = price_wave(problem, [0], problem.pack([0], "full"), "full")
-        assert wave.gdn_handoff == mode
+        assert wave.gdn_handoff == mode == wave.handoff.mode
+        modes = handoff_modes(wave.layout, wave.owner, problem.chunk_tokens, cp, problem.card.handoff)
+        assert wave.handoff.seconds == min(h.seconds for h in modes.values())
+        if mode == PARALLEL:
+            assert modes[PARALLEL].seconds < modes[ROUNDS].seconds
         assert (
             wave.cost_s
             == float(wave.prices.time_s.max()) + problem.card.wave_overhead_s + wave.handoff.seconds
         )
+
+
+@settings(max_examples=30, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    prefix_workloads(max_requests=8, max_tail=40),
+    st.sampled_from(LAYOUTS),
+    st.integers(2, 4),
+    st.sampled_from(["random", "zigzag", "contiguous"]),
+    st.integers(0, 2**32 - 1),
+)
+def test_wave_costs_the_cheaper_mode_and_no_crossing_changes_nothing(workload, spec, cp, kind, seed):
+    """On random trees and ownerships a wave's hand-off is the cheaper mode's (rounds on a tie) and
+    its cost adds exactly that; a wave without crossings keeps the rounds and adds nothing, so its
+    cost is what it was before the parallel mode was priced."""
+    cp = min(cp, int(PrefixTree([r.tokens for _, _, r in workload.requests()]).node_length.sum()))
+    settings_ = Settings(
+        topology=Topology(cp=cp), model=load_model("qwen3.6-35b-a3b"), memory_bytes=80 * 2**30
+    )
+    problem = dataclasses.replace(Problem.build(workload, settings_), chunk_tokens=3)
+    items = list(range(problem.num_items))
+    layout = problem.pack(items, spec)
+    owner = _owners(problem, layout.packed_tokens, seed, kind)
+    wave = price_wave(problem, items, layout, spec, owner)
+    modes = handoff_modes(layout, owner, 3, cp, problem.card.handoff)
+    rounds_s, parallel_s = modes[ROUNDS].seconds, modes[PARALLEL].seconds
+    assert wave.gdn_handoff == (PARALLEL if parallel_s < rounds_s else ROUNDS)
+    assert wave.handoff.seconds == min(rounds_s, parallel_s)
+    assert wave.cost_s == wave_cost_s(problem.card, wave.prices) + wave.handoff.seconds
+    if not modes[ROUNDS].crossings:
+        assert wave.gdn_handoff == ROUNDS and wave.handoff.seconds == rounds_s == parallel_s == 0.0
+        assert wave.cost_s == wave_cost_s(problem.card, wave.prices)
