@@ -105,7 +105,7 @@ def test_parallel_equals_rounds_and_each_request_alone(model, name, cp, ownershi
     multi_hop = (pieces.pred[run.head[run.published]] >= 0).any()
     # Planned ranges of short requests cut each at most once (CP 2, or the mixed workload at CP 4);
     # the long sequence and every zigzag case must compose chains across several ranks.
-    assert multi_hop or ownership == "planned" and (cp == 2 or name == "mixed")
+    assert multi_hop or (ownership == "planned" and (cp == 2 or name == "mixed"))
     want, want_grads = _alone(model, workload)
     rounds, rounds_grads = _packed(model, with_gdn_handoff(result, "rounds"), workload)
     logprobs, grads = _packed(model, with_gdn_handoff(result, "parallel"), workload)
