@@ -104,7 +104,15 @@ def test_the_verifier_prices_the_padding_itself():
     assert any("wave_cost_s" in v for v in off_card)
     missing: list[str] = []
     assert (
-        replay_cost(waves, gpus, list(LONG_AND_SHORT), topology, missing, (None, PAD_S), indices=[0, 1])
+        replay_cost(
+            waves,
+            gpus,
+            list(LONG_AND_SHORT),
+            topology,
+            missing,
+            (None, PAD_S),
+            indices=list(range(len(waves))),
+        )
         == 10.0
     )
     assert any("requires equal waves" in v for v in missing)

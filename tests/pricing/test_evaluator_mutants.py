@@ -52,8 +52,10 @@ def _plain_envelopes(card, row) -> list[float]:
 def test_prices_are_the_cards_terms_summed_per_envelope(card):
     """For random per-rank quantities (given as an integer matrix), every envelope is its static bytes
     plus its member terms; the peak is ``ceil(safety * max envelope)`` (integer bytes), the binding
-    envelope the largest, the time the cost terms' sum, and the wave costs the slowest rank plus the
-    per-wave seconds. One rank given as a vector is priced as a one-row matrix."""
+    envelope the largest, the time the cost terms' sum, and the wave costs, per barrier (the layer kind
+    each cost term names), the slowest rank, summed over barriers, plus the per-wave seconds (more than
+    the slowest rank's total, since different ranks are slowest in different barriers here). One rank
+    given as a vector is priced as a one-row matrix."""
     q = _quantities(card, 5, seed=1)
     prices = price(card, q)
     envelopes = envelope_bytes(card, q)
@@ -69,9 +71,22 @@ def test_prices_are_the_cards_terms_summed_per_envelope(card):
         )
         assert prices.time_s[r] == pytest.approx(seconds, rel=1e-12)
     assert prices.peak_bytes.dtype == np.int64
-    assert wave_cost_s(card, prices) == pytest.approx(
-        float(prices.time_s.max()) + card.wave_overhead_s, rel=1e-15
-    )
+    barriers = sorted(set(card.cost_barrier.tolist()))
+    assert len(barriers) > 1
+    per_barrier = [
+        max(
+            sum(
+                float(card.cost_seconds[c]) * float(q[r, card.cost_quantity[c]])
+                for c in range(len(card.cost_names))
+                if card.cost_barrier[c] == b
+            )
+            for r in range(5)
+        )
+        for b in barriers
+    ]
+    expected = math.fsum(per_barrier) + card.wave_overhead_s
+    assert expected > float(prices.time_s.max()) + card.wave_overhead_s
+    assert wave_cost_s(card, prices) == pytest.approx(expected, rel=1e-12)
     one = price(card, q[2])
     assert one.peak_bytes.tolist() == [prices.peak_bytes[2]]
     assert envelope_bytes(card, q[2]).shape == (1, len(card.envelope_names))
