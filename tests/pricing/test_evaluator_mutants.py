@@ -15,7 +15,7 @@ import pytest
 import cpplan
 from cpplan import Topology
 from cpplan.pricing.evaluator import envelope_bytes, price, wave_cost_s
-from cpplan.pricing.handoff import NO_HANDOFF, chunk_pieces, handoff_of, wave_handoff
+from cpplan.pricing.handoff import NO_HANDOFF, chunk_pieces, rounds_handoff, wave_handoff
 from cpplan.spec.card import HandoffSeconds
 from cpplan.verifier.handoff_recount import handoff_seconds
 from cpplan.verifier.owners import OwnerRuns
@@ -170,7 +170,7 @@ def test_handoff_on_deep_trees_is_the_walk_of_its_pieces(seed, qwen36):
     for size, rank, round_ in zip(pieces.length.tolist(), owners, rounds, strict=True):
         work[rank, round_] += size
     wait = int(work.max(axis=0).sum() - work.sum(axis=1).max())
-    handoff = handoff_of(pieces, cp, UNIT)
+    handoff = rounds_handoff(pieces, cp, UNIT)
     num_sources = len({s for s in sources if s >= 0})
     assert (handoff.rounds, handoff.crossings, handoff.wait_tokens) == (num_rounds, num_sources, wait)
     assert handoff.seconds == pytest.approx(
@@ -196,9 +196,9 @@ def test_no_handoff_on_one_rank_or_when_unpriced(qwen36):
         offset, length, parent
     )
     crossing = np.array([0, 1])
-    assert handoff_of(chunk_pieces(offset, length, parent, crossing, 10), 2, UNIT).seconds > 0
-    assert wave_handoff(layout, crossing, 10, 2, HandoffSeconds()) is NO_HANDOFF
-    assert wave_handoff(layout, np.array([0, 0]), 10, 1, UNIT) is NO_HANDOFF
+    assert rounds_handoff(chunk_pieces(offset, length, parent, crossing, 10), 2, UNIT).seconds > 0
+    assert wave_handoff(layout, crossing, 10, 2, HandoffSeconds()) == NO_HANDOFF
+    assert wave_handoff(layout, np.array([0, 0]), 10, 1, UNIT) == NO_HANDOFF
     assert wave_handoff(layout, crossing, 10, 2, UNIT).seconds == pytest.approx(1.0 + 1e-3 + 10e-6)
     segments = [(-1, 0, 10), (0, 10, 10)]
     runs = OwnerRuns(start=np.array([0, 10]), end=np.array([10, 20]), owner=crossing)
