@@ -235,7 +235,11 @@ def test_a_false_wave_cost_is_the_only_violation(fixed):
     verdict = verdict_of(result, bad)
     assert len(verdict.violations) == 1
     assert verdict.violations[0].startswith(f"wave 0: cost_s {priced + 2e-9} but the verifier prices ")
-    assert float(verdict.violations[0].rsplit(" ", 1)[1]) == pytest.approx(priced, rel=1e-12)
+    figure, mode = verdict.violations[0].split(" but the verifier prices ")[1].split(" ", 1)
+    assert (
+        float(figure) == pytest.approx(priced, rel=1e-12)
+        and mode == f"(GDN hand-off {wave['gdn_handoff']!r})"
+    )
     wave["cost_s"] = priced + 0.5e-9
     assert verdict_of(result, bad).valid
 
