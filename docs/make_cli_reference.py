@@ -54,14 +54,28 @@ No command prints a traceback for bad input. `cpplan --help` lists the commands 
 planner, OR-Tools or torch (about 0.1 s against 0.05 s for a bare `python -c pass` on the 2-core
 development machine; `python benchmarks/bench_cli_startup.py` measures it).
 
+## Solver profile
+
+`cpplan plan` uses the `deterministic` profile unless `--solver` says otherwise: CP-SAT is bounded by
+its deterministic work counter and nothing is cut by the wall clock, so the same command gives the same
+plan, byte for byte, on a quiet and on a busy machine (and a larger `--memory` never a costlier plan).
+Until issue 27 the default was `runtime`, the profile a trainer's `cpplan.Planner` keeps: a 0.1 s
+wall-clock budget per step, in which a loaded machine can leave CP-SAT, the seeded re-pricing and even
+part of the greedy search undone. `--solver runtime` still gives it, and when its deadline cuts the search
+the summary says so in a `note:` line (how many items were packed at once with full sharing, which
+strategies never ran).
+
 ## Memory
 
 `--memory` is {MEMORY_MEANING}. Predicted peaks are counted the same way, above that pre-wave baseline,
 so passing the size of the whole GPU plans waves that run out of memory. If you know your GPU and what
 it holds before a wave, `--gpu-memory 141GB --resident 75GB` computes `--memory` (66 GB here) and says
-what it assumed. Sizes take `GiB`, `GB`, `MiB`, `MB`, `KiB`, `KB`, `TiB`, `TB` or a plain number of
-bytes; a plain number below 1 MiB is refused as a probably missing unit (`--memory 80`), and sizes
-above 2^63 - 1 bytes are refused.
+what it assumed; a `--memory` equal to a whole GPU's size (40, 48, 80, 94, 96, 141, 144 or 192, in GB
+or GiB) plans but warns and suggests `--gpu-memory`. Sizes take `GiB`, `GB`, `MiB`, `MB`, `KiB`, `KB`,
+`TiB`, `TB` or a plain number of bytes; a bare `G`, `M`, `K`, `T` is decimal (`80G` = `80GB`, as
+Kubernetes and the SI read it, and the smaller of its two readings) and `Gi`, `Mi`, `Ki`, `Ti` binary;
+a plain number below 1 MiB is refused as a probably missing unit (`--memory 80`), and sizes above
+2^63 - 1 bytes are refused.
 
 ## Workload files
 

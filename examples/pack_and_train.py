@@ -73,7 +73,10 @@ def main() -> None:
     torch.manual_seed(0)
     model = ReferenceLM(ReferenceConfig(vocab_size=512))
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    for step, batches in enumerate(zip(*ranks, strict=True)):
+    # A None pair is a padding wave of this equal-waves pack: under FSDP or DDP run it as
+    # cpplan.hf.padding_wave(model); this one process has no collective to keep in step, so it skips them.
+    waves = (batches for batches in zip(*ranks, strict=True) if batches[0] is not None)
+    for step, batches in enumerate(waves):
         if step == args.steps:
             break
         logits = run_simulated_cp(model, batches)

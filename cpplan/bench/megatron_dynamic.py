@@ -31,9 +31,9 @@ import numpy as np
 from cpplan.baselines.base import Baseline, item_tokens
 from cpplan.baselines.capacity import per_gpu_token_capacity
 from cpplan.baselines.shard_rules import zigzag
-from cpplan.planners.dynamic_cp import group_problem
+from cpplan.planners.dynamic_cp import group_problem, pool_padding_s
 from cpplan.plans.plan import Plan
-from cpplan.plans.pool_schedule import Schedule, block, replay
+from cpplan.plans.pool_schedule import block, timed
 from cpplan.pricing.ownership import chunk_stats
 from cpplan.pricing.problem import Problem
 from cpplan.pricing.wave import WavePlan, price_wave
@@ -135,8 +135,7 @@ def plan(problem: Problem) -> Plan:
             for item in g.samples:
                 waves.append(_wave(problem, item, g.size))
                 gpus.append(block(g.size, g.index))
-    starts, makespan = replay([w.cost_s for w in waves], gpus, pool)
-    schedule = Schedule(pool=pool, gpus=tuple(gpus), start_s=tuple(starts), makespan_s=makespan)
+    schedule = timed([w.cost_s for w in waves], gpus, pool, pool_padding_s(problem))
     return Plan(strategy=NAME, waves=tuple(waves), schedule=schedule)
 
 

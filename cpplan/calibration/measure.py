@@ -28,7 +28,7 @@ from cpplan.errors import InputError
 from cpplan.spec.card import Phase
 from cpplan.spec.profile import load_solver
 from cpplan.spec.quantities import QUANTITY_NAMES
-from cpplan.spec.settings import topology_from_json
+from cpplan.spec.settings import topology_from_json, topology_to_json
 from cpplan.spec.workload import Workload
 
 RunWave = Callable[[int], Any]
@@ -76,6 +76,29 @@ class CudaMemory:
     def peak(self) -> int:
         """``torch.cuda.max_memory_allocated``."""
         return int(self.torch.cuda.max_memory_allocated(self.device))
+
+
+class FakeMemory:
+    """:class:`MemorySource` for runs without a GPU: a fixed baseline, and a peak of the baseline plus
+    :attr:`above_bytes` (the caller sets it before each run: a simulated truth, never a measurement)."""
+
+    def __init__(self, baseline_bytes: int = 5 * 10**9) -> None:
+        self.baseline_bytes = baseline_bytes
+        self.above_bytes = 0
+
+    def synchronize(self) -> None:
+        """Nothing is queued."""
+
+    def reset_peak(self) -> None:
+        """Nothing to reset: the peak is what the caller set."""
+
+    def allocated(self) -> int:
+        """The baseline."""
+        return self.baseline_bytes
+
+    def peak(self) -> int:
+        """The baseline plus the simulated bytes of the run in flight."""
+        return self.baseline_bytes + self.above_bytes
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -190,7 +213,7 @@ def plan_header(plan: dict[str, Any], phase: Phase) -> dict[str, Any]:
             "model": str(plan["model"]),
             "layers": int(plan["layers"]),
             "phase": phase,
-            "topology": topology_from_json(plan["topology"]).model_dump(),
+            "topology": topology_to_json(topology_from_json(plan["topology"])),
             "memory_bytes": int(plan["memory_bytes"]),
             "correction": None,
         }
@@ -265,10 +288,23 @@ def build_model(
     """A random-weight transformers causal LM from a config (a ``config.json`` or its folder), truncated
     to ``num_layers`` layers (its layer pattern kept), in ``dtype`` on ``device``; with ``lora_rank`` > 0
     the base weights are frozen and LoRA adapters (PEFT, fp32) put on every linear projection."""
+    return model_from_config(
+        _read_config(config_path), num_layers=num_layers, dtype=dtype, device=device, lora_rank=lora_rank
+    )
+
+
+def model_from_config(
+    config: Any,
+    *,
+    num_layers: int,
+    dtype: str = "bfloat16",
+    device: str = "cuda",
+    lora_rank: int = 16,
+) -> Any:
+    """:func:`build_model` from a transformers config object (it is changed: truncated in place)."""
     import torch
     import transformers
 
-    config = _read_config(config_path)
     config.num_hidden_layers = num_layers
     if isinstance(getattr(config, "layer_types", None), list):
         config.layer_types = config.layer_types[:num_layers]

@@ -11,10 +11,15 @@ time), a :class:`_Track` keeps the ordered ratios ``observed / card``:
   agree with each other (within ``trust_factor``) are a change of regime, not noise: they are re-admitted
   and replace the window (a real change is learned after ``confirm`` steps; one wild reading, even on
   every rank of a wave, never is).
-- **scale**: the largest believed ratio among the last ``window`` believed ones, times ``1 + margin``,
-  rounded up to ``digits`` significant digits; ``margin = max(min_margin, first_margin / n)`` with ``n``
-  the distinct waves those ratios come from. Every believed observation is therefore predicted at
-  least ``1 + margin`` times over by the corrected card, and the margin shrinks as evidence accumulates.
+- **memory scale** (an upper bound: admission budgets against it): the largest believed ratio among the
+  last ``window`` believed ones, times ``1 + margin``, rounded up to ``digits`` significant digits;
+  ``margin = max(min_margin, first_margin / n)`` with ``n`` the distinct waves those ratios come from.
+  Every believed observation is therefore predicted at least ``1 + margin`` times over by the corrected
+  card. The ratio is taken against the card's prediction *with* its safety factor, so the card's own
+  margin is what an observation replaces, not something the learned margin multiplies: one observation
+  at ratio ``r`` shrinks the budgeted capacity by ``r × 1.03``, not ``r × 1.10 × 1.10``.
+- **time scale** (a best estimate: it ranks plans and predicts their seconds, it guards nothing): the
+  median believed ratio in the window, rounded up, with no margin.
 
 The scale is a pure function of the ordered observations and the card: the same observations in the same
 order give the same correction, byte for byte (data-parallel ranks that feed each other's observations in
@@ -59,15 +64,21 @@ class TrustPolicy:
     confirm: int = 3
     """Rejected ratios on one side from this many distinct steps that agree are re-admitted."""
 
-    first_margin: float = 0.10
-    """The margin above the largest believed ratio after one observed wave; divided by the number of
-    distinct observed waves after that."""
+    first_margin: float = 0.03
+    """The memory margin above the largest believed ratio after one observed wave; divided by the number
+    of distinct observed waves after that. (The card's own safety factor, 1.1 on the shipped cards, is
+    the margin before any observation; a measured peak leaves only the spread between waves to cover.)"""
 
-    min_margin: float = 0.03
-    """The margin never falls below this."""
+    min_margin: float = 0.02
+    """The memory margin never falls below this."""
 
     digits: int = 6
     """Scales are rounded up to this many significant digits."""
+
+    time_estimate: Literal["median", "bound"] = "median"
+    """``median``: the time scale is the median believed ratio (a best estimate); ``bound``: the largest
+    times ``1 + margin``, as the memory scale (what states saved before issue 27 used; their policy,
+    which lacks this field, reads as ``bound`` so they replay to the correction they had)."""
 
     def __post_init__(self) -> None:
         checks = {
@@ -78,6 +89,10 @@ class TrustPolicy:
             "min_margin": 0 <= self.min_margin <= self.first_margin,
             "digits": isinstance(self.digits, int) and 1 <= self.digits <= 15,
         }
+        if self.time_estimate not in ("median", "bound"):
+            raise InputError(
+                f"must be 'median' or 'bound', got {self.time_estimate!r}", field="policy.time_estimate"
+            )
         for name, ok in checks.items():
             if not ok or not math.isfinite(getattr(self, name)):
                 raise InputError(f"invalid value {getattr(self, name)!r}", field=f"policy.{name}")
@@ -99,10 +114,13 @@ class Observation:
     peak_bytes: int | None = None
     seconds: float | None = None
     line: int | None = None
+    handoff_s: float = 0.0
+    """The wave's GDN hand-off seconds under the card alone, which its quantities cannot price (0 for
+    logs written before it was recorded)."""
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON line of the log (quantities by name, one value per rank)."""
-        return {
+        """The JSON line of the log (quantities by name, one value per rank; the hand-off where any)."""
+        line = {
             "step": self.step,
             "wave": self.wave,
             "rank": self.rank,
@@ -110,6 +128,7 @@ class Observation:
             "seconds": self.seconds,
             "quantities": {name: _plain(self.quantities[:, i]) for i, name in enumerate(QUANTITY_NAMES)},
         }
+        return line | ({"handoff_s": self.handoff_s} if self.handoff_s else {})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -142,6 +161,7 @@ class _Track:
     """One kind's evidence in order: the believed ratios (window), the pending rejections, verdicts."""
 
     policy: TrustPolicy
+    kind: Kind = "memory"
     trusted: deque = field(default_factory=deque)
     pending: list[int] = field(default_factory=list)
     verdicts: list[Verdict] = field(default_factory=list)
@@ -190,9 +210,12 @@ class _Track:
         self.pending.clear()
 
     def scale(self) -> float:
-        """The largest believed ratio in the window times ``1 + margin``, rounded up (1: none)."""
+        """Memory: the largest believed ratio in the window times ``1 + margin``; time: the median
+        believed ratio; rounded up (1: none believed)."""
         if not self.trusted:
             return 1.0
+        if self.kind == "time" and self.policy.time_estimate == "median":
+            return round_up(self.reference(), self.policy)
         waves = {(v.step, v.wave) for v in self.trusted}
         return round_up(
             max(v.ratio for v in self.trusted) * (1.0 + self.policy.margin(len(waves))), self.policy
@@ -241,7 +264,7 @@ class OnlineCalibration:
         self.card = card
         self.policy = policy or TrustPolicy()
         self.observations: list[Observation] = []
-        self._tracks = {kind: _Track(self.policy) for kind in KINDS}
+        self._tracks = {kind: _Track(self.policy, kind) for kind in KINDS}
 
     def observe(self, observation: Observation) -> tuple[Verdict, ...]:
         """Record one observation; the verdict on each value it carries."""
@@ -249,7 +272,7 @@ class OnlineCalibration:
         verdicts = []
         for kind, observed, predicted in (
             ("memory", observation.peak_bytes, float(prices.peak_bytes[observation.rank])),
-            ("time", observation.seconds, wave_cost_s(self.card, prices)),
+            ("time", observation.seconds, wave_cost_s(self.card, prices) + observation.handoff_s),
         ):
             if observed is None:
                 continue
@@ -368,6 +391,7 @@ def _observation(data: dict[str, Any], path: Path, line: int) -> Observation:
         peak_bytes=peak,
         seconds=None if seconds is None else float(seconds),
         line=line,
+        handoff_s=float(data.get("handoff_s", 0.0)),
     )
 
 
@@ -427,6 +451,7 @@ def policy_from_dict(data: Any, *, file: str | None = None, line: int | None = N
     unknown = sorted(set(data) - set(TrustPolicy.__dataclass_fields__))
     if unknown:
         raise InputError(f"unknown field {unknown[0]!r}", file=file, line=line, field="policy")
+    data = {"time_estimate": "bound", **data}
     try:
         return TrustPolicy(**data)
     except (InputError, TypeError) as exc:

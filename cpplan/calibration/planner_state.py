@@ -79,6 +79,7 @@ def observation_of(
         quantities=quantities,
         peak_bytes=None if peak_bytes is None else int(peak_bytes),
         seconds=None if seconds is None else float(seconds),
+        handoff_s=waves[wave].handoff.seconds / result.problem.card.group_card(waves[wave].cp).time_scale,
     )
 
 

@@ -25,6 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("cpplan.cli.bench_cmd", "Run every baseline planner and cpplan on the fixed suite."),
     "calibrate": ("cpplan.cli.calibrate_cmd", "Fit the card's calibrated coefficients to measured peaks."),
     "measure": ("cpplan.cli.measure_cmd", "Run a plan's waves on a GPU; log peaks and seconds."),
+    "gpu-check": ("cpplan.cli.gpu_check_cmd", "Prove the kernels path and measure the cards on one GPU."),
 }
 """Subcommand name: (module that defines it, the one-line summary ``cpplan --help`` shows)."""
 

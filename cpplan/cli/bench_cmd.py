@@ -40,10 +40,17 @@ DEFAULT_FOLDER = Path("cpplan-bench")
     type=click.IntRange(min=1, max=1024),
     help="CP size; repeat for several (default 1, 2, 4 and 8).",
 )
-@click.option("--solver", default="runtime", show_default=True, metavar="NAME|PATH", help="cpplan's profile.")
+@click.option(
+    "--solver",
+    default=None,
+    metavar="NAME|PATH",
+    help="cpplan's profile (default runtime; deterministic with --sensitivity, so factors compare plans, not "
+    "deadlines).",
+)
 @click.option("--repeats", type=click.IntRange(min=1), default=None, help="Timed runs per planner.")
 @click.option(
     "--output",
+    "-o",
     type=click.Path(path_type=Path),
     default=None,
     metavar="PATH.json",
@@ -57,6 +64,12 @@ DEFAULT_FOLDER = Path("cpplan-bench")
     help="Run the dynamic-CP suite instead: mixed lengths on a pool of 8 GPUs, dynamic against fixed CP "
     "and Megatron's dynamic CP.",
 )
+@click.option(
+    "--sensitivity",
+    is_flag=True,
+    help="Scale each uncertain time constant by 1/2 and 2 and report, per workload, how cpplan's chosen "
+    "plan on a pool of 8 GPUs (its step time, CP size, layouts, waves) moves.",
+)
 def bench_command(
     quick: bool,
     model: str,
@@ -67,10 +80,14 @@ def bench_command(
     output: Path | None,
     detail: bool,
     dynamic_cp: bool,
+    sensitivity: bool,
 ) -> int:
     """Run every baseline planner and cpplan on the fixed suite; print and save the table."""
     for size in memories:
         parse_bytes(size)
+    if sensitivity:
+        return _sensitivity(quick, model, memories, solver or "deterministic", output)
+    solver = solver or "runtime"
     if dynamic_cp:
         return _dynamic_bench(quick, model, memories, solver, output)
     if not cps:
@@ -131,4 +148,25 @@ def _dynamic_bench(
     path.write_text(json.dumps(result, indent=1) + "\n")
     click.echo(format_summary(result["summary"]))
     click.echo(f"\n{len(result['rows'])} runs in {result['wall_s']:.1f} s; saved {path}")
+    return 0
+
+
+def _sensitivity(quick: bool, model: str, memories: tuple[str, ...], solver: str, output: Path | None) -> int:
+    """``--sensitivity``: the chosen plan under each uncertain constant at 1/2 and 2
+    (:mod:`cpplan.bench.sensitivity`)."""
+    from cpplan.bench.sensitivity import format_sensitivity, run_sensitivity
+
+    memory = memories[0] if memories else DEFAULT_MEMORIES[0]
+    result = run_sensitivity(
+        quick=quick,
+        model=model,
+        memory=memory,
+        solver=solver,
+        progress=lambda line: click.echo(line, err=True),
+    )
+    path = output or DEFAULT_FOLDER / ("sensitivity_quick.json" if quick else "sensitivity.json")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=1) + "\n")
+    click.echo(format_sensitivity(result))
+    click.echo(f"\n{len(result['rows'])} plans in {result['wall_s']:.1f} s; saved {path}")
     return 0

@@ -25,6 +25,7 @@ from cpplan.spec.card import load_model
 @click.option("--model", "model", required=True, metavar="NAME|PATH", help="Card to calibrate.")
 @click.option(
     "--output",
+    "-o",
     "output",
     required=True,
     metavar="CARD.toml",
@@ -134,5 +135,5 @@ def _is_planner_state(path: Path) -> bool:
 
 
 def _short(topology) -> str:
-    sizes = [f"{axis}={size}" for axis, size in topology.model_dump().items() if size != 1]
+    sizes = [f"{axis}={int(size)}" for axis, size in topology.as_env().items() if size != 1]
     return ",".join(sizes) or "single rank"

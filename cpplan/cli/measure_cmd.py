@@ -35,6 +35,7 @@ from cpplan.spec.workload import Workload
 )
 @click.option(
     "--output",
+    "-o",
     "output",
     required=True,
     metavar="PREFIX",

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from cpplan.errors import InputError
-from cpplan.spec.units import MEMORY_MEANING, format_bytes, memory_from_gpu, parse_memory
+from cpplan.spec.units import MEMORY_MEANING, format_bytes, memory_from_gpu, parse_memory, whole_gpu_warning
 
 if TYPE_CHECKING:
     from cpplan.spec.records import RecordFields
@@ -23,7 +23,17 @@ MEMORY_HELP = (
     f"{MEMORY_MEANING[0].upper()}{MEMORY_MEANING[1:]}, e.g. 40GiB (units: GiB, GB, MiB, MB, KiB, KB; a "
     "number alone is bytes). Or give --gpu-memory and --resident."
 )
-PROBLEM_KEYS = ("model", "topology", "dynamic_cp", "memory", "gpu_memory", "resident", "layers", "phase")
+PROBLEM_KEYS = (
+    "model",
+    "topology",
+    "dynamic_cp",
+    "equal_waves",
+    "memory",
+    "gpu_memory",
+    "resident",
+    "layers",
+    "phase",
+)
 RECORD_KEYS = ("tokens_field", "id_field")
 
 
@@ -51,6 +61,15 @@ def problem_options(*, from_plan: bool = False) -> Callable:
             default=False,
             help="Pool the dp x cp GPUs: each wave chooses its CP group size (a power of two) and the cost "
             "is the step's makespan (also dynamic_cp=1 in --topology).",
+        ),
+        click.option(
+            "--equal-waves/--no-equal-waves",
+            "equal_waves",
+            default=None,
+            help="Every GPU of the dp x cp pool runs the same number of waves (GPUs with fewer run empty "
+            "padding waves, each at the card's per-wave cost), as FSDP and ZeRO-3 need. Default: on when "
+            "the pool holds more than one CP group (dp > 1 or --dynamic-cp); --no-equal-waves for a "
+            f"trainer that only reduces after the step (also equal_waves=0|1 in --topology){later}.",
         ),
         click.option("--memory", default=None, metavar="SIZE", help=MEMORY_HELP + later),
         click.option(
@@ -137,7 +156,11 @@ def memory_bytes(values: dict[str, Any], *, required: bool = True) -> int | None
         )
         return from_gpu
     if memory is not None:
-        return parse_memory(memory)
+        value = parse_memory(memory)
+        warning = whole_gpu_warning(value)
+        if warning:
+            click.echo(warning, err=True)
+        return value
     if required:
         raise InputError(
             f"missing: give --memory SIZE ({MEMORY_MEANING}), or --gpu-memory and --resident",
@@ -165,6 +188,8 @@ def read_settings(values: dict[str, Any], plan: dict[str, Any] | None = None) ->
         topology = topology_from_json(topology)
     if values.get("dynamic_cp"):
         topology = _dynamic(topology)
+    if values.get("equal_waves") is not None:
+        topology = _equal_waves(topology, values["equal_waves"])
     return Settings.from_user(
         topology=topology or "",
         model=chosen["model"],
@@ -178,7 +203,18 @@ def _dynamic(topology: Topology | str | None) -> Topology | str:
     """``--dynamic-cp`` folded into the topology (its ``dynamic_cp`` flag)."""
     if isinstance(topology, str) or topology is None:
         return f"{topology},dynamic_cp=1" if topology else "dynamic_cp=1"
-    return topology.model_copy(update={"dynamic_cp": True})
+    from cpplan.spec.topology import Topology
+
+    return Topology.create(**{**topology.model_dump(exclude={"equal_waves"}), "dynamic_cp": True})
+
+
+def _equal_waves(topology: Topology | str | None, on: bool) -> Topology | str:
+    """``--equal-waves`` / ``--no-equal-waves`` folded into the topology (its ``equal_waves`` flag)."""
+    if isinstance(topology, str) or topology is None:
+        from cpplan.spec.topology import Topology
+
+        topology = Topology.parse(topology or "")
+    return topology.model_copy(update={"equal_waves": on})
 
 
 def _fill_from_plan(chosen: dict[str, Any], plan: dict[str, Any]) -> dict[str, Any]:

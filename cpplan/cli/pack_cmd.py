@@ -29,6 +29,7 @@ from cpplan.pack.readers import FORMATS
 @record_options
 @click.option(
     "--output",
+    "-o",
     "output",
     required=True,
     type=click.Path(path_type=Path),

@@ -20,6 +20,11 @@ from cpplan.cli.options import (
 )
 from cpplan.errors import InputError, NoFitError
 
+CLI_SOLVER = "deterministic"
+"""The profile ``cpplan plan`` uses unless told: CP-SAT bounded by its deterministic work counter and
+no wall-clock deadline, so a command gives the same plan on a quiet and a busy machine (a trainer's
+:class:`cpplan.Planner` keeps ``runtime``, a per-step wall-clock budget)."""
+
 
 @cli.command("plan", short_help=COMMANDS["plan"][1])
 @click.argument("workload", type=click.Path(path_type=Path))
@@ -28,10 +33,12 @@ from cpplan.errors import InputError, NoFitError
 @click.option(
     "--solver",
     "solver",
-    default="runtime",
+    default=CLI_SOLVER,
     show_default=True,
     metavar="NAME|PATH",
-    help="Solver profile: runtime, offline, deterministic or a TOML path.",
+    help="Solver profile: deterministic (the same plan on a quiet or a busy machine), runtime (what a "
+    "trainer's Planner uses: 0.1 s of wall-clock time, so load can cut its search), offline, or a "
+    "TOML path.",
 )
 @click.option(
     "--time-budget",
@@ -43,6 +50,7 @@ from cpplan.errors import InputError, NoFitError
 )
 @click.option(
     "--output",
+    "-o",
     "output",
     type=click.Path(path_type=Path),
     default=None,

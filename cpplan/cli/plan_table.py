@@ -19,7 +19,7 @@ def _is_terminal() -> bool:
 
 _WAVE_COLUMNS = (
     "wave",
-    "dp",
+    "dp replica",
     "items",
     "layout",
     "packed",
@@ -37,22 +37,33 @@ def print_summary(result: PlanResult, console: Console | None = None) -> None:
     console = console or Console(stderr=True, width=None if _is_terminal() else 140)
     console.print(wave_table(result))
     console.print(candidate_table(result))
-    solver, plan = result.solver, result.plan
-    gap = "-" if solver.model_gap is None else f"{solver.model_gap:.2%}"
-    status = solver.status + (" in its model" if solver.status in ("optimal", "feasible") else "")
     console.print(
-        f"chosen: {plan.strategy}; solver {status} (model gap {gap}); "
+        f"chosen: {result.plan.strategy}; {solver_line(result.solver)}; "
         f"planned in {result.wall_s * 1e3:.1f} ms (profile {result.profile})"
     )
+    note = result.deadline_note()
+    if note:
+        console.print(f"note: {note}")
 
 
-def _where(plan, index: int, dp: int) -> str:
-    """The replica a wave runs on, or with a schedule its pool ranks (``4-7``) and start."""
+def solver_line(solver) -> str:
+    """What CP-SAT did, in words: whether it ran, and its model's proven gap when it did."""
+    if solver.status in ("optimal", "feasible"):
+        verdict = "proved optimal" if solver.status == "optimal" else "stopped with a feasible answer"
+        gap = "" if solver.model_gap is None else f", {solver.model_gap:.2%} from its proven bound"
+        return f"CP-SAT {verdict} in its (conservative) model{gap}"
+    if solver.status == "not_run":
+        return "CP-SAT did not run"
+    return f"CP-SAT did not answer ({solver.status})"
+
+
+def _where(plan, index: int, dp: int) -> tuple[str, ...]:
+    """The replica a wave runs on, or with a schedule its pool GPUs (``GPUs 4-7``) and start time."""
     if plan.schedule is None:
-        return str(dp_rank_of(index, dp))
+        return (str(dp_rank_of(index, dp)),)
     gpus, start = plan.schedule.gpus[index], plan.schedule.start_s[index]
-    ranks = str(gpus[0]) if len(gpus) == 1 else f"{gpus[0]}-{gpus[-1]}"
-    return f"{ranks} @{start:.3f}s"
+    ranks = f"GPU {gpus[0]}" if len(gpus) == 1 else f"GPUs {gpus[0]}-{gpus[-1]}"
+    return ranks, f"{start:.3f} s"
 
 
 def wave_table(result: PlanResult) -> Table:
@@ -63,13 +74,14 @@ def wave_table(result: PlanResult) -> Table:
         title=f"cpplan plan: {problem.card.name}, {problem.topology}, budget {format_bytes(memory_bytes)}",
         title_justify="left",
     )
-    for column in _WAVE_COLUMNS:
+    columns = _WAVE_COLUMNS if plan.schedule is None else ("wave", "runs on", "starts at", *_WAVE_COLUMNS[2:])
+    for column in columns:
         table.add_column(column, justify="left" if column == "layout" else "right")
     for index, wave in enumerate(plan.waves):
         rank = wave.busiest_rank
         table.add_row(
             str(index),
-            _where(plan, index, problem.topology.dp),
+            *_where(plan, index, problem.topology.dp),
             str(len(wave.items)),
             wave.layout_name,
             f"{wave.packed_tokens:,}",
@@ -83,7 +95,7 @@ def wave_table(result: PlanResult) -> Table:
     table.add_section()
     table.add_row(
         "total",
-        "",
+        *([""] * (len(columns) - len(_WAVE_COLUMNS) + 1)),
         str(problem.num_items),
         "",
         f"{plan.packed_tokens:,}",

@@ -13,6 +13,7 @@ from cpplan.cli import COMMANDS, cli
 @click.argument("outdir", type=click.Path(path_type=Path))
 @click.option(
     "--output",
+    "-o",
     "output",
     type=click.Path(path_type=Path),
     default=None,

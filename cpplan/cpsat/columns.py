@@ -18,9 +18,9 @@ would relax them by big-M terms and ruin the proven bound):
 - ``col[w] = Σ_g take[w, g] ≤ 1``; a slot taking a column holds no ``x`` item, so its layout totals,
   chunks and rank-average time are zero (its ``cp - 1`` boundary segments are charged only to slots
   without a column), and its conservative memory rows are not enforced (:mod:`~cpplan.cpsat.memory`);
-- the objective adds ``Σ take[w, g] · time[g]``: the column's exact slowest-rank time, rounded up to
-  time units so the model never under-states it; the slot's ``used[w]`` adds the wave overhead as for
-  any wave.
+- the objective adds ``Σ take[w, g] · time[g]``: the column's exact time (per barrier its slowest
+  rank, summed, plus its GDN hand-off in the mode the wave runs), rounded up to time units so the
+  model never under-states it; the slot's ``used[w]`` adds the wave overhead as for any wave.
 
 Realization (:func:`~cpplan.cpsat.realize.realize`) emits a slot's column as its own priced wave,
 unchanged. So every plan made of columns (the greedy plan among them) is a feasible solution of the
@@ -41,8 +41,8 @@ from cpplan.pricing.wave import WavePlan
 
 @dataclass(frozen=True, kw_only=True, eq=False)
 class Column:
-    """A priced wave that fits, its items (ascending), the slots it may take, and its slowest-rank
-    time in model time units (rounded up)."""
+    """A priced wave that fits, its items (ascending), the slots it may take, and its exact time less
+    the per-wave overhead (barriers and hand-off) in model time units (rounded up)."""
 
     wave: WavePlan
     items: tuple[int, ...]
@@ -83,7 +83,7 @@ def make_columns(
             wave=wave,
             items=items,
             slots=tuple(sorted(slots[items])),
-            time_units=scaling.time(float(wave.prices.time_s.max())),
+            time_units=scaling.time(wave.prices.compute_s + wave.handoff.seconds),
         )
         for items, wave in best.items()
     )

@@ -13,12 +13,17 @@ item's waves back to back. Variables and constraints:
   with ``x[j, b]``; ``d_j`` is the job's exact seconds (the evaluator's, summed over its waves), rounded
   up to microseconds;
 - per GPU, no two present intervals of blocks holding it overlap;
-- ``makespan >= s_j + d_j`` for every chosen job; minimize ``makespan``.
+- ``makespan >= s_j + d_j`` for every chosen job; minimize ``makespan``;
+- under equal waves (every GPU runs as many waves as the busiest; ``padding_us``, the fixed per-wave
+  cost rounded up, per empty padding wave): per GPU ``g`` its wave count ``n_g = sum x[j, b] * |j|``
+  over the placements holding it, ``most >= n_g``, its end ``e_g >= s_j + d_j`` for each of those
+  placements, and ``makespan >= e_g + padding_us * (most - n_g)``: the padding is in the objective.
 
 Every duration is a priced wave, so the model's objective is the plan's makespan up to the microsecond
 rounding, which only lengthens jobs: :func:`realize` orders the chosen jobs by start and replays them
-(each as soon as its GPUs are free), so the realized makespan never exceeds the model's. The greedy
-plan is the complete hint, so the model always holds it.
+(each as soon as its GPUs are free), so the realized makespan never exceeds the model's (the same
+placements, so the same wave counts and padding). The greedy plan is the complete hint, so the model
+always holds it.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from dataclasses import dataclass
 from ortools.sat.python import cp_model
 
 from cpplan.plans.plan import Plan
-from cpplan.plans.pool_schedule import Schedule, block, replay
+from cpplan.plans.pool_schedule import block, timed
 from cpplan.pricing.wave import WavePlan
 
 MICROSECONDS = 1_000_000
@@ -72,14 +77,29 @@ class ScheduleModel:
     place: dict[tuple[int, int, int], dict[int, cp_model.IntVar]]
     start: dict[tuple[int, int, int], cp_model.IntVar]
     makespan: cp_model.IntVar
+    padding_s: float | None = None
+    """Under equal waves, the seconds of one padding wave (``None``: waves are not equalized)."""
+    ends: tuple[cp_model.IntVar, ...] = ()
+    """Under equal waves, each GPU's end before its padding."""
+    most: cp_model.IntVar | None = None
+    """Under equal waves, the busiest GPU's wave count."""
 
 
-def compile_schedule(alternatives: Sequence[Sequence[Sequence[Job]]], pool: int) -> ScheduleModel:
+def padding_us(padding_s: float) -> int:
+    """One padding wave's seconds, rounded up to microseconds."""
+    return math.ceil(padding_s * MICROSECONDS)
+
+
+def compile_schedule(
+    alternatives: Sequence[Sequence[Sequence[Job]]], pool: int, padding_s: float | None = None
+) -> ScheduleModel:
     """The model of the module docstring over ``alternatives[k][a]`` (the jobs of block ``k``'s
-    alternative ``a``) on a pool of ``pool`` GPUs."""
+    alternative ``a``) on a pool of ``pool`` GPUs; with ``padding_s``, under equal waves."""
     model = cp_model.CpModel()
     horizon = sum(max(sum(j.duration_us for j in alt) for alt in alts) for alts in alternatives)
-    makespan = model.new_int_var(0, horizon, "makespan")
+    most_waves = sum(max(sum(len(j.waves) for j in alt) for alt in alts) for alts in alternatives)
+    pad_us = 0 if padding_s is None else padding_us(padding_s)
+    makespan = model.new_int_var(0, horizon + pad_us * most_waves, "makespan")
     by_gpu: list[list[cp_model.IntervalVar]] = [[] for _ in range(pool)]
     choose, place, start = [], {}, {}
     for k, alts in enumerate(alternatives):
@@ -95,6 +115,11 @@ def compile_schedule(alternatives: Sequence[Sequence[Sequence[Job]]], pool: int)
                 model.add(makespan >= start[key] + job.duration_us).only_enforce_if(chosen[a])
     for intervals in by_gpu:
         model.add_no_overlap(intervals)
+    ends, most = (), None
+    if padding_s is not None:
+        ends, most = _equal_waves(model, alternatives, place, start, pool, (horizon, most_waves, pad_us))
+        for end, count in zip(ends, _counts(alternatives, place, pool), strict=True):
+            model.add(makespan >= end + pad_us * (most - count))
     model.minimize(makespan)
     return ScheduleModel(
         model=model,
@@ -104,7 +129,36 @@ def compile_schedule(alternatives: Sequence[Sequence[Sequence[Job]]], pool: int)
         place=place,
         start=start,
         makespan=makespan,
+        padding_s=padding_s,
+        ends=ends,
+        most=most,
     )
+
+
+def _counts(alternatives, place, pool: int) -> list:
+    """Each GPU's wave count: ``sum x[j, b] * |j|`` over the placements whose block holds it."""
+    counts: list = [0] * pool
+    for (k, a, j), spots in place.items():
+        job = alternatives[k][a][j]
+        for b, x in spots.items():
+            for gpu in block(job.size, b):
+                counts[gpu] = counts[gpu] + len(job.waves) * x
+    return counts
+
+
+def _equal_waves(model, alternatives, place, start, pool: int, bounds: tuple[int, int, int]):
+    """Each GPU's end ``e_g`` (at least every job placed on it ends) and the busiest count ``most``."""
+    horizon, most_waves, _ = bounds
+    most = model.new_int_var(0, most_waves, "most")
+    for count in _counts(alternatives, place, pool):
+        model.add(most >= count)
+    ends = tuple(model.new_int_var(0, horizon, f"e{g}") for g in range(pool))
+    for key, spots in place.items():
+        job = alternatives[key[0]][key[1]][key[2]]
+        for b, x in spots.items():
+            for gpu in block(job.size, b):
+                model.add(ends[gpu] >= start[key] + job.duration_us).only_enforce_if(x)
+    return ends, most
 
 
 def _placements(model, job: Job, key, start, pool: int, by_gpu) -> dict[int, cp_model.IntVar]:
@@ -124,7 +178,7 @@ def add_hint(compiled: ScheduleModel, placements: Sequence[Sequence[HintJob]]) -
     """Hint every block's first alternative with its jobs at ``placements[k][j]`` (every variable,
     the makespan included)."""
     model = compiled.model
-    end = 0
+    ends, counts = [0] * compiled.pool, [0] * compiled.pool
     for k, chosen in enumerate(compiled.choose):
         for a, var in enumerate(chosen):
             model.add_hint(var, a == 0)
@@ -134,7 +188,17 @@ def add_hint(compiled: ScheduleModel, placements: Sequence[Sequence[HintJob]]) -
                 for b, x in compiled.place[(k, a, j)].items():
                     model.add_hint(x, spot is not None and spot.block == b)
                 if spot is not None:
-                    end = max(end, spot.start_us + compiled.alternatives[k][a][j].duration_us)
+                    job = compiled.alternatives[k][a][j]
+                    for gpu in block(job.size, spot.block):
+                        ends[gpu] = max(ends[gpu], spot.start_us + job.duration_us)
+                        counts[gpu] += len(job.waves)
+    end = max(ends, default=0)
+    if compiled.most is not None:
+        pad_us, most = padding_us(compiled.padding_s or 0.0), max(counts, default=0)
+        end = max((e + pad_us * (most - n) for e, n in zip(ends, counts, strict=True)), default=0)
+        model.add_hint(compiled.most, most)
+        for var, e in zip(compiled.ends, ends, strict=True):
+            model.add_hint(var, e)
     model.add_hint(compiled.makespan, end)
 
 
@@ -168,6 +232,5 @@ def realize(compiled: ScheduleModel, solver: cp_model.CpSolver, strategy: str) -
     chosen.sort(key=lambda entry: entry[:2])
     waves = [w for _, _, job, _ in chosen for w in job.waves]
     gpus = [block(job.size, b) for _, _, job, b in chosen for _ in job.waves]
-    starts, makespan = replay([w.cost_s for w in waves], gpus, compiled.pool)
-    schedule = Schedule(pool=compiled.pool, gpus=tuple(gpus), start_s=tuple(starts), makespan_s=makespan)
+    schedule = timed([w.cost_s for w in waves], gpus, compiled.pool, compiled.padding_s)
     return Plan(strategy=strategy, waves=tuple(waves), schedule=schedule)

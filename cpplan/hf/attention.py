@@ -4,7 +4,8 @@ The layer's own projections, q/k norms and rotary function (the ``apply_rotary_p
 model's modeling module, so partial rotary is whatever the model does) make every rank's queries, keys
 and values; one publish gives every rank all keys and values of the wave in packed order. A query at
 packed position ``p`` of segment ``s`` attends the keys of ``s``'s ancestor segments and of ``s`` up to
-``p``: with the pure-torch kernels that is computed segment by segment (keys = the segment's path), with
+``p``: with the pure-torch kernels that is computed piece by piece (the batch's ``piece_cu_seqlens``
+queries against their ``attn_k_index`` keys, causal aligned bottom-right), with
 flex_attention (CUDA by default) through the rank's tree BlockMask of
 :class:`cpplan.runtime.attention_mask.TreeMask` (built once per wave and rank and held by the wave's
 :class:`WaveMasks`, so no mask outlives its wave).
@@ -75,28 +76,24 @@ def tree_attention(
     ``masks``, default: one built for this call)."""
     if kernels == "flex" or (kernels in ("auto", "fla") and q.is_cuda):
         return _flex(attn, q, keys, values, geo, rank, masks or WaveMasks(geo))
-    return _by_segment(attn, q, keys, values, geo, rank)
+    return _by_piece(attn, q, keys, values, geo, rank)
 
 
-def _by_segment(attn, q, keys, values, geo, rank: int) -> torch.Tensor:
-    """Per segment the rank owns tokens of: those queries against the keys of the segment's path."""
+def _by_piece(attn, q, keys, values, geo, rank: int) -> torch.Tensor:
+    """Per piece of the rank (``piece_cu_seqlens``): its queries against the keys of its key path
+    (``attn_k_index``), causal aligned bottom-right (the queries are the path's last keys)."""
     device = q.device
     keys = keys.repeat_interleave(attn.num_key_value_groups, 0)
     values = values.repeat_interleave(attn.num_key_value_groups, 0)
-    owned = geo.owned(rank)
-    outs, order = [], []
-    for segment in np.unique(geo.segment[owned]):
-        local = np.flatnonzero(geo.segment[owned] == segment)
-        path = geo.path_keys(int(segment), int(owned[local[-1]]))
-        visible = torch.as_tensor(path[None, :] <= owned[local][:, None], device=device)
-        index = torch.as_tensor(path, device=device)
-        queries = q[:, torch.as_tensor(local, device=device)]
-        outs.append(_dense(queries, keys[:, index], values[:, index], visible, attn.scaling))
-        order.append(local)
-    if not outs:
-        return q
-    inverse = np.argsort(np.concatenate(order), kind="stable")
-    return torch.cat(outs, dim=1)[:, torch.as_tensor(inverse, device=device)]
+    rows_cu = geo.keys[rank].rows_cu
+    outs = []
+    for i in range(geo.keys[rank].num_pieces):
+        lo, hi = int(rows_cu[i]), int(rows_cu[i + 1])
+        path = torch.as_tensor(geo.piece_keys(rank, i), device=device)
+        shift = path.numel() - (hi - lo)
+        visible = torch.ones(hi - lo, path.numel(), dtype=torch.bool, device=device).tril(shift)
+        outs.append(_dense(q[:, lo:hi], keys[:, path], values[:, path], visible, attn.scaling))
+    return torch.cat(outs, dim=1) if outs else q
 
 
 def _dense(q, keys, values, visible, scaling: float) -> torch.Tensor:

@@ -1,11 +1,12 @@
 """Find the pieces of a transformers causal LM that cpplan drives, and refuse what it cannot route.
 
-cpplan never runs a decoder layer's ``forward``: it runs the layer's own sub-modules (norms, projections,
-experts, rotary) around a token mixer it executes itself (tree attention or Gated DeltaNet with state
-hand-off). That is only exact for layers whose ``forward`` is ``h + mixer(input_layernorm(h))`` then
-``h + mlp(post_attention_layernorm(h))``, so layer and mixer classes are matched against the families
-read and checked here: Qwen3, Qwen3-MoE, Qwen3.5 (dense hybrid) and Qwen3.5/3.6-MoE (hybrid). Classes are
-named by module path so that importing cpplan.hf does not import transformers.
+cpplan calls the model's own modules (so that wrappers' hooks fire: FSDP2, DDP, PEFT) but replaces the
+token mixer's ``forward`` for the wave (tree attention or Gated DeltaNet with state hand-off, see
+:mod:`cpplan.hf.module_calls`). That is only exact for decoder layers whose ``forward`` is
+``h + mixer(input_layernorm(h))`` then ``h + mlp(post_attention_layernorm(h))``, so layer and mixer
+classes are matched against the families read and checked here: Qwen3, Qwen3-MoE, Qwen3.5 (dense hybrid)
+and Qwen3.5/3.6-MoE (hybrid). Classes are named by module path so that importing cpplan.hf does not
+import transformers. A class an FSDP2 ``fully_shard`` made (a subclass of the model's) matches its base.
 """
 
 from __future__ import annotations
@@ -57,9 +58,11 @@ def _qualified(module: nn.Module) -> str:
 
 @dataclass(frozen=True, kw_only=True, eq=False)
 class Layer:
-    """One decoder layer: its norms, its token mixer and what kind it is, and its MLP or MoE block."""
+    """One decoder layer (``module``, called as a whole): its norms, its token mixer and what kind it is,
+    and its MLP or MoE block."""
 
     index: int
+    module: nn.Module
     kind: str  # "attention" or "gdn"
     gated: bool  # attention with an output gate (Qwen3.5)
     input_norm: nn.Module
@@ -70,8 +73,11 @@ class Layer:
 
 @dataclass(frozen=True, kw_only=True, eq=False)
 class CausalLM:
-    """The parts of a supported causal LM, in execution order."""
+    """The parts of a supported causal LM, in execution order: ``base`` (the transformers causal LM)
+    runs ``inner`` (its decoder stack) and then the LM head."""
 
+    base: nn.Module
+    inner: nn.Module
     embed: nn.Module
     rotary: nn.Module
     layers: tuple[Layer, ...]
@@ -88,7 +94,11 @@ class CausalLM:
 
 
 def unwrap(model: nn.Module) -> nn.Module:
-    """The transformers model under a PEFT wrapper (LoRA layers stay in place inside it)."""
+    """The transformers model under DDP and PEFT wrappers (LoRA layers stay in place inside it)."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    while isinstance(model, DistributedDataParallel):
+        model = model.module
     get_base = getattr(model, "get_base_model", None)
     return get_base() if callable(get_base) else model
 
@@ -106,6 +116,8 @@ def adapt(model: nn.Module) -> CausalLM:
     inner = base.model
     layers = tuple(_layer(i, layer) for i, layer in enumerate(inner.layers[: base.config.num_hidden_layers]))
     return CausalLM(
+        base=base,
+        inner=inner,
         embed=inner.embed_tokens,
         rotary=inner.rotary_emb,
         layers=layers,
@@ -132,6 +144,7 @@ def _layer(index: int, layer: nn.Module) -> Layer:
         _check_attention(index, mixer)
     return Layer(
         index=index,
+        module=layer,
         kind=kind,
         gated=gated,
         input_norm=layer.input_layernorm,

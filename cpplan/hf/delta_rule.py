@@ -7,7 +7,8 @@ key ``k`` and query ``q`` (both L2-normalised, the query scaled by ``key_dim ** 
 
 :func:`gated_delta_rule` takes sequences packed one after another with ``cu_seqlens`` boundaries and
 one initial state per sequence, and returns the outputs and every sequence's final state. On CUDA
-with flash-linear-attention installed it calls fla's ``chunk_gated_delta_rule``; otherwise it runs
+with flash-linear-attention installed it calls fla's ``chunk_gated_delta_rule`` (on the CPU too with
+``kernels="fla"`` under ``TRITON_INTERPRET=1``); otherwise it runs
 :func:`chunked_delta_rule`, an exact pure-torch chunked form, in float32 or wider (float64 for float64
 inputs). Grouped value heads: query/key head ``h`` serves value heads ``h * group .. h * group +
 group - 1`` (as in transformers' Qwen3.5).
@@ -16,6 +17,7 @@ group - 1`` (as in transformers' Qwen3.5).
 from __future__ import annotations
 
 import itertools
+import os
 
 import torch
 import torch.nn.functional as F
@@ -56,7 +58,7 @@ def gated_delta_rule(
     q, k = q.repeat_interleave(group, dim=1), k.repeat_interleave(group, dim=1)
     if _use_fla(kernels, v):
         return _fla(q, k, v, g, beta, cu_seqlens, initial_state)
-    dtype = compute_dtype(v.dtype)
+    out_dtype, dtype = v.dtype, compute_dtype(v.dtype)
     q, k, v, g, beta = (x.to(dtype) for x in (q, k, v, g, beta))
     q = l2_normalise(q) * q.shape[-1] ** -0.5
     k = l2_normalise(k)
@@ -67,7 +69,7 @@ def gated_delta_rule(
         )
         outs.append(o)
         finals.append(s)
-    return torch.cat(outs).to(v.dtype), torch.stack(finals)
+    return torch.cat(outs).to(out_dtype), torch.stack(finals)
 
 
 def chunked_delta_rule(
@@ -114,12 +116,16 @@ def chunked_delta_rule(
 
 
 def _use_fla(kernels: str, v: torch.Tensor) -> bool:
+    """fla for ``"fla"`` (CUDA tensors, or CPU ones under ``TRITON_INTERPRET=1``) and for ``"auto"`` on
+    CUDA; never for float64."""
     if kernels in ("torch", "flex"):
         return False
-    available = v.is_cuda and v.dtype != torch.float64 and _fla_function() is not None
+    device_ok = v.is_cuda or (kernels == "fla" and os.environ.get("TRITON_INTERPRET") == "1")
+    available = device_ok and v.dtype != torch.float64 and _fla_function() is not None
     if kernels == "fla" and not available:
         raise RuntimeError(
-            "kernels='fla' needs non-float64 CUDA tensors and flash-linear-attention installed"
+            "kernels='fla' needs non-float64 CUDA tensors (or CPU ones under TRITON_INTERPRET=1) and "
+            "flash-linear-attention installed"
         )
     return available
 
@@ -137,7 +143,8 @@ def _fla(q, k, v, g, beta, cu_seqlens, initial_state):
     # 92396f250f2c8f0ad841cecfe29069c8a71a83eb: chunk_gated_delta_rule(q, k, v, g, beta, scale=None,
     # initial_state=None, output_final_state=False, use_qk_l2norm_in_kernel=False, cu_seqlens=None);
     # q/k/v are [1, T, H, K|V] with cu_seqlens, g (log space) and beta [1, T, H], initial_state
-    # [N, H, K, V]; scale defaults to K ** -0.5. Not exercised by the CPU test suite.
+    # [N, H, K, V]; scale defaults to K ** -0.5. Run on the CPU by tests/hf/test_hf_fla_cpu.py under
+    # Triton's interpreter (fla 0.6.0, triton 3.9.0).
     chunk_gated_delta_rule = _fla_function()
     cu = torch.tensor(cu_seqlens, dtype=torch.long, device=v.device)
     out, final = chunk_gated_delta_rule(

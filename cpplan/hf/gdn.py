@@ -8,9 +8,11 @@ Per rank, the layer's own input projections run on the owned tokens. Two states 
   piece's tail on another rank. One publish per layer sends every such tail row (``kernel - 1`` rows of
   ``2 * key_dim + value_dim`` inputs per crossing) to the ranks that read it.
 - **recurrent state**: each piece starts from the state after its predecessor token (the parent's last
-  token at a branch point, the previous piece of its segment otherwise). Pieces run round by round
-  (:class:`~cpplan.hf.geometry.Pieces`); after each round, one publish sends the final states that
-  pieces on other ranks start from (``value heads x key dim x value dim`` per crossing).
+  token at a branch point, the previous piece of its segment otherwise). As the wave's plan says
+  (``gdn_handoff``): ``"rounds"``, pieces run round by round (:class:`~cpplan.hf.geometry.Pieces`) and
+  after each round one publish sends the final states that pieces on other ranks start from
+  (``value heads x key dim x value dim`` per crossing); ``"parallel"``, every rank runs at once and
+  one publish per layer sends each crossing's affine state map (:mod:`cpplan.hf.gdn_parallel`).
 
 Then the layer's gated RMSNorm and output projection run per token.
 """
@@ -22,10 +24,14 @@ import torch
 import torch.nn.functional as F
 
 from cpplan.hf.delta_rule import compute_dtype, gated_delta_rule
+from cpplan.hf.gdn_parallel import parallel_recurrence
+from cpplan.pricing.handoff_mode import PARALLEL, ROUNDS
 
 
-def gdn_layer(layer, hs: dict, geo, comm, *, kernels: str = "auto") -> dict:
-    """The mixer output ``(T_r, hidden)`` of every local rank from its normed states ``hs[r]``."""
+def gdn_layer(layer, hs: dict, geo, comm, *, kernels: str = "auto", handoff: str = ROUNDS) -> dict:
+    """The mixer output ``(T_r, hidden)`` of every local rank from its normed states ``hs[r]``; the
+    recurrent states cross ranks as ``handoff`` says (the wave's ``gdn_handoff``: ``"rounds"``, or
+    ``"parallel"``, :mod:`cpplan.hf.gdn_parallel`)."""
     gdn = layer.mixer
     mixed = {r: gdn.in_proj_qkv(hs[r]) for r in comm.ranks}
     convolved = conv_with_tails(gdn, mixed, geo, comm)
@@ -41,7 +47,8 @@ def gdn_layer(layer, hs: dict, geo, comm, *, kernels: str = "auto") -> dict:
             g,
             gdn.in_proj_b(hs[r]).sigmoid(),
         )
-    core = recurrence(gdn, heads, geo, comm, kernels=kernels)
+    run = parallel_recurrence if handoff == PARALLEL else recurrence
+    core = run(gdn, heads, geo, comm, kernels=kernels)
     out = {}
     for r in comm.ranks:
         z = gdn.in_proj_z(hs[r]).reshape(-1, gdn.head_v_dim)

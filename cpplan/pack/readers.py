@@ -218,12 +218,21 @@ def _sharegpt(path: Path, start: Cursor) -> Iterator[Record]:
 
 
 def iter_json_array(
-    read: Callable[[int], bytes | str], block_chars: int = CHUNK_BYTES, *, source: str = "JSON array"
+    read: Callable[[int], bytes | str],
+    block_chars: int = CHUNK_BYTES,
+    *,
+    source: str = "JSON array",
+    on_truncated: Callable[[int, str], None] | None = None,
 ) -> Iterator[Any]:
     """The values of a JSON array read incrementally through ``read`` (a file's ``read``, binary or
-    text): the whole array is never held in memory. Errors are :class:`InputError` naming ``source``."""
+    text): the whole array is never held in memory. Errors are :class:`InputError` naming ``source``;
+    with ``on_truncated``, a file that ends inside a value (a download cut short) instead calls
+    ``on_truncated(values read, reason)`` and ends the iteration there."""
     for record in _array_records(_TextStream(read, Cursor(), block_chars), Cursor(), source):
         if record.error is not None:
+            if on_truncated is not None and record.error.startswith("truncated"):
+                on_truncated(record.ordinal - 1, record.error)
+                return
             raise InputError(record.error, file=source, line=record.line)
         yield record.payload
 
@@ -250,6 +259,8 @@ def _array_records(stream: _TextStream, start: Cursor, source: str) -> Iterator[
         value, error = _decode_next(stream, decoder)
         end = Cursor(offset=stream.offset, line=stream.line, ordinal=ordinal)
         if error is not None:
+            if error.startswith("truncated"):
+                error += f"; the file ends inside record {ordinal:,}, the {ordinal - 1:,} before it were read"
             yield Record(line=line, ordinal=ordinal, payload=None, end=end, error=error)
             if error.startswith("truncated"):
                 return

@@ -107,7 +107,8 @@ def _plots(
     for rank in range(peaks.shape[1]):
         ax.plot(waves, peaks[:, rank] / 2**30, ".", markersize=3, label=f"rank {rank}")
     ax.axhline(memory_bytes / 2**30, color="#c44e52", linestyle="--", label="budget")
-    ax.set(xlabel="wave", ylabel="GiB", title="Predicted peak per rank against the budget")
+    ax.set_ylim(bottom=0)  # from zero: a cropped axis makes a few percent look like a cliff
+    ax.set(xlabel="wave", ylabel="GiB (axis from 0)", title="Predicted peak per rank against the budget")
     ax.legend(fontsize="small", ncol=min(peaks.shape[1] + 1, 6))
     save(fig, "rank_peaks")
 
@@ -117,18 +118,33 @@ def _plots(
     save(fig, "seconds")
 
     fig, ax = plt.subplots(figsize=(9, 3.5))
-    idx = np.arange(len(windows))
+    _sharing_plot(ax, windows)
+    save(fig, "sharing")
+    return files
+
+
+def _sharing_plot(ax, windows: list[dict[str, Any]]) -> None:
+    """Cumulative logical, no-sharing and planned packed tokens per window; with one window (a line of
+    one point draws nothing) the three totals as bars, with the share saved written on them."""
     logical = np.cumsum([w["logical_tokens"] for w in windows])
     packed = np.cumsum([w["packed_tokens"] for w in windows])
     baseline = np.cumsum([w["baseline"]["packed_tokens"] for w in windows])
+    if len(windows) <= 1:
+        totals = [int(v[-1]) if len(v) else 0 for v in (logical, baseline, packed)]
+        names = ["logical", "no-sharing baseline, packed", "planned, packed"]
+        ax.bar(names, totals, color=["#4c72b0", "#dd8452", "#55a868"])
+        saved = 1 - totals[2] / totals[0] if totals[0] else 0.0
+        ax.set(ylabel="tokens", title=f"Tokens saved by sharing (one window: {saved:.1%} of logical saved)")
+        for x, value in enumerate(totals):
+            ax.annotate(f"{value:,}", (x, value), ha="center", va="bottom")
+        return
+    idx = np.arange(len(windows))
     ax.plot(idx, logical, label="logical")
     ax.plot(idx, baseline, label="no-sharing baseline, packed")
     ax.plot(idx, packed, label="planned, packed")
     ax.fill_between(idx, packed, logical, alpha=0.2, label="saved by sharing")
     ax.set(xlabel="window", ylabel="tokens (cumulative)", title="Tokens saved by sharing")
     ax.legend()
-    save(fig, "sharing")
-    return files
 
 
 def _row(name: str, value: str) -> str:

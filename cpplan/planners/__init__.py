@@ -12,7 +12,7 @@ from collections.abc import Callable
 from cpplan.errors import NoFitError
 from cpplan.planners.cpsat_planner import cpsat_planner
 from cpplan.planners.deadline import Deadline
-from cpplan.planners.dynamic_cp import at_each_size, cached_dynamic_plan, group_problem
+from cpplan.planners.dynamic_cp import at_each_size, cached_dynamic_plan, group_problem, pool_padding_s
 from cpplan.planners.greedy import cached_greedy_plan, full_sharing_plan
 from cpplan.planners.seeded import seeded_plan
 from cpplan.plans.plan import Plan, SolverStats, balanced
@@ -69,7 +69,7 @@ def at_every_size(strategy: Strategy, dynamic: Strategy | None = None) -> Strate
         def plan_of(planner: Strategy, target: Problem) -> Plan | None:
             plan, found = planner(target, profile, deadline)
             stats.extend([found] if found is not None else [])
-            return None if plan is None else balanced(plan, problem.topology.pool)
+            return None if plan is None else balanced(plan, problem.topology.pool, pool_padding_s(problem))
 
         def at_size(size: int) -> Plan | None:
             return plan_of(strategy, group_problem(problem, size))
@@ -95,7 +95,7 @@ def placed(strategy: Strategy) -> Strategy:
     def run(problem: Problem, profile: SolverProfile, deadline: Deadline):
         plan, stats = strategy(problem, profile, deadline)
         if plan is not None and scheduled(problem.topology):
-            plan = balanced(plan, problem.topology.pool)
+            plan = balanced(plan, problem.topology.pool, pool_padding_s(problem))
         return plan, stats
 
     run.__doc__ = strategy.__doc__
@@ -114,4 +114,5 @@ pool holds several CP groups (``dp > 1`` or dynamic CP) the cost is the makespan
 :mod:`cpplan.planners.schedule_strategy`) and every plan's waves are balanced over the pool. Under
 dynamic CP, ``greedy`` and ``cpsat`` choose each wave's group size, and every strategy also runs as the
 fixed-CP strategy of each group size (:func:`at_every_size`), so the dynamic portfolio holds the fixed
-portfolio of every size."""
+portfolio of every size. Under equal waves every plan's makespan counts its padding waves
+(:func:`~cpplan.planners.dynamic_cp.pool_padding_s`), a group size's plan repriced with the pool's."""

@@ -13,10 +13,13 @@ smallest makespan (ties to the earlier):
   regrouped and waves cut where the least is shared, its waves balanced over the pool's blocks): the
   topology's own ``cp`` first, so a dynamic plan is never worse than it;
 - every item at one size, in order, in waves of at most a token cap (none, one or two waves per group
-  of the pool), for balance;
+  of the pool), and cut into exactly one or two waves per group of about equal tokens, for balance;
 - for each *floor* ``f`` among the group sizes, every item at the larger of ``f`` and the smallest group
   it fits in alone, the items of each size packed in order into the widest fitting waves, and all the
   waves balanced over the pool (:func:`~cpplan.plans.pool_schedule.place`).
+
+Under equal waves (:func:`pool_padding_s`) every candidate's makespan counts the padding waves, so the
+choice among them (and the placement) weighs a GPU's missing waves at the fixed per-wave cost.
 
 An item that fits no group alone, not even the whole pool, takes the split path at the pool size, which
 refuses it (naming the item, request, rank and bytes at the largest group) only when one of its requests
@@ -29,12 +32,15 @@ import dataclasses
 import math
 from collections.abc import Callable, Iterator, Sequence
 
+import numpy as np
+
 from cpplan.errors import NoFitError
 from cpplan.planners.deadline import Deadline
 from cpplan.planners.greedy import cached_greedy_plan, split_item
 from cpplan.planners.split import widest
 from cpplan.plans.plan import Plan, balanced
 from cpplan.pricing.memo import memoized
+from cpplan.pricing.ownership import contiguous_split
 from cpplan.pricing.problem import Problem
 from cpplan.pricing.wave import WavePlan, best_wave
 
@@ -49,6 +55,13 @@ def group_problem(problem: Problem, size: int) -> Problem:
         settings = dataclasses.replace(problem.settings, topology=problem.topology.group(size))
         groups[size] = dataclasses.replace(problem, settings=settings)
     return groups[size]
+
+
+def pool_padding_s(problem: Problem) -> float | None:
+    """The seconds of one empty padding wave when every GPU of the pool must run the same number of
+    waves (:attr:`~cpplan.spec.topology.Topology.needs_equal_waves`): the card's fixed per-wave cost at
+    the topology's own CP size (what the verifier charges); ``None`` otherwise."""
+    return problem.card.wave_overhead_s if problem.topology.needs_equal_waves else None
 
 
 def group_sizes(problem: Problem, allowed: Sequence[int] | None = None) -> tuple[int, ...]:
@@ -142,7 +155,34 @@ def sized_plans(
         for size, items in classes.items():
             cap = token_caps(problem, items, size)[k]
             waves.extend(packed_waves(group_problem(problem, size), items, layouts, max_tokens=cap))
-        yield balanced(Plan(strategy=strategy, waves=tuple(waves)), problem.topology.pool)
+        plan = Plan(strategy=strategy, waves=tuple(waves))
+        yield balanced(plan, problem.topology.pool, pool_padding_s(problem))
+    for per_group in (1, 2):
+        waves = []
+        for size, items in classes.items():
+            count = per_group * (problem.topology.pool // size)
+            waves.extend(split_waves(group_problem(problem, size), items, layouts, count))
+        plan = Plan(strategy=strategy, waves=tuple(waves))
+        yield balanced(plan, problem.topology.pool, pool_padding_s(problem))
+
+
+def split_waves(problem: Problem, items: Sequence[int], layouts: Sequence[str], count: int) -> list[WavePlan]:
+    """``items`` in order cut into ``count`` consecutive runs of about equal logical tokens (one or two
+    per group of the pool: what a token cap filled in order misses when it leaves a small remainder wave
+    that some group then runs on top of a full one), each run one wave where it fits, else packed by
+    :func:`packed_waves`."""
+    if not items:
+        return []
+    tokens = np.array([problem.logical_tokens([i]) for i in items], dtype=np.float64)
+    runs = np.bincount(contiguous_split(tokens, min(count, len(items))))
+    waves: list[WavePlan] = []
+    start = 0
+    for width in runs.tolist():
+        run = list(items[start : start + width])
+        start += width
+        wave = best_wave(problem, run, layouts)[0] if run else None
+        waves.extend([wave] if wave is not None else packed_waves(problem, run, layouts) if run else [])
+    return waves
 
 
 def item_sizes(
@@ -196,7 +236,9 @@ def fixed_greedy_plan(
     of the group problem: prefix groups regrouped, waves cut where the least is shared), its waves
     balanced over the pool."""
     plan = cached_greedy_plan(group_problem(problem, size), layouts, deadline)
-    return balanced(dataclasses.replace(plan, strategy=strategy), problem.topology.pool)
+    return balanced(
+        dataclasses.replace(plan, strategy=strategy), problem.topology.pool, pool_padding_s(problem)
+    )
 
 
 def dynamic_greedy_plan(

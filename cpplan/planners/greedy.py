@@ -85,7 +85,7 @@ def planned_waves(
             start += 1
             continue
         if deadline is not None and deadline.left_s() < deadline.timing.finish_pricings * search.test_s:
-            waves.append(found[1])  # no time to cut, price every layout or balance: keep it, hurry on
+            waves.append(hurried_finish(problem, start, found, layouts, deadline, search.test_s))
             start += found[0]
             continue
         width, wave = cut_wave(problem, start, *found, layouts)
@@ -97,6 +97,24 @@ def planned_waves(
         waves.append(best or wave)
         start += width
     return waves, None
+
+
+def hurried_finish(
+    problem: Problem,
+    start: int,
+    found: tuple[int, WavePlan],
+    layouts: tuple[str, ...],
+    deadline: Deadline,
+    test_s: float,
+) -> WavePlan:
+    """The widest fitting wave ``found`` when there is no time to cut it or balance the ending: in the
+    cheapest of ``layouts`` when one pricing per layout still fits before ``deadline`` (the first layout
+    that fits is the memory-minimal one, full sharing, often not the cheapest), else as found."""
+    width, wave = found
+    if deadline.left_s() < len(layouts) * test_s:
+        return wave
+    best, _ = best_wave(problem, range(start, start + width), layouts)
+    return best or wave
 
 
 def windowed_waves(

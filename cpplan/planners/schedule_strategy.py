@@ -4,7 +4,8 @@ solved within what is left of the portfolio's deadline, realized by replay.
 
 Each placement unit of the greedy plan (a wave, or a split item's waves) is a block whose alternatives
 are its own waves and its items repacked at every other group size they fit (:func:`alternatives`):
-the model chooses each block's group size and every job's place and start, minimizing the makespan.
+the model chooses each block's group size and every job's place and start, minimizing the makespan
+(under equal waves, with every GPU's padding waves in it).
 """
 
 from __future__ import annotations
@@ -27,7 +28,13 @@ from cpplan.cpsat.solve import model_size, parameters
 from cpplan.errors import NoFitError
 from cpplan.planners.cpsat_strategy import reserve_s
 from cpplan.planners.deadline import Deadline
-from cpplan.planners.dynamic_cp import cached_dynamic_plan, group_problem, group_sizes, packed_waves
+from cpplan.planners.dynamic_cp import (
+    cached_dynamic_plan,
+    group_problem,
+    group_sizes,
+    packed_waves,
+    pool_padding_s,
+)
 from cpplan.plans.plan import Plan, SolverStats
 from cpplan.plans.pool_schedule import units
 from cpplan.pricing.problem import Problem
@@ -91,7 +98,7 @@ def dynamic_cpsat_planner(
     if search_by.left_s() < profile.timing.min_search_s:
         return None, SolverStats(status="skipped: no time left", stage_s={"build": 0.0})
     alts = alternatives(problem, greedy, profile.greedy.layouts, allowed)
-    compiled = compile_schedule(alts, problem.topology.pool)
+    compiled = compile_schedule(alts, problem.topology.pool, pool_padding_s(problem))
     if params.hint:
         add_hint(compiled, hint_placements(alts, greedy))
     build_s = time.perf_counter() - started

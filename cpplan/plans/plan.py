@@ -7,7 +7,7 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 
-from cpplan.plans.pool_schedule import Schedule, place
+from cpplan.plans.pool_schedule import Schedule, place, timed
 from cpplan.pricing.wave import WavePlan, local_tokens
 
 
@@ -103,15 +103,28 @@ class SolverStats:
     stage_s: dict[str, float] = field(default_factory=dict)
 
 
-def balanced(plan: Plan, pool: int) -> Plan:
+def balanced(plan: Plan, pool: int, padding_s: float | None = None) -> Plan:
     """``plan`` with its waves placed by :func:`~cpplan.plans.pool_schedule.place` on a
-    pool of ``pool`` GPUs, in the placement's order; a plan that already has a schedule is returned as
-    it is."""
+    pool of ``pool`` GPUs, in the placement's order (under equal waves, ``padding_s``: the seconds of
+    one empty padding wave); a plan that already has a schedule keeps its placement, its padding
+    priced at ``padding_s`` (:func:`repadded`)."""
     if plan.schedule is not None:
-        return plan
+        return repadded(plan, padding_s)
     split_items = [w.items[0] if w.split else None for w in plan.waves]
-    order, schedule = place([w.cost_s for w in plan.waves], [w.cp for w in plan.waves], pool, split_items)
+    costs, sizes = [w.cost_s for w in plan.waves], [w.cp for w in plan.waves]
+    order, schedule = place(costs, sizes, pool, split_items, padding_s)
     return dataclasses.replace(plan, waves=tuple(plan.waves[w] for w in order), schedule=schedule)
 
 
-__all__ = ["Candidate", "Plan", "SolverStats", "balanced"]
+def repadded(plan: Plan, padding_s: float | None) -> Plan:
+    """A scheduled ``plan`` with its padding (and makespan) priced at ``padding_s`` (``None``: no
+    padding): the plan itself when that is how it is priced already."""
+    schedule = plan.schedule
+    assert schedule is not None, "only a scheduled plan is padded"
+    if (schedule.padding is None) == (padding_s is None) and schedule.padding_s == (padding_s or 0.0):
+        return plan
+    costs = [w.cost_s for w in plan.waves]
+    return dataclasses.replace(plan, schedule=timed(costs, schedule.gpus, schedule.pool, padding_s))
+
+
+__all__ = ["Candidate", "Plan", "SolverStats", "balanced", "repadded"]

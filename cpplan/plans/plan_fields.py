@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from typing import Any
 
+from cpplan.pricing.handoff_mode import GDN_HANDOFF_MODES as MODES
 from cpplan.spec.quantities import QUANTITY_NAMES
 from cpplan.spec.topology import Topology
 
@@ -24,8 +25,17 @@ TOPOLOGY_FIELDS = tuple(Topology.model_fields)
 TOTAL_FIELDS = ("cost_s", "num_waves", "logical_tokens", "packed_tokens", "peak_bytes")
 """The plan's totals over its waves."""
 
-HEADER_FIELDS = ("cpplan_version", *SETTINGS_FIELDS, "correction", "strategy", *TOTAL_FIELDS)
-"""A plan's fields before ``workload`` and ``waves``."""
+HEADER_FIELDS = ("cpplan_version", *SETTINGS_FIELDS, "correction", "strategy", *TOTAL_FIELDS, "padding")
+"""A plan's fields before ``workload`` and ``waves`` (``padding`` only under equal waves)."""
+
+HEADER_OPTIONAL = ("padding",)
+"""Header fields written only where they apply: ``padding`` when the topology says ``equal_waves``."""
+
+PADDING_FIELDS = ("waves", "wave_cost_s")
+"""The ``padding`` object of a plan under equal waves (``topology.equal_waves``): ``waves``, the empty
+waves each pool rank runs after its last wave so that every rank runs the same number (a trainer runs
+each as a zero-token forward and backward), and ``wave_cost_s``, the seconds of one, counted in
+``cost_s``."""
 
 RESULT_FIELDS = ("profile", "solver", "candidates", "wall_s")
 """What the portfolio adds after ``waves`` (the full plan JSON of ``cpplan plan``)."""
@@ -34,7 +44,7 @@ PLAN_FIELDS = (*HEADER_FIELDS, "workload", "pack", "waves", *RESULT_FIELDS)
 """A plan object: ``workload`` (its digests), ``pack`` (a shard line's position) and the result fields
 are written only where they apply (see :data:`PLAN_OPTIONAL`)."""
 
-PLAN_OPTIONAL = ("workload", "pack", *RESULT_FIELDS)
+PLAN_OPTIONAL = ("workload", "pack", *HEADER_OPTIONAL, *RESULT_FIELDS)
 """Plan fields a plan alone (the verifier's input) or a shard line leaves out."""
 
 WORKLOAD_FIELDS = ("items", "requests", "sha256", "wave_sha256")
@@ -70,11 +80,17 @@ WAVE_FIELDS = (
     "logical_tokens",
     "cost_s",
     "card_cost_s",
+    "gdn_handoff",
     "segments",
     "requests",
     "ranks",
 )
-"""A wave object (``segments``: ``[parent, position, length]`` of each packed segment)."""
+"""A wave object (``segments``: ``[parent, position, length]`` of each packed segment; ``gdn_handoff``:
+how its GDN states cross CP ranks, one of :data:`GDN_HANDOFF_MODES`, ``"rounds"`` where a plan written
+before the field leaves it out)."""
+
+GDN_HANDOFF_MODES = MODES
+"""The values of a wave's ``gdn_handoff`` (:mod:`cpplan.pricing.handoff_mode`)."""
 
 REQUEST_FIELDS = ("item", "request", "segments")
 """A request of a wave: its item id, its index in the item and its chain of segments."""

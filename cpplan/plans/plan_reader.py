@@ -19,8 +19,9 @@ from typing import Any
 import numpy as np
 
 from cpplan.errors import InputError
-from cpplan.plans.plan_fields import SETTINGS_FIELDS, TOTAL_FIELDS
+from cpplan.plans.plan_fields import GDN_HANDOFF_MODES, SETTINGS_FIELDS, TOTAL_FIELDS
 from cpplan.plans.pool_schedule import dp_rank_of, pool_rank_waves
+from cpplan.pricing.handoff_mode import ROUNDS
 from cpplan.pricing.ownership import CHUNK_TOKENS
 from cpplan.pricing.wave import WavePlan
 from cpplan.spec.workload import Workload
@@ -117,13 +118,34 @@ def _jsonl_plans(text: str, source: str) -> list[tuple[int, dict[str, Any]]]:
 
 
 def _window_cost(header: dict[str, Any], waves: list[dict[str, Any]]) -> float:
-    """A window's cost from its waves: the makespan of their schedule under ``dp > 1`` or dynamic CP,
-    the sum of their costs otherwise."""
+    """A window's cost from its waves: the makespan of their schedule under ``dp > 1`` or dynamic CP
+    (with each pool rank's padding waves under equal waves), the sum of their costs otherwise."""
     topology = header.get("topology") if isinstance(header.get("topology"), dict) else {}
     costs = [float(w.get("cost_s", 0.0)) for w in waves]
+    padding = padding_waves(header)
+    if padding:
+        finish = [0.0] * len(padding)
+        for w, c in zip(waves, costs, strict=True):
+            for g in w.get("gpus") or []:
+                if isinstance(g, int) and 0 <= g < len(finish):
+                    finish[g] = max(finish[g], float(w.get("start_s", 0.0)) + c)
+        each = float(header["padding"].get("wave_cost_s", 0.0))
+        return max(f + n * each for f, n in zip(finish, padding, strict=True))
     if topology.get("dynamic_cp") or int(topology.get("dp", 1)) > 1:
         return max(float(w.get("start_s", 0.0)) + c for w, c in zip(waves, costs, strict=True))
     return math.fsum(costs)
+
+
+def padding_waves(data: dict[str, Any]) -> list[int]:
+    """Each pool rank's empty padding waves, from a plan's ``padding`` object (empty when the plan was
+    made without equal waves)."""
+    padding = data.get("padding")
+    if padding is None:
+        return []
+    counts = padding.get("waves") if isinstance(padding, dict) else None
+    if not isinstance(counts, list) or not all(isinstance(n, int) and n >= 0 for n in counts):
+        raise InputError("must be an object whose waves are counts of empty waves", field="padding")
+    return counts
 
 
 def merge_plan_lines(plans: list[tuple[int, dict[str, Any]]], source: str) -> dict[str, Any]:
@@ -227,6 +249,18 @@ def read_wave(data: dict[str, Any], w: int, workload: Workload) -> WaveArrays:
         request_segments=request_segments,
         token_owner=token_owner,
     )
+
+
+def wave_gdn_handoff(data: dict[str, Any], w: int) -> str:
+    """How wave ``w``'s GDN states cross CP ranks: its ``gdn_handoff`` (``"rounds"`` where a plan written
+    before the field leaves it out)."""
+    mode = data["waves"][w].get("gdn_handoff", ROUNDS)
+    if mode not in GDN_HANDOFF_MODES:
+        raise InputError(
+            f"must be one of {', '.join(map(repr, GDN_HANDOFF_MODES))}, got {mode!r}",
+            field=f"waves[{w}].gdn_handoff",
+        )
+    return mode
 
 
 def _segments(wave: dict[str, Any], where: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -6,10 +6,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from cpplan.plans.plan import Candidate, Plan, SolverStats
+from cpplan.plans.plan import Candidate, Plan, SolverStats, repadded
 from cpplan.plans.plan_fields import (
     CANDIDATE_FIELDS,
     HEADER_FIELDS,
+    HEADER_OPTIONAL,
+    PADDING_FIELDS,
     PLACEMENT_FIELDS,
     PLAN_FIELDS,
     PLAN_OPTIONAL,
@@ -20,7 +22,7 @@ from cpplan.plans.plan_fields import (
     WAVE_FIELDS,
     record,
 )
-from cpplan.plans.pool_schedule import Schedule, block, dp_rank_of, replay, scheduled, sequential
+from cpplan.plans.pool_schedule import Schedule, block, dp_rank_of, scheduled, sequential, timed
 from cpplan.pricing.evaluator import RankPrices, price, wave_cost_s
 from cpplan.pricing.ownership import owned_ranges
 from cpplan.pricing.wave import WavePlan
@@ -82,6 +84,7 @@ def wave_to_dict(
         "logical_tokens": wave.logical_tokens,
         "cost_s": float(wave.cost_s),
         "card_cost_s": alone_cost_s,
+        "gdn_handoff": wave.gdn_handoff,
         "segments": [
             [int(p), int(s), int(n)]
             for p, s, n in zip(
@@ -120,16 +123,17 @@ def _dp_rank(cp: int, index: int, dp: int, gpus: tuple[int, ...] | None) -> int 
 def plan_schedule(problem, plan: Plan) -> Schedule:
     """Where and when each wave runs: the plan's own schedule; without one, one group after another
     (``dp = 1``), or waves dealt round-robin to the replicas (a plan made without a schedule under
-    ``dp > 1``)."""
-    if plan.schedule is not None:
-        return plan.schedule
+    ``dp > 1``). Under equal waves the schedule pads every pool rank to the busiest one's count, each
+    padding wave priced at the card's fixed per-wave cost."""
     topology = problem.topology
+    padding_s = problem.card.wave_overhead_s if topology.needs_equal_waves else None
+    if plan.schedule is not None:
+        return repadded(plan, padding_s).schedule
     costs = [w.cost_s for w in plan.waves]
     if not scheduled(topology):
-        return sequential(costs, topology.cp)
+        return sequential(costs, topology.cp, padding_s)
     gpus = [block(topology.cp, w % topology.dp) for w in range(len(costs))]
-    starts, makespan = replay(costs, gpus, topology.pool)
-    return Schedule(pool=topology.pool, gpus=tuple(gpus), start_s=tuple(starts), makespan_s=makespan)
+    return timed(costs, gpus, topology.pool, padding_s)
 
 
 def plan_header(problem, plan: Plan, schedule: Schedule | None = None) -> dict[str, Any]:
@@ -155,7 +159,15 @@ def plan_header(problem, plan: Plan, schedule: Schedule | None = None) -> dict[s
         "packed_tokens": plan.packed_tokens,
         "peak_bytes": plan.peak_bytes,
     }
-    return record(HEADER_FIELDS, values)
+    if problem.topology.needs_equal_waves:
+        values["padding"] = padding_to_dict(schedule)
+    return record(HEADER_FIELDS, values, optional=HEADER_OPTIONAL)
+
+
+def padding_to_dict(schedule: Schedule) -> dict[str, Any]:
+    """The ``padding`` object: each pool rank's empty waves and the seconds of one."""
+    padding = schedule.padding if schedule.padding is not None else (0,) * schedule.pool
+    return record(PADDING_FIELDS, {"waves": list(padding), "wave_cost_s": float(schedule.padding_s)})
 
 
 def plan_to_dict(problem, plan: Plan) -> dict[str, Any]:
@@ -247,7 +259,7 @@ def full_plan_dict(
         "candidates": [candidate_to_dict(c) for c in candidates],
         "wall_s": wall_s,
     }
-    return record(PLAN_FIELDS, values, optional=("pack",))
+    return record(PLAN_FIELDS, values, optional=("pack", *HEADER_OPTIONAL))
 
 
 def dumps(data: dict[str, Any]) -> str:

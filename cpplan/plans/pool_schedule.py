@@ -9,6 +9,12 @@ earlier wave on any of them), and the step ends when the last GPU finishes: its 
 :func:`place` assigns waves to blocks for balance (longest first, each on the block where it can start
 earliest) instead of round-robin; a run of split waves of one item is placed as one unit, back to back
 on one block, so its waves stay consecutive in plan order.
+
+Equal waves (``Topology.needs_equal_waves``: FSDP and ZeRO-3 all-gather every layer's parameters over
+the whole pool at every forward, so every GPU must run as many forwards as every other): a GPU that
+holds fewer waves than the busiest runs empty *padding* waves after its last one, each costing
+``padding_s`` (the card's fixed per-wave cost, :attr:`ResolvedCard.wave_overhead_s`), and the makespan
+is the last GPU's finish with its padding. With ``padding_s`` ``None`` nothing is padded.
 """
 
 from __future__ import annotations
@@ -29,9 +35,15 @@ class Schedule:
     gpus: tuple[tuple[int, ...], ...]
     start_s: tuple[float, ...]
     makespan_s: float
+    padding: tuple[int, ...] | None = None
+    """Under equal waves, the empty waves each pool rank runs after its last wave so every rank runs as
+    many as the busiest; ``None``: waves are not equalized."""
+    padding_s: float = 0.0
+    """The seconds of one padding wave (counted in :attr:`makespan_s`)."""
 
     def __post_init__(self) -> None:
         assert len(self.gpus) == len(self.start_s), "one group and one start per wave"
+        assert self.padding is None or len(self.padding) == self.pool, "one padding count per pool rank"
 
 
 def scheduled(topology: Topology) -> bool:
@@ -57,11 +69,45 @@ def replay(costs: Sequence[float], gpus: Sequence[Sequence[int]], pool: int) -> 
     return starts, max(free, default=0.0)
 
 
-def sequential(costs: Sequence[float], size: int) -> Schedule:
-    """Every wave on ranks ``0 .. size - 1``, one after another (a single CP group: ``dp = 1``)."""
-    gpus = [block(size, 0)] * len(costs)
-    starts, makespan = replay(costs, gpus, size)
-    return Schedule(pool=size, gpus=tuple(gpus), start_s=tuple(starts), makespan_s=makespan)
+def wave_counts(gpus: Sequence[Sequence[int]], pool: int) -> list[int]:
+    """How many waves each pool rank runs."""
+    counts = [0] * pool
+    for group in gpus:
+        for g in group:
+            counts[g] += 1
+    return counts
+
+
+def timed(
+    costs: Sequence[float], gpus: Sequence[Sequence[int]], pool: int, padding_s: float | None = None
+) -> Schedule:
+    """The schedule of waves run in order on ``gpus`` (:func:`replay`); with ``padding_s``, every pool
+    rank padded with empty waves of ``padding_s`` seconds to the busiest rank's count, the makespan
+    counting them."""
+    starts, makespan = replay(costs, gpus, pool)
+    padding = None
+    if padding_s is not None:
+        counts = wave_counts(gpus, pool)
+        padding = tuple(max(counts, default=0) - n for n in counts)
+        free = [0.0] * pool
+        for cost, start, group in zip(costs, starts, gpus, strict=True):
+            for g in group:
+                free[g] = start + cost
+        makespan = max((f + n * padding_s for f, n in zip(free, padding, strict=True)), default=0.0)
+    return Schedule(
+        pool=pool,
+        gpus=tuple(tuple(g) for g in gpus),
+        start_s=tuple(starts),
+        makespan_s=makespan,
+        padding=padding,
+        padding_s=0.0 if padding_s is None else float(padding_s),
+    )
+
+
+def sequential(costs: Sequence[float], size: int, padding_s: float | None = None) -> Schedule:
+    """Every wave on ranks ``0 .. size - 1``, one after another (a single CP group: ``dp = 1``; under
+    equal waves nothing needs padding)."""
+    return timed(costs, [block(size, 0)] * len(costs), size, padding_s)
 
 
 def units(split_items: Sequence[int | None]) -> list[list[int]]:
@@ -77,30 +123,57 @@ def units(split_items: Sequence[int | None]) -> list[list[int]]:
 
 
 def place(
-    costs: Sequence[float], sizes: Sequence[int], pool: int, split_items: Sequence[int | None]
+    costs: Sequence[float],
+    sizes: Sequence[int],
+    pool: int,
+    split_items: Sequence[int | None],
+    padding_s: float | None = None,
 ) -> tuple[list[int], Schedule]:
     """Balance waves over the pool's aligned blocks: units by decreasing group size, then decreasing
     seconds (ties in plan order), each on the block where it can start earliest (ties to the lowest
-    block). Returns the new plan order (old wave indices) and its schedule, whose replay reproduces the
-    placement exactly."""
+    block); under equal waves (``padding_s``), on the block that leaves the least padded makespan so far
+    (ties to the earliest start, then the lowest block). Returns the new plan order (old wave indices)
+    and its schedule, whose replay reproduces the placement exactly."""
     groups = units(split_items)
     duration = [math.fsum(costs[w] for w in unit) for unit in groups]
     ranked = sorted(range(len(groups)), key=lambda u: (-sizes[groups[u][0]], -duration[u], u))
     free = [0.0] * pool
+    counts = [0] * pool
     order: list[int] = []
     gpus: list[tuple[int, ...]] = []
     for u in ranked:
         size = sizes[groups[u][0]]
         choices = [block(size, b) for b in range(pool // size)]
-        chosen = min(choices, key=lambda ranks: max(free[g] for g in ranks))
+        if padding_s is None:
+            chosen = min(choices, key=lambda ranks: max(free[g] for g in ranks))
+        else:
+            unit = (duration[u], len(groups[u]))
+            chosen = min(choices, key=lambda ranks: _padded_after(free, counts, ranks, unit, padding_s))
         for w in groups[u]:
             start = max(free[g] for g in chosen)
             for g in chosen:
                 free[g] = start + costs[w]
+                counts[g] += 1
             order.append(w)
             gpus.append(chosen)
-    starts, makespan = replay([costs[w] for w in order], gpus, pool)
-    return order, Schedule(pool=pool, gpus=tuple(gpus), start_s=tuple(starts), makespan_s=makespan)
+    return order, timed([costs[w] for w in order], gpus, pool, padding_s)
+
+
+def _padded_after(
+    free: Sequence[float],
+    counts: Sequence[int],
+    ranks: Sequence[int],
+    unit: tuple[float, int],
+    padding_s: float,
+) -> tuple[float, float]:
+    """The padded makespan of the placement so far with one more unit (its seconds and waves) on
+    ``ranks``, and that unit's start."""
+    seconds, num_waves = unit
+    start = max(free[g] for g in ranks)
+    inside = set(ranks)
+    after = [(start + seconds, n + num_waves) if g in inside else (free[g], n) for g, n in enumerate(counts)]
+    most = max(n for _, n in after)
+    return max(f + (most - n) * padding_s for f, n in after), start
 
 
 def pool_rank_waves(

@@ -3,6 +3,7 @@ its plan JSON and a summary."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,6 +40,31 @@ class PlanResult:
         """The solver's proven lower bound, when it ran."""
         return self.solver.bound_s
 
+    def deadline_note(self) -> str | None:
+        """A plain sentence when the wall-clock deadline cut the search (``None`` when it did not): how
+        many items the chosen plan packed in a hurry with full sharing, which strategies never ran,
+        and what that may cost."""
+        hurried = [m for note in self.plan.notes if (m := _HURRIED.search(note))]
+        skipped = [c.strategy for c in self.candidates if c.reason.startswith(_SKIPPED)]
+        if not hurried and not skipped:
+            return None
+        parts = []
+        if hurried:
+            done, total = int(hurried[0]["done"]), int(hurried[0]["total"])
+            parts.append(
+                f"deadline cut the search after {done} of {total} items: {total - done} items packed "
+                "at once with full sharing (no wave-width search, no layout choice)"
+            )
+        else:
+            parts.append("deadline cut the search")
+        if skipped:
+            parts.append(f"not run for lack of time: {', '.join(skipped)}")
+        return (
+            "; ".join(parts) + f". The plan may be costlier than the full search's (profile {self.profile}: "
+            "for a plan that does not depend on machine load use --solver deterministic, or give more "
+            "--time-budget)."
+        )
+
     def to_dict(self) -> dict[str, Any]:
         """The plan JSON, exactly as ``cpplan plan --output`` writes it."""
         return full_plan_dict(
@@ -64,7 +90,14 @@ class PlanResult:
             f"{int(tokens[busiest.busiest_rank]):,} local tokens, peak {format_bytes(busiest.peak_bytes)} "
             f"of {format_bytes(budget)} ({busiest.peak_bytes / budget:.1%})",
         ]
-        return "\n".join(lines)
+        note = self.deadline_note()
+        return "\n".join(lines + ([note] if note else []))
+
+
+_HURRIED = re.compile(r"deadline reached after (?P<done>\d+) of (?P<total>\d+) items")
+"""Greedy's note when its deadline made it pack the rest at once (``greedy_plan``)."""
+_SKIPPED = "skipped: no time left"
+"""A candidate's reason when the portfolio never started it (:data:`cpplan.planners.deadline.NO_TIME`)."""
 
 
 __all__ = ["PlanResult"]

@@ -10,25 +10,54 @@ layer carries that round's states. So a wave with ``R`` rounds adds, per GDN lay
 sequential collectives, the bytes of every handed-over state (each source piece sent once), and the
 recurrence work that waits: ``sum_k max_r W[r, k] - max_r sum_k W[r, k]`` tokens, where ``W[r, k]`` is
 rank ``r``'s tokens in round ``k`` (the slowest rank's own total is already in its per-rank time).
+Each extra round is also one more serial call of the recurrence kernel per GDN layer and pass, so the
+card's ``round_seconds`` holds that call's launch floor beside the collective.
+
+*Parallel state passing* (``mode="parallel"``, :mod:`cpplan.hf.gdn_parallel`) replaces the rounds:
+every rank runs its pieces at once from a zero state while forming each piece's affine state map, one
+collective carries the maps, and every piece that does not start from zero runs again from its true
+state. Per GDN layer and pass, with the same card terms: ``round_s + 2 crossings state_s`` (each
+crossing sends a map ``[A | B]``: the transition, ``key dim x key dim``, and the zero-state final state,
+one state's bytes each at Qwen3.5/3.6's ``key dim = value dim``) ``+ (max_r before_r + max_r after_r -
+max_r T_r) x wait_s_per_token``: the exchange is a barrier between the runs before it (``before_r``: rank
+``r``'s tokens of pieces starting from zero, and twice those of pieces with both a source and a
+successor, run from zero for ``B`` and from the identity for ``A``) and the reruns after it
+(``after_r``: its tokens of pieces with a source); the per-rank time already counts each rank's ``T_r``
+tokens once. Nothing without a crossing.
+
+:func:`rounds_handoff` and :func:`parallel_handoff` are the one price of each mode (the planners' choice,
+the wave's cost, the CP-SAT columns and ``benchmarks/cp_scaling.py`` all read them);
+:func:`handoff_modes` prices a wave both ways from the same pieces.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
 from cpplan.spec.card import HandoffSeconds
 
+HandoffMode = Literal["rounds", "parallel"]
+ROUNDS: HandoffMode = "rounds"
+PARALLEL: HandoffMode = "parallel"
+HANDOFF_MODES: tuple[HandoffMode, ...] = (ROUNDS, PARALLEL)
+"""How a wave's GDN states pass between ranks: round by round, or all at once (parallel)."""
+
 
 @dataclass(frozen=True, kw_only=True)
 class Handoff:
-    """A wave's hand-off: rounds, handed-over states, waiting tokens and the seconds they cost."""
+    """A wave's hand-off in one ``mode``: its pieces' rounds, handed-over states, the recurrence tokens
+    that wait (on earlier rounds, or at the parallel exchange), the tokens the busiest rank reruns
+    (parallel), and the seconds they cost."""
 
     rounds: int = 1
     crossings: int = 0
     wait_tokens: int = 0
+    rerun_tokens: int = 0
     seconds: float = 0.0
+    mode: HandoffMode = "rounds"
 
 
 NO_HANDOFF = Handoff()
@@ -102,10 +131,10 @@ def _rounds(seg: np.ndarray, first: np.ndarray, crossing: np.ndarray, seg_parent
     return above[seg] + crossing[first_index][seg] + inner
 
 
-def handoff_of(pieces: Pieces, num_ranks: int, seconds: HandoffSeconds) -> Handoff:
-    """The rounds, crossings and waiting tokens of ``pieces`` and what they cost under ``seconds``."""
-    rounds = int(pieces.round.max()) + 1 if pieces.round.size else 1
-    crossings = int(np.unique(pieces.source[pieces.source >= 0]).size)
+def rounds_handoff(pieces: Pieces, num_ranks: int, seconds: HandoffSeconds) -> Handoff:
+    """The rounds, crossings and waiting tokens of ``pieces`` passed round by round, and their seconds."""
+    rounds = _num_rounds(pieces)
+    crossings = _num_crossings(pieces)
     cells = pieces.owner * rounds + pieces.round
     work = np.bincount(cells, weights=pieces.length, minlength=num_ranks * rounds).reshape(num_ranks, rounds)
     wait_tokens = int(work.max(axis=0).sum() - work.sum(axis=1).max())
@@ -115,12 +144,71 @@ def handoff_of(pieces: Pieces, num_ranks: int, seconds: HandoffSeconds) -> Hando
     return Handoff(rounds=rounds, crossings=crossings, wait_tokens=wait_tokens, seconds=float(cost))
 
 
-def wave_handoff(
-    layout, owner: np.ndarray, chunk_tokens: int, num_ranks: int, seconds: HandoffSeconds
+def parallel_handoff(
+    pieces: Pieces, seg_offset: np.ndarray, seg_parent: np.ndarray, num_ranks: int, seconds: HandoffSeconds
 ) -> Handoff:
-    """The hand-off of a packed layout under a chunk ownership (nothing at one rank, or when the card
-    prices no hand-off)."""
+    """``pieces`` (of the segments at ``seg_offset`` with parents ``seg_parent``) passed in parallel:
+    the tokens that wait at the exchange, the busiest rank's reruns, and their seconds (0 without
+    crossings)."""
+    rounds = _num_rounds(pieces)
+    crossings = _num_crossings(pieces)
+    if not crossings:
+        return Handoff(rounds=rounds, mode=PARALLEL)
+    seg = np.searchsorted(seg_offset, pieces.start, side="right") - 1
+    first = pieces.start == seg_offset[seg]
+    from_zero = first & (seg_parent[seg] < 0)
+    parents = np.zeros(seg_parent.size, dtype=bool)
+    parents[seg_parent[seg_parent >= 0]] = True
+    same_next = np.r_[seg[1:] == seg[:-1], False]
+    has_successor = same_next | (~same_next & parents[seg])
+    before = pieces.length * np.where(from_zero, 1, 2 * has_successor)
+    after = pieces.length * ~from_zero
+
+    def busiest(weights: np.ndarray) -> int:
+        return int(np.bincount(pieces.owner, weights=weights, minlength=num_ranks).max())
+
+    rerun = busiest(after)
+    wait_tokens = busiest(before) + rerun - busiest(pieces.length)
+    cost = seconds.round_s + 2 * crossings * seconds.state_s + wait_tokens * seconds.wait_s_per_token
+    return Handoff(
+        rounds=rounds,
+        crossings=crossings,
+        wait_tokens=wait_tokens,
+        rerun_tokens=rerun,
+        seconds=float(cost),
+        mode=PARALLEL,
+    )
+
+
+def _num_rounds(pieces: Pieces) -> int:
+    return int(pieces.round.max()) + 1 if pieces.round.size else 1
+
+
+def _num_crossings(pieces: Pieces) -> int:
+    return int(np.unique(pieces.source[pieces.source >= 0]).size)
+
+
+def handoff_modes(
+    layout, owner: np.ndarray, chunk_tokens: int, num_ranks: int, seconds: HandoffSeconds
+) -> dict[HandoffMode, Handoff]:
+    """A packed layout's hand-off under a chunk ownership priced in every mode, each from the same
+    pieces: ``{"rounds": ..., "parallel": ...}`` (nothing at one rank, or when the card prices none)."""
     if num_ranks == 1 or not seconds.priced:
-        return NO_HANDOFF
+        return {mode: Handoff(mode=mode) for mode in HANDOFF_MODES}
     pieces = chunk_pieces(layout.seg_offset, layout.seg_length, layout.seg_parent, owner, chunk_tokens)
-    return handoff_of(pieces, num_ranks, seconds)
+    return {
+        ROUNDS: rounds_handoff(pieces, num_ranks, seconds),
+        PARALLEL: parallel_handoff(pieces, layout.seg_offset, layout.seg_parent, num_ranks, seconds),
+    }
+
+
+def wave_handoff(
+    layout,
+    owner: np.ndarray,
+    chunk_tokens: int,
+    num_ranks: int,
+    seconds: HandoffSeconds,
+    mode: HandoffMode = ROUNDS,
+) -> Handoff:
+    """The hand-off of a packed layout under a chunk ownership in ``mode``."""
+    return handoff_modes(layout, owner, chunk_tokens, num_ranks, seconds)[mode]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -46,6 +47,24 @@ class ChunkStats:
     def tokens(self) -> np.ndarray:
         """Tokens per chunk."""
         return self.amounts[:, QUANTITY_INDEX["tokens"]]
+
+    @cached_property
+    def amount_prefix(self) -> np.ndarray:
+        """Cumulative :attr:`amounts` (int64, a zero row first): a contiguous range's sums exactly."""
+        return np.concatenate([np.zeros((1, NUM_QUANTITIES), np.int64), np.cumsum(self.amounts, axis=0)])
+
+    @cached_property
+    def shared_edges(self) -> np.ndarray:
+        """Per chunk, 1 where its first segment is the one the chunk before it ends in (0 for chunk 0)."""
+        shared = np.zeros(self.num_chunks, dtype=np.int64)
+        shared[1:] = self.first_segment[1:] == self.last_segment[:-1]
+        return shared
+
+    @cached_property
+    def piece_prefix(self) -> np.ndarray:
+        """Cumulative pieces per chunk (segments it touches less a shared edge), a zero first."""
+        pieces = self.last_segment - self.first_segment + 1 - self.shared_edges
+        return np.concatenate([[0], np.cumsum(pieces)]).astype(np.int64)
 
     def quantity_matrix(self) -> np.ndarray:
         """Per chunk, the additive quantities plus, in each segment-count column, the segments the chunk
@@ -108,8 +127,16 @@ check_rules("pricing.ownership.rank_quantities", (*_RANK_RULES, "remote"), COUNT
 
 def rank_quantities(stats: ChunkStats, owner: np.ndarray, num_ranks: int) -> np.ndarray:
     """Local quantities per rank (shape ``(num_ranks, NUM_QUANTITIES)``) for a chunk-to-rank map; a
-    ``remote`` count is the wave's packed tokens less the rank's own."""
+    ``remote`` count is the wave's packed tokens less the rank's own. A contiguous map in rank order
+    (every planner's split) is summed from prefix sums, the same integers as the general rules."""
     owner = np.asarray(owner, dtype=np.int64)
+    if owner.size and owner[0] >= 0 and owner[-1] < num_ranks and bool((np.diff(owner) >= 0).all()):
+        return _contiguous_quantities(stats, owner, num_ranks)
+    return general_quantities(stats, owner, num_ranks)
+
+
+def general_quantities(stats: ChunkStats, owner: np.ndarray, num_ranks: int) -> np.ndarray:
+    """:func:`rank_quantities` of any chunk-to-rank map, by the per-count rules (zigzag included)."""
     q = np.zeros((num_ranks, NUM_QUANTITIES))
     for quantity in QUANTITIES:
         if quantity.count != "remote":
@@ -119,6 +146,28 @@ def rank_quantities(stats: ChunkStats, owner: np.ndarray, num_ranks: int) -> np.
     for quantity in QUANTITIES:
         if quantity.count == "remote":
             q[:, QUANTITY_INDEX[quantity.name]] = stats.packed_tokens - q[:, QUANTITY_INDEX["tokens"]]
+    return q
+
+
+_ADDITIVE_COLUMNS = np.array([QUANTITY_INDEX[q.name] for q in QUANTITIES if q.count in ("token", "pair")])
+_SEGMENT_COLUMNS = np.array([QUANTITY_INDEX[q.name] for q in QUANTITIES if q.count == "segment"])
+_REMOTE_COLUMNS = np.array([QUANTITY_INDEX[q.name] for q in QUANTITIES if q.count == "remote"])
+
+
+def _contiguous_quantities(stats: ChunkStats, owner: np.ndarray, num_ranks: int) -> np.ndarray:
+    """:func:`rank_quantities` of a non-decreasing chunk-to-rank map: each rank owns one range, whose
+    sums are differences of prefix sums, and whose pieces are its chunks' less the shared edges inside
+    it (integers, so equal to the general rules' sums)."""
+    bounds = np.searchsorted(owner, np.arange(num_ranks + 1))
+    starts, ends = bounds[:-1], bounds[1:]
+    q = np.zeros((num_ranks, NUM_QUANTITIES))
+    prefix = stats.amount_prefix
+    q[:, _ADDITIVE_COLUMNS] = (prefix[ends] - prefix[starts])[:, _ADDITIVE_COLUMNS]
+    owned = ends > starts
+    first_edge = np.where(owned, stats.shared_edges[np.minimum(starts, stats.num_chunks - 1)], 0)
+    pieces = stats.piece_prefix[ends] - stats.piece_prefix[starts] + first_edge
+    q[:, _SEGMENT_COLUMNS] = pieces[:, None]
+    q[:, _REMOTE_COLUMNS] = (stats.packed_tokens - q[:, QUANTITY_INDEX["tokens"]])[:, None]
     return q
 
 
@@ -141,13 +190,13 @@ def contiguous_split(
     num_chunks = weights.size
     if num_ranks == 1 or num_chunks == 0:
         return np.zeros(num_chunks, dtype=np.int64)
-    prefix = np.concatenate([[0.0], np.cumsum(weights)])
+    prefix = [0.0, *np.cumsum(weights).tolist()]
     limits = _RangeLimits.of(num_chunks, max_chunks, cap_weights, cap)
     if limits.unlimited:
-        bound = least_bottleneck(prefix.tolist(), float(weights.max()), num_ranks)
+        bound = least_bottleneck(prefix, float(weights.max()), num_ranks)
     else:
-        bound = _bisected_bottleneck(prefix.tolist(), float(weights.max()), num_ranks, limits)
-    ends = _greedy_ends(prefix.tolist(), bound, num_ranks, limits)
+        bound = _bisected_bottleneck(prefix, float(weights.max()), num_ranks, limits)
+    ends = _greedy_ends(prefix, bound, num_ranks, limits)
     assert ends is not None, "the range limits do not cover every chunk"
     return np.repeat(np.arange(num_ranks, dtype=np.int64), np.diff([0, *ends]))
 

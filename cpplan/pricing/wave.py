@@ -8,7 +8,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from cpplan.pricing.evaluator import RankPrices, price, wave_cost_s
-from cpplan.pricing.handoff import NO_HANDOFF, Handoff, wave_handoff
+from cpplan.pricing.handoff import NO_HANDOFF, Handoff
+from cpplan.pricing.handoff_mode import ROUNDS, chosen_handoff
 from cpplan.pricing.layout import PackedLayout
 from cpplan.pricing.ownership import ChunkStats, chunk_stats, contiguous_split, rank_quantities
 from cpplan.pricing.problem import Problem
@@ -17,7 +18,9 @@ from cpplan.spec.quantities import COUNTS, NUM_QUANTITIES, QUANTITIES, QUANTITY_
 
 @dataclass(frozen=True, kw_only=True, eq=False)
 class WavePlan:
-    """One priced wave: items, layout, chunk ownership, per-rank quantities, prices and cost."""
+    """One priced wave: items, layout, chunk ownership, per-rank quantities, prices and cost.
+    ``handoff``: its GDN hand-off in the chosen mode, whose seconds ``cost_s`` counts; ``gdn_handoff``:
+    that mode, how its GDN states cross ranks (:mod:`cpplan.pricing.handoff_mode`)."""
 
     items: tuple[int, ...]
     layout_name: str
@@ -30,6 +33,7 @@ class WavePlan:
     logical_tokens: int
     split: bool = False
     handoff: Handoff = NO_HANDOFF
+    gdn_handoff: str = ROUNDS
 
     @property
     def packed_tokens(self) -> int:
@@ -57,15 +61,42 @@ class WavePlan:
 
 
 def ownership_candidates(problem: Problem, stats: ChunkStats) -> list[np.ndarray]:
-    """Contiguous ownerships to try: balanced by predicted seconds (attention work included) and by
-    token count."""
+    """Contiguous ownerships to try: balanced by predicted seconds (attention work included), by token
+    count and, where the card has more than one barrier (:mod:`cpplan.pricing.evaluator`), by mixes of
+    the two costliest barriers' seconds, each normalized to its wave total (the best of
+    :data:`BARRIER_MIXES` by its barrier seconds): a wave costs the slowest rank
+    of each barrier, so the split balancing the total is rarely the cheapest (a long sequence's early
+    ranks hold more tokens, its late ranks more attended pairs)."""
     cp = problem.topology.cp
     if cp == 1:
         return [np.zeros(stats.num_chunks, dtype=np.int64)]
-    time_weight = stats.quantity_matrix() @ problem.card.constants.time_coefficients
-    by_time = contiguous_split(time_weight, cp)
-    by_tokens = contiguous_split(stats.tokens.astype(np.float64), cp)
-    return [by_time] if np.array_equal(by_time, by_tokens) else [by_time, by_tokens]
+    matrix = stats.quantity_matrix()
+    time_weight = matrix @ problem.card.constants.time_coefficients
+    candidates = [contiguous_split(time_weight, cp), contiguous_split(stats.tokens.astype(np.float64), cp)]
+    per_barrier = matrix @ problem.card.constants.barrier_coefficients.T
+    totals = per_barrier.sum(axis=0)
+    largest = np.argsort(-totals, kind="stable")[:2]
+    if largest.size == 2 and totals[largest[1]] > 0:
+        normalized = per_barrier[:, largest] / totals[largest]
+        mixes = [contiguous_split(normalized @ mix, cp) for mix in BARRIER_MIXES]
+        candidates.append(min(mixes, key=lambda owner: _barrier_seconds(problem, stats, owner)))
+    distinct: list[np.ndarray] = []
+    for owner in candidates:
+        if not any(np.array_equal(owner, seen) for seen in distinct):
+            distinct.append(owner)
+    return distinct
+
+
+BARRIER_MIXES = tuple(np.array([k / 4, 1 - k / 4]) for k in range(5))
+"""Weights of the two costliest barriers' normalized seconds that :func:`ownership_candidates` balances:
+each alone and three mixes between; the one whose ranks' barrier seconds sum lowest is priced exactly
+(with the total- and token-balanced splits), so a wave costs three pricings, not seven."""
+
+
+def _barrier_seconds(problem: Problem, stats: ChunkStats, owner: np.ndarray) -> float:
+    """The per-barrier slowest-rank seconds of a chunk ownership (no memory, no hand-off): a screen."""
+    quantities = rank_quantities(stats, owner, problem.topology.cp)
+    return float((quantities @ problem.card.constants.barrier_coefficients.T).max(axis=0).sum())
 
 
 EDGE_STEPS = 12
@@ -113,7 +144,11 @@ def price_wave(
     owners = [owner] if owner is not None else ownership_candidates(problem, stats)
     best: WavePlan | None = None
     for candidate in owners:
-        wave = _priced_ownership(problem, items, layout, layout_name, stats, candidate, split)
+        q = rank_quantities(stats, candidate, problem.topology.cp)
+        prices = price(problem.card, q)
+        if best is not None and _cannot_win(problem, best, prices):
+            continue  # the hand-off, the costliest part of a pricing, is not worth counting
+        wave = _priced_ownership(problem, items, layout, layout_name, stats, candidate, split, (q, prices))
         if best is None or _better(wave, best, problem.memory_bytes):
             best = wave
     assert best is not None
@@ -127,6 +162,17 @@ def price_wave(
     return best
 
 
+def _cannot_win(problem: Problem, best: WavePlan, prices: RankPrices) -> bool:
+    """Whether an ownership priced ``prices`` (its hand-off not yet counted) provably loses to ``best``
+    (which fits): a version over the budget cannot win, and nor can one whose cost before its hand-off
+    (:func:`~cpplan.pricing.evaluator.wave_cost_s`; a hand-off adds seconds, never takes any) is not
+    below ``best``'s, since only a strictly cheaper version replaces it."""
+    if not best.fits(problem.memory_bytes):
+        return False
+    over = not (prices.peak_bytes <= problem.memory_bytes).all()
+    return over or best.cost_s <= wave_cost_s(problem.card, prices)
+
+
 def _priced_ownership(
     problem: Problem,
     items: Sequence[int],
@@ -135,11 +181,15 @@ def _priced_ownership(
     stats: ChunkStats,
     owner: np.ndarray,
     split: bool,
+    priced: tuple[np.ndarray, RankPrices] | None = None,
 ) -> WavePlan:
-    """``layout`` with chunk ownership ``owner``, priced."""
-    q = rank_quantities(stats, owner, problem.topology.cp)
-    prices = price(problem.card, q)
-    handoff = wave_handoff(layout, owner, stats.chunk_tokens, problem.topology.cp, problem.card.handoff)
+    """``layout`` with chunk ownership ``owner`` (its rank quantities and prices when already known),
+    priced."""
+    if priced is None:
+        q = rank_quantities(stats, owner, problem.topology.cp)
+        priced = (q, price(problem.card, q))
+    q, prices = priced
+    handoff = chosen_handoff(layout, owner, stats.chunk_tokens, problem.topology.cp, problem.card.handoff)
     return WavePlan(
         items=tuple(items),
         layout_name=layout_name,
@@ -152,6 +202,7 @@ def _priced_ownership(
         logical_tokens=problem.logical_tokens(items),
         split=split,
         handoff=handoff,
+        gdn_handoff=handoff.mode,
     )
 
 

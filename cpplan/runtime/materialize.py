@@ -31,6 +31,7 @@ from cpplan.plans.plan import Plan
 from cpplan.plans.plan_reader import WaveArrays, plan_waves, read_plan_file, read_wave
 from cpplan.plans.result import PlanResult
 from cpplan.pricing.layout import chain_positions
+from cpplan.runtime.kernel_fields import WavePieces, ancestor_table, rank_kernel_fields, wave_pieces
 from cpplan.runtime.loss_pairs import LossPairs
 from cpplan.spec.workload import Request, Workload
 
@@ -40,7 +41,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, kw_only=True, eq=False)
 class RankBatch:
-    """What one CP rank needs to run one wave. Every tensor is int64 on the CPU.
+    """What one CP rank needs to run one wave. Every tensor is an int64 CPU tensor, except the two
+    int32 ``*_cu_seqlens``.
 
     Owned tokens (``input_ids``, ``position_ids``, ``packed_index``) are 1-D, in packed order;
     ``packed_index`` holds their positions in the wave's packed sequence. ``segment_ids``,
@@ -53,6 +55,17 @@ class RankBatch:
     ``"loss"``, the ``loss_mask`` where given) is ``sum(loss_weights * CE(logits[loss_index],
     loss_targets))`` with ``loss_index`` local (into the owned tokens, ascending) and ``loss_weights`` the
     number of counting requests sharing each (position, target) pair.
+
+    Kernel fields (``docs/materialize.md`` draws them): the rank's *pieces* are the maximal runs of
+    consecutive packed positions of one segment it owns, in owned order; piece ``i`` is the owned tokens
+    ``piece_cu_seqlens[i]:piece_cu_seqlens[i + 1]`` of segment ``piece_segment[i]``. Its queries may see
+    the packed positions ``attn_k_index[attn_k_cu_seqlens[i]:attn_k_cu_seqlens[i + 1]]``: the segment's
+    ancestors' tokens, root first, then the segment's own tokens up to the piece's last, so its queries
+    are the last keys of that list, and causal varlen attention aligned bottom-right over
+    ``(piece_cu_seqlens, attn_k_cu_seqlens)`` is the tree mask. ``max_seqlen_q`` and ``max_seqlen_k``
+    bound the pieces and key lists. A piece starts from the final recurrent state of piece
+    ``state_source_piece[i]`` of rank ``state_source_rank[i]`` (both -1: a zero state); its conv tail
+    is the keys just before its queries in its key list.
     Batches of one :func:`materialize_wave` call share their whole-wave tensors: treat them as
     read-only.
     """
@@ -78,6 +91,14 @@ class RankBatch:
     loss_index: torch.Tensor
     loss_targets: torch.Tensor
     loss_weights: torch.Tensor
+    piece_cu_seqlens: torch.Tensor
+    piece_segment: torch.Tensor
+    attn_k_index: torch.Tensor
+    attn_k_cu_seqlens: torch.Tensor
+    max_seqlen_q: int
+    max_seqlen_k: int
+    state_source_rank: torch.Tensor
+    state_source_piece: torch.Tensor
 
     @property
     def num_tokens(self) -> int:
@@ -102,6 +123,42 @@ class RankBatch:
     def readback(self, k: int) -> torch.Tensor:
         """Packed positions that read the wave's k-th request back, in token order."""
         return self.readback_index[int(self.readback_ptr[k]) : int(self.readback_ptr[k + 1])]
+
+    @property
+    def num_pieces(self) -> int:
+        """Pieces of this rank."""
+        return int(self.piece_segment.numel())
+
+    def block_mask(self, *, block_size: int = 128):
+        """The flex_attention ``BlockMask`` of this rank's owned queries against every packed key of the
+        wave (the tree mask), built on each call and cached nowhere (:class:`TreeMask.block_mask
+        <cpplan.runtime.attention_mask.TreeMask>`)."""
+        from cpplan.runtime.attention_mask import TreeMask
+
+        return TreeMask.for_batch(self).block_mask(block_size=block_size)
+
+    def packed_seq_params(self) -> dict[str, Any]:
+        """Keyword arguments of Megatron-Core's ``PackedSeqParams`` for a wave without sharing: the
+        pieces as query sequences over the owned tokens, the key lists (``keys[attn_k_index]``) as
+        key/value sequences. At CP 1 the two are the same (every piece is a whole request); under CP a
+        piece continuing its request has more keys than queries and needs a bottom-right causal mask
+        (Transformer Engine's ``causal_bottom_right``). Raises ``ValueError`` when segments share a
+        prefix: such key lists overlap, which ``PackedSeqParams`` cannot describe."""
+        shared = np.flatnonzero(self.seg_parent.numpy() >= 0)
+        if shared.size:
+            s = int(shared[0])
+            raise ValueError(
+                f"wave {self.wave} shares prefixes (segment {s} continues segment "
+                f"{int(self.seg_parent[s])}): PackedSeqParams describes independent sequences; use "
+                "piece_cu_seqlens, attn_k_index and attn_k_cu_seqlens with a varlen kernel, or block_mask()"
+            )
+        return {
+            "qkv_format": "thd",
+            "cu_seqlens_q": self.piece_cu_seqlens,
+            "cu_seqlens_kv": self.attn_k_cu_seqlens,
+            "max_seqlen_q": self.max_seqlen_q,
+            "max_seqlen_kv": self.max_seqlen_k,
+        }
 
 
 PlanLike = Plan | PlanResult | dict[str, Any] | str | Path
@@ -151,6 +208,8 @@ class _WaveData:
     loss_pairs: LossPairs
     requests: tuple[tuple[str, int], ...]
     tensors: dict[str, torch.Tensor]
+    pieces: WavePieces
+    ancestors: tuple[np.ndarray, np.ndarray]
 
     @property
     def num_ranks(self) -> int:
@@ -181,6 +240,10 @@ class _WaveData:
             ),
             requests=requests.labels,
             tensors=_whole_wave_tensors(source, segment_ids, readback_index, readback_ptr),
+            pieces=wave_pieces(
+                segment_ids, source.token_owner, source.seg_parent, source.seg_offset, source.seg_length
+            ),
+            ancestors=ancestor_table(source.seg_parent),
         )
 
     def tokens_at(self, segments: np.ndarray, positions: np.ndarray) -> np.ndarray:
@@ -204,6 +267,7 @@ class _WaveData:
             packed_index[np.r_[breaks - 1, packed_index.size - 1]] + 1 if packed_index.size else packed_index
         )
         ranges = tuple(zip(starts.tolist(), ends.tolist(), strict=True))
+        kernel = rank_kernel_fields(self.pieces, rank, source.seg_offset, source.seg_length, self.ancestors)
         return RankBatch(
             wave=self.wave,
             rank=rank,
@@ -218,6 +282,7 @@ class _WaveData:
             loss_targets=torch.from_numpy(loss_targets),
             loss_weights=torch.from_numpy(loss_weights),
             **self.tensors,
+            **{k: v if isinstance(v, int) else torch.from_numpy(v) for k, v in kernel.items()},
         )
 
 

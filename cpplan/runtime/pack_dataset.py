@@ -5,12 +5,19 @@ Waves are numbered over the whole pack (shard after shard, line after line). The
 window it yields that GPU's :class:`~cpplan.runtime.materialize.RankBatch` of every wave whose group
 holds it (:func:`~cpplan.plans.plan_reader.rank_waves`: each wave on exactly one group, in the window's
 schedule order; under dynamic CP a wave's group may be of another size than ``cp``), with
-``batch.wave`` the wave's number in the pack. Token ids are read again from the dataset the pack was
-made from (its path and SHA-256 are in the manifest; a changed dataset is an
-:class:`~cpplan.errors.InputError`), window by window, as the pack read them.
+``batch.wave`` the wave's number in the pack. Under equal waves (a pack made for a pool of several CP
+groups: the shard lines' ``padding.waves``) every window ends, for a GPU with fewer real waves than the
+busiest one, with ``None`` for each of its padding waves, as :func:`~cpplan.runtime.pool.pool_waves` does:
+every GPU's dataset then yields the same number of entries window by window, and a trainer runs each
+``None`` as an empty wave (:func:`cpplan.hf.padding_wave`) so that FSDP's and DDP's collectives line up.
+A pack without ``padding`` (``dp = 1``, equal waves off, or written before equal waves) yields real
+waves only. Token ids are read again from the dataset the pack was made from (its path and SHA-256 are in
+the manifest; a changed dataset is an :class:`~cpplan.errors.InputError`), window by window, as the pack
+read them.
 
 With a ``DataLoader`` use ``batch_size=None`` (a wave is already a batch); ``num_workers=N`` shares the
-replica's waves among the workers and keeps their order.
+replica's waves (and padding entries: a ``None`` passes through ``batch_size=None`` unchanged) among the
+workers and keeps their order.
 """
 
 from __future__ import annotations
@@ -26,17 +33,19 @@ import torch.utils.data
 from cpplan.errors import InputError
 from cpplan.pack.outdir import read_manifest, shard_name
 from cpplan.pack.window_items import check_dataset, window_items
-from cpplan.plans.plan_reader import check_plan_workload, rank_waves
+from cpplan.plans.plan_reader import check_plan_workload, padding_waves, rank_waves
 from cpplan.runtime.materialize import RankBatch, materialize
 from cpplan.spec.workload import Item, Workload
 
 
 class PackDataset(torch.utils.data.IterableDataset):
     """The waves of a finished pack that data-parallel replica ``dp_rank`` runs, as CP rank ``cp_rank``'s
-    :class:`~cpplan.runtime.materialize.RankBatch` per wave, in wave order.
+    :class:`~cpplan.runtime.materialize.RankBatch` per wave, in wave order, each window's padding waves
+    (under equal waves) as ``None`` after its real ones.
 
     ``dataset`` reads the token ids from another path (the pack's dataset moved); its content must be
-    the same. ``len()`` is the number of waves this replica runs (replicas differ by at most one)."""
+    the same. ``len()`` is the number of entries this GPU runs, padding included (under equal waves the
+    same on every GPU)."""
 
     def __init__(
         self, outdir: str | Path, *, dp_rank: int, cp_rank: int, dataset: str | Path | None = None
@@ -59,22 +68,28 @@ class PackDataset(torch.utils.data.IterableDataset):
         check_dataset(self.dataset, manifest["config"]["dataset_sha256"])
 
     def __len__(self) -> int:
-        """Waves this GPU runs."""
+        """Entries this GPU runs: its waves and its padding waves."""
         return sum(1 for _ in self._mine())
 
-    def __iter__(self) -> Iterator[RankBatch]:
-        """This GPU's batch of each of its waves (this DataLoader worker's share of them)."""
+    def __iter__(self) -> Iterator[RankBatch | None]:
+        """This GPU's batch of each of its waves, ``None`` for each padding wave (this DataLoader worker's
+        share of them)."""
         worker, num_workers = _worker_share()
         window_index, items = -1, {}
-        for k, (position, window, number, plan, rank) in enumerate(self._mine()):
+        for k, entry in enumerate(self._mine()):
             if k % num_workers != worker:
                 continue
+            if entry is None:
+                yield None
+                continue
+            position, window, number, plan, rank = entry
             if window != window_index:
                 window_index, items = window, window_items(self.dataset, plan["pack"])
             yield self._batch(plan, items, position, window, number, rank)
 
-    def _mine(self) -> Iterator[tuple[int, int, int, dict[str, Any], int]]:
-        """This GPU's waves in order: number in the pack, window, shard line, its plan, the wave rank."""
+    def _mine(self) -> Iterator[tuple[int, int, int, dict[str, Any], int] | None]:
+        """This GPU's waves in order (number in the pack, window, shard line, its plan, the wave rank),
+        each window's padding waves (``None``) after its real ones."""
         pool_rank = self.dp_rank * self.cp + self.cp_rank
         first = 0
         for window, lines in self._windows():
@@ -82,6 +97,8 @@ class PackDataset(torch.utils.data.IterableDataset):
             waves = [plan["waves"][0] for plan in plans]
             for k, rank in rank_waves(waves, first=first, cp=self.cp, dp=self.dp, pool_rank=pool_rank):
                 yield first + k, window, lines[k][0], plans[k], rank
+            padding = padding_waves(plans[0]) if plans else []
+            yield from [None] * (padding[pool_rank] if pool_rank < len(padding) else 0)
             first += len(lines)
 
     def _windows(self) -> Iterator[tuple[int, list[tuple[int, str]]]]:

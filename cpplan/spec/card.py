@@ -39,6 +39,12 @@ from cpplan.spec.validation import input_error
 Formula = str | float | int
 Phase = Literal["cold", "warm"]
 LAYER_KINDS = ("attention", "gdn")
+Barrier = Literal["none", "attention", "gdn", "head"]
+BARRIERS: tuple[str, ...] = ("none", "attention", "gdn", "head")
+"""Where the ranks of a CP group wait for each other (see :class:`CostTerm`): ``none`` (the term runs
+free of any collective until the wave's end), every layer of one kind (its collective: the key/value
+all-gather of an attention layer, the state hand-off and conv-tail gather of a GDN layer) or the LM
+head (the backward's first collective follows it)."""
 
 
 class _Strict(BaseModel):
@@ -172,10 +178,16 @@ class Memory(_Strict):
 
 
 class CostTerm(_Strict):
-    """A linear time term: ``seconds_per_unit`` (a formula) times one local quantity of the rank."""
+    """A linear time term: ``seconds_per_unit`` (a formula) times one local quantity of the rank.
+
+    ``barrier`` names the layers whose collectives the term's work runs between: the ranks of a CP group
+    wait for each other at every layer of a kind, so a wave costs, per barrier, the slowest rank's sum
+    of that barrier's terms, summed over barriers (not the slowest rank's total: a rank with the most
+    tokens and another with the most attended pairs are both on the critical path)."""
 
     quantity: str
     seconds_per_unit: Formula
+    barrier: Barrier = "none"
     when: str = "true"
     doc: str = ""
 
@@ -209,11 +221,14 @@ class Handoff(_Strict):
 
 
 class Cost(_Strict):
-    """Predicted seconds per rank (``terms``), per wave (``wave_terms``, the GDN ``handoff``); a wave
-    costs its slowest rank, its wave terms, its hand-off and ``hardware.wave_overhead_s``."""
+    """Predicted seconds per rank (``terms``), per wave (``wave_terms``, the GDN ``handoff``) and per
+    step (``step_terms``); a wave costs, per barrier, its slowest rank, plus its wave terms, its hand-off
+    and ``hardware.wave_overhead_s``. Step terms (gradient reduction, optimizer) are paid once per step
+    whatever the plan, so they are reported beside a plan's cost, not inside it."""
 
     terms: dict[str, CostTerm]
     wave_terms: dict[str, WaveTerm] = Field(default_factory=dict)
+    step_terms: dict[str, WaveTerm] = Field(default_factory=dict)
     handoff: Handoff | None = None
 
 
@@ -323,8 +338,9 @@ class ModelCard(_Strict):
         where = self.path or self.name
         term_names, term_q, term_b = self._memory_terms(env, phase, where)
         statics, member = self._envelopes(env, term_names, where)
-        cost_names, cost_q, cost_s = self._cost_terms(env, where)
-        wave_names, wave_s = self._wave_terms(env, where)
+        cost_names, cost_q, cost_s, cost_b = self._cost_terms(env, where)
+        wave_names, wave_s = self._wave_terms(env, where, "wave_terms")
+        step_names, step_s = self._wave_terms(env, where, "step_terms")
         return ResolvedCard(
             name=self.name,
             topology=topology,
@@ -341,8 +357,11 @@ class ModelCard(_Strict):
             cost_names=tuple(cost_names),
             cost_quantity=_frozen(np.array(cost_q, dtype=np.int64)),
             cost_seconds=_frozen(np.array(cost_s, dtype=np.float64)),
+            cost_barrier=_frozen(np.array(cost_b, dtype=np.int64)),
             wave_term_names=tuple(wave_names),
             wave_term_seconds=_frozen(np.array(wave_s, dtype=np.float64)),
+            step_term_names=tuple(step_names),
+            step_term_seconds=_frozen(np.array(step_s, dtype=np.float64)),
             wave_overhead_s=self.hardware.wave_overhead_s + math.fsum(wave_s),
             handoff=self._handoff(env, where),
             model=self,
@@ -403,21 +422,23 @@ class ModelCard(_Strict):
         return statics, member
 
     def _cost_terms(self, env: dict[str, float], where: str):
-        """The cost terms that hold here: names, quantity indices and seconds per unit."""
-        names, quantities, values = [], [], []
+        """The cost terms that hold here: names, quantity indices, seconds per unit and barrier indices
+        (into :data:`BARRIERS`)."""
+        names, quantities, values, barriers = [], [], [], []
         for name, term in self.cost.terms.items():
             if not _holds(term.when, env, where, f"cost.terms.{name}"):
                 continue
             names.append(name)
             quantities.append(QUANTITY_INDEX[term.quantity])
             values.append(_value(term.seconds_per_unit, env, where, f"cost.terms.{name}.seconds_per_unit"))
-        return names, quantities, values
+            barriers.append(BARRIERS.index(term.barrier))
+        return names, quantities, values, barriers
 
-    def _wave_terms(self, env: dict[str, float], where: str) -> tuple[list[str], list[float]]:
-        """The wave terms that hold here: names and seconds per wave."""
+    def _wave_terms(self, env: dict[str, float], where: str, table: str) -> tuple[list[str], list[float]]:
+        """The terms of ``cost.{table}`` (wave or step terms) that hold here: names and seconds."""
         names, values = [], []
-        for name, term in self.cost.wave_terms.items():
-            field = f"cost.wave_terms.{name}"
+        for name, term in getattr(self.cost, table).items():
+            field = f"cost.{table}.{name}"
             if _holds(term.when, env, where, field):
                 names.append(name)
                 values.append(_value(term.seconds, env, where, f"{field}.seconds"))
@@ -429,13 +450,19 @@ class ModelCard(_Strict):
         handoff = self.cost.handoff
         if handoff is None or not _holds(handoff.when, env, where, "cost.handoff"):
             return HandoffSeconds()
-        return HandoffSeconds(
-            round_s=_value(handoff.round_seconds, env, where, "cost.handoff.round_seconds"),
-            state_s=_value(handoff.state_seconds, env, where, "cost.handoff.state_seconds"),
-            wait_s_per_token=_value(
-                handoff.wait_seconds_per_token, env, where, "cost.handoff.wait_seconds_per_token"
-            ),
-        )
+        values = {
+            name: _value(getattr(handoff, name), env, where, f"cost.handoff.{name}")
+            for name in _HANDOFF_FIELDS.values()
+        }
+        return HandoffSeconds(**{key: values[name] for key, name in _HANDOFF_FIELDS.items()})
+
+
+_HANDOFF_FIELDS = {
+    "round_s": "round_seconds",
+    "state_s": "state_seconds",
+    "wait_s_per_token": "wait_seconds_per_token",
+}
+""":class:`HandoffSeconds` fields and the :class:`Handoff` formulas they resolve."""
 
 
 def _frozen(array: np.ndarray) -> np.ndarray:
@@ -486,7 +513,11 @@ class HandoffSeconds:
     @property
     def priced(self) -> bool:
         """Whether any part of the hand-off costs time."""
-        return self.round_s > 0 or self.state_s > 0 or self.wait_s_per_token > 0
+        return any(value > 0 for value in dataclasses.astuple(self))
+
+    def scaled(self, factor: float) -> HandoffSeconds:
+        """Every price times ``factor``."""
+        return HandoffSeconds(**{k: v * factor for k, v in dataclasses.asdict(self).items()})
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -495,6 +526,13 @@ class CardConstants:
 
     time_coefficients: np.ndarray
     """Seconds per unit of each quantity (:meth:`ResolvedCard.time_coefficients`), read-only."""
+
+    cost_group: np.ndarray
+    """Per cost term, the index of its barrier in :attr:`ResolvedCard.barrier_names`, read-only."""
+
+    barrier_coefficients: np.ndarray
+    """Seconds per unit of each quantity within each barrier of :attr:`ResolvedCard.barrier_names`,
+    shape ``(barriers, quantities)``, read-only; its rows sum to :attr:`time_coefficients`."""
 
     static_peak_bytes: float
     """The peak of a rank that owns nothing: safety times the largest envelope's static bytes."""
@@ -505,9 +543,10 @@ class ResolvedCard:
     """A card's floors and costs as numbers for one topology, depth and phase.
 
     Rank peak: ``safety * max_e(static[e] + sum_t member[e, t] * term_bytes[t] * q[term_quantity[t]])``.
-    Rank time: ``sum_c cost_seconds[c] * q[cost_quantity[c]]``. Wave time: the slowest rank, plus
-    ``wave_overhead_s`` (the hardware's per-wave overhead and every wave term, ``wave_term_seconds``),
-    plus the GDN ``handoff`` priced on the wave's pieces.
+    Rank time in barrier b: ``sum_{c in b} cost_seconds[c] * q[cost_quantity[c]]``. Wave time: the sum
+    over barriers of the slowest rank in each, plus ``wave_overhead_s`` (the hardware's per-wave overhead
+    and every wave term, ``wave_term_seconds``), plus the GDN ``handoff`` priced on the wave's pieces.
+    ``step_s`` is paid once per step (gradient reduction, optimizer), whatever the plan.
     """
 
     name: str
@@ -526,8 +565,12 @@ class ResolvedCard:
     cost_quantity: np.ndarray
     cost_seconds: np.ndarray
     wave_overhead_s: float
+    cost_barrier: np.ndarray = dataclasses.field(default_factory=lambda: _frozen(np.zeros(0, np.int64)))
+    """Per cost term, its barrier's index in :data:`BARRIERS` (empty: every term in ``none``)."""
     wave_term_names: tuple[str, ...] = ()
     wave_term_seconds: np.ndarray = dataclasses.field(default_factory=lambda: _frozen(np.zeros(0)))
+    step_term_names: tuple[str, ...] = ()
+    step_term_seconds: np.ndarray = dataclasses.field(default_factory=lambda: _frozen(np.zeros(0)))
     handoff: HandoffSeconds = dataclasses.field(default_factory=HandoffSeconds)
     model: ModelCard | None = dataclasses.field(default=None, repr=False)
     memory_scale: float = 1.0
@@ -539,10 +582,28 @@ class ResolvedCard:
     """What every wave priced under this card reads, derived when the card is made."""
 
     def __post_init__(self) -> None:
+        if self.cost_barrier.size != self.cost_seconds.size:
+            object.__setattr__(self, "cost_barrier", _frozen(np.zeros(self.cost_seconds.size, np.int64)))
         coefficients = _frozen(self.time_coefficients())
         static = self.safety * float(self.envelope_static_bytes.max())
-        constants = CardConstants(time_coefficients=coefficients, static_peak_bytes=static)
+        group = np.searchsorted(np.unique(self.cost_barrier), self.cost_barrier).astype(np.int64)
+        constants = CardConstants(
+            time_coefficients=coefficients,
+            cost_group=_frozen(group),
+            barrier_coefficients=_frozen(self._barrier_coefficients(group)),
+            static_peak_bytes=static,
+        )
         object.__setattr__(self, "constants", constants)
+
+    @property
+    def barrier_names(self) -> tuple[str, ...]:
+        """The barriers the card's holding cost terms fall in, in :data:`BARRIERS` order."""
+        return tuple(BARRIERS[b] for b in np.unique(self.cost_barrier).tolist())
+
+    @property
+    def step_s(self) -> float:
+        """Seconds paid once per step (every step term)."""
+        return math.fsum(self.step_term_seconds.tolist())
 
     def group_card(self, size: int) -> ResolvedCard:
         """This card resolved for a CP group of ``size`` ranks of the same pool (same depth, phase,
@@ -569,11 +630,8 @@ class ResolvedCard:
             cost_seconds=_frozen(self.cost_seconds * t),
             wave_overhead_s=self.wave_overhead_s * t,
             wave_term_seconds=_frozen(self.wave_term_seconds * t),
-            handoff=HandoffSeconds(
-                round_s=self.handoff.round_s * t,
-                state_s=self.handoff.state_s * t,
-                wait_s_per_token=self.handoff.wait_s_per_token * t,
-            ),
+            step_term_seconds=_frozen(self.step_term_seconds * t),
+            handoff=self.handoff.scaled(t),
             memory_scale=self.memory_scale * m,
             time_scale=self.time_scale * t,
             group_cards=tuple(card.scaled(m, t) for card in self.group_cards),
@@ -597,6 +655,12 @@ class ResolvedCard:
         """Seconds per unit of each quantity: shape (quantities,)."""
         coef = np.zeros(NUM_QUANTITIES)
         np.add.at(coef, self.cost_quantity, self.cost_seconds)
+        return coef
+
+    def _barrier_coefficients(self, group: np.ndarray) -> np.ndarray:
+        """Seconds per unit of each quantity within each barrier: shape (barriers, quantities)."""
+        coef = np.zeros((max(len(self.barrier_names), 1), NUM_QUANTITIES))
+        np.add.at(coef, (group, self.cost_quantity), self.cost_seconds)
         return coef
 
 
@@ -689,10 +753,14 @@ def _check_formulas(card: ModelCard) -> None:
 
 def _check_wave_formulas(card: ModelCard, env: dict[str, float], where: str) -> None:
     """Unknown names in the wave terms and the hand-off fail on load, naming the field."""
-    formulas = {f"cost.wave_terms.{k}": (t.seconds, t.when) for k, t in card.cost.wave_terms.items()}
+    formulas = {
+        f"cost.{table}.{k}": (t.seconds, t.when)
+        for table in ("wave_terms", "step_terms")
+        for k, t in getattr(card.cost, table).items()
+    }
     if card.cost.handoff is not None:
         h = card.cost.handoff
-        formulas["cost.handoff"] = (h.round_seconds, h.state_seconds, h.wait_seconds_per_token, h.when)
+        formulas["cost.handoff"] = (*(getattr(h, name) for name in _HANDOFF_FIELDS.values()), h.when)
     for field, group in formulas.items():
         for formula in group:
             if not isinstance(formula, str):

@@ -129,7 +129,11 @@ def item_from_record(
         record["requests"] = [single]
     elif "requests" not in record:
         raise InputError(
-            "missing: give 'requests', 'tokens' or 'input_ids'", file=source, line=line_no, field="requests"
+            "missing: give 'requests', 'tokens' or 'input_ids' (--tokens-field NAME reads the token ids "
+            f"from another field; this record has {_keys(record)})",
+            file=source,
+            line=line_no,
+            field="requests",
         )
     try:
         return Item.model_validate(record)
@@ -151,14 +155,28 @@ def _item_error(exc: ValidationError, record: dict[str, Any], source: str, line_
 
 def _check_native_id(record: dict[str, Any], source: str, line_no: int) -> None:
     if "id" not in record:
+        if "waves" in record and "cpplan_version" in record:
+            raise InputError(
+                "this line is a cpplan plan JSON (what `cpplan plan` writes), not a workload item",
+                file=source,
+                line=line_no,
+            )
         raise InputError(
-            "missing (only records in the input_ids form may leave it out)",
+            "missing (only records in the input_ids form may leave it out; --id-field NAME reads the id "
+            f"from another field; this record has {_keys(record)})",
             file=source,
             line=line_no,
             field="id",
         )
     if not isinstance(record["id"], str):
         raise InputError(f"must be a string, got {record['id']!r}", file=source, line=line_no, field="id")
+
+
+def _keys(record: dict[str, Any]) -> str:
+    """The record's fields, for an error (at most eight named)."""
+    names = [repr(k) for k in list(record)[:8]]
+    more = f" and {len(record) - 8} more" if len(record) > 8 else ""
+    return ("fields " + ", ".join(names) + more) if names else "no fields"
 
 
 def _item_id(value: Any, source: str, line_no: int, field: str, *, default: str | None) -> str:
@@ -179,7 +197,13 @@ def _hf_item(record: dict[str, Any], source: str, line_no: int, fields: RecordFi
     """A record in the Hugging Face form: token ids, an optional id, mask and labels."""
     key = fields.tokens or HF_TOKENS
     if key not in record:
-        raise InputError("missing", file=source, line=line_no, field=key)
+        raise InputError(
+            f"missing (--tokens-field NAME reads the token ids from another field; this record has "
+            f"{_keys(record)})",
+            file=source,
+            line=line_no,
+            field=key,
+        )
     item_id = _item_id(record.get(fields.id), source, line_no, fields.id, default=str(line_no))
     tokens = _validated(lambda: Request(tokens=record[key]).tokens, source, line_no, key)
     _check_unpadded(record.get("attention_mask"), tokens.size, source, line_no)

@@ -132,7 +132,7 @@ class Settings:
             "model": self.model.name,
             "layers": self.card_alone.num_layers,
             "phase": self.phase,
-            "topology": self.topology.model_dump(),
+            "topology": topology_to_json(self.topology),
             "memory_bytes": self.memory_bytes,
             "correction": None if self.correction is None else self.correction.to_dict(),
         }
@@ -181,15 +181,24 @@ class Settings:
         self.__dict__.update(state)
 
 
+def topology_to_json(topology: Topology) -> dict[str, Any]:
+    """A topology's JSON form: its sizes and ``dynamic_cp``, and ``equal_waves: true`` only when every
+    GPU of the pool runs the same number of waves (so a plan without that requirement reads as plans
+    always did)."""
+    data = topology.model_dump(exclude={"equal_waves"})
+    return {**data, "equal_waves": True} if topology.needs_equal_waves else data
+
+
 def topology_from_json(value: Any) -> Topology:
-    """A topology's JSON form: an object of sizes (:meth:`Settings.to_json`), or the text form older
-    planner states wrote (``"tp=1,cp=2,..."``); an :class:`InputError` naming ``topology`` otherwise."""
+    """A topology's JSON form: an object of sizes (:meth:`Settings.to_json`; without ``equal_waves`` it
+    was made without equal waves), or the text form older planner states wrote (``"tp=1,cp=2,..."``);
+    an :class:`InputError` naming ``topology`` otherwise."""
     if isinstance(value, str):
         return Topology.parse(value)
     if not isinstance(value, dict):
         raise InputError(f"must be an object of parallel sizes, got {type(value).__name__}", field="topology")
     try:
-        return Topology.create(**value)
+        return Topology.create(**{"equal_waves": False, **value})
     except (TypeError, ValueError) as exc:
         raise InputError(str(exc), field="topology") from None
 

@@ -21,6 +21,13 @@ class Topology(BaseModel):
     own CP group size: a power of two dividing the pool, placed on an aligned block of pool ranks
     (:meth:`group_sizes`, :meth:`group`). The pool must then be a power of two, so every group size up
     to the pool tiles it, and ``cp`` (the fixed-CP candidate's size) is one of them.
+
+    ``equal_waves``: every GPU of the pool runs the same number of waves (a GPU with fewer real waves
+    runs empty padding waves, each priced at the card's fixed per-wave cost), as FSDP and ZeRO-3 need
+    (every forward all-gathers parameters over the whole pool). ``None`` (the default) is resolved when
+    the topology is made: on exactly when the pool holds more than one CP group (``dp > 1`` or dynamic
+    CP); ``False`` for a trainer that only reduces after the step. So ``Topology(dp=2)`` equals
+    ``Topology(dp=2, equal_waves=True)``.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -32,6 +39,7 @@ class Topology(BaseModel):
     pp: int = Field(default=1, ge=1, le=1024)
     dp: int = Field(default=1, ge=1, le=65536)
     dynamic_cp: bool = False
+    equal_waves: bool | None = None
 
     @field_validator(*AXES, mode="before")
     @classmethod
@@ -63,6 +71,23 @@ class Topology(BaseModel):
         """GPUs of one TP group's data- and context-parallel grid: ``dp * cp``."""
         return self.dp * self.cp
 
+    @model_validator(mode="after")
+    def _resolve_equal_waves(self) -> Topology:
+        if self.equal_waves is None:
+            self.__dict__["equal_waves"] = self.several_groups
+        return self
+
+    @property
+    def several_groups(self) -> bool:
+        """Whether the pool holds more than one CP group (``dp > 1`` or dynamic CP)."""
+        return self.dynamic_cp or self.dp > 1
+
+    @property
+    def needs_equal_waves(self) -> bool:
+        """Whether every GPU of the pool must run the same number of waves (:attr:`equal_waves`,
+        resolved)."""
+        return bool(self.equal_waves)
+
     def group_sizes(self) -> tuple[int, ...]:
         """The CP group sizes a wave may take: every power of two up to the pool under ``dynamic_cp``,
         else the fixed ``cp``."""
@@ -72,19 +97,24 @@ class Topology(BaseModel):
 
     def group(self, size: int) -> Topology:
         """The fixed-CP topology a wave of CP group ``size`` runs under: the same pool, ``cp = size``,
-        ``dp = pool / size``."""
+        ``dp = pool / size``, and the pool's equal-waves requirement."""
         assert self.pool % size == 0, f"group size {size} does not divide the pool of {self.pool}"
-        return self.model_copy(update={"cp": size, "dp": self.pool // size, "dynamic_cp": False})
+        equal = self.needs_equal_waves
+        return self.model_copy(
+            update={"cp": size, "dp": self.pool // size, "dynamic_cp": False, "equal_waves": equal}
+        )
 
     @classmethod
     def parse(cls, text: str) -> Topology:
         """Parse ``tp=1,cp=4,ep=1,etp=1,pp=1,dp=1``: comma-separated ``NAME=SIZE`` pairs, names in lower
-        case, sizes in ASCII digits; sizes left out are 1."""
+        case, sizes in ASCII digits; sizes left out are 1. ``dynamic_cp=1`` and ``equal_waves=0|1`` set
+        those flags."""
         sizes: dict[str, int] = {}
         for part in filter(None, (p.strip() for p in text.split(","))):
             name, sep, value = part.partition("=")
-            if name.strip() == "dynamic_cp" and "dynamic_cp" not in sizes:
-                sizes["dynamic_cp"] = _flag(value.strip() if sep else "1")
+            flag = name.strip()
+            if flag in ("dynamic_cp", "equal_waves") and flag not in sizes:
+                sizes[flag] = _flag(value.strip() if sep else "1", flag)
                 continue
             name, size = _axis_size(part)
             if name in sizes:
@@ -102,7 +132,9 @@ class Topology(BaseModel):
 
     def __str__(self) -> str:
         text = ",".join(f"{axis}={getattr(self, axis)}" for axis in AXES)
-        return text + (",dynamic_cp=1" if self.dynamic_cp else "")
+        text += ",dynamic_cp=1" if self.dynamic_cp else ""
+        equal = self.needs_equal_waves
+        return text + (f",equal_waves={int(equal)}" if equal != self.several_groups else "")
 
     def as_env(self) -> dict[str, float]:
         """The sizes as formula names."""
@@ -129,11 +161,11 @@ def _axis_size(part: str) -> tuple[str, int]:
     return name, int(value)
 
 
-def _flag(value: str) -> bool:
-    """``dynamic_cp=1`` / ``true`` / ``0`` / ``false`` in a topology string."""
+def _flag(value: str, name: str) -> bool:
+    """``dynamic_cp=1`` / ``true`` / ``0`` / ``false`` (or ``equal_waves=...``) in a topology string."""
     lowered = value.lower()
     if lowered in ("1", "true", "yes"):
         return True
     if lowered in ("0", "false", "no"):
         return False
-    raise InputError(f"dynamic_cp={value!r} is not 0, 1, true or false", field="topology.dynamic_cp")
+    raise InputError(f"{name}={value!r} is not 0, 1, true or false", field=f"topology.{name}")

@@ -31,7 +31,22 @@ _UNITS = {
     "mib": 2**20,
     "gib": 2**30,
     "tib": 2**40,
+    "k": 10**3,
+    "m": 10**6,
+    "g": 10**9,
+    "t": 10**12,
+    "ki": 2**10,
+    "mi": 2**20,
+    "gi": 2**30,
+    "ti": 2**40,
 }
+"""A bare ``G`` (``80G``) is decimal like ``GB`` and ``Gi`` binary like ``GiB``, as Kubernetes and the SI
+write them; of the two readings of ``80G`` the decimal one is the smaller budget, the one that cannot
+plan a wave out of memory."""
+
+GPU_SIZES_GB = (40, 48, 80, 94, 96, 141, 144, 192)
+"""Memory sizes of common data-centre GPUs, in GB and GiB alike (A100 40/80, L40S 48, H100 80/94/96,
+H200 141, GH200 144, B200 192)."""
 _SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE]([+-]?[0-9]+))?\s*([A-Za-z]*)\s*$", re.ASCII)
 
 
@@ -60,7 +75,9 @@ def _parse_text(text: str, field: str) -> int:
     factor = _UNITS.get(unit.lower())
     if factor is None:
         raise InputError(
-            f"unknown unit {unit!r} in {text!r}; known: B, KB, MB, GB, TB, KiB, MiB, GiB, TiB", field=field
+            f"unknown unit {unit!r} in {text!r}; known: B, KB, MB, GB, TB, KiB, MiB, GiB, TiB (K, M, G, T "
+            "are KB, MB, GB, TB; Ki, Mi, Gi, Ti are KiB, MiB, GiB, TiB)",
+            field=field,
         )
     power = int(exponent) if exponent else 0
     try:
@@ -85,6 +102,19 @@ def parse_memory(text: str | int, *, field: str = "memory") -> int:
             field=field,
         )
     return value
+
+
+def whole_gpu_warning(num_bytes: int) -> str | None:
+    """A warning when a ``--memory`` of ``num_bytes`` is exactly a whole GPU's size (``80GB``, ``141GB``,
+    ``80GiB``...): it is what a wave may use above what is resident, not the GPU (``None`` otherwise)."""
+    for size in GPU_SIZES_GB:
+        for unit, factor in (("GB", 10**9), ("GiB", 2**30)):
+            if num_bytes == size * factor:
+                return (
+                    f"cpplan: warning: --memory {size}{unit} is the size of a whole GPU; --memory is "
+                    f"{MEMORY_MEANING}. Did you mean --gpu-memory {size}{unit} --resident SIZE?"
+                )
+    return None
 
 
 def _is_plain(text: str) -> bool:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 from functools import cached_property
 from pathlib import Path
@@ -70,6 +71,8 @@ class Workload(BaseModel):
                     raise InputError(entry.error or "unreadable", file=str(path), line=entry.line)
                 if not items and entry.text.lstrip().startswith("["):
                     _refuse_json_array(str(path), entry.line)
+                if not items and entry.text.strip() == "{":
+                    _refuse_plan_json(handle, str(path))
                 item = parse_item_line(entry.text, str(path), entry.line, fields or DEFAULT_FIELDS)
                 if item.id in lines:
                     raise InputError(
@@ -117,6 +120,26 @@ class Workload(BaseModel):
     def line_of(self, index: int) -> int | None:
         """The source line of item ``index``, when the workload was read from a file."""
         return None if self.lines is None else self.lines[index]
+
+
+def _refuse_plan_json(handle, source: str) -> None:
+    """A file whose first line is a lone ``{`` is one pretty-printed JSON object, not JSONL: say so, and
+    say it is a plan when it is one (``cpplan plan``'s output given where its input belongs)."""
+    handle.seek(0)
+    try:
+        data = json.loads(handle.read())
+    except (ValueError, UnicodeDecodeError):
+        data = None
+    if isinstance(data, dict) and "waves" in data and "cpplan_version" in data:
+        raise InputError(
+            "this is a cpplan plan JSON (what `cpplan plan` writes), not a workload: give the workload "
+            "JSONL the plan was made from (`cpplan verify PLAN WORKLOAD` checks a plan)",
+            file=source,
+            line=1,
+        )
+    raise InputError(
+        "one JSON object over several lines, not JSONL: write one item per line", file=source, line=1
+    )
 
 
 def _refuse_other_formats(head: bytes, source: str) -> None:

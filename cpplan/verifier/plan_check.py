@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cpplan.errors import InputError
+from cpplan.plans.plan_fields import GDN_HANDOFF_MODES
 from cpplan.spec.card import ResolvedCard
 from cpplan.spec.workload import Item, Workload
 from cpplan.verifier.chains import check_used, check_whole_items, read_requests
@@ -79,8 +80,9 @@ def verify_plan(
         worst_peak = max(worst_peak, peak)
     violations.extend(_split_violations(waves, seen))
     violations.extend(_coverage_violations(workload, seen, requests))
+    padding = (data.get("padding"), card.wave_overhead_s)
     replayed = violations if check_starts else []
-    total = replay_cost(placed[0], placed[1], wave_costs, card.topology, replayed, indices=placed[2])
+    total = replay_cost(placed[0], placed[1], wave_costs, card.topology, replayed, padding, indices=placed[2])
     claimed = data.get("cost_s")
     if not violations and isinstance(claimed, int | float) and not close(claimed, total):
         violations.append(f"plan cost_s {claimed} differs from the verifier's {total}")
@@ -124,8 +126,17 @@ def _check_wave(
     check_whole_items(w, wave, by_id, violations)
     check_used(w, coverage, violations)
     check_packed_tokens(w, wave, packed, violations)
+    _check_gdn_handoff(w, wave, violations)
     runs = read_owners(w, wave["ranks"], packed, chunk, card.topology.cp, violations)
     return price_ranks(w, wave, segments, offsets, runs, coverage, card, memory_bytes, violations)
+
+
+def _check_gdn_handoff(w: int, wave: dict, violations: list[str]) -> None:
+    """The wave's ``gdn_handoff``, where given, names a mode the executor runs."""
+    mode = wave.get("gdn_handoff", "rounds")
+    if not isinstance(mode, str) or mode not in GDN_HANDOFF_MODES:
+        modes = ", ".join(map(repr, GDN_HANDOFF_MODES))
+        violations.append(f"wave {w}: gdn_handoff {mode!r} is not one of {modes}")
 
 
 def _coverage_violations(

@@ -100,7 +100,8 @@ def price_ranks(
     violations: list[str],
 ) -> tuple[float, int]:
     """Price every rank of the wave, check it against the budget and the plan's claims; the wave's cost
-    (slowest rank plus overhead) and its worst peak."""
+    (per barrier the slowest rank, summed, plus overhead and the hand-off in the wave's ``gdn_handoff``
+    mode) and its worst peak."""
     cp = card.topology.cp
     pieces = pieces_of(segments, offsets, runs)
     flags = {"grad": np.array(coverage.grad, dtype=bool), "loss": np.array(coverage.loss, dtype=bool)}
@@ -108,12 +109,14 @@ def price_ranks(
     masked = {"loss": coverage.masked_loss} if coverage.masked_loss else {}
     per_rank = rank_sums(pieces, flags, runs.packed, cp, masked=masked, seg_start=seg_start)
     claimed = {int(r["rank"]): r for r in wave["ranks"]}
-    slowest, worst = 0.0, 0
+    slowest: dict[int, float] = {}
+    worst = 0
     for rank in range(cp):
         local = {name: int(values[rank]) for name, values in per_rank.items()}
         quantities = tuple(local[name] for name in QUANTITY_NAMES)
-        peak, seconds = _peak(card, quantities), _seconds(card, quantities)
-        slowest = max(slowest, seconds)
+        peak = _peak(card, quantities)
+        for barrier, seconds in _barrier_seconds(card, quantities).items():
+            slowest[barrier] = max(slowest.get(barrier, 0.0), seconds)
         worst = max(worst, peak)
         if peak > memory_bytes:
             violations.append(
@@ -121,9 +124,13 @@ def price_ranks(
                 f"{memory_bytes:,} bytes"
             )
         _check_claims(w, rank, claimed.get(rank), local, peak, violations)
-    cost = slowest + card.wave_overhead_s + handoff_seconds(card, segments, offsets, pieces)
+    compute = math.fsum(slowest.values())
+    mode = wave.get("gdn_handoff", "rounds")
+    cost = compute + card.wave_overhead_s + handoff_seconds(card, segments, offsets, pieces, mode)
     if "cost_s" in wave and not close(float(wave["cost_s"]), cost):
-        violations.append(f"wave {w}: cost_s {wave['cost_s']} but the verifier prices {cost}")
+        violations.append(
+            f"wave {w}: cost_s {wave['cost_s']} but the verifier prices {cost} (GDN hand-off {mode!r})"
+        )
     return cost, worst
 
 
@@ -227,9 +234,13 @@ def _peak(card: ResolvedCard, quantities: tuple[int, ...]) -> int:
     return math.ceil(card.safety * best)
 
 
-def _seconds(card: ResolvedCard, quantities: tuple[int, ...]) -> float:
-    """The sum of the card's cost terms."""
-    return math.fsum(
-        float(card.cost_seconds[c]) * quantities[int(card.cost_quantity[c])]
-        for c in range(len(card.cost_names))
-    )
+def _barrier_seconds(card: ResolvedCard, quantities: tuple[int, ...]) -> dict[int, float]:
+    """The rank's seconds within each barrier: the sum of the card's cost terms that run between that
+    barrier's collectives (keyed by the barrier's index in :data:`cpplan.spec.card.BARRIERS`)."""
+    parts: dict[int, list[float]] = {}
+    for c in range(len(card.cost_names)):
+        barrier = int(card.cost_barrier[c])
+        parts.setdefault(barrier, []).append(
+            float(card.cost_seconds[c]) * quantities[int(card.cost_quantity[c])]
+        )
+    return {barrier: math.fsum(values) for barrier, values in parts.items()}

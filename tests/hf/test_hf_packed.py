@@ -149,8 +149,12 @@ def _zero_conv_tails(which: str):
     return faulty
 
 
-def _own_segment_keys(self, segment, last):
-    return np.arange(self.seg_offset[segment], last + 1)
+_PIECE_KEYS = WaveGeometry.piece_keys
+
+
+def _own_segment_keys(self, rank, piece):
+    keys = _PIECE_KEYS(self, rank, piece)
+    return keys[self.segment[keys] == self.segment[keys[-1]]]
 
 
 FAULTS = {
@@ -158,7 +162,7 @@ FAULTS = {
     "recurrent state across CP cuts": (gdn_module, "initial_states", _zero_states("cut")),
     "conv tail at branch points": (gdn_module, "conv_sources", _zero_conv_tails("branch")),
     "conv tail across CP cuts": (gdn_module, "conv_sources", _zero_conv_tails("cut")),
-    "attention to ancestor segments": (WaveGeometry, "path_keys", _own_segment_keys),
+    "attention to ancestor segments": (WaveGeometry, "piece_keys", _own_segment_keys),
 }
 
 
@@ -277,6 +281,41 @@ def test_flex_attention_path_equals_torch_path(references, workload):
     with float64_internals(), torch.no_grad():
         flex = packed_logprobs(model, result, workload, wave=0, kernels="flex")
     assert max_abs_diff(flex, want) <= LOGPROBS
+
+
+@pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
+def test_no_mask_outlives_its_wave(workload):
+    """The flex path's BlockMasks (and the wave's geometry holding the key paths) are built during the
+    wave's forward and all freed once it returns: nothing the wave allocated stays reachable."""
+    import gc
+
+    from torch.nn.attention.flex_attention import BlockMask
+
+    model = tiny_model("qwen3", layers=2)
+
+    def alive() -> tuple[int, int]:
+        gc.collect()
+        objects = gc.get_objects()
+        return (
+            sum(isinstance(o, BlockMask) for o in objects),
+            sum(isinstance(o, WaveGeometry) for o in objects),
+        )
+
+    before = alive()
+    seen = []
+    real = WaveGeometry.build.__func__
+
+    def spy(cls, batches):
+        seen.append(real(cls, batches))
+        return seen[-1]
+
+    with pytest.MonkeyPatch.context() as patch, torch.no_grad():
+        patch.setattr(WaveGeometry, "build", classmethod(spy))
+        packed_logprobs(model, zigzag(plan(workload, 2), 2), workload, wave=0, kernels="flex")
+        geo = seen.pop()
+        assert len(geo.keys) == 2  # the spy saw the wave's geometry
+        del geo
+    assert alive() == before
 
 
 def test_unknown_kernels_are_refused(workload):

@@ -53,3 +53,42 @@ def test_report_on_a_folder_without_a_pack_exits_2(tmp_path, capsys):
     """A folder with no manifest is bad input (exit 2), not a traceback."""
     assert main(["report", str(tmp_path)]) == 2
     assert "not a cpplan pack folder" in capsys.readouterr().err
+
+
+def _figures(monkeypatch, tmp_path, window: int) -> dict[str, object]:
+    """Pack the test dataset with ``window`` items a window and report it, keeping every figure the
+    report drew (by the title of its first axis)."""
+    import matplotlib.pyplot as plt
+
+    kept: dict[str, object] = {}
+    real_close = plt.close
+
+    def keep(fig=None):
+        if fig is not None and fig.axes:
+            kept[fig.axes[0].get_title()] = fig
+        return real_close(fig)
+
+    monkeypatch.setattr(plt, "close", keep)
+    data, _ = tp.write_dataset(tmp_path)
+    out = tmp_path / "out"
+    pack(data, output=out, solver=tp.profile_path(tmp_path), window=window, **tp.SETTINGS)
+    write_report(out)
+    return kept
+
+
+def test_a_one_window_pack_draws_its_sharing_as_bars(tmp_path, monkeypatch):
+    """With a single window the sharing plot is not an empty axis: three bars (logical, no-sharing
+    baseline, planned) and the share saved in the title."""
+    figures = _figures(monkeypatch, tmp_path, window=10_000)
+    (title,) = [t for t in figures if t.startswith("Tokens saved by sharing")]
+    assert "one window:" in title and "% of logical saved" in title
+    ax = figures[title].axes[0]
+    heights = [patch.get_height() for patch in ax.patches]
+    assert len(heights) == 3 and heights[0] >= heights[2] > 0
+
+
+def test_the_rank_peak_axis_starts_at_zero(tmp_path, monkeypatch):
+    """The rank-peak plot's y-axis starts at 0 GiB (a cropped axis exaggerates small differences)."""
+    figures = _figures(monkeypatch, tmp_path, window=8)
+    ax = figures["Predicted peak per rank against the budget"].axes[0]
+    assert ax.get_ylim()[0] == 0

@@ -213,12 +213,14 @@ def test_a_small_last_wave_is_balanced_away(qwen36):
         prompt_tokens=(500, 6000),
         completion_tokens=(100, 3000),
         items_per_prompt=False,
-        seed=8,
+        seed=10,  # under the issue-25 time model seed 8 now plans cheapest as 39 + 13
     )
     settings = Settings(topology=Topology(cp=4), model=qwen36, memory_bytes=2**60)
     probe = Problem.build(workload, settings)
     layout = probe.pack(range(39), "full")
-    by_time = price_wave(probe, range(39), layout, "full")  # unlimited memory: balanced by time
+    stats = price_wave(probe, range(39), layout, "full").stats
+    time_owner = contiguous_split(stats.quantity_matrix() @ probe.card.time_coefficients(), 4)
+    by_time = price_wave(probe, range(39), layout, "full", owner=time_owner)  # balanced by total time
     by_tokens = contiguous_split(by_time.stats.tokens.astype(float), 4)
     edge = price_wave(probe, range(39), layout, "full", owner=by_tokens).peak_bytes
     budget = (edge + by_time.peak_bytes) // 2  # three groups fit, but not balanced by time
@@ -280,3 +282,35 @@ def test_greedy_regroups_items_that_arrive_interleaved(qwen36):
     in_order = Problem.build(grouped, settings)
     assert not regrouping_helps(in_order)
     assert not cached_greedy_plan(in_order, LAYOUTS).notes
+
+
+def test_greedy_short_of_time_keeps_the_cheapest_layout_of_its_wave(qwen36, monkeypatch):
+    """When the time left is too short to cut a wave or balance the ending but enough to price each
+    layout once, greedy keeps the wave in its cheapest layout, not the first that fits (full sharing,
+    the memory-minimal one): the plan is the unhurried greedy's on a one-wave workload."""
+    workload = grpo(
+        num_prompts=2,
+        group_size=8,
+        system_tokens=256,
+        prompt_tokens=2048,
+        completion_tokens=512,
+        items_per_prompt=False,
+    )
+    settings = Settings(topology=Topology(cp=2), model=qwen36, memory_bytes=80 * 2**30, num_layers=8)
+    unhurried = greedy_plan(Problem.build(workload, settings), LAYOUTS)
+    first = WidthSearch(problem=Problem.build(workload, settings), layouts=LAYOUTS).widest(0)
+    assert unhurried.num_waves == 1 and first is not None and first[0] == workload.num_items
+    assert unhurried.cost_s < first[1].cost_s, "full sharing must not be the cheapest layout here"
+    original = WidthSearch._priced
+
+    def slow(self, start, width, layouts):  # every pricing looks like 2 s: 10 s leave 3, not 8
+        found = original(self, start, width, layouts)
+        self.test_s = 2.0
+        return found
+
+    monkeypatch.setattr(WidthSearch, "_priced", slow)
+    hurried = greedy_plan(
+        Problem.build(workload, settings), LAYOUTS, deadline=Deadline.after(10.0, deterministic=False)
+    )
+    assert hurried.num_waves == 1 and not hurried.notes
+    assert hurried.cost_s == unhurried.cost_s

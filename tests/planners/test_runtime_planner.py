@@ -90,8 +90,8 @@ def test_the_solver_gap_is_the_models_and_says_so(small_grpo, qwen36):
     assert solver["model_gap"] == solver["gap"] is not None and solver["status"] == "optimal"
     out = io.StringIO()
     print_summary(result, Console(file=out, width=200))
-    assert "solver optimal in its model (model gap" in out.getvalue()
-    assert "solver optimal," not in out.getvalue()
+    assert "CP-SAT proved optimal in its (conservative) model" in out.getvalue()
+    assert "solver optimal," not in out.getvalue() and "model gap -" not in out.getvalue()
 
 
 def test_a_first_one_shot_call_does_not_spend_its_budget_importing_the_solver():

@@ -15,7 +15,7 @@ import pytest
 import cpplan
 from cpplan import Topology
 from cpplan.pricing.evaluator import envelope_bytes, price, wave_cost_s
-from cpplan.pricing.handoff import NO_HANDOFF, chunk_pieces, handoff_of, wave_handoff
+from cpplan.pricing.handoff import NO_HANDOFF, chunk_pieces, rounds_handoff, wave_handoff
 from cpplan.spec.card import HandoffSeconds
 from cpplan.verifier.handoff_recount import handoff_seconds
 from cpplan.verifier.owners import OwnerRuns
@@ -52,8 +52,10 @@ def _plain_envelopes(card, row) -> list[float]:
 def test_prices_are_the_cards_terms_summed_per_envelope(card):
     """For random per-rank quantities (given as an integer matrix), every envelope is its static bytes
     plus its member terms; the peak is ``ceil(safety * max envelope)`` (integer bytes), the binding
-    envelope the largest, the time the cost terms' sum, and the wave costs the slowest rank plus the
-    per-wave seconds. One rank given as a vector is priced as a one-row matrix."""
+    envelope the largest, the time the cost terms' sum, and the wave costs, per barrier (the layer kind
+    each cost term names), the slowest rank, summed over barriers, plus the per-wave seconds (more than
+    the slowest rank's total, since different ranks are slowest in different barriers here). One rank
+    given as a vector is priced as a one-row matrix."""
     q = _quantities(card, 5, seed=1)
     prices = price(card, q)
     envelopes = envelope_bytes(card, q)
@@ -69,9 +71,22 @@ def test_prices_are_the_cards_terms_summed_per_envelope(card):
         )
         assert prices.time_s[r] == pytest.approx(seconds, rel=1e-12)
     assert prices.peak_bytes.dtype == np.int64
-    assert wave_cost_s(card, prices) == pytest.approx(
-        float(prices.time_s.max()) + card.wave_overhead_s, rel=1e-15
-    )
+    barriers = sorted(set(card.cost_barrier.tolist()))
+    assert len(barriers) > 1
+    per_barrier = [
+        max(
+            sum(
+                float(card.cost_seconds[c]) * float(q[r, card.cost_quantity[c]])
+                for c in range(len(card.cost_names))
+                if card.cost_barrier[c] == b
+            )
+            for r in range(5)
+        )
+        for b in barriers
+    ]
+    expected = math.fsum(per_barrier) + card.wave_overhead_s
+    assert expected > float(prices.time_s.max()) + card.wave_overhead_s
+    assert wave_cost_s(card, prices) == pytest.approx(expected, rel=1e-12)
     one = price(card, q[2])
     assert one.peak_bytes.tolist() == [prices.peak_bytes[2]]
     assert envelope_bytes(card, q[2]).shape == (1, len(card.envelope_names))
@@ -155,7 +170,7 @@ def test_handoff_on_deep_trees_is_the_walk_of_its_pieces(seed, qwen36):
     for size, rank, round_ in zip(pieces.length.tolist(), owners, rounds, strict=True):
         work[rank, round_] += size
     wait = int(work.max(axis=0).sum() - work.sum(axis=1).max())
-    handoff = handoff_of(pieces, cp, UNIT)
+    handoff = rounds_handoff(pieces, cp, UNIT)
     num_sources = len({s for s in sources if s >= 0})
     assert (handoff.rounds, handoff.crossings, handoff.wait_tokens) == (num_rounds, num_sources, wait)
     assert handoff.seconds == pytest.approx(
@@ -181,9 +196,9 @@ def test_no_handoff_on_one_rank_or_when_unpriced(qwen36):
         offset, length, parent
     )
     crossing = np.array([0, 1])
-    assert handoff_of(chunk_pieces(offset, length, parent, crossing, 10), 2, UNIT).seconds > 0
-    assert wave_handoff(layout, crossing, 10, 2, HandoffSeconds()) is NO_HANDOFF
-    assert wave_handoff(layout, np.array([0, 0]), 10, 1, UNIT) is NO_HANDOFF
+    assert rounds_handoff(chunk_pieces(offset, length, parent, crossing, 10), 2, UNIT).seconds > 0
+    assert wave_handoff(layout, crossing, 10, 2, HandoffSeconds()) == NO_HANDOFF
+    assert wave_handoff(layout, np.array([0, 0]), 10, 1, UNIT) == NO_HANDOFF
     assert wave_handoff(layout, crossing, 10, 2, UNIT).seconds == pytest.approx(1.0 + 1e-3 + 10e-6)
     segments = [(-1, 0, 10), (0, 10, 10)]
     runs = OwnerRuns(start=np.array([0, 10]), end=np.array([10, 20]), owner=crossing)

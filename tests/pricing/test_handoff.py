@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from cpplan import Plan, PrefixTree, Problem, Topology, load_model
 from cpplan.hf.geometry import WaveGeometry
-from cpplan.pricing.handoff import chunk_pieces, handoff_of, wave_handoff
+from cpplan.pricing.handoff import HANDOFF_MODES, chunk_pieces, rounds_handoff, wave_handoff
 from cpplan.pricing.wave import price_wave
 from cpplan.runtime.materialize import materialize_wave
 from cpplan.spec.card import HandoffSeconds
@@ -59,7 +59,7 @@ def test_rounds_and_crossings_are_the_execution_schedule(workload, spec, cp, kin
     assert np.array_equal(pieces.round, executed.round)
     handed = sorted(int(i) for h in executed.handoffs for i in h.tolist())
     assert sorted(set(pieces.source[pieces.source >= 0].tolist())) == handed
-    handoff = handoff_of(pieces, problem.topology.cp, UNIT)
+    handoff = rounds_handoff(pieces, problem.topology.cp, UNIT)
     assert handoff.rounds == (int(executed.round.max()) + 1 if executed.count else 1)
     assert handoff.crossings == len(handed)
 
@@ -68,7 +68,7 @@ def test_one_segment_over_four_ranks_waits_for_each_state():
     """A single segment cut into four equal contiguous pieces runs in four rounds: three hand-offs,
     and every rank but the first waits for the recurrence before it (three quarters of the tokens)."""
     pieces = chunk_pieces(np.array([0]), np.array([400]), np.array([-1]), np.repeat(np.arange(4), 10), 10)
-    handoff = handoff_of(pieces, 4, UNIT)
+    handoff = rounds_handoff(pieces, 4, UNIT)
     assert pieces.round.tolist() == [0, 1, 2, 3]
     assert (handoff.rounds, handoff.crossings, handoff.wait_tokens) == (4, 3, 300)
     assert handoff.seconds == 3 * 1.0 + 3 * 1e-3 + 300 * 1e-6
@@ -80,7 +80,7 @@ def test_branches_on_their_own_ranks_run_in_parallel():
     recurrence, not for each other."""
     seg_offset, seg_length, seg_parent = np.array([0, 10, 20]), np.array([10, 10, 10]), np.array([-1, 0, 0])
     pieces = chunk_pieces(seg_offset, seg_length, seg_parent, np.array([0, 1, 2]), 10)
-    handoff = handoff_of(pieces, 3, UNIT)
+    handoff = rounds_handoff(pieces, 3, UNIT)
     assert pieces.round.tolist() == [0, 1, 1]
     assert (handoff.rounds, handoff.crossings, handoff.wait_tokens) == (2, 1, 10)
 
@@ -94,7 +94,8 @@ def test_branches_on_their_own_ranks_run_in_parallel():
     st.integers(0, 2**32 - 1),
 )
 def test_verifier_prices_the_same_handoff(workload, spec, cp, kind, seed):
-    """The verifier's piece-by-piece hand-off seconds equal the evaluator's (GDN card, any ownership)."""
+    """The verifier's piece-by-piece hand-off seconds equal the evaluator's in both modes, rounds and
+    parallel (GDN card, any ownership)."""
     cp = min(cp, int(PrefixTree([r.tokens for _, _, r in workload.requests()]).node_length.sum()))
     settings_ = Settings(
         topology=Topology(cp=cp), model=load_model("qwen3.6-35b-a3b"), memory_bytes=80 * 2**30
@@ -103,7 +104,6 @@ def test_verifier_prices_the_same_handoff(workload, spec, cp, kind, seed):
     items = list(range(problem.num_items))
     layout = problem.pack(items, spec)
     owner = _owners(problem, layout.packed_tokens, seed, kind)
-    priced = wave_handoff(layout, owner, 3, cp, problem.card.handoff)
     segments = list(
         zip(layout.seg_parent.tolist(), layout.seg_position.tolist(), layout.seg_length.tolist(), strict=True)
     )
@@ -111,12 +111,12 @@ def test_verifier_prices_the_same_handoff(workload, spec, cp, kind, seed):
     token_owner = np.repeat(owner, 3)[:packed]
     cuts = np.concatenate([[0], np.flatnonzero(token_owner[1:] != token_owner[:-1]) + 1])
     runs = OwnerRuns(start=cuts, end=np.append(cuts[1:], packed), owner=token_owner[cuts])
-    assert np.isclose(
-        handoff_seconds(problem.card, segments, offsets, pieces_of(segments, offsets, runs)),
-        priced.seconds,
-        rtol=1e-12,
-        atol=0,
-    )
+    pieces = pieces_of(segments, offsets, runs)
+    for mode in HANDOFF_MODES:
+        priced = wave_handoff(layout, owner, 3, cp, problem.card.handoff, mode)
+        assert priced.mode == mode
+        recounted = handoff_seconds(problem.card, segments, offsets, pieces, mode)
+        assert np.isclose(recounted, priced.seconds, rtol=1e-12, atol=0), mode
 
 
 def test_wave_cost_adds_the_handoff_only_under_cp(qwen36):

@@ -10,7 +10,13 @@ import pytest
 import cpplan
 from cpplan.pricing.evaluator import price
 from cpplan.pricing.layout import pack, share_mask
-from cpplan.pricing.ownership import chunk_stats, contiguous_split, owned_ranges, rank_quantities
+from cpplan.pricing.ownership import (
+    chunk_stats,
+    contiguous_split,
+    general_quantities,
+    owned_ranges,
+    rank_quantities,
+)
 from cpplan.pricing.problem import Problem
 from cpplan.pricing.tree import PrefixTree
 from cpplan.spec.quantities import QUANTITIES, QUANTITY_INDEX
@@ -70,6 +76,26 @@ def test_rank_quantities_match_token_by_token(rng):
         owner_tokens = np.repeat(owner, stats.tokens)
         expected = brute_quantities(tree, layout, owner_tokens, cp)
         assert np.array_equal(rank_quantities(stats, owner, cp), expected)
+
+
+def test_contiguous_owners_sum_by_prefix_exactly(rng):
+    """For contiguous chunk owners in rank order (ranks with no chunk included), the prefix-sum path of
+    :func:`rank_quantities` gives exactly the token-by-token quantities and the general per-count rules'
+    (pieces: a segment cut between ranks counts on both, one continued across chunks of a rank once)."""
+    for _ in range(40):
+        base = rng.integers(0, 50, 300)
+        seqs = [
+            np.concatenate([base[: rng.integers(1, 300)], rng.integers(0, 50, rng.integers(1, 200))])
+            for _ in range(rng.integers(1, 6))
+        ]
+        grad = rng.random(len(seqs)) < 0.6
+        tree, layout = packed(seqs, rng.choice(["full", "none", "min_span:40"]), grad)
+        stats = chunk_stats(layout, int(rng.choice([1, 7, 32, 128])))
+        cp = int(rng.integers(2, 6))
+        owner = np.sort(rng.integers(0, cp, stats.num_chunks))
+        expected = brute_quantities(tree, layout, np.repeat(owner, stats.tokens), cp)
+        assert np.array_equal(rank_quantities(stats, owner, cp), expected)
+        assert np.array_equal(general_quantities(stats, owner, cp), expected)
 
 
 def test_contiguous_split_is_min_max_optimal(rng):

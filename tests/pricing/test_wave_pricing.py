@@ -31,7 +31,9 @@ def _edge_problem(qwen36):
     settings = Settings(topology=Topology(cp=4), model=qwen36, memory_bytes=2**60, num_layers=8)
     probe = Problem.build(workload, settings)
     layout = probe.pack(range(39), "full")
-    by_time = price_wave(probe, range(39), layout, "full")
+    stats = price_wave(probe, range(39), layout, "full").stats
+    time_owner = contiguous_split(stats.quantity_matrix() @ probe.card.time_coefficients(), 4)
+    by_time = price_wave(probe, range(39), layout, "full", owner=time_owner)
     tokens_owner = contiguous_split(by_time.stats.tokens.astype(float), 4)
     by_tokens = price_wave(probe, range(39), layout, "full", owner=tokens_owner)
     budget = (by_tokens.peak_bytes + by_time.peak_bytes) // 2
@@ -40,18 +42,21 @@ def _edge_problem(qwen36):
 
 def test_edge_ownership_fits_and_beats_token_balance(qwen36):
     """At the memory edge the time-balanced ownership is repaired chunk by chunk until every rank
-    fits: the wave fits, its owners stay contiguous, and its slowest rank is faster than under the
-    token-balanced split (the only fitting fallback before)."""
+    fits: the repaired split fits and stays contiguous; the wave priced is no slower than it or the
+    token-balanced split (under the per-layer barrier the token-balanced split can be the faster: here
+    it is, by 0.1%, so the repair no longer always wins, and the exact price decides)."""
     problem, by_tokens = _edge_problem(qwen36)
     wave = price_wave(problem, range(39), problem.pack(range(39), "full"), "full")
     assert wave.fits(problem.memory_bytes)
-    assert wave.cost_s < by_tokens.cost_s
     assert (np.diff(wave.owner) >= 0).all()
     time_balanced = contiguous_split(wave.stats.quantity_matrix() @ problem.card.time_coefficients(), 4)
     assert not price_wave(problem, range(39), wave.layout, "full", owner=time_balanced).fits(
         problem.memory_bytes
     )
-    assert (edge_ownership(problem, wave.stats, time_balanced) == wave.owner).all()
+    repaired_owner = edge_ownership(problem, wave.stats, time_balanced)
+    repaired = price_wave(problem, range(39), wave.layout, "full", owner=repaired_owner)
+    assert repaired.fits(problem.memory_bytes) and (np.diff(repaired_owner) >= 0).all()
+    assert wave.cost_s <= min(repaired.cost_s, by_tokens.cost_s)
 
 
 def test_first_fitting_agrees_with_best_wave(qwen36):

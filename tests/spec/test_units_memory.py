@@ -50,3 +50,40 @@ def test_gpu_memory_less_resident():
     assert memory_from_gpu("141GB", "75GB") == 66 * 10**9
     with pytest.raises(InputError, match="field 'resident'"):
         memory_from_gpu("80GB", "80GB")
+
+
+def test_bare_unit_letters_are_decimal_and_i_letters_binary():
+    """`80G` is 80 GB (decimal, as Kubernetes and the SI write it: the smaller of its two readings) and
+    `80Gi` is 80 GiB; likewise K, M, T and Ki, Mi, Ti."""
+    from cpplan.spec.units import parse_bytes
+
+    assert parse_bytes("80G") == parse_bytes("80gb") == 80 * 10**9
+    assert parse_bytes("80Gi") == parse_bytes("80GiB") == 80 * 2**30
+    assert parse_bytes("512M") == 512 * 10**6 and parse_bytes("512Mi") == 512 * 2**20
+    assert parse_bytes("2T") == 2 * 10**12 and parse_bytes("4k") == 4000 and parse_bytes("1Ti") == 2**40
+
+
+def test_a_whole_gpu_as_memory_is_warned_about():
+    """A --memory equal to a common GPU's size (in GB or GiB) gets a warning naming --gpu-memory;
+    a budget that is not one gets none."""
+    from cpplan.spec.units import parse_bytes, whole_gpu_warning
+
+    for size in ("80GB", "80G", "141GB", "80GiB", "192GB", "40GiB"):
+        warning = whole_gpu_warning(parse_bytes(size))
+        assert warning is not None and "--gpu-memory" in warning and "whole GPU" in warning, size
+    for size in ("66GB", "8GiB", "79GiB", "20GB"):
+        assert whole_gpu_warning(parse_bytes(size)) is None, size
+
+
+def test_the_cli_prints_the_whole_gpu_warning(tmp_path, capsys):
+    """`cpplan plan --memory 80GB` plans (it is a valid budget) and warns on standard error."""
+    from pathlib import Path
+
+    from cpplan.cli import main
+
+    example = Path(__file__).resolve().parents[2] / "examples" / "grpo.jsonl"
+    args = ["plan", str(example), "--model", "qwen3.6-35b-a3b", "--topology", "cp=2", "--quiet"]
+    assert main([*args, "--memory", "80G", "-o", str(tmp_path / "p.json")]) == 0
+    assert "warning: --memory 80GB is the size of a whole GPU" in capsys.readouterr().err
+    assert main([*args, "--memory", "12GiB", "-o", str(tmp_path / "q.json")]) == 0
+    assert "warning" not in capsys.readouterr().err

@@ -288,7 +288,21 @@ CASES: tuple[Case, ...] = (
         what="an item without an id",
         files={"w.jsonl": OK_LINE + '{"tokens": [1, 2]}\n'},
         workload="w.jsonl",
-        expect=("w.jsonl:2", "field 'id'"),
+        expect=("w.jsonl:2", "field 'id'", "--id-field"),
+    ),
+    Case(
+        kind="tokens under another name",
+        what="the token ids are in a field 'text' (no 'tokens', 'requests' or 'input_ids')",
+        files={"w.jsonl": OK_LINE + '{"id": "p1", "text": [1, 2]}\n'},
+        workload="w.jsonl",
+        expect=("w.jsonl:2", "field 'requests'", "--tokens-field", "'text'"),
+    ),
+    Case(
+        kind="plan JSON given as a workload",
+        what="cpplan plan on the plan JSON that cpplan plan wrote",
+        files={"plan.json": '{\n "cpplan_version": "0.1.0",\n "waves": []\n}\n'},
+        workload="plan.json",
+        expect=("plan.json:1", "cpplan plan JSON", "not a workload"),
     ),
     Case(
         kind="id of the wrong type",

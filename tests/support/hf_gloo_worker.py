@@ -2,8 +2,9 @@
 
 Each rank builds the same tiny model (from a saved state dict), plans the same workload with the
 deterministic profile, runs :func:`cpplan.hf.packed_logprobs` with ``distributed=True`` for the
-planned ownership and for zigzag chunks, backpropagates the same loss as every other rank, sums the
-parameter gradients over the group, and saves what it got for the test to compare. A third run
+planned ownership and for zigzag chunks (each with the GDN states passed in rounds and in
+parallel), backpropagates the same loss as every other rank, sums the parameter gradients over the
+group, and saves what it got for the test to compare. A third run
 plans the workload with completion-only loss masks and backpropagates its masked policy loss
 (:func:`masked_loss`).
 """
@@ -22,7 +23,14 @@ TIMEOUT_S = 60
 def run(rank: int, world: int, port: int, folder: str) -> None:
     """Entry point for ``torch.multiprocessing.start_processes``."""
     from cpplan.hf import float64_internals, packed_logprobs, sum_gradients
-    from tests.support.hf_models import mixed_workload, plan, tiny_model, weighted_sum, zigzag
+    from tests.support.hf_models import (
+        mixed_workload,
+        plan,
+        tiny_model,
+        weighted_sum,
+        with_gdn_handoff,
+        zigzag,
+    )
 
     torch.set_num_threads(1)
     dist.init_process_group(
@@ -38,7 +46,9 @@ def run(rank: int, world: int, port: int, folder: str) -> None:
         workload = mixed_workload(0)
         planned = plan(workload, world)
         record = {}
-        for name, result in (("planned", planned), ("zigzag", zigzag(planned, world))):
+        runs = {"planned": planned, "zigzag": zigzag(planned, world)}
+        runs.update({f"{k}_parallel": with_gdn_handoff(v, "parallel") for k, v in list(runs.items())})
+        for name, result in runs.items():
             model.zero_grad()
             with float64_internals():
                 logprobs = packed_logprobs(model, result, workload, wave=0, distributed=True)

@@ -1,5 +1,6 @@
 """Shared helpers for the cpplan.hf tests: tiny random transformers models, prefix-tree workloads and
-plans (planned, or with chunks dealt to ranks in a zigzag), and exactness measurements."""
+plans (planned, or with chunks dealt to ranks in a zigzag), and exactness measurements (the models,
+the mixed workload and the measures live in :mod:`cpplan.gpu_check.tiny_models`, which ships)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,16 @@ import pytest
 import torch
 
 import cpplan
+from cpplan.gpu_check.tiny_models import (  # noqa: F401 (shared with cpplan gpu-check; re-exported)
+    VOCAB,
+    gradients,
+    max_abs_diff,
+    max_rel_grad_diff,
+    mixed_workload,
+    tiny_model,
+    weighted_sum,
+)
 
-VOCAB = 64
 CARD = "qwen3.6-35b-a3b"
 
 
@@ -24,59 +33,8 @@ def one_thread():
     torch.set_num_threads(before)
 
 
-def tiny_model(family: str, *, seed: int = 0, layers: int = 4) -> torch.nn.Module:
-    """A float64 random model of one family: hidden 32, 4 layers (hybrids: 3 GDN + 1 attention), 4
-    experts top-2 for MoE models; no weights are downloaded."""
-    import transformers
-
-    common = {"vocab_size": VOCAB, "hidden_size": 32, "num_hidden_layers": layers, "num_attention_heads": 4}
-    common |= {"num_key_value_heads": 2, "head_dim": 16}
-    moe = {"moe_intermediate_size": 16, "num_experts": 4, "num_experts_per_tok": 2}
-    gdn = {"linear_key_head_dim": 8, "linear_value_head_dim": 8}
-    gdn |= {"linear_num_key_heads": 2, "linear_num_value_heads": 4}
-    configs = {
-        "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", {"intermediate_size": 48}),
-        "qwen3_moe": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM", moe | {"intermediate_size": 48}),
-        "qwen3_5": ("Qwen3_5TextConfig", "Qwen3_5ForCausalLM", gdn | {"intermediate_size": 48}),
-        "qwen3_5_moe": (
-            "Qwen3_5MoeTextConfig",
-            "Qwen3_5MoeForCausalLM",
-            gdn | moe | {"shared_expert_intermediate_size": 16},
-        ),
-    }
-    config_name, model_name, extra = configs[family]
-    config = getattr(transformers, config_name)(**common, **extra)
-    config._experts_implementation = "eager"  # grouped_mm refuses float64
-    torch.manual_seed(seed)
-    return getattr(transformers, model_name)(config).double().eval()
-
-
 def _tokens(rng: np.random.Generator, n: int) -> list[int]:
     return rng.integers(0, VOCAB, n).tolist()
-
-
-def mixed_workload(seed: int = 0, *, scale: float = 1.0) -> cpplan.Workload:
-    """GRPO groups (a shared system prompt, two prompts with three completions each), a multi-turn
-    chain whose requests are prefixes of each other, an exact duplicate, and a lone request; a few
-    hundred tokens per request so that CP ranks split segments."""
-    rng = np.random.default_rng(seed)
-
-    def n(low: int, high: int) -> int:
-        return max(2, int(rng.integers(low, high) * scale))
-
-    system = _tokens(rng, n(100, 160))
-    items = []
-    for p in range(2):
-        prompt = system + _tokens(rng, n(150, 250))
-        group = [cpplan.Request(tokens=prompt + _tokens(rng, n(60, 200))) for _ in range(3)]
-        items.append(cpplan.Item(id=f"grpo{p}", requests=tuple(group)))
-    turns = [_tokens(rng, n(200, 300))]
-    for _ in range(2):
-        turns.append(turns[-1] + _tokens(rng, n(150, 250)))
-    chain = [cpplan.Request(tokens=t) for t in turns] + [cpplan.Request(tokens=turns[1])]
-    items.append(cpplan.Item(id="chain", requests=tuple(chain)))
-    items.append(cpplan.Item(id="lone", requests=(cpplan.Request(tokens=_tokens(rng, n(250, 400))),)))
-    return cpplan.Workload(items=tuple(items))
 
 
 def random_tree_workload(seed: int, *, requests: int = 6, scale: int = 120) -> cpplan.Workload:
@@ -159,37 +117,20 @@ def zigzag(result: cpplan.PlanResult, cp: int) -> cpplan.Plan:
     return cpplan.Plan(strategy="zigzag", waves=tuple(waves))
 
 
-def weighted_sum(logprobs: dict) -> torch.Tensor:
-    """A scalar touching every log-prob with a distinct weight (so gradients see every entry)."""
-    total = torch.zeros((), dtype=torch.float64)
-    for k, (_, lp) in enumerate(sorted(logprobs.items())):
-        weights = torch.linspace(0.5, 1.5, lp.numel(), dtype=lp.dtype) * (1 + 0.1 * k)
-        total = total + (weights * lp).sum()
-    return total
+def with_gdn_handoff(result, mode: str) -> cpplan.Plan:
+    """The plan's waves with their ``gdn_handoff`` set to ``mode`` (``"rounds"`` or ``"parallel"``)."""
+    plan_ = result.plan if isinstance(result, cpplan.PlanResult) else result
+    waves = tuple(dataclasses.replace(w, gdn_handoff=mode) for w in plan_.waves)
+    return cpplan.Plan(strategy=plan_.strategy, waves=waves)
 
 
-def gradients(model: torch.nn.Module, loss: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Every parameter's gradient of ``loss`` (zeros where it has none)."""
-    model.zero_grad()
-    loss.backward()
-    return {
-        n: (p.grad if p.grad is not None else torch.zeros_like(p)).clone()
-        for n, p in model.named_parameters()
-    }
-
-
-def max_abs_diff(a: dict, b: dict) -> float:
-    """Largest absolute difference over matching tensors of two dicts with the same keys."""
-    assert a.keys() == b.keys()
-    return max(float((a[k] - b[k]).detach().abs().max()) if a[k].numel() else 0.0 for k in a)
-
-
-def max_rel_grad_diff(a: dict, b: dict) -> float:
-    """Largest per-parameter ``max|a - b| / max|b|`` (parameters whose reference gradient is zero must
-    match exactly)."""
-    worst = 0.0
-    for name, ref in b.items():
-        scale = float(ref.abs().max())
-        diff = float((a[name] - ref).abs().max())
-        worst = max(worst, diff / scale if scale else (0.0 if diff == 0 else float("inf")))
-    return worst
+def slow_decay(model, a_log: float = -6.0):
+    """``model`` with every Gated DeltaNet layer's ``A_log`` set to ``a_log`` (in place; returned). The
+    tiny models' random ``A_log`` (0.8 to 2.7) decay the recurrent state by about ``e^-6`` per token, so
+    a state handed over matters for a token or two; at ``-6`` it decays by about 0.3 % per token and
+    carries over whole pieces."""
+    with torch.no_grad():
+        for layer in model.model.layers:
+            if hasattr(layer, "linear_attn"):
+                layer.linear_attn.A_log.fill_(a_log)
+    return model

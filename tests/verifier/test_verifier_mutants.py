@@ -44,15 +44,17 @@ def replicas(small_grpo, qwen36):
 
 @pytest.fixture(scope="module")
 def pooled(small_grpo, qwen36):
-    """Small GRPO with dynamic CP over a pool of four GPUs."""
+    """Small GRPO with dynamic CP over a pool of four GPUs, at the budget of a CP4 group: the plan mixes
+    CP groups of two and of one."""
     topology = Topology(cp=2, dp=2, dynamic_cp=True)
-    return plan_for(small_grpo, qwen36, topology, middle_budget(small_grpo, qwen36, 2))
+    return plan_for(small_grpo, qwen36, topology, middle_budget(small_grpo, qwen36, 4))
 
 
 @pytest.fixture(scope="module")
 def single(small_grpo, qwen36):
-    """Small GRPO at CP1 on one GPU: four waves in sequence."""
-    return plan_for(small_grpo, qwen36, Topology(cp=1), middle_budget(small_grpo, qwen36, 2))
+    """Small GRPO at CP1 on one GPU, at the budget of a CP4 group: nine waves in sequence, over a
+    second in all."""
+    return plan_for(small_grpo, qwen36, Topology(cp=1), middle_budget(small_grpo, qwen36, 4))
 
 
 @pytest.fixture(scope="module")
@@ -72,8 +74,9 @@ def split():
 
 def test_fixtures_have_the_shapes_the_tests_rely_on(fixed, replicas, pooled, single, single_replicas, split):
     """The fixed plan has two waves in sequence on GPUs [0, 1]; the replicas plan two waves side by
-    side; the pooled plan uses one CP group of four; the CP1 plan four waves in sequence; the split plan
-    two split waves of item 'big' and a third, unsplit wave."""
+    side; the pooled plan mixes CP groups of two and of one, every pool rank running the same number of
+    waves; the CP1 plan nine waves in sequence; the split plan two split waves of item 'big' and a
+    third, unsplit wave."""
     shapes = {
         "fixed": [(w["cp"], w["gpus"]) for w in fixed[1]["waves"]],
         "replicas": [(w["cp"], w["gpus"], w["start_s"]) for w in replicas[1]["waves"]],
@@ -84,8 +87,10 @@ def test_fixtures_have_the_shapes_the_tests_rely_on(fixed, replicas, pooled, sin
     }
     assert shapes["fixed"] == [(2, [0, 1]), (2, [0, 1])]
     assert shapes["replicas"] == [(2, [0, 1], 0.0), (2, [2, 3], 0.0)]
-    assert shapes["pooled"] == [(4, [0, 1, 2, 3])]
-    assert shapes["single"] == [(1, [0])] * 4
+    assert {cp for cp, _ in shapes["pooled"]} == {1, 2}
+    per_rank = [sum(g in gpus for _, gpus in shapes["pooled"]) for g in range(4)]
+    assert len(set(per_rank)) == 1
+    assert shapes["single"] == [(1, [0])] * 9
     assert sorted(map(tuple, shapes["single_replicas"])) == [(0,), (0,), (1,), (1,)]
     assert shapes["split"] == [(["big"], True), (["big"], True), (["small", "after"], False)]
 
@@ -105,12 +110,22 @@ def test_valid_plans_verify_with_their_own_prices(name, request):
 
 def test_the_plan_cost_is_the_sum_in_sequence_and_the_makespan_side_by_side(fixed, replicas, pooled):
     """On one replica the plan costs the sum of its waves; over replicas (and under dynamic CP) the
-    last finish of the replay: the larger of the two side-by-side waves."""
+    last finish of the replay, each wave starting when its GPUs are all free: for the replicas the
+    larger of the two side-by-side waves, for the pooled plan (groups of two and one, no padding) less
+    than its waves' sum."""
     for result, data in (fixed, replicas, pooled):
         verdict = verdict_of(result, data)
         costs = verdict.wave_costs_s
-        expected = max(costs) if result.problem.card.topology.dp > 1 else sum(costs)
+        free = [0.0] * result.problem.card.topology.pool
+        for wave, cost in zip(data["waves"], costs, strict=True):
+            start = max(free[g] for g in wave["gpus"])
+            for g in wave["gpus"]:
+                free[g] = start + cost
+        expected = max(free) if result.problem.card.topology.dp > 1 else sum(costs)
         assert verdict.cost_s == pytest.approx(expected, rel=1e-12)
+    assert verdict_of(*replicas).cost_s == pytest.approx(max(verdict_of(*replicas).wave_costs_s), rel=1e-12)
+    assert pooled[1]["padding"]["waves"] == [0, 0, 0, 0]
+    assert verdict_of(*pooled).cost_s < sum(verdict_of(*pooled).wave_costs_s)
     assert verdict_of(*replicas).cost_s < sum(verdict_of(*replicas).wave_costs_s)
 
 
@@ -140,15 +155,16 @@ def _misaligned(data: dict, chunk: int) -> list[str]:
 
 def test_the_chunk_size_comes_from_the_argument_then_the_plan_then_the_default(fixed):
     """Ranges are checked on ``chunk_tokens`` chunks: the argument's, else the plan's, else 128. Read
-    with 512-token chunks, the plan's 128-token ranges are reported (and only they)."""
+    with 2,048-token chunks, the plan's 128-token ranges that are off them are reported (and only they);
+    the fixed plan's ranks meet at 3,072 tokens, a multiple of 512 and 1,024 but not of 2,048."""
     result, data = fixed
     assert data["chunk_tokens"] == 128
-    expected = tuple(_misaligned(data, 512))
+    expected = tuple(_misaligned(data, 2048))
     assert expected
-    assert verdict_of(result, data, chunk_tokens=512).violations == expected
-    claims_512 = {**data, "chunk_tokens": 512}
-    assert verdict_of(result, claims_512).violations == expected
-    assert verdict_of(result, claims_512, chunk_tokens=128).valid
+    assert verdict_of(result, data, chunk_tokens=2048).violations == expected
+    claims_2048 = {**data, "chunk_tokens": 2048}
+    assert verdict_of(result, claims_2048).violations == expected
+    assert verdict_of(result, claims_2048, chunk_tokens=128).valid
     no_claim = {k: v for k, v in data.items() if k != "chunk_tokens"}
     assert verdict_of(result, no_claim).valid
     assert not verdict_of(result, no_claim, chunk_tokens=129).valid
@@ -219,7 +235,11 @@ def test_a_false_wave_cost_is_the_only_violation(fixed):
     verdict = verdict_of(result, bad)
     assert len(verdict.violations) == 1
     assert verdict.violations[0].startswith(f"wave 0: cost_s {priced + 2e-9} but the verifier prices ")
-    assert float(verdict.violations[0].rsplit(" ", 1)[1]) == pytest.approx(priced, rel=1e-12)
+    figure, mode = verdict.violations[0].split(" but the verifier prices ")[1].split(" ", 1)
+    assert (
+        float(figure) == pytest.approx(priced, rel=1e-12)
+        and mode == f"(GDN hand-off {wave['gdn_handoff']!r})"
+    )
     wave["cost_s"] = priced + 0.5e-9
     assert verdict_of(result, bad).valid
 
@@ -582,18 +602,29 @@ def test_gpus_must_be_an_aligned_block_of_the_pool(replicas, single_replicas):
     )
 
 
-def test_swapped_replicas_still_verify_and_a_shared_one_delays(replicas):
+def test_swapped_replicas_still_verify_and_a_shared_one_delays(replicas, small_grpo, qwen36):
     """Waves on each other's replica still start at zero; both on one replica, the second starts when
-    the first finishes, so its claimed start of zero is reported."""
-    result, data = replicas
-    swapped = copy.deepcopy(data)
-    swapped["waves"][0]["gpus"], swapped["waves"][1]["gpus"] = [2, 3], [0, 1]
-    assert verdict_of(result, swapped).valid
-    shared = copy.deepcopy(data)
-    shared["waves"][1]["gpus"] = [0, 1]
-    first = verdict_of(result, data).wave_costs_s[0]
-    verdict = verdict_of(result, shared)
-    assert verdict.violations == (f"wave 1: start_s 0.0 but the replay starts it at {first}",)
+    the first finishes, so its claimed start of zero is reported. Under equal waves (the default over
+    replicas) the shared placement also breaks the plan's claim of one wave per GPU, and that is
+    reported too; a plan that opted out (``equal_waves=False``) is refused for the start alone."""
+    opted_out = plan_for(
+        small_grpo, qwen36, Topology(cp=2, dp=2, equal_waves=False), middle_budget(small_grpo, qwen36, 2)
+    )
+    assert "padding" in replicas[1] and "padding" not in opted_out[1]
+    for (result, data), equal in ((replicas, True), (opted_out, False)):
+        swapped = copy.deepcopy(data)
+        swapped["waves"][0]["gpus"], swapped["waves"][1]["gpus"] = [2, 3], [0, 1]
+        assert verdict_of(result, swapped).valid
+        shared = copy.deepcopy(data)
+        shared["waves"][1]["gpus"] = [0, 1]
+        first = verdict_of(result, data).wave_costs_s[0]
+        delayed = f"wave 1: start_s 0.0 but the replay starts it at {first}"
+        unequal = (
+            "the plan claims equal waves per GPU, but with padding pool ranks run 0 to 2 waves "
+            "(real waves [2, 2, 0, 0], padding [0, 0, 0, 0])"
+        )
+        expected = (delayed, unequal) if equal else (delayed,)
+        assert verdict_of(result, shared).violations == expected
 
 
 def test_claimed_starts_are_replayed_unless_absent_or_not_numbers(single):

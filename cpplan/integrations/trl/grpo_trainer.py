@@ -1,0 +1,133 @@
+"""TRL's ``GRPOTrainer`` with every log-prob pass (policy, old policy, reference) run packed by cpplan.
+
+Only ``_get_per_token_logps_and_entropies`` changes: its padded ``[B, P + C]`` rows become one cpplan
+item per distinct prompt (the G completions share it once in the prefix tree, ``completion_mask`` is
+the loss mask), the planner plans the step, every wave runs packed, and the log-probs and entropies
+come back in TRL's ``[B, C]`` layout (0 on padding). Generation, rewards, advantages, the loss types
+and logging stay TRL's. Calls that ask for the MoE router loss or carry images go to TRL's own path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import trl
+
+from cpplan.integrations.packed_step import step_logprobs
+from cpplan.integrations.rollout_items import RolloutRow, grouped_workload
+from cpplan.planner import Planner
+from cpplan.spec.topology import Topology
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepTokens:
+    """Tokens of one log-prob pass: TRL's padded ``B * (P + C)`` and cpplan's packed count."""
+
+    padded: int
+    packed: int
+
+
+class GRPOTrainer(trl.GRPOTrainer):
+    """``trl.GRPOTrainer`` (same arguments) plus the cpplan settings, keyword-only: a ready
+    ``planner``, or ``card`` (a model card name or path), ``memory_bytes`` (per GPU, for a wave),
+    ``topology`` (default one rank) and ``solver`` (default ``"runtime"``). ``kernels`` goes to
+    :func:`cpplan.hf.packed_logprobs`. :attr:`cpplan_tokens` holds the last pass's token counts; the
+    logs gain ``cpplan/packed_tokens`` and ``cpplan/padded_tokens``."""
+
+    def __init__(
+        self,
+        *args,
+        planner: Planner | None = None,
+        card: str | None = None,
+        memory_bytes: int | str | None = None,
+        topology: Topology | str | None = None,
+        solver: str = "runtime",
+        kernels: str = "auto",
+        **kwargs,
+    ) -> None:
+        if planner is None:
+            if card is None or memory_bytes is None:
+                raise ValueError("give a cpplan planner, or card and memory_bytes")
+            planner = Planner(model=card, topology=topology, memory_bytes=memory_bytes, solver=solver)
+        elif card is not None or memory_bytes is not None or topology is not None:
+            raise ValueError("give a cpplan planner or its settings (card, memory_bytes, topology), not both")
+        self.cpplan_planner = planner
+        self.cpplan_kernels = kernels
+        self.cpplan_tokens: StepTokens | None = None
+        super().__init__(*args, **kwargs)
+
+    def _get_per_token_logps_and_entropies(
+        self,
+        model,
+        input_ids,
+        attention_mask,
+        logits_to_keep,
+        batch_size=None,
+        compute_entropy=False,
+        compute_aux_loss=False,
+        **extra,
+    ):
+        if compute_aux_loss or any(value is not None for value in extra.values()):
+            return super()._get_per_token_logps_and_entropies(
+                model,
+                input_ids,
+                attention_mask,
+                logits_to_keep,
+                batch_size,
+                compute_entropy,
+                compute_aux_loss,
+                **extra,
+            )
+        rows = padded_rows(input_ids, attention_mask, logits_to_keep)
+        shape = (input_ids.shape[0], logits_to_keep)
+        if all(not row.completion for row in rows):
+            zeros = torch.zeros(shape, device=input_ids.device)
+            return zeros, (zeros.clone() if compute_entropy else None), None
+        workload, keys = grouped_workload(rows)
+        result = self.cpplan_planner.plan(workload)
+        self.cpplan_tokens = StepTokens(padded=input_ids.numel(), packed=result.plan.packed_tokens)
+        mode = "train" if self.model.training else "eval"
+        self._metrics[mode]["cpplan/packed_tokens"].append(float(self.cpplan_tokens.packed))
+        self._metrics[mode]["cpplan/padded_tokens"].append(float(self.cpplan_tokens.padded))
+        net = self.accelerator.unwrap_model(model)
+        with self.accelerator.autocast():
+            logprobs, entropies = step_logprobs(
+                net, result, workload, temperature=self.temperature, kernels=self.cpplan_kernels
+            )
+        logps = _scatter(logprobs, rows, keys, shape)
+        return logps, (_scatter(entropies, rows, keys, shape) if compute_entropy else None), None
+
+
+def padded_rows(
+    input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int
+) -> list[RolloutRow]:
+    """TRL's rows (left-padded prompts, then ``logits_to_keep`` right-padded completion columns) as
+    their unpadded prompt and completion tokens."""
+    ids, mask = input_ids.tolist(), attention_mask.bool().tolist()
+    rows = []
+    for row_ids, row_mask in zip(ids, mask, strict=True):
+        prompt = [t for t, m in zip(row_ids[:-logits_to_keep], row_mask[:-logits_to_keep], strict=True) if m]
+        kept = row_mask[-logits_to_keep:]
+        num_completion = sum(kept)
+        if not all(kept[:num_completion]):
+            raise ValueError("completion columns must be right-padded (TRL's layout)")
+        rows.append(
+            RolloutRow(prompt=tuple(prompt), completion=tuple(row_ids[-logits_to_keep:][:num_completion]))
+        )
+    return rows
+
+
+def _scatter(values: dict, rows: list[RolloutRow], keys: list, shape: tuple[int, int]) -> torch.Tensor:
+    """Each row's completion entries (entry ``P - 1 + j`` predicts completion token ``j``) in the first
+    columns of its ``[C]`` row; 0 elsewhere."""
+    reference = next(iter(values.values()))
+    out = []
+    for row, key in zip(rows, keys, strict=True):
+        start, count = len(row.prompt) - 1, len(row.completion)
+        found = values[key][start : start + count] if key is not None else reference.new_zeros(0)
+        out.append(torch.cat([found, reference.new_zeros(shape[1] - count)]))
+    return torch.stack(out)
+
+
+__all__ = ["GRPOTrainer", "StepTokens", "padded_rows"]
