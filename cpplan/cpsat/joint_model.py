@@ -58,6 +58,7 @@ class ModelValues:
     feasible: bool
     rank_kib: tuple[tuple[int, ...], ...] = field(default=())
     columns: tuple[int | None, ...] = field(default=())
+    barrier: tuple[tuple[int, ...], ...] = field(default=())
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -137,6 +138,8 @@ class CompiledModel:
                 if (w, e) in self.rounding:
                     m.add_hint(self.rounding[(w, e)], -(-fraction * tokens // CHUNK_TOKENS))
             m.add_hint(self.objective.time[w], values.time[w])
+            for b, column in enumerate(self.objective.barrier):
+                m.add_hint(column[w], values.barrier[w][b])
             if own.weighted[w] is not None:
                 m.add_hint(own.weighted[w], values.weighted[w])
                 m.add_hint(own.weight_cap[w], values.weight_cap[w])
@@ -177,6 +180,7 @@ def compile_model(
     rounding = add_memory(model, rows, ownership, waves.used, column_vars.col)
     objective = add_objective(
         model,
+        space,
         waves,
         layout.totals,
         cp,
@@ -205,12 +209,16 @@ def compile_model(
 def _evaluate(compiled: CompiledModel, assignment, shared: frozenset, taken: tuple) -> ModelValues:
     used = _check_assignment(compiled, assignment, taken)
     modelled = [used[w] and taken[w] is None for w in range(compiled.num_waves)]
-    totals = [dict.fromkeys(_TOTALS, 0) for _ in range(compiled.num_waves)]
+    totals = [dict.fromkeys((*_TOTALS, *_barrier_keys(compiled.space)), 0) for _ in range(compiled.num_waves)]
     _add_local_layouts(compiled.space, assignment, modelled, totals)
     layout = _LayoutValues(copies={}, starts={}, root_starts={})
     for w in range(compiled.num_waves):
         _add_cross_nodes(compiled.space, assignment, shared, modelled, w, totals[w], layout)
-    waves = [_wave_values(compiled, totals[w], modelled[w]) for w in range(compiled.num_waves)]
+    present = [
+        [i for i, (ww, _) in enumerate(assignment) if ww == w and modelled[w]]
+        for w in range(compiled.num_waves)
+    ]
+    waves = [_wave_values(compiled, totals[w], modelled[w], present[w]) for w in range(compiled.num_waves)]
     objective = sum(
         compiled.objective.overhead_units * used[w]
         + waves[w].time
@@ -234,11 +242,18 @@ def _evaluate(compiled: CompiledModel, assignment, shared: frozenset, taken: tup
         feasible=all(v.feasible for v in waves),
         rank_kib=tuple(v.rank_kib for v in waves),
         columns=taken,
+        barrier=tuple(v.barrier for v in waves),
     )
 
 
 _TOTALS = (*(q.name for q in ADDITIVE), "segments", "time_units")
-"""What the model sums per wave: every additive quantity, segment starts and time units."""
+"""What the model sums per wave: every additive quantity, segment starts and time units (and, with
+floors, the time units of each barrier: :func:`_barrier_keys`)."""
+
+
+def _barrier_keys(space: LayoutSpace) -> tuple[tuple[str, int], ...]:
+    """The per-barrier keys of a wave's totals: one per barrier where the items carry floors."""
+    return tuple(("barrier", b) for b in range(space.num_barriers)) if space.has_floors else ()
 
 
 def _check_assignment(compiled: CompiledModel, assignment, taken: tuple) -> list[bool]:
@@ -257,11 +272,16 @@ def _check_assignment(compiled: CompiledModel, assignment, taken: tuple) -> list
     return used
 
 
-def _add(total: dict[str, int], amounts: tuple[int, ...], copies: int, time_units: int, starts: int) -> None:
+def _add(
+    total: dict, amounts: tuple[int, ...], copies: int, time_units: int, starts: int, barrier_units=()
+) -> None:
     for q in ADDITIVE:
         total[q.name] += amounts[QUANTITY_INDEX[q.name]] * copies
     total["time_units"] += time_units * copies
     total["segments"] += starts
+    for b, units in enumerate(barrier_units):
+        if ("barrier", b) in total:
+            total[("barrier", b)] += units * copies
 
 
 def _add_local_layouts(space: LayoutSpace, assignment, modelled: list[bool], totals: list[dict]) -> None:
@@ -269,7 +289,7 @@ def _add_local_layouts(space: LayoutSpace, assignment, modelled: list[bool], tot
         w, j = assignment[item.item]
         if modelled[w]:
             lay = item.layouts[j]
-            _add(totals[w], lay.amounts, 1, lay.time_units, lay.fixed_starts)
+            _add(totals[w], lay.amounts, 1, lay.time_units, lay.fixed_starts, lay.barrier_units)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -299,7 +319,7 @@ def _add_cross_nodes(
             c = out.copies[(k, w)]
             parent_shared = node.parent not in index or (index[node.parent], w) in shared
             out.starts[(k, w)] = c if parent_shared else 0
-            _add(total, node.amounts, c, node.time_units, out.starts[(k, w)])
+            _add(total, node.amounts, c, node.time_units, out.starts[(k, w)], node.barrier_units)
     for item in space.items:
         if w <= item.item:
             ww, j = assignment[item.item]
@@ -336,9 +356,10 @@ class _WaveValues:
     weighted: bool
     weight_cap: int
     feasible: bool
+    barrier: tuple[int, ...]
 
 
-def _wave_values(compiled: CompiledModel, t: dict[str, int], modelled: bool) -> _WaveValues:
+def _wave_values(compiled: CompiledModel, t: dict, modelled: bool, present: list[int]) -> _WaveValues:
     """Chunks, cap, slowest-rank time, every envelope's KiB for a rank at the model's bounds, and
     whether the memory rows hold (in the chunk-cap or the weighted form)."""
     space, cp, rows = compiled.space, compiled.num_ranks, compiled.memory
@@ -354,15 +375,31 @@ def _wave_values(compiled: CompiledModel, t: dict[str, int], modelled: bool) -> 
         rows.rank_kib_weighted(e, weight_cap, values) <= rows.memory_kib for e in range(len(rows.static_kib))
     )
     by_chunks = max(kib) <= rows.memory_kib
+    barrier, time = _least_time(space, t, cp, present)
     return _WaveValues(
         chunks=chunks,
         cap=cap,
-        time=-(-t["time_units"] // cp),
+        time=time,
+        barrier=barrier,
         rank_kib=kib,
         weighted=by_weight and not by_chunks,
         weight_cap=weight_cap,
         feasible=not modelled or by_chunks or by_weight,
     )
+
+
+def _least_time(space: LayoutSpace, t: dict, cp: int, present: list[int]) -> tuple[tuple[int, ...], int]:
+    """Per barrier the least slowest-rank time units (its rank average, or a present item's floor in it)
+    and the wave's least ``T`` (:mod:`~cpplan.cpsat.objective`)."""
+    average = -(-t["time_units"] // cp)
+    if not space.has_floors:
+        return (), average
+    items = [space.items[i] for i in present]
+    barrier = tuple(
+        max([-(-t[("barrier", b)] // cp), *(item.barrier_floor_units[b] for item in items)])
+        for b in range(space.num_barriers)
+    )
+    return barrier, max([average, sum(barrier), *(item.floor_units for item in items)])
 
 
 _RANK_VALUES = {

@@ -1,13 +1,19 @@
-"""Objective: ``Σ_w (overhead · used[w] + T[w]) + Σ_{w,g} take[w, g] · time[g]`` in time units, with
-``cp · T[w] ≥`` the wave's time summed over ranks.
+"""Objective: ``Σ_w (overhead · used[w] + T[w]) + Σ_{w,g} take[w, g] · time[g]`` in time units.
 
-The model prices a wave's slowest rank by the rank average (ranks are symmetric in the joint model;
-:func:`cpplan.cpsat.chunk_caps.capped_split` then balances predicted seconds across the realized
-chunks). Summed over ranks, the wave's time is linear in node copies: every copy's tokens, gradient
-tokens, loss tokens, attention pairs and the tokens the other ``cp - 1`` ranks gather, plus segment
-time for each segment start and for each of the ``cp - 1`` segments a rank boundary may split.
+``T[w]`` bounds a modelled wave's rank-dependent seconds from below. Ranks are symmetric in the joint
+model (:func:`cpplan.cpsat.chunk_caps.capped_split` realizes ownership after the solve), so its first
+bound is the rank average, ``cp · T[w] ≥`` the wave's time summed over ranks: linear in node copies
+(every copy's tokens, gradient tokens, loss tokens, attention pairs and the tokens the other
+``cp - 1`` ranks gather, plus segment time for each segment start and for each of the ``cp - 1``
+segments a rank boundary may split).
+
+Under CP a wave costs, per barrier (layer kind), its slowest rank, summed over barriers; the items'
+floors (:mod:`cpplan.cpsat.wave_floors`) say what their longest requests cost at least. So, where
+they are known, one max variable per barrier, ``M[b, w]``, is at least that barrier's rank average
+(``cp · M[b, w] ≥`` its time summed over ranks) and every present item's floor in it, and
+``T[w] ≥ Σ_b M[b, w]`` and ``T[w] ≥`` every present item's wave floor (barriers and least hand-off).
 A wave that takes an exact column (:mod:`cpplan.cpsat.columns`) holds no modelled item (``T[w] = 0``)
-and adds ``Σ_g take[w, g] · time[g]`` instead: the column's exact slowest-rank time, rounded up.
+and adds ``Σ_g take[w, g] · time[g]`` instead: the column's exact time, rounded up.
 """
 
 from __future__ import annotations
@@ -18,19 +24,23 @@ from ortools.sat.python import cp_model
 
 from cpplan.cpsat.columns import Column, ColumnVars
 from cpplan.cpsat.sharing import WaveTotals
+from cpplan.cpsat.space import LayoutSpace
 from cpplan.cpsat.waves import WaveVars
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
 class ObjectiveVars:
-    """``T[w]`` (the wave's slowest-rank time units) and the per-wave overhead in time units."""
+    """``T[w]`` (the wave's rank-dependent time units), ``barrier[b][w]`` (``M[b, w]``: the slowest
+    rank of barrier b; empty without floors) and the per-wave overhead in time units."""
 
     time: list[cp_model.IntVar]
+    barrier: list[list[cp_model.IntVar]]
     overhead_units: int
 
 
 def add_objective(
     model: cp_model.CpModel,
+    space: LayoutSpace,
     waves: WaveVars,
     totals: WaveTotals,
     num_ranks: int,
@@ -38,13 +48,17 @@ def add_objective(
     columns: tuple[Column, ...] = (),
     column_vars: ColumnVars | None = None,
 ) -> ObjectiveVars:
-    """``T[w]`` and the minimization, exact columns taken at their own time."""
-    ub = -(-totals.time_units_ub // num_ranks)
+    """``T[w]``, the barrier maxima and the minimization, exact columns taken at their own time."""
+    # Barrier units round up per node copy and barrier, so their sum may pass the total's bound.
+    ub = -(-2 * totals.time_units_ub // num_ranks) + max(
+        (item.floor_units for item in space.items), default=0
+    )
     time = []
     for w in range(waves.num_waves):
         t = model.new_int_var(0, ub, f"T[{w}]")
         model.add(num_ranks * t >= totals.time_units[w])
         time.append(t)
+    barrier = _add_barriers(model, space, waves, totals, num_ranks, time, ub)
     taken = list(column_vars.take.items()) if column_vars is not None else []
     column_time = cp_model.LinearExpr.weighted_sum(
         [var for _, var in taken], [columns[g].time_units for (_, g), _ in taken]
@@ -54,4 +68,27 @@ def add_objective(
         + cp_model.LinearExpr.sum(time)
         + column_time
     )
-    return ObjectiveVars(time=time, overhead_units=overhead_units)
+    return ObjectiveVars(time=time, barrier=barrier, overhead_units=overhead_units)
+
+
+def _add_barriers(model, space: LayoutSpace, waves: WaveVars, totals: WaveTotals, num_ranks: int, time, ub):
+    """The floors' rows: ``M[b, w]`` per barrier, ``T[w] ≥ Σ_b M[b, w]`` and each item's wave floor.
+    A floor no higher than the item's own rank average can never bind and gets no row."""
+    barrier: list[list[cp_model.IntVar]] = [[] for _ in totals.barrier_units]
+    for w in range(waves.num_waves):
+        present = [item for item in space.items if waves.x[item.item][w]]
+        for b, units in enumerate(totals.barrier_units):
+            m = model.new_int_var(0, ub, f"M[{b},{w}]")
+            model.add(num_ranks * m >= units[w])
+            for item in present:
+                if num_ranks * item.barrier_floor_units[b] > min(
+                    lay.barrier_units[b] for lay in item.layouts
+                ):
+                    model.add(m >= item.barrier_floor_units[b] * waves.presence[item.item][w])
+            barrier[b].append(m)
+        if barrier:
+            model.add(time[w] >= sum(barrier[b][w] for b in range(len(barrier))))
+        for item in present:
+            if num_ranks * item.floor_units > min(lay.time_units for lay in item.layouts):
+                model.add(time[w] >= item.floor_units * waves.presence[item.item][w])
+    return barrier

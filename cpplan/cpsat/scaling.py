@@ -5,7 +5,9 @@ in the direction that keeps the integer model *no more permissive* than the exac
 
 - memory coefficients (bytes per unit of a quantity, or per chunk) and static bytes round **up**;
 - the per-rank budget ``B / safety`` rounds **down**, less a relative margin far above float error;
-- time coefficients round **up** (the model never under-prices a node copy it counts).
+- time coefficients round **up** (the model never under-prices a node copy it counts);
+- time floors (the least a request can cost a wave, :mod:`cpplan.cpsat.wave_floors`) round **down**
+  (a floor never claims more than its exact value).
 
 So when ``static_kib + Σ coef_kib · q ≤ memory_kib`` holds for integer quantities ``q`` that bound the
 realized ones from above, the evaluator's ``ceil(safety · (static + Σ coef · q)) ≤ B`` holds too.
@@ -53,6 +55,11 @@ class Scaling:
         """Seconds in time units, rounded up."""
         assert seconds >= 0
         return math.ceil(seconds / self.seconds_per_unit - 1e-9)
+
+    def time_lower(self, seconds: float) -> int:
+        """Seconds in time units, rounded down (for lower bounds)."""
+        assert seconds >= 0
+        return math.floor(seconds / self.seconds_per_unit + 1e-9)
 
     def seconds(self, units: float) -> float:
         """Time units back to seconds."""

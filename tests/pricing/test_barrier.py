@@ -103,8 +103,8 @@ def test_evaluator_and_verifier_agree_on_random_ownerships(qwen36, seed):
 def test_cpsat_objective_prices_the_barrier(qwen36):
     """The CP-SAT objective of the greedy plan taken as exact columns is the evaluator's cost (barriers
     and hand-off included), rounded up by at most a time unit per wave and term; the same waves as
-    modelled waves (ranks symmetric: one rank-average time per layer kind, which is what a max
-    variable per kind equals without per-rank amounts) are priced at most at that cost."""
+    modelled waves (per layer kind a max variable over its rank average and the items' floors, all
+    lower bounds) are priced at most at that cost."""
     long = Item(id="long", requests=(Request(tokens=np.arange(40000) % 997),))
     short = tuple(
         Item(id=f"s{k}", requests=(Request(tokens=np.arange(3000 + 500 * k) % 991),)) for k in range(3)
