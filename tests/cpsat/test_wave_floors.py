@@ -98,8 +98,9 @@ def _discrete_least(token: float, pair: float, length: int, runs: int, second_to
 
 @pytest.mark.parametrize(("length", "runs"), [(60, 2), (60, 3), (48, 4)])
 def test_path_search_bounds_the_discrete_optimum_closely(length, runs):
-    """The continuum searches stay below the exact discrete optimum of every split, within 6% of it (the continuum gives each run half a token of pairs less):
-    for one group's slowest run and for the sum of two groups' slowest runs."""
+    """The continuum searches stay below the exact discrete optimum of every split, within 6% of it
+    (the continuum gives each run half a token of pairs less): for one group's slowest run and for the
+    sum of two groups' slowest runs."""
     one = RunLoad(token_s=np.array([1.0]), pair_s=np.array([0.5]), offset_s=np.array([0.0]))
     other = RunLoad(token_s=np.array([3.0]), pair_s=np.array([0.0]), offset_s=np.array([0.0]))
     size, count = np.array([float(length)]), np.array([runs])
