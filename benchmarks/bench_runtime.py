@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 
 import cpplan
-from cpplan.bench.synthetic import agent_rollouts, grpo
+from cpplan.bench.synthetic import agent_rollouts, grpo, shuffled
 from cpplan.planners.greedy import greedy_plan
 from cpplan.pricing.problem import Problem
 from cpplan.pricing.wave import best_wave
@@ -87,8 +87,7 @@ def shuffled_step(seed: int) -> cpplan.Workload:
         items_per_prompt=False,
         seed=seed,
     )
-    order = np.random.default_rng(seed).permutation(base.num_items)
-    return cpplan.Workload(items=tuple(base.items[k] for k in order))
+    return shuffled(base, seed)
 
 
 CASES: tuple[tuple[str, Callable[[int], cpplan.Workload], int, str], ...] = (

@@ -245,8 +245,7 @@ def grpo_shuffled(seed: int = 5) -> Workload:
         items_per_prompt=False,
         seed=seed,
     )
-    order = np.random.default_rng(seed).permutation(grouped.num_items)
-    return Workload(items=tuple(grouped.items[k] for k in order))
+    return synthetic.shuffled(grouped, seed)
 
 
 def agent_chat_mix(

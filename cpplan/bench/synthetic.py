@@ -101,6 +101,13 @@ def long_tail(*, num_items: int, median_tokens: int, max_tokens: int, seed: int 
     )
 
 
+def shuffled(workload: Workload, seed: int) -> Workload:
+    """``workload``'s items in a random arrival order (``seed``'s permutation): GRPO rollouts of one item
+    each arrive so, every group scattered when items are taken in order."""
+    order = np.random.default_rng(seed).permutation(workload.num_items)
+    return Workload(items=tuple(workload.items[k] for k in order))
+
+
 def _length(rng: np.random.Generator, spec: int | tuple[int, int]) -> int:
     return int(spec) if isinstance(spec, int) else int(rng.integers(spec[0], spec[1] + 1))
 

@@ -24,6 +24,7 @@ from cpplan.pricing.problem import Problem
 from cpplan.pricing.wave import price_wave
 from cpplan.spec.profile import GreedyParams
 from cpplan.spec.settings import Settings
+from tests.support.grpo_arrivals import shuffled_completions
 
 MODEL_PATH = Path(__file__).resolve().parents[1] / "data" / "qwen36_uncalibrated.toml"
 MODEL = load_model(MODEL_PATH)
@@ -35,21 +36,6 @@ def problem_of(workload, *, cp=1, memory_bytes=80 * GIB, layers=4) -> Problem:
         workload,
         Settings(topology=Topology(cp=cp), model=MODEL, memory_bytes=memory_bytes, num_layers=layers),
     )
-
-
-def shuffled_completions(seed: int = 0) -> Workload:
-    """GRPO completions as separate items in arrival order (groups interleaved)."""
-    base = grpo(
-        num_prompts=3,
-        group_size=4,
-        system_tokens=256,
-        prompt_tokens=(1500, 2500),
-        completion_tokens=(200, 500),
-        seed=seed,
-        items_per_prompt=False,
-    )
-    order = np.random.default_rng(seed).permutation(base.num_items)
-    return Workload(items=tuple(base.items[k] for k in order))
 
 
 def with_greedy_layouts(profile, layouts):

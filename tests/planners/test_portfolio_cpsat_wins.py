@@ -7,30 +7,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 import cpplan
-from cpplan.bench.synthetic import grpo
+from tests.support.grpo_arrivals import shuffled_completions
 
 MODEL = cpplan.load_model(Path(__file__).resolve().parents[1] / "data" / "qwen36_uncalibrated.toml")
 GIB = 2**30
-
-
-def shuffled_grpo(seed: int) -> cpplan.Workload:
-    """Three GRPO prompts of four completions each, every completion its own item, in a shuffled
-    arrival order (groups interleaved)."""
-    base = grpo(
-        num_prompts=3,
-        group_size=4,
-        system_tokens=256,
-        prompt_tokens=(1500, 2500),
-        completion_tokens=(200, 500),
-        seed=seed,
-        items_per_prompt=False,
-    )
-    order = np.random.default_rng(seed).permutation(base.num_items)
-    return cpplan.Workload(items=tuple(base.items[k] for k in order))
 
 
 @pytest.mark.parametrize("seed", [1, 2])
@@ -39,7 +22,7 @@ def test_cpsat_wins_where_the_joint_model_beats_greedy(seed):
     candidate is valid and at least 3% cheaper than every other strategy's (greedy, full sharing,
     seeded), so the portfolio chooses it and returns its plan, with the solver's optimal status."""
     result = cpplan.plan(
-        shuffled_grpo(seed),
+        shuffled_completions(seed),
         topology=cpplan.Topology(cp=2),
         model=MODEL,
         memory_bytes=4 * GIB,

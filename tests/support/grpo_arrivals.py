@@ -1,10 +1,8 @@
-"""The GRPO workloads the greedy, LNS and dynamic-CP tests share: groups arriving in order or shuffled."""
+"""The GRPO workloads the planner tests share: groups arriving in order or shuffled."""
 
 from __future__ import annotations
 
-import numpy as np
-
-from cpplan.bench.synthetic import grpo
+from cpplan.bench.synthetic import grpo, shuffled
 from cpplan.spec.workload import Workload
 
 
@@ -21,5 +19,19 @@ def grouped_and_shuffled(seed: int = 5) -> tuple[Workload, Workload]:
         items_per_prompt=False,
         seed=seed,
     )
-    order = np.random.default_rng(seed).permutation(grouped.num_items)
-    return grouped, Workload(items=tuple(grouped.items[k] for k in order))
+    return grouped, shuffled(grouped, seed)
+
+
+def shuffled_completions(seed: int = 0) -> Workload:
+    """Three GRPO prompts of four completions each, every completion its own item, in a shuffled
+    arrival order (groups interleaved)."""
+    base = grpo(
+        num_prompts=3,
+        group_size=4,
+        system_tokens=256,
+        prompt_tokens=(1500, 2500),
+        completion_tokens=(200, 500),
+        seed=seed,
+        items_per_prompt=False,
+    )
+    return shuffled(base, seed)
