@@ -36,7 +36,10 @@ TIMEOUT_S = 60
 DEADLINE_S = 150
 """The spawner kills both processes after this, whatever they are doing."""
 MEMORY_BYTES = int(5.6 * 2**30)
+"""Per-wave budget for the 35B card: a few dozen tokens a wave, so each pass takes 2 to 4 waves and the
+second policy pass takes 3 on process 0 and 2 on process 1 (its completions are shorter)."""
 PARAMS = 1e-9
+"""Largest allowed parameter difference from stock TRL (float64, float64 internals)."""
 
 
 def fsdp_on_cpu() -> None:
