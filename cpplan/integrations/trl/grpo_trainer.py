@@ -5,6 +5,13 @@ item per distinct prompt (the G completions share it once in the prefix tree, ``
 the loss mask), the planner plans the step, every wave runs packed, and the log-probs and entropies
 come back in TRL's ``[B, C]`` layout (0 on padding). Generation, rewards, advantages, the loss types
 and logging stay TRL's. Calls that ask for the MoE router loss or carry images go to TRL's own path.
+
+Under FSDP2 (a model sharded with ``fully_shard``, as accelerate's FSDP2 plugin leaves it) the model is
+called as it is, so its hooks fire, and every process runs the same number of waves per pass: the most
+any process planned (:func:`cpplan.integrations.packed_step.agreed_num_waves`), the others padding. The
+waves are not recomputed in backward there (every wave keeps its activations until the backward): with
+``torch.utils.checkpoint`` per wave, FSDP2's collectives went out of step between two gloo processes even
+at equal wave counts (docs/integrations.md, "Distributed").
 """
 
 from __future__ import annotations
@@ -13,8 +20,9 @@ from dataclasses import dataclass
 
 import torch
 import trl
+from torch.distributed.fsdp import FSDPModule
 
-from cpplan.integrations.packed_step import step_logprobs
+from cpplan.integrations.packed_step import agreed_num_waves, padding_waves, step_logprobs
 from cpplan.integrations.rollout_items import RolloutRow, grouped_workload
 from cpplan.planner import Planner
 from cpplan.spec.topology import Topology
@@ -81,8 +89,12 @@ class GRPOTrainer(trl.GRPOTrainer):
             )
         rows = padded_rows(input_ids, attention_mask, logits_to_keep)
         shape = (input_ids.shape[0], logits_to_keep)
+        sharded = isinstance(model, FSDPModule)
         if all(not row.completion for row in rows):
             zeros = torch.zeros(shape, device=input_ids.device)
+            waves = agreed_num_waves(0, device=input_ids.device) if sharded else 0
+            if waves:  # the other processes run waves: as many padding waves here
+                zeros = zeros + padding_waves(model, waves, recompute=False)
             return zeros, (zeros.clone() if compute_entropy else None), None
         workload, keys = grouped_workload(rows)
         result = self.cpplan_planner.plan(workload)
@@ -90,10 +102,17 @@ class GRPOTrainer(trl.GRPOTrainer):
         mode = "train" if self.model.training else "eval"
         self._metrics[mode]["cpplan/packed_tokens"].append(float(self.cpplan_tokens.packed))
         self._metrics[mode]["cpplan/padded_tokens"].append(float(self.cpplan_tokens.padded))
-        net = self.accelerator.unwrap_model(model)
+        waves = agreed_num_waves(result.plan.num_waves, device=input_ids.device) if sharded else None
+        net = model if sharded else self.accelerator.unwrap_model(model)
         with self.accelerator.autocast():
             logprobs, entropies = step_logprobs(
-                net, result, workload, temperature=self.temperature, kernels=self.cpplan_kernels
+                net,
+                result,
+                workload,
+                num_waves=waves,
+                recompute_waves=not sharded,
+                temperature=self.temperature,
+                kernels=self.cpplan_kernels,
             )
         logps = _scatter(logprobs, rows, keys, shape)
         return logps, (_scatter(entropies, rows, keys, shape) if compute_entropy else None), None
