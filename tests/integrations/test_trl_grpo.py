@@ -77,15 +77,30 @@ def test_packed_pass_equals_the_models_own_forward(tmp_path):
     assert tr.cpplan_tokens.packed < tr.cpplan_tokens.padded == ids.numel()
 
 
-def test_router_loss_passes_go_to_trls_own_path(tmp_path):
-    """A pass that asks for the MoE router loss is TRL's (it returns the aux loss; cpplan is not used)."""
+def test_router_loss_pass_runs_packed_and_equals_trls(tmp_path):
+    """A pass that asks for the MoE router loss runs packed (shared prompts once) and returns TRL's own
+    padded aux loss and log-probs (float32: 1e-6); asked over chunks of rows it is TRL's pass."""
     path = trl_setup.saved_model("qwen3_5_moe", tmp_path / "model", torch.float32)
     tr = trainer(GRPOTrainer, path, tmp_path / "out", torch.float32)
+    stock = trainer(trl.GRPOTrainer, path, tmp_path / "stock", torch.float32)
     assert tr.aux_loss_enabled
     ids, mask, keep = padded_batch(tr)
     with torch.no_grad():
-        _, _, aux = tr._get_per_token_logps_and_entropies(tr.model, ids, mask, keep, compute_aux_loss=True)
-    assert aux is not None and tr.cpplan_tokens is None
+        logps, _, aux = tr._get_per_token_logps_and_entropies(
+            tr.model, ids, mask, keep, compute_aux_loss=True
+        )
+        expected, _, expected_aux = stock._get_per_token_logps_and_entropies(
+            stock.model, ids, mask, keep, compute_aux_loss=True
+        )
+    assert tr.cpplan_tokens is not None and tr.cpplan_tokens.packed < tr.cpplan_tokens.padded
+    assert float(expected_aux) > 0 and float(abs(aux - expected_aux)) < 1e-6
+    assert float((logps - expected).abs().max()) < 1e-5
+    tr.cpplan_tokens = None
+    with torch.no_grad():
+        _, _, chunked = tr._get_per_token_logps_and_entropies(
+            tr.model, ids, mask, keep, batch_size=2, compute_aux_loss=True
+        )
+    assert chunked is not None and tr.cpplan_tokens is None
 
 
 @pytest.mark.slow
@@ -96,13 +111,15 @@ def test_grpo_steps_equal_stock_trl(family, tmp_path):
     relative, parameters 1e-9 (measured 1.3e-10 and 1.3e-10: the backward of TRL's fused LM head
     accumulates in float32 buffers whatever the dtype). float32: 1e-6 both (float32 rounding). The
     second step's loss depends on the log-probs (the policy moved), and every pass ran fewer packed
-    tokens than TRL's padded batch."""
+    tokens than TRL's padded batch. The MoE model keeps its router loss (TRL's default coefficient,
+    the config's), computed from the packed waves."""
     dtype = DTYPES[family]
     path = trl_setup.saved_model(family, tmp_path / "model", dtype)
-    options = {"optim": "sgd", "max_steps": 2, "router_aux_loss_coef": 0.0 if family != "qwen3" else None}
+    options = {"optim": "sgd", "max_steps": 2}
     runs = {}
     for cls in (trl.GRPOTrainer, GRPOTrainer):
         tr = trainer(cls, path, tmp_path / cls.__module__, dtype, **options)
+        assert tr.aux_loss_enabled == (family != "qwen3")
         with float64_internals() if dtype == torch.float64 else contextlib.nullcontext():
             tr.train()
         losses = [log["loss"] for log in tr.state.log_history if "loss" in log]

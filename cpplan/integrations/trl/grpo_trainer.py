@@ -4,7 +4,9 @@ Only ``_get_per_token_logps_and_entropies`` changes: its padded ``[B, P + C]`` r
 item per distinct prompt (the G completions share it once in the prefix tree, ``completion_mask`` is
 the loss mask), the planner plans the step, every wave runs packed, and the log-probs and entropies
 come back in TRL's ``[B, C]`` layout (0 on padding). Generation, rewards, advantages, the loss types
-and logging stay TRL's. Calls that ask for the MoE router loss or carry images go to TRL's own path.
+and logging stay TRL's. The MoE router loss TRL asks for comes from the same packed waves, each packed
+token weighted by the rows through it (:mod:`cpplan.hf.router_loss`), so it equals the padded batch's;
+calls that carry images, or ask for the router loss over chunks of rows, go to TRL's own path.
 
 Under FSDP2 (a model sharded with ``fully_shard``, as accelerate's FSDP2 plugin leaves it) the model is
 called as it is, so its hooks fire, and every process runs the same number of waves per pass: the most
@@ -76,7 +78,8 @@ class GRPOTrainer(trl.GRPOTrainer):
         compute_aux_loss=False,
         **extra,
     ):
-        if compute_aux_loss or any(value is not None for value in extra.values()):
+        whole = batch_size is None or batch_size >= input_ids.shape[0]
+        if any(value is not None for value in extra.values()) or (compute_aux_loss and not whole):
             return super()._get_per_token_logps_and_entropies(
                 model,
                 input_ids,
@@ -90,13 +93,13 @@ class GRPOTrainer(trl.GRPOTrainer):
         rows = padded_rows(input_ids, attention_mask, logits_to_keep)
         shape = (input_ids.shape[0], logits_to_keep)
         sharded = isinstance(model, FSDPModule)
-        if all(not row.completion for row in rows):
+        if all(not row.completion for row in rows) and not compute_aux_loss:
             zeros = torch.zeros(shape, device=input_ids.device)
             waves = agreed_num_waves(0, device=input_ids.device) if sharded else 0
             if waves:  # the other processes run waves: as many padding waves here
                 zeros = zeros + padding_waves(model, waves, recompute=False)
             return zeros, (zeros.clone() if compute_entropy else None), None
-        workload, keys = grouped_workload(rows)
+        workload, keys = grouped_workload(rows, keep_empty=compute_aux_loss)
         result = self.cpplan_planner.plan(workload)
         self.cpplan_tokens = StepTokens(padded=input_ids.numel(), packed=result.plan.packed_tokens)
         mode = "train" if self.model.training else "eval"
@@ -105,7 +108,7 @@ class GRPOTrainer(trl.GRPOTrainer):
         waves = agreed_num_waves(result.plan.num_waves, device=input_ids.device) if sharded else None
         net = model if sharded else self.accelerator.unwrap_model(model)
         with self.accelerator.autocast():
-            logprobs, entropies = step_logprobs(
+            found = step_logprobs(
                 net,
                 result,
                 workload,
@@ -113,9 +116,11 @@ class GRPOTrainer(trl.GRPOTrainer):
                 recompute_waves=not sharded,
                 temperature=self.temperature,
                 kernels=self.cpplan_kernels,
+                router=compute_aux_loss,
             )
-        logps = _scatter(logprobs, rows, keys, shape)
-        return logps, (_scatter(entropies, rows, keys, shape) if compute_entropy else None), None
+        logps = _scatter(found[0], rows, keys, shape)
+        aux = found[2].loss() if compute_aux_loss else None
+        return logps, (_scatter(found[1], rows, keys, shape) if compute_entropy else None), aux
 
 
 def padded_rows(
