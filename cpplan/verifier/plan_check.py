@@ -65,6 +65,9 @@ def verify_plan(
     placed: tuple[list[dict], list[list[int]], list[int]] = ([], [], [])
     worst_peak = 0
     for w, wave in enumerate(waves):
+        if not isinstance(wave, dict):
+            violations.append(f"wave {w}: malformed (a wave is a JSON object, got {type(wave).__name__})")
+            continue
         try:
             group = _wave_card(w, wave, card, violations)
             if group is None:

@@ -204,6 +204,20 @@ def test_a_malformed_wave_is_reported_and_the_others_still_checked(fixed, change
     assert verdict.wave_costs_s == pytest.approx([data["waves"][1]["cost_s"]], rel=1e-12)
 
 
+@pytest.mark.parametrize("value", [1, "wave", [], None])
+def test_a_wave_that_is_not_an_object_is_a_violation_not_a_crash(fixed, value):
+    """A wave entry that is not a JSON object (a number, a string, a list, null) is one violation
+    naming its type; its requests are in no wave; the next wave is still priced."""
+    result, data = fixed
+    bad = copy.deepcopy(data)
+    bad["waves"][0] = value
+    verdict = verdict_of(result, bad)
+    first, *rest = verdict.violations
+    assert first == f"wave 0: malformed (a wave is a JSON object, got {type(value).__name__})"
+    assert rest[: len(_in_no_wave(data["waves"][0]))] == _in_no_wave(data["waves"][0])
+    assert verdict.wave_costs_s == pytest.approx([data["waves"][1]["cost_s"]], rel=1e-12)
+
+
 def test_a_false_plan_cost_is_the_only_violation(fixed, single):
     """A plan whose waves all check but whose total ``cost_s`` is off (beyond the relative tolerance
     of 1e-9, absolute below one second) is refused for that alone; within the tolerance, or with no
