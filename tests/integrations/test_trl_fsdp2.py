@@ -1,5 +1,6 @@
-"""cpplan's GRPOTrainer under accelerate's FSDP2 on the CPU: two gloo processes whose batches plan to
-different numbers of waves give the same GRPO steps as stock ``trl.GRPOTrainer`` run the same way.
+"""cpplan's GRPOTrainer under accelerate's FSDP2 and DDP on the CPU: two gloo processes whose batches
+plan to different numbers of waves give the same GRPO steps as stock ``trl.GRPOTrainer`` run the same
+way (under DDP the two processes' parameters stay equal: their gradients were reduced).
 
 accelerate 1.15 takes its FSDP path only for GPU-like devices: ``AcceleratorState.__init__`` sets
 ``DistributedType.FSDP`` inside its branch for ``MULTI_GPU``, ``MULTI_NPU``, ``MULTI_XPU`` and the like,
@@ -71,9 +72,14 @@ def rollout(prompts: list, trainer) -> dict:
     return out
 
 
+MODES = ("fsdp2", "ddp")
+"""How accelerate wraps the model: FSDP2 (promoted on the CPU, :func:`fsdp_on_cpu`) or DDP (its CPU
+default for several processes)."""
+
+
 def run(rank: int, world: int, port: int, folder: str) -> None:
     """One process (entry point for ``torch.multiprocessing``): stock TRL, then cpplan's, each two SGD
-    steps under FSDP2; saves ``rank{rank}.pt``."""
+    steps under the mode written in ``folder/mode``; saves ``rank{rank}.pt``."""
     os.environ.update(
         RANK=str(rank),
         WORLD_SIZE=str(world),
@@ -93,13 +99,15 @@ def run(rank: int, world: int, port: int, folder: str) -> None:
         timeout=timedelta(seconds=TIMEOUT_S),
     )
     try:
-        fsdp_on_cpu()
+        mode = (Path(folder) / "mode").read_text()
+        if mode == "fsdp2":
+            fsdp_on_cpu()
         import trl
 
         from cpplan.integrations.trl import GRPOTrainer
 
         record = {
-            name: _train(cls, Path(folder), name)
+            name: _train(cls, Path(folder), name, mode)
             for name, cls in (("stock", trl.GRPOTrainer), ("cpplan", GRPOTrainer))
         }
         torch.save(record, Path(folder) / f"rank{rank}.pt")
@@ -107,18 +115,14 @@ def run(rank: int, world: int, port: int, folder: str) -> None:
         dist.destroy_process_group()
 
 
-def _train(cls, folder: Path, name: str) -> dict:
-    """Two SGD steps of ``cls`` under FSDP2; the losses, the full parameters and (cpplan) the number of
-    real waves of every planned pass."""
+def _train(cls, folder: Path, name: str, mode: str) -> dict:
+    """Two SGD steps of ``cls`` under ``mode``; the losses, the full parameters, the wrapper and (cpplan)
+    the number of real waves of every planned pass."""
     import trl
 
+    sharding = {"fsdp": True, "fsdp_config": {"version": 2}} if mode == "fsdp2" else {}
     args = trl_setup.config(
-        folder / name,
-        model_init_kwargs={"dtype": torch.float64},
-        optim="sgd",
-        max_steps=2,
-        fsdp=True,
-        fsdp_config={"version": 2},
+        folder / name, model_init_kwargs={"dtype": torch.float64}, optim="sgd", max_steps=2, **sharding
     )
     waves: list[int] = []
     extra = {}
@@ -146,40 +150,47 @@ def _train(cls, folder: Path, name: str) -> dict:
         tr.train()
     from torch.distributed.fsdp import FSDPModule
 
-    params = {n: p.full_tensor().detach().clone() for n, p in tr.model.named_parameters()}
+    def full(p: torch.Tensor) -> torch.Tensor:
+        return (p.full_tensor() if hasattr(p, "full_tensor") else p).detach().clone()
+
+    params = {n: full(p) for n, p in tr.model.named_parameters()}
     losses = [log["loss"] for log in tr.state.log_history if "loss" in log]
-    return {"losses": losses, "params": params, "waves": waves, "fsdp": isinstance(tr.model, FSDPModule)}
+    wrapper = "fsdp2" if isinstance(tr.model, FSDPModule) else type(tr.model_wrapped).__name__
+    return {"losses": losses, "params": params, "waves": waves, "wrapper": wrapper}
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    """Both processes' records, and the saved model's initial parameters."""
-    folder = tmp_path_factory.mktemp("trl_fsdp2")
+@pytest.fixture(scope="module", params=MODES)
+def runs(request, tmp_path_factory):
+    """Both processes' records under one mode, the mode, and the saved model's initial parameters."""
+    folder = tmp_path_factory.mktemp(f"trl_{request.param}")
+    (folder / "mode").write_text(request.param)
     path = trl_setup.saved_model("qwen3", folder / "model", torch.float64)
     records = spawn_ranks(
         run, WORLD, folder, preload=["tests.integrations.test_trl_fsdp2"], deadline_s=DEADLINE_S
     )
-    return records, trl_setup.initial(path, torch.float64)
+    return records, request.param, trl_setup.initial(path, torch.float64)
 
 
-def test_processes_ran_fsdp2_with_different_wave_counts(runs):
-    """Both trainers ran on accelerate's FSDP2 preparation (the trained model is an ``FSDPModule``), and
-    in at least one pass with gradients (the second step's policy pass) the two processes planned
-    different numbers of real waves, so one of them ran a padding wave forward and backward."""
-    records, _ = runs
-    assert all(r[name]["fsdp"] for r in records for name in ("stock", "cpplan"))
+def test_processes_ran_wrapped_with_different_wave_counts(runs):
+    """Both trainers ran on accelerate's preparation for the mode (the trained model is an
+    ``FSDPModule``, or accelerate's model is a ``DistributedDataParallel``), and in at least one pass
+    with gradients (the second step's policy pass) the two processes planned different numbers of real
+    waves, so one of them ran a padding wave forward and backward."""
+    records, mode, _ = runs
+    wrapper = {"fsdp2": "fsdp2", "ddp": "DistributedDataParallel"}[mode]
+    assert all(r[name]["wrapper"] == wrapper for r in records for name in ("stock", "cpplan"))
     waves = [r["cpplan"]["waves"] for r in records]
     assert len(waves[0]) == len(waves[1]) == 4  # old policy, reference, one policy pass per step
     assert waves[0][3] != waves[1][3] and max(waves[0][3], waves[1][3]) > 1
 
 
-def test_fsdp2_steps_equal_stock_trl(runs):
+def test_steps_equal_stock_trl(runs):
     """Two SGD steps (lr 1e-2, KL term: policy, old-policy and reference passes all packed) under FSDP2
-    over two gloo processes give stock TRL's losses and full (``full_tensor()``) parameters, run the same
-    way: float64 with float64 internals, loss 1e-9 relative, parameters 1e-9 (measured 1.4e-10, the
-    floor of TRL's fused LM head, as single-process in tests/integrations/test_trl_grpo.py); training
-    moved them by far more."""
-    records, initial = runs
+    and under DDP over two gloo processes give stock TRL's losses and full (``full_tensor()``)
+    parameters, run the same way: float64 with float64 internals, loss 1e-9 relative, parameters 1e-9
+    (measured 1.4e-10, the floor of TRL's fused LM head, as single-process in
+    tests/integrations/test_trl_grpo.py); training moved them by far more."""
+    records, _, initial = runs
     for record in records:
         stock, ours = record["stock"], record["cpplan"]
         assert len(ours["losses"]) == 2
@@ -188,3 +199,15 @@ def test_fsdp2_steps_equal_stock_trl(runs):
         assert worst < PARAMS
         moved = max(float((ours["params"][n] - p).abs().max()) for n, p in initial.items())
         assert moved > 100 * PARAMS
+
+
+def test_ddp_processes_end_with_equal_parameters(runs):
+    """Under DDP the processes' batches differ (process 1's completions are cut), yet after two steps
+    both hold the same parameters, for cpplan's trainer as for stock TRL: the gradients were reduced
+    over the processes (an unwrapped forward would leave them local)."""
+    records, mode, _ = runs
+    if mode != "ddp":
+        pytest.skip("FSDP2 shards the parameters: the full ones are gathered, equal by construction")
+    for name in ("stock", "cpplan"):
+        first, second = (r[name]["params"] for r in records)
+        assert max(float((first[n] - second[n]).abs().max()) for n in first) < PARAMS

@@ -8,12 +8,14 @@ and logging stay TRL's. The MoE router loss TRL asks for comes from the same pac
 token weighted by the rows through it (:mod:`cpplan.hf.router_loss`), so it equals the padded batch's;
 calls that carry images, or ask for the router loss over chunks of rows, go to TRL's own path.
 
-Under FSDP2 (a model sharded with ``fully_shard``, as accelerate's FSDP2 plugin leaves it) the model is
-called as it is, so its hooks fire, and every process runs the same number of waves per pass: the most
-any process planned (:func:`cpplan.integrations.packed_step.agreed_num_waves`), the others padding. The
-waves are not recomputed in backward there (every wave keeps its activations until the backward): with
-``torch.utils.checkpoint`` per wave, FSDP2's collectives went out of step between two gloo processes even
-at equal wave counts (docs/integrations.md, "Distributed").
+Under FSDP2 (a model sharded with ``fully_shard``, as accelerate's FSDP2 plugin leaves it) and under DDP
+(what accelerate wraps a model in otherwise) the model is called as it is, so its hooks fire (a DDP
+module's unwrapped forward would leave its gradients unreduced), and every process runs the same
+number of waves per pass: the most any process planned
+(:func:`cpplan.integrations.packed_step.agreed_num_waves`), the others padding. The waves are not
+recomputed in backward there (every wave keeps its activations until the backward): with
+``torch.utils.checkpoint`` per wave, FSDP2's collectives went out of step between two gloo processes
+even at equal wave counts (docs/integrations.md, "Distributed").
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from dataclasses import dataclass
 import torch
 import trl
 from torch.distributed.fsdp import FSDPModule
+from torch.nn.parallel import DistributedDataParallel
 
 from cpplan.integrations.packed_step import agreed_num_waves, padding_waves, step_logprobs
 from cpplan.integrations.rollout_items import RolloutRow, grouped_workload
@@ -92,7 +95,7 @@ class GRPOTrainer(trl.GRPOTrainer):
             )
         rows = padded_rows(input_ids, attention_mask, logits_to_keep)
         shape = (input_ids.shape[0], logits_to_keep)
-        sharded = isinstance(model, FSDPModule)
+        sharded = in_lock_step(model)
         if all(not row.completion for row in rows) and not compute_aux_loss:
             zeros = torch.zeros(shape, device=input_ids.device)
             waves = agreed_num_waves(0, device=input_ids.device) if sharded else 0
@@ -121,6 +124,13 @@ class GRPOTrainer(trl.GRPOTrainer):
         logps = _scatter(found[0], rows, keys, shape)
         aux = found[2].loss() if compute_aux_loss else None
         return logps, (_scatter(found[1], rows, keys, shape) if compute_entropy else None), aux
+
+
+def in_lock_step(model: torch.nn.Module) -> bool:
+    """Whether ``model`` is FSDP2-sharded or DDP-wrapped: then it must be called as it is (its hooks
+    all-gather parameters, sync buffers and reduce gradients) and every process must run the same
+    number of waves."""
+    return isinstance(model, FSDPModule | DistributedDataParallel)
 
 
 def padded_rows(
@@ -154,4 +164,4 @@ def _scatter(values: dict, rows: list[RolloutRow], keys: list, shape: tuple[int,
     return torch.stack(out)
 
 
-__all__ = ["GRPOTrainer", "StepTokens", "padded_rows"]
+__all__ = ["GRPOTrainer", "StepTokens", "in_lock_step", "padded_rows"]
