@@ -7,11 +7,23 @@ Processes that plan their own batches get different wave counts: :func:`agreed_n
 largest over the group, and ``step_logprobs(..., num_waves=...)`` runs the missing ones as padding waves
 (:func:`cpplan.hf.padding_wave`) whose zero is part of the result's autograd graph, so their backward
 runs the same module calls too.
+
+Each wave recomputed in backward is run in isolation (:func:`recomputed`): its first forward runs under
+``torch.no_grad`` and the result's graph holds one node per wave; that node's backward runs the wave's
+forward again and then that wave's whole backward at once (reentrant checkpointing). Every wave's
+backward is therefore the same sequence of module calls on every process, whatever the wave holds, which
+is what FSDP2 needs. ``torch.utils.checkpoint(..., use_reentrant=False)`` around each wave does not give
+that: its recomputation starts at the first saved tensor autograd unpacks, which is the wave's first
+backward node for a real wave (its read-back gathers) but comes only after the LM head's FSDP2
+pre-backward hook (an unshard and a prefetch all-gather) for a padding wave (its zero saves no tensor
+before the LM head), so a padded process's all-gathers go out of step with the others' (gloo: "Received
+data size doesn't match expected size").
 """
 
 from __future__ import annotations
 
-import contextlib
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager, nullcontext
 
 import torch
 import torch.distributed as dist
@@ -42,7 +54,8 @@ def step_logprobs(
     zero is added to one request's log-probs so that a backward runs them too (FSDP2: pass
     :func:`agreed_num_waves`). With gradients enabled, more than ``1`` of them and ``recompute_waves``,
     each wave (padding waves too) keeps only its outputs after its forward and runs again in backward,
-    so one wave's activations exist at a time, as the plan priced them. With ``router`` (a
+    wave by wave (:func:`recomputed`), so one wave's activations exist at a time, as the plan priced
+    them; then backpropagate with ``.backward()`` (not ``torch.autograd.grad``). With ``router`` (a
     mixture-of-experts model) a third value: the waves' router sums (:mod:`cpplan.hf.router_loss`), whose
     ``loss()`` is the load-balancing loss the padded batch of these requests gives."""
     planned = result.plan.num_waves
@@ -55,7 +68,7 @@ def step_logprobs(
     recompute = recompute_waves and torch.is_grad_enabled() and total > 1
     for wave in range(planned):
         run = _WaveRun(model, result, workload, wave, temperature, kernels, router)
-        found = checkpoint(run, use_reentrant=False) if recompute else run()
+        found = recomputed(run, model) if recompute else run()
         keys, n = run.keys, len(run.keys)
         logprobs.update(zip(keys, found[:n], strict=True))
         entropies.update(zip(keys, found[n : 2 * n], strict=True))
@@ -84,10 +97,41 @@ def padding_waves(model: torch.nn.Module, count: int, *, recompute: bool) -> tor
     if count < 1:
         raise ValueError(f"count must be at least 1, got {count}")
     zeros = [
-        checkpoint(padding_wave, model, use_reentrant=False) if recompute else padding_wave(model)
+        recomputed(lambda: padding_wave(model), model) if recompute else padding_wave(model)
         for _ in range(count)
     ]
     return torch.stack(zeros).sum()
+
+
+def recomputed(function: Callable[[], tuple[torch.Tensor, ...] | torch.Tensor], model: torch.nn.Module):
+    """``function()`` (a wave of ``model``: a tensor or a tuple of tensors) run under ``torch.no_grad``,
+    its result made one node of the autograd graph whose backward runs ``function()`` again with
+    gradients and then backpropagates through that run alone, before autograd goes on (reentrant
+    ``torch.utils.checkpoint``, RNG and autocast state restored). The rerun also sees the torch function
+    modes active now (such as :func:`cpplan.hf.float64_internals`; ``Tensor.backward`` leaves them
+    otherwise). Each wave's backward is so the same module calls, in the same order, on every process of
+    an FSDP2 group. The gradients reach the parameters as ``.grad`` (``loss.backward()``; reentrant
+    checkpointing refuses ``torch.autograd.grad`` and ``backward(inputs=...)``)."""
+    modes = torch.overrides._get_current_function_mode_stack()
+
+    def rerun(_anchor: torch.Tensor):
+        with _entered(modes):
+            return function()
+
+    # Reentrant checkpointing makes its outputs require grad only through an input that does.
+    anchor = torch.zeros((), device=next(model.parameters()).device, requires_grad=True)
+    return checkpoint(rerun, anchor, use_reentrant=True)
+
+
+@contextmanager
+def _entered(modes: list) -> Iterator[None]:
+    """The torch function ``modes`` (outermost first) not active now, entered for the context."""
+    active = torch.overrides._get_current_function_mode_stack()
+    with ExitStack() as stack:
+        for mode in modes:
+            if all(mode is not other for other in active):
+                stack.enter_context(mode)
+        yield
 
 
 class _WaveRun:
@@ -105,11 +149,11 @@ class _WaveRun:
 
     def __call__(self) -> tuple[torch.Tensor, ...]:
         model = self.args[0]
-        with recorded_router_logits(model) if self.weights is not None else contextlib.nullcontext() as found:
+        with recorded_router_logits(model) if self.weights is not None else nullcontext() as found:
             logprobs, entropies = packed_logprobs_and_entropies(*self.args, **self.options)
         self.keys = sorted(logprobs)
         out = (*(logprobs[k] for k in self.keys), *(entropies[k] for k in self.keys))
         return out if self.weights is None else (*out, *router_sums(found, self.weights).as_tensors())
 
 
-__all__ = ["agreed_num_waves", "padding_waves", "step_logprobs"]
+__all__ = ["agreed_num_waves", "padding_waves", "recomputed", "step_logprobs"]

@@ -29,10 +29,9 @@ def rows(seed: int) -> list[RolloutRow]:
 def test_several_waves_recomputed_equal_the_requests_alone():
     """With 6 GiB for the 35B card (about 1,100 tokens a wave) the step takes several waves; with waves
     recomputed in backward the completion log-probs and the gradient of their weighted sum equal each
-    request run alone (to the float32 steps inside transformers' modules: 1e-6 log-probs, 1e-5 relative
-    gradients; float64_internals does not reach the recomputation in backward), and recomputation
-    changes no gradient (1e-12); every wave's forward runs
-    again in backward only when recomputed."""
+    request run alone (to the float32 steps inside transformers' modules, run here without
+    float64_internals: 1e-6 log-probs, 1e-5 relative gradients), and recomputation changes no gradient
+    (1e-12); every wave's forward runs again in backward only when recomputed."""
     model = tiny_model("qwen3", layers=2)
     workload, _ = grouped_workload(rows(0))
     planner = cpplan.Planner(model="qwen3.6-35b-a3b", memory_bytes="6GiB", solver="deterministic")

@@ -117,16 +117,32 @@ def run(rank: int, world: int, port: int, folder: str) -> None:
 
 def _train(cls, folder: Path, name: str, mode: str) -> dict:
     """Two SGD steps of ``cls`` under ``mode``; the losses, the full parameters, the wrapper and (cpplan)
-    the number of real waves of every planned pass."""
+    the number of real waves of every planned pass and how many waves were run for recomputation and
+    rerun in backward."""
     import trl
+
+    from cpplan.integrations import packed_step
 
     sharding = {"fsdp": True, "fsdp_config": {"version": 2}} if mode == "fsdp2" else {}
     args = trl_setup.config(
         folder / name, model_init_kwargs={"dtype": torch.float64}, optim="sgd", max_steps=2, **sharding
     )
     waves: list[int] = []
+    recomputed = {"waves": 0, "reruns": 0}
     extra = {}
+    isolated = packed_step.recomputed
+
+    def counting(function, model):
+        recomputed["waves"] += 1
+
+        def counted():
+            recomputed["reruns"] += torch.is_grad_enabled()
+            return function()
+
+        return isolated(counted, model)
+
     if cls is not trl.GRPOTrainer:
+        packed_step.recomputed = counting
         planner = cpplan.Planner(model="qwen3.6-35b-a3b", memory_bytes=MEMORY_BYTES, solver="deterministic")
         plan = planner.plan
 
@@ -146,8 +162,11 @@ def _train(cls, folder: Path, name: str, mode: str) -> dict:
         rollout_func=rollout,
         **extra,
     )
-    with float64_internals():
-        tr.train()
+    try:
+        with float64_internals():
+            tr.train()
+    finally:
+        packed_step.recomputed = isolated
     from torch.distributed.fsdp import FSDPModule
 
     def full(p: torch.Tensor) -> torch.Tensor:
@@ -156,7 +175,7 @@ def _train(cls, folder: Path, name: str, mode: str) -> dict:
     params = {n: full(p) for n, p in tr.model.named_parameters()}
     losses = [log["loss"] for log in tr.state.log_history if "loss" in log]
     wrapper = "fsdp2" if isinstance(tr.model, FSDPModule) else type(tr.model_wrapped).__name__
-    return {"losses": losses, "params": params, "waves": waves, "wrapper": wrapper}
+    return {"losses": losses, "params": params, "waves": waves, "recomputed": recomputed, "wrapper": wrapper}
 
 
 @pytest.fixture(scope="module", params=MODES)
@@ -182,6 +201,20 @@ def test_processes_ran_wrapped_with_different_wave_counts(runs):
     waves = [r["cpplan"]["waves"] for r in records]
     assert len(waves[0]) == len(waves[1]) == 4  # old policy, reference, one policy pass per step
     assert waves[0][3] != waves[1][3] and max(waves[0][3], waves[1][3]) > 1
+
+
+def test_policy_passes_recompute_every_wave(runs):
+    """Under FSDP2 and DDP the cpplan trainer recomputes its waves in backward: in the two policy passes
+    (the passes with gradients) each process ran as many waves for recomputation as the most either
+    process planned (padding waves included, so both processes the same number: 2 + 3 here), and reran
+    each of them exactly once in backward; stock TRL recomputed none."""
+    records, _, _ = runs
+    waves = [r["cpplan"]["waves"] for r in records]
+    most = sum(max(w[p] for w in waves) for p in (2, 3) if max(w[p] for w in waves) > 1)
+    for record in records:
+        assert record["stock"]["recomputed"] == {"waves": 0, "reruns": 0}
+        assert record["cpplan"]["recomputed"] == {"waves": most, "reruns": most}
+    assert most == 5
 
 
 def test_steps_equal_stock_trl(runs):

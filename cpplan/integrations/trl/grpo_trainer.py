@@ -12,10 +12,10 @@ Under FSDP2 (a model sharded with ``fully_shard``, as accelerate's FSDP2 plugin 
 (what accelerate wraps a model in otherwise) the model is called as it is, so its hooks fire (a DDP
 module's unwrapped forward would leave its gradients unreduced), and every process runs the same
 number of waves per pass: the most any process planned
-(:func:`cpplan.integrations.packed_step.agreed_num_waves`), the others padding. The waves are not
-recomputed in backward there (every wave keeps its activations until the backward): with
-``torch.utils.checkpoint`` per wave, FSDP2's collectives went out of step between two gloo processes
-even at equal wave counts (docs/integrations.md, "Distributed").
+(:func:`cpplan.integrations.packed_step.agreed_num_waves`), the others padding. As without a wrapper,
+every wave of a pass with gradients (padding waves too) is recomputed in backward, one wave's backward
+at a time (:func:`cpplan.integrations.packed_step.recomputed`), so one wave's activations exist at a
+time (docs/integrations.md, "Distributed").
 """
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ class GRPOTrainer(trl.GRPOTrainer):
             zeros = torch.zeros(shape, device=input_ids.device)
             waves = agreed_num_waves(0, device=input_ids.device) if sharded else 0
             if waves:  # the other processes run waves: as many padding waves here
-                zeros = zeros + padding_waves(model, waves, recompute=False)
+                zeros = zeros + padding_waves(model, waves, recompute=torch.is_grad_enabled() and waves > 1)
             return zeros, (zeros.clone() if compute_entropy else None), None
         workload, keys = grouped_workload(rows, keep_empty=compute_aux_loss)
         result = self.cpplan_planner.plan(workload)
@@ -116,7 +116,7 @@ class GRPOTrainer(trl.GRPOTrainer):
                 result,
                 workload,
                 num_waves=waves,
-                recompute_waves=not sharded,
+                recompute_waves=True,
                 temperature=self.temperature,
                 kernels=self.cpplan_kernels,
                 router=compute_aux_loss,
