@@ -11,7 +11,6 @@ collectives in step and gives the gradients of the run without recomputation; th
 from __future__ import annotations
 
 import json
-from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -19,7 +18,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from tests.support.hf_spawn import spawn_ranks
+from tests.support.hf_spawn import init_gloo, spawn_ranks
 
 pytestmark = pytest.mark.slow
 WORLD = 2
@@ -35,14 +34,7 @@ def run(rank: int, world: int, port: int, folder: str) -> None:
     """One process (entry point for ``torch.multiprocessing``): for each mode of ``config.json`` a fresh
     sharded model, the step's log-probs, a backward; saves ``rank{rank}.pt``."""
     config = json.loads((Path(folder) / "config.json").read_text())
-    torch.set_num_threads(1)
-    dist.init_process_group(
-        "gloo",
-        init_method=f"tcp://127.0.0.1:{port}",
-        rank=rank,
-        world_size=world,
-        timeout=timedelta(seconds=config["timeout_s"]),
-    )
+    init_gloo(rank, world, port, config["timeout_s"])
     try:
         record = {mode: _step(rank, mode) for mode in config["modes"]}
         torch.save(record, Path(folder) / f"rank{rank}.pt")

@@ -15,7 +15,6 @@ loop, for both trainers.
 from __future__ import annotations
 
 import os
-from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -28,7 +27,7 @@ pytest.importorskip("datasets", reason="TRL's datasets dependency is not install
 import cpplan
 from cpplan.hf import float64_internals
 from tests.integrations import trl_setup
-from tests.support.hf_spawn import spawn_ranks
+from tests.support.hf_spawn import init_gloo, spawn_ranks
 
 pytestmark = pytest.mark.slow
 WORLD = 2
@@ -90,14 +89,7 @@ def run(rank: int, world: int, port: int, folder: str) -> None:
         OMP_NUM_THREADS="1",
         TRL_EXPERIMENTAL_SILENCE="1",
     )
-    torch.set_num_threads(1)
-    dist.init_process_group(
-        "gloo",
-        init_method=f"tcp://127.0.0.1:{port}",
-        rank=rank,
-        world_size=world,
-        timeout=timedelta(seconds=TIMEOUT_S),
-    )
+    init_gloo(rank, world, port, TIMEOUT_S)
     try:
         mode = (Path(folder) / "mode").read_text()
         if mode == "fsdp2":

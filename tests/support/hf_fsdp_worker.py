@@ -14,13 +14,13 @@ collective timeout and whether to skip the padding waves (what a trainer unaware
 from __future__ import annotations
 
 import json
-from datetime import timedelta
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
 import cpplan
+from tests.support.hf_spawn import init_gloo
 
 TIMEOUT_S = 90
 DP, CP = 2, 2
@@ -88,13 +88,7 @@ def run(rank: int, world: int, port: int, folder: str) -> None:
 
     torch.set_num_threads(1)
     config = _config(Path(folder))
-    dist.init_process_group(
-        "gloo",
-        init_method=f"tcp://127.0.0.1:{port}",
-        rank=rank,
-        world_size=world,
-        timeout=timedelta(seconds=config["timeout_s"]),
-    )
+    init_gloo(rank, world, port, config["timeout_s"])
     try:
         mesh = init_device_mesh("cpu", (DP, CP), mesh_dim_names=("dp", "cp"))
         record = {mode: _train_step(mode, mesh, rank, Path(folder), config) for mode in config["modes"]}

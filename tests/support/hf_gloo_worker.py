@@ -11,11 +11,12 @@ plans the workload with completion-only loss masks and backpropagates its masked
 
 from __future__ import annotations
 
-from datetime import timedelta
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
+
+from tests.support.hf_spawn import init_gloo
 
 TIMEOUT_S = 60
 
@@ -32,14 +33,7 @@ def run(rank: int, world: int, port: int, folder: str) -> None:
         zigzag,
     )
 
-    torch.set_num_threads(1)
-    dist.init_process_group(
-        "gloo",
-        init_method=f"tcp://127.0.0.1:{port}",
-        rank=rank,
-        world_size=world,
-        timeout=timedelta(seconds=TIMEOUT_S),
-    )
+    init_gloo(rank, world, port, TIMEOUT_S)
     try:
         model = tiny_model("qwen3_5_moe")
         model.load_state_dict(torch.load(Path(folder) / "model.pt"))

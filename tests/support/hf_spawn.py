@@ -6,6 +6,7 @@ from __future__ import annotations
 import socket
 import time
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 
 import torch
@@ -17,6 +18,21 @@ PRELOAD = [
     "tests.support.hf_models",
     "transformers.models.qwen3_5_moe.modeling_qwen3_5_moe",
 ]
+
+
+def init_gloo(rank: int, world: int, port: int, timeout_s: float) -> None:
+    """This process as gloo rank ``rank`` of ``world`` over 127.0.0.1:``port``, one intra-op thread; a
+    collective left waiting fails after ``timeout_s``."""
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group(
+        "gloo",
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=rank,
+        world_size=world,
+        timeout=timedelta(seconds=timeout_s),
+    )
 
 
 def free_port() -> int:
