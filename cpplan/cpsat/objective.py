@@ -74,21 +74,30 @@ def add_objective(
 def _add_barriers(model, space: LayoutSpace, waves: WaveVars, totals: WaveTotals, num_ranks: int, time, ub):
     """The floors' rows: ``M[b, w]`` per barrier, ``T[w] ≥ Σ_b M[b, w]`` and each item's wave floor.
     A floor no higher than the item's own rank average can never bind and gets no row."""
+    binding = {item.item: _binding_floors(item, num_ranks, len(totals.barrier_units)) for item in space.items}
     barrier: list[list[cp_model.IntVar]] = [[] for _ in totals.barrier_units]
     for w in range(waves.num_waves):
-        present = [item for item in space.items if waves.x[item.item][w]]
+        present = [item.item for item in space.items if waves.x[item.item][w]]
         for b, units in enumerate(totals.barrier_units):
             m = model.new_int_var(0, ub, f"M[{b},{w}]")
             model.add(num_ranks * m >= units[w])
-            for item in present:
-                if num_ranks * item.barrier_floor_units[b] > min(
-                    lay.barrier_units[b] for lay in item.layouts
-                ):
-                    model.add(m >= item.barrier_floor_units[b] * waves.presence[item.item][w])
+            for i in present:
+                if binding[i][0][b]:
+                    model.add(m >= space.items[i].barrier_floor_units[b] * waves.presence[i][w])
             barrier[b].append(m)
         if barrier:
             model.add(time[w] >= sum(barrier[b][w] for b in range(len(barrier))))
-        for item in present:
-            if num_ranks * item.floor_units > min(lay.time_units for lay in item.layouts):
-                model.add(time[w] >= item.floor_units * waves.presence[item.item][w])
+        for i in present:
+            if binding[i][1]:
+                model.add(time[w] >= space.items[i].floor_units * waves.presence[i][w])
     return barrier
+
+
+def _binding_floors(item, num_ranks: int, num_barriers: int) -> tuple[list[bool], bool]:
+    """Which of ``item``'s floors (per barrier, and its wave floor) lie above its own rank average in
+    every local layout, so that a row for them can bind."""
+    per_barrier = [
+        num_ranks * item.barrier_floor_units[b] > min(lay.barrier_units[b] for lay in item.layouts)
+        for b in range(num_barriers)
+    ]
+    return per_barrier, num_ranks * item.floor_units > min(lay.time_units for lay in item.layouts)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, replace
+from functools import cached_property
 
 import numpy as np
 
@@ -132,7 +133,7 @@ class LayoutSpace:
     scaling: Scaling
     num_barriers: int = 1
 
-    @property
+    @cached_property
     def has_floors(self) -> bool:
         """Whether the items carry floors (under CP): the model then prices each barrier's slowest rank."""
         return any(item.floor_units or any(item.barrier_floor_units) for item in self.items)

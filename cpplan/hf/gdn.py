@@ -23,8 +23,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from cpplan.hf.delta_rule import compute_dtype, gated_delta_rule
-from cpplan.hf.gdn_parallel import parallel_recurrence
+from cpplan.hf.delta_rule import compute_dtype
+from cpplan.hf.gdn_parallel import parallel_recurrence, run_pieces
 from cpplan.pricing.handoff_mode import PARALLEL, ROUNDS
 
 
@@ -145,27 +145,10 @@ def initial_states(step: np.ndarray, geo, finals: dict, zero: torch.Tensor) -> t
 
 
 def _run_step(step: np.ndarray, heads, geo, finals: dict, zero, outputs: list, kernels: str) -> None:
-    pieces = geo.pieces
-    starts = geo.local[pieces.start[step]]
-    lengths = pieces.end[step] - pieces.start[step]
-    rows = torch.as_tensor(
-        np.concatenate([np.arange(s, s + n) for s, n in zip(starts, lengths, strict=True)])
-    )
-    q, k, v, g, beta = (x[rows.to(x.device)] for x in heads)
-    cu = np.r_[0, np.cumsum(lengths)].tolist()
-    out, final = gated_delta_rule(
-        q,
-        k,
-        v,
-        g,
-        beta,
-        cu_seqlens=cu,
-        initial_state=initial_states(step, geo, finals, zero),
-        kernels=kernels,
-    )
+    parts, final = run_pieces(step, heads, geo, initial_states(step, geo, finals, zero), kernels)
     for n, i in enumerate(step.tolist()):
         finals[i] = final[n]
-        outputs.append((int(starts[n]), out[cu[n] : cu[n + 1]]))
+    outputs.extend(parts)
 
 
 def _stack(states: list, zero: torch.Tensor) -> torch.Tensor:

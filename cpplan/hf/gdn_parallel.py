@@ -187,8 +187,13 @@ def _rerun(r: int, heads, geo, plan, maps, finals, zero, outputs: list, kernels:
 
 
 def _run(chosen: np.ndarray, heads, geo, states: list, kernels: str):
-    """The rule over pieces ``chosen`` of one rank (one batched call) from ``states``: each piece's
-    ``(local start row, outputs)`` and the final states."""
+    """:func:`run_pieces` from a list of states."""
+    return run_pieces(chosen, heads, geo, torch.stack(states), kernels)
+
+
+def run_pieces(chosen: np.ndarray, heads, geo, initial_state: torch.Tensor, kernels: str):
+    """The rule over pieces ``chosen`` of one rank (one batched call) from ``initial_state`` (one state
+    per piece): each piece's ``(local start row, outputs)`` and the final states."""
     pieces = geo.pieces
     starts = geo.local[pieces.start[chosen]]
     lengths = pieces.end[chosen] - pieces.start[chosen]
@@ -198,7 +203,7 @@ def _run(chosen: np.ndarray, heads, geo, states: list, kernels: str):
     q, k, v, g, beta = (x[rows.to(x.device)] for x in heads)
     cu = np.r_[0, np.cumsum(lengths)].tolist()
     out, final = gated_delta_rule(
-        q, k, v, g, beta, cu_seqlens=cu, initial_state=torch.stack(states), kernels=kernels
+        q, k, v, g, beta, cu_seqlens=cu, initial_state=initial_state, kernels=kernels
     )
     parts = [(int(starts[n]), out[cu[n] : cu[n + 1]]) for n in range(chosen.size)]
     return parts, final

@@ -79,7 +79,8 @@ def recorded_router_logits(model: nn.Module) -> Iterator[list[tuple[nn.Module, t
 def router_sums(recorded: list[tuple[nn.Module, torch.Tensor]], weights: torch.Tensor) -> RouterSums:
     """One wave's sums: each recorded call's logits (rows: the wave's local tokens, in the order the
     layers saw them) weighted by ``weights`` (one per row: the requests through the token)."""
-    assert recorded, "no router ran: not a mixture-of-experts model"
+    if not recorded:
+        raise ValueError("no router ran: not a mixture-of-experts model")
     total: RouterSums | None = None
     for module, logits in recorded:
         assert logits.shape[0] == weights.shape[0], (logits.shape, weights.shape)

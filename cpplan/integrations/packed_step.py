@@ -65,7 +65,7 @@ def step_logprobs(
     logprobs: dict[Key, torch.Tensor] = {}
     entropies: dict[Key, torch.Tensor] = {}
     sums: RouterSums | None = None
-    recompute = recompute_waves and torch.is_grad_enabled() and total > 1
+    recompute = recompute_waves and recomputes(total)
     for wave in range(planned):
         run = _WaveRun(model, result, workload, wave, temperature, kernels, router)
         found = recomputed(run, model) if recompute else run()
@@ -79,6 +79,13 @@ def step_logprobs(
         first = min(logprobs)
         logprobs[first] = logprobs[first] + padding_waves(model, total - planned, recompute=recompute)
     return (logprobs, entropies, sums) if router else (logprobs, entropies)
+
+
+def recomputes(num_waves: int) -> bool:
+    """Whether a pass of ``num_waves`` forwards recomputes each in backward: with gradients enabled and
+    more than one of them (what :func:`step_logprobs` does, and a process running only padding waves
+    must do alike)."""
+    return torch.is_grad_enabled() and num_waves > 1
 
 
 def agreed_num_waves(num_waves: int, *, group: dist.ProcessGroup | None = None, device=None) -> int:
@@ -156,4 +163,4 @@ class _WaveRun:
         return out if self.weights is None else (*out, *router_sums(found, self.weights).as_tensors())
 
 
-__all__ = ["agreed_num_waves", "padding_waves", "recomputed", "step_logprobs"]
+__all__ = ["agreed_num_waves", "padding_waves", "recomputed", "recomputes", "step_logprobs"]

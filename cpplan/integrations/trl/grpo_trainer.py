@@ -27,7 +27,7 @@ import trl
 from torch.distributed.fsdp import FSDPModule
 from torch.nn.parallel import DistributedDataParallel
 
-from cpplan.integrations.packed_step import agreed_num_waves, padding_waves, step_logprobs
+from cpplan.integrations.packed_step import agreed_num_waves, padding_waves, recomputes, step_logprobs
 from cpplan.integrations.rollout_items import RolloutRow, grouped_workload
 from cpplan.planner import Planner
 from cpplan.spec.topology import Topology
@@ -100,7 +100,7 @@ class GRPOTrainer(trl.GRPOTrainer):
             zeros = torch.zeros(shape, device=input_ids.device)
             waves = agreed_num_waves(0, device=input_ids.device) if sharded else 0
             if waves:  # the other processes run waves: as many padding waves here
-                zeros = zeros + padding_waves(model, waves, recompute=torch.is_grad_enabled() and waves > 1)
+                zeros = zeros + padding_waves(model, waves, recompute=recomputes(waves))
             return zeros, (zeros.clone() if compute_entropy else None), None
         workload, keys = grouped_workload(rows, keep_empty=compute_aux_loss)
         result = self.cpplan_planner.plan(workload)

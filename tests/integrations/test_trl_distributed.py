@@ -177,7 +177,7 @@ def runs(request, tmp_path_factory):
     (folder / "mode").write_text(request.param)
     path = trl_setup.saved_model("qwen3", folder / "model", torch.float64)
     records = spawn_ranks(
-        run, WORLD, folder, preload=["tests.integrations.test_trl_fsdp2"], deadline_s=DEADLINE_S
+        run, WORLD, folder, preload=["tests.integrations.test_trl_distributed"], deadline_s=DEADLINE_S
     )
     return records, request.param, trl_setup.initial(path, torch.float64)
 
