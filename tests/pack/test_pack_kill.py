@@ -57,11 +57,13 @@ def _kill_when_committed(proc: subprocess.Popen, out: Path, windows: int, timeou
 
 def test_killed_process_pool_leaves_no_orphans(tmp_path):
     """`kill -9` of `cpplan pack --workers 2` mid-run: the forkserver, both workers and the resource
-    tracker are gone within 5 seconds (before the fix the workers blocked on their task pipe forever)."""
+    tracker are gone within 20 seconds (before the fix the workers blocked on their task pipe forever;
+    alone they go within 5 s, but late in the full suite on 2 busy cores the resource tracker and the
+    forkserver once took longer)."""
     proc, out = _start(tmp_path)
     tree = _kill_when_committed(proc, out, windows=3, timeout_s=120)
     assert len(tree) >= 3, tree
-    left = wait_gone(list(tree), timeout_s=5)
+    left = wait_gone(list(tree), timeout_s=20)
     assert left == [], [tree[p] for p in left]
 
 
