@@ -7,7 +7,10 @@ in the direction that keeps the integer model *no more permissive* than the exac
 - the per-rank budget ``B / safety`` rounds **down**, less a relative margin far above float error;
 - time coefficients round **up** (the model never under-prices a node copy it counts);
 - time floors (the least a request can cost a wave, :mod:`cpplan.cpsat.wave_floors`) round **down**
-  (a floor never claims more than its exact value).
+  (a floor never claims more than its exact value);
+- in the ownership model (:mod:`cpplan.cpsat.owned_model`), whose objective is a price and whose bound
+  must bound every plan, every time coefficient rounds **down** (each chunk's seconds, the hand-off's
+  prices, the overhead) while memory still rounds up.
 
 So when ``static_kib + Σ coef_kib · q ≤ memory_kib`` holds for integer quantities ``q`` that bound the
 realized ones from above, the evaluator's ``ceil(safety · (static + Σ coef · q)) ≤ B`` holds too.
@@ -67,3 +70,7 @@ class Scaling:
 
 
 SCALING = Scaling()
+FINE_SCALING = Scaling(seconds_per_unit=1e-7)
+"""The ownership model's units (:mod:`~cpplan.cpsat.owned_model`): KiB and 0.1 µs, so a hand-off's
+9.3 µs per waiting token rounds by 1% instead of 4%; a row there holds only a window's chunks, so its
+coefficient sum stays far below 2^31 (a 4 s wave is 4e7 units)."""

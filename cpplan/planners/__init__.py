@@ -14,6 +14,7 @@ from cpplan.planners.cpsat_planner import cpsat_planner
 from cpplan.planners.deadline import Deadline
 from cpplan.planners.dynamic_cp import at_each_size, cached_dynamic_plan, group_problem, pool_padding_s
 from cpplan.planners.greedy import cached_greedy_plan, full_sharing_plan
+from cpplan.planners.owned_strategy import remember_proposal
 from cpplan.planners.seeded import seeded_plan
 from cpplan.plans.plan import Plan, SolverStats, balanced
 from cpplan.plans.pool_schedule import scheduled
@@ -30,13 +31,15 @@ def _greedy(problem: Problem, profile: SolverProfile, deadline: Deadline) -> tup
 
 
 def _full_sharing(problem: Problem, profile: SolverProfile, deadline: Deadline) -> tuple[Plan, None]:
-    return full_sharing_plan(problem, deadline), None
+    plan = full_sharing_plan(problem, deadline)
+    remember_proposal(problem, plan)
+    return plan, None
 
 
 def _seeded(problem: Problem, profile: SolverProfile, deadline: Deadline) -> tuple[Plan | None, None]:
-    return seeded_plan(
-        problem, profile.greedy.layouts, deadline=deadline.share(profile.timing.seeded_share)
-    ), None
+    plan = seeded_plan(problem, profile.greedy.layouts, deadline=deadline.share(profile.timing.seeded_share))
+    remember_proposal(problem, plan)
+    return plan, None
 
 
 def _cpsat(problem: Problem, profile: SolverProfile, deadline: Deadline) -> tuple[Plan | None, SolverStats]:

@@ -48,6 +48,18 @@ class CpSatParams(BaseModel):
     max_extra_waves: int = Field(default=0, ge=0)
     """Waves the model may use beyond the greedy plan's wave count."""
 
+    ownership_columns: int = Field(default=16, ge=0)
+    """The ownership model's free columns: the costliest proposed waves whose CP split it re-decides
+    (the others run as proposed)."""
+
+    ownership_window_chunks: int = Field(default=32, ge=0)
+    """How far (in 128-token chunks) each rank boundary of a free column may move from where a
+    proposal put it."""
+
+    ownership_deterministic_time_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    """The ownership model's deterministic time limit under a deterministic profile (``None``: the
+    joint model's)."""
+
 
 class GreedyParams(BaseModel):
     """Parameters of the greedy exact planner: the layouts it tries for each candidate wave."""

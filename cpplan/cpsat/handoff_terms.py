@@ -1,0 +1,236 @@
+"""The GDN hand-off of one column in the ownership model: both modes, the cheaper one taken.
+
+Under a contiguous rank-ordered split (:mod:`~cpplan.cpsat.rank_split`) a piece's predecessor is
+never on a later rank, so a crossing is ``owner(b) > owner(a)`` for two chunks ``a < b``: a boolean
+per chunk pair, exact (:func:`crossing`). With it (see :mod:`cpplan.pricing.handoff` for the prices):
+
+- *crossings* (distinct source pieces): every boundary that cuts a segment and crosses, plus, per parent
+  segment, whether its last chunk and its last child's first chunk lie on different ranks: exact;
+- *rounds*: one more than the most crossings on any request's path: exact;
+- *parallel state passing*: per rank its tokens ``T``, tokens of pieces that start from zero ``Z`` (root
+  segments' tokens on the rank less the part of a root segment continued from the rank before) and
+  tokens of last pieces of leaf segments that do not start from zero ``X``; ``before = 2T - Z - 2X``,
+  ``after = T - Z``; the wait is ``max before + max after - max T``: exact (each "part of the segment
+  cut at a boundary" is a minimum of two linear terms, modelled with one boolean);
+- *rounds' waiting tokens*, ``Σ_k max_r W[r, k] - max_r T_r`` (``W[r, k]``: rank r's tokens in round
+  k), is the one part that stays a bound. A token is in round 0 exactly when its prefix tree's root
+  starts on its own rank, so ``W[r, 0] >= T_r - (tokens on r of trees rooted before r's start)`` and
+  ``Σ_{k>0} W[r, k] >=`` the unbroken run of such tokens from r's start; the model counts
+  ``max(longest request path, max_a (that first bound) + max_b (that run)) - max_r T_r``
+  (``Σ_k max_r W[r, k] >= max_a W[a, 0] + max_b Σ_{k>0} W[b, k]``). Where prefix trees are contiguous
+  in the packed order and a wave has at most two rounds this is exact; otherwise a lower bound.
+
+The column's hand-off is at least the chosen mode's price, the mode a boolean: so the model never prices
+a hand-off above the evaluator's (which takes the cheaper mode), and equals it except for the rounds
+bound above.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from ortools.sat.python import cp_model
+
+from cpplan.cpsat.rank_split import RankSplit
+from cpplan.cpsat.split_tables import SplitTables
+from cpplan.spec.card import HandoffSeconds
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class HandoffVars:
+    """The hand-off's time in model units, and its parts (for reports and tests)."""
+
+    units: cp_model.IntVar
+    crossings: cp_model.LinearExprT
+    extra_rounds: cp_model.IntVar
+    parallel: cp_model.IntVar
+
+
+def exact_min(model: cp_model.CpModel, a, b, upper: int, name: str) -> cp_model.IntVar:
+    """A variable equal to ``min(a, b)`` (both linear, at most ``upper``)."""
+    m = model.new_int_var(0, upper, name)
+    first = model.new_bool_var(f"{name}.first")
+    model.add(m <= a)
+    model.add(m <= b)
+    model.add(m >= a).only_enforce_if(first)
+    model.add(m >= b).only_enforce_if(~first)
+    return m
+
+
+def exact_positive(model: cp_model.CpModel, a, upper: int, name: str) -> cp_model.IntVar:
+    """A variable equal to ``max(0, a)`` (``a`` linear, at most ``upper``)."""
+    v = model.new_int_var(0, upper, name)
+    positive = model.new_bool_var(f"{name}.positive")
+    model.add(v >= a)
+    model.add(v <= a).only_enforce_if(positive)
+    model.add(v == 0).only_enforce_if(~positive)
+    return v
+
+
+@dataclass(eq=False)
+class Crossings:
+    """Crossing booleans of one split, made once per chunk pair."""
+
+    model: cp_model.CpModel
+    split: RankSplit
+    made: dict[tuple[int, int], cp_model.LinearExprT]
+
+    def __call__(self, a: int, b: int) -> cp_model.LinearExprT:
+        """1 when chunk ``b``'s owner is after chunk ``a``'s (``a < b``), else 0."""
+        if b <= a:
+            return 0
+        key = (a, b)
+        if key not in self.made:
+            const, parts = self.split.owner_gap(a, b)
+            if const > 0:
+                self.made[key] = 1
+            elif not parts:
+                self.made[key] = 0
+            else:
+                var = self.model.new_bool_var(f"{self.split.name}.cross[{a},{b}]")
+                for part in parts:
+                    self.model.add(var >= part)
+                self.model.add(var <= sum(parts))
+                self.made[key] = var
+        return self.made[key]
+
+
+def add_handoff(
+    model: cp_model.CpModel,
+    split: RankSplit,
+    tables: SplitTables,
+    tokens: list,
+    seconds: HandoffSeconds,
+    unit_s: float,
+) -> HandoffVars:
+    """The column's hand-off (see the module docstring), in time units of ``unit_s`` seconds, each price
+    rounded down."""
+    name, cp = split.name, split.num_ranks
+    cross = Crossings(model=model, split=split, made={})
+    packed = int(tables.stats.packed_tokens)
+    internal = {c: cross(c - 1, c) for c in np.flatnonzero(tables.continues >= 0).tolist() if c >= 1}
+    terms = list(internal.values()) + _parent_crossings(tables, cross)
+    crossings = sum(terms)
+    anything = model.new_bool_var(f"{name}.crosses")
+    for term in terms:
+        model.add(anything >= term)
+    extra_rounds = model.new_int_var(0, cp - 1, f"{name}.extra_rounds")
+    for count in _path_counts(tables, cross, internal):
+        model.add(extra_rounds >= count)
+    ranks = _rank_parts(model, split, tables, tokens, packed)
+    most_tokens = model.new_int_var(0, packed, f"{name}.max_tokens")
+    chosen = [model.new_bool_var(f"{name}.max_tokens_at[{r}]") for r in range(cp)]
+    model.add_exactly_one(chosen)
+    for r in range(cp):
+        model.add(most_tokens <= tokens[r]).only_enforce_if(chosen[r])
+    most_before = _at_least_each(model, [p.before for p in ranks], 2 * packed, f"{name}.max_before")
+    most_after = _at_least_each(model, [p.after for p in ranks], packed, f"{name}.max_after")
+    most_first = _at_least_each(model, [p.first_round for p in ranks], packed, f"{name}.max_first_round")
+    most_later = _at_least_each(model, [p.later_rounds for p in ranks], packed, f"{name}.max_later_rounds")
+    rounds_wait = model.new_int_var(0, packed, f"{name}.rounds_wait")
+    model.add(rounds_wait >= tables.longest_path_tokens - most_tokens)
+    model.add(rounds_wait >= most_first + most_later - most_tokens)
+
+    def units(value_s: float) -> int:
+        return int(np.floor(value_s / unit_s + 1e-9))
+
+    round_u, state_u, wait_u = units(seconds.round_s), units(seconds.state_s), units(seconds.wait_s_per_token)
+    parallel = model.new_bool_var(f"{name}.parallel")
+    handoff = model.new_int_var(0, _upper(seconds, cp, packed, len(terms), unit_s), f"{name}.handoff")
+    by_rounds = round_u * extra_rounds + state_u * crossings + wait_u * rounds_wait
+    parallel_wait = most_before + most_after - most_tokens
+    by_parallel = round_u * anything + 2 * state_u * crossings + wait_u * parallel_wait
+    model.add(handoff >= by_rounds).only_enforce_if(~parallel)
+    model.add(handoff >= by_parallel).only_enforce_if(parallel)
+    return HandoffVars(units=handoff, crossings=crossings, extra_rounds=extra_rounds, parallel=parallel)
+
+
+def _upper(seconds: HandoffSeconds, cp: int, packed: int, num_terms: int, unit_s: float) -> int:
+    total_s = cp * seconds.round_s + 2 * num_terms * seconds.state_s + 3 * packed * seconds.wait_s_per_token
+    return int(np.ceil(total_s / unit_s)) + 1
+
+
+def _parent_crossings(tables: SplitTables, cross: Crossings) -> list:
+    """Per parent segment: whether some child's first chunk lies on a later rank than the parent's last
+    chunk (its last child's, as owners only grow along the packed order)."""
+    parent = tables.seg_parent
+    last_child_first: dict[int, int] = {}
+    for s in np.flatnonzero(parent >= 0).tolist():
+        p = int(parent[s])
+        last_child_first[p] = max(last_child_first.get(p, -1), int(tables.seg_first_chunk[s]))
+    return [cross(int(tables.seg_last_chunk[p]), first) for p, first in sorted(last_child_first.items())]
+
+
+def _path_counts(tables: SplitTables, cross: Crossings, internal: dict) -> list:
+    """Per distinct request path, the crossings along it: the boundaries cutting its segments and its
+    parent-to-child steps."""
+    inside: dict[int, list] = {}
+    for c, term in internal.items():
+        inside.setdefault(int(tables.continues[c]), []).append(term)
+    counts, seen = [], set()
+    for chain in tables.request_chains:
+        key = tuple(chain.tolist())
+        if key in seen:
+            continue
+        seen.add(key)
+        total: list = []
+        for k, s in enumerate(key):
+            total.extend(inside.get(s, []))
+            if k > 0:
+                total.append(cross(int(tables.seg_last_chunk[key[k - 1]]), int(tables.seg_first_chunk[s])))
+        variable = [t for t in total if not isinstance(t, int)]
+        if variable or sum(total):
+            counts.append(sum(total))
+    return counts
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class _RankParts:
+    before: cp_model.LinearExprT
+    after: cp_model.LinearExprT
+    first_round: cp_model.LinearExprT
+    later_rounds: cp_model.LinearExprT
+
+
+def _rank_parts(model, split: RankSplit, tables: SplitTables, tokens: list, packed: int) -> list[_RankParts]:
+    """Per rank: tokens of pieces from zero, the parallel mode's before / after tokens, and the tokens of
+    the segment its range starts inside (see the module docstring)."""
+    cp, name = split.num_ranks, split.name
+    after_root = tables.cut_after * tables.cut_is_root
+    before_leaf = tables.cut_before * tables.cut_is_leaf
+    root_leaf = tables.cut_is_root & tables.cut_is_leaf
+    parts = []
+    for r in range(cp):
+        t = tokens[r]
+
+        def cut_min(table: np.ndarray, boundary: int, label: str, t=t, r=r):
+            if not table.any() or boundary <= 0 or boundary >= cp:
+                return 0
+            return exact_min(model, split.at_start(boundary, table), t, packed, f"{name}.{label}[{r}]")
+
+        zero = split.owned(r, tables.root_tokens) - cut_min(after_root, r, "root_cut")
+        leaf_last = split.owned(r, tables.leaf_tokens) - cut_min(before_leaf, r + 1, "leaf_cut")
+        whole = (
+            split.owned(r, tables.root_leaf_tokens)
+            - cut_min(tables.cut_after * root_leaf, r, "root_leaf_start")
+            - cut_min(tables.cut_before * root_leaf, r + 1, "root_leaf_end")
+        )
+        inside = exact_positive(model, whole, packed, f"{name}.root_leaf_inside[{r}]")
+        last = leaf_last - inside
+        parts.append(
+            _RankParts(
+                before=2 * t - zero - 2 * last,
+                after=t - zero,
+                first_round=t - cut_min(tables.straddle_after, r, "rooted_before"),
+                later_rounds=cut_min(tables.straddle_run, r, "rooted_run"),
+            )
+        )
+    return parts
+
+
+def _at_least_each(model: cp_model.CpModel, values: list, upper: int, name: str) -> cp_model.IntVar:
+    var = model.new_int_var(-upper, upper, name)
+    for value in values:
+        model.add(var >= value)
+    return var

@@ -1,0 +1,228 @@
+"""The ownership model: which priced waves run, and which CP rank owns every chunk of each, in one model
+whose objective is the evaluator's price.
+
+Decomposition (stated). The joint model (:mod:`~cpplan.cpsat.joint_model`) and the other strategies
+propose waves; each distinct proposed wave (items and packed layout) is a *column*. This model chooses a
+set of columns that covers every item exactly once and, for each chosen column, either its known
+ownership as priced (*as is*: the evaluator's exact price, rounded down) or a new ownership (*free*): a
+contiguous rank-ordered split of its chunks (:mod:`~cpplan.cpsat.rank_split`), inside a window around
+the known ones, under which
+
+- every rank's memory floor is the card's envelopes over the rank's own quantities, in KiB, each chunk's
+  bytes rounded up, the budget down (:mod:`~cpplan.cpsat.scaling`): never more permissive than the
+  evaluator;
+- every barrier's time is the slowest rank's linear sum (a variable at least each rank's), each chunk's
+  seconds rounded down;
+- the GDN hand-off is modelled per mode (:mod:`~cpplan.cpsat.handoff_terms`; what remains a bound is
+  said there).
+
+So the objective of a plan is the evaluator's price less rounding and less the hand-off's one bound,
+never above it, and the proven bound is a lower bound of every plan made of the columns (every
+candidate of the portfolio, whose waves are columns as is).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from ortools.sat.python import cp_model
+
+from cpplan.cpsat.handoff_terms import HandoffVars, add_handoff
+from cpplan.cpsat.rank_split import RankSplit, boundary_windows, is_rank_ordered, seed_boundaries
+from cpplan.cpsat.scaling import FINE_SCALING, SCALING, Scaling
+from cpplan.cpsat.split_tables import SplitTables, chunk_matrix, split_tables
+from cpplan.pricing.problem import Problem
+from cpplan.pricing.wave import WavePlan
+from cpplan.spec.quantities import QUANTITY_INDEX
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class OwnedColumn:
+    """One proposed wave: its cheapest priced version (``wave``), the known rank-ordered ownerships of
+    its layout (``seeds``, boundaries per rank) and whether the model may choose a new split."""
+
+    wave: WavePlan
+    seeds: tuple[tuple[int, ...], ...]
+    free: bool
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class FreeVars:
+    """A free column's variables: its split, per-barrier maxima, hand-off and per-rank memory rows."""
+
+    split: RankSplit
+    barrier: tuple[cp_model.IntVar, ...]
+    handoff: HandoffVars | None
+    rank_tokens: tuple
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class OwnedModel:
+    """The compiled ownership model (see the module docstring)."""
+
+    problem: Problem
+    columns: tuple[OwnedColumn, ...]
+    model: cp_model.CpModel
+    scaling: Scaling
+    as_is: tuple[cp_model.IntVar, ...]
+    free: tuple[cp_model.IntVar | None, ...]
+    time: tuple[cp_model.IntVar, ...]
+    free_vars: tuple[FreeVars | None, ...]
+    overhead_units: int
+
+
+def pool_columns(
+    problem: Problem, plans: Sequence[Sequence[WavePlan]], *, max_free: int
+) -> tuple[OwnedColumn, ...]:
+    """The distinct waves of ``plans`` (plans that split an item are left out) as columns: one per item
+    set and packed layout, its cheapest version priced, every rank-ordered ownership seen as a seed; the
+    ``max_free`` costliest columns whose layout has a rank-ordered seed may take a new split."""
+    found: dict[tuple, list[WavePlan]] = {}
+    for plan in plans:
+        if any(wave.split for wave in plan):
+            continue
+        for wave in plan:
+            found.setdefault(_layout_key(wave), []).append(wave)
+    columns = []
+    for versions in found.values():
+        best = min(versions, key=lambda w: w.cost_s)
+        cp = problem.topology.cp
+        ordered = [w for w in versions if is_rank_ordered(w.owner)]
+        seeds = tuple(dict.fromkeys(tuple(seed_boundaries(w.owner, cp)) for w in ordered))
+        columns.append((best, seeds))
+    ranked = sorted(range(len(columns)), key=lambda g: -columns[g][0].cost_s)
+    chosen = {g for g in ranked if columns[g][1]}
+    chosen = set(sorted(chosen, key=ranked.index)[:max_free])
+    return tuple(
+        OwnedColumn(wave=wave, seeds=seeds, free=g in chosen and problem.topology.cp > 1)
+        for g, (wave, seeds) in enumerate(columns)
+    )
+
+
+def _layout_key(wave: WavePlan) -> tuple:
+    layout = wave.layout
+    return (
+        tuple(sorted(wave.items)),
+        layout.seg_offset.tobytes(),
+        layout.seg_length.tobytes(),
+        layout.seg_parent.tobytes(),
+        layout.request_ids.tobytes(),
+    )
+
+
+def compile_owned(
+    problem: Problem, columns: tuple[OwnedColumn, ...], *, window_chunks: int, scaling: Scaling = FINE_SCALING
+) -> OwnedModel:
+    """Build the ownership model over ``columns`` (see the module docstring)."""
+    model = cp_model.CpModel()
+    card = problem.card
+    overhead = scaling.time_lower(card.wave_overhead_s)
+    as_is, free, times, free_vars = [], [], [], []
+    cover: dict[int, list[cp_model.IntVar]] = {i: [] for i in range(problem.num_items)}
+    for g, column in enumerate(columns):
+        wave = column.wave
+        asis = model.new_bool_var(f"as_is[{g}]")
+        exact = scaling.time_lower(wave.prices.compute_s + wave.handoff.seconds)
+        time = model.new_int_var(0, max(exact, 1) * 4 + 10**6, f"time[{g}]")
+        model.add(time >= exact * asis)
+        taken = [asis]
+        fv = None
+        chosen = None
+        if column.free:
+            chosen = model.new_bool_var(f"free[{g}]")
+            fv = _free_column(model, problem, column, g, chosen, time, window_chunks, scaling)
+            taken.append(chosen)
+        for i in wave.items:
+            cover[int(i)].extend(taken)
+        as_is.append(asis)
+        free.append(chosen)
+        times.append(time)
+        free_vars.append(fv)
+    for i, literals in cover.items():
+        assert literals, f"item {i} is in no column"
+        model.add_exactly_one(literals)
+    used = [lit for g in range(len(columns)) for lit in (as_is[g], free[g]) if lit is not None]
+    model.minimize(sum(times) + overhead * sum(used))
+    return OwnedModel(
+        problem=problem,
+        columns=columns,
+        model=model,
+        scaling=scaling,
+        as_is=tuple(as_is),
+        free=tuple(free),
+        time=tuple(times),
+        free_vars=tuple(free_vars),
+        overhead_units=overhead,
+    )
+
+
+def _free_column(
+    model: cp_model.CpModel,
+    problem: Problem,
+    column: OwnedColumn,
+    g: int,
+    chosen: cp_model.IntVar,
+    time: cp_model.IntVar,
+    window_chunks: int,
+    scaling: Scaling,
+) -> FreeVars:
+    """The split, memory rows, barrier maxima and hand-off of a free column; ``time`` is at least its
+    barriers and hand-off when ``chosen``."""
+    cp, card = problem.topology.cp, problem.card
+    tables = split_tables(column.wave)
+    windows = boundary_windows(column.seeds, tables.num_chunks, window_chunks)
+    split = RankSplit(model=model, num_chunks=tables.num_chunks, num_ranks=cp, windows=windows, name=f"c{g}")
+    tokens = [split.owned(r, tables.tokens) for r in range(cp)]
+    matrix = chunk_matrix(tables.stats)
+    _add_memory_rows(model, problem, split, tables, matrix, tokens, chosen)
+    barrier = _add_barriers(model, card, split, tables, matrix, scaling, f"c{g}")
+    handoff = None
+    if card.handoff.priced:
+        handoff = add_handoff(model, split, tables, tokens, card.handoff, scaling.seconds_per_unit)
+    model.add(time >= sum(barrier) + (handoff.units if handoff else 0)).only_enforce_if(chosen)
+    split.hint(column.seeds[0])
+    return FreeVars(split=split, barrier=tuple(barrier), handoff=handoff, rank_tokens=tuple(tokens))
+
+
+def _add_memory_rows(model, problem: Problem, split: RankSplit, tables: SplitTables, matrix, tokens, chosen):
+    """For every rank and envelope, ``static + Σ own chunks' KiB + pieces at the start ≤ B / safety``."""
+    card, scaling = problem.card, SCALING
+    coefficients = card.envelope_coefficients()
+    budget = scaling.memory_kib(problem.memory_bytes, card.safety)
+    remote, segments = QUANTITY_INDEX["remote_tokens"], QUANTITY_INDEX["segments"]
+    packed = tables.stats.packed_tokens
+    starts = tables.continues >= 0
+    for e in range(coefficients.shape[0]):
+        coef = coefficients[e]
+        positive = matrix @ coef
+        per_chunk = np.ceil(positive / scaling.bytes_per_unit - 1e-9) - np.floor(
+            coef[remote] * tables.tokens / scaling.bytes_per_unit
+        )
+        static = scaling.static(card.envelope_static_bytes[e]) + scaling.memory_coef(coef[remote] * packed)
+        piece_kib = scaling.memory_coef(coef[segments])
+        for r in range(split.num_ranks):
+            row = static + split.owned(r, per_chunk.astype(np.int64))
+            if piece_kib and r > 0:
+                row = row + piece_kib * split.at_start(r, starts.astype(np.int64))
+            model.add(row <= budget).only_enforce_if(chosen)
+
+
+def _add_barriers(model, card, split: RankSplit, tables: SplitTables, matrix, scaling: Scaling, name: str):
+    """Per barrier, a variable at least every rank's seconds in it (each chunk's rounded down)."""
+    remote = QUANTITY_INDEX["remote_tokens"]
+    packed = tables.stats.packed_tokens
+    result = []
+    for b, coef in enumerate(card.constants.barrier_coefficients):
+        # pieces at a rank's start are left out of its time: a lower bound (no card prices time per piece)
+        per_chunk_s = matrix @ coef - coef[remote] * tables.tokens
+        per_chunk = np.floor(per_chunk_s / scaling.seconds_per_unit + 1e-9).astype(np.int64)
+        const = math.floor(coef[remote] * packed / scaling.seconds_per_unit + 1e-9)
+        upper = int(np.abs(per_chunk).sum()) + const + 1
+        var = model.new_int_var(0, upper, f"{name}.barrier[{b}]")
+        for r in range(split.num_ranks):
+            model.add(var >= const + split.owned(r, per_chunk))
+        result.append(var)
+    return result

@@ -1,0 +1,121 @@
+"""Solving the ownership model: hint, CP-SAT run, the plan read back and priced by the evaluator."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import ortools
+from ortools.sat.python import cp_model
+
+from cpplan.cpsat.owned_model import OwnedModel
+from cpplan.cpsat.solve import model_size, parameters
+from cpplan.plans.plan import Plan, SolverStats
+from cpplan.pricing.wave import WavePlan, price_wave
+from cpplan.spec.profile import CpSatParams
+
+_STATUS = {
+    cp_model.OPTIMAL: "optimal",
+    cp_model.FEASIBLE: "feasible",
+    cp_model.INFEASIBLE: "infeasible",
+    cp_model.UNKNOWN: "unknown",
+    cp_model.MODEL_INVALID: "model_invalid",
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class OwnedAnswer:
+    """The realized plan (``None`` without a solution), and per chosen column whether it took a new
+    split; the solver's objective and bound in seconds."""
+
+    plan: Plan | None
+    stats: SolverStats
+    new_splits: int = 0
+
+
+def hint_plan(owned: OwnedModel, waves: Sequence[WavePlan]) -> None:
+    """Hint the plan made of ``waves`` (each a column's version, as is)."""
+    chosen = {id(w) for w in waves}
+    keys = {_key(w) for w in waves}
+    for g, column in enumerate(owned.columns):
+        take = id(column.wave) in chosen or _key(column.wave) in keys
+        owned.model.add_hint(owned.as_is[g], take)
+        if owned.free[g] is not None:
+            owned.model.add_hint(owned.free[g], False)
+
+
+def _key(wave: WavePlan) -> tuple:
+    return (tuple(sorted(wave.items)), wave.layout.seg_offset.tobytes(), wave.layout.seg_length.tobytes())
+
+
+def solve_owned(
+    owned: OwnedModel, params: CpSatParams, *, time_limit_s: float | None, deterministic: bool
+) -> OwnedAnswer:
+    """Run CP-SAT on ``owned``; a free column chosen is re-priced by the evaluator under its new split."""
+    solver = cp_model.CpSolver()
+    for name, value in parameters(params, time_limit_s=time_limit_s, deterministic=deterministic).items():
+        setattr(solver.parameters, name, value)
+    started = time.perf_counter()
+    status = solver.solve(owned.model)
+    wall = time.perf_counter() - started
+    name = _STATUS.get(status, str(status))
+    booleans, integers, constraints = model_size(owned.model)
+    base = dict(
+        status=name,
+        wall_s=wall,
+        deterministic_time=float(solver.response_proto.deterministic_time),
+        num_booleans=booleans,
+        num_integers=integers,
+        num_constraints=constraints,
+        ortools_version=ortools.__version__,
+        stage_s={"search": wall},
+    )
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return OwnedAnswer(plan=None, stats=SolverStats(**base))
+    t0 = time.perf_counter()
+    waves, new_splits = _chosen_waves(owned, solver)
+    base["stage_s"] = {"search": wall, "realize": time.perf_counter() - t0}
+    scaling = owned.scaling
+    bound = scaling.seconds(math.floor(solver.best_objective_bound + 1e-9))
+    t0 = time.perf_counter()
+    objective = scaling.seconds(_plan_objective(owned, solver))
+    base["stage_s"]["price"] = time.perf_counter() - t0
+    gap = max(0.0, (objective - bound) / objective) if objective > 0 else 0.0
+    stats = SolverStats(**base, objective_s=objective, bound_s=bound, gap=gap, model_gap=gap)
+    plan = Plan(strategy="cpsat", waves=tuple(sorted(waves, key=lambda w: min(w.items))))
+    return OwnedAnswer(plan=plan, stats=stats, new_splits=new_splits)
+
+
+def _plan_objective(owned: OwnedModel, solver: cp_model.CpSolver) -> float:
+    """The model's price of the solver's plan with no slack left: its choices fixed, the rest solved
+    again (a feasible answer may leave a time variable above what its constraints require)."""
+    model = owned.model
+    model.clear_hints()
+    fixed = [lit for lit in (*owned.as_is, *owned.free) if lit is not None]
+    fixed += [var for fv in owned.free_vars if fv is not None for var in fv.split.y.values()]
+    for var in fixed:
+        model.add(var == int(solver.boolean_value(var)))
+    again = cp_model.CpSolver()
+    again.parameters.num_workers = 1
+    again.parameters.max_time_in_seconds = 10.0
+    status = again.solve(model)
+    assert status in (cp_model.OPTIMAL, cp_model.FEASIBLE), "a solution stays feasible with its choices fixed"
+    return min(again.objective_value, solver.objective_value)
+
+
+def _chosen_waves(owned: OwnedModel, solver: cp_model.CpSolver) -> tuple[list[WavePlan], int]:
+    problem = owned.problem
+    waves, new_splits = [], 0
+    for g, column in enumerate(owned.columns):
+        if solver.boolean_value(owned.as_is[g]):
+            waves.append(column.wave)
+        elif owned.free[g] is not None and solver.boolean_value(owned.free[g]):
+            wave = column.wave
+            owner = owned.free_vars[g].split.owners(solver)
+            waves.append(
+                price_wave(problem, wave.items, wave.layout, wave.layout_name, owner=owner, split=wave.split)
+            )
+            new_splits += 1
+    return waves, new_splits
