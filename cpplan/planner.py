@@ -45,6 +45,12 @@ class Planner:
 
     Everything that does not change between steps (the card and its resolution, the profile) is
     loaded and checked when the planner is made, so a bad card or profile fails here, not mid-run.
+
+    ``memory_bytes`` is the bytes per rank free for the wave, above what is resident before it: an
+    integer number of bytes, or a size string read exactly as ``--memory`` reads it. Decimal units are
+    powers of ten and binary ones powers of two: ``"8 GB"`` is 8,000,000,000 bytes and ``"8GiB"``
+    8,589,934,592; a unit without its ``B`` (``"8G"``) is refused as ambiguous. The parsed integer is
+    :attr:`memory_bytes`.
     """
 
     def __init__(
@@ -61,6 +67,12 @@ class Planner:
             topology=topology, model=model, memory_bytes=memory_bytes, num_layers=num_layers, phase=phase
         )
         self._start(settings, resolve_profile(solver))
+
+    @property
+    def memory_bytes(self) -> int:
+        """The per-rank budget this planner plans against, in bytes (``memory_bytes`` parsed:
+        ``"8 GB"`` gives 8,000,000,000)."""
+        return self.settings.memory_bytes
 
     def _start(self, settings: Settings, profile: SolverProfile) -> None:
         """Set the planner up for ``settings`` and ``profile`` (what :meth:`__init__` and :meth:`load`

@@ -72,10 +72,11 @@ so passing the size of the whole GPU plans waves that run out of memory. If you 
 it holds before a wave, `--gpu-memory 141GB --resident 75GB` computes `--memory` (66 GB here) and says
 what it assumed; a `--memory` equal to a whole GPU's size (40, 48, 80, 94, 96, 141, 144 or 192, in GB
 or GiB) plans but warns and suggests `--gpu-memory`. Sizes take `GiB`, `GB`, `MiB`, `MB`, `KiB`, `KB`,
-`TiB`, `TB` or a plain number of bytes; a bare `G`, `M`, `K`, `T` is decimal (`80G` = `80GB`, as
-Kubernetes and the SI read it, and the smaller of its two readings) and `Gi`, `Mi`, `Ki`, `Ti` binary;
-a plain number below 1 MiB is refused as a probably missing unit (`--memory 80`), and sizes above
-2^63 - 1 bytes are refused.
+`TiB`, `TB` or a plain number of bytes, in any case and with or without a space (`8 GB` is 8,000,000,000
+bytes, `8GiB` 8,589,934,592); a unit without its `B` (`80G`, `80Gi`, `512M`) is refused with both
+spellings it may have meant, since tools read `80G` as 80 GiB or as 80 GB; a negative size is refused
+as not positive; a plain number below 1 MiB is refused as a probably missing unit (`--memory 80`), and
+sizes above 2^63 - 1 bytes are refused.
 
 ## Workload files
 

@@ -38,6 +38,17 @@ def test_planner_refuses_bad_settings_when_made():
         cpplan.Planner(model="qwen3-8b", memory_bytes="80GiB", solver="no-such-profile")
 
 
+def test_planner_memory_strings_are_exact_and_visible():
+    """``Planner(memory_bytes="8 GB")`` plans against 8,000,000,000 bytes (decimal GB, as --memory reads
+    it) and says so in ``planner.memory_bytes``; ``"8GiB"`` is 8 * 2**30; ``"8G"`` is refused as ambiguous."""
+    kwargs = dict(model="qwen3-8b", topology="cp=2", solver="deterministic")
+    assert cpplan.Planner(memory_bytes="8 GB", **kwargs).memory_bytes == 8_000_000_000
+    assert cpplan.Planner(memory_bytes="8GiB", **kwargs).memory_bytes == 8 * 2**30
+    assert cpplan.Planner(memory_bytes=12345678, **kwargs).memory_bytes == 12345678
+    with pytest.raises(cpplan.InputError, match=r"write 8GiB .* or 8GB"):
+        cpplan.Planner(memory_bytes="8G", **kwargs)
+
+
 def test_to_dict_is_what_the_cli_writes(tmp_path):
     """PlanResult.to_dict() is the plan JSON `cpplan plan --output` writes (timing fields aside)."""
     out = tmp_path / "plan.json"

@@ -24,6 +24,7 @@ from cpplan.bench.peers import PEERS
 from cpplan.bench.suites import Case, sharegpt_available, suite
 from cpplan.planners import PLANNERS
 from cpplan.planners.cpsat_strategy import ensure_solver
+from cpplan.plans.plan import Plan
 from cpplan.pricing.problem import Problem
 from cpplan.spec.card import load_model
 from cpplan.spec.profile import SolverProfile, load_solver
@@ -97,9 +98,16 @@ def run_instance(
     """Every baseline and cpplan's portfolio on one problem."""
     outcomes = [run(baseline, problem, repeats=repeats) for baseline in baselines]
     result, plan_s, refusal = timed(lambda fresh: solve(fresh, profile), problem, repeats=repeats)
-    plan, strategy = (result.plan, result.strategy) if result is not None else (None, "")
+    plan, strategy = (result.plan, strategy_label(result.plan)) if result is not None else (None, "")
     outcomes.append(outcome_of(CPPLAN, problem, plan, plan_s, strategy=strategy, refusal=refusal))
     return [Row.of(o, case, problem, memory) for o in outcomes]
+
+
+def strategy_label(plan: Plan) -> str:
+    """The portfolio strategy that made ``plan``, with its notes: ``greedy: items regrouped by shared
+    prefix`` is greedy over the items ordered by shared prefix, which the ``cpplan_greedy`` row (items
+    in arrival order) is not, so a plain ``greedy`` label means the same plan as that row's."""
+    return f"{plan.strategy}: {'; '.join(plan.notes)}" if plan.notes else plan.strategy
 
 
 def run_bench(

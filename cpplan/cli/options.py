@@ -20,8 +20,9 @@ if TYPE_CHECKING:
     from cpplan.spec.topology import Topology
 
 MEMORY_HELP = (
-    f"{MEMORY_MEANING[0].upper()}{MEMORY_MEANING[1:]}, e.g. 40GiB (units: GiB, GB, MiB, MB, KiB, KB; a "
-    "number alone is bytes). Or give --gpu-memory and --resident."
+    f"{MEMORY_MEANING[0].upper()}{MEMORY_MEANING[1:]}, e.g. 40GiB (units: GiB, GB, MiB, MB, KiB, KB, "
+    "TiB, TB; a number alone is bytes; 40G is refused: write 40GiB or 40GB). Or give --gpu-memory and "
+    "--resident."
 )
 PROBLEM_KEYS = (
     "model",

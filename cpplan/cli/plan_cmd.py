@@ -65,6 +65,7 @@ def plan_command(
     {"input_ids", "labels"}) into verified waves. Exit 0 with a plan, 2 on bad input, 3 when nothing
     fits (with what would: a budget, a larger CP size)."""
     from cpplan.api import solve
+    from cpplan.cli.idle_ranks import idle_ranks_warning
     from cpplan.cli.no_fit import with_suggestions
     from cpplan.cli.plan_table import print_summary
     from cpplan.plans.plan_writer import dumps
@@ -87,6 +88,9 @@ def plan_command(
         sys.stdout.write(text)
     else:
         _write(output, text)
+    warning = idle_ranks_warning(result)
+    if warning:
+        click.echo(warning, err=True)
     if not quiet:
         print_summary(result)
     return 0

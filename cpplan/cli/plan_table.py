@@ -38,23 +38,36 @@ def print_summary(result: PlanResult, console: Console | None = None) -> None:
     console.print(wave_table(result))
     console.print(candidate_table(result))
     console.print(
-        f"chosen: {result.plan.strategy}; {solver_line(result.solver)}; "
-        f"planned in {result.wall_s * 1e3:.1f} ms (profile {result.profile})"
+        f"chosen: {solver_line(result)}; planned in {result.wall_s * 1e3:.1f} ms (profile {result.profile})"
     )
     note = result.deadline_note()
     if note:
         console.print(f"note: {note}")
 
 
-def solver_line(solver) -> str:
-    """What CP-SAT did, in words: whether it ran, and its model's proven gap when it did."""
-    if solver.status in ("optimal", "feasible"):
-        verdict = "proved optimal" if solver.status == "optimal" else "stopped with a feasible answer"
-        gap = "" if solver.model_gap is None else f", {solver.model_gap:.2%} from its proven bound"
-        return f"CP-SAT {verdict} in its (conservative) model{gap}"
+def solver_line(result: PlanResult) -> str:
+    """The chosen strategy and what CP-SAT did, in words: whether it ran and its model's proven gap
+    when it did. When another strategy's plan is chosen the line names it with its cost beside
+    CP-SAT's own plan's: CP-SAT's proof is of its own (conservative) model, never of the chosen plan."""
+    solver, chosen = result.solver, result.plan
     if solver.status == "not_run":
-        return "CP-SAT did not run"
-    return f"CP-SAT did not answer ({solver.status})"
+        return f"{chosen.strategy}; CP-SAT did not run"
+    if solver.status not in ("optimal", "feasible"):
+        return f"{chosen.strategy}; CP-SAT did not answer ({solver.status})"
+    verdict = "proved its answer optimal" if solver.status == "optimal" else "stopped with a feasible answer"
+    gap = "" if solver.model_gap is None else f", {solver.model_gap:.2%} from that model's proven bound"
+    model = f"CP-SAT {verdict} in its own (conservative) model{gap}"
+    if chosen.strategy.startswith("cpsat"):
+        return f"{chosen.strategy} at {chosen.cost_s:.4f} s; {model}"
+    own = next(
+        (c for c in result.candidates if c.strategy.startswith("cpsat") and c.cost_s is not None), None
+    )
+    beside = "" if own is None else f", cheaper than CP-SAT's own plan at {own.cost_s:.4f} s"
+    rejected = "" if own is None or own.valid else " (rejected by the verifier)"
+    return (
+        f"{chosen.strategy} at {chosen.cost_s:.4f} s{beside}{rejected}; {model}: a bound of that model "
+        "only, not of the chosen plan"
+    )
 
 
 def _where(plan, index: int, dp: int) -> tuple[str, ...]:

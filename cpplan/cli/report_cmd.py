@@ -23,9 +23,12 @@ from cpplan.cli import COMMANDS, cli
 def report_command(outdir: Path, output: Path | None) -> int:
     """Write a report of the pack in OUTDIR: packed tokens, rank peaks against the budget, seconds per
     wave and tokens saved by sharing."""
+    from cpplan.errors import InputError
     from cpplan.pack.outdir import read_manifest
     from cpplan.pack.report import report_warnings, write_report
 
+    if outdir.is_file():
+        raise InputError(f"report reads a pack folder (the --output DIR of cpplan pack); {outdir} is a file")
     path = write_report(outdir, output)
     for warning in report_warnings(outdir, read_manifest(outdir)):
         click.echo(f"cpplan: warning: {warning}", err=True)

@@ -213,6 +213,8 @@ def read_manifest(path: Path) -> dict[str, Any]:
         data = json.loads(file.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise InputError("no manifest.json: not a cpplan pack folder", file=str(path)) from None
+    except NotADirectoryError:
+        raise InputError("a file, not a cpplan pack folder", file=str(path)) from None
     except (OSError, json.JSONDecodeError) as exc:
         raise InputError(f"unreadable manifest: {exc}", file=str(file)) from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:

@@ -9,11 +9,13 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationInfo, field_validator
 
+from cpplan.spec.validation import InputErrors
+
 MAX_TOKEN_ID = 2**31 - 1
 Output = Literal["loss", "logits", "hidden", "none"]
 
 
-class Request(BaseModel):
+class Request(BaseModel, metaclass=InputErrors):
     """One token sequence with its flags.
 
     ``tokens`` is stored as a read-only 1-D ``int64`` numpy array of ids in ``[0, 2**31)``.
@@ -122,7 +124,7 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int | np.integer) and not isinstance(value, bool)
 
 
-class Item(BaseModel):
+class Item(BaseModel, metaclass=InputErrors):
     """The unit placed into a wave: requests that must run together (one prompt's samples, say)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")

@@ -216,8 +216,7 @@ def _validated(build, source: str, line_no: int, field: str):
     """``build()``, with a validation error reported on ``field`` of the record."""
     try:
         return build()
-    except ValidationError as exc:
-        error = input_error(exc)
+    except InputError as error:  # a Request built by hand raises InputError (spec.validation.InputErrors)
         raise InputError(str(error).split(": ", 1)[-1], file=source, line=line_no, field=field) from None
 
 

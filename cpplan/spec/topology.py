@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from typing import ClassVar
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from cpplan.errors import InputError
-from cpplan.spec.validation import input_error
+from cpplan.spec.validation import InputErrors
 
 AXES = ("tp", "cp", "ep", "etp", "pp", "dp")
 
 
-class Topology(BaseModel):
+class Topology(BaseModel, metaclass=InputErrors):
     """Sizes of the parallel axes; each defaults to 1.
 
     CP shards tokens (rows), TP shards features, EP shards experts (ETP shards each expert's features),
@@ -31,13 +40,14 @@ class Topology(BaseModel):
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
+    FIELD_ROOT: ClassVar[str] = "topology"
 
-    tp: int = Field(default=1, ge=1, le=1024)
-    cp: int = Field(default=1, ge=1, le=1024)
-    ep: int = Field(default=1, ge=1, le=1024)
-    etp: int = Field(default=1, ge=1, le=1024)
-    pp: int = Field(default=1, ge=1, le=1024)
-    dp: int = Field(default=1, ge=1, le=65536)
+    tp: int = Field(default=1, le=1024)
+    cp: int = Field(default=1, le=1024)
+    ep: int = Field(default=1, le=1024)
+    etp: int = Field(default=1, le=1024)
+    pp: int = Field(default=1, le=1024)
+    dp: int = Field(default=1, le=65536)
     dynamic_cp: bool = False
     equal_waves: bool | None = None
 
@@ -46,6 +56,13 @@ class Topology(BaseModel):
     def _not_a_boolean(cls, value: object) -> object:
         if isinstance(value, bool):
             raise ValueError(f"must be a whole number, got {value!r}")
+        return value
+
+    @field_validator(*AXES)
+    @classmethod
+    def _positive(cls, value: int, info: ValidationInfo) -> int:
+        if value < 1:
+            raise ValueError(f"{info.field_name} must be a positive integer, got {value}")
         return value
 
     @model_validator(mode="after")
@@ -124,11 +141,9 @@ class Topology(BaseModel):
 
     @classmethod
     def create(cls, **sizes: int) -> Topology:
-        """Validated construction that reports problems as :class:`InputError`."""
-        try:
-            return cls(**sizes)
-        except ValidationError as exc:
-            raise input_error(exc, field_root="topology") from None
+        """Validated construction that reports problems as :class:`InputError` (as ``Topology(...)``
+        itself does)."""
+        return cls(**sizes)
 
     def __str__(self) -> str:
         text = ",".join(f"{axis}={getattr(self, axis)}" for axis in AXES)
@@ -151,7 +166,8 @@ def _axis_size(part: str) -> tuple[str, int]:
             f"cannot read {part!r}; expected NAME=SIZE with NAME in {', '.join(AXES)}{hint}",
             field="topology",
         )
-    if not (value.isascii() and value.isdigit()):
+    digits = value.removeprefix("-")
+    if not (digits.isascii() and digits.isdigit()):
         hint = (
             "; separate the sizes with commas, e.g. cp=2,tp=1"
             if "=" in value or " " in value

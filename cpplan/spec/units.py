@@ -31,18 +31,17 @@ _UNITS = {
     "mib": 2**20,
     "gib": 2**30,
     "tib": 2**40,
-    "k": 10**3,
-    "m": 10**6,
-    "g": 10**9,
-    "t": 10**12,
-    "ki": 2**10,
-    "mi": 2**20,
-    "gi": 2**30,
-    "ti": 2**40,
 }
-"""A bare ``G`` (``80G``) is decimal like ``GB`` and ``Gi`` binary like ``GiB``, as Kubernetes and the SI
-write them; of the two readings of ``80G`` the decimal one is the smaller budget, the one that cannot
-plan a wave out of memory."""
+"""The accepted units, in any case: bytes, the decimal ``KB`` ... ``TB`` and the binary ``KiB`` ...
+``TiB`` (what DESIGN.md, ``--help`` and docs/cli.md list)."""
+
+UNIT_NAMES = "GiB, GB, MiB, MB, KiB, KB, TiB, TB, B or none (bytes)"
+"""The accepted units as a user reads them (errors and ``--help``)."""
+
+_AMBIGUOUS = {"k": "K", "m": "M", "g": "G", "t": "T", "ki": "K", "mi": "M", "gi": "G", "ti": "T"}
+"""Letters without ``B`` (``8G``, ``8Gi``): refused with both spellings they may have meant, since
+``8G`` is 8 GiB to some tools and 8 GB to others."""
+_POWERS = {"K": 10, "M": 20, "G": 30, "T": 40}
 
 GPU_SIZES_GB = (40, 48, 80, 94, 96, 141, 144, 192)
 """Memory sizes of common data-centre GPUs, in GB and GiB alike (A100 40/80, L40S 48, H100 80/94/96,
@@ -57,7 +56,7 @@ def parse_bytes(text: str | int, *, field: str = "memory") -> int:
         raise InputError(f"expected a size, got {text!r}", field=field)
     value = text if isinstance(text, int) else _parse_text(str(text), field)
     if value <= 0:
-        raise InputError(f"size must be positive, got {text!r}", field=field)
+        raise InputError(f"{field} must be positive, got {text!r}", field=field)
     if value > MAX_BYTES:
         raise InputError(
             f"size {text!r} is too large: at most {MAX_BYTES:,} bytes (2^63 - 1) are accepted", field=field
@@ -67,6 +66,8 @@ def parse_bytes(text: str | int, *, field: str = "memory") -> int:
 
 def _parse_text(text: str, field: str) -> int:
     match = _SIZE.match(text)
+    if match is None and _SIZE.match(text.strip().removeprefix("-")) is not None:
+        raise InputError(f"{field} must be positive, got {text.strip()!r}", field=field)
     if match is None:
         raise InputError(
             f"cannot read size {text!r}; use e.g. 80GiB, 80GB, 512MiB or plain bytes", field=field
@@ -74,11 +75,16 @@ def _parse_text(text: str, field: str) -> int:
     number, exponent, unit = match.groups()
     factor = _UNITS.get(unit.lower())
     if factor is None:
-        raise InputError(
-            f"unknown unit {unit!r} in {text!r}; known: B, KB, MB, GB, TB, KiB, MiB, GiB, TiB (K, M, G, T "
-            "are KB, MB, GB, TB; Ki, Mi, Gi, Ti are KiB, MiB, GiB, TiB)",
-            field=field,
-        )
+        prefix = _AMBIGUOUS.get(unit.lower())
+        if prefix is not None:
+            size = text.strip()[: -len(unit)]
+            raise InputError(
+                f"{text.strip()!r} has no B: write {size}{prefix}iB (binary, 2^{_POWERS[prefix]} bytes "
+                f"each) or {size}{prefix}B (decimal, 10^{_POWERS[prefix] * 3 // 10} bytes each); units: "
+                f"{UNIT_NAMES}",
+                field=field,
+            )
+        raise InputError(f"unknown unit {unit!r} in {text!r}; units: {UNIT_NAMES}", field=field)
     power = int(exponent) if exponent else 0
     try:
         rough = float(number) * 10.0**power * factor

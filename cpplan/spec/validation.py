@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from cpplan.errors import InputError
 from cpplan.spec.tomlines import toml_line
@@ -39,3 +39,18 @@ def input_error(
     if field_in_message:
         return InputError(f"{field}: {message}" if field else message, file=file, line=line)
     return InputError(message, file=file, line=line, field=field)
+
+
+class InputErrors(type(BaseModel)):
+    """Metaclass of the models users build by hand (``Topology(cp=0)``, ``Request(tokens=[])``): a
+    direct construction that fails raises :func:`input_error` (an :class:`InputError`, so a
+    ``ValueError``, naming the field) instead of pydantic's ``ValidationError``. A class sets
+    ``FIELD_ROOT`` (a ``ClassVar``) to put a name in front of its fields (``topology.cp``). Validation of
+    nested data (``Item.model_validate``) is untouched and still raises ``ValidationError``, which the
+    readers turn into errors naming the file and the line."""
+
+    def __call__(cls, *args: object, **kwargs: object) -> object:
+        try:
+            return super().__call__(*args, **kwargs)
+        except ValidationError as exc:
+            raise input_error(exc, field_root=getattr(cls, "FIELD_ROOT", None)) from None

@@ -20,10 +20,10 @@ from pydantic import (
 from cpplan.errors import InputError
 from cpplan.spec.items import MAX_TOKEN_ID, Item, Output, Request
 from cpplan.spec.records import DEFAULT_FIELDS, RecordFields, jsonl_lines, parse_item_line
-from cpplan.spec.validation import input_error
+from cpplan.spec.validation import InputErrors, input_error
 
 
-class Workload(BaseModel):
+class Workload(BaseModel, metaclass=InputErrors):
     """An ordered, immutable set of items with unique ids."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -47,7 +47,7 @@ class Workload(BaseModel):
     def from_items(cls, items: Iterable[Item], source: str | None = None) -> Workload:
         """Build a workload from items, reporting duplicates as an :class:`InputError`."""
         try:
-            return cls(items=tuple(items), source=source)
+            return cls.model_validate({"items": tuple(items), "source": source})
         except ValidationError as exc:
             raise input_error(exc, file=source, field_in_message=True) from None
 

@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from cpplan.bench.runner import Row, headline
+from cpplan.bench.runner import Row, headline, strategy_label
 from cpplan.bench.suites import (
     QUICK_ONLY,
     grpo_ratio,
@@ -162,6 +162,32 @@ def test_bench_command_prints_and_saves_the_table(tmp_path, capsys):
     assert all(r["status"] == "valid" for r in data["rows"] if r["planner"] == "cpplan")
     printed = capsys.readouterr().out
     assert "| all | cpplan |" in printed and "plan ms p50" in printed
+
+
+def test_cpplan_rows_name_the_strategy_that_made_their_plan(tmp_path):
+    """A cpplan row labelled plainly ``greedy`` holds the same plan as the ``cpplan_greedy`` row (same
+    cost); greedy over the items regrouped by shared prefix, a different plan, says so in its label
+    (the quick suite's shuffled GRPO groups and ShareGPT at CP1 make such plans)."""
+    out = tmp_path / "bench.json"
+    args = ["--cp", "1", "--memory", "40GiB", "--solver", "deterministic", "--output", str(out)]
+    assert main(["bench", "--quick", *args]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    greedy = {(r["case"], r["cp"], r["memory"]): r for r in rows if r["planner"] == "cpplan_greedy"}
+    ours = [r for r in rows if r["planner"] == "cpplan"]
+    for row in ours:
+        if row["strategy"] == "greedy":
+            assert row["cost_s"] == greedy[(row["case"], row["cp"], row["memory"])]["cost_s"], row
+    labels = {r["strategy"] for r in ours}
+    assert "greedy: items regrouped by shared prefix" in labels, labels
+
+
+def test_strategy_label_carries_the_plans_notes():
+    """The label is the plan's strategy, then its notes (none: the strategy alone)."""
+    from cpplan.plans.plan import Plan
+
+    assert strategy_label(Plan(strategy="cpsat", waves=())) == "cpsat"
+    plan = Plan(strategy="greedy", waves=(), notes=("items regrouped by shared prefix", "deadline reached"))
+    assert strategy_label(plan) == "greedy: items regrouped by shared prefix; deadline reached"
 
 
 def test_bench_rejects_bad_options():

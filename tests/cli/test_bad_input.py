@@ -122,3 +122,15 @@ def test_fewer_chunks_than_cp_ranks_leave_ranks_empty(tmp_path: Path):
     ranks = json.loads(out.read_text())["waves"][0]["ranks"]
     assert [r["tokens"] for r in ranks] == [3, 0, 0, 0, 0, 0, 0, 0]
     assert main(["verify", str(out), str(tmp_path / "w.jsonl"), "--model", str(tmp_path / "tiny.toml")]) == 0
+
+
+def test_most_ranks_owning_nothing_is_warned_about(tmp_path: Path, capsys):
+    """A plan in which most CP ranks own no token in any wave (3 tokens at cp=8) is written, and standard
+    error names how many ranks own nothing (even with --quiet); a plan using its one rank warns of nothing."""
+    (tmp_path / "w.jsonl").write_text('{"id": "p0", "tokens": [1, 2, 3]}\n', encoding="utf-8")
+    (tmp_path / "tiny.toml").write_text(TINY_CARD, encoding="utf-8")
+    args = ["plan", str(tmp_path / "w.jsonl"), "--model", str(tmp_path / "tiny.toml"), "--memory", "64MiB"]
+    assert main([*args, "--topology", "cp=8", "--output", str(tmp_path / "a.json"), "--quiet"]) == 0
+    assert "warning: 7 of the 8 CP ranks own no token in any wave" in capsys.readouterr().err
+    assert main([*args, "--output", str(tmp_path / "b.json"), "--quiet"]) == 0
+    assert "own no token" not in capsys.readouterr().err

@@ -24,15 +24,13 @@ def snippet(section: str) -> str:
 
 @pytest.mark.slow
 def test_trl_snippet_trains_packed(tmp_path, monkeypatch):
-    """The TRL block, with ``model`` a tiny random Qwen3 saved locally, a local tokenizer, a plain reward
-    and TRL's own generation (GRPOConfig given the CPU settings this machine needs), trains one step
-    and its last log-prob pass ran fewer packed tokens than TRL's padded batch."""
+    """The TRL block exactly as written (its GRPOConfig untouched: on this CPU-only machine it must pick
+    use_cpu and float32 itself), with ``model`` the path of a tiny random Qwen3 saved locally, a local
+    tokenizer, a plain reward and TRL's own generation, trains one step and its last log-prob pass ran
+    fewer packed tokens than TRL's padded batch."""
     trl = pytest.importorskip("trl", reason="the trl extra is not installed")
     from tests.integrations import trl_setup
 
-    config = trl.GRPOConfig
-    cpu = {"use_cpu": True, "bf16": False, "save_strategy": "no", "gradient_checkpointing": False}
-    monkeypatch.setattr(trl, "GRPOConfig", lambda **kw: config(**(kw | cpu)))
     monkeypatch.chdir(tmp_path)
     scope = {
         "model": trl_setup.saved_model("qwen3", tmp_path / "model", torch.float32),
@@ -42,8 +40,25 @@ def test_trl_snippet_trains_packed(tmp_path, monkeypatch):
     }
     exec(compile(snippet("## TRL"), str(DOC), "exec"), scope)
     tokens = scope["trainer"].cpplan_tokens
+    assert isinstance(scope["args"], trl.GRPOConfig)
     assert scope["trainer"].state.global_step == 1
     assert tokens is not None and tokens.packed < tokens.padded
+
+
+def test_trl_snippet_config_builds_on_this_machine(tmp_path, monkeypatch):
+    """The TRL block's ``GRPOConfig(...)`` call, run alone as written, builds on a machine without a GPU
+    (TRL's bf16 default refuses one): use_cpu follows the GPU and bf16 is off without one."""
+    trl = pytest.importorskip("trl", reason="the trl extra is not installed")
+    monkeypatch.chdir(tmp_path)
+    code = snippet("## TRL")
+    config_part = code[: code.index("trainer = GRPOTrainer(")].replace(
+        "from cpplan.integrations.trl import GRPOTrainer\n", ""
+    )
+    scope: dict = {}
+    exec(compile(config_part, str(DOC), "exec"), scope)
+    args = scope["args"]
+    assert isinstance(args, trl.GRPOConfig)
+    assert args.use_cpu is (not torch.cuda.is_available()) and args.bf16 is torch.cuda.is_available()
 
 
 def test_verl_snippet_routes_verls_engine_to_cpplan(monkeypatch):

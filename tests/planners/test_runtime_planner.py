@@ -90,8 +90,48 @@ def test_the_solver_gap_is_the_models_and_says_so(small_grpo, qwen36):
     assert solver["model_gap"] == solver["gap"] is not None and solver["status"] == "optimal"
     out = io.StringIO()
     print_summary(result, Console(file=out, width=200))
-    assert "CP-SAT proved optimal in its (conservative) model" in out.getvalue()
+    assert "CP-SAT proved its answer optimal in its own (conservative) model" in out.getvalue()
     assert "solver optimal," not in out.getvalue() and "model gap -" not in out.getvalue()
+
+
+def test_the_summary_names_the_winner_when_cpsat_loses(small_grpo, qwen36):
+    """When another strategy's plan is chosen, the summary line names it and its cost beside CP-SAT's
+    own plan's cost, and says CP-SAT's proven bound is of CP-SAT's model only; when CP-SAT's plan is
+    the chosen one, the line says that instead."""
+    import dataclasses
+
+    from cpplan.plans.plan import Candidate
+
+    result = cpplan.plan(
+        small_grpo, topology=cpplan.Topology(cp=2), model=qwen36, memory_bytes="12GiB", solver="deterministic"
+    )
+    assert result.solver.status == "optimal"
+    greedy = dataclasses.replace(result.plan, strategy="greedy")
+    own = Candidate(strategy="cpsat", cost_s=greedy.cost_s + 1.0, valid=True, reason="", wall_s=0.0)
+    lost = _summary(dataclasses.replace(result, plan=greedy, candidates=(own,)))
+    assert (
+        f"chosen: greedy at {greedy.cost_s:.4f} s, cheaper than CP-SAT's own plan at {own.cost_s:.4f} s"
+        in lost
+    )
+    assert (
+        "in its own (conservative) model" in lost
+        and "a bound of that model only, not of the chosen plan" in lost
+    )
+    won = _summary(dataclasses.replace(result, plan=dataclasses.replace(result.plan, strategy="cpsat")))
+    assert "chosen: cpsat at" in won and "bound of that model only" not in won
+
+
+def _summary(result) -> str:
+    """The summary :func:`print_summary` prints for ``result``, its white space collapsed."""
+    import io
+
+    from rich.console import Console
+
+    from cpplan.cli.plan_table import print_summary
+
+    out = io.StringIO()
+    print_summary(result, Console(file=out, width=400))
+    return " ".join(out.getvalue().split())
 
 
 def test_a_first_one_shot_call_does_not_spend_its_budget_importing_the_solver():

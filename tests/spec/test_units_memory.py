@@ -52,15 +52,28 @@ def test_gpu_memory_less_resident():
         memory_from_gpu("80GB", "80GB")
 
 
-def test_bare_unit_letters_are_decimal_and_i_letters_binary():
-    """`80G` is 80 GB (decimal, as Kubernetes and the SI write it: the smaller of its two readings) and
-    `80Gi` is 80 GiB; likewise K, M, T and Ki, Mi, Ti."""
+def test_unit_letters_without_b_are_refused_with_both_spellings():
+    """`8G`, `8Gi`, `512M`, `4k` are refused (8G is 8 GiB to some tools, 8 GB to others): the error names
+    the binary and the decimal spelling and lists the accepted units; `8GiB`, `8GB` and `8 GB` are read."""
     from cpplan.spec.units import parse_bytes
 
-    assert parse_bytes("80G") == parse_bytes("80gb") == 80 * 10**9
-    assert parse_bytes("80Gi") == parse_bytes("80GiB") == 80 * 2**30
-    assert parse_bytes("512M") == 512 * 10**6 and parse_bytes("512Mi") == 512 * 2**20
-    assert parse_bytes("2T") == 2 * 10**12 and parse_bytes("4k") == 4000 and parse_bytes("1Ti") == 2**40
+    for text, binary, decimal in (("8G", "8GiB", "8GB"), ("8Gi", "8GiB", "8GB"), ("512M", "512MiB", "512MB")):
+        with pytest.raises(InputError, match="has no B") as info:
+            parse_bytes(text)
+        assert f"write {binary} (binary" in str(info.value) and f"or {decimal} (decimal" in str(info.value)
+        assert "GiB, GB, MiB, MB, KiB, KB" in str(info.value)
+    for text in ("4k", "2T", "1Ti", "3 g"):
+        with pytest.raises(InputError, match="has no B"):
+            parse_bytes(text)
+    assert parse_bytes("8GiB") == 8 * 2**30 and parse_bytes("8GB") == parse_bytes("8 gb") == 8 * 10**9
+    assert parse_bytes("2TB") == 2 * 10**12 and parse_bytes("1TiB") == 2**40 and parse_bytes("4KB") == 4000
+
+
+def test_a_negative_memory_says_it_must_be_positive():
+    """`--memory -1` (and `-5GiB`, `0`) is refused as not positive, not as an unreadable size."""
+    for text in ("-1", "-5GiB", " -0.5 GB", "0"):
+        with pytest.raises(InputError, match=r"field 'memory': memory must be positive"):
+            parse_memory(text)
 
 
 def test_a_whole_gpu_as_memory_is_warned_about():
@@ -68,7 +81,7 @@ def test_a_whole_gpu_as_memory_is_warned_about():
     a budget that is not one gets none."""
     from cpplan.spec.units import parse_bytes, whole_gpu_warning
 
-    for size in ("80GB", "80G", "141GB", "80GiB", "192GB", "40GiB"):
+    for size in ("80GB", "141GB", "80GiB", "192GB", "40GiB"):
         warning = whole_gpu_warning(parse_bytes(size))
         assert warning is not None and "--gpu-memory" in warning and "whole GPU" in warning, size
     for size in ("66GB", "8GiB", "79GiB", "20GB"):
@@ -83,7 +96,7 @@ def test_the_cli_prints_the_whole_gpu_warning(tmp_path, capsys):
 
     example = Path(__file__).resolve().parents[2] / "examples" / "grpo.jsonl"
     args = ["plan", str(example), "--model", "qwen3.6-35b-a3b", "--topology", "cp=2", "--quiet"]
-    assert main([*args, "--memory", "80G", "-o", str(tmp_path / "p.json")]) == 0
+    assert main([*args, "--memory", "80GB", "-o", str(tmp_path / "p.json")]) == 0
     assert "warning: --memory 80GB is the size of a whole GPU" in capsys.readouterr().err
     assert main([*args, "--memory", "12GiB", "-o", str(tmp_path / "q.json")]) == 0
     assert "warning" not in capsys.readouterr().err

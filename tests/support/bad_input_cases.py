@@ -482,6 +482,20 @@ CASES: tuple[Case, ...] = (
         expect=("w.jsonl", "empty"),
     ),
     Case(
+        kind="API: Request built directly without tokens",
+        what="cpplan.Request(tokens=[]): an InputError, not pydantic's ValidationError",
+        api_only=True,
+        api=lambda: cpplan.Request(tokens=[]),
+        expect=("field 'tokens'", "must not be empty"),
+    ),
+    Case(
+        kind="report given a file",
+        what="cpplan report PLAN.json (a plan file, not a pack folder)",
+        cli_args=("report", "ok.jsonl"),
+        cli_only=True,
+        expect=("report reads a pack folder (the --output DIR of cpplan pack); ok.jsonl is a file",),
+    ),
+    Case(
         kind="missing workload file",
         what="the path does not exist",
         workload="nothere.jsonl",
@@ -517,7 +531,20 @@ CASES: tuple[Case, ...] = (
         kind="topology size below 1",
         what="cp=0",
         topology="cp=0",
-        expect=("field 'topology.cp'", "greater than or equal to 1"),
+        expect=("field 'topology.cp'", "cp must be a positive integer, got 0"),
+    ),
+    Case(
+        kind="negative topology size",
+        what="cp=-2",
+        topology="cp=-2",
+        expect=("field 'topology.cp'", "cp must be a positive integer, got -2"),
+    ),
+    Case(
+        kind="API: Topology built directly with a size below 1",
+        what="cpplan.Topology(cp=0): an InputError, not pydantic's ValidationError",
+        api_only=True,
+        api=lambda: cpplan.Topology(cp=0),
+        expect=("field 'topology.cp'", "cp must be a positive integer, got 0"),
     ),
     Case(
         kind="topology axis given twice",
@@ -773,7 +800,19 @@ CASES: tuple[Case, ...] = (
         kind="negative memory",
         what="--memory -5GiB",
         memory="-5GiB",
-        expect=("field 'memory'", "'-5GiB'"),
+        expect=("field 'memory'", "memory must be positive", "'-5GiB'"),
+    ),
+    Case(
+        kind="negative memory without a unit",
+        what="--memory -1",
+        memory="-1",
+        expect=("field 'memory'", "memory must be positive, got '-1'"),
+    ),
+    Case(
+        kind="memory unit without its B",
+        what="--memory 8G (8 GiB or 8 GB?)",
+        memory="8G",
+        expect=("field 'memory'", "write 8GiB (binary", "or 8GB (decimal", "GiB, GB, MiB, MB, KiB, KB"),
     ),
     Case(
         kind="memory not finite",
