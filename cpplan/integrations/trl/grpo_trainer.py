@@ -97,11 +97,7 @@ class GRPOTrainer(trl.GRPOTrainer):
         shape = (input_ids.shape[0], logits_to_keep)
         sharded = in_lock_step(model)
         if all(not row.completion for row in rows) and not compute_aux_loss:
-            zeros = torch.zeros(shape, device=input_ids.device)
-            waves = agreed_num_waves(0, device=input_ids.device) if sharded else 0
-            if waves:  # the other processes run waves: as many padding waves here
-                zeros = zeros + padding_waves(model, waves, recompute=recomputes(waves))
-            return zeros, (zeros.clone() if compute_entropy else None), None
+            return self._no_completion_pass(model, shape, input_ids.device, sharded, compute_entropy)
         workload, keys = grouped_workload(rows, keep_empty=compute_aux_loss)
         result = self.cpplan_planner.plan(workload)
         self.cpplan_tokens = StepTokens(padded=input_ids.numel(), packed=result.plan.packed_tokens)
@@ -124,6 +120,21 @@ class GRPOTrainer(trl.GRPOTrainer):
         logps = _scatter(found[0], rows, keys, shape)
         aux = found[2].loss() if compute_aux_loss else None
         return logps, (_scatter(found[1], rows, keys, shape) if compute_entropy else None), aux
+
+    def _no_completion_pass(self, model, shape, device, sharded: bool, compute_entropy: bool):
+        """The pass of rows without a completion token to score (every one masked, as
+        ``mask_truncated_completions`` leaves a micro-batch whose completions all hit the length cap):
+        zeros, which TRL's padded forward gives as a differentiable zero, every parameter's gradient 0.
+        With gradients on, :func:`padding_waves` gives that zero (one padding wave, or under FSDP2/DDP as
+        many as the other processes run waves), so the backward runs and the optimizer steps every
+        parameter, as after stock TRL's all-masked micro-batch."""
+        zeros = torch.zeros(shape, device=device)
+        waves = agreed_num_waves(0, device=device) if sharded else 0
+        count = max(waves, 1 if torch.is_grad_enabled() else 0)
+        if count:  # a differentiable zero; under a wrapper, as many forwards as the other processes run
+            net = model if sharded else self.accelerator.unwrap_model(model)
+            zeros = zeros + padding_waves(net, count, recompute=recomputes(count))
+        return zeros, (zeros.detach().clone() if compute_entropy else None), None
 
 
 def in_lock_step(model: torch.nn.Module) -> bool:

@@ -1,0 +1,94 @@
+"""What stopped a TRL user of cpplan's GRPOTrainer, each tried against stock ``trl.GRPOTrainer`` on the
+same completions: a micro-batch whose completions are all masked (``mask_truncated_completions``), PEFT
+prompt tuning, and a model of the user's own without a named card."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+pytest.importorskip("trl", reason="the trl extra is not installed")
+pytest.importorskip("datasets", reason="TRL's datasets dependency is not installed")
+
+import trl
+
+from cpplan.hf import float64_internals
+from cpplan.integrations.trl import GRPOTrainer
+from tests.integrations import trl_setup
+from tests.support.hf_models import one_thread  # noqa: F401
+
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+CPPLAN = {"card": "qwen3.6-35b-a3b", "memory_bytes": "8GiB", "solver": "deterministic"}
+MAX_COMPLETION = 16
+
+
+def truncating_rollout(truncated_calls: set[int]):
+    """``trl_setup.rollout``, except that on the listed calls (0-based) every completion is
+    ``MAX_COMPLETION`` tokens without ``<eos>``: truncated, so TRL masks them all."""
+    calls = []
+
+    def rollout(prompts, trainer):
+        out = trl_setup.rollout(prompts, trainer)
+        if len(calls) in truncated_calls:
+            words = trl_setup.WORDS
+            out["completion_ids"] = [
+                [3 + (7 * i + j) % words for j in range(MAX_COMPLETION)] for i in range(len(prompts))
+            ]
+        calls.append(len(prompts))
+        return out
+
+    return rollout
+
+
+def run(cls, path, outdir, *, rollout, cpplan=None, peft_config=None, **overrides):
+    """Train ``cls`` (float64, float64 internals) on the shared set-up; the trainer after training."""
+    extra = (CPPLAN if cpplan is None else cpplan) if cls is GRPOTrainer else {}
+    args = trl_setup.config(outdir, model_init_kwargs={"dtype": torch.float64}, **overrides)
+    tr = cls(
+        model=path,
+        reward_funcs=trl_setup.reward,
+        args=args,
+        train_dataset=trl_setup.dataset(8),
+        processing_class=trl_setup.tokenizer(),
+        rollout_func=rollout,
+        peft_config=peft_config,
+        **extra,
+    )
+    with float64_internals():
+        tr.train()
+    return tr
+
+
+def losses(tr) -> list[float]:
+    """The logged training losses, in order."""
+    return [log["loss"] for log in tr.state.log_history if "loss" in log]
+
+
+def parameters(tr) -> dict[str, torch.Tensor]:
+    """The trainer's parameters by name, detached."""
+    return {n: p.detach().clone() for n, p in tr.model.named_parameters()}
+
+
+def test_all_masked_micro_batch_trains_as_stock(tmp_path):
+    """``mask_truncated_completions`` with a second step whose completions all reach
+    ``max_completion_length``: its micro-batch is all masked. Stock TRL gives a differentiable zero (loss
+    0, every gradient 0) and SGD with momentum still steps on the first step's momentum; cpplan's trainer
+    (which raised in backward) gives the same zero loss and the same parameters (1e-9), which moved in
+    that step (a parameter left without a gradient would not have moved)."""
+    path = trl_setup.saved_model("qwen3", tmp_path / "model", torch.float64)
+    options = {"steps_per_generation": 1, "max_steps": 2, "mask_truncated_completions": True}
+    options |= {"optim": "sgd", "optim_args": "momentum=0.9"}
+    options |= {"max_completion_length": MAX_COMPLETION}
+    runs = {}
+    for cls in (trl.GRPOTrainer, GRPOTrainer):
+        tr = run(cls, path, tmp_path / cls.__module__, rollout=truncating_rollout({1}), **options)
+        runs[cls] = losses(tr), parameters(tr), tr
+    (stock_losses, stock, _), (ours_losses, ours, tr) = runs[trl.GRPOTrainer], runs[GRPOTrainer]
+    assert stock_losses[1] == 0.0 and ours_losses[1] == 0.0
+    assert ours_losses == pytest.approx(stock_losses, rel=1e-9)
+    assert max(float((ours[n] - stock[n]).abs().max()) for n in stock) < 1e-9
+    one = options | {"max_steps": 1}
+    first = parameters(run(trl.GRPOTrainer, path, tmp_path / "one", rollout=truncating_rollout({1}), **one))
+    assert max(float((stock[n] - first[n]).abs().max()) for n in stock) > 1e-6  # the zero step moved them
