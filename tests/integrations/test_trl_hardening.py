@@ -4,6 +4,7 @@ prompt tuning, and a model of the user's own without a named card."""
 
 from __future__ import annotations
 
+import logging
 import os
 
 import pytest
@@ -43,7 +44,8 @@ def truncating_rollout(truncated_calls: set[int]):
 
 
 def run(cls, path, outdir, *, rollout, cpplan=None, peft_config=None, **overrides):
-    """Train ``cls`` (float64, float64 internals) on the shared set-up; the trainer after training."""
+    """Train ``cls`` (float64, float64 internals) on the shared set-up; the trainer after training
+    (``initial_parameters``: its parameters before)."""
     extra = (CPPLAN if cpplan is None else cpplan) if cls is GRPOTrainer else {}
     args = trl_setup.config(outdir, model_init_kwargs={"dtype": torch.float64}, **overrides)
     tr = cls(
@@ -56,6 +58,7 @@ def run(cls, path, outdir, *, rollout, cpplan=None, peft_config=None, **override
         peft_config=peft_config,
         **extra,
     )
+    tr.initial_parameters = parameters(tr)
     with float64_internals():
         tr.train()
     return tr
@@ -92,3 +95,32 @@ def test_all_masked_micro_batch_trains_as_stock(tmp_path):
     one = options | {"max_steps": 1}
     first = parameters(run(trl.GRPOTrainer, path, tmp_path / "one", rollout=truncating_rollout({1}), **one))
     assert max(float((stock[n] - first[n]).abs().max()) for n in stock) > 1e-6  # the zero step moved them
+
+
+def test_prompt_tuning_trains_as_stock(tmp_path, caplog):
+    """PEFT prompt tuning (4 virtual tokens, which peft prepends to every row inside its forward): cpplan's
+    trainer (which raised ``'Tensor' object has no attribute 'last_hidden_state'``) logs why its passes
+    run TRL's own path and then gives stock TRL's two SGD steps: the same losses (1e-9 relative) and the
+    same trained prompt embeddings (1e-9), which moved."""
+    peft = pytest.importorskip("peft", reason="peft is not installed")
+    path = trl_setup.saved_model("qwen3", tmp_path / "model", torch.float64)
+    config = peft.PromptTuningConfig(task_type="CAUSAL_LM", num_virtual_tokens=4)
+    runs = {}
+    for cls in (trl.GRPOTrainer, GRPOTrainer):
+        with caplog.at_level(logging.WARNING, logger="cpplan"):
+            tr = run(
+                cls,
+                path,
+                tmp_path / cls.__module__,
+                rollout=trl_setup.rollout,
+                peft_config=config,
+                optim="sgd",
+            )
+        runs[cls] = losses(tr), parameters(tr)
+    start = tr.initial_parameters
+    (stock_losses, stock), (ours_losses, ours) = runs[trl.GRPOTrainer], runs[GRPOTrainer]
+    assert any("PROMPT_TUNING prepends 4 virtual tokens" in r.getMessage() for r in caplog.records)
+    assert len(ours_losses) == 1 and ours_losses == pytest.approx(stock_losses, rel=1e-9)
+    (name,) = [n for n in stock if "prompt_encoder" in n]
+    assert float((ours[name] - stock[name]).abs().max()) < 1e-9
+    assert float((stock[name] - start[name]).abs().max()) > 1e-6

@@ -20,6 +20,7 @@ time (docs/integrations.md, "Distributed").
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import torch
@@ -31,6 +32,8 @@ from cpplan.integrations.packed_step import agreed_num_waves, padding_waves, rec
 from cpplan.integrations.rollout_items import RolloutRow, grouped_workload
 from cpplan.planner import Planner
 from cpplan.spec.topology import Topology
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -69,6 +72,10 @@ class GRPOTrainer(trl.GRPOTrainer):
         self.cpplan_kernels = kernels
         self.cpplan_tokens: StepTokens | None = None
         super().__init__(*args, **kwargs)
+        self.cpplan_unpacked_reason = unpacked_reason(self.model)
+        """Why every pass runs TRL's own (unpacked) path (``None``: they run packed)."""
+        if self.cpplan_unpacked_reason:
+            logger.warning("cpplan: %s; every log-prob pass runs TRL's own path", self.cpplan_unpacked_reason)
 
     def _get_per_token_logps_and_entropies(
         self,
@@ -82,7 +89,8 @@ class GRPOTrainer(trl.GRPOTrainer):
         **extra,
     ):
         whole = batch_size is None or batch_size >= input_ids.shape[0]
-        if any(value is not None for value in extra.values()) or (compute_aux_loss and not whole):
+        unpacked = any(value is not None for value in extra.values()) or self.cpplan_unpacked_reason
+        if unpacked or (compute_aux_loss and not whole):
             return super()._get_per_token_logps_and_entropies(
                 model,
                 input_ids,
@@ -137,6 +145,17 @@ class GRPOTrainer(trl.GRPOTrainer):
         return zeros, (zeros.detach().clone() if compute_entropy else None), None
 
 
+def unpacked_reason(model: torch.nn.Module) -> str | None:
+    """Why ``model``'s passes cannot run packed, or ``None``: a PEFT prompt-learning model (prompt,
+    prefix or P-tuning) puts virtual tokens before every row inside its own forward, which a packed
+    wave (that embeds the rows' tokens itself) would leave out."""
+    config = getattr(model, "active_peft_config", None)
+    if config is not None and getattr(config, "is_prompt_learning", False):
+        kind = getattr(config.peft_type, "value", config.peft_type)
+        return f"PEFT {kind} prepends {config.num_virtual_tokens} virtual tokens to every row in its forward"
+    return None
+
+
 def in_lock_step(model: torch.nn.Module) -> bool:
     """Whether ``model`` is FSDP2-sharded or DDP-wrapped: then it must be called as it is (its hooks
     all-gather parameters, sync buffers and reduce gradients) and every process must run the same
@@ -175,4 +194,4 @@ def _scatter(values: dict, rows: list[RolloutRow], keys: list, shape: tuple[int,
     return torch.stack(out)
 
 
-__all__ = ["GRPOTrainer", "StepTokens", "in_lock_step", "padded_rows"]
+__all__ = ["GRPOTrainer", "StepTokens", "in_lock_step", "padded_rows", "unpacked_reason"]
