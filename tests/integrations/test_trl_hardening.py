@@ -15,6 +15,8 @@ pytest.importorskip("datasets", reason="TRL's datasets dependency is not install
 
 import trl
 
+import cpplan
+from cpplan.errors import InputError
 from cpplan.hf import float64_internals
 from cpplan.integrations.trl import GRPOTrainer
 from tests.integrations import trl_setup
@@ -124,3 +126,28 @@ def test_prompt_tuning_trains_as_stock(tmp_path, caplog):
     (name,) = [n for n in stock if "prompt_encoder" in n]
     assert float((ours[name] - stock[name]).abs().max()) < 1e-9
     assert float((stock[name] - start[name]).abs().max()) > 1e-6
+
+
+def test_no_card_named_derives_one_from_the_models_config(tmp_path, caplog):
+    """A small Qwen3 of the user's own, no card named, 1 GiB per wave: the trainer logs the card it
+    derived from ``model.config`` (its hidden size, layers and the family's floors), the card prices the
+    step's waves in MiB, and the step trains as stock TRL's (loss 1e-9 relative) with fewer tokens; the
+    Qwen3.6-35B-A3B card the user had to name before refuses the same budget."""
+    path = trl_setup.saved_model("qwen3", tmp_path / "model", torch.float64)
+    settings = {"memory_bytes": "1GiB", "solver": "deterministic"}
+    with caplog.at_level(logging.WARNING, logger="cpplan"):
+        ours = run(GRPOTrainer, path, tmp_path / "ours", rollout=trl_setup.rollout, cpplan=settings)
+    stock = run(trl.GRPOTrainer, path, tmp_path / "stock", rollout=trl_setup.rollout)
+    (message,) = [r.getMessage() for r in caplog.records if "no card named" in r.getMessage()]
+    assert "derived one from model.config (hidden 32, 2 layers" in message and "qwen3-8b" in message
+    assert ours.cpplan_planner.card.name == "qwen3-32h-2l-from-config"
+    assert losses(ours) == pytest.approx(losses(stock), rel=1e-9)
+    assert ours.cpplan_tokens.packed < ours.cpplan_tokens.padded
+    workload = cpplan.Workload(
+        items=(cpplan.Item(id="a", requests=(cpplan.Request(tokens=list(range(216))),)),)
+    )
+    peak = ours.cpplan_planner.plan(workload).to_dict()["waves"][0]["ranks"][0]["peak_bytes"]
+    assert peak < 2**29
+    named = cpplan.Planner(model="qwen3.6-35b-a3b", memory_bytes="1GiB", solver="deterministic")
+    with pytest.raises(InputError, match="below the static floor"):
+        named.plan(workload)

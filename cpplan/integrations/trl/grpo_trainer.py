@@ -31,6 +31,7 @@ from torch.nn.parallel import DistributedDataParallel
 from cpplan.integrations.packed_step import agreed_num_waves, padding_waves, recomputes, step_logprobs
 from cpplan.integrations.rollout_items import RolloutRow, grouped_workload
 from cpplan.planner import Planner
+from cpplan.spec.config_card import card_from_config, card_summary
 from cpplan.spec.topology import Topology
 
 logger = logging.getLogger(__name__)
@@ -46,8 +47,9 @@ class StepTokens:
 
 class GRPOTrainer(trl.GRPOTrainer):
     """``trl.GRPOTrainer`` (same arguments) plus the cpplan settings, keyword-only: a ready
-    ``planner``, or ``card`` (a model card name or path), ``memory_bytes`` (per GPU, for a wave),
-    ``topology`` (default one rank) and ``solver`` (default ``"runtime"``). ``kernels`` goes to
+    ``planner``, or ``memory_bytes`` (per GPU, for a wave), ``card`` (a model card name or path; by
+    default one derived from ``model.config``, :func:`cpplan.spec.config_card.card_from_config`, and
+    logged), ``topology`` (default one rank) and ``solver`` (default ``"runtime"``). ``kernels`` goes to
     :func:`cpplan.hf.packed_logprobs`. :attr:`cpplan_tokens` holds the last pass's token counts; the
     logs gain ``cpplan/packed_tokens`` and ``cpplan/padded_tokens``."""
 
@@ -63,15 +65,22 @@ class GRPOTrainer(trl.GRPOTrainer):
         **kwargs,
     ) -> None:
         if planner is None:
-            if card is None or memory_bytes is None:
-                raise ValueError("give a cpplan planner, or card and memory_bytes")
-            planner = Planner(model=card, topology=topology, memory_bytes=memory_bytes, solver=solver)
+            if memory_bytes is None:
+                raise ValueError("give a cpplan planner, or memory_bytes (and a card, else one is derived)")
+            if card is not None:
+                planner = Planner(model=card, topology=topology, memory_bytes=memory_bytes, solver=solver)
         elif card is not None or memory_bytes is not None or topology is not None:
             raise ValueError("give a cpplan planner or its settings (card, memory_bytes, topology), not both")
         self.cpplan_planner = planner
         self.cpplan_kernels = kernels
         self.cpplan_tokens: StepTokens | None = None
         super().__init__(*args, **kwargs)
+        if self.cpplan_planner is None:
+            derived = card_from_config(self.model.config, dtype_bytes=_parameter_bytes(self.model))
+            logger.warning("cpplan: no card named; derived one from model.config (%s)", card_summary(derived))
+            self.cpplan_planner = Planner(
+                model=derived, topology=topology, memory_bytes=memory_bytes, solver=solver
+            )
         self.cpplan_unpacked_reason = unpacked_reason(self.model)
         """Why every pass runs TRL's own (unpacked) path (``None``: they run packed)."""
         if self.cpplan_unpacked_reason:
@@ -153,6 +162,14 @@ def unpacked_reason(model: torch.nn.Module) -> str | None:
     if config is not None and getattr(config, "is_prompt_learning", False):
         kind = getattr(config.peft_type, "value", config.peft_type)
         return f"PEFT {kind} prepends {config.num_virtual_tokens} virtual tokens to every row in its forward"
+    return None
+
+
+def _parameter_bytes(model: torch.nn.Module) -> int | None:
+    """Bytes per element of ``model``'s first floating-point parameter (``None``: it has none)."""
+    for parameter in model.parameters():
+        if parameter.is_floating_point():
+            return parameter.element_size()
     return None
 
 
