@@ -28,8 +28,10 @@ import trl
 from torch.distributed.fsdp import FSDPModule
 from torch.nn.parallel import DistributedDataParallel
 
+from cpplan.calibration.online import Verdict
 from cpplan.integrations.packed_step import agreed_num_waves, padding_waves, recomputes, step_logprobs
 from cpplan.integrations.rollout_items import RolloutRow, grouped_workload
+from cpplan.integrations.wave_meter import CudaMeter, WaveMeasurement, WaveMeter
 from cpplan.planner import Planner
 from cpplan.spec.config_card import card_from_config, card_summary
 from cpplan.spec.topology import Topology
@@ -51,7 +53,10 @@ class GRPOTrainer(trl.GRPOTrainer):
     default one derived from ``model.config``, :func:`cpplan.spec.config_card.card_from_config`, and
     logged), ``topology`` (default one rank) and ``solver`` (default ``"runtime"``). ``kernels`` goes to
     :func:`cpplan.hf.packed_logprobs`. :attr:`cpplan_tokens` holds the last pass's token counts; the
-    logs gain ``cpplan/packed_tokens`` and ``cpplan/padded_tokens``."""
+    logs gain ``cpplan/packed_tokens`` and ``cpplan/padded_tokens``. With ``observe`` (default) every wave
+    of a pass with gradients is measured (``meter``, a :class:`~cpplan.integrations.wave_meter.WaveMeter`;
+    default on CUDA :class:`~cpplan.integrations.wave_meter.CudaMeter`, none elsewhere) and handed to
+    :meth:`cpplan.Planner.observe`; the logs then carry the learned correction."""
 
     def __init__(
         self,
@@ -62,6 +67,8 @@ class GRPOTrainer(trl.GRPOTrainer):
         topology: Topology | str | None = None,
         solver: str = "runtime",
         kernels: str = "auto",
+        observe: bool = True,
+        meter: WaveMeter | None = None,
         **kwargs,
     ) -> None:
         if planner is None:
@@ -74,6 +81,10 @@ class GRPOTrainer(trl.GRPOTrainer):
         self.cpplan_planner = planner
         self.cpplan_kernels = kernels
         self.cpplan_tokens: StepTokens | None = None
+        self.cpplan_observe = observe
+        self.cpplan_meter = meter
+        self.cpplan_verdicts: list[Verdict] = []
+        """The verdict on every measured wave value handed to :meth:`cpplan.Planner.observe`, in order."""
         super().__init__(*args, **kwargs)
         if self.cpplan_planner is None:
             derived = card_from_config(self.model.config, dtype_bytes=_parameter_bytes(self.model))
@@ -133,10 +144,43 @@ class GRPOTrainer(trl.GRPOTrainer):
                 temperature=self.temperature,
                 kernels=self.cpplan_kernels,
                 router=compute_aux_loss,
+                meter=self._cpplan_wave_meter(input_ids.device),
+                record=lambda measured: self._cpplan_observed(result, measured),
             )
         logps = _scatter(found[0], rows, keys, shape)
         aux = found[2].loss() if compute_aux_loss else None
         return logps, (_scatter(found[1], rows, keys, shape) if compute_entropy else None), aux
+
+    def _cpplan_wave_meter(self, device: torch.device) -> WaveMeter | None:
+        """The meter of this pass's waves: the one given, else on CUDA :class:`CudaMeter`; ``None`` when
+        observing is off or the plan's CP ranks all run in this process (one process runs every rank's
+        share of a wave, so a rank's own peak is not what it measures)."""
+        topology = self.cpplan_planner.settings.topology
+        if not self.cpplan_observe or topology.cp != 1 or topology.dynamic_cp:
+            return None
+        if self.cpplan_meter is None and device.type == "cuda":
+            self.cpplan_meter = CudaMeter(device)
+        return self.cpplan_meter
+
+    def _cpplan_observed(self, result, measured: WaveMeasurement) -> None:
+        """Hand one measured wave of ``result`` to the planner (its rank 0: CP1)."""
+        seconds = measured.seconds if measured.seconds > 0 else None
+        verdicts = self.cpplan_planner.observe(
+            result, wave=measured.wave, rank=0, peak_bytes=measured.peak_bytes, seconds=seconds
+        )
+        self.cpplan_verdicts.extend(verdicts)
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        """TRL's log, plus the learned correction once a wave was observed: ``cpplan/memory_scale``,
+        ``cpplan/time_scale`` and ``cpplan/observed_values`` (the measured values handed to the planner)."""
+        if self.cpplan_verdicts:
+            correction = self.cpplan_planner.correction
+            logs = logs | {
+                "cpplan/memory_scale": correction.memory_scale,
+                "cpplan/time_scale": correction.time_scale,
+                "cpplan/observed_values": float(len(self.cpplan_verdicts)),
+            }
+        super().log(logs, start_time)
 
     def _no_completion_pass(self, model, shape, device, sharded: bool, compute_entropy: bool):
         """The pass of rows without a completion token to score (every one masked, as
