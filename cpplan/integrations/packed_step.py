@@ -29,9 +29,11 @@ import torch
 import torch.distributed as dist
 from torch.utils.checkpoint import checkpoint
 
+from cpplan.hf.decoder_routing import adapt
 from cpplan.hf.padding import padding_wave
 from cpplan.hf.router_loss import RouterSums, recorded_router_logits, router_sums, wave_token_multiplicity
 from cpplan.hf.wave_runner import packed_logprobs_and_entropies
+from cpplan.integrations.wave_meter import MeteredWave, WaveMeasurement, WaveMeter
 from cpplan.spec.workload import Workload
 
 Key = tuple[str, int]
@@ -47,6 +49,8 @@ def step_logprobs(
     kernels: str = "auto",
     recompute_waves: bool = True,
     router: bool = False,
+    meter: WaveMeter | None = None,
+    record: Callable[[WaveMeasurement], None] | None = None,
 ) -> tuple[dict[Key, torch.Tensor], dict[Key, torch.Tensor]] | tuple[dict, dict, RouterSums]:
     """Per request of the plan: its next-token log-probs and entropies (entries its loss mask counts;
     the others 0), every wave run packed in this process (all its CP ranks). ``num_waves`` (at least
@@ -57,7 +61,10 @@ def step_logprobs(
     wave by wave (:func:`recomputed`), so one wave's activations exist at a time, as the plan priced
     them; then backpropagate with ``.backward()`` (not ``torch.autograd.grad``). With ``router`` (a
     mixture-of-experts model) a third value: the waves' router sums (:mod:`cpplan.hf.router_loss`), whose
-    ``loss()`` is the load-balancing loss the padded batch of these requests gives."""
+    ``loss()`` is the load-balancing loss the padded batch of these requests gives. With ``meter`` (and
+    gradients enabled) each planned wave is measured, forward and backward
+    (:class:`cpplan.integrations.wave_meter.MeteredWave`), and ``record`` gets its measurement once its
+    backward is done."""
     planned = result.plan.num_waves
     total = planned if num_waves is None else num_waves
     if total < planned:
@@ -66,8 +73,11 @@ def step_logprobs(
     entropies: dict[Key, torch.Tensor] = {}
     sums: RouterSums | None = None
     recompute = recompute_waves and recomputes(total)
+    embed = adapt(model).embed if meter is not None and torch.is_grad_enabled() else None
     for wave in range(planned):
         run = _WaveRun(model, result, workload, wave, temperature, kernels, router)
+        if embed is not None:
+            run = MeteredWave(run, wave=wave, meter=meter, record=record, embed=embed)
         found = recomputed(run, model) if recompute else run()
         keys, n = run.keys, len(run.keys)
         logprobs.update(zip(keys, found[:n], strict=True))

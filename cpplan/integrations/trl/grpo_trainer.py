@@ -20,6 +20,7 @@ time (docs/integrations.md, "Distributed").
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import torch
@@ -27,10 +28,15 @@ import trl
 from torch.distributed.fsdp import FSDPModule
 from torch.nn.parallel import DistributedDataParallel
 
+from cpplan.calibration.online import Verdict
 from cpplan.integrations.packed_step import agreed_num_waves, padding_waves, recomputes, step_logprobs
 from cpplan.integrations.rollout_items import RolloutRow, grouped_workload
+from cpplan.integrations.wave_meter import CudaMeter, WaveMeasurement, WaveMeter
 from cpplan.planner import Planner
+from cpplan.spec.config_card import card_from_config, card_summary
 from cpplan.spec.topology import Topology
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -43,10 +49,14 @@ class StepTokens:
 
 class GRPOTrainer(trl.GRPOTrainer):
     """``trl.GRPOTrainer`` (same arguments) plus the cpplan settings, keyword-only: a ready
-    ``planner``, or ``card`` (a model card name or path), ``memory_bytes`` (per GPU, for a wave),
-    ``topology`` (default one rank) and ``solver`` (default ``"runtime"``). ``kernels`` goes to
+    ``planner``, or ``memory_bytes`` (per GPU, for a wave), ``card`` (a model card name or path; by
+    default one derived from ``model.config``, :func:`cpplan.spec.config_card.card_from_config`, and
+    logged), ``topology`` (default one rank) and ``solver`` (default ``"runtime"``). ``kernels`` goes to
     :func:`cpplan.hf.packed_logprobs`. :attr:`cpplan_tokens` holds the last pass's token counts; the
-    logs gain ``cpplan/packed_tokens`` and ``cpplan/padded_tokens``."""
+    logs gain ``cpplan/packed_tokens`` and ``cpplan/padded_tokens``. With ``observe`` (default) every wave
+    of a pass with gradients is measured (``meter``, a :class:`~cpplan.integrations.wave_meter.WaveMeter`;
+    default on CUDA :class:`~cpplan.integrations.wave_meter.CudaMeter`, none elsewhere) and handed to
+    :meth:`cpplan.Planner.observe`; the logs then carry the learned correction."""
 
     def __init__(
         self,
@@ -57,18 +67,35 @@ class GRPOTrainer(trl.GRPOTrainer):
         topology: Topology | str | None = None,
         solver: str = "runtime",
         kernels: str = "auto",
+        observe: bool = True,
+        meter: WaveMeter | None = None,
         **kwargs,
     ) -> None:
         if planner is None:
-            if card is None or memory_bytes is None:
-                raise ValueError("give a cpplan planner, or card and memory_bytes")
-            planner = Planner(model=card, topology=topology, memory_bytes=memory_bytes, solver=solver)
+            if memory_bytes is None:
+                raise ValueError("give a cpplan planner, or memory_bytes (and a card, else one is derived)")
+            if card is not None:
+                planner = Planner(model=card, topology=topology, memory_bytes=memory_bytes, solver=solver)
         elif card is not None or memory_bytes is not None or topology is not None:
             raise ValueError("give a cpplan planner or its settings (card, memory_bytes, topology), not both")
         self.cpplan_planner = planner
         self.cpplan_kernels = kernels
         self.cpplan_tokens: StepTokens | None = None
+        self.cpplan_observe = observe
+        self.cpplan_meter = meter
+        self.cpplan_verdicts: list[Verdict] = []
+        """The verdict on every measured wave value handed to :meth:`cpplan.Planner.observe`, in order."""
         super().__init__(*args, **kwargs)
+        if self.cpplan_planner is None:
+            derived = card_from_config(self.model.config, dtype_bytes=_parameter_bytes(self.model))
+            logger.warning("cpplan: no card named; derived one from model.config (%s)", card_summary(derived))
+            self.cpplan_planner = Planner(
+                model=derived, topology=topology, memory_bytes=memory_bytes, solver=solver
+            )
+        self.cpplan_unpacked_reason = unpacked_reason(self.model)
+        """Why every pass runs TRL's own (unpacked) path (``None``: they run packed)."""
+        if self.cpplan_unpacked_reason:
+            logger.warning("cpplan: %s; every log-prob pass runs TRL's own path", self.cpplan_unpacked_reason)
 
     def _get_per_token_logps_and_entropies(
         self,
@@ -82,7 +109,8 @@ class GRPOTrainer(trl.GRPOTrainer):
         **extra,
     ):
         whole = batch_size is None or batch_size >= input_ids.shape[0]
-        if any(value is not None for value in extra.values()) or (compute_aux_loss and not whole):
+        unpacked = any(value is not None for value in extra.values()) or self.cpplan_unpacked_reason
+        if unpacked or (compute_aux_loss and not whole):
             return super()._get_per_token_logps_and_entropies(
                 model,
                 input_ids,
@@ -97,11 +125,7 @@ class GRPOTrainer(trl.GRPOTrainer):
         shape = (input_ids.shape[0], logits_to_keep)
         sharded = in_lock_step(model)
         if all(not row.completion for row in rows) and not compute_aux_loss:
-            zeros = torch.zeros(shape, device=input_ids.device)
-            waves = agreed_num_waves(0, device=input_ids.device) if sharded else 0
-            if waves:  # the other processes run waves: as many padding waves here
-                zeros = zeros + padding_waves(model, waves, recompute=recomputes(waves))
-            return zeros, (zeros.clone() if compute_entropy else None), None
+            return self._no_completion_pass(model, shape, input_ids.device, sharded, compute_entropy)
         workload, keys = grouped_workload(rows, keep_empty=compute_aux_loss)
         result = self.cpplan_planner.plan(workload)
         self.cpplan_tokens = StepTokens(padded=input_ids.numel(), packed=result.plan.packed_tokens)
@@ -120,10 +144,77 @@ class GRPOTrainer(trl.GRPOTrainer):
                 temperature=self.temperature,
                 kernels=self.cpplan_kernels,
                 router=compute_aux_loss,
+                meter=self._cpplan_wave_meter(input_ids.device),
+                record=lambda measured: self._cpplan_observed(result, measured),
             )
         logps = _scatter(found[0], rows, keys, shape)
         aux = found[2].loss() if compute_aux_loss else None
         return logps, (_scatter(found[1], rows, keys, shape) if compute_entropy else None), aux
+
+    def _cpplan_wave_meter(self, device: torch.device) -> WaveMeter | None:
+        """The meter of this pass's waves: the one given, else on CUDA :class:`CudaMeter`; ``None`` when
+        observing is off or the plan's CP ranks all run in this process (one process runs every rank's
+        share of a wave, so a rank's own peak is not what it measures)."""
+        topology = self.cpplan_planner.settings.topology
+        if not self.cpplan_observe or topology.cp != 1 or topology.dynamic_cp:
+            return None
+        if self.cpplan_meter is None and device.type == "cuda":
+            self.cpplan_meter = CudaMeter(device)
+        return self.cpplan_meter
+
+    def _cpplan_observed(self, result, measured: WaveMeasurement) -> None:
+        """Hand one measured wave of ``result`` to the planner (its rank 0: CP1)."""
+        seconds = measured.seconds if measured.seconds > 0 else None
+        verdicts = self.cpplan_planner.observe(
+            result, wave=measured.wave, rank=0, peak_bytes=measured.peak_bytes, seconds=seconds
+        )
+        self.cpplan_verdicts.extend(verdicts)
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        """TRL's log, plus the learned correction once a wave was observed: ``cpplan/memory_scale``,
+        ``cpplan/time_scale`` and ``cpplan/observed_values`` (the measured values handed to the planner)."""
+        if self.cpplan_verdicts:
+            correction = self.cpplan_planner.correction
+            logs = logs | {
+                "cpplan/memory_scale": correction.memory_scale,
+                "cpplan/time_scale": correction.time_scale,
+                "cpplan/observed_values": float(len(self.cpplan_verdicts)),
+            }
+        super().log(logs, start_time)
+
+    def _no_completion_pass(self, model, shape, device, sharded: bool, compute_entropy: bool):
+        """The pass of rows without a completion token to score (every one masked, as
+        ``mask_truncated_completions`` leaves a micro-batch whose completions all hit the length cap):
+        zeros, which TRL's padded forward gives as a differentiable zero, every parameter's gradient 0.
+        With gradients on, :func:`padding_waves` gives that zero (one padding wave, or under FSDP2/DDP as
+        many as the other processes run waves), so the backward runs and the optimizer steps every
+        parameter, as after stock TRL's all-masked micro-batch."""
+        zeros = torch.zeros(shape, device=device)
+        waves = agreed_num_waves(0, device=device) if sharded else 0
+        count = max(waves, 1 if torch.is_grad_enabled() else 0)
+        if count:  # a differentiable zero; under a wrapper, as many forwards as the other processes run
+            net = model if sharded else self.accelerator.unwrap_model(model)
+            zeros = zeros + padding_waves(net, count, recompute=recomputes(count))
+        return zeros, (zeros.detach().clone() if compute_entropy else None), None
+
+
+def unpacked_reason(model: torch.nn.Module) -> str | None:
+    """Why ``model``'s passes cannot run packed, or ``None``: a PEFT prompt-learning model (prompt,
+    prefix or P-tuning) puts virtual tokens before every row inside its own forward, which a packed
+    wave (that embeds the rows' tokens itself) would leave out."""
+    config = getattr(model, "active_peft_config", None)
+    if config is not None and getattr(config, "is_prompt_learning", False):
+        kind = getattr(config.peft_type, "value", config.peft_type)
+        return f"PEFT {kind} prepends {config.num_virtual_tokens} virtual tokens to every row in its forward"
+    return None
+
+
+def _parameter_bytes(model: torch.nn.Module) -> int | None:
+    """Bytes per element of ``model``'s first floating-point parameter (``None``: it has none)."""
+    for parameter in model.parameters():
+        if parameter.is_floating_point():
+            return parameter.element_size()
+    return None
 
 
 def in_lock_step(model: torch.nn.Module) -> bool:
@@ -164,4 +255,4 @@ def _scatter(values: dict, rows: list[RolloutRow], keys: list, shape: tuple[int,
     return torch.stack(out)
 
 
-__all__ = ["GRPOTrainer", "StepTokens", "in_lock_step", "padded_rows"]
+__all__ = ["GRPOTrainer", "StepTokens", "in_lock_step", "padded_rows", "unpacked_reason"]
