@@ -1,0 +1,268 @@
+"""cpplan's verl engine against verl's stock FSDPEngineWithLMHead on the same RL batch, on the CPU in
+float64: the same log-probs and entropies where verl's losses read them, the same PPO loss and the same
+gradients, while each planned wave runs tree-packed (a prompt stored once for its group's responses).
+What had to be patched for verl's engines to be built on a CPU: tests/support/verl_cpu.py."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+pytest.importorskip("verl", reason="the verl extra is not installed")
+pytest.importorskip("tensordict", reason="the verl extra is not installed")
+
+import cpplan
+import cpplan.hf
+from tests.support import verl_cpu
+
+CARD = "qwen3.6-35b-a3b"
+TOL = 1e-9
+
+
+@pytest.fixture(scope="module")
+def verl_on_cpu():
+    """One gloo process group of one rank, verl patched for the CPU (tests/support/verl_cpu.py)."""
+    import torch.distributed as dist
+
+    from tests.support.hf_spawn import free_port
+
+    torch.set_num_threads(1)
+    started = not dist.is_initialized()
+    if started:
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
+    with verl_cpu.cpu_verl():
+        yield
+    if started:
+        dist.destroy_process_group()
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    """The tiny dense Qwen3 and hybrid Qwen3.5 (GDN + attention) saved for verl, by family."""
+    return {
+        family: verl_cpu.saved_model(family, tmp_path_factory.mktemp(family))
+        for family in ("qwen3", "qwen3_5")
+    }
+
+
+def planner(memory_bytes: int = verl_cpu.MEMORY_3_WAVES) -> cpplan.Planner:
+    """The deterministic planner for the Qwen3.6-35B-A3B card (3 waves for the test batch)."""
+    return cpplan.Planner(model=CARD, memory_bytes=memory_bytes, solver="deterministic")
+
+
+def train_pass(engine, data) -> dict:
+    """One training pass (``forward_backward_batch`` under verl's train mode, float64 internals): the
+    summed micro-batch losses, the number of micro-batches and every parameter's full gradient."""
+    loss_fn = verl_cpu.ppo_loss(len(data))
+    with cpplan.hf.float64_internals(), engine.train_mode():
+        engine.optimizer_zero_grad()
+        out = engine.forward_backward_batch(data, loss_fn)
+        grads = {name: p.grad.full_tensor().clone() for name, p in engine.module.named_parameters()}
+    return {"loss": sum(out["loss"]), "micro_batches": len(out["loss"]), "grads": grads}
+
+
+def infer_pass(engine, data) -> dict:
+    """One forward-only pass (verl's ``infer_batch`` under eval mode): the response log-probs and
+    entropies as verl's trainer reads them (``no_padding_2_padding``: ``[B, R]``)."""
+    from verl.workers.utils.padding import no_padding_2_padding
+
+    with cpplan.hf.float64_internals(), engine.eval_mode():
+        out = engine.infer_batch(data)
+    found = out["model_output"]
+    return {key: no_padding_2_padding(found[key], data) for key in ("log_probs", "entropy")}
+
+
+def max_rel_grad_diff(a: dict, b: dict) -> float:
+    """The largest gradient difference over all parameters, relative to each parameter's largest
+    entry."""
+    return max(float((a[k] - b[k]).abs().max() / a[k].abs().max().clamp(min=1e-300)) for k in a)
+
+
+@pytest.mark.parametrize(
+    ("family", "remove_padding"),
+    [("qwen3", True), ("qwen3_5", False), ("qwen3_5", True)],
+    ids=["qwen3-rmpad", "qwen3_5-padded", "qwen3_5-rmpad"],
+)
+def test_equals_the_stock_engine(verl_on_cpu, models, family, remove_padding):
+    """On one batch (3 prompts x 4 responses, temperature 0.7): the cpplan engine's 3 tree-packed
+    waves give the stock engine's PPO + entropy loss (1e-9 relative), gradients (1e-9 relative per
+    parameter) and, in a forward-only pass, its response log-probs and entropies (1e-9), with 217
+    packed tokens where verl runs 517; the stock engine runs its own micro-batches (padding-free or
+    padded), the cpplan engine the plan's waves."""
+    from verl.workers.engine import FSDPEngineWithLMHead
+
+    from cpplan.integrations.verl import CpplanFSDPEngine
+
+    path = models[family]
+    stock = verl_cpu.engine(FSDPEngineWithLMHead, path, remove_padding=remove_padding)
+    ours = verl_cpu.engine(CpplanFSDPEngine, path, remove_padding=remove_padding, planner=planner())
+    batch = lambda: verl_cpu.ppo_batch(remove_padding=remove_padding)  # noqa: E731
+    a, b = train_pass(stock, batch()), train_pass(ours, batch())
+    assert abs(a["loss"] - b["loss"]) <= TOL * abs(a["loss"])
+    assert max_rel_grad_diff(a["grads"], b["grads"]) <= TOL
+    assert b["micro_batches"] == ours.cpplan_result.plan.num_waves == 3
+    tokens = ours.cpplan_tokens
+    assert (tokens.unpacked, tokens.packed) == (517, 217)
+    assert tokens.packed == ours.cpplan_result.plan.packed_tokens
+    x, y = infer_pass(stock, batch()), infer_pass(ours, batch())
+    for key in ("log_probs", "entropy"):
+        assert float((x[key] - y[key]).abs().max()) <= TOL, key
+
+
+def sft_batch():
+    """The test batch as an SFT batch (what verl's SFT trainer gives an engine): no ``prompts`` or
+    ``responses``, a jagged full-length ``loss_mask`` that is 1 on the response tokens."""
+    data = verl_cpu.ppo_batch()
+    lengths = data["input_ids"].offsets().diff().tolist()
+    prompt_lens = data["attention_mask"][:, : data["prompts"].shape[1]].sum(1).tolist()
+    masks = [
+        torch.cat([torch.zeros(p, dtype=torch.long), torch.ones(n - p, dtype=torch.long)])
+        for p, n in zip(prompt_lens, lengths, strict=True)
+    ]
+    data["loss_mask"] = torch.nested.as_nested_tensor(masks, layout=torch.jagged)
+    for key in ("prompts", "responses", "old_log_probs", "advantages", "response_mask", "attention_mask"):
+        del data[key]
+    return data
+
+
+def test_a_batch_it_does_not_cover_runs_the_stock_path(verl_on_cpu, models):
+    """A batch the cpplan path does not cover (an SFT batch: no prompts and responses) runs verl's own
+    method: no plan is made, and the SFT loss and gradients are the stock engine's."""
+    import functools
+
+    from verl.workers.engine import FSDPEngineWithLMHead
+    from verl.workers.utils.losses import sft_loss
+
+    from cpplan.integrations.verl import CpplanFSDPEngine
+
+    loss_fn = functools.partial(sft_loss, config=None)  # verl's SFT loss reads no config
+    stock = verl_cpu.engine(FSDPEngineWithLMHead, models["qwen3"])
+    ours = verl_cpu.engine(CpplanFSDPEngine, models["qwen3"], planner=planner())
+    assert ours.stock_reason(sft_batch()) == "not an RL batch"
+    results = []
+    for engine in (stock, ours):
+        with cpplan.hf.float64_internals(), engine.train_mode():
+            engine.optimizer_zero_grad()
+            out = engine.forward_backward_batch(sft_batch(), loss_fn)
+            grads = {n: p.grad.full_tensor().clone() for n, p in engine.module.named_parameters()}
+        results.append((sum(out["loss"]), grads))
+    assert ours.cpplan_result is None and ours.cpplan_tokens is None
+    assert results[0][0] == results[1][0] and max_rel_grad_diff(results[0][1], results[1][1]) == 0.0
+
+
+def test_empty_responses_and_a_single_wave(verl_on_cpu, models):
+    """Two responses without a token (verl keeps them; nothing to score) and a budget that fits the
+    step in one wave: the log-probs, loss and gradients still equal the stock engine's, and the
+    empty responses' log-probs are empty rows."""
+    from verl.workers.engine import FSDPEngineWithLMHead
+
+    from cpplan.integrations.verl import CpplanFSDPEngine
+
+    stock = verl_cpu.engine(FSDPEngineWithLMHead, models["qwen3"])
+    ours = verl_cpu.engine(CpplanFSDPEngine, models["qwen3"], planner=planner(40 * 2**30))
+    batch = lambda: verl_cpu.ppo_batch(empty_responses=2)  # noqa: E731
+    a, b = train_pass(stock, batch()), train_pass(ours, batch())
+    assert ours.cpplan_result.plan.num_waves == 1 and b["micro_batches"] == 1
+    assert abs(a["loss"] - b["loss"]) <= TOL * abs(a["loss"])
+    assert max_rel_grad_diff(a["grads"], b["grads"]) <= TOL
+    x, y = infer_pass(stock, batch()), infer_pass(ours, batch())
+    assert float((x["log_probs"] - y["log_probs"]).abs().max()) <= TOL
+    assert float(y["log_probs"][2:4].abs().max()) == 0.0
+
+
+def test_observed_waves_change_the_correction(verl_on_cpu, models):
+    """With a memory source (a fake reading 0.8x each wave's card peak) every training wave is
+    observed: the planner's memory correction drops below 1 and later plans price the learned scale; a
+    forward-only pass observes nothing, and with ``cpplan_observe`` off a training pass neither."""
+    from cpplan.calibration.measure import FakeMemory
+    from cpplan.integrations.verl import CpplanFSDPEngine
+
+    class CardScaled(FakeMemory):
+        """Reads 0.8x the planned card peak of the wave in flight (the engine's last plan)."""
+
+        def __init__(self):
+            super().__init__()
+            self.wave = 0
+
+        def reset_peak(self):
+            plan = ours.cpplan_result.to_dict()
+            self.above_bytes = int(0.8 * plan["waves"][self.wave]["ranks"][0]["card_peak_bytes"])
+            self.wave += 1
+
+    memory = CardScaled()
+    ours = verl_cpu.engine(CpplanFSDPEngine, models["qwen3"], planner=planner(), memory=memory)
+    infer_pass(ours, verl_cpu.ppo_batch())
+    assert len(ours.cpplan_planner.learning.observations) == 0
+    ours.cpplan_observe = False
+    train_pass(ours, verl_cpu.ppo_batch())
+    assert len(ours.cpplan_planner.learning.observations) == 0 and memory.wave == 0
+    ours.cpplan_observe = True
+    train_pass(ours, verl_cpu.ppo_batch())
+    assert memory.wave == 3 and len(ours.cpplan_planner.learning.observations) == 3
+    scale = ours.cpplan_planner.correction.memory_scale
+    assert scale < 0.9
+    later = ours.cpplan_planner.plan(verl_workload()).to_dict()
+    rank = later["waves"][0]["ranks"][0]
+    assert rank["peak_bytes"] == pytest.approx(scale * rank["card_peak_bytes"], rel=1e-9)
+
+
+def verl_workload() -> cpplan.Workload:
+    """The test batch as the cpplan engine plans it."""
+    from cpplan.integrations.verl.rollout_batch import rollout_step
+
+    return rollout_step(verl_cpu.ppo_batch()).workload
+
+
+def test_registered_by_model_type_and_entry_point(verl_on_cpu):
+    """verl's registry returns the cpplan engine for ``model_type=cpplan_language_model`` (fsdp2, on
+    this device), the installed package declares it in verl's ``verl.plugins`` entry-point group, and a
+    fresh interpreter that only imports verl finds it registered (verl loads the plugin)."""
+    from verl.workers.engine import EngineRegistry
+
+    from cpplan.integrations.verl import MODEL_TYPE, CpplanFSDPEngine
+
+    assert EngineRegistry.get_engine_cls(MODEL_TYPE, "fsdp2") is CpplanFSDPEngine
+    points = importlib.metadata.entry_points(group="verl.plugins")
+    assert [p.value for p in points if p.name == "cpplan"] == ["cpplan.integrations.verl.engine"]
+    probe = (
+        "import verl\n"
+        "from verl.workers.engine.base import EngineRegistry\n"
+        f"print(sorted(EngineRegistry._engines[{MODEL_TYPE!r}]))\n"
+    )
+    env = dict(os.environ, VERL_USE_EXTERNAL_PLUGINS="auto")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "['fsdp', 'fsdp2']"
+
+
+def test_settings_are_checked(verl_on_cpu, models, monkeypatch):
+    """The engine refuses FSDP1 (it runs on FSDP2) and, without a planner (no configure_engine, no
+    CPPLAN_CARD / CPPLAN_MEMORY), names what to set; with the environment variables it makes one."""
+    from verl.trainer.config import CheckpointConfig
+    from verl.workers.config import FSDPEngineConfig, FSDPOptimizerConfig, HFModelConfig
+
+    from cpplan.integrations.verl import CpplanFSDPEngine, engine
+
+    monkeypatch.setattr(engine._Configured, "planner", None)
+    for name in ("CPPLAN_CARD", "CPPLAN_MEMORY", "CPPLAN_TOPOLOGY", "CPPLAN_SOLVER"):
+        monkeypatch.delenv(name, raising=False)
+    configs = dict(
+        model_config=HFModelConfig(path=models["qwen3"], override_config={"attn_implementation": "eager"}),
+        optimizer_config=FSDPOptimizerConfig(lr=1e-2, total_training_steps=1),
+        checkpoint_config=CheckpointConfig(),
+    )
+    with pytest.raises(ValueError, match="fsdp2"):
+        CpplanFSDPEngine(engine_config=FSDPEngineConfig(strategy="fsdp"), **configs)
+    with pytest.raises(cpplan.InputError, match="CPPLAN_CARD"):
+        CpplanFSDPEngine(engine_config=FSDPEngineConfig(strategy="fsdp2"), **configs)
+    monkeypatch.setenv("CPPLAN_CARD", CARD)
+    monkeypatch.setenv("CPPLAN_MEMORY", "40GiB")
+    monkeypatch.setenv("CPPLAN_SOLVER", "deterministic")
+    made = CpplanFSDPEngine(engine_config=FSDPEngineConfig(strategy="fsdp2"), **configs)
+    assert made.cpplan_planner.profile.name == "deterministic"
+    assert made.cpplan_planner.settings.memory_bytes == 40 * 2**30
