@@ -13,7 +13,7 @@ import os
 import platform
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -58,6 +58,10 @@ class Row:
     strategy: str
     plan_s: tuple[float, ...] = field(default=())
     note: str = ""
+    cpsat: dict[str, Any] = field(default_factory=dict)
+    """cpplan's rows only: the CP-SAT strategy's model objective, the evaluator's price of its plan,
+    its proven bound, status and the terms of any difference (``SolverStats.price_terms_s``), and the
+    cheapest other valid candidate's price."""
 
     @classmethod
     def of(cls, outcome: Outcome, case: Case, problem: Problem, memory: str) -> Row:
@@ -100,7 +104,29 @@ def run_instance(
     result, plan_s, refusal = timed(lambda fresh: solve(fresh, profile), problem, repeats=repeats)
     plan, strategy = (result.plan, strategy_label(result.plan)) if result is not None else (None, "")
     outcomes.append(outcome_of(CPPLAN, problem, plan, plan_s, strategy=strategy, refusal=refusal))
-    return [Row.of(o, case, problem, memory) for o in outcomes]
+    rows = [Row.of(o, case, problem, memory) for o in outcomes]
+    if result is not None:
+        rows[-1] = replace(rows[-1], cpsat=cpsat_detail(result))
+    return rows
+
+
+def cpsat_detail(result) -> dict[str, Any]:
+    """What the CP-SAT strategy claimed and what its plan costs (see :attr:`Row.cpsat`)."""
+    by_strategy = {c.strategy: c for c in result.candidates}
+    ours = by_strategy.get("cpsat")
+    others = [
+        c.cost_s for c in result.candidates if c.strategy != "cpsat" and c.valid and c.cost_s is not None
+    ]
+    stats = result.solver
+    return {
+        "status": stats.status,
+        "objective_s": stats.objective_s,
+        "price_s": ours.cost_s if ours is not None and ours.valid else None,
+        "bound_s": stats.bound_s,
+        "price_terms_s": dict(stats.price_terms_s),
+        "best_other_s": min(others) if others else None,
+        "winner": result.plan.strategy,
+    }
 
 
 def strategy_label(plan: Plan) -> str:
@@ -250,6 +276,40 @@ def format_pivot(table: Sequence[dict[str, Any]]) -> str:
             parts.append(f"{ratio} ({row['valid']}/{row['instances']} valid)")
         lines.append(f"| {planner} | " + " | ".join(parts) + " |")
     return "\n".join(lines)
+
+
+def format_cpsat(rows: Sequence[dict[str, Any]]) -> str:
+    """Per cpplan row: CP-SAT's objective, the evaluator's price of its plan, the bound, their ratios
+    and the terms of the difference, and the winner with its margin over the next best."""
+    header = (
+        "| case | cp | memory | winner | CP-SAT objective s | price s | objective/price | bound s "
+        "| bound/best | best other s | CP-SAT vs other | terms (s) | status |"
+    )
+    lines = [header, "|" + "---|" * 13]
+    for r in rows:
+        d = r.get("cpsat") or {}
+        if r["planner"] != CPPLAN or not d:
+            continue
+        obj, price, bound, other = (
+            d.get("objective_s"),
+            d.get("price_s"),
+            d.get("bound_s"),
+            d.get("best_other_s"),
+        )
+        best = min(x for x in (price, other) if x is not None) if (price or other) else None
+        terms = ", ".join(f"{k} {v:.2e}" for k, v in d.get("price_terms_s", {}).items() if abs(v) >= 1e-6)
+        lines.append(
+            f"| {r['case']} | {r['cp']} | {r['memory']} | {d.get('winner')} | {_fmt(obj, '.4f')} "
+            f"| {_fmt(price, '.4f')} | {_fmt(_ratio(obj, price), '.4f')} | {_fmt(bound, '.4f')} "
+            f"| {_fmt(_ratio(bound, best), '.3f')} | {_fmt(other, '.4f')} "
+            f"| {_fmt(_ratio(price, other), '.4f')} "
+            f"| {terms or '-'} | {d.get('status', '')[:40]} |"
+        )
+    return "\n".join(lines)
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None or b == 0 else a / b
 
 
 def format_rows(rows: Sequence[dict[str, Any]]) -> str:

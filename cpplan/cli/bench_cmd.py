@@ -11,6 +11,7 @@ from cpplan.bench.runner import (
     DEFAULT_CPS,
     DEFAULT_MEMORIES,
     DEFAULT_MODEL,
+    format_cpsat,
     format_headline,
     format_pivot,
     format_rows,
@@ -118,6 +119,8 @@ def bench_command(
     path.write_text(json.dumps(result, indent=1) + "\n")
     if detail:
         click.echo(format_rows(result["rows"]))
+        click.echo()
+        click.echo(format_cpsat(result["rows"]))
         click.echo()
     click.echo(format_pivot(result["headline"]))
     click.echo()

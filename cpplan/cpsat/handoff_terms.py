@@ -15,7 +15,8 @@ per chunk pair, exact (:func:`crossing`). With it (see :mod:`cpplan.pricing.hand
 - *rounds' waiting tokens*, ``Σ_k max_r W[r, k] - max_r T_r`` (``W[r, k]``: rank r's tokens in round
   k), is the one part that stays a bound. A token is in round 0 exactly when its prefix tree's root
   starts on its own rank, so ``W[r, 0] >= T_r - (tokens on r of trees rooted before r's start)`` and
-  ``Σ_{k>0} W[r, k] >=`` the unbroken run of such tokens from r's start; the model counts
+  ``Σ_{k>0} W[r, k] >=`` the unbroken run of such tokens from r's start, and ``>=`` all of them after
+  r's start less the tokens of the ranks after r (exact on the last rank); the model counts
   ``max(longest request path, max_a (that first bound) + max_b (that run)) - max_r T_r``
   (``Σ_k max_r W[r, k] >= max_a W[a, 0] + max_b Σ_{k>0} W[b, k]``). Where prefix trees are contiguous
   in the packed order and a wave has at most two rounds this is exact; otherwise a lower bound.
@@ -223,10 +224,25 @@ def _rank_parts(model, split: RankSplit, tables: SplitTables, tokens: list, pack
                 before=2 * t - zero - 2 * last,
                 after=t - zero,
                 first_round=t - cut_min(tables.straddle_after, r, "rooted_before"),
-                later_rounds=cut_min(tables.straddle_run, r, "rooted_run"),
+                later_rounds=_later_rounds(
+                    model, split, tables, r, cut_min(tables.straddle_run, r, "rooted_run")
+                ),
             )
         )
     return parts
+
+
+def _later_rounds(model, split: RankSplit, tables: SplitTables, r: int, run) -> cp_model.LinearExprT:
+    """A lower bound of rank ``r``'s tokens in rounds after the first: tokens of trees rooted before its
+    start lie in round 1 or later, and on the rank are at least their unbroken run from its start and at
+    least all of them after its start less the tokens of the ranks after it (exact on the last rank)."""
+    if r == 0:
+        return 0
+    packed = int(tables.stats.packed_tokens)
+    later = model.new_int_var(0, packed, f"{split.name}.later_rounds[{r}]")
+    model.add(later >= run)
+    model.add(later >= split.at_start(r, tables.straddle_after) - split.suffix(r + 1, tables.tokens))
+    return later
 
 
 def _at_least_each(model: cp_model.CpModel, values: list, upper: int, name: str) -> cp_model.IntVar:

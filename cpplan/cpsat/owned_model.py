@@ -178,7 +178,10 @@ def _free_column(
     tokens = [split.owned(r, tables.tokens) for r in range(cp)]
     matrix = chunk_matrix(tables.stats)
     _add_memory_rows(model, problem, split, tables, matrix, tokens, chosen)
-    barrier = _add_barriers(model, card, split, tables, matrix, scaling, f"c{g}")
+    barrier, average = _add_barriers(model, card, split, tables, matrix, scaling, f"c{g}")
+    # valid without enforcement (a barrier's slowest rank is at least its rank average): a linear row the
+    # relaxation sees, where the enforced one below is a big-M row
+    model.add(time >= average * chosen)
     handoff = None
     if card.handoff.priced:
         handoff = add_handoff(model, split, tables, tokens, card.handoff, scaling.seconds_per_unit)
@@ -211,10 +214,11 @@ def _add_memory_rows(model, problem: Problem, split: RankSplit, tables: SplitTab
 
 
 def _add_barriers(model, card, split: RankSplit, tables: SplitTables, matrix, scaling: Scaling, name: str):
-    """Per barrier, a variable at least every rank's seconds in it (each chunk's rounded down)."""
+    """Per barrier, a variable at least every rank's seconds in it (each chunk's rounded down); and the
+    sum over barriers of their rank averages (rounded down), a lower bound of the barriers' sum."""
     remote = QUANTITY_INDEX["remote_tokens"]
     packed = tables.stats.packed_tokens
-    result = []
+    result, averages = [], []
     for b, coef in enumerate(card.constants.barrier_coefficients):
         # pieces at a rank's start are left out of its time: a lower bound (no card prices time per piece)
         per_chunk_s = matrix @ coef - coef[remote] * tables.tokens
@@ -225,4 +229,5 @@ def _add_barriers(model, card, split: RankSplit, tables: SplitTables, matrix, sc
         for r in range(split.num_ranks):
             model.add(var >= const + split.owned(r, per_chunk))
         result.append(var)
-    return result
+        averages.append(const + int(per_chunk.sum()) // split.num_ranks)
+    return result, sum(averages)

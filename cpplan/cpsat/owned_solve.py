@@ -80,15 +80,19 @@ def solve_owned(
     scaling = owned.scaling
     bound = scaling.seconds(math.floor(solver.best_objective_bound + 1e-9))
     t0 = time.perf_counter()
-    objective = scaling.seconds(_plan_objective(owned, solver))
+    tight = _tight(owned, solver)
+    objective = scaling.seconds(min(tight.objective_value, solver.objective_value))
     base["stage_s"]["price"] = time.perf_counter() - t0
     gap = max(0.0, (objective - bound) / objective) if objective > 0 else 0.0
-    stats = SolverStats(**base, objective_s=objective, bound_s=bound, gap=gap, model_gap=gap)
+    terms = price_terms(owned, tight, waves)
+    stats = SolverStats(
+        **base, objective_s=objective, bound_s=bound, gap=gap, model_gap=gap, price_terms_s=terms
+    )
     plan = Plan(strategy="cpsat", waves=tuple(sorted(waves, key=lambda w: min(w.items))))
     return OwnedAnswer(plan=plan, stats=stats, new_splits=new_splits)
 
 
-def _plan_objective(owned: OwnedModel, solver: cp_model.CpSolver) -> float:
+def _tight(owned: OwnedModel, solver: cp_model.CpSolver) -> cp_model.CpSolver:
     """The model's price of the solver's plan with no slack left: its choices fixed, the rest solved
     again (a feasible answer may leave a time variable above what its constraints require)."""
     model = owned.model
@@ -102,7 +106,35 @@ def _plan_objective(owned: OwnedModel, solver: cp_model.CpSolver) -> float:
     again.parameters.max_time_in_seconds = 10.0
     status = again.solve(model)
     assert status in (cp_model.OPTIMAL, cp_model.FEASIBLE), "a solution stays feasible with its choices fixed"
-    return min(again.objective_value, solver.objective_value)
+    return again
+
+
+def price_terms(owned: OwnedModel, solved: cp_model.CpSolver, waves: Sequence[WavePlan]) -> dict[str, float]:
+    """Per term, the evaluator's seconds for the chosen waves less the model's (each ``>= 0`` up to
+    float error): ``barriers`` and ``overhead`` (rounding down), ``handoff`` (rounding, and the rounds
+    mode's waiting-token bound); a column taken as is counts wholly in ``barriers``."""
+    unit = owned.scaling.seconds_per_unit
+    card = owned.problem.card
+    terms = {"barriers": 0.0, "handoff": 0.0, "overhead": 0.0}
+    exact_waves = iter(sorted(waves, key=lambda w: min(w.items)))
+    by_items = {tuple(sorted(w.items)): w for w in exact_waves}
+    for g, column in enumerate(owned.columns):
+        as_is = solved.boolean_value(owned.as_is[g])
+        free = owned.free[g] is not None and solved.boolean_value(owned.free[g])
+        if not (as_is or free):
+            continue
+        wave = by_items[tuple(sorted(column.wave.items))]
+        terms["overhead"] += card.wave_overhead_s - owned.overhead_units * unit
+        if as_is:
+            terms["barriers"] += (
+                wave.prices.compute_s + wave.handoff.seconds - solved.value(owned.time[g]) * unit
+            )
+            continue
+        fv = owned.free_vars[g]
+        terms["barriers"] += wave.prices.compute_s - sum(solved.value(b) for b in fv.barrier) * unit
+        modelled = solved.value(fv.handoff.units) * unit if fv.handoff is not None else 0.0
+        terms["handoff"] += wave.handoff.seconds - modelled
+    return {k: round(v, 9) for k, v in terms.items()}
 
 
 def _chosen_waves(owned: OwnedModel, solver: cp_model.CpSolver) -> tuple[list[WavePlan], int]:

@@ -101,6 +101,10 @@ class SolverStats:
     num_constraints: int = 0
     ortools_version: str = ""
     stage_s: dict[str, float] = field(default_factory=dict)
+    price_terms_s: dict[str, float] = field(default_factory=dict)
+    """Where the ownership model's objective falls short of the evaluator's price of its plan, in
+    seconds per term (``barriers``, ``handoff``, ``overhead``: rounding down, and the rounds mode's
+    waiting-token bound in ``handoff``); empty when the ownership model did not run."""
 
 
 def balanced(plan: Plan, pool: int, padding_s: float | None = None) -> Plan:

@@ -123,8 +123,9 @@ SOLVER_FIELDS = (
     "num_constraints",
     "ortools_version",
     "stage_s",
+    "price_terms_s",
 )
-"""The solver statistics."""
+"""The solver statistics (``price_terms_s`` only when the ownership model ran)."""
 
 TIMING_FIELDS = ("wall_s", "stage_s", "deterministic_time")
 """Wall-clock fields (left out of byte-for-byte comparisons of plans)."""

@@ -233,7 +233,9 @@ def solver_to_dict(stats: SolverStats) -> dict[str, Any]:
         "ortools_version": stats.ortools_version,
         "stage_s": dict(stats.stage_s),
     }
-    return record(SOLVER_FIELDS, values)
+    if stats.price_terms_s:
+        values["price_terms_s"] = dict(stats.price_terms_s)
+    return record(SOLVER_FIELDS, values, optional=("price_terms_s",))
 
 
 def full_plan_dict(

@@ -1,0 +1,174 @@
+"""The ownership model against the evaluator: does CP-SAT's objective price what runs, and does it decide?
+
+For every instance (the quick bench suite, the README example, and held-out steps generated with other
+seeds, at CP 1/2/4/8) ``cpplan.plan`` runs the deterministic profile's whole portfolio. Per instance:
+the winning strategy, CP-SAT's model objective, the evaluator's price of CP-SAT's plan, their ratio, the
+proven bound over the cheapest valid price, the terms of any difference, greedy's and the best other
+candidate's price, and the wall time. Then the winner table and the margins.
+
+Usage: ``python benchmarks/bench_ownership.py [--quick] [--output PATH]`` (prints Markdown, writes JSON,
+default ``benchmarks/results/bench_ownership.json``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import time
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+import cpplan
+from cpplan import Topology
+from cpplan.bench import synthetic
+from cpplan.bench.suites import grpo_ratio, grpo_shuffled, suite
+
+ROOT = Path(__file__).resolve().parents[1]
+MODEL = "qwen3.6-35b-a3b"
+
+
+def instances(quick: bool):
+    """(name, held_out, workload, memory) of every instance family."""
+    yield "readme", False, cpplan.Workload.from_jsonl(ROOT / "examples" / "grpo.jsonl"), "8GiB"
+    for case in suite(quick=True):
+        yield case.name, False, case.build(), "40GiB"
+    if quick:
+        return
+    yield "heldout_grpo_shuffled", True, grpo_shuffled(seed=11), "40GiB"
+    yield "heldout_grpo_1to1", True, grpo_ratio(group_size=8, ratio=(1, 1), num_prompts=6, seed=3), "40GiB"
+    yield (
+        "heldout_agent",
+        True,
+        synthetic.agent_trees(num_trees=3, depth=3, branching=3, turn_tokens=(512, 3072), seed=7),
+        "40GiB",
+    )
+    yield (
+        "heldout_long_tail",
+        True,
+        synthetic.long_tail(num_items=24, median_tokens=6000, max_tokens=32768, seed=5),
+        "40GiB",
+    )
+
+
+def run_one(name: str, held_out: bool, workload, memory: str, cp: int) -> dict:
+    """One instance: the portfolio's result, reduced to what this benchmark reports."""
+    started = time.perf_counter()
+    result = cpplan.plan(
+        workload, topology=Topology(cp=cp), model=MODEL, memory_bytes=memory, solver="deterministic"
+    )
+    wall_s = time.perf_counter() - started
+    by = {c.strategy: c for c in result.candidates}
+    stats = result.solver
+    ours = by.get("cpsat")
+    others = {s: c.cost_s for s, c in by.items() if s != "cpsat" and c.valid}
+    return {
+        "case": name,
+        "held_out": held_out,
+        "cp": cp,
+        "memory": memory,
+        "winner": result.plan.strategy,
+        "cost_s": result.plan.cost_s,
+        "cpsat_status": stats.status,
+        "objective_s": stats.objective_s,
+        "price_s": ours.cost_s if ours is not None and ours.valid else None,
+        "bound_s": stats.bound_s,
+        "price_terms_s": dict(stats.price_terms_s),
+        "greedy_s": others.get("greedy"),
+        "best_other_s": min(others.values()) if others else None,
+        "best_other": min(others, key=others.get) if others else None,
+        "wall_s": wall_s,
+    }
+
+
+def summary(rows: list[dict]) -> dict:
+    """Winner counts, objective/price ratios, bound validity and CP-SAT's margins."""
+    priced = [r for r in rows if r["price_s"] and r["objective_s"] is not None]
+    ratio = np.array([r["objective_s"] / r["price_s"] for r in priced])
+    margin = np.array(
+        [(r["best_other_s"] - r["price_s"]) / r["best_other_s"] for r in priced if r["best_other_s"]]
+    )
+    best = [min(x for x in (r["price_s"], r["best_other_s"]) if x is not None) for r in priced]
+    bounds = [r["bound_s"] / b for r, b in zip(priced, best, strict=True) if r["bound_s"] is not None]
+    return {
+        "instances": len(rows),
+        "winners": dict(Counter(r["winner"] for r in rows)),
+        "cpsat_no_costlier_than_greedy": sum(
+            r["price_s"] is not None and r["greedy_s"] is not None and r["price_s"] <= r["greedy_s"] + 1e-9
+            for r in rows
+        ),
+        "objective_over_price": {
+            "min": float(ratio.min()),
+            "median": float(np.median(ratio)),
+            "max": float(ratio.max()),
+            "within_3pct": int(((ratio >= 0.97) & (ratio <= 1.0 + 1e-9)).sum()),
+            "above_price": int((ratio > 1.0 + 1e-9).sum()),
+        },
+        "cpsat_margin_over_best_other": {
+            "median": float(np.median(margin)),
+            "max": float(margin.max()),
+            "min": float(margin.min()),
+            "cheaper": int((margin > 1e-9).sum()),
+        },
+        "bound_over_best_price": {
+            "min": float(min(bounds)),
+            "median": float(np.median(bounds)),
+            "max": float(max(bounds)),
+        },
+        "wall_s": {
+            "median": float(np.median([r["wall_s"] for r in rows])),
+            "max": float(max(r["wall_s"] for r in rows)),
+        },
+    }
+
+
+def table(rows: list[dict]) -> str:
+    """Per instance, as Markdown."""
+    lines = [
+        "| case | cp | winner | objective s | price s | obj/price | bound/best | greedy s | best other | CP-SAT vs best other | wall s |",
+        "|" + "---|" * 11,
+    ]
+    for r in rows:
+        obj, price, other = r["objective_s"], r["price_s"], r["best_other_s"]
+        best = min(x for x in (price, other) if x is not None)
+        lines.append(
+            f"| {r['case']} | {r['cp']} | {r['winner']} | {obj:.4f} | {price:.4f} | {obj / price:.4f} "
+            f"| {r['bound_s'] / best:.3f} | {r['greedy_s']:.4f} | {other:.4f} ({r['best_other']}) "
+            f"| {(price - other) / other * 100:+.2f}% | {r['wall_s']:.1f} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="The README example and the quick suite only.")
+    parser.add_argument(
+        "--output", type=Path, default=ROOT / "benchmarks" / "results" / "bench_ownership.json"
+    )
+    args = parser.parse_args()
+    rows = []
+    for name, held_out, workload, memory in instances(args.quick):
+        for cp in (1, 2, 4, 8):
+            rows.append(run_one(name, held_out, workload, memory, cp))
+            r = rows[-1]
+            print(
+                f"{name} cp{cp}: {r['winner']} {r['cost_s']:.4f} s, CP-SAT objective {r['objective_s']} "
+                f"price {r['price_s']} ({r['wall_s']:.1f} s)",
+                flush=True,
+            )
+    result = {
+        "settings": {"model": MODEL, "profile": "deterministic", "python": platform.python_version()},
+        "summary": summary(rows),
+        "rows": rows,
+    }
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(result, indent=1) + "\n")
+    print(table(rows))
+    print(json.dumps(result["summary"], indent=1))
+    print(f"saved {args.output}")
+
+
+if __name__ == "__main__":
+    main()
