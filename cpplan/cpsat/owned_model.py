@@ -57,6 +57,7 @@ class FreeVars:
     barrier: tuple[cp_model.IntVar, ...]
     handoff: HandoffVars | None
     rank_tokens: tuple
+    average_units: int
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -72,6 +73,24 @@ class OwnedModel:
     time: tuple[cp_model.IntVar, ...]
     free_vars: tuple[FreeVars | None, ...]
     overhead_units: int
+    least_units: tuple[int, ...] = ()
+    """Per column the least time any of its versions can take (its exact time as is; for a free column
+    at most its barriers' rank averages): what :func:`cover_bound` shares out."""
+
+
+def cover_bound(owned: OwnedModel) -> int:
+    """A lower bound of every plan of the model, without the solver: each item pays, at least, the
+    cheapest share (by logical tokens) of the least time plus overhead of a column holding it, and a
+    plan of columns pays each column's least time in full over its items."""
+    problem = owned.problem
+    best = [float("inf")] * problem.num_items
+    for column, least in zip(owned.columns, owned.least_units, strict=True):
+        items = [int(i) for i in column.wave.items]
+        tokens = [problem.logical_tokens([i]) for i in items]
+        total = sum(tokens) or 1
+        for i, t in zip(items, tokens, strict=True):
+            best[i] = min(best[i], (least + owned.overhead_units) * t / total)
+    return int(sum(best) * (1 - 1e-12))
 
 
 def pool_columns(
@@ -120,7 +139,7 @@ def compile_owned(
     model = cp_model.CpModel()
     card = problem.card
     overhead = scaling.time_lower(card.wave_overhead_s)
-    as_is, free, times, free_vars = [], [], [], []
+    as_is, free, times, free_vars, least = [], [], [], [], []
     cover: dict[int, list[cp_model.IntVar]] = {i: [] for i in range(problem.num_items)}
     for g, column in enumerate(columns):
         wave = column.wave
@@ -131,9 +150,11 @@ def compile_owned(
         taken = [asis]
         fv = None
         chosen = None
+        least.append(exact)
         if column.free:
             chosen = model.new_bool_var(f"free[{g}]")
             fv = _free_column(model, problem, column, g, chosen, time, window_chunks, scaling)
+            least[-1] = min(exact, fv.average_units)
             taken.append(chosen)
         for i in wave.items:
             cover[int(i)].extend(taken)
@@ -156,6 +177,7 @@ def compile_owned(
         time=tuple(times),
         free_vars=tuple(free_vars),
         overhead_units=overhead,
+        least_units=tuple(least),
     )
 
 
@@ -187,7 +209,9 @@ def _free_column(
         handoff = add_handoff(model, split, tables, tokens, card.handoff, scaling.seconds_per_unit)
     model.add(time >= sum(barrier) + (handoff.units if handoff else 0)).only_enforce_if(chosen)
     split.hint(column.seeds[0])
-    return FreeVars(split=split, barrier=tuple(barrier), handoff=handoff, rank_tokens=tuple(tokens))
+    return FreeVars(
+        split=split, barrier=tuple(barrier), handoff=handoff, rank_tokens=tuple(tokens), average_units=average
+    )
 
 
 def _add_memory_rows(model, problem: Problem, split: RankSplit, tables: SplitTables, matrix, tokens, chosen):

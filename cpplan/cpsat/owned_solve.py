@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import ortools
 from ortools.sat.python import cp_model
 
-from cpplan.cpsat.owned_model import OwnedModel
+from cpplan.cpsat.owned_model import OwnedModel, cover_bound
 from cpplan.cpsat.solve import model_size, parameters
 from cpplan.plans.plan import Plan, SolverStats
 from cpplan.pricing.wave import WavePlan, price_wave
@@ -78,7 +78,7 @@ def solve_owned(
     waves, new_splits = _chosen_waves(owned, solver)
     base["stage_s"] = {"search": wall, "realize": time.perf_counter() - t0}
     scaling = owned.scaling
-    bound = scaling.seconds(math.floor(solver.best_objective_bound + 1e-9))
+    bound = scaling.seconds(max(math.floor(solver.best_objective_bound + 1e-9), cover_bound(owned)))
     t0 = time.perf_counter()
     tight = _tight(owned, solver)
     objective = scaling.seconds(min(tight.objective_value, solver.objective_value))
