@@ -14,7 +14,7 @@ the last one only (verl's ``_gradient_sync_context``). A batch this path does no
 ``prompts``/``responses``, fused kernels, top-k distillation, Σπ², multi-modal inputs, 3-D or shifted
 position ids, per-sample temperatures, Ulysses SP) goes to the stock method.
 
-Each training wave is measured (:mod:`.wave_meter`: peak bytes above the pre-wave baseline and seconds,
+Each training wave is measured (:mod:`.engine_meter`: peak bytes above the pre-wave baseline and seconds,
 on CUDA) and observed by the planner, so later plans budget with the learned correction; set
 ``cpplan_observe = False`` (or ``CPPLAN_OBSERVE=0``) to opt out.
 
@@ -51,7 +51,7 @@ from cpplan.integrations.verl.rollout_batch import (
     verl_layout,
     wave_samples,
 )
-from cpplan.integrations.verl.wave_meter import default_memory, measured, single_rank_waves
+from cpplan.integrations.verl.engine_meter import default_memory, measured, single_rank_waves
 from cpplan.planner import Planner
 
 MODEL_TYPE = "cpplan_language_model"
