@@ -1,7 +1,9 @@
 """Seconds per GRPO step, stock ``trl.GRPOTrainer`` against cpplan's ``GRPOTrainer``, at a CPU shape.
 
-``python benchmarks/bench_trl_step.py [--steps 4] [--quick]`` prints a table and writes
-``benchmarks/results/bench_trl_step.json``. Both trainers run the same steps on the same completions
+``python benchmarks/bench_trl_step.py [--steps 3] [--quick] [--tiny]`` prints a table and writes
+``benchmarks/results/bench_trl_step.json`` (``--tiny``: ``bench_trl_step_tiny.json``, the tests' tiny
+Qwen3 size, hidden 32 and 2 layers, with LoRA and gradient checkpointing, prompts of 12 to 30 tokens,
+G = 4 completions of 16, 10 timed steps, 1 GiB). Both trainers run the same steps on the same completions
 (TRL's ``rollout_func``): a random Qwen3 (hidden 256, FFN 768, 4 layers, 4 query / 2 KV heads of 64, a
 vocabulary of 8,195), float32 on the CPU, 2 prompts of 512 to 1,024 tokens per step with G = 8 completions
 of 128 tokens each (``max_completion_length`` 128), a KL term (``beta`` 0.04: the reference pass runs
@@ -24,14 +26,48 @@ import pstats
 import statistics
 import tempfile
 import time
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 
 RESULTS = Path(__file__).parent / "results"
 WORDS = 8192
-NUM_GENERATIONS, COMPLETION_TOKENS = 8, 128
-PROMPT_TOKENS = (512, 1024)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Shape:
+    """The model and the step: sizes, prompt lengths, completions, and the training options."""
+
+    hidden: int = 256
+    ffn: int = 768
+    num_layers: int = 4
+    num_heads: int = 4
+    num_kv_heads: int = 2
+    head_dim: int = 64
+    prompt_tokens: tuple[int, int] = (512, 1024)
+    num_generations: int = 8
+    completion_tokens: int = 128
+    lora: bool = False
+    gradient_checkpointing: bool = False
+
+
+REALISTIC = Shape()
+TINY = Shape(
+    hidden=32,
+    ffn=48,
+    num_layers=2,
+    num_heads=4,
+    num_kv_heads=2,
+    head_dim=16,
+    prompt_tokens=(12, 30),
+    num_generations=4,
+    completion_tokens=16,
+    lora=True,
+    gradient_checkpointing=True,
+)
+"""The issue's tiny-model case: the tests' tiny Qwen3 size, LoRA (rank 8, every linear layer) with
+gradient checkpointing."""
 PROFILED = {
     "log-prob passes": "_get_per_token_logps_and_entropies",
     "backward": "backward",
@@ -59,18 +95,18 @@ def tokenizer():
     )
 
 
-def saved_model(path: Path) -> str:
-    """The random Qwen3 of the benchmark, saved under ``path`` (float32)."""
+def saved_model(path: Path, shape: Shape) -> str:
+    """The random Qwen3 of ``shape``, saved under ``path`` (float32)."""
     import transformers
 
     config = transformers.Qwen3Config(
         vocab_size=WORDS + 3,
-        hidden_size=256,
-        intermediate_size=768,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=64,
+        hidden_size=shape.hidden,
+        intermediate_size=shape.ffn,
+        num_hidden_layers=shape.num_layers,
+        num_attention_heads=shape.num_heads,
+        num_key_value_heads=shape.num_kv_heads,
+        head_dim=shape.head_dim,
         max_position_embeddings=4096,
         use_cache=False,
         eos_token_id=1,
@@ -81,11 +117,11 @@ def saved_model(path: Path) -> str:
     return str(path)
 
 
-def dataset(num_prompts: int):
-    """Distinct prompts of 512 to 1,024 words."""
+def dataset(num_prompts: int, shape: Shape):
+    """Distinct prompts of ``shape.prompt_tokens`` words (the range, inclusive)."""
     import datasets
 
-    low, high = PROMPT_TOKENS
+    low, high = shape.prompt_tokens
     prompts = []
     for p in range(num_prompts):
         length = low + (p * 389) % (high - low + 1)
@@ -94,15 +130,16 @@ def dataset(num_prompts: int):
 
 
 def rollout(prompts: list, trainer) -> dict:
-    """A fixed completion of ``COMPLETION_TOKENS`` tokens (the last ``<eos>``) per (prompt, occurrence)."""
-    tok = trainer.processing_class
+    """A fixed completion of ``max_completion_length`` tokens (the last ``<eos>``) per (prompt,
+    occurrence)."""
+    tok, num_tokens = trainer.processing_class, trainer.args.max_completion_length
     seen: dict[str, int] = {}
     prompt_ids, completion_ids = [], []
     for prompt in prompts:
         k = seen[prompt] = seen.get(prompt, -1) + 1
         digest = hashlib.sha256(f"{prompt}|{k}".encode()).digest() * 8
         prompt_ids.append(tok(prompt, add_special_tokens=False)["input_ids"])
-        body = [3 + (digest[2 * i] * 256 + digest[2 * i + 1]) % WORDS for i in range(COMPLETION_TOKENS - 1)]
+        body = [3 + (digest[2 * i] * 256 + digest[2 * i + 1]) % WORDS for i in range(num_tokens - 1)]
         completion_ids.append([*body, tok.eos_token_id])
     return {"prompt_ids": prompt_ids, "completion_ids": completion_ids, "logprobs": None}
 
@@ -112,7 +149,7 @@ def reward(completions, **kwargs) -> list[float]:
     return [len(set(c.split())) / (1 + len(c.split())) for c in completions]
 
 
-def run(cls, path: str, outdir: Path, steps: int, **extra) -> dict:
+def run(cls, path: str, outdir: Path, steps: int, shape: Shape, **extra) -> dict:
     """Train ``steps + 2`` steps with ``cls``: a warm-up, ``steps`` timed, one profiled (cProfile slows
     what it profiles, so that step is not timed); the timed steps' seconds and the profile."""
     profile_step = steps + 1
@@ -121,10 +158,10 @@ def run(cls, path: str, outdir: Path, steps: int, **extra) -> dict:
 
     args = trl.GRPOConfig(
         output_dir=str(outdir),
-        per_device_train_batch_size=2 * NUM_GENERATIONS,
-        num_generations=NUM_GENERATIONS,
+        per_device_train_batch_size=2 * shape.num_generations,
+        num_generations=shape.num_generations,
         steps_per_generation=1,
-        max_completion_length=COMPLETION_TOKENS,
+        max_completion_length=shape.completion_tokens,
         max_steps=steps + 2,
         learning_rate=1e-5,
         beta=0.04,
@@ -135,7 +172,7 @@ def run(cls, path: str, outdir: Path, steps: int, **extra) -> dict:
         save_strategy="no",
         seed=0,
         dataloader_num_workers=0,
-        gradient_checkpointing=False,
+        gradient_checkpointing=shape.gradient_checkpointing,
         disable_tqdm=True,
         model_init_kwargs={"dtype": torch.float32},
     )
@@ -161,14 +198,22 @@ def run(cls, path: str, outdir: Path, steps: int, **extra) -> dict:
         model=path,
         reward_funcs=reward,
         args=args,
-        train_dataset=dataset(2 * (steps + 2)),
+        train_dataset=dataset(2 * (steps + 2), shape),
         processing_class=tokenizer(),
         rollout_func=rollout,
         callbacks=[Clock()],
+        peft_config=lora_config() if shape.lora else None,
         **extra,
     )
     trainer.train()
     return {"seconds": seconds, "profile": profile_rows(profiler), "trainer": trainer}
+
+
+def lora_config():
+    """LoRA of rank 8 on every linear layer."""
+    import peft
+
+    return peft.LoraConfig(r=8, lora_alpha=16, target_modules="all-linear")
 
 
 def profile_rows(profiler: cProfile.Profile) -> dict[str, float]:
@@ -183,40 +228,38 @@ def profile_rows(profiler: cProfile.Profile) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--steps", type=int, default=3, help="timed steps per trainer (after a warm-up)")
+    parser.add_argument(
+        "--steps", type=int, default=None, help="timed steps per trainer (default 3; 10 --tiny)"
+    )
     parser.add_argument("--quick", action="store_true", help="1 timed step each (a smoke run)")
-    parser.add_argument("--output", type=Path, default=RESULTS / "bench_trl_step.json")
+    parser.add_argument("--tiny", action="store_true", help="the tiny LoRA + gradient checkpointing case")
+    parser.add_argument(
+        "--output", type=Path, default=None, help="default results/bench_trl_step[_tiny].json"
+    )
     options = parser.parse_args()
-    steps = 1 if options.quick else options.steps
+    shape = TINY if options.tiny else REALISTIC
+    steps = 1 if options.quick else options.steps or (10 if options.tiny else 3)
+    output = options.output or RESULTS / (
+        "bench_trl_step_tiny.json" if options.tiny else "bench_trl_step.json"
+    )
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     torch.set_num_threads(int(os.environ.get("BENCH_THREADS", "2")))
     import trl
 
     from cpplan.integrations.trl import GRPOTrainer
 
+    memory = "1GiB" if options.tiny else "40GiB"
     with tempfile.TemporaryDirectory() as tmp:
-        path = saved_model(Path(tmp) / "model")
+        path = saved_model(Path(tmp) / "model", shape)
         runs = {
-            "stock": run(trl.GRPOTrainer, path, Path(tmp) / "stock", steps),
-            "cpplan": run(
-                GRPOTrainer, path, Path(tmp) / "cpplan", steps, memory_bytes="40GiB", solver="runtime"
-            ),
+            "stock": run(trl.GRPOTrainer, path, Path(tmp) / "stock", steps, shape),
+            "cpplan": run(GRPOTrainer, path, Path(tmp) / "cpplan", steps, shape, memory_bytes=memory),
         }
     tokens = runs["cpplan"]["trainer"].cpplan_tokens
     report = {
-        "shape": {
-            "hidden": 256,
-            "ffn": 768,
-            "layers": 4,
-            "vocab": WORDS + 3,
-            "prompt_tokens": list(PROMPT_TOKENS),
-            "num_generations": NUM_GENERATIONS,
-            "completion_tokens": COMPLETION_TOKENS,
-            "rows_per_step": 2 * NUM_GENERATIONS,
-            "dtype": "float32",
-            "threads": torch.get_num_threads(),
-            "steps": steps,
-        },
+        "shape": asdict(shape)
+        | {"vocab": WORDS + 3, "rows_per_step": 2 * shape.num_generations, "dtype": "float32"}
+        | {"threads": torch.get_num_threads(), "steps": steps, "memory": memory, "solver": "runtime"},
         "tokens_per_pass": {"stock_padded": tokens.padded, "cpplan_packed": tokens.packed},
         "token_ratio": tokens.padded / tokens.packed,
     }
@@ -227,10 +270,10 @@ def main() -> None:
             "profile_s": result["profile"],
         }
     report["speedup"] = report["stock"]["median_step_s"] / report["cpplan"]["median_step_s"]
-    options.output.parent.mkdir(parents=True, exist_ok=True)
-    options.output.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     print_table(report)
-    print(f"wrote {options.output}")
+    print(f"wrote {output}")
 
 
 def print_table(report: dict) -> None:
