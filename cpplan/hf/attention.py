@@ -18,6 +18,7 @@ import sys
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from cpplan.hf.delta_rule import compute_dtype
 
@@ -91,12 +92,20 @@ def _by_piece(attn, q, keys, values, geo, rank: int) -> torch.Tensor:
         lo, hi = int(rows_cu[i]), int(rows_cu[i + 1])
         path = torch.as_tensor(geo.piece_keys(rank, i), device=device)
         shift = path.numel() - (hi - lo)
-        visible = torch.ones(hi - lo, path.numel(), dtype=torch.bool, device=device).tril(shift)
-        outs.append(_dense(q[:, lo:hi], keys[:, path], values[:, path], visible, attn.scaling))
+        outs.append(_dense(q[:, lo:hi], keys[:, path], values[:, path], shift, attn.scaling))
     return torch.cat(outs, dim=1) if outs else q
 
 
-def _dense(q, keys, values, visible, scaling: float) -> torch.Tensor:
+def _dense(q, keys, values, shift: int, scaling: float) -> torch.Tensor:
+    """Queries ``q`` against ``keys``/``values``, causal aligned bottom-right (query ``i`` sees keys up
+    to ``i + shift``). In float32 and wider, torch's fused attention (no upcast to do; its CPU kernel
+    saves no score matrix for backward); narrower, scores and softmax in float32."""
+    if compute_dtype(q.dtype) == q.dtype:
+        if shift == 0:
+            return F.scaled_dot_product_attention(q, keys, values, is_causal=True, scale=scaling)
+        visible = torch.ones(q.shape[-2], keys.shape[-2], dtype=torch.bool, device=q.device).tril(shift)
+        return F.scaled_dot_product_attention(q, keys, values, attn_mask=visible, scale=scaling)
+    visible = torch.ones(q.shape[-2], keys.shape[-2], dtype=torch.bool, device=q.device).tril(shift)
     dtype = compute_dtype(q.dtype)
     scores = (q @ keys.transpose(-1, -2)).to(dtype) * scaling
     probs = scores.masked_fill(~visible, float("-inf")).softmax(dim=-1).to(q.dtype)
