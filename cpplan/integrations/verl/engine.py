@@ -44,6 +44,7 @@ from cpplan.errors import InputError
 from cpplan.hf.padding import padding_wave
 from cpplan.hf.wave_runner import packed_logprobs, packed_logprobs_and_entropies
 from cpplan.integrations.packed_step import agreed_num_waves
+from cpplan.integrations.verl.engine_meter import default_memory, measured, single_rank_waves
 from cpplan.integrations.verl.rollout_batch import (
     PassTokens,
     RolloutStep,
@@ -51,7 +52,6 @@ from cpplan.integrations.verl.rollout_batch import (
     verl_layout,
     wave_samples,
 )
-from cpplan.integrations.verl.engine_meter import default_memory, measured, single_rank_waves
 from cpplan.planner import Planner
 
 MODEL_TYPE = "cpplan_language_model"
