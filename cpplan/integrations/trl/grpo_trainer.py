@@ -68,6 +68,8 @@ class GRPOTrainer(trl.GRPOTrainer):
         self.cpplan_planner = planner
         self.cpplan_kernels = kernels
         self.cpplan_tokens: StepTokens | None = None
+        self._cpplan_kept: tuple | None = None
+        """The last plan of a pass without gradients and its rows (:meth:`_cpplan_plan`)."""
         super().__init__(*args, **kwargs)
 
     def _get_per_token_logps_and_entropies(
@@ -103,7 +105,7 @@ class GRPOTrainer(trl.GRPOTrainer):
                 zeros = zeros + padding_waves(model, waves, recompute=recomputes(waves))
             return zeros, (zeros.clone() if compute_entropy else None), None
         workload, keys = grouped_workload(rows, keep_empty=compute_aux_loss)
-        result = self.cpplan_planner.plan(workload)
+        result = self._cpplan_plan(workload, (tuple(rows), compute_aux_loss))
         self.cpplan_tokens = StepTokens(padded=input_ids.numel(), packed=result.plan.packed_tokens)
         mode = "train" if self.model.training else "eval"
         self._metrics[mode]["cpplan/packed_tokens"].append(float(self.cpplan_tokens.packed))
@@ -124,6 +126,17 @@ class GRPOTrainer(trl.GRPOTrainer):
         logps = _scatter(found[0], rows, keys, shape)
         aux = found[2].loss() if compute_aux_loss else None
         return logps, (_scatter(found[1], rows, keys, shape) if compute_entropy else None), aux
+
+    def _cpplan_plan(self, workload, key: tuple):
+        """The plan of ``workload`` (``key``: its rows and whether empty rows join): the last one again
+        when the pass before, without gradients, planned the same rows (TRL scores one batch with the
+        old policy, the reference and, at one step per generation, the policy), else the planner's. A
+        pass with gradients takes such a plan at most once, so what it teaches plans the next pass."""
+        kept, self._cpplan_kept = self._cpplan_kept, None
+        result = kept[1] if kept is not None and kept[0] == key else self.cpplan_planner.plan(workload)
+        if not torch.is_grad_enabled():
+            self._cpplan_kept = (key, result)
+        return result
 
 
 def in_lock_step(model: torch.nn.Module) -> bool:
