@@ -21,6 +21,7 @@ from typing import TypeVar
 
 import numpy as np
 
+from cpplan.baselines.capacity import forget
 from cpplan.errors import NoFitError
 from cpplan.plans.plan import Plan
 from cpplan.plans.plan_writer import plan_to_dict
@@ -224,8 +225,10 @@ def timed(
 
 
 def cold_copy(problem: Problem) -> Problem:
-    """The same problem with a fresh, empty :class:`~cpplan.pricing.memo.PricingMemo`, so each timed
-    run starts cold (the prefix tree, built with the problem, is shared)."""
+    """The same problem with a fresh, empty :class:`~cpplan.pricing.memo.PricingMemo` and its card's
+    token capacities forgotten (:func:`cpplan.baselines.capacity.forget`), so each timed run starts
+    cold (the prefix tree, built with the problem, is shared)."""
+    forget(problem.card)
     return dataclasses.replace(problem)
 
 

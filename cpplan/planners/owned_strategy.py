@@ -59,7 +59,7 @@ def owned_plan(
     started = time.perf_counter()
     reserve_s = profile.timing.realize_reserve_s(problem.logical_tokens(range(problem.num_items)))
     search_by = deadline.less(reserve_s)
-    if best is None or proposed[0] is None or search_by.left_s() < profile.timing.min_search_s:
+    if best is None or search_by.left_s() < profile.timing.min_search_s:
         return proposed
     columns = pool_columns(problem, [p.waves for p in plans], max_free=params.ownership_columns)
     owned = compile_owned(problem, columns, window_chunks=params.ownership_window_chunks)
@@ -72,14 +72,22 @@ def owned_plan(
         solve_params = params.model_copy(update={"deterministic_time_s": limit_s})
     answer = solve_owned(owned, solve_params, time_limit_s=limit, deterministic=profile.deterministic)
     if answer.plan is None:
+        if proposed[0] is None:  # the proposer found nothing and neither did this: say both
+            return None, _with_status(proposer, f"ownership model: {answer.stats.status}")
         return _fallback(best, proposer, f"ownership model: {answer.stats.status}")
     stage_s = {**(proposer.stage_s if proposer else {}), "ownership_build": build_s}
     stage_s.update({f"ownership_{k}": v for k, v in answer.stats.stage_s.items()})
     stats = replace(answer.stats, wall_s=time.perf_counter() - started, stage_s=stage_s)
+    if proposer is not None and proposer.status.startswith("lns"):  # the windows' tally stays in view
+        stats = replace(stats, status=f"{proposer.status}; ownership model: {stats.status}")
     if answer.plan.cost_s > best.cost_s:  # only where the rounds mode's waiting tokens are a bound
         note = f"its plan priced {answer.plan.cost_s:.6f} s, above the hint's {best.cost_s:.6f} s: hint kept"
         return Plan(strategy="cpsat", waves=best.waves), replace(stats, status=f"{stats.status}; {note}")
     return answer.plan, stats
+
+
+def _with_status(stats: SolverStats | None, why: str) -> SolverStats:
+    return SolverStats(status=why) if stats is None else replace(stats, status=f"{stats.status}; {why}")
 
 
 def _fallback(best: Plan, proposer: SolverStats | None, why: str) -> tuple[Plan, SolverStats]:

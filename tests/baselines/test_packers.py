@@ -236,3 +236,32 @@ def test_seeded_strategy_wins_where_greedy_loses_and_is_reproducible():
     assert seeded.valid and seeded.cost_s <= verl.plan.cost_s * (1 + 1e-12)
     assert first.cost_s <= seeded.cost_s * (1 + 1e-12) and seeded.cost_s < greedy.cost_s
     assert dumps(strip_timing(first.to_dict())) == dumps(strip_timing(second.to_dict()))
+
+
+def test_token_capacities_are_computed_once_per_card_and_budget(monkeypatch):
+    """The baselines' token capacities (a bisection over the card's prices) are worked out once per
+    resolved card and budget: a second problem with the same card and budget (a trainer's next step)
+    prices nothing and gets the same numbers; after ``forget`` (a cold benchmark run) they are priced
+    again, equal; another budget is its own entry."""
+    from cpplan.baselines import capacity
+    from cpplan.baselines.base import cold_copy
+    from cpplan.pricing.problem import Problem
+
+    card = load_model("qwen3.6-35b-a3b")
+    workload = synthetic.grpo(
+        num_prompts=2, group_size=2, system_tokens=64, prompt_tokens=128, completion_tokens=32
+    )
+    problem = build_problem(workload, topology=Topology(cp=2), model=card, memory_bytes=8 * 2**30)
+    calls = []
+    real_price = capacity.price
+    monkeypatch.setattr(capacity, "price", lambda *a: calls.append(1) or real_price(*a))
+    first = (token_capacity(problem), per_gpu_token_capacity(problem))
+    assert calls
+    calls.clear()
+    again = Problem.build(workload, problem.settings)  # a next step: the same settings, so the same card
+    assert (token_capacity(again), per_gpu_token_capacity(again)) == first and not calls
+    cold_copy(problem)
+    assert (token_capacity(problem), per_gpu_token_capacity(problem)) == first and calls
+    calls.clear()
+    other = build_problem(workload, topology=Topology(cp=2), model=card, memory_bytes=4 * 2**30)
+    assert token_capacity(other) < first[0] and calls

@@ -135,3 +135,27 @@ def test_grpo_steps_equal_stock_trl(family, tmp_path):
     logged = [log for log in ours.state.log_history if "loss" in log]
     assert all(log["cpplan/packed_tokens"] < log["cpplan/padded_tokens"] for log in logged)
     assert ours.cpplan_tokens.packed < ours.cpplan_tokens.padded
+
+
+def test_a_batch_scored_without_gradients_is_planned_once(tmp_path, monkeypatch):
+    """TRL scores one batch several times (old policy, reference, then the policy at one step per
+    generation): passes without gradients over the same rows share one plan, the next pass with
+    gradients takes it once more, and a later pass plans again; other rows are planned anew. The
+    log-probs of a reused plan equal a freshly planned pass's."""
+    path = trl_setup.saved_model("qwen3", tmp_path / "model", torch.float64)
+    tr = trainer(GRPOTrainer, path, tmp_path / "out", torch.float64)
+    ids, mask, keep = padded_batch(tr)
+    planned = []
+    plan = tr.cpplan_planner.plan
+    monkeypatch.setattr(tr.cpplan_planner, "plan", lambda workload: planned.append(1) or plan(workload))
+    with torch.no_grad():
+        first = tr._get_per_token_logps_and_entropies(tr.model, ids, mask, keep)[0]
+        again = tr._get_per_token_logps_and_entropies(tr.model, ids, mask, keep)[0]
+    assert len(planned) == 1 and torch.equal(first, again)
+    with_grad = tr._get_per_token_logps_and_entropies(tr.model, ids, mask, keep)[0]
+    assert len(planned) == 1 and torch.allclose(with_grad.detach(), first, rtol=0, atol=1e-12)
+    tr._get_per_token_logps_and_entropies(tr.model, ids, mask, keep)
+    assert len(planned) == 2
+    with torch.no_grad():
+        tr._get_per_token_logps_and_entropies(tr.model, ids[:3], mask[:3], keep)
+    assert len(planned) == 3

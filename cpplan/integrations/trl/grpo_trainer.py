@@ -85,6 +85,8 @@ class GRPOTrainer(trl.GRPOTrainer):
         self.cpplan_meter = meter
         self.cpplan_verdicts: list[Verdict] = []
         """The verdict on every measured wave value handed to :meth:`cpplan.Planner.observe`, in order."""
+        self._cpplan_kept: tuple | None = None
+        """The last plan of a pass without gradients and its rows (:meth:`_cpplan_plan`)."""
         super().__init__(*args, **kwargs)
         if self.cpplan_planner is None:
             derived = card_from_config(self.model.config, dtype_bytes=_parameter_bytes(self.model))
@@ -127,7 +129,7 @@ class GRPOTrainer(trl.GRPOTrainer):
         if all(not row.completion for row in rows) and not compute_aux_loss:
             return self._no_completion_pass(model, shape, input_ids.device, sharded, compute_entropy)
         workload, keys = grouped_workload(rows, keep_empty=compute_aux_loss)
-        result = self.cpplan_planner.plan(workload)
+        result = self._cpplan_plan(workload, (tuple(rows), compute_aux_loss))
         self.cpplan_tokens = StepTokens(padded=input_ids.numel(), packed=result.plan.packed_tokens)
         mode = "train" if self.model.training else "eval"
         self._metrics[mode]["cpplan/packed_tokens"].append(float(self.cpplan_tokens.packed))
@@ -181,6 +183,17 @@ class GRPOTrainer(trl.GRPOTrainer):
                 "cpplan/observed_values": float(len(self.cpplan_verdicts)),
             }
         super().log(logs, start_time)
+
+    def _cpplan_plan(self, workload, key: tuple):
+        """The plan of ``workload`` (``key``: its rows and whether empty rows join): the last one again
+        when the pass before, without gradients, planned the same rows (TRL scores one batch with the
+        old policy, the reference and, at one step per generation, the policy), else the planner's. A
+        pass with gradients takes such a plan at most once, so what it teaches plans the next pass."""
+        kept, self._cpplan_kept = self._cpplan_kept, None
+        result = kept[1] if kept is not None and kept[0] == key else self.cpplan_planner.plan(workload)
+        if not torch.is_grad_enabled():
+            self._cpplan_kept = (key, result)
+        return result
 
     def _no_completion_pass(self, model, shape, device, sharded: bool, compute_entropy: bool):
         """The pass of rows without a completion token to score (every one masked, as
