@@ -11,8 +11,8 @@
 - verl: its padding-free micro-batches run every sample's tokens unshared, so cpplan's drop-in keeps
   the token count and changes the split: micro-batches and largest micro-batch of verl's own
   ``rearrange_micro_batches`` (cap = the card's one-GPU token capacity at ``--memory``) against
-  cpplan's ``prepare_micro_batches``; the tree-packed column is what tree execution inside verl's
-  engine would run (not available in verl today: docs/integrations.md).
+  cpplan's ``prepare_micro_batches``; the tree-packed column is what cpplan's verl engine
+  (``CpplanFSDPEngine``, docs/integrations.md) runs with the waves tree-packed.
 """
 
 from __future__ import annotations

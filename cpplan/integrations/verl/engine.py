@@ -112,7 +112,8 @@ class CpplanFSDPEngine(FSDPEngineWithLMHead):
     are read (default: the CUDA allocator on CUDA, none elsewhere). Attributes: ``cpplan_planner``,
     ``cpplan_memory``, ``cpplan_clock``, ``cpplan_observe`` (default on unless ``CPPLAN_OBSERVE=0``),
     ``cpplan_kernels`` (for :func:`cpplan.hf.packed_logprobs`), ``cpplan_tokens`` (the last pass's
-    :class:`PassTokens`) and ``cpplan_result`` (its plan)."""
+    :class:`PassTokens`), ``cpplan_result`` (its plan) and ``cpplan_micro_batches`` (the micro-batches
+    it ran: the plan's waves, then padding waves up to the most any DP rank planned)."""
 
     def __init__(self, model_config, engine_config, optimizer_config, checkpoint_config, **cpplan) -> None:
         if engine_config.strategy != "fsdp2":
@@ -132,6 +133,7 @@ class CpplanFSDPEngine(FSDPEngineWithLMHead):
         self.cpplan_kernels = os.environ.get("CPPLAN_KERNELS", "auto")
         self.cpplan_tokens: PassTokens | None = None
         self.cpplan_result = None
+        self.cpplan_micro_batches = 0
 
     def forward_backward_batch(self, data, loss_function, forward_only=False):
         reason = self.stock_reason(data)
@@ -150,6 +152,7 @@ class CpplanFSDPEngine(FSDPEngineWithLMHead):
         self.cpplan_tokens = step.tokens(result.plan.packed_tokens)
         waves = wave_samples(step, result)
         total = agreed_num_waves(len(waves), group=group, device=get_device_id())
+        self.cpplan_micro_batches = total
         observed = single_rank_waves(result)
         outputs = []
         for k in range(total):
