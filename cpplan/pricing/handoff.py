@@ -28,7 +28,7 @@ tokens once. Nothing without a crossing.
 :func:`rounds_handoff` and :func:`parallel_handoff` are the one price of each mode (the planners' choice,
 the wave's cost, the CP-SAT columns and ``benchmarks/cp_scaling.py`` all read them);
 :func:`handoff_modes` prices a wave every way from the same pieces, head-parallel
-(:func:`cpplan.pricing.head_parallel.head_parallel_handoff`) included where the card offers it.
+(:func:`head_parallel_handoff`) included where the card offers it.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from typing import Literal
 
 import numpy as np
 
+from cpplan.pricing.head_parallel import head_parallel_price
 from cpplan.spec.card import HandoffSeconds
 
 HandoffMode = Literal["rounds", "parallel", "head_parallel"]
@@ -195,6 +196,18 @@ def _num_crossings(pieces: Pieces) -> int:
     return int(np.unique(pieces.source[pieces.source >= 0]).size)
 
 
+def head_parallel_handoff(
+    layout, owner: np.ndarray, chunk_tokens: int, num_ranks: int, seconds: HandoffSeconds
+) -> Handoff | None:
+    """A packed layout's GDN layers run head-parallel under a chunk ownership
+    (:mod:`cpplan.pricing.head_parallel`); ``None`` where the card does not offer it (or at one rank)."""
+    priced = head_parallel_price(layout, owner, chunk_tokens, num_ranks, seconds)
+    if priced is None:
+        return None
+    moved, levels, cost = priced
+    return Handoff(rounds=1, moved_rows=moved, levels=levels, seconds=cost, mode=HEAD_PARALLEL)
+
+
 def handoff_modes(
     layout, owner: np.ndarray, chunk_tokens: int, num_ranks: int, seconds: HandoffSeconds
 ) -> dict[HandoffMode, Handoff]:
@@ -204,8 +217,6 @@ def handoff_modes(
     none."""
     if num_ranks == 1 or not seconds.priced:
         return {mode: Handoff(mode=mode) for mode in HANDOFF_MODES}
-    from cpplan.pricing.head_parallel import head_parallel_handoff
-
     pieces = chunk_pieces(layout.seg_offset, layout.seg_length, layout.seg_parent, owner, chunk_tokens)
     modes = {
         ROUNDS: rounds_handoff(pieces, num_ranks, seconds),

@@ -16,14 +16,13 @@ The recurrence itself stays in the per-rank terms, which count each rank's own `
 head-parallel runs ``P / cp`` token-equivalents on every rank (``P`` tokens at ``1 / cp`` of the heads),
 at most the busiest rank's ``T_r``, so the per-rank price is never below what runs (on a wave balanced
 by tokens it is exact). The card offers the mode only where its value heads divide over the CP ranks
-(``head_parallel_when``); elsewhere :func:`head_parallel_handoff` returns ``None``.
+(``head_parallel_when``); elsewhere :func:`head_parallel_price` returns ``None``.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from cpplan.pricing.handoff import HEAD_PARALLEL, Handoff
 from cpplan.spec.card import HandoffSeconds
 
 
@@ -52,12 +51,12 @@ def tree_levels(seg_parent: np.ndarray) -> int:
     return int(depth.max()) + 1 if depth.size else 0
 
 
-def head_parallel_handoff(
+def head_parallel_price(
     layout, owner: np.ndarray, chunk_tokens: int, num_ranks: int, seconds: HandoffSeconds
-) -> Handoff | None:
+) -> tuple[float, int, float] | None:
     """A packed layout's GDN layers run head-parallel under a chunk ownership: the rows its busiest rank
     moves per all-to-all, its tree levels and the seconds they cost; ``None`` where the card does not
-    offer the mode (or at one rank)."""
+    offer the mode (or at one rank). :func:`cpplan.pricing.handoff.head_parallel_handoff` wraps it."""
     if num_ranks == 1 or not seconds.head_parallel_priced:
         return None
     tokens = owned_tokens(owner, chunk_tokens, layout.packed_tokens, num_ranks)
@@ -68,7 +67,7 @@ def head_parallel_handoff(
         + moved * seconds.head_s_per_token
         + max(levels - 1, 0) * seconds.head_level_s
     )
-    return Handoff(rounds=1, moved_rows=moved, levels=levels, seconds=float(cost), mode=HEAD_PARALLEL)
+    return moved, levels, float(cost)
 
 
-__all__ = ["head_parallel_handoff", "moved_rows", "owned_tokens", "tree_levels"]
+__all__ = ["head_parallel_price", "moved_rows", "owned_tokens", "tree_levels"]
