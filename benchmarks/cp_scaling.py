@@ -1,13 +1,14 @@
 """CP scaling efficiency of the time model: one sequence, its parts, and held-out workloads.
 
 - ``single``: one request of 4K, 32K and 128K tokens at CP 2, 4 and 8, the wave priced as the planner
-  prices it (the cheapest contiguous ownership) plus the step terms, with the GDN hand-off in rounds
-  (what ``cpplan.hf`` executes) and in parallel state passing (issue 25 item 3).
+  prices it (the cheapest contiguous ownership) plus the step terms, with the GDN layers in each mode
+  ``cpplan.hf`` executes: the hand-off in rounds, in parallel state passing (issue 25 item 3), and
+  head-parallel (issue 32: two all-to-alls per GDN layer and pass, no hand-off).
 - ``components``: the parts the published figures measure, from the same card: one attention layer
   (attention pairs forward and backward, the key/value all-gather bytes and latency) at 8K tokens per
   GPU on 8 GPUs, split evenly by tokens (contiguous, as the all-gather scheme runs) and zigzag, against
   ring-flash-attention's 0.58 (all-gather) and 0.76-0.90 (zigzag); one GDN layer's recurrence and
-  hand-off at 32K tokens on 4 GPUs against fla's CP, 0.68.
+  hand-off (or head-parallel all-to-alls) at 32K tokens on 4 GPUs against fla's CP, 0.68.
 - ``held_out``: for each held-out workload (other seeds and records than the bench suite's) and CP size
   at 40 GiB per rank, the greedy planner's step seconds (dp = 1).
 
@@ -26,7 +27,14 @@ import numpy as np
 from cpplan.bench import synthetic
 from cpplan.bench.suites import sharegpt, sharegpt_available
 from cpplan.planners.greedy import greedy_plan
-from cpplan.pricing.handoff import chunk_pieces, handoff_modes, parallel_handoff, rounds_handoff
+from cpplan.pricing.handoff import (
+    HANDOFF_MODES,
+    chunk_pieces,
+    handoff_modes,
+    parallel_handoff,
+    rounds_handoff,
+)
+from cpplan.pricing.head_parallel import moved_rows
 from cpplan.pricing.problem import Problem
 from cpplan.pricing.wave import price_wave
 from cpplan.spec.card import HandoffSeconds, load_model
@@ -94,9 +102,10 @@ def single() -> dict:
         table[str(tokens)] = {"1": {"step_s": alone}}
         for cp in CPS[1:]:
             found = single_wave(tokens, cp)
+            modes = [mode for mode in HANDOFF_MODES if mode in found]
             table[str(tokens)][str(cp)] = {
-                "step_s": {mode: found[mode] for mode in ("rounds", "parallel")},
-                "efficiency": {mode: alone / (cp * found[mode]) for mode in ("rounds", "parallel")},
+                "step_s": {mode: found[mode] for mode in modes},
+                "efficiency": {mode: alone / (cp * found[mode]) for mode in modes},
                 "rounds": found["rounds_count"],
                 "chosen": found["chosen"],
             }
@@ -153,8 +162,11 @@ def gdn_component(cp: int, tokens: int, mode: str) -> float:
     pieces = chunk_pieces(np.array([0]), np.array([tokens]), np.array([-1]), np.arange(cp), int(tokens // cp))
     if mode == "rounds":
         handoff = rounds_handoff(pieces, cp, per_layer).seconds
-    else:
+    elif mode == "parallel":
         handoff = parallel_handoff(pieces, np.array([0]), np.array([-1]), cp, per_layer).seconds
+    else:  # head-parallel: the whole sequence at 1 / cp of the heads (= local tokens), two all-to-alls
+        rows = moved_rows(np.full(cp, tokens // cp))
+        handoff = (h.head_collective_s + rows * h.head_s_per_token) * 2 / 3 / layers
     t_one = tokens * per_token
     return t_one / (cp * (local * per_token + handoff))
 
@@ -166,6 +178,7 @@ def components() -> dict:
         "attention_zigzag_cp8_8k_per_gpu": attention_component(8, 8192, "zigzag"),
         "gdn_rounds_cp4_32k": gdn_component(4, 32768, "rounds"),
         "gdn_parallel_cp4_32k": gdn_component(4, 32768, "parallel"),
+        "gdn_head_parallel_cp4_32k": gdn_component(4, 32768, "head_parallel"),
     }
     print({k: round(v, 3) for k, v in found.items()}, flush=True)
     return found
@@ -198,11 +211,12 @@ if __name__ == "__main__":
 
 def markdown(result: dict) -> str:
     """The single-sequence and component tables of ``result`` as docs/time_model.md shows them."""
-    lines = ["| tokens | T(1) | CP2 rounds / parallel | CP4 rounds / parallel | CP8 rounds / parallel |"]
+    heads = "rounds / parallel / head-parallel (chosen)"
+    lines = [f"| tokens | T(1) | CP2 {heads} | CP4 {heads} | CP8 {heads} |"]
     lines.append("| --- | --- | --- | --- | --- |")
     for tokens, row in result["single"].items():
         cells = [
-            f"{row[c]['efficiency']['rounds']:.2f} / {row[c]['efficiency']['parallel']:.2f}"
+            " / ".join(f"{v:.2f}" for v in row[c]["efficiency"].values()) + f" ({row[c]['chosen']})"
             for c in ("2", "4", "8")
         ]
         lines.append(f"| {int(tokens):,} | {row['1']['step_s']:.3f} s | {' | '.join(cells)} |")
@@ -218,6 +232,8 @@ def markdown(result: dict) -> str:
         f"| GDN layer, CP4, 32K tokens, rounds | {found['gdn_rounds_cp4_32k']:.2f} | "
         f"{published['gdn_fla_cp4_32k']} (fla CP, parallel) |",
         f"| GDN layer, CP4, 32K tokens, parallel state passing | {found['gdn_parallel_cp4_32k']:.2f} | "
+        f"{published['gdn_fla_cp4_32k']} (fla CP, parallel) |",
+        f"| GDN layer, CP4, 32K tokens, head-parallel | {found['gdn_head_parallel_cp4_32k']:.2f} | "
         f"{published['gdn_fla_cp4_32k']} (fla CP, parallel) |",
     ]
     return "\n".join(lines)

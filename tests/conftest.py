@@ -49,6 +49,19 @@ def qwen36() -> cpplan.ModelCard:
     return cpplan.load_model("qwen3.6-35b-a3b")
 
 
+def without_head_parallel(card: cpplan.ModelCard) -> cpplan.ModelCard:
+    """``card`` with head-parallel GDN not offered anywhere (``head_parallel_when = "false"``): the
+    choice between rounds and parallel passing alone, as before the third mode."""
+    handoff = card.cost.handoff.model_copy(update={"head_parallel_when": "false"})
+    return card.model_copy(update={"cost": card.cost.model_copy(update={"handoff": handoff})})
+
+
+@pytest.fixture(scope="session")
+def qwen36_two_modes(qwen36) -> cpplan.ModelCard:
+    """The shipped Qwen3.6-35B-A3B card offering only the rounds and parallel passing."""
+    return without_head_parallel(qwen36)
+
+
 @pytest.fixture(scope="session")
 def qwen3_8b() -> cpplan.ModelCard:
     """The shipped Qwen3-8B card."""

@@ -12,7 +12,10 @@ Per rank, the layer's own input projections run on the owned tokens. Two states 
   (``gdn_handoff``): ``"rounds"``, pieces run round by round (:class:`~cpplan.hf.geometry.Pieces`) and
   after each round one publish sends the final states that pieces on other ranks start from
   (``value heads x key dim x value dim`` per crossing); ``"parallel"``, every rank runs at once and
-  one publish per layer sends each crossing's affine state map (:mod:`cpplan.hf.gdn_parallel`).
+  one publish per layer sends each crossing's affine state map (:mod:`cpplan.hf.gdn_parallel`);
+  ``"head_parallel"``, no state crosses: two all-to-alls move the convolved rows from token shards to
+  head shards and the outputs back, each rank running the whole wave for its heads
+  (:mod:`cpplan.hf.gdn_heads`).
 
 Then the layer's gated RMSNorm and output projection run per token.
 """
@@ -24,17 +27,34 @@ import torch
 import torch.nn.functional as F
 
 from cpplan.hf.delta_rule import compute_dtype
+from cpplan.hf.gdn_heads import head_parallel_core
 from cpplan.hf.gdn_parallel import parallel_recurrence, run_pieces
+from cpplan.pricing.handoff import HEAD_PARALLEL
 from cpplan.pricing.handoff_mode import PARALLEL, ROUNDS
 
 
 def gdn_layer(layer, hs: dict, geo, comm, *, kernels: str = "auto", handoff: str = ROUNDS) -> dict:
     """The mixer output ``(T_r, hidden)`` of every local rank from its normed states ``hs[r]``; the
-    recurrent states cross ranks as ``handoff`` says (the wave's ``gdn_handoff``: ``"rounds"``, or
-    ``"parallel"``, :mod:`cpplan.hf.gdn_parallel`)."""
+    recurrent states cross ranks as ``handoff`` says (the wave's ``gdn_handoff``: ``"rounds"``,
+    ``"parallel"``, :mod:`cpplan.hf.gdn_parallel`, or ``"head_parallel"``, :mod:`cpplan.hf.gdn_heads`)."""
     gdn = layer.mixer
     mixed = {r: gdn.in_proj_qkv(hs[r]) for r in comm.ranks}
     convolved = conv_with_tails(gdn, mixed, geo, comm)
+    if handoff == HEAD_PARALLEL:
+        core = head_parallel_core(gdn, convolved, hs, geo, comm, kernels=kernels)
+    else:
+        core = _recurrence_core(gdn, convolved, hs, geo, comm, kernels, handoff)
+    out = {}
+    for r in comm.ranks:
+        z = gdn.in_proj_z(hs[r]).reshape(-1, gdn.head_v_dim)
+        normed = gdn.norm(core[r].reshape(-1, gdn.head_v_dim), z)
+        out[r] = gdn.out_proj(normed.reshape(hs[r].shape[0], gdn.value_dim))
+    return out
+
+
+def _recurrence_core(gdn, convolved: dict, hs: dict, geo, comm, kernels: str, handoff: str) -> dict:
+    """The core outputs with the recurrence run on each rank's own tokens, the states handed over in
+    rounds or in parallel."""
     heads = {}
     for r in comm.ranks:
         q, k, v = torch.split(convolved[r], [gdn.key_dim, gdn.key_dim, gdn.value_dim], dim=-1)
@@ -48,13 +68,7 @@ def gdn_layer(layer, hs: dict, geo, comm, *, kernels: str = "auto", handoff: str
             gdn.in_proj_b(hs[r]).sigmoid(),
         )
     run = parallel_recurrence if handoff == PARALLEL else recurrence
-    core = run(gdn, heads, geo, comm, kernels=kernels)
-    out = {}
-    for r in comm.ranks:
-        z = gdn.in_proj_z(hs[r]).reshape(-1, gdn.head_v_dim)
-        normed = gdn.norm(core[r].reshape(-1, gdn.head_v_dim), z)
-        out[r] = gdn.out_proj(normed.reshape(hs[r].shape[0], gdn.value_dim))
-    return out
+    return run(gdn, heads, geo, comm, kernels=kernels)
 
 
 def conv_sources(geo, taps: int) -> tuple[np.ndarray, dict[int, np.ndarray]]:

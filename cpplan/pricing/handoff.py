@@ -27,7 +27,8 @@ tokens once. Nothing without a crossing.
 
 :func:`rounds_handoff` and :func:`parallel_handoff` are the one price of each mode (the planners' choice,
 the wave's cost, the CP-SAT columns and ``benchmarks/cp_scaling.py`` all read them);
-:func:`handoff_modes` prices a wave both ways from the same pieces.
+:func:`handoff_modes` prices a wave every way from the same pieces, head-parallel
+(:func:`head_parallel_handoff`) included where the card offers it.
 """
 
 from __future__ import annotations
@@ -37,20 +38,25 @@ from typing import Literal
 
 import numpy as np
 
+from cpplan.pricing.head_parallel import head_parallel_price
 from cpplan.spec.card import HandoffSeconds
 
-HandoffMode = Literal["rounds", "parallel"]
+HandoffMode = Literal["rounds", "parallel", "head_parallel"]
 ROUNDS: HandoffMode = "rounds"
 PARALLEL: HandoffMode = "parallel"
-HANDOFF_MODES: tuple[HandoffMode, ...] = (ROUNDS, PARALLEL)
-"""How a wave's GDN states pass between ranks: round by round, or all at once (parallel)."""
+HEAD_PARALLEL: HandoffMode = "head_parallel"
+HANDOFF_MODES: tuple[HandoffMode, ...] = (ROUNDS, PARALLEL, HEAD_PARALLEL)
+"""How a wave's GDN states pass between ranks: round by round, all at once (parallel), or not at all
+(head-parallel: every rank runs the whole wave's recurrence for its share of the heads, between two
+all-to-alls per GDN layer and pass; priced in :mod:`cpplan.pricing.head_parallel`)."""
 
 
 @dataclass(frozen=True, kw_only=True)
 class Handoff:
     """A wave's hand-off in one ``mode``: its pieces' rounds, handed-over states, the recurrence tokens
     that wait (on earlier rounds, or at the parallel exchange), the tokens the busiest rank reruns
-    (parallel), and the seconds they cost."""
+    (parallel), the token rows the busiest rank moves per all-to-all and the prefix-tree levels run one
+    after another (head-parallel), and the seconds they cost."""
 
     rounds: int = 1
     crossings: int = 0
@@ -58,6 +64,8 @@ class Handoff:
     rerun_tokens: int = 0
     seconds: float = 0.0
     mode: HandoffMode = "rounds"
+    moved_rows: float = 0.0
+    levels: int = 0
 
 
 NO_HANDOFF = Handoff()
@@ -188,18 +196,36 @@ def _num_crossings(pieces: Pieces) -> int:
     return int(np.unique(pieces.source[pieces.source >= 0]).size)
 
 
+def head_parallel_handoff(
+    layout, owner: np.ndarray, chunk_tokens: int, num_ranks: int, seconds: HandoffSeconds
+) -> Handoff | None:
+    """A packed layout's GDN layers run head-parallel under a chunk ownership
+    (:mod:`cpplan.pricing.head_parallel`); ``None`` where the card does not offer it (or at one rank)."""
+    priced = head_parallel_price(layout, owner, chunk_tokens, num_ranks, seconds)
+    if priced is None:
+        return None
+    moved, levels, cost = priced
+    return Handoff(rounds=1, moved_rows=moved, levels=levels, seconds=cost, mode=HEAD_PARALLEL)
+
+
 def handoff_modes(
     layout, owner: np.ndarray, chunk_tokens: int, num_ranks: int, seconds: HandoffSeconds
 ) -> dict[HandoffMode, Handoff]:
-    """A packed layout's hand-off under a chunk ownership priced in every mode, each from the same
-    pieces: ``{"rounds": ..., "parallel": ...}`` (nothing at one rank, or when the card prices none)."""
+    """A packed layout's hand-off under a chunk ownership priced in every mode the card offers, each
+    from the same ownership: ``{"rounds": ..., "parallel": ...}``, and ``"head_parallel"`` where the
+    card prices it (:mod:`cpplan.pricing.head_parallel`); nothing at one rank, or when the card prices
+    none."""
     if num_ranks == 1 or not seconds.priced:
         return {mode: Handoff(mode=mode) for mode in HANDOFF_MODES}
     pieces = chunk_pieces(layout.seg_offset, layout.seg_length, layout.seg_parent, owner, chunk_tokens)
-    return {
+    modes = {
         ROUNDS: rounds_handoff(pieces, num_ranks, seconds),
         PARALLEL: parallel_handoff(pieces, layout.seg_offset, layout.seg_parent, num_ranks, seconds),
     }
+    heads = head_parallel_handoff(layout, owner, chunk_tokens, num_ranks, seconds)
+    if heads is not None:
+        modes[HEAD_PARALLEL] = heads
+    return modes
 
 
 def wave_handoff(

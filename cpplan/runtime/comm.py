@@ -6,7 +6,11 @@ rank-major. Keys and values, conv tails, recurrent states and the final log-prob
 this way, so one primitive carries every hand-off and its backward.
 
 Across processes a publish is a padded ``all_gather``; its backward is an ``all_reduce`` (sum) of the
-gradient of the gathered rows, of which each rank keeps its own. Every collective must be issued in the
+gradient of the gathered rows, of which each rank keeps its own. The one other exchange is an
+*all-to-all* (:meth:`SimulatedComm.all_to_all`): each rank sends each rank its own block of rows (the
+head-parallel GDN layers' move from token shards to head shards and back, :mod:`cpplan.hf.gdn_heads`);
+across processes one ``all_to_all_single``, whose backward is the all-to-all of the gradients the other
+way. Every collective must be issued in the
 same order on every rank, forward and backward. Forward order follows from the plan alone. Backward
 order is forced: every publish also takes and returns an *ordering token* (a zero scalar), so the
 autograd graph chains the publishes and the engine must run their backwards in exactly the reverse
@@ -15,6 +19,7 @@ order, on every rank, even where a rank uses none of the rows it received.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
@@ -38,6 +43,17 @@ class SimulatedComm:
         """Same as :meth:`publish` in one process."""
         return self.publish(rows, counts)
 
+    def all_to_all(
+        self, sends: dict[int, list[torch.Tensor]], shapes: dict[int, list[tuple[int, ...]]]
+    ) -> dict[int, list[torch.Tensor]]:
+        """``sends[s][d]``, the block rank ``s`` sends rank ``d``, as ``received[d][s]``; ``shapes[d][s]``
+        is the shape rank ``d`` expects from rank ``s`` (checked here)."""
+        received = {d: [sends[s][d] for s in self.ranks] for d in self.ranks}
+        for d in self.ranks:
+            for s in self.ranks:
+                assert tuple(received[d][s].shape) == tuple(shapes[d][s]), (s, d, received[d][s].shape)
+        return received
+
 
 class ProcessGroupComm:
     """This process is CP rank ``dist.get_rank(group)`` of a group of ``num_ranks`` processes."""
@@ -60,6 +76,24 @@ class ProcessGroupComm:
         """All ranks' rows, for an output every rank then uses identically (each rank backpropagates
         the same loss): backward keeps the local gradient of this rank's rows, no communication."""
         return self._gather(rows[self.rank], counts, reduce_backward=False)
+
+    def all_to_all(
+        self, sends: dict[int, list[torch.Tensor]], shapes: dict[int, list[tuple[int, ...]]]
+    ) -> dict[int, list[torch.Tensor]]:
+        """This rank's blocks ``sends[rank][d]`` to every rank ``d`` (one ``all_to_all_single`` of their
+        flattened concatenation), and the blocks every rank ``s`` sent it, of shapes
+        ``shapes[rank][s]``; backward sends each received block's gradient back to its sender."""
+        blocks = sends[self.rank]
+        assert len(blocks) == self.num_ranks
+        dtype = blocks[0].dtype
+        flat = torch.cat([b.reshape(-1).to(dtype) for b in blocks])
+        send_splits = tuple(b.numel() for b in blocks)
+        recv_shapes = [tuple(shape) for shape in shapes[self.rank]]
+        recv_splits = tuple(math.prod(shape) for shape in recv_shapes)
+        token = self.token.to(dtype) if self.token.dtype != dtype else self.token
+        out, self.token = _AllToAll.apply(flat, token, send_splits, recv_splits, self.group)
+        parts = torch.split(out, list(recv_splits))
+        return {self.rank: [p.reshape(shape) for p, shape in zip(parts, recv_shapes, strict=True)]}
 
     def _gather(self, local: torch.Tensor, counts: Sequence[int], *, reduce_backward: bool) -> torch.Tensor:
         token = self.token.to(local.dtype) if self.token.dtype != local.dtype else self.token
@@ -88,6 +122,36 @@ class _GatherRows(torch.autograd.Function):
             dist.all_reduce(grad, group=ctx.group)
         start = sum(ctx.counts[: ctx.rank])
         return grad[start : start + ctx.counts[ctx.rank]], grad_token, None, None, None, None
+
+
+class _AllToAll(torch.autograd.Function):
+    """``all_to_all_single`` of a flat buffer with per-rank split sizes (elements), threading the
+    ordering token through; backward is the same exchange of the gradients with the splits swapped."""
+
+    @staticmethod
+    def forward(ctx, flat, token, send_splits, recv_splits, group):
+        ctx.send_splits, ctx.recv_splits, ctx.group = send_splits, recv_splits, group
+        out = flat.new_empty(sum(recv_splits))
+        dist.all_to_all_single(
+            out,
+            flat.contiguous(),
+            output_split_sizes=list(recv_splits),
+            input_split_sizes=list(send_splits),
+            group=group,
+        )
+        return out, token.clone()
+
+    @staticmethod
+    def backward(ctx, grad, grad_token):
+        back = grad.new_empty(sum(ctx.send_splits))
+        dist.all_to_all_single(
+            back,
+            grad.contiguous(),
+            output_split_sizes=list(ctx.send_splits),
+            input_split_sizes=list(ctx.recv_splits),
+            group=ctx.group,
+        )
+        return back, grad_token, None, None, None
 
 
 def sum_gradients(model: torch.nn.Module, group: dist.ProcessGroup | None = None) -> None:

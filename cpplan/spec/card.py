@@ -217,6 +217,17 @@ class Handoff(_Strict):
     state_seconds: Formula = 0
     wait_seconds_per_token: Formula = 0
     when: str = "true"
+    head_parallel_seconds_per_token: Formula = 0
+    """Head-parallel (no state crosses; :mod:`cpplan.pricing.head_parallel`): seconds per token-row
+    moved by the two all-to-alls of every GDN layer and pass, at the row's full width."""
+    head_parallel_collective_seconds: Formula = 0
+    """Head-parallel: the latency of all of a wave's all-to-alls."""
+    head_parallel_level_seconds: Formula = 0
+    """Head-parallel: one more serial recurrence call per GDN layer and pass, per prefix-tree level
+    beyond the first."""
+    head_parallel_when: str = "false"
+    """Where head-parallel is offered (its three prices 0 elsewhere): the GDN value heads must divide
+    over the CP ranks."""
     doc: str = ""
 
 
@@ -454,7 +465,17 @@ class ModelCard(_Strict):
             name: _value(getattr(handoff, name), env, where, f"cost.handoff.{name}")
             for name in _HANDOFF_FIELDS.values()
         }
-        return HandoffSeconds(**{key: values[name] for key, name in _HANDOFF_FIELDS.items()})
+        if _holds(handoff.head_parallel_when, env, where, "cost.handoff.head_parallel"):
+            values.update(
+                {
+                    name: _value(getattr(handoff, name), env, where, f"cost.handoff.{name}")
+                    for name in _HEAD_PARALLEL_FIELDS.values()
+                }
+            )
+            fields = _HANDOFF_FIELDS | _HEAD_PARALLEL_FIELDS
+        else:
+            fields = _HANDOFF_FIELDS
+        return HandoffSeconds(**{key: values[name] for key, name in fields.items()})
 
 
 _HANDOFF_FIELDS = {
@@ -463,6 +484,14 @@ _HANDOFF_FIELDS = {
     "wait_s_per_token": "wait_seconds_per_token",
 }
 """:class:`HandoffSeconds` fields and the :class:`Handoff` formulas they resolve."""
+
+_HEAD_PARALLEL_FIELDS = {
+    "head_s_per_token": "head_parallel_seconds_per_token",
+    "head_collective_s": "head_parallel_collective_seconds",
+    "head_level_s": "head_parallel_level_seconds",
+}
+""":class:`HandoffSeconds`' head-parallel fields and the formulas they resolve (where
+``head_parallel_when`` holds)."""
 
 
 def _frozen(array: np.ndarray) -> np.ndarray:
@@ -504,11 +533,21 @@ def _value(formula: Formula, env: dict[str, float], where: str, field: str) -> f
 @dataclass(frozen=True, kw_only=True)
 class HandoffSeconds:
     """The resolved GDN hand-off (see :class:`Handoff`): seconds per extra round, per handed-over state
-    and per token of recurrence work that waits on an earlier round."""
+    and per token of recurrence work that waits on an earlier round; head-parallel's seconds per
+    token-row moved, its all-to-alls' latency and its seconds per extra tree level (all 0 where the card
+    does not offer it)."""
 
     round_s: float = 0.0
     state_s: float = 0.0
     wait_s_per_token: float = 0.0
+    head_s_per_token: float = 0.0
+    head_collective_s: float = 0.0
+    head_level_s: float = 0.0
+
+    @property
+    def head_parallel_priced(self) -> bool:
+        """Whether the card offers head-parallel here (prices its all-to-alls)."""
+        return self.head_s_per_token > 0 or self.head_collective_s > 0
 
     @property
     def priced(self) -> bool:
@@ -761,6 +800,10 @@ def _check_wave_formulas(card: ModelCard, env: dict[str, float], where: str) -> 
     if card.cost.handoff is not None:
         h = card.cost.handoff
         formulas["cost.handoff"] = (*(getattr(h, name) for name in _HANDOFF_FIELDS.values()), h.when)
+        formulas["cost.handoff.head_parallel"] = (
+            *(getattr(h, name) for name in _HEAD_PARALLEL_FIELDS.values()),
+            h.head_parallel_when,
+        )
     for field, group in formulas.items():
         for formula in group:
             if not isinstance(formula, str):

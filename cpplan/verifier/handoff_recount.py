@@ -10,7 +10,12 @@ tokens, less the busiest rank's total), each at the card's resolved hand-off sec
 costs, once there is a crossing, one collective, two states per distinct source piece (its map), and
 the tokens that wait at that exchange: the busiest rank's runs before it (a piece with no predecessor
 once; one with a predecessor that some piece continues from twice) plus the busiest rank's reruns after
-it (every piece with a predecessor), less the busiest rank's total.
+it (every piece with a predecessor), less the busiest rank's total. Head-parallel (where the card offers
+it) hands no state over: it costs its all-to-alls' latency, the token rows the busiest rank sends or
+receives per all-to-all (its owned tokens times ``(cp - 1) / cp``, or the others' tokens over ``cp``,
+whichever is more) at the card's seconds per row, and one serial level per prefix-tree level beyond the
+first (a segment's level is its parent's plus one); a plan naming it where the card does not offer it
+is refused.
 """
 
 from __future__ import annotations
@@ -40,6 +45,8 @@ def handoff_seconds(
     (:class:`~cpplan.verifier.rank_prices.Pieces`)."""
     if card.topology.cp == 1 or not card.handoff.priced or pieces.owner.size == 0:
         return 0.0
+    if mode == "head_parallel":
+        return _head_parallel(card, segments, pieces)
     walk = _walk(segments, offsets, pieces)
     if mode == "parallel":
         return _parallel(card, walk)
@@ -101,3 +108,19 @@ def _parallel(card: ResolvedCard, walk: _Walk) -> float:
 
     waiting = busiest(before) + busiest(after) - busiest(total)
     return seconds.round_s + 2 * len(walk.sources) * seconds.state_s + waiting * seconds.wait_s_per_token
+
+
+def _head_parallel(card: ResolvedCard, segments: list[Segment], pieces) -> float:
+    cp, seconds = card.topology.cp, card.handoff
+    if not seconds.head_parallel_priced:
+        return float("inf")
+    owned = [0] * cp
+    for rank, size in zip(pieces.owner.tolist(), pieces.length.tolist(), strict=True):
+        owned[rank] += size
+    total = sum(owned)
+    moved = max(max(t * (cp - 1) / cp, (total - t) / cp) for t in owned)
+    level: list[int] = []
+    for parent, *_ in segments:
+        level.append(level[parent] + 1 if parent >= 0 else 0)
+    extra_levels = max(level) if level else 0
+    return seconds.head_collective_s + moved * seconds.head_s_per_token + extra_levels * seconds.head_level_s

@@ -126,6 +126,11 @@ def price_ranks(
         _check_claims(w, rank, claimed.get(rank), local, peak, violations)
     compute = math.fsum(slowest.values())
     mode = wave.get("gdn_handoff", "rounds")
+    if mode == "head_parallel" and cp > 1 and card.handoff.priced and not card.handoff.head_parallel_priced:
+        violations.append(
+            f"wave {w}: gdn_handoff 'head_parallel' but the card does not offer it at CP {cp} (its GDN "
+            "value heads must divide over the CP ranks: cost.handoff.head_parallel_when)"
+        )
     cost = compute + card.wave_overhead_s + handoff_seconds(card, segments, offsets, pieces, mode)
     if "cost_s" in wave and not close(float(wave["cost_s"]), cost):
         violations.append(

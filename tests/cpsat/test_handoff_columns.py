@@ -14,9 +14,10 @@ from cpplan.pricing.wave import price_wave
 from cpplan.spec.settings import Settings
 
 
-def test_column_time_is_the_chosen_modes_cost(qwen36):
-    """A 20K-token request at CP 4 runs its hand-off in parallel: its column's time is its barriers plus
-    the parallel hand-off, below what the rounds would cost."""
+def test_column_time_is_the_chosen_modes_cost(qwen36_two_modes):
+    """A 20K-token request at CP 4 runs its hand-off in parallel (head-parallel not offered): its
+    column's time is its barriers plus the parallel hand-off, below what the rounds would cost."""
+    qwen36 = qwen36_two_modes
     workload = cpplan.Workload(
         items=(cpplan.Item(id="a", requests=(cpplan.Request(tokens=np.arange(20_000) % 997),)),)
     )

@@ -103,3 +103,24 @@ def test_gloo_parallel_state_passing_equals_unpacked(reference, spawned, world):
         assert max_rel_grad_diff(grads, records[0][ownership]["grads"]) <= 1e-8
         for record in records[1:]:
             assert max_abs_diff(record[run]["grads"], grads) == 0.0
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_gloo_head_parallel_equals_unpacked(reference, spawned, world):
+    """Head-parallel (per GDN layer an all-to-all of the convolved rows to head shards and one of the
+    outputs back, ``all_to_all_single`` over gloo; planned ranges and zigzag chunks), every rank's
+    log-probs and the summed gradients equal the unpacked run, the rounds and parallel passing, the
+    same on every rank."""
+    _, want, want_grads, _ = reference
+    records = spawned(world)
+    for ownership in ("planned", "zigzag"):
+        run = f"{ownership}_head_parallel"
+        for record in records:
+            assert max_abs_diff(record[run]["logprobs"], want) <= 1e-9
+            for other in (ownership, f"{ownership}_parallel"):
+                assert max_abs_diff(record[run]["logprobs"], record[other]["logprobs"]) <= 1e-9
+        grads = records[0][run]["grads"]
+        assert max_rel_grad_diff(grads, want_grads) <= 1e-8
+        assert max_rel_grad_diff(grads, records[0][ownership]["grads"]) <= 1e-8
+        for record in records[1:]:
+            assert max_abs_diff(record[run]["grads"], grads) == 0.0

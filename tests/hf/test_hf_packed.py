@@ -17,7 +17,9 @@ import cpplan
 import cpplan.hf.gdn as gdn_module
 from cpplan.hf import float64_internals, packed_logprobs, unpacked_logprobs
 from cpplan.hf.geometry import WaveGeometry
+from tests.conftest import without_head_parallel
 from tests.support.hf_models import (
+    CARD,
     gradients,
     max_abs_diff,
     max_rel_grad_diff,
@@ -27,6 +29,7 @@ from tests.support.hf_models import (
     random_tree_workload,
     tiny_model,
     weighted_sum,
+    with_gdn_handoff,
     zigzag,
 )
 
@@ -326,18 +329,31 @@ def test_unknown_kernels_are_refused(workload):
 
 def test_rank_owning_nothing():
     """A CP rank that owns no token (three 128-token chunks dealt over four ranks) still takes part,
-    and the other ranks' packed log-probs and gradients equal the unpacked run."""
+    and the other ranks' packed log-probs and gradients equal the unpacked run, with the GDN states in
+    rounds and head-parallel (the empty rank then runs its heads over the whole wave). The plan is the
+    two-mode card's (full sharing: three chunks)."""
     workload = mixed_workload(2, scale=0.12)
-    result = zigzag(plan(workload, 4), 4)
+    card = without_head_parallel(cpplan.load_model(CARD))
+    result = zigzag(
+        cpplan.plan(
+            workload,
+            topology=cpplan.Topology(cp=4),
+            model=card,
+            memory_bytes=80 * 2**30,
+            solver=cpplan.load_solver("deterministic"),
+        ),
+        4,
+    )
     batches = cpplan.materialize_wave(result, workload, wave=0)
     assert [b.num_tokens == 0 for b in batches] == [False, False, False, True]
     model = tiny_model("qwen3_5_moe")
     with float64_internals():
         want = unpacked_logprobs(model, workload)
         want_grads = gradients(model, weighted_sum(want))
-    logprobs, grads = _run(model, result, workload)
-    assert max_abs_diff(logprobs, want) <= LOGPROBS
-    assert max_rel_grad_diff(grads, want_grads) <= GRADS
+    for mode in ("rounds", "head_parallel"):
+        logprobs, grads = _run(model, with_gdn_handoff(result, mode), workload)
+        assert max_abs_diff(logprobs, want) <= LOGPROBS
+        assert max_rel_grad_diff(grads, want_grads) <= GRADS
 
 
 def test_plan_file_and_plan_object(references, workload, tmp_path):

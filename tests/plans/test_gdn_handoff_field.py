@@ -25,8 +25,10 @@ def _workload(lengths: list[int]) -> cpplan.Workload:
 
 
 @pytest.fixture(scope="module")
-def plans(qwen36):
-    """At CP 4: one long request (spans every rank) and many short ones (continuations are short)."""
+def plans(qwen36_two_modes):
+    """At CP 4, the card offering rounds and parallel passing: one long request (spans every rank) and
+    many short ones (continuations are short)."""
+    qwen36 = qwen36_two_modes
     out = {}
     for name, lengths in (("long", [20_000]), ("short", [700] * 24)):
         workload = _workload(lengths)

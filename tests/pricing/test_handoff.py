@@ -10,7 +10,14 @@ from hypothesis import strategies as st
 
 from cpplan import Plan, PrefixTree, Problem, Topology, load_model
 from cpplan.hf.geometry import WaveGeometry
-from cpplan.pricing.handoff import HANDOFF_MODES, chunk_pieces, rounds_handoff, wave_handoff
+from cpplan.pricing.handoff import (
+    HANDOFF_MODES,
+    HEAD_PARALLEL,
+    chunk_pieces,
+    handoff_modes,
+    rounds_handoff,
+    wave_handoff,
+)
 from cpplan.pricing.wave import price_wave
 from cpplan.runtime.materialize import materialize_wave
 from cpplan.spec.card import HandoffSeconds
@@ -94,8 +101,8 @@ def test_branches_on_their_own_ranks_run_in_parallel():
     st.integers(0, 2**32 - 1),
 )
 def test_verifier_prices_the_same_handoff(workload, spec, cp, kind, seed):
-    """The verifier's piece-by-piece hand-off seconds equal the evaluator's in both modes, rounds and
-    parallel (GDN card, any ownership)."""
+    """The verifier's piece-by-piece hand-off seconds equal the evaluator's in every mode the card
+    offers, rounds, parallel and head-parallel (GDN card, any ownership)."""
     cp = min(cp, int(PrefixTree([r.tokens for _, _, r in workload.requests()]).node_length.sum()))
     settings_ = Settings(
         topology=Topology(cp=cp), model=load_model("qwen3.6-35b-a3b"), memory_bytes=80 * 2**30
@@ -112,16 +119,21 @@ def test_verifier_prices_the_same_handoff(workload, spec, cp, kind, seed):
     cuts = np.concatenate([[0], np.flatnonzero(token_owner[1:] != token_owner[:-1]) + 1])
     runs = OwnerRuns(start=cuts, end=np.append(cuts[1:], packed), owner=token_owner[cuts])
     pieces = pieces_of(segments, offsets, runs)
-    for mode in HANDOFF_MODES:
+    modes = handoff_modes(layout, owner, 3, cp, problem.card.handoff)
+    # head-parallel is offered where the 32 GDN value heads divide over the ranks
+    assert set(modes) == set(HANDOFF_MODES) - ({HEAD_PARALLEL} if 32 % cp else set())
+    for mode in modes:
         priced = wave_handoff(layout, owner, 3, cp, problem.card.handoff, mode)
         assert priced.mode == mode
         recounted = handoff_seconds(problem.card, segments, offsets, pieces, mode)
         assert np.isclose(recounted, priced.seconds, rtol=1e-12, atol=0), mode
 
 
-def test_wave_cost_adds_the_handoff_only_under_cp(qwen36):
+def test_wave_cost_adds_the_handoff_only_under_cp(qwen36_two_modes):
     """A priced wave's cost is its slowest rank, the card's per-wave seconds and its hand-off; at CP1
-    there is no hand-off, at CP4 a single long request pays rounds and waiting."""
+    there is no hand-off, at CP4 a single long request pays rounds and waiting (the card offering
+    rounds and parallel passing: head-parallel pays no round)."""
+    qwen36 = qwen36_two_modes
     from cpplan.spec.workload import Item, Request, Workload
 
     workload = Workload(items=(Item(id="a", requests=(Request(tokens=np.arange(20_000) % 997),)),))

@@ -13,11 +13,12 @@ from cpplan.hf.gdn_parallel import ParallelPlan
 from cpplan.hf.geometry import WaveGeometry
 from cpplan.pricing.evaluator import wave_cost_s
 from cpplan.pricing.handoff import chunk_pieces, handoff_modes, parallel_handoff, rounds_handoff
-from cpplan.pricing.handoff_mode import PARALLEL, ROUNDS, choose_gdn_handoff
+from cpplan.pricing.handoff_mode import HEAD_PARALLEL, PARALLEL, ROUNDS, choose_gdn_handoff
 from cpplan.pricing.wave import price_wave
 from cpplan.runtime.materialize import materialize_wave
 from cpplan.spec.settings import Settings
 from cpplan.spec.workload import Item, Request, Workload
+from tests.conftest import without_head_parallel
 from tests.pricing.test_handoff import UNIT, _owners
 from tests.support.prefix_trees import LAYOUTS, build_problem, prefix_workloads
 
@@ -87,10 +88,12 @@ def test_parallel_price_counts_what_execution_runs(workload, spec, cp, kind, see
     )
 
 
-def test_planner_chooses_per_wave(qwen36):
-    """With the card's hand-off terms, one long request spanning four or eight ranks passes its states
-    in parallel; at CP 2 (the second rank's rerun waits as long as its round) and CP 1 the wave keeps
-    the rounds; the wave's cost counts the chosen mode's hand-off, the cheaper of the two."""
+def test_planner_chooses_per_wave(qwen36_two_modes):
+    """With the card's hand-off terms (head-parallel not offered), one long request spanning four or
+    eight ranks passes its states in parallel; at CP 2 (the second rank's rerun waits as long as its
+    round) and CP 1 the wave keeps the rounds; the wave's cost counts the chosen mode's hand-off, the
+    cheaper of the two."""
+    qwen36 = qwen36_two_modes
     long = Workload(items=(Item(id="a", requests=(Request(tokens=np.arange(20_000) % 997),)),))
     for cp, mode in ((1, ROUNDS), (2, ROUNDS), (4, PARALLEL), (8, PARALLEL)):
         problem = Problem.build(
@@ -117,23 +120,31 @@ def test_planner_chooses_per_wave(qwen36):
     st.integers(0, 2**32 - 1),
 )
 def test_wave_costs_the_cheaper_mode_and_no_crossing_changes_nothing(workload, spec, cp, kind, seed):
-    """On random trees and ownerships a wave's hand-off is the cheaper mode's (rounds on a tie) and
-    its cost adds exactly that; a wave without crossings keeps the rounds and adds nothing, so its
-    cost is what it was before the parallel mode was priced."""
+    """On random trees and ownerships a wave's hand-off is the cheapest mode's (rounds on a tie; the
+    card offering rounds and parallel, and then head-parallel too) and its cost adds exactly that; a
+    wave without crossings keeps the rounds and adds nothing, so its cost is what it was before the
+    parallel and head-parallel modes were priced."""
+    for card in (without_head_parallel(load_model("qwen3.6-35b-a3b")), load_model("qwen3.6-35b-a3b")):
+        _cheapest_mode_wins(workload, spec, cp, kind, seed, card)
+
+
+def _cheapest_mode_wins(workload, spec, cp, kind, seed, card) -> None:
     cp = min(cp, int(PrefixTree([r.tokens for _, _, r in workload.requests()]).node_length.sum()))
-    settings_ = Settings(
-        topology=Topology(cp=cp), model=load_model("qwen3.6-35b-a3b"), memory_bytes=80 * 2**30
-    )
+    settings_ = Settings(topology=Topology(cp=cp), model=card, memory_bytes=80 * 2**30)
     problem = dataclasses.replace(Problem.build(workload, settings_), chunk_tokens=3)
     items = list(range(problem.num_items))
     layout = problem.pack(items, spec)
     owner = _owners(problem, layout.packed_tokens, seed, kind)
     wave = price_wave(problem, items, layout, spec, owner)
     modes = handoff_modes(layout, owner, 3, cp, problem.card.handoff)
-    rounds_s, parallel_s = modes[ROUNDS].seconds, modes[PARALLEL].seconds
-    assert wave.gdn_handoff == (PARALLEL if parallel_s < rounds_s else ROUNDS)
-    assert wave.handoff.seconds == min(rounds_s, parallel_s)
+    seconds = {mode: h.seconds for mode, h in modes.items()}
+    cheapest = min(seconds.values())
+    assert wave.gdn_handoff == next(
+        m for m in (ROUNDS, PARALLEL, HEAD_PARALLEL) if seconds.get(m) == cheapest
+    )
+    assert wave.handoff.seconds == cheapest
     assert wave.cost_s == wave_cost_s(problem.card, wave.prices) + wave.handoff.seconds
     if not modes[ROUNDS].crossings:
-        assert wave.gdn_handoff == ROUNDS and wave.handoff.seconds == rounds_s == parallel_s == 0.0
+        assert wave.gdn_handoff == ROUNDS
+        assert wave.handoff.seconds == seconds[ROUNDS] == seconds[PARALLEL] == 0.0
         assert wave.cost_s == wave_cost_s(problem.card, wave.prices)

@@ -93,13 +93,14 @@ def _wave_seconds(card_model, tokens: int, cp: int) -> float:
 
 
 def test_large_cp_groups_are_slow_for_short_work(qwen36):
-    """CP scaling efficiency T(1) / (8 T(8)) of one request: below 0.25 for 2,000 tokens (fixed
-    per-wave costs and the hand-off rounds dominate); for 120,000 tokens within the published range of
-    full CP schemes (0.58 for the all-gather scheme cpplan executes, ring-flash-attention on 8 H800),
-    not the 0.93 the card predicted before the GDN cost and the per-layer barrier were priced."""
+    """CP scaling efficiency T(1) / (8 T(8)) of one request: below 0.3 for 2,000 tokens (fixed
+    per-wave costs dominate: 0.25 with the GDN layers head-parallel, lower in rounds or parallel
+    passing); for 120,000 tokens within the published range of full CP schemes (0.58 for the all-gather
+    scheme cpplan executes, ring-flash-attention on 8 H800), not the 0.93 the card predicted before the
+    GDN cost and the per-layer barrier were priced."""
     short = _wave_seconds(qwen36, 2_000, 1) / (8 * _wave_seconds(qwen36, 2_000, 8))
     long = _wave_seconds(qwen36, 120_000, 1) / (8 * _wave_seconds(qwen36, 120_000, 8))
-    assert short < 0.25 < 0.45 < long < 0.75
+    assert short < 0.3 < 0.45 < long < 0.75
 
 
 def test_every_shipped_card_prices_the_collectives():

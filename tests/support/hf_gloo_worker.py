@@ -2,9 +2,9 @@
 
 Each rank builds the same tiny model (from a saved state dict), plans the same workload with the
 deterministic profile, runs :func:`cpplan.hf.packed_logprobs` with ``distributed=True`` for the
-planned ownership and for zigzag chunks (each with the GDN states passed in rounds and in
-parallel), backpropagates the same loss as every other rank, sums the parameter gradients over the
-group, and saves what it got for the test to compare. A third run
+planned ownership and for zigzag chunks (each with the GDN states passed in rounds, in
+parallel, and head-parallel), backpropagates the same loss as every other rank, sums the parameter
+gradients over the group, and saves what it got for the test to compare. A third run
 plans the workload with completion-only loss masks and backpropagates its masked policy loss
 (:func:`masked_loss`).
 """
@@ -19,6 +19,8 @@ import torch.distributed as dist
 from tests.support.hf_spawn import init_gloo
 
 TIMEOUT_S = 60
+MODES = ("parallel", "head_parallel")
+"""The GDN modes run beside the rounds (parallel state passing; head-parallel, two all-to-alls)."""
 
 
 def run(rank: int, world: int, port: int, folder: str) -> None:
@@ -41,7 +43,9 @@ def run(rank: int, world: int, port: int, folder: str) -> None:
         planned = plan(workload, world)
         record = {}
         runs = {"planned": planned, "zigzag": zigzag(planned, world)}
-        runs.update({f"{k}_parallel": with_gdn_handoff(v, "parallel") for k, v in list(runs.items())})
+        runs.update(
+            {f"{k}_{mode}": with_gdn_handoff(v, mode) for k, v in list(runs.items()) for mode in MODES}
+        )
         for name, result in runs.items():
             model.zero_grad()
             with float64_internals():

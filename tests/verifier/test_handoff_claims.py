@@ -21,9 +21,10 @@ from cpplan.verifier import verify_plan
 
 
 @pytest.fixture(scope="module")
-def long_wave(qwen36):
-    """One 20K-token request at CP 4 (parallel passing wins), priced as the planner prices it, and its
-    hand-off in both modes."""
+def long_wave(qwen36_two_modes):
+    """One 20K-token request at CP 4 (parallel passing wins where head-parallel is not offered), priced
+    as the planner prices it, and its hand-off in both modes."""
+    qwen36 = qwen36_two_modes
     workload = cpplan.Workload(
         items=(cpplan.Item(id="a", requests=(cpplan.Request(tokens=np.arange(20_000) % 997),)),)
     )
