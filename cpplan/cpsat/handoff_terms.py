@@ -21,9 +21,13 @@ per chunk pair, exact (:func:`crossing`). With it (see :mod:`cpplan.pricing.hand
   (``Σ_k max_r W[r, k] >= max_a W[a, 0] + max_b Σ_{k>0} W[b, k]``). Where prefix trees are contiguous
   in the packed order and a wave has at most two rounds this is exact; otherwise a lower bound.
 
-The column's hand-off is at least the chosen mode's price, the mode a boolean: so the model never prices
-a hand-off above the evaluator's (which takes the cheaper mode), and equals it except for the rounds
-bound above.
+*Head-parallel* GDN (where the card offers it): its latency, the busiest rank's rows moved per
+all-to-all (a maximum over ranks of linear terms) and one serial call per tree level beyond the first:
+exact.
+
+The column's hand-off is at least the chosen mode's price, the mode one of three booleans: so the model
+never prices a hand-off above the evaluator's (which takes the cheapest mode), and equals it except for
+the rounds bound above.
 """
 
 from __future__ import annotations
@@ -138,13 +142,38 @@ def add_handoff(
 
     round_u, state_u, wait_u = units(seconds.round_s), units(seconds.state_s), units(seconds.wait_s_per_token)
     parallel = model.new_bool_var(f"{name}.parallel")
+    heads = model.new_bool_var(f"{name}.head_parallel")
+    rounds = model.new_bool_var(f"{name}.rounds")
+    model.add_exactly_one([rounds, parallel, heads])
     handoff = model.new_int_var(0, _upper(seconds, cp, packed, len(terms), unit_s), f"{name}.handoff")
     by_rounds = round_u * extra_rounds + state_u * crossings + wait_u * rounds_wait
     parallel_wait = most_before + most_after - most_tokens
     by_parallel = round_u * anything + 2 * state_u * crossings + wait_u * parallel_wait
-    model.add(handoff >= by_rounds).only_enforce_if(~parallel)
+    model.add(handoff >= by_rounds).only_enforce_if(rounds)
     model.add(handoff >= by_parallel).only_enforce_if(parallel)
+    if seconds.head_parallel_priced:
+        _add_head_parallel(model, handoff, heads, tables, tokens, seconds, unit_s, name)
+    else:
+        model.add(heads == 0)
     return HandoffVars(units=handoff, crossings=crossings, extra_rounds=extra_rounds, parallel=parallel)
+
+
+def _add_head_parallel(
+    model, handoff, chosen, tables: SplitTables, tokens: list, seconds, unit_s, name
+) -> None:
+    """Head-parallel GDN (:mod:`cpplan.pricing.head_parallel`): its latency, the busiest rank's rows
+    moved per all-to-all, ``max_r max(T_r (cp - 1) / cp, (P - T_r) / cp)``, and one serial call per tree
+    level beyond the first; the row written times ``cp`` so it stays in integers."""
+    cp, packed = len(tokens), int(tables.stats.packed_tokens)
+    moved = model.new_int_var(0, packed * cp, f"{name}.head_rows_times_cp")
+    for t in tokens:
+        model.add(moved >= (cp - 1) * t)
+        model.add(moved >= packed - t)
+    per_row = int(np.floor(seconds.head_s_per_token / unit_s + 1e-9))
+    fixed = int(
+        np.floor((seconds.head_collective_s + max(tables.tree_levels - 1, 0) * seconds.head_level_s) / unit_s)
+    )
+    model.add(cp * handoff >= cp * fixed + per_row * moved).only_enforce_if(chosen)
 
 
 def _upper(seconds: HandoffSeconds, cp: int, packed: int, num_terms: int, unit_s: float) -> int:

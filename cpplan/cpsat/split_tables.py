@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from cpplan.pricing.head_parallel import tree_levels
 from cpplan.pricing.ownership import ChunkStats
 from cpplan.pricing.wave import WavePlan
 from cpplan.spec.quantities import QUANTITY_INDEX
@@ -51,6 +52,7 @@ class SplitTables:
     longest_path_tokens: int
     straddle_after: np.ndarray
     straddle_run: np.ndarray
+    tree_levels: int
 
     @property
     def num_chunks(self) -> int:
@@ -91,6 +93,7 @@ def split_tables(wave: WavePlan) -> SplitTables:
         seg_parent=parent.astype(np.int64),
         request_chains=tuple(layout.chain(k) for k in range(layout.request_ids.size)),
         longest_path_tokens=max(int(length[layout.chain(k)].sum()) for k in range(layout.request_ids.size)),
+        tree_levels=tree_levels(parent),
         **_straddles(offset, length, parent, cut_boundary),
     )
 

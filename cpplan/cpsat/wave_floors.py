@@ -105,11 +105,15 @@ def _wave_floor(
 
 
 def _handoff_floor(runs: np.ndarray, handoff: HandoffSeconds) -> np.ndarray:
-    """The least hand-off of a path in ``runs`` runs: ``runs - 1`` crossings in the cheaper mode."""
+    """The least hand-off of a path in ``runs`` runs: ``runs - 1`` crossings in the cheapest mode (where
+    the card offers head-parallel GDN, at least its collectives' latency: no state crosses there)."""
     crossings = runs - 1
     by_rounds = crossings * (handoff.round_s + handoff.state_s)
     in_parallel = np.where(crossings > 0, handoff.round_s + 2 * crossings * handoff.state_s, 0.0)
-    return np.minimum(by_rounds, in_parallel)
+    least = np.minimum(by_rounds, in_parallel)
+    if handoff.head_parallel_priced:
+        least = np.minimum(least, np.where(crossings > 0, handoff.head_collective_s, 0.0))
+    return least
 
 
 def _merged(loads: list[RunLoad]) -> RunLoad | None:

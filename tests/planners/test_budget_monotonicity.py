@@ -52,7 +52,7 @@ def grpo_budget_pairs(draw) -> tuple[Problem, Problem]:
     return tuple(Problem.build(workload, dataclasses.replace(base, memory_bytes=b)) for b in budgets)
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=12, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(grpo_budget_pairs())
 def test_greedy_is_budget_monotone(pair):
     """Greedy alone at the larger budget costs at most 1% more than at the smaller one."""
@@ -61,7 +61,7 @@ def test_greedy_is_budget_monotone(pair):
 
 
 @pytest.mark.slow  # the deterministic portfolio (CP-SAT included) twice per example
-@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=6, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(grpo_budget_pairs())
 def test_deterministic_portfolio_is_budget_monotone(pair):
     """The deterministic profile's plan at the larger budget costs at most 1% more than at the smaller
