@@ -90,7 +90,7 @@ def test_the_solver_gap_is_the_models_and_says_so(small_grpo, qwen36):
     assert solver["model_gap"] == solver["gap"] is not None and solver["status"] == "optimal"
     out = io.StringIO()
     print_summary(result, Console(file=out, width=200))
-    assert "CP-SAT proved its answer optimal in its own (conservative) model" in out.getvalue()
+    assert "CP-SAT proved its answer optimal in its ownership model" in out.getvalue()
     assert "solver optimal," not in out.getvalue() and "model gap -" not in out.getvalue()
 
 
@@ -114,8 +114,8 @@ def test_the_summary_names_the_winner_when_cpsat_loses(small_grpo, qwen36):
         in lost
     )
     assert (
-        "in its own (conservative) model" in lost
-        and "a bound of that model only, not of the chosen plan" in lost
+        "in its ownership model (objective = the evaluator's price)" in lost
+        and "a bound of every plan of the proposed waves, not of the chosen plan" in lost
     )
     won = _summary(dataclasses.replace(result, plan=dataclasses.replace(result.plan, strategy="cpsat")))
     assert "chosen: cpsat at" in won and "bound of that model only" not in won
