@@ -21,7 +21,6 @@ from typing import TypeVar
 
 import numpy as np
 
-from cpplan.baselines.capacity import forget
 from cpplan.errors import NoFitError
 from cpplan.plans.plan import Plan
 from cpplan.plans.plan_writer import plan_to_dict
@@ -225,10 +224,8 @@ def timed(
 
 
 def cold_copy(problem: Problem) -> Problem:
-    """The same problem with a fresh, empty :class:`~cpplan.pricing.memo.PricingMemo` and its card's
-    token capacities forgotten (:func:`cpplan.baselines.capacity.forget`), so each timed run starts
-    cold (the prefix tree, built with the problem, is shared)."""
-    forget(problem.card)
+    """The same problem with a fresh, empty :class:`~cpplan.pricing.memo.PricingMemo` (token capacities
+    included), so each timed run starts cold (the prefix tree, built with the problem, is shared)."""
     return dataclasses.replace(problem)
 
 

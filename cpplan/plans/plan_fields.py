@@ -125,7 +125,7 @@ SOLVER_FIELDS = (
     "stage_s",
     "price_terms_s",
 )
-"""The solver statistics (``price_terms_s`` only when the ownership model ran)."""
+"""The solver statistics (``price_terms_s`` empty where the ownership model did not run)."""
 
 TIMING_FIELDS = ("wall_s", "stage_s", "deterministic_time")
 """Wall-clock fields (left out of byte-for-byte comparisons of plans)."""

@@ -232,10 +232,9 @@ def solver_to_dict(stats: SolverStats) -> dict[str, Any]:
         "num_constraints": stats.num_constraints,
         "ortools_version": stats.ortools_version,
         "stage_s": dict(stats.stage_s),
+        "price_terms_s": dict(stats.price_terms_s),
     }
-    if stats.price_terms_s:
-        values["price_terms_s"] = dict(stats.price_terms_s)
-    return record(SOLVER_FIELDS, values, optional=("price_terms_s",))
+    return record(SOLVER_FIELDS, values)
 
 
 def full_plan_dict(

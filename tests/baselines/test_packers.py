@@ -238,14 +238,12 @@ def test_seeded_strategy_wins_where_greedy_loses_and_is_reproducible():
     assert dumps(strip_timing(first.to_dict())) == dumps(strip_timing(second.to_dict()))
 
 
-def test_token_capacities_are_computed_once_per_card_and_budget(monkeypatch):
+def test_token_capacities_are_computed_once_per_problem(monkeypatch):
     """The baselines' token capacities (a bisection over the card's prices) are worked out once per
-    resolved card and budget: a second problem with the same card and budget (a trainer's next step)
-    prices nothing and gets the same numbers; after ``forget`` (a cold benchmark run) they are priced
-    again, equal; another budget is its own entry."""
+    problem: asking again prices nothing and gets the same numbers; a cold copy (a cold benchmark run)
+    prices them again, equal; another budget gets its own, smaller."""
     from cpplan.baselines import capacity
     from cpplan.baselines.base import cold_copy
-    from cpplan.pricing.problem import Problem
 
     card = load_model("qwen3.6-35b-a3b")
     workload = synthetic.grpo(
@@ -258,10 +256,9 @@ def test_token_capacities_are_computed_once_per_card_and_budget(monkeypatch):
     first = (token_capacity(problem), per_gpu_token_capacity(problem))
     assert calls
     calls.clear()
-    again = Problem.build(workload, problem.settings)  # a next step: the same settings, so the same card
-    assert (token_capacity(again), per_gpu_token_capacity(again)) == first and not calls
-    cold_copy(problem)
-    assert (token_capacity(problem), per_gpu_token_capacity(problem)) == first and calls
+    assert (token_capacity(problem), per_gpu_token_capacity(problem)) == first and not calls
+    cold = cold_copy(problem)
+    assert (token_capacity(cold), per_gpu_token_capacity(cold)) == first and calls
     calls.clear()
     other = build_problem(workload, topology=Topology(cp=2), model=card, memory_bytes=4 * 2**30)
     assert token_capacity(other) < first[0] and calls
