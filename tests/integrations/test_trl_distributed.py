@@ -136,14 +136,6 @@ def _train(cls, folder: Path, name: str, mode: str) -> dict:
     if cls is not trl.GRPOTrainer:
         packed_step.recomputed = counting
         planner = cpplan.Planner(model="qwen3.6-35b-a3b", memory_bytes=MEMORY_BYTES, solver="deterministic")
-        plan = planner.plan
-
-        def recording(workload):
-            result = plan(workload)
-            waves.append(result.plan.num_waves)
-            return result
-
-        planner.plan = recording
         extra["planner"] = planner
     tr = cls(
         model=str(folder / "model"),
@@ -154,6 +146,15 @@ def _train(cls, folder: Path, name: str, mode: str) -> dict:
         rollout_func=rollout,
         **extra,
     )
+    if cls is not trl.GRPOTrainer:  # the waves of every pass (a pass may reuse the pass before's plan)
+        plan_of = tr._cpplan_plan
+
+        def recording(workload, key):
+            result = plan_of(workload, key)
+            waves.append(result.plan.num_waves)
+            return result
+
+        tr._cpplan_plan = recording
     try:
         with float64_internals():
             tr.train()
