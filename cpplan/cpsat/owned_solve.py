@@ -11,18 +11,10 @@ import ortools
 from ortools.sat.python import cp_model
 
 from cpplan.cpsat.owned_model import OwnedModel, cover_bound
-from cpplan.cpsat.solve import model_size, parameters
+from cpplan.cpsat.solve import STATUS_NAMES, model_size, parameters
 from cpplan.plans.plan import Plan, SolverStats
 from cpplan.pricing.wave import WavePlan, price_wave
 from cpplan.spec.profile import CpSatParams
-
-_STATUS = {
-    cp_model.OPTIMAL: "optimal",
-    cp_model.FEASIBLE: "feasible",
-    cp_model.INFEASIBLE: "infeasible",
-    cp_model.UNKNOWN: "unknown",
-    cp_model.MODEL_INVALID: "model_invalid",
-}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -60,7 +52,7 @@ def solve_owned(
     started = time.perf_counter()
     status = solver.solve(owned.model)
     wall = time.perf_counter() - started
-    name = _STATUS.get(status, str(status))
+    name = STATUS_NAMES.get(status, str(status))
     booleans, integers, constraints = model_size(owned.model)
     base = dict(
         status=name,

@@ -15,13 +15,14 @@ from cpplan.cpsat.joint_model import CompiledModel
 from cpplan.plans.plan import SolverStats
 from cpplan.spec.profile import CpSatParams
 
-_STATUS = {
+STATUS_NAMES = {
     cp_model.OPTIMAL: "optimal",
     cp_model.FEASIBLE: "feasible",
     cp_model.INFEASIBLE: "infeasible",
     cp_model.UNKNOWN: "unknown",
     cp_model.MODEL_INVALID: "model_invalid",
 }
+"""CP-SAT's statuses as the plan JSON names them (the joint and the ownership model alike)."""
 _SEARCH_START = re.compile(r"Starting search at ([0-9.]+)s")
 
 
@@ -100,7 +101,7 @@ def solve(
     match = _SEARCH_START.search(solver.response_proto.solve_log)
     presolve = min(float(match.group(1)), wall) if match else 0.0
     scaling = compiled.space.scaling
-    name = _STATUS.get(status, str(status))
+    name = STATUS_NAMES.get(status, str(status))
     solution = None
     objective = bound = gap = None
     verify_s = 0.0

@@ -11,7 +11,6 @@ FSDP2's lock step would do), which must not finish.
 
 from __future__ import annotations
 
-from datetime import timedelta
 from pathlib import Path
 
 import torch
@@ -25,15 +24,9 @@ def run(rank: int, world: int, port: int, folder: str) -> None:
     import cpplan
     import cpplan.hf
     from tests.support import verl_cpu
+    from tests.support.hf_spawn import init_gloo
 
-    torch.set_num_threads(1)
-    dist.init_process_group(
-        "gloo",
-        init_method=f"tcp://127.0.0.1:{port}",
-        rank=rank,
-        world_size=world,
-        timeout=timedelta(seconds=TIMEOUT_S),
-    )
+    init_gloo(rank, world, port, TIMEOUT_S)
     with verl_cpu.cpu_verl():
         from verl.workers.engine import FSDPEngineWithLMHead
 
