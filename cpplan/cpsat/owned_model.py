@@ -56,7 +56,6 @@ class FreeVars:
     split: RankSplit
     barrier: tuple[cp_model.IntVar, ...]
     handoff: HandoffVars | None
-    rank_tokens: tuple
     average_units: int
 
 
@@ -104,7 +103,7 @@ def pool_columns(
         if any(wave.split for wave in plan):
             continue
         for wave in plan:
-            found.setdefault(_layout_key(wave), []).append(wave)
+            found.setdefault(layout_key(wave), []).append(wave)
     columns = []
     for versions in found.values():
         best = min(versions, key=lambda w: w.cost_s)
@@ -113,15 +112,15 @@ def pool_columns(
         seeds = tuple(dict.fromkeys(tuple(seed_boundaries(w.owner, cp)) for w in ordered))
         columns.append((best, seeds))
     ranked = sorted(range(len(columns)), key=lambda g: -columns[g][0].cost_s)
-    chosen = {g for g in ranked if columns[g][1]}
-    chosen = set(sorted(chosen, key=ranked.index)[:max_free])
+    chosen = set([g for g in ranked if columns[g][1]][:max_free])
     return tuple(
         OwnedColumn(wave=wave, seeds=seeds, free=g in chosen and problem.topology.cp > 1)
         for g, (wave, seeds) in enumerate(columns)
     )
 
 
-def _layout_key(wave: WavePlan) -> tuple:
+def layout_key(wave: WavePlan) -> tuple:
+    """What makes two priced waves one column: their items and their packed layout."""
     layout = wave.layout
     return (
         tuple(sorted(wave.items)),
@@ -209,9 +208,7 @@ def _free_column(
         handoff = add_handoff(model, split, tables, tokens, card.handoff, scaling.seconds_per_unit)
     model.add(time >= sum(barrier) + (handoff.units if handoff else 0)).only_enforce_if(chosen)
     split.hint(column.seeds[0])
-    return FreeVars(
-        split=split, barrier=tuple(barrier), handoff=handoff, rank_tokens=tuple(tokens), average_units=average
-    )
+    return FreeVars(split=split, barrier=tuple(barrier), handoff=handoff, average_units=average)
 
 
 def _add_memory_rows(model, problem: Problem, split: RankSplit, tables: SplitTables, matrix, tokens, chosen):

@@ -5,13 +5,12 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-import ortools
 from ortools.sat.python import cp_model
 
-from cpplan.cpsat.owned_model import OwnedModel, cover_bound
-from cpplan.cpsat.solve import STATUS_NAMES, model_size, parameters
+from cpplan.cpsat.owned_model import OwnedModel, cover_bound, layout_key
+from cpplan.cpsat.solve import STATUS_NAMES, run_solver, run_stats
 from cpplan.plans.plan import Plan, SolverStats
 from cpplan.pricing.wave import WavePlan, price_wave
 from cpplan.spec.profile import CpSatParams
@@ -29,57 +28,37 @@ class OwnedAnswer:
 
 def hint_plan(owned: OwnedModel, waves: Sequence[WavePlan]) -> None:
     """Hint the plan made of ``waves`` (each a column's version, as is)."""
-    chosen = {id(w) for w in waves}
-    keys = {_key(w) for w in waves}
+    keys = {layout_key(w) for w in waves}
     for g, column in enumerate(owned.columns):
-        take = id(column.wave) in chosen or _key(column.wave) in keys
+        take = layout_key(column.wave) in keys
         owned.model.add_hint(owned.as_is[g], take)
         if owned.free[g] is not None:
             owned.model.add_hint(owned.free[g], False)
-
-
-def _key(wave: WavePlan) -> tuple:
-    return (tuple(sorted(wave.items)), wave.layout.seg_offset.tobytes(), wave.layout.seg_length.tobytes())
 
 
 def solve_owned(
     owned: OwnedModel, params: CpSatParams, *, time_limit_s: float | None, deterministic: bool
 ) -> OwnedAnswer:
     """Run CP-SAT on ``owned``; a free column chosen is re-priced by the evaluator under its new split."""
-    solver = cp_model.CpSolver()
-    for name, value in parameters(params, time_limit_s=time_limit_s, deterministic=deterministic).items():
-        setattr(solver.parameters, name, value)
-    started = time.perf_counter()
-    status = solver.solve(owned.model)
-    wall = time.perf_counter() - started
-    name = STATUS_NAMES.get(status, str(status))
-    booleans, integers, constraints = model_size(owned.model)
-    base = dict(
-        status=name,
-        wall_s=wall,
-        deterministic_time=float(solver.response_proto.deterministic_time),
-        num_booleans=booleans,
-        num_integers=integers,
-        num_constraints=constraints,
-        ortools_version=ortools.__version__,
-        stage_s={"search": wall},
+    solver, status, wall = run_solver(
+        owned.model, params, time_limit_s=time_limit_s, deterministic=deterministic
     )
+    name = STATUS_NAMES.get(status, str(status))
+    stage_s = {"search": wall}
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return OwnedAnswer(plan=None, stats=SolverStats(**base))
+        return OwnedAnswer(plan=None, stats=run_stats(owned.model, solver, name, (None,) * 3, wall, stage_s))
     t0 = time.perf_counter()
     waves, new_splits = _chosen_waves(owned, solver)
-    base["stage_s"] = {"search": wall, "realize": time.perf_counter() - t0}
+    stage_s["realize"] = time.perf_counter() - t0
     scaling = owned.scaling
     bound = scaling.seconds(max(math.floor(solver.best_objective_bound + 1e-9), cover_bound(owned)))
     t0 = time.perf_counter()
     tight = _tight(owned, solver)
     objective = scaling.seconds(min(tight.objective_value, solver.objective_value))
-    base["stage_s"]["price"] = time.perf_counter() - t0
+    stage_s["price"] = time.perf_counter() - t0
     gap = max(0.0, (objective - bound) / objective) if objective > 0 else 0.0
-    terms = price_terms(owned, tight, waves)
-    stats = SolverStats(
-        **base, objective_s=objective, bound_s=bound, gap=gap, model_gap=gap, price_terms_s=terms
-    )
+    stats = run_stats(owned.model, solver, name, (objective, bound, gap), wall, stage_s)
+    stats = replace(stats, price_terms_s=price_terms(owned, tight, waves))
     plan = Plan(strategy="cpsat", waves=tuple(sorted(waves, key=lambda w: min(w.items))))
     return OwnedAnswer(plan=plan, stats=stats, new_splits=new_splits)
 
@@ -108,8 +87,7 @@ def price_terms(owned: OwnedModel, solved: cp_model.CpSolver, waves: Sequence[Wa
     unit = owned.scaling.seconds_per_unit
     card = owned.problem.card
     terms = {"barriers": 0.0, "handoff": 0.0, "overhead": 0.0}
-    exact_waves = iter(sorted(waves, key=lambda w: min(w.items)))
-    by_items = {tuple(sorted(w.items)): w for w in exact_waves}
+    by_items = {tuple(sorted(w.items)): w for w in waves}
     for g, column in enumerate(owned.columns):
         as_is = solved.boolean_value(owned.as_is[g])
         free = owned.free[g] is not None and solved.boolean_value(owned.free[g])

@@ -149,11 +149,6 @@ class RankSplit:
         for (r, c), var in self.y.items():
             self.model.add_hint(var, c >= boundaries[r])
 
-    def fix(self, boundaries: Sequence[int], enforce: cp_model.IntVar) -> None:
-        """When ``enforce``: the split whose rank ``r`` starts at ``boundaries[r]``."""
-        for (r, c), var in self.y.items():
-            self.model.add(var == int(c >= boundaries[r])).only_enforce_if(enforce)
-
 
 def _add(terms: list, value, coef: int) -> int:
     if isinstance(value, int):

@@ -92,12 +92,9 @@ def solve(
     Stages: ``build`` (passed in), ``presolve`` and ``search`` (from the solver's log), ``verify``:
     the answer re-evaluated by :meth:`CompiledModel.evaluate` in plain Python, which must pass every
     memory row and price no higher than the solver's objective; otherwise it is rejected."""
-    solver = cp_model.CpSolver()
-    for name, value in parameters(params, time_limit_s=time_limit_s, deterministic=deterministic).items():
-        setattr(solver.parameters, name, value)
-    started = time.perf_counter()
-    status = solver.solve(compiled.model)
-    wall = time.perf_counter() - started
+    solver, status, wall = run_solver(
+        compiled.model, params, time_limit_s=time_limit_s, deterministic=deterministic
+    )
     match = _SEARCH_START.search(solver.response_proto.solve_log)
     presolve = min(float(match.group(1)), wall) if match else 0.0
     scaling = compiled.space.scaling
@@ -121,12 +118,24 @@ def solve(
         "search": max(0.0, wall - presolve),
         "verify": verify_s,
     }
-    stats = _stats(compiled, solver, name, (objective, bound, gap), wall, stage_s)
+    stats = run_stats(compiled.model, solver, name, (objective, bound, gap), wall, stage_s)
     return solution, stats
 
 
-def _stats(
-    compiled: CompiledModel,
+def run_solver(
+    model: cp_model.CpModel, params: CpSatParams, *, time_limit_s: float | None, deterministic: bool
+) -> tuple[cp_model.CpSolver, int, float]:
+    """CP-SAT run on ``model`` with a profile's parameters: the solver, its status and wall seconds."""
+    solver = cp_model.CpSolver()
+    for name, value in parameters(params, time_limit_s=time_limit_s, deterministic=deterministic).items():
+        setattr(solver.parameters, name, value)
+    started = time.perf_counter()
+    status = solver.solve(model)
+    return solver, status, time.perf_counter() - started
+
+
+def run_stats(
+    model: cp_model.CpModel,
     solver: cp_model.CpSolver,
     status: str,
     values: tuple[float | None, float | None, float | None],
@@ -136,7 +145,7 @@ def _stats(
     """The run's statistics: ``values`` are the model's objective, bound and gap (seconds, seconds,
     fraction), reported as ``gap`` and ``model_gap`` alike."""
     objective, bound, gap = values
-    booleans, integers, constraints = model_size(compiled.model)
+    booleans, integers, constraints = model_size(model)
     return SolverStats(
         status=status,
         objective_s=objective,

@@ -28,15 +28,7 @@ def trainer(cls, path, outdir, dtype, **overrides):
     """A trainer of ``cls`` on the shared set-up (the cpplan settings when ``cls`` is cpplan's)."""
     extra = CPPLAN if cls is GRPOTrainer else {}
     args = trl_setup.config(outdir, model_init_kwargs={"dtype": dtype}, **overrides)
-    return cls(
-        model=path,
-        reward_funcs=trl_setup.reward,
-        args=args,
-        train_dataset=trl_setup.dataset(8),
-        processing_class=trl_setup.tokenizer(),
-        rollout_func=trl_setup.rollout,
-        **extra,
-    )
+    return trl_setup.make_trainer(cls, path, args, **extra)
 
 
 def padded_batch(tr) -> tuple[torch.Tensor, torch.Tensor, int]:

@@ -47,15 +47,7 @@ def trainer(path, outdir, **cpplan):
     """cpplan's trainer on the shared set-up (float32), the Qwen3.6 card at ``MEMORY_BYTES``."""
     settings = {"card": "qwen3.6-35b-a3b", "memory_bytes": MEMORY_BYTES, "solver": "deterministic"}
     args = trl_setup.config(outdir, model_init_kwargs={"dtype": torch.float32}, max_steps=2)
-    return GRPOTrainer(
-        model=path,
-        reward_funcs=trl_setup.reward,
-        args=args,
-        train_dataset=trl_setup.dataset(8),
-        processing_class=trl_setup.tokenizer(),
-        rollout_func=trl_setup.rollout,
-        **(settings | cpplan),
-    )
+    return trl_setup.make_trainer(GRPOTrainer, path, args, **(settings | cpplan))
 
 
 def test_measured_waves_teach_the_planner_and_reach_the_logs(tmp_path):

@@ -91,6 +91,20 @@ def config(outdir, **overrides):
     return trl.GRPOConfig(**(settings | overrides))
 
 
+def make_trainer(cls, path: str, args, **extra):
+    """A trainer of ``cls`` (stock TRL's or cpplan's) on the shared set-up: the saved model at
+    ``path``, 8 prompts, the fixed rollouts and reward; ``extra`` are cpplan's settings."""
+    return cls(
+        model=path,
+        reward_funcs=reward,
+        args=args,
+        train_dataset=dataset(8),
+        processing_class=tokenizer(),
+        rollout_func=rollout,
+        **extra,
+    )
+
+
 def initial(path: str, dtype: torch.dtype) -> dict[str, torch.Tensor]:
     """The saved model's parameters, by name (to measure how far training moved them)."""
     import transformers
