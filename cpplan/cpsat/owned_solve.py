@@ -26,14 +26,40 @@ class OwnedAnswer:
     new_splits: int = 0
 
 
-def hint_plan(owned: OwnedModel, waves: Sequence[WavePlan]) -> None:
-    """Hint the plan made of ``waves`` (each a column's version, as is)."""
+def hint_plan(owned: OwnedModel, waves: Sequence[WavePlan], *, complete: bool = False) -> None:
+    """Hint the plan made of ``waves`` (each a column's version, as is); each free column's split is
+    hinted at its first known one when the column is built. With ``complete`` (profiles without
+    presolve, where CP-SAT cannot finish a partial hint within a runtime budget) every variable gets a
+    value: a copy of the model with those choices fixed is solved (propagation, milliseconds); where it
+    finds none, the choices alone stay hinted."""
     keys = {layout_key(w) for w in waves}
+    choices = {}
     for g, column in enumerate(owned.columns):
-        take = layout_key(column.wave) in keys
-        owned.model.add_hint(owned.as_is[g], take)
+        choices[owned.as_is[g]] = int(layout_key(column.wave) in keys)
         if owned.free[g] is not None:
-            owned.model.add_hint(owned.free[g], False)
+            choices[owned.free[g]] = 0
+    for var, value in choices.items():
+        owned.model.add_hint(var, value)
+    if complete:
+        _complete_hint(owned)
+
+
+def _complete_hint(owned: OwnedModel) -> None:
+    """Replace the model's (partial) hint by a full solution that agrees with it, when one is found."""
+    proto = owned.model.proto.solution_hint
+    fixed = dict(zip(proto.vars, proto.values, strict=True))
+    copy = owned.model.clone()
+    copy.clear_hints()
+    for index, value in fixed.items():
+        copy.add(copy.get_int_var_from_proto_index(index) == value)
+    completer = cp_model.CpSolver()
+    completer.parameters.num_workers = 1
+    completer.parameters.max_deterministic_time = 1.0
+    if completer.solve(copy) in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        values = completer.response_proto.solution
+        owned.model.clear_hints()
+        owned.model.proto.solution_hint.vars.extend(range(len(values)))
+        owned.model.proto.solution_hint.values.extend(values)
 
 
 def solve_owned(

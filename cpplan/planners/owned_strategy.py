@@ -63,7 +63,7 @@ def owned_plan(
         return proposed
     columns = pool_columns(problem, [p.waves for p in plans], max_free=params.ownership_columns)
     owned = compile_owned(problem, columns, window_chunks=params.ownership_window_chunks)
-    hint_plan(owned, best.waves)
+    hint_plan(owned, best.waves, complete=params.presolve == "off")
     build_s = time.perf_counter() - started
     limit = search_by.left_s()
     solve_params = params
