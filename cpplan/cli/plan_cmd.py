@@ -46,7 +46,10 @@ no wall-clock deadline, so a command gives the same plan on a quiet and a busy m
     type=float,
     default=None,
     metavar="SECONDS",
-    help="Override the profile's time budget.",
+    help=(
+        "Override the profile's budget: wall-clock seconds, or, under a deterministic profile (the "
+        "default), units of CP-SAT's deterministic time that its stages share."
+    ),
 )
 @click.option(
     "--output",

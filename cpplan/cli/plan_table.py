@@ -46,33 +46,8 @@ def print_summary(result: PlanResult, console: Console | None = None) -> None:
 
 
 def solver_line(result: PlanResult) -> str:
-    """The chosen strategy and what CP-SAT did, in words: whether it ran and its model's proven gap
-    when it did. When another strategy's plan is chosen the line names it with its cost beside
-    CP-SAT's own plan's (a tie, where the ownership model ran: every candidate's waves are in it). The
-    ownership model's bound holds for every plan of the proposed waves; without it (the joint model's
-    answer alone) the proof is of that conservative model only, never of the chosen plan."""
-    solver, chosen = result.solver, result.plan
-    if solver.status == "not_run":
-        return f"{chosen.strategy}; CP-SAT did not run"
-    if solver.status not in ("optimal", "feasible"):
-        return f"{chosen.strategy}; CP-SAT did not answer ({solver.status})"
-    verdict = "proved its answer optimal" if solver.status == "optimal" else "stopped with a feasible answer"
-    gap = "" if solver.model_gap is None else f", {solver.model_gap:.2%} from that model's proven bound"
-    owned = bool(solver.price_terms_s)
-    which = "ownership model (objective = the evaluator's price)" if owned else "own (conservative) model"
-    model = f"CP-SAT {verdict} in its {which}{gap}"
-    if chosen.strategy.startswith("cpsat"):
-        return f"{chosen.strategy} at {chosen.cost_s:.4f} s; {model}"
-    own = next(
-        (c for c in result.candidates if c.strategy.startswith("cpsat") and c.cost_s is not None), None
-    )
-    beside = "" if own is None else f", cheaper than CP-SAT's own plan at {own.cost_s:.4f} s"
-    if own is not None and own.valid and own.cost_s <= chosen.cost_s:
-        beside = ", tied with CP-SAT's own plan (the earlier strategy is kept)"
-    rejected = "" if own is None or own.valid else " (rejected by the verifier)"
-    scope = "a bound of every plan of the proposed waves" if owned else "a bound of that model only"
-    head = f"{chosen.strategy} at {chosen.cost_s:.4f} s{beside}{rejected}"
-    return f"{head}; {model}: {scope}, not of the chosen plan"
+    """The chosen strategy and what CP-SAT's stages did, in words (:meth:`PlanResult.decision`)."""
+    return result.decision()
 
 
 def _where(plan, index: int, dp: int) -> tuple[str, ...]:

@@ -1,6 +1,9 @@
-"""The CP-SAT planner: waves, layout and CP ownership as one declarative model.
+"""CP-SAT's models: the joint model of waves and layouts (the CP-SAT proposer), the ownership model (the
+stage that decides which proposed waves run and who owns every chunk, :mod:`~cpplan.cpsat.owned_model`)
+and the schedule model (waves on a pool of CP groups, :mod:`~cpplan.cpsat.schedule_model`). The planner's
+loop (:func:`cpplan.planners.portfolio.solve`) runs them as its propose and decide stages.
 
-Decomposition (stated):
+The joint model, decomposed (stated):
 
 1. :mod:`~cpplan.cpsat.space` precomputes the decision space from the prefix tree: *cross* nodes
    (shared by several items; per-wave sharing variables) and each item's Pareto set of *local*

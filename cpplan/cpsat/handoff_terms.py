@@ -1,4 +1,5 @@
-"""The GDN hand-off of one column in the ownership model: both modes, the cheaper one taken.
+"""The GDN hand-off of one column in the ownership model: every mode the card prices (rounds, parallel,
+head-parallel), the cheaper one taken.
 
 Under a contiguous rank-ordered split (:mod:`~cpplan.cpsat.rank_split`) a piece's predecessor is
 never on a later rank, so a crossing is ``owner(b) > owner(a)`` for two chunks ``a < b``: a boolean

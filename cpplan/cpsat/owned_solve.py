@@ -10,7 +10,8 @@ from dataclasses import dataclass, replace
 from ortools.sat.python import cp_model
 
 from cpplan.cpsat.owned_model import OwnedModel, cover_bound, layout_key
-from cpplan.cpsat.solve import STATUS_NAMES, run_solver, run_stats
+from cpplan.cpsat.solve import STATUSES, run_solver, run_stats
+from cpplan.plans.outcome import ModelOutcome, Scope, Status
 from cpplan.plans.plan import Plan, SolverStats
 from cpplan.pricing.wave import WavePlan, price_wave
 from cpplan.spec.profile import CpSatParams
@@ -18,20 +19,20 @@ from cpplan.spec.profile import CpSatParams
 
 @dataclass(frozen=True, kw_only=True)
 class OwnedAnswer:
-    """The realized plan (``None`` without a solution), and per chosen column whether it took a new
-    split; the solver's objective and bound in seconds."""
+    """The realized plan (``None`` without a solution) and the run's statistics (objective and bound
+    in seconds)."""
 
     plan: Plan | None
     stats: SolverStats
-    new_splits: int = 0
 
 
-def hint_plan(owned: OwnedModel, waves: Sequence[WavePlan], *, complete: bool = False) -> None:
+def hint_plan(owned: OwnedModel, waves: Sequence[WavePlan], *, complete_work: float | None = None) -> bool:
     """Hint the plan made of ``waves`` (each a column's version, as is); each free column's split is
-    hinted at its first known one when the column is built. With ``complete`` (profiles without
-    presolve, where CP-SAT cannot finish a partial hint within a runtime budget) every variable gets a
-    value: a copy of the model with those choices fixed is solved (propagation, milliseconds); where it
-    finds none, the choices alone stay hinted."""
+    hinted at its first known one when the column is built. With ``complete_work`` (a deterministic
+    time limit: profiles without presolve, where CP-SAT cannot finish a partial hint within a runtime
+    budget) every variable gets a value: a copy of the model with those choices fixed is solved
+    (propagation, milliseconds); where it finds none, the choices alone stay hinted. Returns whether
+    the hint is complete."""
     keys = {layout_key(w) for w in waves}
     choices = {}
     for g, column in enumerate(owned.columns):
@@ -40,11 +41,10 @@ def hint_plan(owned: OwnedModel, waves: Sequence[WavePlan], *, complete: bool = 
             choices[owned.free[g]] = 0
     for var, value in choices.items():
         owned.model.add_hint(var, value)
-    if complete:
-        _complete_hint(owned)
+    return complete_work is not None and _complete_hint(owned, complete_work)
 
 
-def _complete_hint(owned: OwnedModel) -> None:
+def _complete_hint(owned: OwnedModel, work: float) -> bool:
     """Replace the model's (partial) hint by a full solution that agrees with it, when one is found."""
     proto = owned.model.proto.solution_hint
     fixed = dict(zip(proto.vars, proto.values, strict=True))
@@ -54,42 +54,57 @@ def _complete_hint(owned: OwnedModel) -> None:
         copy.add(copy.get_int_var_from_proto_index(index) == value)
     completer = cp_model.CpSolver()
     completer.parameters.num_workers = 1
-    completer.parameters.max_deterministic_time = 1.0
-    if completer.solve(copy) in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        values = completer.response_proto.solution
-        owned.model.clear_hints()
-        owned.model.proto.solution_hint.vars.extend(range(len(values)))
-        owned.model.proto.solution_hint.values.extend(values)
+    completer.parameters.max_deterministic_time = work
+    if completer.solve(copy) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return False
+    values = completer.response_proto.solution
+    owned.model.clear_hints()
+    owned.model.proto.solution_hint.vars.extend(range(len(values)))
+    owned.model.proto.solution_hint.values.extend(values)
+    return True
 
 
 def solve_owned(
-    owned: OwnedModel, params: CpSatParams, *, time_limit_s: float | None, deterministic: bool
+    owned: OwnedModel,
+    params: CpSatParams,
+    *,
+    time_limit_s: float | None,
+    deterministic: bool,
+    tighten_work: float,
 ) -> OwnedAnswer:
-    """Run CP-SAT on ``owned``; a free column chosen is re-priced by the evaluator under its new split."""
+    """Run CP-SAT on ``owned``; a free column chosen is re-priced by the evaluator under its new split;
+    the objective reported is its choices' re-solved within ``tighten_work`` deterministic time."""
     solver, status, wall = run_solver(
         owned.model, params, time_limit_s=time_limit_s, deterministic=deterministic
     )
-    name = STATUS_NAMES.get(status, str(status))
+    name = STATUSES.get(status, Status.UNKNOWN)
     stage_s = {"search": wall}
-    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return OwnedAnswer(plan=None, stats=run_stats(owned.model, solver, name, (None,) * 3, wall, stage_s))
+    if not name.answered:
+        outcome = ModelOutcome(model="ownership", status=name)
+        return OwnedAnswer(plan=None, stats=run_stats(owned.model, solver, outcome, wall, stage_s))
     t0 = time.perf_counter()
-    waves, new_splits = _chosen_waves(owned, solver)
+    waves = _chosen_waves(owned, solver)
     stage_s["realize"] = time.perf_counter() - t0
     scaling = owned.scaling
     bound = scaling.seconds(max(math.floor(solver.best_objective_bound + 1e-9), cover_bound(owned)))
     t0 = time.perf_counter()
-    tight = _tight(owned, solver)
+    tight = _tight(owned, solver, tighten_work)
     objective = scaling.seconds(min(tight.objective_value, solver.objective_value))
     stage_s["price"] = time.perf_counter() - t0
-    gap = max(0.0, (objective - bound) / objective) if objective > 0 else 0.0
-    stats = run_stats(owned.model, solver, name, (objective, bound, gap), wall, stage_s)
+    outcome = ModelOutcome(
+        model="ownership",
+        status=name,
+        objective_s=objective,
+        bound_s=bound,
+        bound_scope=Scope.PROPOSED_WAVES,
+    )
+    stats = run_stats(owned.model, solver, outcome, wall, stage_s)
     stats = replace(stats, price_terms_s=price_terms(owned, tight, waves))
     plan = Plan(strategy="cpsat", waves=tuple(sorted(waves, key=lambda w: min(w.items))))
-    return OwnedAnswer(plan=plan, stats=stats, new_splits=new_splits)
+    return OwnedAnswer(plan=plan, stats=stats)
 
 
-def _tight(owned: OwnedModel, solver: cp_model.CpSolver) -> cp_model.CpSolver:
+def _tight(owned: OwnedModel, solver: cp_model.CpSolver, work: float) -> cp_model.CpSolver:
     """The model's price of the solver's plan with no slack left: its choices fixed, the rest solved
     again (a feasible answer may leave a time variable above what its constraints require)."""
     model = owned.model
@@ -100,7 +115,7 @@ def _tight(owned: OwnedModel, solver: cp_model.CpSolver) -> cp_model.CpSolver:
         model.add(var == int(solver.boolean_value(var)))
     again = cp_model.CpSolver()
     again.parameters.num_workers = 1
-    again.parameters.max_deterministic_time = 10.0  # work, not the clock: the same answer on a busy machine
+    again.parameters.max_deterministic_time = work  # work, not the clock: the same answer on a busy machine
     status = again.solve(model)
     assert status in (cp_model.OPTIMAL, cp_model.FEASIBLE), "a solution stays feasible with its choices fixed"
     return again
@@ -133,9 +148,10 @@ def price_terms(owned: OwnedModel, solved: cp_model.CpSolver, waves: Sequence[Wa
     return {k: round(v, 9) for k, v in terms.items()}
 
 
-def _chosen_waves(owned: OwnedModel, solver: cp_model.CpSolver) -> tuple[list[WavePlan], int]:
+def _chosen_waves(owned: OwnedModel, solver: cp_model.CpSolver) -> list[WavePlan]:
+    """The chosen columns' waves: as proposed, or re-priced by the evaluator under their new split."""
     problem = owned.problem
-    waves, new_splits = [], 0
+    waves = []
     for g, column in enumerate(owned.columns):
         if solver.boolean_value(owned.as_is[g]):
             waves.append(column.wave)
@@ -145,5 +161,4 @@ def _chosen_waves(owned: OwnedModel, solver: cp_model.CpSolver) -> tuple[list[Wa
             waves.append(
                 price_wave(problem, wave.items, wave.layout, wave.layout_name, owner=owner, split=wave.split)
             )
-            new_splits += 1
-    return waves, new_splits
+    return waves

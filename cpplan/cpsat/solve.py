@@ -12,17 +12,18 @@ import ortools
 from ortools.sat.python import cp_model
 
 from cpplan.cpsat.joint_model import CompiledModel
+from cpplan.plans.outcome import ModelOutcome, Scope, Status
 from cpplan.plans.plan import SolverStats
 from cpplan.spec.profile import CpSatParams
 
-STATUS_NAMES = {
-    cp_model.OPTIMAL: "optimal",
-    cp_model.FEASIBLE: "feasible",
-    cp_model.INFEASIBLE: "infeasible",
-    cp_model.UNKNOWN: "unknown",
-    cp_model.MODEL_INVALID: "model_invalid",
+STATUSES = {
+    cp_model.OPTIMAL: Status.OPTIMAL,
+    cp_model.FEASIBLE: Status.FEASIBLE,
+    cp_model.INFEASIBLE: Status.INFEASIBLE,
+    cp_model.UNKNOWN: Status.UNKNOWN,
+    cp_model.MODEL_INVALID: Status.MODEL_INVALID,
 }
-"""CP-SAT's statuses as the plan JSON names them (the joint and the ownership model alike)."""
+"""CP-SAT's statuses as typed outcomes (every model alike)."""
 _SEARCH_START = re.compile(r"Starting search at ([0-9.]+)s")
 
 
@@ -83,6 +84,7 @@ def solve(
     time_limit_s: float | None,
     deterministic: bool = False,
     build_s: float = 0.0,
+    model: str = "joint",
 ) -> tuple[Solution | None, SolverStats]:
     """Run CP-SAT on ``compiled``: the solution (``None`` when there is none, or it was rejected) and
     the run's statistics (``wall_s`` is the solver's own time; objective, bound and gap are the
@@ -98,27 +100,36 @@ def solve(
     match = _SEARCH_START.search(solver.response_proto.solve_log)
     presolve = min(float(match.group(1)), wall) if match else 0.0
     scaling = compiled.space.scaling
-    name = STATUS_NAMES.get(status, str(status))
+    name = STATUSES.get(status, Status.UNKNOWN)
+    detail = ""
     solution = None
-    objective = bound = gap = None
+    objective = bound = None
     verify_s = 0.0
     if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         objective = scaling.seconds(solver.objective_value)
         bound = scaling.seconds(solver.best_objective_bound)
-        gap = max(0.0, (objective - bound) / objective) if objective > 0 else 0.0
         solution = _solution(compiled, solver)
         t0 = time.perf_counter()
         passes = re_evaluate(compiled, solution, objective)
         verify_s = time.perf_counter() - t0
         if not passes:
-            name, solution = "rejected: the answer fails its plain-Python re-evaluation", None
+            name, solution = Status.UNKNOWN, None
+            detail = "its answer was rejected: it fails the plain-Python re-evaluation"
     stage_s = {
         "build": build_s,
         "presolve": presolve,
         "search": max(0.0, wall - presolve),
         "verify": verify_s,
     }
-    stats = run_stats(compiled.model, solver, name, (objective, bound, gap), wall, stage_s)
+    outcome = ModelOutcome(
+        model=model,
+        status=name,
+        objective_s=objective if solution is not None else None,
+        bound_s=bound if solution is not None else None,
+        bound_scope=Scope.MODEL if solution is not None else None,
+        detail=detail,
+    )
+    stats = run_stats(compiled.model, solver, outcome, wall, stage_s)
     return solution, stats
 
 
@@ -137,21 +148,19 @@ def run_solver(
 def run_stats(
     model: cp_model.CpModel,
     solver: cp_model.CpSolver,
-    status: str,
-    values: tuple[float | None, float | None, float | None],
+    outcome: ModelOutcome,
     wall_s: float,
     stage_s: dict[str, float],
 ) -> SolverStats:
-    """The run's statistics: ``values`` are the model's objective, bound and gap (seconds, seconds,
-    fraction), reported as ``gap`` and ``model_gap`` alike."""
-    objective, bound, gap = values
+    """The run's statistics: ``outcome`` says how it ended; its objective, bound and gap are reported
+    as ``gap`` and ``model_gap`` alike."""
     booleans, integers, constraints = model_size(model)
     return SolverStats(
-        status=status,
-        objective_s=objective,
-        bound_s=bound,
-        gap=gap,
-        model_gap=gap,
+        outcomes=(outcome,),
+        objective_s=outcome.objective_s,
+        bound_s=outcome.bound_s,
+        gap=outcome.gap,
+        model_gap=outcome.gap,
         wall_s=wall_s,
         deterministic_time=float(solver.response_proto.deterministic_time),
         num_booleans=booleans,

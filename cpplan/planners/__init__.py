@@ -1,8 +1,10 @@
-"""Planner backends behind one interface: ``(problem, profile, deadline) -> (plan or None, stats or None)``.
+"""The planner's strategies behind one interface: ``(problem, profile, deadline) -> (plan or None, stats
+or None)``.
 
-:data:`PLANNERS` is the explicit, ordered table of strategies a solver profile may name; the portfolio
-(:func:`cpplan.planners.portfolio.solve`) runs the profile's strategies in the profile's order, all
-against one :class:`~cpplan.planners.deadline.Deadline`.
+:data:`PLANNERS` is the explicit table of strategies a solver profile may name, each usable on its own.
+The planner's loop (:func:`cpplan.planners.portfolio.solve`) runs the proposers among them, hands every
+proposal to the ownership model in one pool, and, where a plan's waves share a pool of CP groups,
+runs each strategy as placed here.
 """
 
 from __future__ import annotations
@@ -14,7 +16,6 @@ from cpplan.planners.cpsat_planner import cpsat_planner
 from cpplan.planners.deadline import Deadline
 from cpplan.planners.dynamic_cp import at_each_size, cached_dynamic_plan, group_problem, pool_padding_s
 from cpplan.planners.greedy import cached_greedy_plan, full_sharing_plan
-from cpplan.planners.owned_strategy import remember_proposal
 from cpplan.planners.seeded import seeded_plan
 from cpplan.plans.plan import Plan, SolverStats, balanced
 from cpplan.plans.pool_schedule import scheduled
@@ -31,15 +32,11 @@ def _greedy(problem: Problem, profile: SolverProfile, deadline: Deadline) -> tup
 
 
 def _full_sharing(problem: Problem, profile: SolverProfile, deadline: Deadline) -> tuple[Plan, None]:
-    plan = full_sharing_plan(problem, deadline)
-    remember_proposal(problem, plan)
-    return plan, None
+    return full_sharing_plan(problem, deadline), None
 
 
 def _seeded(problem: Problem, profile: SolverProfile, deadline: Deadline) -> tuple[Plan | None, None]:
-    plan = seeded_plan(problem, profile.greedy.layouts, deadline=deadline.share(profile.timing.seeded_share))
-    remember_proposal(problem, plan)
-    return plan, None
+    return seeded_plan(problem, profile.greedy.layouts, deadline=deadline.share(profile.seeded.share)), None
 
 
 def _cpsat(problem: Problem, profile: SolverProfile, deadline: Deadline) -> tuple[Plan | None, SolverStats]:

@@ -1,31 +1,51 @@
-"""The registered ``cpsat`` strategy: the joint model of :mod:`cpplan.planners.cpsat_strategy`
-warm-started from the greedy plan, or, above the profile's ``max_items``, large-neighbourhood search over
-the greedy plan's waves (:mod:`cpplan.planners.lns`), proposes waves; the ownership model
-(:mod:`cpplan.planners.owned_strategy`) decides which proposed waves run and who owns their chunks."""
+"""CP-SAT's two stages as the planner runs them: the joint model's proposal, and, as a strategy of its
+own, proposal and decision together.
+
+:func:`joint_proposal` is the CP-SAT proposer: the joint model warm-started from the greedy plan, or,
+above ``joint.max_items``, its window search over the greedy plan's waves (:mod:`cpplan.planners.lns`).
+:func:`cpsat_planner` is the registered ``cpsat`` strategy used on its own (outside the planner's loop,
+which hands the ownership model every proposer's plan): the greedy plan and the joint model's plan are
+its pool, and the ownership model (:mod:`cpplan.planners.decide`) decides.
+"""
 
 from __future__ import annotations
 
+from cpplan.planners.budget import Budget
 from cpplan.planners.cpsat_strategy import joint_plan
 from cpplan.planners.deadline import Deadline
+from cpplan.planners.decide import Pool, decide
 from cpplan.planners.greedy import cached_greedy_plan
 from cpplan.planners.lns import lns_plan
-from cpplan.planners.owned_strategy import owned_plan, proposals
+from cpplan.plans.outcome import ModelOutcome, Status
 from cpplan.plans.plan import Plan, SolverStats
 from cpplan.pricing.problem import Problem
 from cpplan.spec.profile import SolverProfile
 
 
+def joint_proposal(
+    problem: Problem, budget: Budget, greedy: Plan, deadline: Deadline
+) -> tuple[Plan | None, SolverStats]:
+    """The joint model's proposal from ``greedy`` (its hint and columns) before ``deadline``, within
+    the joint stage's share of ``budget``: the whole model up to ``joint.max_items`` items, its window
+    search above; skipped where greedy splits an item (the model has no split path)."""
+    profile = budget.profile
+    work = budget.work_limit(profile.joint.share)
+    if problem.num_items > profile.joint.max_items:
+        return lns_plan(problem, profile, greedy, deadline, work)
+    if any(wave.split for wave in greedy.waves):
+        why = "the greedy plan splits an item (not modelled)"
+        return None, SolverStats(outcomes=(ModelOutcome(model="joint", status=Status.SKIPPED, detail=why),))
+    return joint_plan(problem, profile, greedy, deadline, budget.cpsat_params(profile.joint.share))
+
+
 def cpsat_planner(
     problem: Problem, profile: SolverProfile, deadline: Deadline
 ) -> tuple[Plan | None, SolverStats]:
-    """Registered as strategy ``cpsat``: the joint model warm-started from the greedy plan, or, above
-    the profile's ``max_items``, large-neighbourhood search over the greedy plan's waves
-    (:func:`~cpplan.planners.lns.lns_plan`)."""
-    greedy = cached_greedy_plan(problem, profile.greedy.layouts, deadline)
-    if problem.num_items > profile.cpsat.max_items:
-        proposed = lns_plan(problem, profile, greedy, deadline)
-    elif any(wave.split for wave in greedy.waves):
-        return None, SolverStats(status="skipped: the greedy plan splits an item (not modelled)")
-    else:
-        proposed = joint_plan(problem, profile, greedy, deadline)
-    return owned_plan(problem, profile, deadline, proposed, proposals(problem, proposed[0], greedy))
+    """Registered as strategy ``cpsat``: the joint model's proposal from the greedy plan, then the
+    ownership model over the greedy and joint plans, in the budget of ``profile`` ending at
+    ``deadline``."""
+    budget = Budget.start(problem, profile, deadline)
+    greedy = cached_greedy_plan(problem, profile.greedy.layouts, budget.verify_by)
+    joint_by = budget.stage(profile.joint.share, budget.proposers_by())
+    proposed, stats = joint_proposal(problem, budget, greedy, joint_by)
+    return decide(problem, Pool.of({"greedy": greedy, "joint": proposed}, stats), budget, budget.verify_by)

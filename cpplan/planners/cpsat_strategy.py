@@ -20,10 +20,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from cpplan.errors import InputError
-from cpplan.planners.deadline import NO_TIME, Deadline
+from cpplan.planners.deadline import Deadline
+from cpplan.plans.outcome import ModelOutcome, Status
 from cpplan.plans.plan import Plan, SolverStats
 from cpplan.pricing.problem import Problem
-from cpplan.spec.profile import SolverProfile, TimingParams
+from cpplan.spec.profile import CpSatParams, SolverProfile, TimingParams
 
 if TYPE_CHECKING:  # OR-Tools is imported where the model is built, so `import cpplan` stays light
     from cpplan.cpsat.columns import Column
@@ -101,37 +102,43 @@ def compile_for(problem: Problem, profile: SolverProfile, greedy: Plan) -> tuple
     from cpplan.cpsat import build_space, compile_model
 
     space = build_space(problem, extra_specs=tuple(profile.greedy.layouts))
-    num_waves = greedy.num_waves + profile.cpsat.max_extra_waves
+    num_waves = greedy.num_waves + profile.joint.max_extra_waves
     return space, compile_model(problem, space, num_waves, plan_columns(problem, space, num_waves, greedy))
 
 
 def joint_plan(
-    problem: Problem, profile: SolverProfile, incumbent: Plan, deadline: Deadline
+    problem: Problem,
+    profile: SolverProfile,
+    incumbent: Plan,
+    deadline: Deadline,
+    params: CpSatParams,
+    *,
+    model: str = "joint",
 ) -> tuple[Plan | None, SolverStats]:
     """The joint model of ``problem`` with ``incumbent``'s waves (none split; taken in order of their
-    lowest item) as exact columns and, taken as them, the complete hint; solved until ``deadline`` less
-    :func:`reserve_s`, realized and priced. Skipped (its status says so) when too little time is left
-    to build the model and search it."""
+    lowest item) as exact columns and, taken as them, the complete hint; solved with ``params`` (its
+    stage's deterministic limit in them) until ``deadline`` less :func:`reserve_s`, realized and
+    priced. Not run (its outcome says so) when too little time is left to build the model and search
+    it; ``model`` names the run in its outcome (``lns`` for a window of the window search)."""
     from cpplan.cpsat import realize, solve
 
     started = time.perf_counter()
-    params = profile.cpsat
     incumbent = Plan(
         strategy=incumbent.strategy, waves=tuple(sorted(incumbent.waves, key=lambda w: min(w.items)))
     )
     timing = profile.timing
     search_by = deadline.less(reserve_s(problem, timing))
     if search_by.left_s() < timing.min_search_s + timing.build_s_per_item * problem.num_items:
-        return None, SolverStats(status=NO_TIME, stage_s={"build": 0.0})
+        return None, _no_time(model, 0.0)
     space, compiled = compile_for(problem, profile, incumbent)
-    if params.hint:
+    if profile.joint.hint:
         compiled.add_hint(greedy_values(compiled, space, incumbent))
     build_s = time.perf_counter() - started
     left = search_by.left_s()
     if left < timing.min_search_s:
-        return None, SolverStats(status=NO_TIME, stage_s={"build": build_s})
+        return None, _no_time(model, build_s)
     solution, stats = solve(
-        compiled, params, time_limit_s=left, deterministic=profile.deterministic, build_s=build_s
+        compiled, params, time_limit_s=left, deterministic=profile.deterministic, build_s=build_s, model=model
     )
     stage_s = dict(stats.stage_s)
     plan = None
@@ -140,3 +147,9 @@ def joint_plan(
         plan = realize(problem, space, compiled.memory, solution, columns=compiled.columns)
         stage_s["realize"] = time.perf_counter() - t0
     return plan, replace(stats, wall_s=time.perf_counter() - started, stage_s=stage_s)
+
+
+def _no_time(model: str, build_s: float) -> SolverStats:
+    return SolverStats(
+        outcomes=(ModelOutcome(model=model, status=Status.NO_TIME),), stage_s={"build": build_s}
+    )

@@ -91,6 +91,13 @@ class Deadline:
         now = time.perf_counter()
         return replace(self, end_s=now + fraction * (self.end_s - now))
 
+    def within(self, seconds: float) -> Deadline:
+        """A deadline at most ``seconds`` from now, never later than this one (itself, when
+        deterministic)."""
+        if self.deterministic:
+            return self
+        return replace(self, end_s=min(self.end_s, time.perf_counter() + seconds))
+
     def less(self, seconds: float) -> Deadline:
         """A deadline ``seconds`` earlier, keeping that much in reserve (itself, when deterministic)."""
         return self if self.deterministic else replace(self, end_s=self.end_s - seconds)

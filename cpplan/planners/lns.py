@@ -2,7 +2,8 @@
 
 Above the profile's ``max_items`` the joint model of the whole workload is too large for its budget,
 so the CP-SAT strategy improves the greedy plan window by window instead of skipping: a window is two
-or three adjacent waves (at most :data:`WINDOW_ITEMS_PER_MAX_ITEMS` × ``max_items`` items, none split;
+or three adjacent waves (at most ``lns.window_waves`` waves and ``lns.window_items_per_max_items`` ×
+``joint.max_items`` items, none split;
 one wave alone where even two are too many: its layout and ownership are still re-solved),
 its items become a sub-problem (:class:`~cpplan.planners.subproblem.SubProblem`), the joint model
 solves it with the window's waves as exact columns and complete hint
@@ -27,21 +28,13 @@ from cpplan.errors import CpplanError
 from cpplan.planners.cpsat_strategy import joint_plan
 from cpplan.planners.deadline import Deadline, verify_reserve_s
 from cpplan.planners.subproblem import SubProblem
+from cpplan.plans.outcome import ModelOutcome, Status
 from cpplan.plans.plan import Plan, SolverStats
 from cpplan.plans.plan_writer import plan_to_dict
 from cpplan.pricing.problem import Problem
 from cpplan.pricing.wave import WavePlan
-from cpplan.spec.profile import SolverProfile, TimingParams
+from cpplan.spec.profile import CpSatParams, SolverProfile, TimingParams
 from cpplan.verifier.plan_check import verify_plan
-
-WINDOW_WAVES = 3
-"""The most adjacent waves one window re-solves."""
-
-WINDOW_ITEMS_PER_MAX_ITEMS = 2
-"""A window holds at most this many times the profile's ``max_items`` items."""
-
-MAX_PASSES = 3
-"""Passes over the plan at most (a pass without an improvement ends the search)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -53,18 +46,23 @@ class _Window:
 
 
 def lns_plan(
-    problem: Problem, profile: SolverProfile, incumbent: Plan, deadline: Deadline
+    problem: Problem, profile: SolverProfile, incumbent: Plan, deadline: Deadline, work: float | None
 ) -> tuple[Plan | None, SolverStats]:
-    """``incumbent`` improved window by window (``None`` when no window improved), and statistics
-    whose status counts the windows solved, improved and proved optimal in their model."""
+    """``incumbent`` improved window by window (``None`` when no window improved), each pass sharing
+    the deterministic limit ``work`` (``None``: the clock decides) among its windows; the outcome's
+    detail counts the windows solved, improved and proved optimal in their model."""
     started = time.perf_counter()
     waves, tally = list(incumbent.waves), Counter()
-    limit = WINDOW_ITEMS_PER_MAX_ITEMS * profile.cpsat.max_items
-    for _ in range(MAX_PASSES):
-        improved = _one_pass(problem, profile, waves, limit, deadline, tally)
+    limit = profile.lns.window_items_per_max_items * profile.joint.max_items
+    for _ in range(profile.lns.max_passes):
+        improved = _one_pass(problem, profile, waves, limit, deadline, work, tally)
         if not improved or deadline.left_s() < profile.timing.min_search_s:
             break
-    stats = SolverStats(status=_status(tally), wall_s=time.perf_counter() - started, stage_s=_stages(tally))
+    status = Status.FEASIBLE if tally["improved"] else Status.UNKNOWN
+    if not tally["solved"]:
+        status = Status.NO_TIME
+    outcome = ModelOutcome(model="lns", status=status, detail=_tally_words(tally))
+    stats = SolverStats(outcomes=(outcome,), wall_s=time.perf_counter() - started, stage_s=_stages(tally))
     if not tally["improved"]:
         return None, stats
     return Plan(strategy="cpsat", waves=tuple(waves)), stats
@@ -76,18 +74,21 @@ def _one_pass(
     waves: list[WavePlan],
     limit: int,
     deadline: Deadline,
+    work: float | None,
     tally: Counter,
 ) -> bool:
     """One sweep of overlapping windows over ``waves`` (replaced in place); whether any improved."""
     improved, start = False, 0
+    depth = profile.lns.window_waves
     while start < len(waves):
-        window = _window_at(waves, start, limit)
+        window = _window_at(waves, start, limit, depth)
         if window is None:
             start += 1
             continue
-        left = _windows_left(waves, start, limit)
+        left = _windows_left(waves, start, limit, depth)
         size = window.size
-        better = _solve_window(problem, profile, waves[start : start + size], deadline, left, tally)
+        params = _window_params(profile, work, left)
+        better = _solve_window(problem, profile, waves[start : start + size], deadline, left, params, tally)
         if better is not None:
             waves[start : start + size] = better
             improved, size = True, len(better)
@@ -103,23 +104,23 @@ def _advance(start: int, size: int, num_waves: int) -> int:
     return start + size if size == 1 or start + size >= num_waves else start + size - 1
 
 
-def _window_at(waves: list[WavePlan], start: int, limit: int) -> _Window | None:
-    """The widest window of up to :data:`WINDOW_WAVES` waves from ``start`` within ``limit`` items and
-    without a split wave: two or more waves, or the wave alone when the next one does not fit with it
-    (``None`` when the wave itself is split or over the limit)."""
+def _window_at(waves: list[WavePlan], start: int, limit: int, depth: int) -> _Window | None:
+    """The widest window of up to ``depth`` waves from ``start`` within ``limit`` items and without a
+    split wave: two or more waves, or the wave alone when the next one does not fit with it (``None``
+    when the wave itself is split or over the limit)."""
     size, items = 0, 0
-    for wave in waves[start : start + WINDOW_WAVES]:
+    for wave in waves[start : start + depth]:
         if wave.split or items + len(wave.items) > limit:
             break
         size, items = size + 1, items + len(wave.items)
     return _Window(start=start, size=size) if size >= 1 else None
 
 
-def _windows_left(waves: list[WavePlan], start: int, limit: int) -> int:
+def _windows_left(waves: list[WavePlan], start: int, limit: int, depth: int) -> int:
     """How many windows this pass still has from ``start`` on (for sharing out the time)."""
     count, at = 0, start
     while at < len(waves):
-        window = _window_at(waves, at, limit)
+        window = _window_at(waves, at, limit, depth)
         count += window is not None
         at = at + 1 if window is None else _advance(at, window.size, len(waves))
     return max(1, count)
@@ -131,6 +132,7 @@ def _solve_window(
     window: list[WavePlan],
     deadline: Deadline,
     windows_left: int,
+    params: CpSatParams,
     tally: Counter,
 ) -> list[WavePlan] | None:
     """The window's waves re-solved by the joint model, when verified and cheaper; else ``None``."""
@@ -148,12 +150,12 @@ def _solve_window(
     step_by = step_by.less(verify_reserve_s(sub.problem, profile.timing))
     tally["build_s"] += time.perf_counter() - t0
     try:
-        plan, stats = joint_plan(sub.problem, _window_profile(profile, windows_left), incumbent, step_by)
+        plan, stats = joint_plan(sub.problem, profile, incumbent, step_by, params, model="lns")
     except CpplanError:
         return None
     _count(stats, tally)
     if plan is None or not plan.cost_s < incumbent.cost_s * (1 - 1e-9):
-        tally["proved"] += plan is not None and stats.status == "optimal"
+        tally["proved"] += plan is not None and stats.status == Status.OPTIMAL
         return None
     t1 = time.perf_counter()
     verdict = verify_plan(
@@ -167,17 +169,14 @@ def _solve_window(
     return [sub.to_parent(wave) for wave in plan.waves]
 
 
-def _window_profile(profile: SolverProfile, windows_left: int) -> SolverProfile:
-    """``profile`` with its deterministic time limit shared out like the clock: a window gets the
-    limit over the windows left in the pass (at least ``timing.min_deterministic_s``), so one pass of a
-    deterministic search costs about one joint model's limit."""
-    limit = profile.cpsat.deterministic_time_s
-    if limit is None:
-        return profile
-    share = max(limit / windows_left, profile.timing.min_deterministic_s)
-    return profile.model_copy(
-        update={"cpsat": profile.cpsat.model_copy(update={"deterministic_time_s": share})}
-    )
+def _window_params(profile: SolverProfile, work: float | None, windows_left: int) -> CpSatParams:
+    """CP-SAT's parameters for a window: the pass's deterministic limit ``work`` shared over the windows
+    left in it (at least ``lns.min_window_share`` of the budget), so one pass of a deterministic search
+    costs about the joint stage's limit; under the clock (``work`` is ``None``), none."""
+    share = None
+    if work is not None:
+        share = max(work / windows_left, profile.lns.min_window_share * profile.time_budget_s)
+    return profile.cpsat.model_copy(update={"deterministic_time_s": share})
 
 
 def _window_deadline(
@@ -195,7 +194,7 @@ def _window_deadline(
 
 def _count(stats: SolverStats, tally: Counter) -> None:
     """Add one CP-SAT run's statistics to the tally."""
-    if stats.status.startswith("skipped"):
+    if stats.status == Status.NO_TIME:
         tally["skipped"] += 1
         return
     tally["solved"] += 1
@@ -203,9 +202,10 @@ def _count(stats: SolverStats, tally: Counter) -> None:
         tally[f"{stage}_s"] += seconds
 
 
-def _status(tally: Counter) -> str:
-    """The LNS status line: windows solved, improved, proved optimal in their model, rejected, skipped."""
-    parts = [f"lns: {tally['solved']} windows solved", f"{tally['improved']} improved"]
+def _tally_words(tally: Counter) -> str:
+    """The window search's tally: windows solved, improved, proved optimal in their model, rejected,
+    skipped."""
+    parts = [f"{tally['solved']} windows solved", f"{tally['improved']} improved"]
     parts.append(f"{tally['proved']} proved optimal in their model")
     parts += [f"{tally[key]} {key}" for key in ("rejected", "skipped", "unaffordable") if tally[key]]
     return ", ".join(parts)

@@ -1,16 +1,23 @@
-"""The portfolio: run the profile's strategies, verify each plan independently, keep the cheapest valid one.
+"""The planner's loop: propose, decide, schedule, verify once, within one budget.
 
-:func:`solve` is a free function over an already built problem (the model is PyVRP's ``solve``). Each
-strategy runs once (:func:`run_strategy`, which turns every fault into a recorded outcome), its plan is
-verified by the independent verifier (:func:`verify_outcome`), and every candidate's reason is written
-from the outcomes (:func:`candidate_reason`).
+:func:`solve` is a free function over an already built problem (the model is PyVRP's ``solve``) and
+reads top to bottom:
 
-Time: strategies search until the deadline less :func:`verify_reserve_s` (what verifying their plan
-takes), so the call ends about at the deadline. Once some plan is valid, a strategy starts only when
-the time left is at least what the quickest valid one took (else "skipped: no time left"), except
-CP-SAT, which keeps its own time; without a valid plan they still run
-(greedy and full sharing past their deadline pack with full sharing at once: the floor). The runtime
-profile lists greedy first, then CP-SAT warm-started from it, and the rest only with time to spare.
+1. **propose**: the proposers of the profile (greedy, full sharing, seeded, and CP-SAT's joint model
+   warm-started from the greedy plan, with its window search for large steps) run in the profile's
+   order, each within its share of the budget, until the time kept for deciding and verifying;
+2. **decide**: every proposal goes, in one pool passed explicitly (:class:`~cpplan.planners.decide.Pool`,
+   in a fixed order), to the ownership model, the one stage that decides ownership; its answer is the
+   ``cpsat`` candidate;
+3. **schedule**: where a plan's waves share a pool of CP groups (``dp > 1`` or dynamic CP) every
+   strategy forms and places its waves on the pool (:data:`~cpplan.planners.PLANNERS`, the schedule
+   model deciding for ``cpsat``) instead, and the cost is the makespan;
+4. **verify**: the independent verifier prices every candidate's plan once (identical plans share a
+   verdict), and the cheapest valid one is chosen, every candidate's reason written from the outcomes.
+
+Every fault of a stage (a refusal, an error, an unreadable plan) is recorded as its outcome, never
+raised: a faulty backend costs time, never the plan. The budget (:class:`~cpplan.planners.budget.Budget`)
+is seconds under the clock and CP-SAT's deterministic time under a deterministic profile.
 """
 
 from __future__ import annotations
@@ -22,10 +29,16 @@ from typing import Any
 
 from cpplan.errors import CpplanError, NoFitError
 from cpplan.planners import PLANNERS, Strategy
+from cpplan.planners.budget import Budget
+from cpplan.planners.cpsat_planner import joint_proposal
 from cpplan.planners.cpsat_strategy import ensure_solver
-from cpplan.planners.deadline import NO_TIME, Deadline, verify_reserve_s
+from cpplan.planners.deadline import NO_TIME, Deadline
+from cpplan.planners.decide import Pool, decide
+from cpplan.planners.greedy import cached_greedy_plan
+from cpplan.plans.outcome import ModelOutcome, Status
 from cpplan.plans.plan import Candidate, Plan, SolverStats
 from cpplan.plans.plan_writer import plan_to_dict
+from cpplan.plans.pool_schedule import scheduled
 from cpplan.plans.result import PlanResult
 from cpplan.pricing.problem import Problem, check_static_floor
 from cpplan.spec.profile import SolverProfile
@@ -74,42 +87,126 @@ def solve(
     planners: Mapping[str, Strategy] | None = None,
     deadline: Deadline | None = None,
 ) -> PlanResult:
-    """Run ``profile``'s strategies on ``problem`` (``planners`` adds to or replaces entries of
-    :data:`~cpplan.planners.PLANNERS`) before ``deadline`` (default: the profile's time budget from
-    now), verify each plan, and return the cheapest valid one with every candidate and why it lost.
-    The deadline decides everything the clock may cut short (a deterministic one cuts nothing short);
-    the profile's own ``deterministic`` flag sets CP-SAT's parameters. ``PlanResult.wall_s`` counts
-    from the deadline's start. Raises :class:`NoFitError` when no strategy
-    yields a valid plan (a strategy's own refusal first, when one refused)."""
-    if deadline is None:
-        if "cpsat" in profile.strategies:
-            ensure_solver()  # once per process, before the budget starts
-        deadline = Deadline.of_profile(profile)
-    deadline = replace(deadline, timing=profile.timing)  # every strategy decides by the profile's
+    """Plan ``problem`` under ``profile`` within its budget (from ``deadline``'s start when given: a
+    caller that started the clock before building the problem), and return the cheapest valid plan
+    with every candidate and why it lost. ``planners`` replaces strategies of
+    :data:`~cpplan.planners.PLANNERS` (``cpsat``: the whole CP-SAT candidate). Raises
+    :class:`NoFitError` when no strategy yields a valid plan (a strategy's own refusal first)."""
+    if deadline is None and "cpsat" in profile.strategies:
+        ensure_solver()  # once per process, before the budget starts
+    budget = Budget.start(problem, profile, deadline)
     check_static_floor(problem.card, problem.memory_bytes)
-    table = {**PLANNERS, **(planners or {})}
-    verified: list[tuple[dict[str, Any], Verification]] = []
-    outcomes: list[StrategyOutcome] = []
-    search_by = deadline.less(verify_reserve_s(problem, profile.timing))
-    for strategy in profile.strategies:
-        if strategy not in SELF_TIMED and _no_time_for_another(outcomes, search_by):
-            outcomes.append(_skipped(strategy))
-            continue
-        outcome = run_strategy(strategy, table.get(strategy), problem, profile, search_by)
-        if outcome.plan is not None:
-            outcome = verify_outcome(problem, outcome, verified)
-        outcomes.append(outcome)
-    winner = _winner(outcomes)
-    unrun = SolverStats(status=NO_TIME if any(o.note == NO_TIME for o in outcomes) else "not_run")
-    stats = next((o.stats for o in reversed(outcomes) if o.stats is not None), unrun)
+    steps = {**PLANNERS, **(planners or {})}
+    if scheduled(problem.topology):
+        found = on_the_pool(problem, budget, steps)
+    else:
+        found = propose_and_decide(problem, budget, steps)
+    found = verify(problem, found)
+    winner = _winner(found)
     return PlanResult(
         problem=problem,
         plan=winner.plan,
-        candidates=tuple(_candidate(o, winner) for o in outcomes),
-        solver=stats,
+        candidates=tuple(_candidate(o, winner) for o in found),
+        solver=_solver_stats(found),
         profile=profile.name,
-        wall_s=deadline.elapsed_s(),
+        wall_s=budget.deadline.elapsed_s(),
     )
+
+
+def propose_and_decide(
+    problem: Problem, budget: Budget, steps: Mapping[str, Strategy]
+) -> list[StrategyOutcome]:
+    """Stages 1 and 2 at one CP size: the proposers in the profile's order, then the ownership model
+    over their pool as the ``cpsat`` candidate, in its place in that order (a ``cpsat`` step other
+    than the registered one stands for both CP-SAT stages)."""
+    profile = budget.profile
+    overridden = {name for name, step in steps.items() if step is not _REGISTERED.get(name)}
+    by = budget.proposers_by()
+    found: dict[str, StrategyOutcome] = {}
+    joint: tuple[Plan | None, SolverStats | None] = (None, None)
+    for name in profile.strategies:
+        if name == "cpsat":
+            if "cpsat" not in overridden:
+                joint = _joint(problem, budget, found, by)
+            continue
+        if _no_time_for_another(found.values(), by):
+            found[name] = _skipped(name)
+            continue
+        found[name] = run_strategy(name, steps.get(name), problem, profile, budget.stage(1.0, by))
+    if "cpsat" in profile.strategies:
+        if "cpsat" in overridden:
+            found["cpsat"] = run_strategy("cpsat", steps["cpsat"], problem, profile, budget.verify_by)
+        else:
+            plans = {name: o.plan for name, o in found.items()} | {"joint": joint[0]}
+            found["cpsat"] = _decided(problem, Pool.of(plans, joint[1]), budget)
+    return [found[name] for name in profile.strategies]
+
+
+_REGISTERED = dict(PLANNERS)
+"""The strategies as registered, to tell a replaced one (a test's, a user's backend) from them."""
+
+
+def _joint(
+    problem: Problem, budget: Budget, found: dict[str, StrategyOutcome], by: Deadline
+) -> tuple[Plan | None, SolverStats | None]:
+    """The joint model's proposal from the greedy plan (greedy's candidate, or greedy run for it when
+    the profile has none); none where greedy has no plan."""
+    profile = budget.profile
+    greedy = found["greedy"].plan if "greedy" in found else None
+    started = time.perf_counter()
+    try:
+        if greedy is None:
+            greedy = cached_greedy_plan(problem, profile.greedy.layouts, by)
+        plan, stats = joint_proposal(problem, budget, greedy, budget.stage(profile.joint.share, by))
+    except CpplanError as exc:
+        why = f"{type(exc).__name__}: {exc}"
+        return None, SolverStats(outcomes=(ModelOutcome(model="joint", status=Status.SKIPPED, detail=why),))
+    return plan, replace(stats, wall_s=time.perf_counter() - started)
+
+
+def _decided(problem: Problem, pool: Pool, budget: Budget) -> StrategyOutcome:
+    """The ``cpsat`` candidate: the ownership model's decision over ``pool``, faults recorded."""
+    started = time.perf_counter()
+    try:
+        plan, stats = decide(problem, pool, budget, budget.verify_by)
+    except Exception as exc:  # a faulty model costs time, never the plan
+        return _failed("cpsat", f"raised {type(exc).__name__}: {exc}", started, stats=pool.proposer)
+    if plan is None:
+        note = NO_TIME if stats.deciding.status is Status.NO_TIME else stats.deciding.words()
+        return _failed("cpsat", note, started, stats=stats)
+    wall_s = time.perf_counter() - started + (pool.proposer.wall_s if pool.proposer else 0.0)
+    return StrategyOutcome(strategy="cpsat", plan=plan, stats=stats, wall_s=wall_s)
+
+
+def on_the_pool(problem: Problem, budget: Budget, steps: Mapping[str, Strategy]) -> list[StrategyOutcome]:
+    """Stage 3 where the waves share a pool of CP groups: every strategy of the profile forms and places
+    its waves on the pool itself (:data:`~cpplan.planners.PLANNERS`), in the profile's order; one that
+    could not finish before the search deadline is not started once a plan is in hand."""
+    found: list[StrategyOutcome] = []
+    for name in budget.profile.strategies:
+        if name not in SELF_TIMED and _no_time_for_another(found, budget.verify_by):
+            found.append(_skipped(name))
+            continue
+        found.append(run_strategy(name, steps.get(name), problem, budget.profile, budget.verify_by))
+    return found
+
+
+def verify(problem: Problem, found: list[StrategyOutcome]) -> list[StrategyOutcome]:
+    """Stage 4: every outcome with a plan gets the independent verifier's verdict, once per distinct
+    plan."""
+    verified: list[tuple[dict[str, Any], Verification]] = []
+    return [verify_outcome(problem, o, verified) if o.plan is not None else o for o in found]
+
+
+def _solver_stats(found: list[StrategyOutcome]) -> SolverStats:
+    """The CP-SAT candidate's statistics, or a record of why CP-SAT did not run."""
+    stats = next((o.stats for o in reversed(found) if o.stats is not None), None)
+    if stats is not None:
+        return stats
+    no_time = any(o.note == NO_TIME for o in found)
+    if not no_time:
+        return SolverStats()
+    return SolverStats(outcomes=(ModelOutcome(model="ownership", status=Status.NO_TIME),))
 
 
 def run_strategy(
@@ -130,9 +227,8 @@ def run_strategy(
         return _failed(strategy, f"raised {type(exc).__name__}: {exc}", started)
     if plan is None:
         note = "no solution within its time"
-        if stats is not None:
-            plain = stats.status.startswith(("skipped", "lns"))  # already says why there is no plan
-            note = stats.status if plain else f"no solution ({stats.status})"
+        if stats is not None and stats.deciding is not None:
+            note = stats.deciding.words()
         return _failed(strategy, note, started, stats=stats)
     return StrategyOutcome(strategy=strategy, plan=plan, stats=stats, wall_s=time.perf_counter() - started)
 
@@ -143,16 +239,16 @@ deadline), so the portfolio does not hold them back; the others are whole passes
 they can finish."""
 
 
-def _no_time_for_another(outcomes: list[StrategyOutcome], search_by: Deadline) -> bool:
-    """With a valid plan in hand, whether the time left is shorter than the quickest valid strategy
+def _no_time_for_another(outcomes, search_by: Deadline) -> bool:
+    """With a plan in hand, whether the time left is shorter than the quickest strategy with a plan
     took: another one would overrun the deadline (a strategy stopped at its deadline still finishes its
     plan)."""
-    valid = [o.wall_s for o in outcomes if o.valid]
-    return bool(valid) and search_by.left_s() < min(valid)
+    done = [o.wall_s for o in outcomes if o.plan is not None]
+    return bool(done) and search_by.left_s() < min(done)
 
 
 def _skipped(strategy: str) -> StrategyOutcome:
-    """A strategy not started because the deadline has passed and a valid plan is in hand."""
+    """A strategy not started because the deadline has passed and a plan is in hand."""
     return StrategyOutcome(strategy=strategy, note=NO_TIME)
 
 
@@ -217,11 +313,12 @@ def _disagreement(stats: SolverStats | None, verdict: Verification) -> str:
 
 
 def _winner(outcomes: list[StrategyOutcome]) -> StrategyOutcome:
-    """The first cheapest valid outcome; without one, the first refusal or an error listing each
+    """The cheapest valid outcome: on a tie the decided plan (``cpsat``, the ownership model's answer
+    over every proposal), else the earliest; without one, the first refusal or an error listing each
     strategy's reason."""
     valid = [o for o in outcomes if o.valid]
     if valid:
-        return min(valid, key=lambda o: o.verdict.cost_s)
+        return min(valid, key=lambda o: (o.verdict.cost_s, o.strategy != "cpsat"))
     refusal = next((o.refusal for o in outcomes if o.refusal is not None), None)
     if refusal is not None:
         raise refusal
@@ -246,8 +343,9 @@ def candidate_reason(outcome: StrategyOutcome, winner: StrategyOutcome) -> str:
     else:
         chosen = winner.verdict.cost_s
         assert verdict.cost_s >= chosen, "the winner is the cheapest valid outcome"
+        kept = "the decided plan is kept" if winner.strategy == "cpsat" else "the earlier is kept"
         why = (
-            f"tied: costs {chosen:.6f} s, as the chosen {winner.strategy} (the earlier is kept)"
+            f"tied: costs {chosen:.6f} s, as the chosen {winner.strategy} ({kept})"
             if verdict.cost_s == chosen
             else f"costs {verdict.cost_s:.6f} s, not below the chosen {chosen:.6f} s"
         )

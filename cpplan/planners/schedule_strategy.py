@@ -24,8 +24,9 @@ from cpplan.cpsat.schedule_model import (
     hint_placements,
     realize,
 )
-from cpplan.cpsat.solve import model_size, parameters
+from cpplan.cpsat.solve import STATUSES, model_size, parameters
 from cpplan.errors import NoFitError
+from cpplan.planners.budget import Budget
 from cpplan.planners.cpsat_strategy import reserve_s
 from cpplan.planners.deadline import Deadline
 from cpplan.planners.dynamic_cp import (
@@ -35,13 +36,18 @@ from cpplan.planners.dynamic_cp import (
     packed_waves,
     pool_padding_s,
 )
+from cpplan.plans.outcome import ModelOutcome, Scope, Status
 from cpplan.plans.plan import Plan, SolverStats
 from cpplan.plans.pool_schedule import units
 from cpplan.pricing.problem import Problem
 from cpplan.pricing.wave import WavePlan
 from cpplan.spec.profile import SolverProfile
 
-_STATUS = {cp_model.OPTIMAL: "optimal", cp_model.FEASIBLE: "feasible", cp_model.INFEASIBLE: "infeasible"}
+
+def _not_run(status: Status, detail: str = "", *, build_s: float = 0.0) -> SolverStats:
+    return SolverStats(
+        outcomes=(ModelOutcome(model="schedule", status=status, detail=detail),), stage_s={"build": build_s}
+    )
 
 
 def jobs_of(waves: Sequence[WavePlan]) -> tuple[Job, ...]:
@@ -90,21 +96,22 @@ def dynamic_cpsat_planner(
     group sizes in ``allowed`` (default: all), warm-started from ``hint`` (default: the greedy dynamic
     plan)."""
     started = time.perf_counter()
-    params = profile.cpsat
-    if problem.num_items > params.max_items:
-        return None, SolverStats(status=f"skipped: {problem.num_items} items > max_items {params.max_items}")
+    budget = Budget.start(problem, profile, deadline)
+    params, limit = budget.cpsat_params(profile.schedule.share), profile.schedule.max_items
+    if problem.num_items > limit:
+        return None, _not_run(Status.SKIPPED, f"{problem.num_items} items > schedule.max_items {limit}")
     search_by = deadline.less(reserve_s(problem, profile.timing))
     greedy = hint or cached_dynamic_plan(problem, profile.greedy.layouts, deadline=deadline)
     if search_by.left_s() < profile.timing.min_search_s:
-        return None, SolverStats(status="skipped: no time left", stage_s={"build": 0.0})
+        return None, _not_run(Status.NO_TIME)
     alts = alternatives(problem, greedy, profile.greedy.layouts, allowed)
     compiled = compile_schedule(alts, problem.topology.pool, pool_padding_s(problem))
-    if params.hint:
+    if profile.joint.hint:
         add_hint(compiled, hint_placements(alts, greedy))
     build_s = time.perf_counter() - started
     left = search_by.left_s()
     if left < profile.timing.min_search_s:
-        return None, SolverStats(status="skipped: no time left", stage_s={"build": build_s})
+        return None, _not_run(Status.NO_TIME, build_s=build_s)
     solver = cp_model.CpSolver()
     for name, value in parameters(params, time_limit_s=left, deterministic=profile.deterministic).items():
         setattr(solver.parameters, name, value)
@@ -123,14 +130,18 @@ def _stats(
 ) -> SolverStats:
     """The run's statistics (objective and bound in seconds, from the model's microseconds)."""
     booleans, integers, constraints = model_size(compiled.model)
-    solved = status in (cp_model.OPTIMAL, cp_model.FEASIBLE)
-    objective = solver.objective_value / MICROSECONDS if solved else None
-    bound = solver.best_objective_bound / MICROSECONDS if solved else None
+    name = STATUSES.get(status, Status.UNKNOWN)
+    objective = solver.objective_value / MICROSECONDS if name.answered else None
+    bound = solver.best_objective_bound / MICROSECONDS if name.answered else None
+    scope = Scope.MODEL if name.answered else None
+    outcome = ModelOutcome(
+        model="schedule", status=name, objective_s=objective, bound_s=bound, bound_scope=scope
+    )
     return SolverStats(
-        status=_STATUS.get(status, "unknown"),
+        outcomes=(outcome,),
         objective_s=objective,
         bound_s=bound,
-        gap=max(0.0, (objective - bound) / objective) if solved and objective > 0 else None,
+        gap=outcome.gap,
         wall_s=time.perf_counter() - started,
         deterministic_time=float(solver.response_proto.deterministic_time),
         num_booleans=booleans,

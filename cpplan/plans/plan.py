@@ -7,6 +7,7 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 
+from cpplan.plans.outcome import ModelOutcome, Scope, Status
 from cpplan.plans.pool_schedule import Schedule, place, timed
 from cpplan.pricing.wave import WavePlan, local_tokens
 
@@ -77,23 +78,24 @@ class Candidate:
 
 @dataclass(frozen=True, kw_only=True)
 class SolverStats:
-    """What the CP-SAT backend reports: status, objective, proven bound, gap, times and model size.
+    """What the planner's CP-SAT stages report: one typed record per model run (:attr:`outcomes`), and
+    the deciding run's objective, proven bound, gap, times and model size.
 
-    The joint model is conservative (its per-rank memory rows bound the exact ones from above), so its
-    objective, bound and gap are the *model's*: ``optimal`` means optimal in the model, and a plan
-    outside it (the exact evaluator admits more) may cost less. Nothing here bounds the plan itself."""
+    The deciding run is the last of :attr:`outcomes`: the ownership model where it ran (its objective
+    is the evaluator's price of its plan, its bound one of every plan of the proposed waves), else the
+    joint or schedule model (whose rows are conservative: their bound is of their own model only)."""
 
-    status: str
-    """CP-SAT's status on its model (``optimal`` / ``feasible`` there), or why it did not run."""
+    outcomes: tuple[ModelOutcome, ...] = ()
+    """Every model run of the call, in the order they ran (the deciding one last)."""
     objective_s: float | None = None
-    """The model's objective of the answer, in seconds."""
+    """The deciding model's objective of its answer, in seconds."""
     bound_s: float | None = None
-    """The model's proven lower bound, in seconds: a bound of the conservative model's optimum, not of
-    every plan."""
+    """The deciding model's proven lower bound, in seconds (its scope: :attr:`bound_scope`)."""
     gap: float | None = None
-    """``(objective - bound) / objective`` in the model (kept for compatibility: see :attr:`model_gap`)."""
+    """``(objective - bound) / objective`` of the deciding model (kept for compatibility: see
+    :attr:`model_gap`)."""
     model_gap: float | None = None
-    """The same gap, named for what it is: the model's, not the plan's."""
+    """The same gap, named for what it is: the model's, whose bound has the scope :attr:`bound_scope`."""
     wall_s: float = 0.0
     deterministic_time: float | None = None
     num_booleans: int = 0
@@ -105,6 +107,38 @@ class SolverStats:
     """Where the ownership model's objective falls short of the evaluator's price of its plan, in
     seconds per term (``barriers``, ``handoff``, ``overhead``: rounding down, and the rounds mode's
     waiting-token bound in ``handoff``); empty when the ownership model did not run."""
+
+    @property
+    def deciding(self) -> ModelOutcome | None:
+        """The last model run (``None`` when none ran): the stage whose answer the CP-SAT candidate is."""
+        return self.outcomes[-1] if self.outcomes else None
+
+    @property
+    def answered(self) -> ModelOutcome | None:
+        """The last model run that answered (whose objective and bound these statistics report)."""
+        return next((o for o in reversed(self.outcomes) if o.status.answered), None)
+
+    @property
+    def status(self) -> str:
+        """The deciding run's status as the plan JSON's ``solver.status`` writes it (``not_run``
+        without one)."""
+        return self.deciding.status.value if self.deciding is not None else Status.NOT_RUN.value
+
+    @property
+    def bound_scope(self) -> Scope | None:
+        """What :attr:`bound_s` bounds (the scope of the last run that answered)."""
+        return self.answered.bound_scope if self.answered is not None else None
+
+    def then(self, outcome: ModelOutcome) -> SolverStats:
+        """These statistics with ``outcome`` run after them; where it answered, its objective and bound
+        are the ones reported."""
+        stats = dataclasses.replace(self, outcomes=(*self.outcomes, outcome))
+        if not outcome.status.answered:
+            return stats
+        gap = outcome.gap
+        return dataclasses.replace(
+            stats, objective_s=outcome.objective_s, bound_s=outcome.bound_s, gap=gap, model_gap=gap
+        )
 
 
 def balanced(plan: Plan, pool: int, padding_s: float | None = None) -> Plan:

@@ -124,8 +124,10 @@ SOLVER_FIELDS = (
     "ortools_version",
     "stage_s",
     "price_terms_s",
+    "outcomes",
 )
-"""The solver statistics (``price_terms_s`` empty where the ownership model did not run)."""
+"""The solver statistics (``price_terms_s`` empty where the ownership model did not run; ``outcomes``:
+one record per model run, the deciding one last, see :class:`~cpplan.plans.outcome.ModelOutcome`)."""
 
 TIMING_FIELDS = ("wall_s", "stage_s", "deterministic_time")
 """Wall-clock fields (left out of byte-for-byte comparisons of plans)."""

@@ -233,6 +233,7 @@ def solver_to_dict(stats: SolverStats) -> dict[str, Any]:
         "ortools_version": stats.ortools_version,
         "stage_s": dict(stats.stage_s),
         "price_terms_s": dict(stats.price_terms_s),
+        "outcomes": [outcome.to_dict() for outcome in stats.outcomes],
     }
     return record(SOLVER_FIELDS, values)
 

@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from cpplan.plans.outcome import Scope
 from cpplan.plans.plan import Candidate, Plan, SolverStats
 from cpplan.plans.plan_writer import full_plan_dict
 from cpplan.pricing.problem import Problem
@@ -39,6 +40,48 @@ class PlanResult:
     def bound_s(self) -> float | None:
         """The solver's proven lower bound, when it ran."""
         return self.solver.bound_s
+
+    def decision(self) -> str:
+        """In a user's words, from the typed outcomes alone: which strategy's plan was chosen at what
+        predicted cost, which stage decided it, who tied with it, and how far it is proved from the
+        best plan (and of which plans that bound is)."""
+        chosen = self.plan
+        head = f"{chosen.strategy} at {chosen.cost_s:.4f} s predicted"
+        ties = [
+            c.strategy
+            for c in self.candidates
+            if c.valid and c.strategy != chosen.strategy and c.cost_s == chosen.cost_s
+        ]
+        tied = f" ({', '.join(ties)} tied with it)" if ties else ""
+        cpsat = next((c for c in self.candidates if c.strategy == "cpsat"), None)
+        deciding = self.solver.deciding
+        if chosen.strategy == "cpsat":
+            return f"{head}{tied}, decided by CP-SAT: {self._cpsat_words()}"
+        if cpsat is None or deciding is None:
+            return f"{head}{tied}; CP-SAT did not run"
+        if cpsat.cost_s is None:
+            return f"{head}{tied}; CP-SAT gave no plan: {self._cpsat_words()}"
+        if not cpsat.valid:
+            return f"{head}{tied}; CP-SAT's plan was rejected by the verifier: {self._cpsat_words()}"
+        return f"{head}{tied}, cheaper than CP-SAT's plan at {cpsat.cost_s:.4f} s: {self._cpsat_words()}"
+
+    def _cpsat_words(self) -> str:
+        """What CP-SAT's stages did and what its bound proves, from the outcomes."""
+        outcomes = self.solver.outcomes
+        said = "; ".join(o.words() for o in outcomes) or "no model ran"
+        answered = self.solver.answered
+        if answered is None or answered.bound_s is None or answered.bound_scope is None:
+            return said
+        gap = max(0.0, (self.plan.cost_s - answered.bound_s) / self.plan.cost_s) if self.plan.cost_s else 0.0
+        if answered.bound_scope is Scope.MODEL:
+            return f"{said} (its bound is of its own conservative model, not of any plan)"
+        if answered.bound_scope is Scope.ALL_PLANS:
+            proof = f"the chosen plan is at most {gap:.2%} slower than the best possible plan"
+        else:
+            proof = (
+                f"the chosen plan is at most {gap:.2%} slower than the best plan made of the proposed waves"
+            )
+        return f"{said}; {proof} (predicted seconds, bound {answered.bound_s:.4f} s)"
 
     def deadline_note(self) -> str | None:
         """A plain sentence when the wall-clock deadline cut the search (``None`` when it did not): how
@@ -84,6 +127,7 @@ class PlanResult:
         lines = [
             f"strategy {plan.strategy}: {plan.num_waves} wave(s), predicted {plan.cost_s:.4f} s "
             f"(planned in {self.wall_s * 1e3:.1f} ms, profile {self.profile})",
+            f"chosen: {self.decision()}",
             f"tokens: {plan.packed_tokens:,} packed of {plan.logical_tokens:,} logical "
             f"({plan.packed_tokens / max(plan.logical_tokens, 1):.1%})",
             f"busiest rank: {busiest.busiest_rank} of wave {plan.waves.index(busiest)}, "

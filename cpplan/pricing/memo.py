@@ -2,10 +2,13 @@
 per-problem results (greedy plans, their refusals).
 
 A :class:`PricingMemo` belongs to one :class:`~cpplan.pricing.problem.Problem` object (a field of it,
-made fresh with every problem and left out of equality and repr). Everything in it is a pure function
-of the problem, so an entry can never go stale; a copy of the problem gets an empty memo. Pricing reads
-and fills the typed caches; the planners keep what they compute per problem in :attr:`PricingMemo.planned`,
-a store pricing does not look into (so it imports none of the planners' types).
+made fresh with every problem and left out of equality and repr); a copy of the problem gets an empty
+memo. The pricing caches are pure functions of the problem, so they never go stale. The planners keep
+what they compute per problem in :attr:`PricingMemo.planned`, a store pricing does not look into (so it
+imports none of the planners' types); an entry computed under a wall-clock deadline is what that deadline
+allowed, which is why no proposal is handed between stages through it (the planner's loop passes its pool
+explicitly) and why a problem is built anew for every planning call (``Planner.plan`` does), so a plan
+cached under one call's deadline never serves another call.
 """
 
 from __future__ import annotations

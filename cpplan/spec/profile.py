@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from cpplan.errors import InputError
 from cpplan.spec.card import read_toml
@@ -15,9 +15,50 @@ from cpplan.spec.validation import input_error
 
 STRATEGIES = ("greedy", "full_sharing", "seeded", "cpsat")
 
+_MOVED = {
+    ("cpsat", "max_items"): ("joint", "max_items"),
+    ("cpsat", "schedule_max_items"): ("schedule", "max_items"),
+    ("cpsat", "max_extra_waves"): ("joint", "max_extra_waves"),
+    ("cpsat", "hint"): ("joint", "hint"),
+    ("cpsat", "ownership_columns"): ("ownership", "columns"),
+    ("cpsat", "ownership_window_chunks"): ("ownership", "window_chunks"),
+    ("timing", "seeded_share"): ("seeded", "share"),
+}
+"""Keys of the earlier profile layout and where they now stand."""
+
+
+def migrated_profile(data: Any) -> Any:
+    """``data`` (a profile's TOML table) with keys of the earlier layout moved to their stage's
+    section; its deterministic time limits (``cpsat.deterministic_time_s``,
+    ``cpsat.ownership_deterministic_time_s``, ``timing.min_deterministic_s``) read as shares of the
+    budget. Anything else is left for validation to judge."""
+    if not isinstance(data, dict):
+        return data
+    data = {k: dict(v) if isinstance(v, dict) else v for k, v in data.items()}
+    if isinstance(data.get("cpsat"), dict) and "max_items" in data["cpsat"]:
+        data["cpsat"].setdefault("schedule_max_items", data["cpsat"]["max_items"])
+    if isinstance(data.get("cpsat"), dict) and "deterministic_time_s" in data["cpsat"]:
+        data["cpsat"].setdefault("schedule_deterministic_time_s", data["cpsat"]["deterministic_time_s"])
+    for (old, key), (new, name) in _MOVED.items():
+        if isinstance(data.get(old), dict) and key in data[old]:
+            data.setdefault(new, {}).setdefault(name, data[old].pop(key))
+    budget = data.get("time_budget_s")
+    shares = {
+        ("cpsat", "deterministic_time_s"): ("joint", "share"),
+        ("cpsat", "schedule_deterministic_time_s"): ("schedule", "share"),
+        ("cpsat", "ownership_deterministic_time_s"): ("ownership", "share"),
+        ("timing", "min_deterministic_s"): ("lns", "min_window_share"),
+    }
+    for (old, key), (new, name) in shares.items():
+        if isinstance(data.get(old), dict) and key in data[old]:
+            limit = data[old].pop(key)
+            if isinstance(limit, int | float) and isinstance(budget, int | float) and budget > 0:
+                data.setdefault(new, {}).setdefault(name, min(1.0, limit / budget))
+    return data
+
 
 class CpSatParams(BaseModel):
-    """CP-SAT parameters a profile sets."""
+    """CP-SAT's own parameters, the same for every model the planner runs (the ``[cpsat]`` table)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
@@ -36,29 +77,106 @@ class CpSatParams(BaseModel):
     optimal or out of time)."""
 
     deterministic_time_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
-    """A limit on CP-SAT's deterministic time (its work counter, not the clock), applied only under a
-    deterministic profile; ``None``: none."""
+    """A stage's deterministic time limit (CP-SAT's work counter, not the clock), set by the planner
+    from the stage's share of the budget under a deterministic profile; a profile file does not set
+    it (an old profile's value is read as the joint stage's share, see :class:`SolverProfile`)."""
 
-    hint: bool = True
-    """Hand the solver the greedy plan as a complete hint (every variable, the objective included)."""
+
+class JointParams(BaseModel):
+    """The joint model of waves and layouts, the proposer CP-SAT drives (the ``[joint]`` table)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+    share: float = Field(default=0.2, gt=0, le=1, allow_inf_nan=False)
+    """Its share of the budget: under a deterministic profile its deterministic time limit is this
+    times the budget; under the clock it searches at most this share of the budget, and never into the
+    time kept for the ownership stage and verification."""
 
     max_items: int = Field(default=64, ge=1)
-    """Workloads with more items than this skip the CP-SAT strategy (its status says so)."""
+    """Above this many items the joint model is not built whole: its window search (``[lns]``)
+    re-solves a few adjacent waves of the greedy plan at a time."""
 
     max_extra_waves: int = Field(default=0, ge=0)
     """Waves the model may use beyond the greedy plan's wave count."""
 
-    ownership_columns: int = Field(default=16, ge=0)
-    """The ownership model's free columns: the costliest proposed waves whose CP split it re-decides
-    (the others run as proposed)."""
+    hint: bool = True
+    """Hand the joint model the greedy plan as a complete hint (every variable, the objective included)."""
 
-    ownership_window_chunks: int = Field(default=32, ge=0)
+
+class LnsParams(BaseModel):
+    """The joint model's window search above ``joint.max_items`` (the ``[lns]`` table)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+    window_waves: int = Field(default=3, ge=1)
+    """The most adjacent waves one window re-solves (windows overlap by one wave, so items travel)."""
+
+    window_items_per_max_items: int = Field(default=2, ge=1)
+    """A window holds at most this many times ``joint.max_items`` items."""
+
+    max_passes: int = Field(default=3, ge=1)
+    """Passes over the plan at most (a pass without an improvement ends the search)."""
+
+    min_window_share: float = Field(default=0.005, gt=0, le=1, allow_inf_nan=False)
+    """Under a deterministic profile, the least share of the budget one window's deterministic time
+    limit gets (a pass shares the joint stage's limit among its windows)."""
+
+
+class OwnershipParams(BaseModel):
+    """The ownership model, the one stage that decides which proposed waves run and which rank owns
+    every chunk (the ``[ownership]`` table)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+    share: float = Field(default=0.1, gt=0, le=1, allow_inf_nan=False)
+    """Its share of the budget: under a deterministic profile its deterministic time limit is this
+    times the budget; under the clock this much of the budget is kept for it while the proposers run,
+    and it searches until the time kept for verification."""
+
+    columns: int = Field(default=16, ge=0)
+    """Free columns: the costliest proposed waves whose CP split it re-decides (the others run as
+    proposed)."""
+
+    window_chunks: int = Field(default=32, ge=0)
     """How far (in 128-token chunks) each rank boundary of a free column may move from where a
     proposal put it."""
 
-    ownership_deterministic_time_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
-    """The ownership model's deterministic time limit under a deterministic profile (``None``: the
-    joint model's)."""
+    hint: Literal["none", "choices", "complete"] = "choices"
+    """What it is handed: nothing, the cheapest proposal's choices (which columns run as they are), or
+    a complete hint (those choices, every other variable solved from them by propagation: what CP-SAT
+    needs to answer at all without presolve inside a runtime budget)."""
+
+    complete_share: float = Field(default=0.1, gt=0, le=1, allow_inf_nan=False)
+    """The deterministic time limit of completing a ``complete`` hint, as a share of the budget."""
+
+    tighten_share: float = Field(default=0.5, gt=0, le=1, allow_inf_nan=False)
+    """The deterministic time limit of re-solving its answer with the choices fixed (so no slack is
+    reported in its objective), as a share of the budget; work, not the clock, so the same answer on
+    a busy machine."""
+
+
+class ScheduleParams(BaseModel):
+    """The schedule model, which decides for CP-SAT where a plan's waves share a pool of CP groups
+    (``dp > 1`` or dynamic CP): each wave's group size, place and start (the ``[schedule]`` table)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+    share: float = Field(default=0.2, gt=0, le=1, allow_inf_nan=False)
+    """Its share of the budget: under a deterministic profile its deterministic time limit is this
+    times the budget; under the clock it searches until the time kept for verification."""
+
+    max_items: int = Field(default=64, ge=1)
+    """Above this many items the schedule model is not built (its outcome says so)."""
+
+
+class SeededParams(BaseModel):
+    """The seeded proposer: greedy's waves re-priced from other seeds (the ``[seeded]`` table)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+    share: float = Field(default=0.5, gt=0, le=1, allow_inf_nan=False)
+    """Under the clock, the share of the proposers' time left that it may start seeds in (a
+    deterministic profile runs every seed)."""
 
 
 class GreedyParams(BaseModel):
@@ -87,8 +205,7 @@ class TimingParams(BaseModel):
     """The wall-time estimates the portfolio budgets its deadline with: what it keeps back for work
     after a search and what it expects work to take before starting it. The defaults were measured on
     the 2-core development machine (``benchmarks/bench_runtime.py`` and ``benchmarks/bench_planners.py``
-    under the runtime profile); a deterministic profile never reads the clock, so there only
-    :attr:`min_deterministic_s` counts."""
+    under the runtime profile); a deterministic profile never reads the clock, so there none counts."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
@@ -118,9 +235,6 @@ class TimingParams(BaseModel):
     """Seconds one seed of the seeded strategy is expected to take per item before any has run
     (proposing and repairing a plan prices about as many waves as greedy does)."""
 
-    seeded_share: float = Field(default=0.5, gt=0, le=1, allow_inf_nan=False)
-    """The share of the time left that the seeded strategy may start seeds in."""
-
     finish_pricings: int = Field(default=8, ge=0)
     """Pricings (at the last one's time) greedy's cut of a wave, its layouts and the plan's ending may
     take: with less time left, the fitting wave found is kept as it is."""
@@ -128,10 +242,6 @@ class TimingParams(BaseModel):
     regroup_time_factor: float = Field(default=2.0, ge=0, allow_inf_nan=False)
     """Greedy's regrouped pass starts only with this many times the first pass's time left (it also
     builds the regrouped problem, and a pass cut short packs the rest at once)."""
-
-    min_deterministic_s: float = Field(default=0.05, gt=0, allow_inf_nan=False)
-    """The least deterministic time limit (CP-SAT's work counter, not the clock) one window of the
-    large-neighbourhood search gets."""
 
     def verify_reserve_s(self, logical_tokens: int) -> float:
         """Seconds to keep back for verifying (and serializing) a plan of ``logical_tokens``."""
@@ -143,7 +253,8 @@ class TimingParams(BaseModel):
 
 
 class SolverProfile(BaseModel):
-    """A validated solver profile (one TOML file per profile)."""
+    """A validated solver profile (one TOML file per profile): one budget, and one section per stage
+    of :func:`cpplan.planners.portfolio.solve` saying what the stage does and its share of the budget."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
@@ -154,28 +265,53 @@ class SolverProfile(BaseModel):
     """One line saying what the profile is for."""
 
     time_budget_s: float = Field(gt=0, allow_inf_nan=False)
-    """Seconds the whole portfolio may take, counted from the planning call (``--time-budget``
-    overrides it); a deterministic profile never reads the clock, so there it bounds nothing."""
+    """The one budget of a planning call (``--time-budget`` overrides it): wall-clock seconds from the
+    call, or, under a deterministic profile, units of CP-SAT's deterministic time (its work counter)
+    that the CP-SAT stages share by their ``share`` (the clock is never read)."""
 
     deterministic: bool = False
-    """Same inputs, same plan on any machine: the portfolio's deadline never expires (no strategy
-    decides by the clock) and CP-SAT stops on its deterministic time limit only."""
+    """Same inputs, same plan on any machine: no stage decides by the clock; CP-SAT stops on its
+    deterministic time limits only (each stage's share of the budget)."""
 
     strategies: tuple[Literal["greedy", "full_sharing", "seeded", "cpsat"], ...] = STRATEGIES
-    """Strategies the portfolio runs, in this order (names of :data:`cpplan.planners.PLANNERS`)."""
+    """Strategies the planner runs: the proposers (``greedy``, ``full_sharing``, ``seeded``) in this
+    order, and ``cpsat`` (the joint model's proposal, then the ownership model deciding over every
+    proposal) where it stands among them; each is a candidate of the answer."""
 
     greedy: GreedyParams = GreedyParams()
     """Parameters of the greedy planner (its layouts are every strategy's candidate layouts)."""
 
+    seeded: SeededParams = SeededParams()
+    """Parameters of the seeded proposer."""
+
+    joint: JointParams = JointParams()
+    """Parameters of the joint model (the CP-SAT proposer)."""
+
+    lns: LnsParams = LnsParams()
+    """Parameters of the joint model's window search (above ``joint.max_items``)."""
+
+    ownership: OwnershipParams = OwnershipParams()
+    """Parameters of the ownership model (the deciding stage)."""
+
+    schedule: ScheduleParams = ScheduleParams()
+    """Parameters of the schedule model (the deciding stage on a pool of CP groups)."""
+
     cpsat: CpSatParams = CpSatParams()
-    """Parameters of the CP-SAT strategy."""
+    """CP-SAT's parameters, for every model."""
 
     timing: TimingParams = TimingParams()
-    """The wall-time estimates the portfolio budgets its deadline with (the ``[timing]`` table)."""
+    """The wall-time estimates the planner budgets with under the clock (the ``[timing]`` table)."""
 
     path: str | None = None
     """The TOML file the profile was read from (``None`` when built in code); left out of the pack
     run's solver digest."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _earlier_keys(cls, data: Any) -> Any:
+        """Profiles written for the earlier layout (every CP-SAT setting under ``[cpsat]``, two shares
+        under ``[timing]``) read as the same settings in their stage's section."""
+        return migrated_profile(data)
 
     @field_validator("strategies")
     @classmethod

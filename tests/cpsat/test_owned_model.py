@@ -127,7 +127,7 @@ def test_solver_decides_ownership_and_prices_its_plan(cp):
     columns = pool_columns(problem, [plan.waves], max_free=8)
     owned = compile_owned(problem, columns, window_chunks=32)
     hint_plan(owned, plan.waves)
-    answer = solve_owned(owned, PROFILE.cpsat, time_limit_s=None, deterministic=True)
+    answer = solve_owned(owned, PROFILE.cpsat, time_limit_s=None, deterministic=True, tighten_work=5.0)
     assert answer.plan is not None
     price = answer.plan.cost_s
     assert price <= plan.cost_s + 1e-9
@@ -150,7 +150,7 @@ def test_portfolio_cpsat_decides_and_wins():
     assert result.solver.objective_s <= costs["cpsat"] + 1e-9
     assert result.solver.objective_s == pytest.approx(costs["cpsat"], rel=1e-3)
     frozen = load_solver("deterministic")
-    frozen = frozen.model_copy(update={"cpsat": frozen.cpsat.model_copy(update={"ownership_columns": 0})})
+    frozen = frozen.model_copy(update={"ownership": frozen.ownership.model_copy(update={"columns": 0})})
     fixed = cpplan.plan(workload, solver=frozen, **kwargs)
     fixed_costs = {c.strategy: c.cost_s for c in fixed.candidates if c.valid}
     assert fixed_costs["cpsat"] >= min(v for k, v in fixed_costs.items() if k != "cpsat") - 1e-9
@@ -164,6 +164,6 @@ def test_deterministic_plans_repeat():
         plan = cached_greedy_plan(problem, PROFILE.greedy.layouts)
         owned = compile_owned(problem, pool_columns(problem, [plan.waves], max_free=8), window_chunks=16)
         hint_plan(owned, plan.waves)
-        answer = solve_owned(owned, QUICK, time_limit_s=None, deterministic=True)
+        answer = solve_owned(owned, QUICK, time_limit_s=None, deterministic=True, tighten_work=5.0)
         owners.append([w.owner.tolist() for w in answer.plan.waves])
     assert owners[0] == owners[1]

@@ -12,6 +12,7 @@ from cpplan.planners.cpsat_planner import cpsat_planner
 from cpplan.planners.deadline import Deadline
 from cpplan.planners.portfolio import solve
 from cpplan.planners.seeded import seeded_plan
+from cpplan.plans.outcome import Status
 from cpplan.pricing.problem import Problem
 from cpplan.spec.profile import load_solver
 
@@ -67,9 +68,9 @@ def test_cpsat_strategy_skips_without_time_left(small_grpo, settings):
     problem = Problem.build(small_grpo, settings)
     runtime = load_solver("runtime")
     plan, stats = cpsat_planner(problem, runtime, Deadline.after(0.0, deterministic=False))
-    assert plan is None and stats.status == "skipped: no time left"
+    assert plan is None and stats.status == Status.NO_TIME
     result = solve(problem, runtime, deadline=Deadline.after(0.0, deterministic=False))
     reasons = {c.strategy: c.reason for c in result.candidates}
     assert reasons["cpsat"] == reasons["seeded"] == reasons["full_sharing"] == "skipped: no time left"
     assert result.strategy == "greedy" and "deadline reached" in reasons["greedy"]
-    assert result.solver.status == "skipped: no time left"
+    assert result.solver.status == Status.NO_TIME

@@ -15,6 +15,7 @@ from cpplan.planners.deadline import Deadline
 from cpplan.planners.greedy import greedy_plan
 from cpplan.planners.lns import lns_plan
 from cpplan.planners.subproblem import SubProblem
+from cpplan.plans.outcome import ModelOutcome, Status
 from cpplan.plans.plan import Plan
 from cpplan.plans.plan_writer import plan_to_dict, strip_timing
 from cpplan.pricing.problem import Problem
@@ -38,7 +39,7 @@ def interleaved(qwen36) -> Problem:
 def small_windows() -> cpplan.SolverProfile:
     """The deterministic profile with max_items 10: a 32-item workload goes to LNS."""
     profile = cpplan.load_solver("deterministic")
-    return profile.model_copy(update={"cpsat": profile.cpsat.model_copy(update={"max_items": 10})})
+    return profile.model_copy(update={"joint": profile.joint.model_copy(update={"max_items": 10})})
 
 
 def _cpsat(problem: Problem, profile: cpplan.SolverProfile):
@@ -48,18 +49,28 @@ def _cpsat(problem: Problem, profile: cpplan.SolverProfile):
 def _lns(problem: Problem, profile: cpplan.SolverProfile):
     """LNS from greedy's plan in arrival order (the greedy candidate itself may have regrouped)."""
     in_order = greedy_plan(problem, profile.greedy.layouts)
-    return in_order, lns_plan(problem, profile, in_order, Deadline.after(1.0, deterministic=True))
+    deadline = Deadline.after(1.0, deterministic=True)
+    return in_order, lns_plan(
+        problem, profile, in_order, deadline, profile.joint.share * profile.time_budget_s
+    )
+
+
+def _window_search(stats) -> ModelOutcome:
+    """The window search's outcome among the statistics' runs."""
+    return next(o for o in stats.outcomes if o.model == "lns")
 
 
 def test_lns_improves_the_greedy_plan_and_its_plan_verifies(interleaved, small_windows):
-    """Above max_items the CP-SAT strategy runs LNS (its status counts the windows); from greedy's
-    in-order plan, re-solving windows of adjacent waves gives a plan that passes the independent
-    verifier and costs far less."""
+    """Above max_items the CP-SAT strategy runs LNS (its outcome counts the windows, before the
+    ownership model's); from greedy's in-order plan, re-solving windows of adjacent waves gives a plan
+    that passes the independent verifier and costs far less."""
     _, stats = _cpsat(interleaved, small_windows)
-    assert stats.status.startswith("lns: ") and "windows solved" in stats.status
+    assert [o.model for o in stats.outcomes] == ["lns", "ownership"]
+    assert "windows solved" in _window_search(stats).detail
     in_order, (plan, stats) = _lns(interleaved, small_windows)
     assert plan is not None and plan.strategy == "cpsat"
-    assert "improved" in stats.status and "rejected" not in stats.status
+    found = _window_search(stats)
+    assert found.status is Status.FEASIBLE and "rejected" not in found.detail
     assert plan.cost_s < in_order.cost_s * 0.95
     data = plan_to_dict(interleaved, plan)
     verdict = verify_plan(data, interleaved.workload, interleaved.card, interleaved.memory_bytes)
@@ -79,17 +90,20 @@ def test_an_invalid_window_answer_is_rejected(interleaved, small_windows, monkey
     """A window answer the verifier refuses (here one that drops an item) never replaces the window:
     every window is rejected, nothing improves, and the status says so."""
 
-    def dropping(problem, profile, incumbent, deadline):
+    def dropping(problem, profile, incumbent, deadline, params, *, model):
         waves = incumbent.waves
         broken = (
             dataclasses.replace(waves[0], items=waves[0].items[:-1]) if len(waves[0].items) > 1 else waves[0]
         )
         cheaper = dataclasses.replace(broken, cost_s=broken.cost_s * 0.5)
-        return Plan(strategy="cpsat", waves=(cheaper, *waves[1:])), cpplan.SolverStats(status="feasible")
+        return Plan(strategy="cpsat", waves=(cheaper, *waves[1:])), cpplan.SolverStats(
+            outcomes=(ModelOutcome(model="ownership", status=Status.FEASIBLE),)
+        )
 
     monkeypatch.setattr(lns_module, "joint_plan", dropping)
     _, (plan, stats) = _lns(interleaved, small_windows)
-    assert plan is None and "0 improved" in stats.status and "rejected" in stats.status
+    found = _window_search(stats)
+    assert plan is None and "0 improved" in found.detail and "rejected" in found.detail
 
 
 def test_sub_problem_waves_carry_over_unchanged(interleaved):

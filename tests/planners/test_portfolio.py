@@ -18,6 +18,7 @@ from cpplan.planners.cpsat_planner import cpsat_planner
 from cpplan.planners.cpsat_strategy import joint_plan
 from cpplan.planners.deadline import Deadline
 from cpplan.planners.greedy import greedy_plan
+from cpplan.plans.outcome import ModelOutcome, Status
 from cpplan.plans.plan import Plan, SolverStats
 from cpplan.plans.plan_writer import strip_timing
 from cpplan.pricing.problem import Problem
@@ -25,6 +26,12 @@ from cpplan.pricing.wave import price_wave
 from cpplan.spec.profile import GreedyParams
 from cpplan.spec.settings import Settings
 from tests.support.grpo_arrivals import shuffled_completions
+
+
+def _stats(status: Status, **values) -> SolverStats:
+    """Statistics of a fake CP-SAT candidate whose ownership model ended with ``status``."""
+    return SolverStats(outcomes=(ModelOutcome(model="ownership", status=status),), **values)
+
 
 MODEL_PATH = Path(__file__).resolve().parents[1] / "data" / "qwen36_uncalibrated.toml"
 MODEL = load_model(MODEL_PATH)
@@ -61,7 +68,7 @@ def test_chosen_plan_never_costs_more_than_greedy(name, workload, cp, memory, pr
     by_strategy = {c.strategy: c for c in result.candidates}
     assert result.cost_s <= by_strategy["greedy"].cost_s + 1e-12
     cpsat = by_strategy["cpsat"]
-    assert cpsat.valid or cpsat.reason == "no solution (infeasible)", cpsat.reason
+    assert cpsat.valid or cpsat.reason == "ownership model no answer (infeasible)", cpsat.reason
 
 
 def test_cpsat_beats_greedy_when_arrival_order_splits_groups():
@@ -72,7 +79,8 @@ def test_cpsat_beats_greedy_when_arrival_order_splits_groups():
     problem = problem_of(shuffled_completions(0), memory_bytes=6 * GIB)
     profile = load_solver("deterministic")
     in_order = greedy_plan(problem, profile.greedy.layouts)
-    regrouped, stats = joint_plan(problem, profile, in_order, Deadline.after(1.0, deterministic=True))
+    deadline = Deadline.after(1.0, deterministic=True)
+    regrouped, stats = joint_plan(problem, profile, in_order, deadline, profile.cpsat)
     assert regrouped is not None and regrouped.cost_s < in_order.cost_s * 0.99
     assert stats.status in ("optimal", "feasible")
     result = solve(problem, profile)
@@ -180,12 +188,12 @@ def test_fallback_when_the_solver_times_out_without_a_solution():
     backend with no time left skips itself and says so; either way a greedy plan comes back."""
 
     def timed_out(problem, profile, deadline):
-        return None, SolverStats(status="unknown")
+        return None, _stats(Status.UNKNOWN)
 
     problem = _greedy_problem()
     result = solve(problem, load_solver("runtime"), planners={"cpsat": timed_out})
     cpsat = next(c for c in result.candidates if c.strategy == "cpsat")
-    assert not cpsat.valid and cpsat.reason == "no solution (unknown)"
+    assert not cpsat.valid and cpsat.reason == "ownership model no answer (unknown)"
     assert result.solver.status == "unknown"
     hurried = solve(problem, load_solver("runtime").with_time_budget(1e-6))
     cpsat = next(c for c in hurried.candidates if c.strategy == "cpsat")
@@ -202,7 +210,9 @@ def test_fallback_when_the_solver_returns_an_invalid_plan():
     assert not overfull.fits(problem.memory_bytes)
 
     def overflowing(problem, profile, deadline):
-        return Plan(strategy="cpsat", waves=(overfull,)), SolverStats(status="feasible")
+        return Plan(strategy="cpsat", waves=(overfull,)), SolverStats(
+            outcomes=(ModelOutcome(model="ownership", status=Status.FEASIBLE),)
+        )
 
     result = solve(problem, load_solver("runtime"), planners={"cpsat": overflowing})
     cpsat = next(c for c in result.candidates if c.strategy == "cpsat")
@@ -211,7 +221,9 @@ def test_fallback_when_the_solver_returns_an_invalid_plan():
 
     def dropping(problem, profile, deadline):
         one = price_wave(problem, [0], problem.pack([0], "full"), "full")
-        return Plan(strategy="cpsat", waves=(one,)), SolverStats(status="feasible")
+        return Plan(strategy="cpsat", waves=(one,)), SolverStats(
+            outcomes=(ModelOutcome(model="ownership", status=Status.FEASIBLE),)
+        )
 
     result = solve(problem, load_solver("runtime"), planners={"cpsat": dropping})
     cpsat = next(c for c in result.candidates if c.strategy == "cpsat")

@@ -14,12 +14,19 @@ from cpplan.api import solve
 from cpplan.bench.synthetic import grpo
 from cpplan.planners import PLANNERS
 from cpplan.planners.greedy import greedy_plan
+from cpplan.plans.outcome import ModelOutcome, Status
 from cpplan.plans.plan import Plan, SolverStats
 from cpplan.plans.plan_writer import plan_to_dict
 from cpplan.pricing.problem import Problem
 from cpplan.pricing.wave import price_wave
 from cpplan.spec.settings import Settings
 from cpplan.verifier import verify_plan
+
+
+def _stats(status: Status, **values) -> SolverStats:
+    """Statistics of a fake CP-SAT candidate whose ownership model ended with ``status``."""
+    return SolverStats(outcomes=(ModelOutcome(model="ownership", status=status),), **values)
+
 
 CARD = cpplan.load_model("qwen3-8b")
 
@@ -87,12 +94,14 @@ def test_solver_timing_out_without_solution(problem, profile):
 
     def timing_out(problem, profile, deadline):
         time.sleep(max(0.0, deadline.left_s()))
-        return None, SolverStats(status="UNKNOWN", wall_s=profile.time_budget_s)
+        return None, SolverStats(
+            outcomes=(ModelOutcome(model="ownership", status=Status.UNKNOWN),), wall_s=profile.time_budget_s
+        )
 
     result = solve(problem, short, planners={"cpsat": timing_out})
     cpsat = _check_fallback(result, problem)
-    assert cpsat.reason == "no solution (UNKNOWN)"
-    assert result.solver.status == "UNKNOWN"
+    assert cpsat.reason == "ownership model no answer (unknown)"
+    assert result.solver.status == Status.UNKNOWN
 
 
 def test_solver_dropping_a_request(problem, profile):
@@ -100,7 +109,9 @@ def test_solver_dropping_a_request(problem, profile):
 
     def dropping(problem, profile, deadline):
         plan = _greedy(problem)
-        return Plan(strategy="cpsat", waves=plan.waves[:-1]), SolverStats(status="OPTIMAL")
+        return Plan(strategy="cpsat", waves=plan.waves[:-1]), SolverStats(
+            outcomes=(ModelOutcome(model="ownership", status=Status.OPTIMAL),)
+        )
 
     cpsat = _check_fallback(solve(problem, profile, planners={"cpsat": dropping}), problem)
     assert cpsat.reason.startswith("invalid: request")
@@ -112,7 +123,9 @@ def test_solver_repeating_a_request(problem, profile):
 
     def repeating(problem, profile, deadline):
         plan = _greedy(problem)
-        return Plan(strategy="cpsat", waves=(*plan.waves, plan.waves[0])), SolverStats(status="OPTIMAL")
+        return Plan(strategy="cpsat", waves=(*plan.waves, plan.waves[0])), SolverStats(
+            outcomes=(ModelOutcome(model="ownership", status=Status.OPTIMAL),)
+        )
 
     cpsat = _check_fallback(solve(problem, profile, planners={"cpsat": repeating}), problem)
     assert "appears in waves" in cpsat.reason
@@ -128,7 +141,9 @@ def test_solver_breaking_the_memory_budget(problem, profile):
     token-by-token price."""
 
     def overfull(problem, profile, deadline):
-        return Plan(strategy="cpsat", waves=(_one_wave(problem),)), SolverStats(status="OPTIMAL")
+        return Plan(strategy="cpsat", waves=(_one_wave(problem),)), SolverStats(
+            outcomes=(ModelOutcome(model="ownership", status=Status.OPTIMAL),)
+        )
 
     cpsat = _check_fallback(solve(problem, profile, planners={"cpsat": overfull}), problem)
     assert "exceeds the budget" in cpsat.reason
@@ -157,7 +172,9 @@ def test_solver_underpricing_time(problem, profile):
     def cheapening(problem, profile, deadline):
         plan = _greedy(problem)
         waves = tuple(dataclasses.replace(w, cost_s=w.cost_s / 2) for w in plan.waves)
-        return Plan(strategy="cpsat", waves=waves), SolverStats(status="OPTIMAL")
+        return Plan(strategy="cpsat", waves=waves), SolverStats(
+            outcomes=(ModelOutcome(model="ownership", status=Status.OPTIMAL),)
+        )
 
     cpsat = _check_fallback(solve(problem, profile, planners={"cpsat": cheapening}), problem)
     assert "cost_s" in cpsat.reason and "but the verifier prices" in cpsat.reason
@@ -171,7 +188,9 @@ def test_solver_objective_disagreeing_with_evaluator(problem, profile):
         waves = tuple(
             price_wave(problem, [i], problem.pack([i], "full"), "full") for i in range(problem.num_items)
         )
-        return Plan(strategy="cpsat", waves=waves), SolverStats(status="OPTIMAL", objective_s=0.001)
+        return Plan(strategy="cpsat", waves=waves), SolverStats(
+            outcomes=(ModelOutcome(model="ownership", status=Status.OPTIMAL),), objective_s=0.001
+        )
 
     result = solve(problem, profile, planners={"cpsat": optimistic})
     assert result.strategy in ("greedy", "full_sharing", "seeded")
@@ -186,7 +205,7 @@ def test_solver_returning_garbage(problem, profile):
     """A backend returning something that is not a plan is recorded as unreadable; nothing crashes."""
 
     def garbage(problem, profile, deadline):
-        return object(), SolverStats(status="OPTIMAL")
+        return object(), _stats(Status.OPTIMAL)
 
     def not_a_pair(problem, profile, deadline):
         return None

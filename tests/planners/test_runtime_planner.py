@@ -75,8 +75,9 @@ def test_planner_imports_the_solver_when_made_not_in_its_first_step():
 
 
 def test_the_solver_gap_is_the_models_and_says_so(small_grpo, qwen36):
-    """CP-SAT's bound is its conservative model's: the plan JSON's solver block carries ``model_gap``
-    (``gap`` kept, equal), and the summary line never calls the plan optimal, only the model."""
+    """The plan JSON's solver block carries ``model_gap`` (``gap`` kept, equal) and the deciding
+    model's typed outcomes; the summary line says which model proved what, and of which plans the
+    bound is, never that the plan is optimal."""
     import io
 
     from rich.console import Console
@@ -88,16 +89,20 @@ def test_the_solver_gap_is_the_models_and_says_so(small_grpo, qwen36):
     )
     solver = result.to_dict()["solver"]
     assert solver["model_gap"] == solver["gap"] is not None and solver["status"] == "optimal"
+    assert [o["model"] for o in solver["outcomes"]] == ["joint", "ownership"]
+    assert solver["outcomes"][-1]["bound_scope"] == "proposed waves"
     out = io.StringIO()
     print_summary(result, Console(file=out, width=200))
-    assert "CP-SAT proved its answer optimal in its ownership model" in out.getvalue()
+    text = " ".join(out.getvalue().split())
+    assert "ownership model proved its answer optimal" in text
+    assert "the best plan made of the proposed waves" in text
     assert "solver optimal," not in out.getvalue() and "model gap -" not in out.getvalue()
 
 
 def test_the_summary_names_the_winner_when_cpsat_loses(small_grpo, qwen36):
     """When another strategy's plan is chosen, the summary line names it and its cost beside CP-SAT's
-    own plan's cost, and says CP-SAT's proven bound is of CP-SAT's model only; when CP-SAT's plan is
-    the chosen one, the line says that instead."""
+    own plan's cost, and what CP-SAT's bound covers; when CP-SAT's plan is chosen, it says CP-SAT
+    decided it; a tie reads as a tie."""
     import dataclasses
 
     from cpplan.plans.plan import Candidate
@@ -110,15 +115,17 @@ def test_the_summary_names_the_winner_when_cpsat_loses(small_grpo, qwen36):
     own = Candidate(strategy="cpsat", cost_s=greedy.cost_s + 1.0, valid=True, reason="", wall_s=0.0)
     lost = _summary(dataclasses.replace(result, plan=greedy, candidates=(own,)))
     assert (
-        f"chosen: greedy at {greedy.cost_s:.4f} s, cheaper than CP-SAT's own plan at {own.cost_s:.4f} s"
+        f"chosen: greedy at {greedy.cost_s:.4f} s predicted, cheaper than CP-SAT's plan at {own.cost_s:.4f} s"
         in lost
     )
-    assert (
-        "in its ownership model (objective = the evaluator's price)" in lost
-        and "a bound of every plan of the proposed waves, not of the chosen plan" in lost
-    )
-    won = _summary(dataclasses.replace(result, plan=dataclasses.replace(result.plan, strategy="cpsat")))
-    assert "chosen: cpsat at" in won and "bound of that model only" not in won
+    assert "ownership model proved its answer optimal" in lost and "the proposed waves" in lost
+    decided = dataclasses.replace(result.plan, strategy="cpsat")
+    alone = Candidate(strategy="cpsat", cost_s=decided.cost_s, valid=True, reason="", wall_s=0.0)
+    won = _summary(dataclasses.replace(result, plan=decided, candidates=(alone,)))
+    assert "chosen: cpsat at" in won and "decided by CP-SAT" in won and "tied with it" not in won
+    same = Candidate(strategy="greedy", cost_s=decided.cost_s, valid=True, reason="", wall_s=0.0)
+    tied = _summary(dataclasses.replace(result, plan=decided, candidates=(alone, same)))
+    assert "(greedy tied with it), decided by CP-SAT" in tied and "cheaper than" not in tied
 
 
 def _summary(result) -> str:

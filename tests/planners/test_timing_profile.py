@@ -33,10 +33,8 @@ def test_shipped_profiles_carry_the_measured_estimates():
         "min_search_s": 0.005,
         "build_s_per_item": 2.5e-4,
         "seed_s_per_item": 4e-4,
-        "seeded_share": 0.5,
         "finish_pricings": 8,
         "regroup_time_factor": 2.0,
-        "min_deterministic_s": 0.05,
     }
     for name in ("runtime", "offline", "deterministic"):
         assert load_solver(name).timing.model_dump() == measured

@@ -1,0 +1,123 @@
+"""The deciding stage: the ownership model over the pool of proposals, the one place that decides which
+proposed waves run and which CP rank owns every chunk of each.
+
+Every proposer (greedy, full sharing, seeded, the joint model) hands its plan to the pool; each distinct
+proposed wave is a column of the ownership model (:mod:`cpplan.cpsat.owned_model`), whose objective is
+the evaluator's price (less rounding and the bound stated in :mod:`cpplan.cpsat.handoff_terms`). It
+starts from the cheapest proposal as its hint, so its plan is never costlier in the model than any
+proposal; where its answer prices above that hint (only where the rounds mode's waiting tokens are a
+bound) or it gives none, the cheapest proposal is kept and the outcome says so.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+
+from cpplan.planners.budget import Budget
+from cpplan.planners.deadline import Deadline
+from cpplan.plans.outcome import ModelOutcome, Status
+from cpplan.plans.plan import Plan, SolverStats
+from cpplan.pricing.problem import Problem
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class Pool:
+    """The proposals the deciding stage chooses from, by strategy, in a fixed order (that of
+    :data:`cpplan.spec.profile.STRATEGIES`), whatever order the proposers ran in."""
+
+    plans: tuple[Plan, ...]
+    """The proposed plans, none splitting an item, one per proposer that answered."""
+
+    proposer: SolverStats | None = None
+    """The joint model's statistics, when it ran (its outcome comes before the ownership model's)."""
+
+    proposed: Plan | None = None
+    """The joint model's own plan, when it gave one (what CP-SAT answers without the ownership model)."""
+
+    @classmethod
+    def of(cls, plans: dict[str, Plan | None], proposer: SolverStats | None = None) -> Pool:
+        """The pool of ``plans`` (by the strategy that proposed them; ``None``: no plan)."""
+        from cpplan.spec.profile import STRATEGIES
+
+        order = {name: k for k, name in enumerate(("greedy", "joint", *STRATEGIES))}
+        kept = [
+            plan
+            for name, plan in sorted(plans.items(), key=lambda kv: (order.get(kv[0], len(order)), kv[0]))
+            if plan is not None and not any(w.split for w in plan.waves)
+        ]
+        return cls(plans=tuple(kept), proposer=proposer, proposed=plans.get("joint"))
+
+    @property
+    def cheapest(self) -> Plan | None:
+        """The cheapest proposal (the first of equal ones)."""
+        return min(self.plans, key=lambda p: p.cost_s) if self.plans else None
+
+
+def decide(problem: Problem, pool: Pool, budget: Budget, by: Deadline) -> tuple[Plan | None, SolverStats]:
+    """The ownership model over ``pool``, solved within the ownership stage's share of ``budget`` and
+    before ``by``: its plan and statistics (the joint model's outcome first, when it ran). Without a
+    proposal to decide over, or without time for it, the joint model's own plan (or nothing) with an
+    outcome saying why; where it gives no answer, or one priced above the cheapest proposal, that
+    proposal."""
+    from cpplan.cpsat.owned_model import compile_owned, pool_columns
+    from cpplan.cpsat.owned_solve import hint_plan, solve_owned
+
+    profile, best = budget.profile, pool.cheapest
+    settings = profile.ownership
+    started = time.perf_counter()
+    search_by = by.less(profile.timing.realize_reserve_s(problem.logical_tokens(range(problem.num_items))))
+    if best is None or search_by.left_s() < profile.timing.min_search_s:
+        status, detail = (Status.SKIPPED, "no proposal") if best is None else (Status.NO_TIME, "")
+        outcome = ModelOutcome(model="ownership", status=status, detail=detail)
+        return pool.proposed, _then(pool.proposer, outcome)
+    columns = pool_columns(problem, [p.waves for p in pool.plans], max_free=settings.columns)
+    owned = compile_owned(problem, columns, window_chunks=settings.window_chunks)
+    if settings.hint != "none":
+        complete_work = (
+            settings.complete_share * profile.time_budget_s if settings.hint == "complete" else None
+        )
+        hint_plan(owned, best.waves, complete_work=complete_work)
+    build_s = time.perf_counter() - started
+    answer = solve_owned(
+        owned,
+        budget.cpsat_params(settings.share),
+        time_limit_s=search_by.left_s(),
+        deterministic=budget.deterministic,
+        tighten_work=settings.tighten_share * profile.time_budget_s,
+    )
+    stage_s = {**(pool.proposer.stage_s if pool.proposer else {}), "ownership_build": build_s}
+    stage_s.update({f"ownership_{k}": v for k, v in answer.stats.stage_s.items()})
+    stats = replace(answer.stats, wall_s=time.perf_counter() - started, stage_s=stage_s)
+    stats = replace(stats, outcomes=(*_earlier(pool.proposer), *stats.outcomes))
+    if answer.plan is None:
+        return _kept(
+            best, pool, replace(stats.outcomes[-1], kept=f"the cheapest proposal ({best.strategy}) kept")
+        )
+    if answer.plan.cost_s > best.cost_s:
+        note = (
+            f"its plan priced {answer.plan.cost_s:.6f} s, above the cheapest proposal's "
+            f"{best.cost_s:.6f} s: that proposal kept"
+        )
+        outcome = replace(stats.outcomes[-1], kept=note)
+        return Plan(strategy="cpsat", waves=best.waves), replace(
+            stats, outcomes=(*stats.outcomes[:-1], outcome)
+        )
+    return answer.plan, stats
+
+
+def _earlier(stats: SolverStats | None) -> tuple[ModelOutcome, ...]:
+    return stats.outcomes if stats is not None else ()
+
+
+def _then(stats: SolverStats | None, outcome: ModelOutcome) -> SolverStats:
+    """``stats`` (or none) with ``outcome`` after their own."""
+    return SolverStats(outcomes=(outcome,)) if stats is None else stats.then(outcome)
+
+
+def _kept(best: Plan, pool: Pool, outcome: ModelOutcome) -> tuple[Plan, SolverStats]:
+    """The cheapest proposal as the CP-SAT candidate, the statistics saying why the ownership model's
+    answer is not it."""
+    if not outcome.kept:
+        outcome = replace(outcome, kept=f"the cheapest proposal ({best.strategy}) kept")
+    return Plan(strategy="cpsat", waves=best.waves), _then(pool.proposer, outcome)

@@ -1,0 +1,133 @@
+"""The planner's loop: one budget shared by the stages, one pool of proposals passed to the deciding
+stage whatever order the proposers ran in, and a complete hint where the ownership model needs one."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+import cpplan
+import cpplan.cpsat.owned_solve as owned_solve
+import cpplan.planners.portfolio as portfolio
+from cpplan.plans.outcome import Scope, Status
+from cpplan.plans.plan_writer import plan_to_dict
+from cpplan.pricing.problem import Problem
+from cpplan.spec.profile import SolverProfile
+from cpplan.spec.settings import Settings
+
+cpsat_solve = importlib.import_module("cpplan.cpsat.solve")  # the package exports a function of that name
+cpsat_planner = importlib.import_module("cpplan.planners.cpsat_planner")
+
+
+@pytest.fixture(scope="module")
+def problem(small_grpo, qwen36) -> Problem:
+    """Eight GRPO items at CP4, 8 layers and 12 GiB per rank: several waves, CP-SAT decides."""
+    settings = Settings(topology=cpplan.Topology(cp=4), model=qwen36, memory_bytes=12 * 2**30, num_layers=8)
+    return Problem.build(small_grpo, settings)
+
+
+def _with(profile: SolverProfile, **sections) -> SolverProfile:
+    """``profile`` with the given fields of its sections replaced (``ownership={"hint": ...}``)."""
+    update = {name: getattr(profile, name).model_copy(update=fields) for name, fields in sections.items()}
+    return profile.model_copy(update=update)
+
+
+def _limits_seen(monkeypatch) -> list[float | None]:
+    """Record the deterministic time limit of every CP-SAT run of the joint and ownership models."""
+    seen: list[float | None] = []
+    run = cpsat_solve.run_solver
+
+    def recording(model, params, **kwargs):
+        seen.append(params.deterministic_time_s)
+        return run(model, params, **kwargs)
+
+    monkeypatch.setattr(cpsat_solve, "run_solver", recording)
+    monkeypatch.setattr(owned_solve, "run_solver", recording)
+    return seen
+
+
+@pytest.mark.parametrize("budget", [10.0, 4.0])
+def test_each_cpsat_stage_takes_its_share_of_a_deterministic_budget(problem, monkeypatch, budget):
+    """Under the deterministic profile the joint model's deterministic limit is ``joint.share`` times
+    the budget and the ownership model's ``ownership.share`` times it, so ``--time-budget`` scales
+    both."""
+    seen = _limits_seen(monkeypatch)
+    profile = cpplan.load_solver("deterministic").with_time_budget(budget)
+    cpplan.solve(problem, profile)
+    assert seen == [
+        pytest.approx(profile.joint.share * budget),
+        pytest.approx(profile.ownership.share * budget),
+    ]
+
+
+def test_the_joint_stage_keeps_to_its_share_of_the_clock(problem, monkeypatch):
+    """Under the clock the joint model is handed a deadline at most ``joint.share`` of the budget
+    after it starts, and never past the time kept for the ownership stage."""
+    profile = cpplan.load_solver("runtime").with_time_budget(2.0)
+    handed: list[float] = []
+    propose = cpsat_planner.joint_plan
+
+    def recording(problem, profile, incumbent, deadline, params, **kwargs):
+        handed.append(deadline.left_s())
+        return propose(problem, profile, incumbent, deadline, params, **kwargs)
+
+    monkeypatch.setattr(cpsat_planner, "joint_plan", recording)
+    cpplan.solve(problem, profile)
+    assert len(handed) == 1 and 0 < handed[0] <= profile.joint.share * profile.time_budget_s
+
+
+def test_the_pool_does_not_depend_on_the_strategy_order(problem, monkeypatch):
+    """The ownership model sees the same proposals, in the same order, whatever order the profile
+    lists the strategies in, and the chosen plan is the same byte for byte."""
+    pools: list[list[tuple[int, ...]]] = []
+    decide = portfolio.decide
+
+    def recording(problem, pool, budget, by):
+        pools.append([(*(len(w.items) for w in plan.waves), round(plan.cost_s, 9)) for plan in pool.plans])
+        return decide(problem, pool, budget, by)
+
+    monkeypatch.setattr(portfolio, "decide", recording)
+    default = cpplan.load_solver("deterministic")
+    reordered = default.model_copy(update={"strategies": ("seeded", "cpsat", "full_sharing", "greedy")})
+    first, second = (cpplan.solve(problem, profile) for profile in (default, reordered))
+    assert len(pools) == 2 and pools[0] == pools[1] and len(pools[0]) >= 3
+    assert plan_to_dict(problem, first.plan) == plan_to_dict(problem, second.plan)
+
+
+def test_a_complete_hint_lets_the_ownership_model_answer_on_little_work(problem):
+    """Without presolve and on a deterministic limit too small to search, the ownership model answers
+    with a complete hint (every variable solved from the proposal's choices) and does not with the
+    choices alone."""
+    base = _with(cpplan.load_solver("deterministic"), cpsat={"presolve": "off"}, ownership={"share": 1e-3})
+    outcome = {}
+    for hint in ("choices", "complete"):
+        result = cpplan.solve(problem, _with(base, ownership={"hint": hint}))
+        outcome[hint] = result.solver.deciding
+    assert outcome["choices"].model == outcome["complete"].model == "ownership"
+    assert outcome["choices"].status is Status.UNKNOWN
+    assert outcome["complete"].status.answered and outcome["complete"].bound_scope is Scope.PROPOSED_WAVES
+
+
+def test_a_profile_of_the_earlier_layout_reads_as_the_same_settings():
+    """A profile written with every CP-SAT setting under ``[cpsat]`` (and deterministic time limits in
+    units) is read as the same settings in their stage's section, its limits as shares of its budget."""
+    earlier = SolverProfile.model_validate(
+        {
+            "name": "old",
+            "time_budget_s": 10.0,
+            "deterministic": True,
+            "cpsat": {
+                "max_items": 32,
+                "hint": False,
+                "deterministic_time_s": 2.0,
+                "ownership_columns": 4,
+                "ownership_deterministic_time_s": 0.5,
+            },
+            "timing": {"seeded_share": 0.25},
+        }
+    )
+    assert earlier.joint.max_items == 32 and earlier.joint.hint is False
+    assert earlier.joint.share == pytest.approx(0.2) and earlier.ownership.share == pytest.approx(0.05)
+    assert earlier.ownership.columns == 4 and earlier.seeded.share == 0.25
+    assert earlier.schedule.max_items == 32
