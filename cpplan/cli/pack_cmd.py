@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from cpplan.cli import COMMANDS, cli
+from cpplan.cli import COMMANDS, EXIT_NO_FIT, cli
 from cpplan.cli.options import (
     PROBLEM_KEYS,
     RECORD_KEYS,
@@ -174,11 +174,13 @@ def _verdict(
         )
     rejected, read = manifest["items_rejected"], manifest["items_in"]
     if threshold is not None and threshold.exceeded(rejected, read):
-        raise NoFitError(
-            f"{rejected:,} of {read:,} items ({rejected / read:.1%}) were rejected, more than --max-rejected "
-            f"{threshold.text} allows (every reason is in {rejects}). Commonest reasons:\n"
-            f"{summarize_rejects(rejects)}"
+        click.echo(
+            f"cpplan: too many rejected: {rejected:,} of {read:,} items ({rejected / read:.1%}) were "
+            f"rejected, more than --max-rejected {threshold.text} allows (every reason is in {rejects}). "
+            f"Commonest reasons:\n{summarize_rejects(rejects)}",
+            err=True,
         )
+        return EXIT_NO_FIT
     if rejected:
         click.echo(
             f"cpplan: {rejected:,} of {read:,} items ({rejected / read:.1%}) were rejected; their lines and "
