@@ -12,7 +12,9 @@ Part 2 (latency): ``cpplan.plan`` with the runtime profile (0.1 s budget), repea
 at most 64 items and 250K tokens at CP 1 and CP 8: p50 / p99 / max wall time against budget + 20 ms.
 
 Usage: ``python benchmarks/bench_planners.py [--quick] [--output PATH]``. Prints tables, writes JSON
-(default ``benchmarks/results/bench_planners.json``).
+(default ``benchmarks/results/bench_planners.json``, the committed results docs/cpsat.md cites; with
+``--quick``, ``cpplan-bench/bench_planners_quick.json`` under the current directory, so that a quick
+run never overwrites them unless ``--output`` names them).
 """
 
 from __future__ import annotations
@@ -44,6 +46,8 @@ from cpplan.verifier import verify_plan
 GIB = 2**30
 MODEL = "qwen3.6-35b-a3b"
 RESULTS = Path(__file__).parent / "results" / "bench_planners.json"
+QUICK_RESULTS = Path("cpplan-bench") / "bench_planners_quick.json"
+"""Where ``--quick`` writes by default: relative to the current directory, away from :data:`RESULTS`."""
 
 
 def interleaved(workload: Workload, seed: int) -> Workload:
@@ -275,13 +279,28 @@ def print_latency(results: list[dict]) -> None:
         )
 
 
-def main() -> None:
+def output_path(*, quick: bool, output: Path | None) -> Path:
+    """The JSON a run writes: ``output`` when given; else the committed :data:`RESULTS` for a full run
+    and :data:`QUICK_RESULTS` for a quick one (whose shorter budgets are not the cited figures)."""
+    if output is not None:
+        return output
+    return QUICK_RESULTS if quick else RESULTS
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the benchmark (``argv``: the command line's arguments, default ``sys.argv``)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--quick", action="store_true", help="CP 1 and 8 only, shorter offline budget, fewer runs"
     )
-    parser.add_argument("--output", type=Path, default=RESULTS)
-    args = parser.parse_args()
+    parser.add_argument(
+        "--output",
+        type=Path,
+        default=None,
+        help=f"default {RESULTS.relative_to(RESULTS.parents[2])}; with --quick, ./{QUICK_RESULTS}",
+    )
+    args = parser.parse_args(argv)
+    args.output = output_path(quick=args.quick, output=args.output)
     cps = (1, 8) if args.quick else (1, 2, 4, 8)
     offline_budget_s = 3.0 if args.quick else 8.0
     runs = 20 if args.quick else 100

@@ -69,8 +69,8 @@ def cli() -> None:
     """Plan packed, context-parallel LLM training waves with CP-SAT.
 
     Exit codes: 0 done (a plan, a valid plan, a pack), 1 `verify` found violations, 2 bad input (the
-    message names the file, line and field), 3 nothing fits (or a pack planned no item), 70 an internal
-    error (CPPLAN_DEBUG=1 shows the traceback).
+    message names the file, line and field), 3 nothing fits (or a pack planned no item, or rejected more
+    than --max-rejected allows), 70 an internal error (CPPLAN_DEBUG=1 shows the traceback).
     """
 
 

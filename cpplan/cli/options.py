@@ -12,7 +12,14 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from cpplan.errors import InputError
-from cpplan.spec.units import MEMORY_MEANING, format_bytes, memory_from_gpu, parse_memory, whole_gpu_warning
+from cpplan.spec.units import (
+    MEMORY_MEANING,
+    format_bytes,
+    format_bytes_like,
+    memory_from_gpu,
+    parse_memory,
+    whole_gpu_warning,
+)
 
 if TYPE_CHECKING:
     from cpplan.spec.records import RecordFields
@@ -151,8 +158,8 @@ def memory_bytes(values: dict[str, Any], *, required: bool = True) -> int | None
             raise InputError("--gpu-memory and --resident go together", field="memory")
         from_gpu = memory_from_gpu(gpu, resident)
         click.echo(
-            f"cpplan: --memory {from_gpu:,} bytes ({format_bytes(from_gpu)}) = --gpu-memory {gpu} - "
-            f"--resident {resident}: {MEMORY_MEANING}",
+            f"cpplan: --memory {from_gpu:,} bytes ({format_bytes_like(from_gpu, gpu)}) = "
+            f"--gpu-memory {gpu} - --resident {resident}: {MEMORY_MEANING}",
             err=True,
         )
         return from_gpu
@@ -222,6 +229,8 @@ def _fill_from_plan(chosen: dict[str, Any], plan: dict[str, Any]) -> dict[str, A
     """The settings left out, from the plan's fields (the settings' JSON form, each must be there)."""
     from cpplan.spec.settings import JSON_KEYS
 
+    if chosen["model"] is not None and chosen["num_layers"] is None:
+        _check_same_model(chosen["model"], plan)
     taken = []
     for key, field in JSON_KEYS.items():
         if chosen[key] is not None:
@@ -236,6 +245,25 @@ def _fill_from_plan(chosen: dict[str, Any], plan: dict[str, Any]) -> dict[str, A
         shown = ", ".join(f"{field} {_shown(field, plan[field])}" for field in taken)
         click.echo(f"cpplan: from the plan: {shown}", err=True)
     return chosen
+
+
+def _check_same_model(model: Any, plan: dict[str, Any]) -> None:
+    """Refuse a ``--model`` other than the plan's when ``--layers`` is left out: the plan's layer count
+    (and every price in it) is its own model's, so checking it on another card needs ``--layers``."""
+    from cpplan.spec.card import ModelCard, load_model
+
+    made_for = plan.get("model")
+    if not isinstance(made_for, str):
+        return
+    given = model.name if isinstance(model, ModelCard) else load_model(model).name
+    if given != made_for:
+        layers = plan.get("layers")
+        depth = f" ({layers} layers)" if isinstance(layers, int) else ""
+        raise InputError(
+            f"the plan was made for model {made_for!r}{depth}, not for {given!r} (--model): leave --model "
+            f"out to check it as it was made, or give --layers to check it on {given!r}",
+            field="model",
+        )
 
 
 def _check_shipped(name: Any) -> None:

@@ -26,10 +26,12 @@ _WAVE_COLUMNS = (
     "logical",
     "busiest rank",
     "local tokens",
-    "peak",
+    "predicted peak",
     "of budget",
-    "seconds",
+    "predicted seconds",
 )
+"""The wave table's columns: ``predicted`` marks the card's predictions (memory with the safety factor, step
+time), never a measurement or the planner's own run time."""
 
 
 def print_summary(result: PlanResult, console: Console | None = None) -> None:
@@ -64,7 +66,8 @@ def wave_table(result: PlanResult) -> Table:
     problem, plan = result.problem, result.plan
     memory_bytes = problem.memory_bytes
     table = Table(
-        title=f"cpplan plan: {problem.card.name}, {problem.topology}, budget {format_bytes(memory_bytes)}",
+        title=f"cpplan plan: {problem.card.name}, {problem.topology}, budget {format_bytes(memory_bytes)} "
+        "(peak and seconds: the card's predictions)",
         title_justify="left",
     )
     columns = _WAVE_COLUMNS if plan.schedule is None else ("wave", "runs on", "starts at", *_WAVE_COLUMNS[2:])
@@ -103,9 +106,10 @@ def wave_table(result: PlanResult) -> Table:
 
 
 def candidate_table(result: PlanResult) -> Table:
-    """Every strategy the portfolio ran: its seconds, waves, validity and why it lost."""
-    table = Table(title="candidates", title_justify="left")
-    for column in ("strategy", "seconds", "waves", "valid", "reason"):
+    """Every strategy the portfolio ran: its plan's predicted seconds, waves, validity and why it lost."""
+    title = "candidates (predicted seconds: each plan's step time by the card, not the solve time)"
+    table = Table(title=title, title_justify="left")
+    for column in ("strategy", "predicted seconds", "waves", "valid", "reason"):
         table.add_column(column)
     for c in result.candidates:
         table.add_row(

@@ -178,7 +178,14 @@ def _conversation(record: Any, source: str, line: int) -> tuple[str, list]:
     item_id = record.get("id")
     if not isinstance(item_id, str) or not item_id:
         raise InputError(f"must be a non-empty string, got {item_id!r}", file=source, line=line, field="id")
-    messages = record.get("conversations")
+    if "conversations" not in record:
+        raise InputError(
+            "missing: a ShareGPT record holds its messages in 'conversations'",
+            file=source,
+            line=line,
+            field="conversations",
+        )
+    messages = record["conversations"]
     if not isinstance(messages, list):
         raise InputError(
             f"must be a list of messages, got {type(messages).__name__}",

@@ -209,6 +209,8 @@ class OutDir:
 def read_manifest(path: Path) -> dict[str, Any]:
     """The manifest of a pack folder (an :class:`InputError` when there is none)."""
     file = path / MANIFEST
+    if not path.exists():
+        raise InputError("does not exist (give the --output folder of a cpplan pack)", file=str(path))
     try:
         data = json.loads(file.read_text(encoding="utf-8"))
     except FileNotFoundError:

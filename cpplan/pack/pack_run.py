@@ -27,6 +27,7 @@ from cpplan.pack.readers import (
 )
 from cpplan.pack.windows import PackContext, WindowJob
 from cpplan.pricing.ownership import CHUNK_TOKENS
+from cpplan.pricing.problem import check_static_floor
 from cpplan.spec.card import ModelCard, Phase
 from cpplan.spec.profile import SolverProfile, TimingParams, load_solver
 from cpplan.spec.records import DEFAULT_FIELDS, RecordFields
@@ -89,6 +90,7 @@ def pack(
     settings = Settings.from_user(
         topology=topology, model=model, memory_bytes=memory_bytes, num_layers=num_layers, phase=phase
     )
+    check_static_floor(settings.card, settings.memory_bytes)
     profile = solver if isinstance(solver, SolverProfile) else load_solver(solver)
     ctx = PackContext(
         source=str(path),

@@ -21,6 +21,7 @@ from cpplan.plans.plan_writer import strip_timing, wave_plan_dict
 from cpplan.pricing.problem import Problem, check_context
 from cpplan.pricing.wave import local_tokens
 from cpplan.spec.card import ResolvedCard
+from cpplan.spec.items import check_vocabulary
 from cpplan.spec.profile import SolverProfile
 from cpplan.spec.records import DEFAULT_FIELDS, HF_TOKENS, RecordFields, item_from_record, parse_item_line
 from cpplan.spec.settings import Settings
@@ -237,6 +238,7 @@ def _read_window(job: WindowJob, ctx: PackContext) -> tuple[list[Item], list[Rec
             continue
         try:
             check_context(item, card.max_context, source=ctx.source, line=record.line)
+            check_vocabulary(item, ctx.settings.model.geometry.vocab, source=ctx.source, line=record.line)
         except InputError as exc:
             rejects.append(_reject(record, item.id, "input", str(exc)))
             continue

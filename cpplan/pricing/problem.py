@@ -15,6 +15,7 @@ from cpplan.pricing.memo import PricingMemo
 from cpplan.pricing.ownership import CHUNK_TOKENS
 from cpplan.pricing.tree import PrefixTree
 from cpplan.spec.card import ModelCard, ResolvedCard
+from cpplan.spec.items import check_vocabulary
 from cpplan.spec.settings import Settings
 from cpplan.spec.topology import Topology
 from cpplan.spec.units import format_bytes
@@ -66,6 +67,13 @@ class Problem:
             check_context(
                 item,
                 card.max_context,
+                source=workload.source,
+                line=workload.line_of(i),
+                field_prefix=f"items[{i}].",
+            )
+            check_vocabulary(
+                item,
+                settings.model.geometry.vocab,
                 source=workload.source,
                 line=workload.line_of(i),
                 field_prefix=f"items[{i}].",

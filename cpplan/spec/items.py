@@ -9,6 +9,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationInfo, field_validator
 
+from cpplan.errors import InputError
 from cpplan.spec.validation import InputErrors
 
 MAX_TOKEN_ID = 2**31 - 1
@@ -136,3 +137,22 @@ class Item(BaseModel, metaclass=InputErrors):
     def num_tokens(self) -> int:
         """Logical (unpacked) tokens over the item's requests."""
         return sum(r.num_tokens for r in self.requests)
+
+
+def check_vocabulary(
+    item: Item, vocab: int, *, source: str | None, line: int | None, field_prefix: str = ""
+) -> None:
+    """Raise :class:`InputError` for the first token id of ``item`` that the model's vocabulary of
+    ``vocab`` ids (``0 .. vocab - 1``) does not hold: its embedding row does not exist, so no wave
+    holding it can run, whatever its plan."""
+    for k, request in enumerate(item.requests):
+        beyond = np.flatnonzero(request.tokens >= vocab)
+        if beyond.size:
+            t = int(beyond[0])
+            raise InputError(
+                f"item {item.id!r} request {k}: token {t} is {int(request.tokens[t]):,}, beyond the model's "
+                f"vocabulary of {vocab:,} ids (0 to {vocab - 1:,})",
+                file=source,
+                line=line,
+                field=f"{field_prefix}requests[{k}].tokens",
+            )

@@ -118,7 +118,8 @@ def whole_gpu_warning(num_bytes: int) -> str | None:
             if num_bytes == size * factor:
                 return (
                     f"cpplan: warning: --memory {size}{unit} is the size of a whole GPU; --memory is "
-                    f"{MEMORY_MEANING}. Did you mean --gpu-memory {size}{unit} --resident SIZE?"
+                    f"{MEMORY_MEANING}. If {size}{unit} is your GPU, give --gpu-memory {size}{unit} "
+                    f"--resident SIZE instead; if it is what a wave may use, it is planned as given."
                 )
     return None
 
@@ -135,7 +136,8 @@ def memory_from_gpu(gpu_memory: str | int, resident: str | int) -> int:
     held = parse_bytes(resident, field="resident")
     if held >= gpu:
         raise InputError(
-            f"{format_bytes(held)} resident leaves nothing of the {format_bytes(gpu)} GPU for the wave",
+            f"{format_bytes_like(held, resident)} resident leaves nothing of the "
+            f"{format_bytes_like(gpu, gpu_memory)} GPU for the wave",
             field="resident",
         )
     return gpu - held
@@ -144,6 +146,18 @@ def memory_from_gpu(gpu_memory: str | int, resident: str | int) -> int:
 def format_bytes(num_bytes: float) -> str:
     """Human-readable bytes in GiB/MiB/KiB."""
     for unit, factor in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(num_bytes) >= factor:
+            return f"{num_bytes / factor:.2f} {unit}"
+    return f"{num_bytes:.0f} B"
+
+
+def format_bytes_like(num_bytes: float, like: str | int) -> str:
+    """``num_bytes`` in the user's kind of unit: decimal (``GB``, ``MB``, ``KB``, ``TB``) when the size
+    ``like`` they wrote is decimal, else binary (:func:`format_bytes`)."""
+    match = _SIZE.match(like) if isinstance(like, str) else None
+    if match is None or match.group(3).lower() not in ("kb", "mb", "gb", "tb"):
+        return format_bytes(num_bytes)
+    for unit, factor in (("TB", 10**12), ("GB", 10**9), ("MB", 10**6), ("KB", 10**3)):
         if abs(num_bytes) >= factor:
             return f"{num_bytes / factor:.2f} {unit}"
     return f"{num_bytes:.0f} B"

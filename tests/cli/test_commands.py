@@ -131,7 +131,7 @@ def test_gpu_memory_less_resident_is_the_memory(tmp_path, capsys):
     base = ["plan", EXAMPLE, *MODEL, "--topology", "cp=2", "--solver", "deterministic", "--quiet"]
     code, by_gpu, err = run([*base, "--gpu-memory", "141GB", "--resident", "75GB"], capsys)
     assert code == 0
-    assert "--memory 66,000,000,000 bytes (61.47 GiB) = --gpu-memory 141GB - --resident 75GB" in err
+    assert "--memory 66,000,000,000 bytes (66.00 GB) = --gpu-memory 141GB - --resident 75GB" in err
     assert MEMORY_MEANING in err
     code, direct, _ = run([*base, "--memory", "66GB"], capsys)
     assert code == 0

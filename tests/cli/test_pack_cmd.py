@@ -35,11 +35,14 @@ def test_pack_planning_no_item_exits_3_with_the_commonest_reasons(tmp_path, caps
 
 
 def test_pack_with_some_rejects_exits_0_and_says_where_the_reasons_are(tmp_path, capsys):
-    """Some rejected items: exit 0, with their count and the rejects file on standard error."""
+    """Some rejected items: exit 0, with their count, their fraction and the rejects file on the last
+    line of standard error."""
     data, kinds = tp.write_dataset(tmp_path)
     assert main([*_pack(tmp_path, data), "--quiet"]) == 0
     err = capsys.readouterr().err
-    assert f"{len(kinds)} of" in err and "items were rejected" in err
+    last = err.strip().splitlines()[-1]
+    num_in = len(kinds) + len(tp.workload_lines())
+    assert f"{len(kinds)} of {num_in} items ({len(kinds) / num_in:.1%}) were rejected" in last
     assert str(tmp_path / "out" / "rejects.jsonl") in err
 
 

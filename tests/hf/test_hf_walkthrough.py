@@ -33,14 +33,24 @@ def model_prefix(code: str) -> str:
     return "\n".join(lines[: last + 1])
 
 
-def test_readme_walkthrough_runs_and_its_loss_is_the_unpacked_masked_loss():
+def test_readme_walkthrough_runs_and_its_loss_is_the_unpacked_masked_loss(capsys):
     """Executed exactly as the README has it, the block plans one wave; its loss equals the token-mean
     policy loss of the requests run alone (unpacked) on the same seeded model under their completion
     masks, the step changes the weights, the rank it materializes owns tokens, and the two CP ranks'
-    materialized loss weights sum to the counted completion tokens."""
+    materialized loss weights sum to the counted completion tokens. It prints that loss for its wave and
+    the tokens packing saved (logical less packed, more than zero: the prompt is stored once)."""
     code = walkthrough_code()
     scope: dict = {}
     exec(compile(code, str(README), "exec"), scope)
+    printed = capsys.readouterr().out.splitlines()
+    plan = scope["result"].plan
+    saved = plan.logical_tokens - plan.packed_tokens
+    assert saved > 0
+    assert printed == [
+        f"wave 0: loss {scope['loss'].item():.6f}",
+        f"tokens: {plan.packed_tokens} packed for {plan.logical_tokens} logical ({saved} saved by sharing "
+        "the prompt)",
+    ]
     fresh: dict = {}
     exec(compile(model_prefix(code), str(README), "exec"), fresh)
     before = fresh["model"]

@@ -403,6 +403,13 @@ CASES: tuple[Case, ...] = (
         expect=("w.jsonl:2", "field 'requests.0.tokens'", "outside [0, 2147483647]"),
     ),
     Case(
+        kind="token id beyond the vocabulary",
+        what="a token is the card's vocab (32,000 ids: 0 to 31,999)",
+        files={"w.jsonl": OK_LINE + '{"id": "p1", "tokens": [1, 32000]}\n'},
+        workload="w.jsonl",
+        expect=("w.jsonl:2", "field 'items[1].requests[0].tokens'", "beyond the model's vocabulary"),
+    ),
+    Case(
         kind="negative token id",
         what="a token is -1",
         files={"w.jsonl": OK_LINE + '{"id": "p1", "tokens": [-1, 2]}\n'},
