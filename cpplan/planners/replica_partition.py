@@ -116,36 +116,47 @@ def item_prices_s(workload: Workload, card: ResolvedCard, cp: int) -> np.ndarray
     coefficients = card.constants.time_coefficients
     per_token = math.fsum(float(coefficients[k]) for k, q in enumerate(QUANTITIES) if q.count == "token")
     per_pair = math.fsum(float(coefficients[k]) for k, q in enumerate(QUANTITIES) if q.count == "pair")
-    prices = np.empty(workload.num_items, dtype=np.float64)
+    tokens = np.empty(workload.num_items, dtype=np.float64)
+    pairs = np.empty(workload.num_items, dtype=np.float64)
     for i, item in enumerate(workload.items):
         first = item.requests[0].tokens
-        tokens, pairs = first.size, _pairs(first.size)
+        sampled = first[::PREFIX_STRIDE]
+        n = first.size
+        num_tokens, num_pairs = n, n * (n + 1) // 2
         for request in item.requests[1:]:
             n = request.tokens.size
-            common = common_prefix(first, request.tokens)
-            tokens += n - common
-            pairs += _pairs(n) - _pairs(common)
-        prices[i] = (per_token * tokens + per_pair * pairs) / cp
-    return prices
+            common = common_prefix(first, request.tokens, sampled)
+            num_tokens += n - common
+            num_pairs += (n * (n + 1) - common * (common + 1)) // 2
+        tokens[i], pairs[i] = num_tokens, num_pairs
+    return (per_token * tokens + per_pair * pairs) / cp
 
 
-def _pairs(n: int) -> int:
-    """Attention pairs of positions ``0 .. n - 1`` (position ``p`` attends ``p + 1`` keys)."""
-    return n * (n + 1) // 2
+PREFIX_STRIDE = 64
+""":func:`common_prefix` compares every this many-th token first, then the window where they part."""
 
 
-def common_prefix(a: np.ndarray, b: np.ndarray) -> int:
-    """Length of the longest common prefix of two token arrays, compared in doubling blocks so the work
-    is about twice the prefix, not the whole arrays."""
+def common_prefix(a: np.ndarray, b: np.ndarray, sampled: np.ndarray | None = None) -> int:
+    """Where two token arrays part: every :data:`PREFIX_STRIDE`-th token compared first (``sampled``:
+    ``a[::PREFIX_STRIDE]``, when the caller has it), then the window before the first sampled difference
+    compared exactly. Exact for requests that share a prefix and then go their own ways; two that differ
+    only between sampled tokens and agree again at the next one count as sharing more (a balance price,
+    never a layout, reads it)."""
     span = min(a.size, b.size)
-    at, step = 0, 128
-    while at < span:
-        stop = min(span, at + step)
-        mismatch = np.flatnonzero(a[at:stop] != b[at:stop])
-        if mismatch.size:
-            return at + int(mismatch[0])
-        at, step = stop, 2 * step
-    return span
+    if span == 0:
+        return 0
+    stride = PREFIX_STRIDE
+    head = b[:span:stride]
+    coarse = (a[::stride] if sampled is None else sampled)[: head.size] != head
+    j = int(coarse.argmax())
+    if coarse[j]:
+        stop = j * stride + 1
+        start = max(0, stop - 1 - stride)
+    else:
+        start, stop = ((span - 1) // stride) * stride, span
+    fine = a[start:stop] != b[start:stop]
+    f = int(fine.argmax())
+    return start + f if fine[f] else stop
 
 
 def prefix_hashes(tokens: np.ndarray, levels: Sequence[int]) -> dict[int, int]:

@@ -126,14 +126,18 @@ def test_a_group_too_large_for_a_share_is_split():
     assert set(p.partition(wl).replica_of_item) == {0, 1, 2, 3}
 
 
-def test_common_prefix_finds_the_first_difference():
-    """The doubling-block prefix comparison returns the first differing position, or the shorter length."""
+def test_common_prefix_finds_where_two_requests_part():
+    """The sampled-then-exact prefix comparison returns where a request stops following another (every
+    position, on and off the sampled ones), or the shorter length when one is a prefix of the other."""
     a = np.arange(5000)
-    for at in (0, 1, 127, 128, 129, 1000, 4999):
+    for at in (0, 1, 63, 64, 65, 127, 128, 129, 1000, 4998, 4999):
         b = a.copy()
-        b[at] = -1
-        assert common_prefix(a, b) == at
+        b[at:] = -1
+        assert common_prefix(a, b) == at, at
     assert common_prefix(a, a[:3000]) == 3000
+    assert common_prefix(a, a[:3001]) == 3001
+    assert common_prefix(a[:1], a[:1]) == 1
+    assert common_prefix(a[:0], a) == 0
 
 
 def test_a_replica_share_is_what_the_whole_step_plans_for_it():
