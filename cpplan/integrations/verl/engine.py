@@ -45,6 +45,7 @@ from cpplan.hf.padding import padding_wave
 from cpplan.hf.wave_runner import packed_logprobs, packed_logprobs_and_entropies
 from cpplan.integrations.packed_step import agreed_num_waves
 from cpplan.integrations.plan_ahead import PlanAhead
+from cpplan.integrations.rollout_items import grouped_workload
 from cpplan.integrations.verl.engine_meter import default_memory, measured, single_rank_waves
 from cpplan.integrations.verl.rollout_batch import (
     PassTokens,
@@ -153,7 +154,7 @@ class CpplanFSDPEngine(FSDPEngineWithLMHead):
         step = rollout_step(data, grad=not forward_only)
         result = self.cpplan_ahead.take((step.rows, not forward_only), step.workload)
         if forward_only:  # the update pass over these samples comes next: plan it while this one runs
-            self.cpplan_ahead.submit((step.rows, True), rollout_step(data, grad=True).workload)
+            self.cpplan_ahead.submit((step.rows, True), grouped_workload(step.rows)[0])
         self.cpplan_result = result
         self.cpplan_tokens = step.tokens(result.plan.packed_tokens)
         waves = wave_samples(step, result)
