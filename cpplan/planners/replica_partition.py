@@ -47,7 +47,8 @@ from cpplan.spec.topology import Topology
 from cpplan.spec.workload import Workload
 
 PREFIX_LEVELS = (32768, 16384, 8192, 4096, 2048, 1024, 512, 256, 128)
-"""Prefix lengths (tokens) at which items' first requests are compared, longest first."""
+"""Prefix lengths (tokens, multiples of :data:`PREFIX_STRIDE`) at which items' first requests are
+compared, longest first."""
 
 GROUP_SHARE = 0.5
 """A prefix group stays in one replica while its price is at most this fraction of an even share
@@ -107,68 +108,78 @@ def replica_settings(settings: Settings) -> Settings:
     return replace(settings, topology=topology)
 
 
+PREFIX_STRIDE = 64
+"""Prefixes are compared, and hashed, on every this many-th token (a balance price needs no more)."""
+
+
 def item_prices_s(workload: Workload, card: ResolvedCard, cp: int) -> np.ndarray:
     """Per item, quick seconds: ``(a * tokens + b * pairs) / cp`` with ``tokens`` the item's packed
     tokens when each request shares its common prefix with the item's first request, ``pairs`` the
     attention pairs of those tokens (a token at position ``p`` attends ``p + 1`` keys), and ``a`` / ``b``
     the card's seconds per owned token / pair (every per-token and per-pair term, as if every token took
-    gradients and loss: a balance price, not the evaluator's)."""
+    gradients and loss: a balance price, not the evaluator's). Common prefixes come from
+    :func:`sampled_prefixes`."""
     coefficients = card.constants.time_coefficients
     per_token = math.fsum(float(coefficients[k]) for k, q in enumerate(QUANTITIES) if q.count == "token")
     per_pair = math.fsum(float(coefficients[k]) for k, q in enumerate(QUANTITIES) if q.count == "pair")
-    tokens = np.empty(workload.num_items, dtype=np.float64)
-    pairs = np.empty(workload.num_items, dtype=np.float64)
-    for i, item in enumerate(workload.items):
-        first = item.requests[0].tokens
-        sampled = first[::PREFIX_STRIDE]
-        n = first.size
-        num_tokens, num_pairs = n, n * (n + 1) // 2
-        for request in item.requests[1:]:
-            n = request.tokens.size
-            common = common_prefix(first, request.tokens, sampled)
-            num_tokens += n - common
-            num_pairs += (n * (n + 1) - common * (common + 1)) // 2
-        tokens[i], pairs[i] = num_tokens, num_pairs
+    first_len = np.array([item.requests[0].tokens.size for item in workload.items], dtype=np.float64)
+    owners, lengths, common = sampled_prefixes(workload)
+    n, c = lengths.astype(np.float64), common.astype(np.float64)
+    size = workload.num_items
+    tokens = first_len + np.bincount(owners, weights=n - c, minlength=size)
+    pairs = first_len * (first_len + 1) / 2
+    pairs += np.bincount(owners, weights=(n * (n + 1) - c * (c + 1)) / 2, minlength=size)
     return (per_token * tokens + per_pair * pairs) / cp
 
 
-PREFIX_STRIDE = 64
-""":func:`common_prefix` compares every this many-th token first, then the window where they part."""
-
-
-def common_prefix(a: np.ndarray, b: np.ndarray, sampled: np.ndarray | None = None) -> int:
-    """Where two token arrays part: every :data:`PREFIX_STRIDE`-th token compared first (``sampled``:
-    ``a[::PREFIX_STRIDE]``, when the caller has it), then the window before the first sampled difference
-    compared exactly. Exact for requests that share a prefix and then go their own ways; two that differ
-    only between sampled tokens and agree again at the next one count as sharing more (a balance price,
-    never a layout, reads it)."""
-    span = min(a.size, b.size)
-    if span == 0:
-        return 0
+def sampled_prefixes(workload: Workload) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For every request but each item's first: its item, its length, and the length of the prefix it
+    shares with its item's first request, found on every :data:`PREFIX_STRIDE`-th token in one
+    vectorized pass over the workload. For requests that share a prefix and then go their own ways the
+    answer is within half a stride of the exact one (the middle of the stride where they part); two
+    that differ only between sampled tokens count as sharing them."""
     stride = PREFIX_STRIDE
-    head = b[:span:stride]
-    coarse = (a[::stride] if sampled is None else sampled)[: head.size] != head
-    j = int(coarse.argmax())
-    if coarse[j]:
-        stop = j * stride + 1
-        start = max(0, stop - 1 - stride)
-    else:
-        start, stop = ((span - 1) // stride) * stride, span
-    fine = a[start:stop] != b[start:stop]
-    f = int(fine.argmax())
-    return start + f if fine[f] else stop
+    firsts, first_len, heads, owners, lengths = [], [], [], [], []
+    for i, item in enumerate(workload.items):
+        first = item.requests[0].tokens
+        firsts.append(first[::stride])
+        first_len.append(first.size)
+        for request in item.requests[1:]:
+            heads.append(request.tokens[: first.size : stride])
+            owners.append(i)
+            lengths.append(request.tokens.size)
+    owner = np.array(owners, dtype=np.int64)
+    length = np.array(lengths, dtype=np.int64)
+    if not heads:
+        return owner, length, np.zeros(0, dtype=np.int64)
+    counts = np.array([h.size for h in heads], dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    first_at = np.concatenate([[0], np.cumsum([f.size for f in firsts])[:-1]])
+    position = np.arange(int(counts.sum()), dtype=np.int64) - np.repeat(starts, counts)
+    reference = np.concatenate(firsts)[np.repeat(first_at[owner], counts) + position]
+    parted = np.concatenate(heads) != reference
+    unparted = np.iinfo(np.int64).max
+    first_parted = np.full(owner.size, unparted, dtype=np.int64)
+    some = counts > 0
+    if some.any():
+        marks = np.where(parted, position, unparted)
+        first_parted[some] = np.minimum.reduceat(marks, starts[some])
+    span = np.minimum(length, np.array(first_len, dtype=np.int64)[owner])
+    estimate = np.maximum(0, first_parted * stride - stride // 2)
+    common = np.where(first_parted == unparted, span, np.minimum(estimate, span))
+    return owner, length, common
 
 
 def prefix_hashes(tokens: np.ndarray, levels: Sequence[int]) -> dict[int, int]:
-    """A 64-bit hash of ``tokens[:L]`` for every ``L`` of ``levels`` that ``tokens`` reaches: the sum of
-    each token times a fixed pseudo-random multiplier of its position, modulo ``2**64`` (the same in
-    every process)."""
+    """A 64-bit hash of ``tokens[:L]`` for every ``L`` of ``levels`` (multiples of
+    :data:`PREFIX_STRIDE`) that ``tokens`` reaches: the sum of every :data:`PREFIX_STRIDE`-th token times
+    a fixed pseudo-random multiplier of its place, modulo ``2**64`` (the same in every process)."""
     reach = [level for level in levels if level <= tokens.size]
     if not reach:
         return {}
-    length = max(reach)
-    sums = np.cumsum(tokens[:length].astype(np.uint64) * _multipliers(length), dtype=np.uint64)
-    return {level: int(sums[level - 1]) for level in reach}
+    sampled = tokens[: max(reach) : PREFIX_STRIDE]
+    sums = np.cumsum(sampled.astype(np.uint64) * _multipliers(sampled.size), dtype=np.uint64)
+    return {level: int(sums[level // PREFIX_STRIDE - 1]) for level in reach}
 
 
 _MULTIPLIERS: list[np.ndarray] = []
@@ -177,7 +188,7 @@ _MULTIPLIERS: list[np.ndarray] = []
 def _multipliers(length: int) -> np.ndarray:
     """The first ``length`` position multipliers (odd 64-bit integers from a fixed seed), kept."""
     if not _MULTIPLIERS or _MULTIPLIERS[0].size < length:
-        size = max(length, max(PREFIX_LEVELS))
+        size = max(length, max(PREFIX_LEVELS) // PREFIX_STRIDE)
         rng = np.random.default_rng(_HASH_SEED)
         _MULTIPLIERS[:] = [rng.integers(0, 2**63, size, dtype=np.uint64) * np.uint64(2) + np.uint64(1)]
     return _MULTIPLIERS[0][:length]

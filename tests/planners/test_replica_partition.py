@@ -14,7 +14,12 @@ import pytest
 
 import cpplan
 from cpplan.bench.synthetic import grpo
-from cpplan.planners.replica_partition import common_prefix, partition_items, prefix_groups
+from cpplan.planners.replica_partition import (
+    PREFIX_STRIDE,
+    partition_items,
+    prefix_groups,
+    sampled_prefixes,
+)
 from cpplan.plans.plan_writer import plan_to_dict, strip_timing
 from cpplan.spec.profile import load_solver
 from cpplan.spec.workload import Workload
@@ -126,18 +131,24 @@ def test_a_group_too_large_for_a_share_is_split():
     assert set(p.partition(wl).replica_of_item) == {0, 1, 2, 3}
 
 
-def test_common_prefix_finds_where_two_requests_part():
-    """The sampled-then-exact prefix comparison returns where a request stops following another (every
-    position, on and off the sampled ones), or the shorter length when one is a prefix of the other."""
-    a = np.arange(5000)
-    for at in (0, 1, 63, 64, 65, 127, 128, 129, 1000, 4998, 4999):
-        b = a.copy()
-        b[at:] = -1
-        assert common_prefix(a, b) == at, at
-    assert common_prefix(a, a[:3000]) == 3000
-    assert common_prefix(a, a[:3001]) == 3001
-    assert common_prefix(a[:1], a[:1]) == 1
-    assert common_prefix(a[:0], a) == 0
+def test_sampled_prefixes_are_within_half_a_stride():
+    """Where a request stops following its item's first request is found within half a stride (on and
+    off the sampled positions), exactly when one is a prefix of the other, and 0 when they differ at
+    the first token."""
+    rng = np.random.default_rng(0)
+    first = rng.integers(0, 1000, 5000)
+    parts = (0, 1, 63, 64, 65, 127, 128, 129, 1000, 4998, 4999)
+    requests = [np.concatenate([first[:at], rng.integers(1000, 2000, 300)]) for at in parts]
+    requests += [first[:3000], first[:3001], np.concatenate([first, [1, 2]])]
+    item = cpplan.Item(id="x", requests=tuple(cpplan.Request(tokens=t) for t in [first, *requests]))
+    other = cpplan.Item(id="y", requests=(cpplan.Request(tokens=first[:10]),))
+    owners, lengths, common = sampled_prefixes(Workload(items=(other, item)))
+    assert owners.tolist() == [1] * len(requests)
+    assert lengths.tolist() == [t.size for t in requests]
+    for at, found in zip(parts, common.tolist(), strict=False):
+        assert abs(found - at) <= PREFIX_STRIDE // 2, (at, found)
+    assert common.tolist()[0] == 0
+    assert common.tolist()[-3:] == [3000, 3001, 5000]
 
 
 def test_a_replica_share_is_what_the_whole_step_plans_for_it():
