@@ -188,6 +188,8 @@ def test_no_replica_idles_while_another_has_waves_to_spare():
     assert max(counts) >= 2, "the step needs several waves per replica for the check to mean something"
     padding = whole.plan.schedule.padding
     assert padding is not None and max(padding) <= 1
+    per_gpu = [list(cpplan.pool_waves(whole, g)) for g in range(8)]
+    assert len({len(waves) for waves in per_gpu}) == 1, "every GPU runs as many forwards (FSDP)"
 
 
 def test_partitioned_step_is_cheaper_than_the_joint_greedy_on_a_wide_pool():
