@@ -15,12 +15,26 @@ also ``cpplan pack`` of 20,000 small items with the offline (default) and determ
 
 Usage: ``python benchmarks/bench_scale.py [--quick] [--pack] [--label NAME] [--output PATH]``. Prints a
 table; writes JSON (default ``benchmarks/results/bench_scale.json``).
+
+``--cluster`` (issue 37) instead plans a real cluster's GRPO step as a trainer would: P prompts of 1K-8K
+tokens x 8 completions of 256-4K tokens (one item per prompt), Qwen3.6-35B-A3B, 80 GiB per rank, a kept
+``cpplan.Planner`` with the runtime profile and a 0.1 s budget, for each size of ``--sizes`` (completions)
+and each ``dp x cp`` of ``--topologies``. Per size and topology, interleaved and repeated ``--repeats``
+times: each sampled DP rank's call ``plan(step, 0.1, replica=k)`` (partition included; p50/p95 of the
+wall), the step's plan assembled from every replica's share (``replica="all"``), the joint runtime call of
+the whole step (``plan(step, 0.1)``: the path before partitioning) and, up to ``--reference-max``
+completions, the deterministic profile's whole-step plan (the reference the runtime plan's seconds are
+divided by). Load average beside every row. Writes JSON (``bench_scale_cluster.json``) and a log-log
+plot of per-rank wall against completions with each topology's fitted growth exponent
+(``docs/scale_wall.png``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
 import platform
 import subprocess
 import sys
@@ -39,6 +53,8 @@ from cpplan.spec.workload import Item, Request, Workload
 from cpplan.verifier import verify_plan
 
 RESULTS = Path(__file__).parent / "results" / "bench_scale.json"
+CLUSTER_RESULTS = Path(__file__).parent / "results" / "bench_scale_cluster.json"
+CLUSTER_PLOT = Path(__file__).parent.parent / "docs" / "scale_wall.png"
 MODEL = "qwen3.6-35b-a3b"
 TOPOLOGY = "cp=4"
 MEMORY = "40GiB"
@@ -146,6 +162,200 @@ def print_rows(rows: list[dict], packs: list[dict]) -> None:
         )
 
 
+def cluster_step(num_completions: int, seed: int = 0) -> Workload:
+    """The issue-37 GRPO step: ``num_completions / 8`` prompts of 1K-8K tokens x 8 completions of
+    256-4K tokens, one item per prompt."""
+    return grpo(
+        num_prompts=num_completions // 8,
+        group_size=8,
+        system_tokens=0,
+        prompt_tokens=(1024, 8192),
+        completion_tokens=(256, 4096),
+        seed=seed,
+    )
+
+
+def cluster_row(num_completions: int, dp: int, cp: int, repeats: int, ranks: int, reference_max: int) -> dict:
+    """One size and topology of ``--cluster``: per-rank calls of sampled replicas, the assembled step,
+    the joint runtime call and (small enough) the deterministic reference, interleaved ``repeats`` times."""
+    workload = cluster_step(num_completions)
+    topology = cpplan.Topology(dp=dp, cp=cp)
+    planner = cpplan.Planner(model=MODEL_CLUSTER, topology=topology, memory_bytes="80GiB", solver="runtime")
+    sampled = sorted({round(k * (dp - 1) / max(ranks - 1, 1)) for k in range(min(ranks, dp))})
+    rank_walls, rank_loads, step_costs, joint_walls, joint_costs, waves, cpsat_share = (
+        [],
+        [],
+        [],
+        [],
+        [],
+        [],
+        [],
+    )
+    notes: set[str] = set()
+    greedy_done: list[float] = []
+    hurried: list[bool] = []
+    for _ in range(repeats):
+        for k in sampled:
+            fresh = workload.model_copy()  # a new step object: the partition is computed again, as on a rank
+            t0 = time.perf_counter()
+            result = planner.plan(fresh, 0.1, replica=k)
+            wall = time.perf_counter() - t0
+            rank_walls.append(wall)
+            rank_loads.append(os.getloadavg()[0])
+            later = math.fsum(c.wall_s for c in result.candidates if c.strategy != "greedy")
+            greedy_done.append(wall - later)  # greedy runs first: the call until its plan was verified
+            hurried.append(any("deadline reached" in c.reason for c in result.candidates))
+            cpsat_share.append(result.strategy == "cpsat")
+            notes.update(n for n in result.plan.notes if "deadline" in n)
+        whole = planner.plan(workload.model_copy(), 0.1, replica="all")
+        step_costs.append(whole.cost_s)
+        waves.append(whole.plan.num_waves)
+        t0 = time.perf_counter()
+        joint = planner.plan(workload, 0.1)
+        joint_walls.append(time.perf_counter() - t0)
+        joint_costs.append(joint.cost_s)
+    reference_s = reference_wall = None
+    if num_completions <= reference_max:
+        exact = cpplan.Planner(
+            model=MODEL_CLUSTER, topology=topology, memory_bytes="80GiB", solver="deterministic"
+        )
+        t0 = time.perf_counter()
+        reference_s = exact.plan(workload).cost_s
+        reference_wall = time.perf_counter() - t0
+    part = planner.partition(workload)
+    return {
+        "completions": num_completions,
+        "items": workload.num_items,
+        "dp": dp,
+        "cp": cp,
+        "sampled_replicas": sampled,
+        "rank_wall_p50_s": float(np.percentile(rank_walls, 50)),
+        "rank_wall_p95_s": float(np.percentile(rank_walls, 95)),
+        "rank_walls_s": rank_walls,
+        "rank_load_avg": rank_loads,
+        "rank_cpsat_share": float(np.mean(cpsat_share)),
+        "rank_greedy_done_p50_s": float(np.percentile(greedy_done, 50)),
+        "rank_greedy_done_p95_s": float(np.percentile(greedy_done, 95)),
+        "rank_greedy_hurried_share": float(np.mean(hurried)),
+        "rank_deadline_notes": sorted(notes),
+        "step_cost_s": float(np.median(step_costs)),
+        "step_waves": int(np.median(waves)),
+        "joint_wall_p50_s": float(np.percentile(joint_walls, 50)),
+        "joint_cost_s": float(np.median(joint_costs)),
+        "reference_cost_s": reference_s,
+        "reference_wall_s": reference_wall,
+        "step_over_reference": None if reference_s is None else float(np.median(step_costs)) / reference_s,
+        "joint_over_reference": None if reference_s is None else float(np.median(joint_costs)) / reference_s,
+        "replica_price_spread": max(part.replica_price_s) / max(min(part.replica_price_s), 1e-12),
+        "load_avg": os.getloadavg(),
+    }
+
+
+MODEL_CLUSTER = "qwen3.6-35b-a3b"
+
+
+def print_cluster(rows: list[dict]) -> None:
+    """The cluster table: per-rank wall p50/p95, the step's plan over the deterministic one, the joint
+    call beside it."""
+    print(
+        f"{'compl':>6} {'dp x cp':>7} {'rank p50 ms':>11} {'rank p95 ms':>11} {'greedy p95':>10} "
+        f"{'hurried':>7} {'step s':>7} {'waves':>5} "
+        f"{'det s':>7} {'step/det':>8} {'joint ms':>8} {'joint s':>7} {'joint/det':>9} {'load':>5}"
+    )
+    for r in rows:
+        det = "-" if r["reference_cost_s"] is None else f"{r['reference_cost_s']:.3f}"
+        ratio = "-" if r["step_over_reference"] is None else f"{r['step_over_reference']:.3f}"
+        joint_ratio = "-" if r["joint_over_reference"] is None else f"{r['joint_over_reference']:.3f}"
+        print(
+            f"{r['completions']:>6,} {r['dp']:>3} x {r['cp']:<2} {1e3 * r['rank_wall_p50_s']:>11.1f} "
+            f"{1e3 * r['rank_wall_p95_s']:>11.1f} {1e3 * r['rank_greedy_done_p95_s']:>10.1f} "
+            f"{r['rank_greedy_hurried_share']:>7.0%} {r['step_cost_s']:>7.3f} {r['step_waves']:>5} {det:>7} "
+            f"{ratio:>8} {1e3 * r['joint_wall_p50_s']:>8.0f} {r['joint_cost_s']:>7.3f} {joint_ratio:>9} "
+            f"{r['load_avg'][0]:>5.2f}"
+        )
+
+
+def growth_exponents(rows: list[dict], key: str = "rank_wall_p50_s") -> dict[str, float]:
+    """Per topology, the slope of log(``key``) against log(completions) (least squares)."""
+    found = {}
+    for dp, cp in sorted({(r["dp"], r["cp"]) for r in rows}):
+        mine = sorted((r["completions"], r[key]) for r in rows if (r["dp"], r["cp"]) == (dp, cp))
+        if len(mine) >= 2:
+            x, y = np.log([m[0] for m in mine]), np.log([m[1] for m in mine])
+            found[f"{dp}x{cp}"] = float(np.polyfit(x, y, 1)[0])
+    return found
+
+
+def plot_cluster(rows: list[dict], path: Path) -> None:
+    """Log-log plots against completions, one line per topology with its fitted exponent in the legend:
+    the per-rank call's wall (p50, band to p95; the 0.1 s budget drawn) and the time until greedy's
+    complete plan was verified (the work itself, which the budget does not flatten)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = (
+        ("rank_wall_p50_s", "rank_wall_p95_s", "per-rank call wall (s), p50 to p95"),
+        ("rank_greedy_done_p50_s", "rank_greedy_done_p95_s", "until greedy's plan is verified (s)"),
+    )
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    for ax, (low, high, label) in zip(axes, panels, strict=True):
+        exponents = growth_exponents(rows, low)
+        for dp, cp in sorted({(r["dp"], r["cp"]) for r in rows}):
+            mine = sorted((r for r in rows if (r["dp"], r["cp"]) == (dp, cp)), key=lambda r: r["completions"])
+            x = [r["completions"] for r in mine]
+            name = f"dp{dp} x cp{cp}"
+            if f"{dp}x{cp}" in exponents:
+                name += f" (~ n^{exponents[f'{dp}x{cp}']:.2f})"
+            ax.plot(x, [r[low] for r in mine], marker="o", label=name)
+            ax.fill_between(x, [r[low] for r in mine], [r[high] for r in mine], alpha=0.2)
+        ax.axhline(0.1, color="gray", linestyle="--", linewidth=1, label="budget 0.1 s")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("completions per step")
+        ax.set_ylabel(label)
+        ax.legend(fontsize=7)
+    fig.suptitle("cpplan runtime profile, plan(step, 0.1, replica=k), Qwen3.6-35B-A3B, 80 GiB per rank")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def run_cluster(args: argparse.Namespace) -> None:
+    """``--cluster``: every size x topology, the table, the JSON and the plot (``--replot``: the table
+    and plot of the JSON's ``--label`` run, nothing measured)."""
+    output = args.output if args.output != RESULTS else CLUSTER_RESULTS
+    data = json.loads(output.read_text()) if output.exists() else {}
+    if args.replot:
+        rows = data[args.label]["rows"]
+    else:
+        topologies = [tuple(int(v) for v in t.split("x")) for t in args.topologies.split(",")]
+        rows = []
+        for n in [int(v) for v in args.sizes.split(",")]:
+            for dp, cp in topologies:
+                if n // 8 < dp:
+                    continue  # fewer prompts than replicas: some replica has nothing to plan
+                rows.append(cluster_row(n, dp, cp, args.repeats, args.ranks, args.reference_max))
+                print_cluster(rows[-1:])
+        print()
+    print_cluster(rows)
+    exponents = growth_exponents(rows)
+    greedy = growth_exponents(rows, "rank_greedy_done_p50_s")
+    print("fitted growth exponent of per-rank p50 wall:", {k: round(v, 3) for k, v in exponents.items()})
+    print("... of the time until greedy's plan is verified:", {k: round(v, 3) for k, v in greedy.items()})
+    if not args.replot:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        data[args.label] = {
+            "machine": f"{platform.machine()}, {platform.python_version()}, {os.cpu_count()} CPUs",
+            "rows": rows,
+        }
+    data[args.label]["growth_exponents"] = exponents
+    data[args.label]["greedy_growth_exponents"] = greedy
+    output.write_text(json.dumps(data, indent=1) + "\n")
+    if args.plot:
+        plot_cluster(rows, CLUSTER_PLOT)
+
+
 def main() -> None:
     """Run the benchmark and write its JSON."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -154,7 +364,20 @@ def main() -> None:
     parser.add_argument("--max-items", type=int, default=100_000, help="skip larger workloads")
     parser.add_argument("--label", default="after")
     parser.add_argument("--output", type=Path, default=RESULTS)
+    parser.add_argument("--cluster", action="store_true", help="the issue-37 GRPO cluster step instead")
+    parser.add_argument("--sizes", default="128,256,512,1024,2048,4096,8192", help="--cluster completions")
+    parser.add_argument("--topologies", default="8x8,16x4,32x8", help="--cluster dp x cp list")
+    parser.add_argument("--repeats", type=int, default=3, help="--cluster rounds per size and topology")
+    parser.add_argument("--ranks", type=int, default=4, help="--cluster DP ranks sampled per round")
+    parser.add_argument("--reference-max", type=int, default=1024, help="--cluster deterministic up to")
+    parser.add_argument("--plot", action="store_true", help="--cluster: write docs/scale_wall.png")
+    parser.add_argument("--replot", action="store_true", help="--cluster: table and plot of the JSON's run")
     args = parser.parse_args()
+    if args.cluster:
+        if args.quick:
+            args.sizes, args.repeats = "128,512,1024,2048", min(args.repeats, 2)
+        run_cluster(args)
+        return
     planner = cpplan.Planner(model=MODEL, topology=TOPOLOGY, memory_bytes=MEMORY)
     sizes = (2_500, 5_000, 10_000) if args.quick else (2_500, 5_000, 10_000, 20_000, 50_000, 100_000)
     rows = [measure("small", small(n), planner) for n in sizes if n <= args.max_items]

@@ -8,13 +8,23 @@ CP-SAT, imports OR-Tools and runs one trivial solve, so that the first step pays
 ``planner.plan(workload)`` then builds the step's problem and runs the portfolio
 (:func:`cpplan.planners.portfolio.solve`) within the profile's time budget (or the one given),
 counted from the call. :func:`cpplan.plan` is the one-shot form: a planner made for a single call.
+
+Under ``dp > 1`` a DP rank plans only its own share: ``planner.plan(workload, replica=k)`` partitions
+the items over the replicas (:mod:`cpplan.planners.replica_partition`: deterministic, the same on every
+rank) and plans replica ``k``'s items as a ``dp = 1`` problem at the same CP size, within the budget;
+``replica="all"`` plans every replica's share the same way and assembles the step's plan (padding waves
+under equal waves). ``planner.plan_async(...)`` runs a plan on the planner's own worker thread and
+returns a :class:`concurrent.futures.Future`, so a trainer plans step k + 1 while step k runs.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import Literal
 
 from cpplan.calibration.online import OnlineCalibration, Verdict, write_log
 from cpplan.calibration.planner_state import (
@@ -30,6 +40,15 @@ from cpplan.planners import Strategy
 from cpplan.planners.cpsat_strategy import ensure_solver
 from cpplan.planners.deadline import Deadline
 from cpplan.planners.portfolio import solve
+from cpplan.planners.replica_partition import (
+    ReplicaPartition,
+    assemble,
+    check_replica,
+    partition_items,
+    replica_settings,
+    replica_workload,
+)
+from cpplan.plans.plan import Candidate, SolverStats
 from cpplan.plans.result import PlanResult
 from cpplan.pricing.problem import Problem
 from cpplan.spec.card import ModelCard, Phase
@@ -86,6 +105,12 @@ class Planner:
         """What :meth:`observe` has taught (made on first use, or by :meth:`load`)."""
         self._steps: dict[int, tuple[PlanResult, int]] = {}
         """The step number of each of the last :data:`_KEPT_RESULTS` observed plans, by identity."""
+        self._partitioned: tuple[Workload, ReplicaPartition] | None = None
+        """The last workload partitioned over the replicas and its partition (kept for the next call)."""
+        self._replica_settings: tuple[Settings, Settings] | None = None
+        """The (corrected) settings last planned with and their one-replica form."""
+        self._worker: ThreadPoolExecutor | None = None
+        self._lock = threading.Lock()
         if "cpsat" in self.profile.strategies:
             ensure_solver()
 
@@ -94,6 +119,7 @@ class Planner:
         workload: Workload,
         time_budget_s: float | None = None,
         *,
+        replica: int | Literal["all"] | None = None,
         planners: Mapping[str, Strategy] | None = None,
         started_s: float | None = None,
     ) -> PlanResult:
@@ -102,7 +128,14 @@ class Planner:
         :func:`time.perf_counter` instant; default: this call). ``planners`` replaces or adds strategies
         by name. A budget too short for the search still gets a complete plan: the portfolio packs it at
         once with full sharing and its candidates say so. Raises :class:`~cpplan.errors.NoFitError` when
-        no strategy yields a valid plan."""
+        no strategy yields a valid plan.
+
+        ``replica``: ``None`` plans the whole step jointly; a replica index ``k`` (``0 <= k < dp``, else
+        :class:`InputError`) plans only replica ``k``'s share of the partitioned step
+        (:meth:`partition`) as a ``dp = 1`` problem, the budget its own: its result's problem holds
+        those items only (``result.problem.workload``), under ``dp = 1``; ``"all"`` plans every replica's
+        share as that call would (each with the whole budget, one after another) and returns the
+        step's plan assembled from them, over the whole workload."""
         started = time.perf_counter() if started_s is None else started_s
         if not isinstance(workload, Workload):
             raise InputError(
@@ -111,9 +144,119 @@ class Planner:
                 field="workload",
             )
         profile = self._profile_for(time_budget_s)
-        deadline = Deadline.of_profile(profile, start_s=started)
+        if replica is None:
+            deadline = Deadline.of_profile(profile, start_s=started)
+            settings = corrected_settings(self.settings, self._learning)
+            return solve(Problem.build(workload, settings), profile, planners=planners, deadline=deadline)
+        if replica == "all":
+            return self._plan_step(workload, profile, planners, started)
+        k = check_replica(replica, self.settings.topology)
+        return self._plan_replica(workload, self.partition(workload), k, profile, planners, started)
+
+    def plan_async(
+        self,
+        workload: Workload,
+        time_budget_s: float | None = None,
+        *,
+        replica: int | Literal["all"] | None = None,
+        planners: Mapping[str, Strategy] | None = None,
+    ) -> Future[PlanResult]:
+        """:meth:`plan` on the planner's own worker thread (one, so plans run in the order submitted):
+        a :class:`~concurrent.futures.Future` of its result (or of its error). The budget counts from
+        when the plan starts on the worker, not from submission. Bad arguments (a replica outside dp, a
+        budget that is not positive) fail here, before anything is queued."""
+        if time_budget_s is not None:
+            self._profile_for(time_budget_s)
+        if replica is not None and replica != "all":
+            check_replica(replica, self.settings.topology)
+        with self._lock:
+            if self._worker is None:
+                self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cpplan-plan")
+            worker = self._worker
+        return worker.submit(self.plan, workload, time_budget_s, replica=replica, planners=planners)
+
+    def close(self) -> None:
+        """Stop the worker thread of :meth:`plan_async` once its queued plans are done (a later
+        :meth:`plan_async` starts a new one)."""
+        with self._lock:
+            worker, self._worker = self._worker, None
+        if worker is not None:
+            worker.shutdown(wait=True)
+
+    def partition(self, workload: Workload) -> ReplicaPartition:
+        """Which DP replica plans each item of ``workload``
+        (:func:`~cpplan.planners.replica_partition.partition_items`): a function of the workload and the
+        settings alone, so every rank computes the same one; the last one is kept for the next call."""
+        with self._lock:
+            kept = self._partitioned
+        if kept is not None and kept[0] is workload:
+            return kept[1]
+        found = partition_items(workload, self.card, self.settings.topology)
+        with self._lock:
+            self._partitioned = (workload, found)
+        return found
+
+    def _one_replica_settings(self) -> Settings:
+        """The settings (learned correction applied) for one replica's share, made once per settings."""
         settings = corrected_settings(self.settings, self._learning)
-        return solve(Problem.build(workload, settings), profile, planners=planners, deadline=deadline)
+        kept = self._replica_settings
+        if kept is None or kept[0] is not settings:
+            kept = (settings, replica_settings(settings))
+            self._replica_settings = kept
+        return kept[1]
+
+    def _plan_replica(
+        self,
+        workload: Workload,
+        partition: ReplicaPartition,
+        replica: int,
+        profile: SolverProfile,
+        planners: Mapping[str, Strategy] | None,
+        started: float,
+    ) -> PlanResult:
+        """Replica ``replica``'s share of ``workload`` planned as a ``dp = 1`` problem, the budget
+        counted from ``started``."""
+        deadline = Deadline.of_profile(profile, start_s=started)
+        share = replica_workload(workload, partition.items(replica), replica)
+        problem = Problem.build(share, self._one_replica_settings())
+        return solve(problem, profile, planners=planners, deadline=deadline)
+
+    def _plan_step(
+        self,
+        workload: Workload,
+        profile: SolverProfile,
+        planners: Mapping[str, Strategy] | None,
+        started: float,
+    ) -> PlanResult:
+        """Every replica's share planned as :meth:`_plan_replica` plans it (each with the whole budget),
+        assembled into the step's plan over the whole workload."""
+        partition = self.partition(workload)
+        results = []
+        for k in range(partition.num_replicas):
+            results.append(self._plan_replica(workload, partition, k, profile, planners, time.perf_counter()))
+        step = Problem.build(workload, corrected_settings(self.settings, self._learning))
+        plan = assemble(step, partition, [r.plan for r in results], [r.problem for r in results])
+        candidates = tuple(
+            Candidate(
+                strategy=r.strategy,
+                cost_s=r.cost_s,
+                valid=True,
+                reason=f"replica {k}: {next(c.reason for c in r.candidates if c.strategy == r.strategy)}",
+                wall_s=r.wall_s,
+                num_waves=r.plan.num_waves,
+            )
+            for k, r in enumerate(results)
+        )
+        statuses = sorted({r.solver.status for r in results})
+        counts = ", ".join(f"{sum(r.solver.status == s for r in results)} {s}" for s in statuses)
+        return PlanResult(
+            problem=step,
+            plan=plan,
+            candidates=candidates,
+            solver=SolverStats(status=f"replicas: {counts}", wall_s=time.perf_counter() - started),
+            profile=profile.name,
+            wall_s=time.perf_counter() - started,
+        )
 
     # ------------------------------------------------------------------------------------- learning
 

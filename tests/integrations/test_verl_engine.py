@@ -266,3 +266,23 @@ def test_settings_are_checked(verl_on_cpu, models, monkeypatch):
     made = CpplanFSDPEngine(engine_config=FSDPEngineConfig(strategy="fsdp2"), **configs)
     assert made.cpplan_planner.profile.name == "deterministic"
     assert made.cpplan_planner.settings.memory_bytes == 40 * 2**30
+
+
+def test_the_update_pass_takes_the_plan_made_during_the_forward_only_pass(verl_on_cpu, models):
+    """After a forward-only pass, the training pass over the same samples takes the plan the engine
+    started ahead (planned once, not again) and still gives the stock engine's loss and gradients."""
+    from verl.workers.engine import FSDPEngineWithLMHead
+
+    from cpplan.integrations.verl import CpplanFSDPEngine
+
+    path = models["qwen3"]
+    stock = verl_cpu.engine(FSDPEngineWithLMHead, path, remove_padding=True)
+    ours = verl_cpu.engine(CpplanFSDPEngine, path, remove_padding=True, planner=planner())
+    batch = lambda: verl_cpu.ppo_batch(remove_padding=True)  # noqa: E731
+    infer_pass(ours, batch())
+    assert ours.cpplan_ahead.num_taken == 0
+    a, b = train_pass(stock, batch()), train_pass(ours, batch())
+    assert ours.cpplan_ahead.num_taken == 1
+    assert ours.cpplan_ahead.num_planned_now == 1  # the forward-only pass itself
+    assert abs(a["loss"] - b["loss"]) <= TOL * abs(a["loss"])
+    assert max_rel_grad_diff(a["grads"], b["grads"]) <= TOL

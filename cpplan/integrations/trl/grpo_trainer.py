@@ -30,6 +30,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from cpplan.calibration.online import Verdict
 from cpplan.integrations.packed_step import agreed_num_waves, padding_waves, recomputes, step_logprobs
+from cpplan.integrations.plan_ahead import PlanAhead
 from cpplan.integrations.rollout_items import RolloutRow, grouped_workload
 from cpplan.integrations.wave_meter import CudaMeter, WaveMeasurement, WaveMeter
 from cpplan.planner import Planner
@@ -94,6 +95,8 @@ class GRPOTrainer(trl.GRPOTrainer):
             self.cpplan_planner = Planner(
                 model=derived, topology=topology, memory_bytes=memory_bytes, solver=solver
             )
+        self.cpplan_ahead = PlanAhead(self.cpplan_planner)
+        """Plans of the next training batch, made while the current one runs (:meth:`_prepare_inputs`)."""
         self.cpplan_unpacked_reason = unpacked_reason(self.model)
         """Why every pass runs TRL's own (unpacked) path (``None``: they run packed)."""
         if self.cpplan_unpacked_reason:
@@ -188,12 +191,26 @@ class GRPOTrainer(trl.GRPOTrainer):
         """The plan of ``workload`` (``key``: its rows and whether empty rows join): the last one again
         when the pass before, without gradients, planned the same rows (TRL scores one batch with the
         old policy, the reference and, at one step per generation, the policy), else the planner's. A
-        pass with gradients takes such a plan at most once, so what it teaches plans the next pass."""
+        pass with gradients takes such a plan at most once, so what it teaches plans the next pass. A
+        plan made ahead for these rows (:meth:`_prepare_inputs`) is taken when there is one."""
         kept, self._cpplan_kept = self._cpplan_kept, None
-        result = kept[1] if kept is not None and kept[0] == key else self.cpplan_planner.plan(workload)
+        result = kept[1] if kept is not None and kept[0] == key else self.cpplan_ahead.take(key, workload)
         if not torch.is_grad_enabled():
             self._cpplan_kept = (key, result)
         return result
+
+    def _prepare_inputs(self, generation_batch):
+        """TRL's batch for this step; while training, when the next step's batch is already buffered
+        (TRL generates ``steps_per_generation`` batches at once), its plan starts on the planner's worker
+        thread (:meth:`cpplan.Planner.plan_async`), so the next step takes it instead of planning."""
+        inputs = super()._prepare_inputs(generation_batch)
+        if self.model.training and not self.cpplan_unpacked_reason:
+            upcoming = next_buffered_batch(self)
+            if upcoming is not None:
+                ahead = pass_workload(upcoming, keep_empty=self.aux_loss_enabled)
+                if ahead is not None:
+                    self.cpplan_ahead.submit(ahead[0], ahead[1])
+        return inputs
 
     def _no_completion_pass(self, model, shape, device, sharded: bool, compute_entropy: bool):
         """The pass of rows without a completion token to score (every one masked, as
@@ -209,6 +226,31 @@ class GRPOTrainer(trl.GRPOTrainer):
             net = model if sharded else self.accelerator.unwrap_model(model)
             zeros = zeros + padding_waves(net, count, recompute=recomputes(count))
         return zeros, (zeros.detach().clone() if compute_entropy else None), None
+
+
+def next_buffered_batch(trainer: trl.GRPOTrainer) -> dict | None:
+    """The batch TRL's next training step takes from its buffer (``None`` when the next step generates
+    anew or nothing is buffered); read where TRL's ``_prepare_inputs`` reads it, after this step's."""
+    buffered = getattr(trainer, "_buffered_inputs", None)
+    if not buffered:
+        return None
+    upcoming = trainer._step + 1
+    if upcoming % (trainer.args.steps_per_generation * trainer.num_iterations) == 0:
+        return None
+    return buffered[upcoming % trainer.args.steps_per_generation]
+
+
+def pass_workload(inputs: dict, *, keep_empty: bool) -> tuple[tuple, object] | None:
+    """The key and workload :meth:`GRPOTrainer._get_per_token_logps_and_entropies` plans for the loss pass
+    of ``inputs`` (TRL's prompt and completion tensors); ``None`` when it has no completion token."""
+    completion_ids = inputs["completion_ids"]
+    input_ids = torch.cat([inputs["prompt_ids"], completion_ids], dim=1)
+    attention_mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
+    rows = padded_rows(input_ids, attention_mask, completion_ids.size(1))
+    if all(not row.completion for row in rows) and not keep_empty:
+        return None
+    workload, _ = grouped_workload(rows, keep_empty=keep_empty)
+    return (tuple(rows), keep_empty), workload
 
 
 def unpacked_reason(model: torch.nn.Module) -> str | None:

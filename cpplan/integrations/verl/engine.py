@@ -44,6 +44,8 @@ from cpplan.errors import InputError
 from cpplan.hf.padding import padding_wave
 from cpplan.hf.wave_runner import packed_logprobs, packed_logprobs_and_entropies
 from cpplan.integrations.packed_step import agreed_num_waves
+from cpplan.integrations.plan_ahead import PlanAhead
+from cpplan.integrations.rollout_items import grouped_workload
 from cpplan.integrations.verl.engine_meter import default_memory, measured, single_rank_waves
 from cpplan.integrations.verl.rollout_batch import (
     PassTokens,
@@ -111,7 +113,9 @@ class CpplanFSDPEngine(FSDPEngineWithLMHead):
     step's micro-batches. ``planner``: default :func:`configured_planner`. ``memory``: where wave peaks
     are read (default: the CUDA allocator on CUDA, none elsewhere). Attributes: ``cpplan_planner``,
     ``cpplan_memory``, ``cpplan_clock``, ``cpplan_observe`` (default on unless ``CPPLAN_OBSERVE=0``),
-    ``cpplan_kernels`` (for :func:`cpplan.hf.packed_logprobs`), ``cpplan_tokens`` (the last pass's
+    ``cpplan_kernels`` (for :func:`cpplan.hf.packed_logprobs`), ``cpplan_ahead`` (after a forward-only
+    pass, the update pass over the same samples is planned ahead on the planner's worker thread:
+    :class:`~cpplan.integrations.plan_ahead.PlanAhead`), ``cpplan_tokens`` (the last pass's
     :class:`PassTokens`), ``cpplan_result`` (its plan) and ``cpplan_micro_batches`` (the micro-batches
     it ran: the plan's waves, then padding waves up to the most any DP rank planned)."""
 
@@ -127,6 +131,7 @@ class CpplanFSDPEngine(FSDPEngineWithLMHead):
         model_config.model_type = "language_model"  # what verl builds: a causal LM
         super().__init__(model_config, engine_config, optimizer_config, checkpoint_config)
         self.cpplan_planner: Planner = cpplan.get("planner") or configured_planner()
+        self.cpplan_ahead = PlanAhead(self.cpplan_planner)
         self.cpplan_memory = cpplan.get("memory") or default_memory(get_device_id())
         self.cpplan_clock = None
         self.cpplan_observe = os.environ.get("CPPLAN_OBSERVE", "1") != "0"
@@ -147,7 +152,9 @@ class CpplanFSDPEngine(FSDPEngineWithLMHead):
         tu.assign_non_tensor(data, batch_num_tokens=counted.item(), dp_size=self.get_data_parallel_size())
 
         step = rollout_step(data, grad=not forward_only)
-        result = self.cpplan_planner.plan(step.workload)
+        result = self.cpplan_ahead.take((step.rows, not forward_only), step.workload)
+        if forward_only:  # the update pass over these samples comes next: plan it while this one runs
+            self.cpplan_ahead.submit((step.rows, True), grouped_workload(step.rows)[0])
         self.cpplan_result = result
         self.cpplan_tokens = step.tokens(result.plan.packed_tokens)
         waves = wave_samples(step, result)
