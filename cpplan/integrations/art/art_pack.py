@@ -32,7 +32,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from cpplan.errors import InputError
+from cpplan.baselines.capacity import card_token_capacity
+from cpplan.errors import InputError, NoFitError
+from cpplan.integrations.art.art_pricing import RowPrices, price_rows
 from cpplan.plans.result import PlanResult
 from cpplan.runtime.materialize import materialize_wave
 from cpplan.spec.config_card import card_from_config
@@ -54,6 +56,9 @@ PACKED_KEYS = (
     "image_grid_thw",
 )
 """The keys of ART's ``PackedTensors``, in ART's order."""
+
+MAX_REPLANS = 8
+"""Narrower row widths tried (bisected), at most, when the rows of the widest do not fit padded."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -90,6 +95,9 @@ class ArtPacking:
     result: PlanResult | None
     row_results: tuple[tuple[int, ...], ...]
     left_out: tuple[tuple[int, str], ...]
+    prices: RowPrices | None
+    planned_memory_bytes: int | None
+    strategy: str
 
     @property
     def num_rows(self) -> int:
@@ -131,6 +139,7 @@ def packed_tensors_from_tokenized_results(
     shuffle: bool = False,
     seed: int = 0,
     row_multiple: int | None = None,
+    rows_from: str = "cheaper",
 ) -> dict[str, Any]:
     """ART's packer, same positional arguments and return (a ``PackedTensors`` dictionary), its rows
     cpplan's plan (see the module docstring). The cpplan settings, keyword-only: a ready ``planner``
@@ -141,7 +150,7 @@ def packed_tensors_from_tokenized_results(
     ``deterministic``: the same results give the same rows). ``shuffle`` permutes the rows with
     ``random.Random(seed)``. Every row is padded to the longest, rounded up to a multiple of
     ``row_multiple`` (default ``min(seq_len, 1024)``: ART's Unsloth trainer wants a multiple of its
-    1,024-token log-prob chunk).
+    1,024-token log-prob chunk). ``rows_from`` (:func:`pack_results_with_plan`) picks the rows.
 
     ``seq_len`` keeps ART's per-result meaning: a longer result is skipped, or with
     ``truncate_long_results`` cut to its first ``seq_len`` tokens; it no longer caps a row, which holds
@@ -172,6 +181,7 @@ def packed_tensors_from_tokenized_results(
         shuffle=shuffle,
         seed=seed,
         row_multiple=row_multiple,
+        rows_from=rows_from,
     ).tensors
 
 
@@ -231,10 +241,15 @@ def pack_results_with_plan(
     shuffle: bool = False,
     seed: int = 0,
     row_multiple: int | None = None,
+    rows_from: str = "cheaper",
 ) -> ArtPacking:
     """:func:`packed_tensors_from_tokenized_results` with everything it made: the
     :class:`ArtPacking` (its plan, workload and rows) around the tensors. ``planner`` is used only
-    when ``pack_results``."""
+    when ``pack_results``. ``rows_from``: ``cheaper`` (default: of the plan's rows and ART's first-fit
+    at the same floor-sized width, the one whose padded rows price cheaper), ``plan`` or
+    ``first_fit`` (that one only)."""
+    if rows_from not in ("cheaper", "plan", "first_fit"):
+        raise InputError(f"must be cheaper, plan or first_fit, got {rows_from!r}", field="rows_from")
     if not isinstance(seq_len, int) or seq_len < 1:
         raise InputError(f"must be a positive integer, got {seq_len!r}", field="seq_len")
     multiple = min(seq_len, 1024) if row_multiple is None else row_multiple
@@ -247,28 +262,143 @@ def pack_results_with_plan(
             print(f"Result {index} left out: {reason}")
     if not results:
         raise InputError("no tokenized result has an assistant token to train on", field="tokenized_results")
-    if pack_results:
-        workload, members = results_workload(results)
-        result = planner.plan(workload)
-        rows = plan_rows(result, workload, members, results)
-    else:
-        workload, result = None, None
+    if not pack_results:
         rows = [unpacked_row(results[k], k) for k in range(len(results))]
-    order = list(range(len(rows)))
-    if shuffle:
-        random.Random(seed).shuffle(order)
-    rows = [rows[i] for i in order]
-    width = multiple * math.ceil(max(row.num_tokens for row in rows) / multiple)
-    tensors = row_tensors(
-        rows, width, results, pad_token_id=pad_token_id, advantage_balance=advantage_balance
-    )
+        tensors, order = _tensors(rows, results, multiple, pad_token_id, advantage_balance, shuffle, seed)
+        return ArtPacking(
+            tensors=tensors,
+            results=tuple(results),
+            workload=None,
+            result=None,
+            row_results=tuple(rows[i].members for i in order),
+            left_out=tuple(left_out),
+            prices=None,
+            planned_memory_bytes=None,
+            strategy="unpacked",
+        )
+    workload, members = results_workload(results)
+    settings = planner.settings
+    longest = multiple * math.ceil(max(r.num_tokens for r in results) / multiple)
+    widths = list(range(longest, max(longest, row_width(settings, multiple)) + 1, multiple))
+
+    def attempt(width: int) -> tuple | None:
+        """The cheaper (padded, as ART runs them) of two packings whose rows hold ``width`` tokens and
+        fit: the plan under the budget that admits such rows, and ART's first-fit at ``width``; ``None``
+        when neither fits."""
+        budget = budget_for_width(settings, width)
+        found = None
+        try:
+            current = planner if budget == settings.memory_bytes else _planner_at(planner, budget)
+            result = current.plan(workload)
+        except (InputError, NoFitError):  # a budget below the static floor, or one no item fits
+            result = None
+        fits_width = result is not None and max(wave.packed_tokens for wave in result.plan.waves) <= width
+        if rows_from != "first_fit" and fits_width:
+            rows = plan_rows(result, workload, members, results)
+            tensors, order = _tensors(rows, results, multiple, pad_token_id, advantage_balance, shuffle, seed)
+            prices = price_rows(tensors, settings)
+            if not prices.overshoot_bytes:
+                found = (result, rows, tensors, order, prices, budget, "plan")
+        if rows_from == "plan":
+            return found
+        rows = first_fit_rows(results, width)
+        tensors, order = _tensors(rows, results, multiple, pad_token_id, advantage_balance, shuffle, seed)
+        prices = price_rows(tensors, settings)
+        if not prices.overshoot_bytes and (found is None or prices.step_s < found[4].step_s):
+            found = (result, rows, tensors, order, prices, budget, "first_fit")
+        return found
+
+    found = attempt(widths[-1])
+    low, high = -1, len(widths) - 1  # bisect the row width: the widest whose padded rows fit
+    for _ in range(0 if found else MAX_REPLANS):
+        if high - low <= 1:
+            break
+        middle = (low + high) // 2
+        probe = attempt(widths[middle])
+        if probe is None:
+            high = middle
+        else:
+            found, low = probe, middle
+    if found is None:
+        raise NoFitError(
+            f"no plan's rows, padded to one width of {widths[0]} to {widths[-1]} tokens, fit the budget of "
+            f"{settings.memory_bytes:,} bytes per rank at cp={settings.topology.cp}; give more memory or a "
+            "smaller seq_len",
+            memory_bytes=settings.memory_bytes,
+        )
+    result, rows, tensors, order, prices, budget, strategy = found
     return ArtPacking(
         tensors=tensors,
         results=tuple(results),
         workload=workload,
         result=result,
-        row_results=tuple(row.members for row in rows),
+        row_results=tuple(rows[i].members for i in order),
         left_out=tuple(left_out),
+        prices=prices,
+        planned_memory_bytes=budget,
+        strategy=strategy,
+    )
+
+
+def row_width(settings: Any, multiple: int) -> int:
+    """The widest row, a multiple of ``multiple``: the most tokens one row (one segment, logits at every
+    position) holds within the budget on the busiest of ``settings``'s CP ranks, rounded down."""
+    return multiple * (card_token_capacity(settings.card, settings.memory_bytes) // multiple)
+
+
+def budget_for_width(settings: Any, width: int) -> int:
+    """The smallest plan budget (at most the budget) under which a row of ``width`` tokens fits: planned
+    under it, no wave is much wider than ``width``, so padded to one width the rows still fit."""
+    card, budget = settings.card, settings.memory_bytes
+    if card_token_capacity(card, budget) <= width:
+        return budget
+    low, high = 0, budget  # capacity(high) > width
+    while high - low > 1:
+        middle = (low + high) // 2
+        if card_token_capacity(card, middle) >= width:
+            high = middle
+        else:
+            low = middle
+    return high
+
+
+def _tensors(
+    rows: list[Row],
+    results: Sequence[ArtResult],
+    multiple: int,
+    pad_token_id: int,
+    advantage_balance: float,
+    shuffle: bool,
+    seed: int,
+) -> tuple[dict[str, Any], list[int]]:
+    """The tensors of ``rows`` (in plan order, or permuted by ``random.Random(seed)``) padded to the
+    longest rounded up to ``multiple``, and the row order."""
+    order = list(range(len(rows)))
+    if shuffle:
+        random.Random(seed).shuffle(order)
+    width = multiple * math.ceil(max(row.num_tokens for row in rows) / multiple)
+    tensors = row_tensors(
+        [rows[i] for i in order],
+        width,
+        results,
+        pad_token_id=pad_token_id,
+        advantage_balance=advantage_balance,
+    )
+    return tensors, order
+
+
+def _planner_at(planner: Any, memory_bytes: int) -> Any:
+    """``planner``'s settings and profile with another plan budget."""
+    from cpplan.planner import Planner
+
+    s = planner.settings
+    return Planner(
+        model=s.model,
+        topology=s.topology,
+        memory_bytes=memory_bytes,
+        solver=planner.profile,
+        num_layers=s.num_layers,
+        phase=s.phase,
     )
 
 
@@ -347,7 +477,8 @@ def kept_results(
 
 def results_workload(results: Sequence[ArtResult]) -> tuple[Workload, dict[str, list[int]]]:
     """The cpplan workload of ``results``: one item per ART prompt group (``g0``, ``g1``, .. in order of
-    first appearance), one request per result, its loss mask the assistant mask. The request tokens
+    first appearance), one request per result, every token priced with its logits (ART's trainers
+    compute the log-probs of every row position, not only the assistant tokens'). The request tokens
     are keys, not token ids: a group's first ``prompt_length`` keys are common to its results and
     every other key is used once, so the prefix tree shares exactly what ART's ids can express (a
     prompt under its completions, nothing across groups or deeper). Also the results of each item,
@@ -365,9 +496,7 @@ def results_workload(results: Sequence[ArtResult]) -> tuple[Workload, dict[str, 
             own = results[k].num_tokens - prompt_length
             keys = np.r_[prompt_keys, np.arange(next_key, next_key + own, dtype=np.int64)]
             next_key += own
-            loss_mask = np.asarray(results[k].assistant_mask, dtype=np.int64)
-            loss_mask[0] = 0
-            requests.append(Request(tokens=keys, loss_mask=loss_mask))
+            requests.append(Request(tokens=keys))
         item_id = f"g{number}"
         items.append(Item(id=item_id, requests=tuple(requests)))
         members[item_id] = indices
@@ -423,6 +552,40 @@ def plan_rows(
             copy[positions[:prompt]] = positions[0]
         assert (at_result >= 0).all(), f"wave {wave}: a packed position no result reads"
         rows.append(Row(result=at_result, token=at_token, copy=copy, members=tuple(sorted(held))))
+    return rows
+
+
+def first_fit_rows(results: Sequence[ArtResult], width: int) -> list[Row]:
+    """ART's own packing at ``width`` tokens a row instead of ``seq_len``: results in order, each into
+    the current row if it fits (its prompt not written again when the row holds it), else a new row."""
+    rows: list[Row] = []
+    parts: list[tuple[int, np.ndarray, np.ndarray]] = []
+    used, prompts = 0, set()
+
+    def close() -> None:
+        rows.append(
+            Row(
+                result=np.concatenate([np.full(t.size, k, dtype=np.int64) for k, t, _ in parts]),
+                token=np.concatenate([t for _, t, _ in parts]),
+                copy=np.concatenate([c for _, _, c in parts]),
+                members=tuple(sorted({k for k, _, _ in parts})),
+            )
+        )
+
+    for k, result in enumerate(results):
+        shared = result.prompt_length > 0 and result.prompt_id in prompts
+        start = result.prompt_length if shared else 0
+        need = result.num_tokens - start
+        if parts and used + need > width:
+            close()
+            parts, used, prompts = [], 0, set()
+            shared, start, need = False, 0, result.num_tokens
+        tokens = np.arange(start, result.num_tokens, dtype=np.int64)
+        copy = np.where(tokens < result.prompt_length, used, -1).astype(np.int64)
+        parts.append((k, tokens, copy))
+        used += need
+        prompts.add(result.prompt_id)
+    close()
     return rows
 
 

@@ -31,12 +31,14 @@ SHAPES = [
     GroupShape(num_trajectories=1, prompt_tokens=30, turn_tokens=(25, 30)),  # one result over seq_len: cut
 ]
 CASES = {
-    "cp1 four rows": (296_700_000, None),
-    "cp1 two rows": (297_000_000, None),
-    "cp1 one row": (300_000_000, None),
-    "cp2": (296_700_000, "cp=2"),
+    "cp1 seven rows, plan": (296_700_000, None, "plan"),
+    "cp1 two rows, plan": (297_000_000, None, "plan"),
+    "cp1 one row, plan": (300_000_000, None, "plan"),
+    "cp1 two rows, first fit": (297_000_000, None, "first_fit"),
+    "cp2, cheaper": (296_700_000, "cp=2", "cheaper"),
 }
-"""Per case the memory per rank (the tiny card's static floor is about 296.4 MB) and the topology."""
+"""Per case the memory per rank (the tiny card's static floor is about 296.4 MB), the topology and
+where the rows come from (``rows_from``)."""
 
 
 @pytest.fixture(scope="module")
@@ -64,14 +66,16 @@ def model():
     return tiny_qwen3()
 
 
-def _packings(art, results, memory_bytes, topology=None):
+def _packings(art, results, memory_bytes, topology=None, rows_from="cheaper"):
     """ART's tensors (seeded) and cpplan's packing of ``results``, under torch's current default dtype."""
     random.seed(0)
     theirs = art.pack.packed_tensors_from_tokenized_results(results, SEQ_LEN, pad_token_id=0)
     planner = make_planner(
         memory_bytes=memory_bytes, config=tiny_qwen3().config, dtype_bytes=8, topology=topology
     )
-    ours = pack_results_with_plan(results, SEQ_LEN, planner=planner, pad_token_id=0)
+    ours = pack_results_with_plan(results, SEQ_LEN, planner=planner, pad_token_id=0, rows_from=rows_from)
+    if rows_from != "cheaper":
+        assert ours.strategy == rows_from
     return theirs, ours
 
 
@@ -79,7 +83,8 @@ def _packings(art, results, memory_bytes, topology=None):
 def test_loss_and_gradients_equal_arts_in_float64(art, results, model, case):
     """With torch's default dtype float64 (so both packers normalize weights and advantages in
     float64), ART's summed loss and every gradient from cpplan's rows equal those from ART's rows to
-    1e-12, whether cpplan packs the step into one, two or four rows, at CP1 or CP2."""
+    1e-12, whether cpplan's rows are the plan's waves (one, two or seven rows) or ART's first-fit at
+    the floors' width, at CP1 or CP2."""
     previous = torch.get_default_dtype()
     torch.set_default_dtype(torch.float64)
     try:
@@ -99,7 +104,7 @@ def test_loss_equals_arts_in_float32_up_to_normalization_order(art, results, mod
     """Under torch's float32 default (ART's own), ART normalizes weights and advantages in float32 over
     the packed batch, so the sums depend on row order: cpplan's loss and gradients equal ART's to
     float32 rounding (1e-6)."""
-    theirs, ours = _packings(art, results, *CASES["cp1 two rows"])
+    theirs, ours = _packings(art, results, *CASES["cp1 two rows, plan"])
     assert ours.tensors["advantages"].dtype == theirs["advantages"].dtype == torch.float32
     loss_theirs, grads_theirs = loss_and_grads(model, theirs, art.loss.loss_fn)
     loss_ours, grads_ours = loss_and_grads(model, ours.tensors, art.loss.loss_fn)
@@ -112,7 +117,7 @@ def test_cpplan_rows_are_fewer_and_share_the_prompt(art, results):
     """The cases hold what the comparison claims: ART spans a group over rows and writes its prompt
     again in each; cpplan packs the step into fewer padded tokens, and its rows write each prompt once
     where a group is in one row."""
-    theirs, ours = _packings(art, results, *CASES["cp1 two rows"])
+    theirs, ours = _packings(art, results, *CASES["cp1 two rows, plan"])
     assert ours.result.plan.num_waves == 2
     assert ours.padded_tokens < theirs["tokens"].numel()
     group = results[9].prompt_id  # the 6-result group of 20-token prompts
