@@ -1,19 +1,30 @@
 """ART's packer (``art.preprocessing.pack.packed_tensors_from_tokenized_results``, openpipe-art 0.5.18)
-with cpplan's plan as its rows.
+with rows sized by cpplan's per-rank memory floors and taken from cpplan's plan.
 
 ART fills rows of ``seq_len`` tokens first-fit, writes a completion under its prompt only when that
 prompt already is in the current row, and shuffles the rows. Here every ART prompt group (the results
 of one ``prompt_id``) is one cpplan item whose requests share the group's first ``prompt_length``
-tokens and nothing else, the planner chooses the waves under the card's per-rank memory floors at the
-given topology, and each wave becomes one row: the shared prompt written once, each result's own
-tokens after it. The ids keep ART's conventions, so ART's attention rule (causal and (same group or the
-query's parent group is the key's group)) is the plan's tree mask: prompt tokens carry the prompt's
-id, each result's own tokens a group id of their own, every token of a result its prompt's id as
-parent; padding is ``-1``, ``input_pos`` 0, log-probs NaN, advantages and weights 0. The weights and
-advantages are normalized over the whole packed batch exactly as ART does it (the same operations, in
-torch's default dtype). Row order is the plan's; ``shuffle`` permutes the rows with a seeded generator.
+tokens and nothing else (ART's ids express one level of sharing), and:
 
-ART reads a result's tokens only through these fields (duck-typed: nothing here imports ART):
+- the row width is the most tokens one row holds on the busiest CP rank under the card's floors
+  (:func:`row_width`; at CP > 1 what a rank admits, not a global token count), a multiple of
+  ``row_multiple``;
+- the planner plans the step under the budget at which rows of that width fit
+  (:func:`budget_for_width`), each wave one row: the shared prompt written once, each result's own
+  tokens after it; ART's own first-fit at the same width is the other candidate, and of the two the
+  one whose padded rows price cheaper is kept (``rows_from`` forces one);
+- every row, padded to the common width as ART runs it, is priced within the budget on every rank
+  (:func:`cpplan.integrations.art.art_pricing.price_rows`), else narrower widths are bisected.
+
+The ids keep ART's conventions, so ART's attention rule (causal and (same group or the query's parent
+group is the key's group)) is the rows' tree mask: prompt tokens carry the prompt's id (a second copy
+in one row, where the plan did not share it, a fresh id), each result's own tokens a group id of their
+own, every token of a result its prompt copy's id as parent; padding is ``-1``, ``input_pos`` 0,
+log-probs NaN, advantages and weights 0. The weights and advantages are normalized over the whole packed
+batch exactly as ART does it (the same operations, in torch's default dtype). Row order is the plan's;
+``shuffle`` permutes the rows with a seeded generator.
+
+ART's tokenized results are read through these fields only (duck-typed: nothing here imports ART):
 ``token_ids``, ``input_pos``, ``assistant_mask``, ``logprobs``, ``advantage``, ``weight``,
 ``prompt_id``, ``prompt_length``, ``pixel_values``, ``image_grid_thw``.
 """
@@ -84,10 +95,14 @@ class ArtResult:
 
 @dataclass(frozen=True, kw_only=True)
 class ArtPacking:
-    """What :func:`pack_results` made: ART's ``tensors``, the ``results`` it kept, the cpplan
-    ``workload`` of them and the plan ``result`` (``None`` with ``pack_results=False``), the kept
-    results of each row (``row_results``, indices into ``results``, in row order) and ``left_out``:
-    the input positions of results not packed, each with ART's reason."""
+    """What :func:`pack_results_with_plan` made: ART's ``tensors``; the ``results`` it kept; the cpplan
+    ``workload`` of them and the last plan ``result`` made (``None`` with ``pack_results=False`` or when
+    no plan was made under the final budget); per row the kept results it holds (``row_results``,
+    indices into ``results``, in row order); ``left_out``, the input positions of results not packed,
+    each with the reason; the rows' ``prices`` as ART runs them (every padded row within the budget);
+    ``planned_memory_bytes``, the budget the plan was made under (the one at which rows of the chosen
+    width fit); ``strategy``: ``plan`` (the rows are the plan's waves), ``first_fit`` (ART's first-fit at
+    the floors' width priced cheaper, so its rows were kept) or ``unpacked``."""
 
     tensors: dict[str, Any]
     results: tuple[ArtResult, ...]
@@ -317,8 +332,10 @@ def pack_results_with_plan(
         probe = attempt(widths[middle])
         if probe is None:
             high = middle
-        else:
-            found, low = probe, middle
+        else:  # wider rows fit: look wider, keeping the cheapest rows found
+            low = middle
+            if found is None or probe[4].step_s < found[4].step_s:
+                found = probe
     if found is None:
         raise NoFitError(
             f"no plan's rows, padded to one width of {widths[0]} to {widths[-1]} tokens, fit the budget of "

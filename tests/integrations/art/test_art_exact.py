@@ -124,3 +124,29 @@ def test_cpplan_rows_are_fewer_and_share_the_prompt(art, results):
     art_prompt_copies = sum(int((row == group).sum()) // 19 for row in theirs["group_ids"])
     ours_prompt_copies = sum(int((row == group).sum()) // 19 for row in ours.tensors["group_ids"])
     assert art_prompt_copies >= 2 and ours_prompt_copies == 1
+
+
+@pytest.mark.parametrize(
+    "options", [{"advantage_balance": 0.5}, {"advantage_balance": -0.5}, {"pack_results": False}]
+)
+def test_arts_other_options_give_arts_loss(art, results, model, options):
+    """ART's ``advantage_balance`` (either sign) and ``pack_results=False`` (one result a row) passed to
+    both packers: the summed loss and its gradients agree to 1e-12 (float64 default dtype)."""
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        random.seed(0)
+        theirs = art.pack.packed_tensors_from_tokenized_results(results, SEQ_LEN, pad_token_id=0, **options)
+        planner = make_planner(
+            memory_bytes=CASES["cp1 two rows, plan"][0], config=tiny_qwen3().config, dtype_bytes=8
+        )
+        ours = pack_results_with_plan(results, SEQ_LEN, planner=planner, pad_token_id=0, **options)
+    finally:
+        torch.set_default_dtype(previous)
+    if options.get("pack_results") is False:
+        assert ours.strategy == "unpacked" and all(len(members) == 1 for members in ours.row_results)
+    loss_theirs, grads_theirs = loss_and_grads(model, theirs, art.loss.loss_fn)
+    loss_ours, grads_ours = loss_and_grads(model, ours.tensors, art.loss.loss_fn)
+    assert loss_ours == pytest.approx(loss_theirs, rel=1e-12, abs=1e-14)
+    for name, grad in grads_theirs.items():
+        torch.testing.assert_close(grads_ours[name], grad, rtol=1e-10, atol=1e-13)

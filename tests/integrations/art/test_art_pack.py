@@ -172,3 +172,19 @@ def test_bad_results_are_refused_or_reported(results, planner, caplog):
     other_prompt = SyntheticResult(**{**vars(results[1]), "token_ids": [63, *results[1].token_ids[1:]]})
     with pytest.raises(InputError, match="shares prompt_id"):
         pack_results_with_plan([good, other_prompt], SEQ_LEN, planner=planner)
+
+
+def test_cp2_rows_hold_what_a_ranks_floor_admits():
+    """Under the same bytes per rank (3 GiB, qwen3-8b), the widest row is about twice as wide at CP2 as
+    at CP1 (a row holds what the busiest rank's floor admits, not a global token count), and a GRPO
+    step of three groups of eight takes fewer, wider rows at CP2."""
+    from cpplan.integrations.art.art_pack import row_width
+
+    shape = GroupShape(num_trajectories=8, prompt_tokens=512, turn_tokens=(128, 512))
+    results = group_results([shape] * 3, vocab_size=151_936, seed=1)
+    planners = {cp: make_planner(memory_bytes="3GiB", card=CARD, topology=f"cp={cp}") for cp in (1, 2)}
+    widths = {cp: row_width(p.settings, 16) for cp, p in planners.items()}
+    assert 1.8 * widths[1] <= widths[2] <= 2.6 * widths[1]
+    packings = {cp: pack_results_with_plan(results, 2048, planner=p) for cp, p in planners.items()}
+    assert packings[2].num_rows < packings[1].num_rows
+    assert packings[2].row_tokens > 2048 >= packings[1].row_tokens
