@@ -301,14 +301,14 @@ def pack_results_with_plan(
         fit: the plan under the budget that admits such rows, and ART's first-fit at ``width``; ``None``
         when neither fits."""
         budget = budget_for_width(settings, width)
-        found = None
-        try:
-            current = planner if budget == settings.memory_bytes else _planner_at(planner, budget)
-            result = current.plan(workload)
-        except (InputError, NoFitError):  # a budget below the static floor, or one no item fits
-            result = None
-        fits_width = result is not None and max(wave.packed_tokens for wave in result.plan.waves) <= width
-        if rows_from != "first_fit" and fits_width:
+        found, result = None, None
+        if rows_from != "first_fit":
+            try:
+                current = planner if budget == settings.memory_bytes else _planner_at(planner, budget)
+                result = current.plan(workload)
+            except (InputError, NoFitError):  # a budget below the static floor, or one no item fits
+                result = None
+        if result is not None and max(wave.packed_tokens for wave in result.plan.waves) <= width:
             rows = plan_rows(result, workload, members, results)
             tensors, order = _tensors(rows, results, multiple, pad_token_id, advantage_balance, shuffle, seed)
             prices = price_rows(tensors, settings)
