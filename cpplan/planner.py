@@ -247,13 +247,12 @@ class Planner:
             )
             for k, r in enumerate(results)
         )
-        statuses = sorted({r.solver.status for r in results})
-        counts = ", ".join(f"{sum(r.solver.status == s for r in results)} {s}" for s in statuses)
+        outcomes = tuple(o for r in results for o in r.solver.outcomes)  # every replica's runs, in order
         return PlanResult(
             problem=step,
             plan=plan,
             candidates=candidates,
-            solver=SolverStats(status=f"replicas: {counts}", wall_s=time.perf_counter() - started),
+            solver=SolverStats(outcomes=outcomes, wall_s=time.perf_counter() - started),
             profile=profile.name,
             wall_s=time.perf_counter() - started,
         )
