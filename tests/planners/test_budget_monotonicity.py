@@ -1,10 +1,9 @@
 """A larger memory budget never buys a costlier plan (beyond 1%) on GRPO workloads, for greedy alone and
 for the deterministic portfolio: greedy keeps prefix groups whole, repairs waves at the memory edge
-by time and balances its last two waves."""
+by time and balances its last two waves. One counterexample from a random search is recorded, as strict
+xfails for greedy and for the portfolio (:data:`COUNTEREXAMPLE`)."""
 
 from __future__ import annotations
-
-import dataclasses
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -22,34 +21,40 @@ TOLERANCE = 0.01
 MODEL = cpplan.load_model("qwen3.6-35b-a3b")
 
 
+def grpo_workload(group: int, groups: int, system_tokens: int, seed: int):
+    """The GRPO workload the properties draw: ``groups`` prompts of ``group`` rollouts, one item each."""
+    return grpo(
+        num_prompts=groups,
+        group_size=group,
+        system_tokens=system_tokens,
+        prompt_tokens=(500, 6000),
+        completion_tokens=(100, 3000),
+        items_per_prompt=False,
+        seed=seed,
+    )
+
+
+def at_budget(workload, cp: int, memory_bytes: int) -> Problem:
+    """``workload`` at 8 layers of :data:`MODEL` on CP``cp`` with ``memory_bytes`` per rank."""
+    settings = Settings(topology=cpplan.Topology(cp=cp), model=MODEL, memory_bytes=memory_bytes, num_layers=8)
+    return Problem.build(workload, settings)
+
+
 @st.composite
 def grpo_budget_pairs(draw) -> tuple[Problem, Problem]:
     """A GRPO workload (one item per rollout) at 8 layers and two per-rank budgets, the second larger,
     both between what the largest group needs alone and what the whole workload needs."""
     group, groups = draw(st.integers(4, 12)), draw(st.integers(3, 5))
-    workload = grpo(
-        num_prompts=groups,
-        group_size=group,
-        system_tokens=draw(st.integers(0, 512)),
-        prompt_tokens=(500, 6000),
-        completion_tokens=(100, 3000),
-        items_per_prompt=False,
-        seed=draw(st.integers(0, 10_000)),
-    )
-    base = Settings(
-        topology=cpplan.Topology(cp=draw(st.sampled_from([1, 2, 4]))),
-        model=MODEL,
-        memory_bytes=2**60,
-        num_layers=8,
-    )
-    probe = Problem.build(workload, base)
+    system_tokens = draw(st.integers(0, 512))
+    workload = grpo_workload(group, groups, system_tokens, draw(st.integers(0, 10_000)))
+    cp = draw(st.sampled_from([1, 2, 4]))
+    probe = at_budget(workload, cp, 2**60)
     lo = max(
         best_wave(probe, range(g * group, (g + 1) * group), ("full",))[0].peak_bytes for g in range(groups)
     )
     hi = int(best_wave(probe, range(probe.num_items), ("full",))[0].peak_bytes * 1.02)
     small, large = sorted(draw(st.floats(0, 1)) for _ in range(2))
-    budgets = [lo + int(f * (hi - lo)) for f in (small, large)]
-    return tuple(Problem.build(workload, dataclasses.replace(base, memory_bytes=b)) for b in budgets)
+    return tuple(at_budget(workload, cp, lo + int(f * (hi - lo))) for f in (small, large))
 
 
 @settings(max_examples=12, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
@@ -68,4 +73,45 @@ def test_deterministic_portfolio_is_budget_monotone(pair):
     one."""
     profile = cpplan.load_solver("deterministic")
     smaller, larger = (cpplan.solve(problem, profile).cost_s for problem in pair)
+    assert larger <= smaller * (1 + TOLERANCE), (smaller, larger)
+
+
+# A greedy counterexample from a random (not derandomized) run of grpo_budget_pairs: 5 prompts of 10
+# rollouts, 294 system tokens, seed 546, on CP2, at 15.39 GB and 17.16 GB per rank.
+COUNTEREXAMPLE = {"group": 10, "groups": 5, "system_tokens": 294, "seed": 546}
+COUNTEREXAMPLE_CP = 2
+COUNTEREXAMPLE_BUDGETS = (15_390_834_244, 17_157_945_351)
+
+
+def counterexample_pair() -> tuple[Problem, Problem]:
+    """The recorded counterexample at its smaller and its larger budget."""
+    workload = grpo_workload(**COUNTEREXAMPLE)
+    return tuple(at_budget(workload, COUNTEREXAMPLE_CP, b) for b in COUNTEREXAMPLE_BUDGETS)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="greedy costs 0.8284 s at the smaller budget (groups 0-1 | 2-4: 0.4038 + 0.4246 s) and 0.8505 s "
+    "(+2.7%) at the larger one: its first wave widens to three groups, the two long-prompt groups 0-1 with "
+    "group 2 (0.5581 s), leaving groups 3-4 (0.2924 s); last_two_waves tries the balanced cut (20 items, "
+    "the smaller budget's split) only when the rest is at most half the first wave, and 20 > 30 / 2",
+)
+def test_greedy_counterexample_is_budget_monotone():
+    """Greedy alone on the recorded counterexample costs at most 1% more at the larger budget than at the
+    smaller one."""
+    smaller, larger = (greedy_plan(problem, LAYOUTS).cost_s for problem in counterexample_pair())
+    assert larger <= smaller * (1 + TOLERANCE), (smaller, larger)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the deterministic portfolio costs 0.8281 s at the smaller budget (CP-SAT: groups 0-1 | 2-4) "
+    "and 0.8401 s (+1.45%) at the larger one (seeded, CP-SAT tied: groups 0, 1, 4 | 2-3); CP-SAT at its "
+    "deterministic time limit does not reach the 0-1 | 2-4 split, which still fits the larger budget",
+)
+def test_deterministic_portfolio_counterexample_is_budget_monotone():
+    """The deterministic profile's plan on the recorded counterexample costs at most 1% more at the larger
+    budget than at the smaller one."""
+    profile = cpplan.load_solver("deterministic")
+    smaller, larger = (cpplan.solve(problem, profile).cost_s for problem in counterexample_pair())
     assert larger <= smaller * (1 + TOLERANCE), (smaller, larger)
