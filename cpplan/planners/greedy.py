@@ -155,15 +155,16 @@ def last_two_waves(
     problem: Problem, start: int, first: WavePlan, layouts: Sequence[str]
 ) -> list[WavePlan] | None:
     """When the items after ``first`` (the next wave, from ``start``) fit in one wave, the plan's last
-    two waves: ``first`` and that rest, or, when the rest is at most half as wide as ``first``, the two
-    waves split at :func:`balanced_cut` if those fit and cost less (a greedy first wave can leave a
-    small, costly last one). ``None`` when the rest needs more than one wave (or there is none)."""
+    two waves: ``first`` and that rest, or the two waves split at :func:`balanced_cut` if those fit and
+    cost less (a greedy first wave can leave a small, costly last one, or, at a larger budget, widen
+    over the cut a smaller budget's plan makes). ``None`` when the rest needs more than one wave (or
+    there is none)."""
     n, end = problem.num_items, start + len(first.items)
     if end >= n or first_fitting(problem, range(end, n), layouts)[0] is None:
         return None
     rest, _ = best_wave(problem, range(end, n), layouts)
     cut = start + balanced_cut(problem, start)
-    if cut != end and 2 * (n - end) <= len(first.items):  # a small last wave: try balancing
+    if cut != end:
         head, _ = best_wave(problem, range(start, cut), layouts)
         tail, _ = best_wave(problem, range(cut, n), layouts)
         if head is not None and tail is not None and head.cost_s + tail.cost_s < first.cost_s + rest.cost_s:
