@@ -51,6 +51,7 @@ def owned_plan(
 ) -> tuple[Plan | None, SolverStats | None]:
     """The ownership model over the waves of ``plans`` solved before ``deadline``; without time left
     for it, the proposer's own answer ``proposed`` (plan and statistics) as it is."""
+    from cpplan.bound import plan_bound, scoped_stats
     from cpplan.cpsat.owned_model import compile_owned, pool_columns
     from cpplan.cpsat.owned_solve import hint_plan, solve_owned
 
@@ -75,15 +76,19 @@ def owned_plan(
         if proposed[0] is None:  # the proposer found nothing and neither did this: say both
             return None, _with_status(proposer, f"ownership model: {answer.stats.status}")
         return _fallback(best, proposer, f"ownership model: {answer.stats.status}")
+    t0 = time.perf_counter()
+    bound = plan_bound(problem, plans)
     stage_s = {**(proposer.stage_s if proposer else {}), "ownership_build": build_s}
+    stage_s["bound"] = time.perf_counter() - t0
     stage_s.update({f"ownership_{k}": v for k, v in answer.stats.stage_s.items()})
     stats = replace(answer.stats, wall_s=time.perf_counter() - started, stage_s=stage_s)
     if proposer is not None and proposer.status.startswith("lns"):  # the windows' tally stays in view
         stats = replace(stats, status=f"{proposer.status}; ownership model: {stats.status}")
     if answer.plan.cost_s > best.cost_s:  # only where the rounds mode's waiting tokens are a bound
         note = f"its plan priced {answer.plan.cost_s:.6f} s, above the hint's {best.cost_s:.6f} s: hint kept"
-        return Plan(strategy="cpsat", waves=best.waves), replace(stats, status=f"{stats.status}; {note}")
-    return answer.plan, stats
+        stats = scoped_stats(replace(stats, status=f"{stats.status}; {note}"), bound, best.cost_s)
+        return Plan(strategy="cpsat", waves=best.waves), stats
+    return answer.plan, scoped_stats(stats, bound, answer.plan.cost_s)
 
 
 def _with_status(stats: SolverStats | None, why: str) -> SolverStats:

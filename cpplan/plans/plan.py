@@ -90,8 +90,13 @@ class SolverStats:
     bound_s: float | None = None
     """The model's proven lower bound, in seconds: a bound of the conservative model's optimum, not of
     every plan."""
+    bound_scope: str = "proposed waves"
+    """What :attr:`bound_s` bounds: ``"all plans"`` (every valid plan of the problem, whatever its waves:
+    :mod:`cpplan.bound`; :attr:`gap` is then the plan's price over it) or ``"proposed waves"`` (the
+    plans of the solver's own model only)."""
     gap: float | None = None
-    """``(objective - bound) / objective`` in the model (kept for compatibility: see :attr:`model_gap`)."""
+    """``(objective - bound) / objective`` in the model; with :attr:`bound_scope` ``"all plans"``,
+    ``(price - bound) / price`` of the solver's plan (the model's own gap stays in :attr:`model_gap`)."""
     model_gap: float | None = None
     """The same gap, named for what it is: the model's, not the plan's."""
     wall_s: float = 0.0

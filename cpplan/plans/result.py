@@ -90,8 +90,30 @@ class PlanResult:
             f"{int(tokens[busiest.busiest_rank]):,} local tokens, peak {format_bytes(busiest.peak_bytes)} "
             f"of {format_bytes(budget)} ({busiest.peak_bytes / budget:.1%})",
         ]
+        bound = bound_sentence(self.solver, plan.cost_s)
         note = self.deadline_note()
-        return "\n".join(lines + ([note] if note else []))
+        return "\n".join(lines + [line for line in (bound, note) if line])
+
+
+def bound_sentence(solver: SolverStats, cost_s: float) -> str | None:
+    """How far a plan priced ``cost_s`` is from the best possible plan under the cost model, in plain
+    words, when the solver's bound says (``None`` without a bound)."""
+    bound = solver.bound_s
+    if bound is None or cost_s <= 0:
+        return None
+    gap = max(0.0, (cost_s - bound) / cost_s)
+    if solver.bound_scope == "all plans":
+        floor = f"no valid plan costs less than {bound:.4f} s"
+        if gap <= 1e-9:
+            return f"bound: this plan is the best possible under the cost model ({floor})"
+        return (
+            f"bound: the best possible plan under the cost model saves at most {gap:.2%} of this plan's "
+            f"time ({floor})"
+        )
+    return (
+        f"bound: at most {gap:.2%} from the best plan made of the waves the planners proposed (at least "
+        f"{bound:.4f} s); a plan of other waves may cost less: nothing bounds every plan here"
+    )
 
 
 _HURRIED = re.compile(r"deadline reached after (?P<done>\d+) of (?P<total>\d+) items")
@@ -100,4 +122,4 @@ _SKIPPED = "skipped: no time left"
 """A candidate's reason when the portfolio never started it (:data:`cpplan.planners.deadline.NO_TIME`)."""
 
 
-__all__ = ["PlanResult"]
+__all__ = ["PlanResult", "bound_sentence"]

@@ -1,0 +1,99 @@
+"""A lower bound on the price of every valid plan of a problem, and the scope it holds over.
+
+A plan's price is the sum over its waves of the per-wave overhead, the compute seconds (per barrier the
+slowest rank, summed over barriers) and the GDN hand-off's seconds (never negative, in any mode). Per
+barrier the slowest rank costs at least the average rank, and a barrier's seconds are linear in a
+rank's quantities with coefficients ``>= 0``, so a wave costs at least
+``overhead + Σ_b coef_b · Q_w / cp`` whatever its layout, ownership and hand-off mode, and a plan at
+least ``W · overhead + Σ_b coef_b · (Σ_w Q_w) / cp``: with :mod:`cpplan.bound.node_floors`'s least
+number of waves ``W_0`` and least totals, a bound over every wave partition, layout, ownership and
+hand-off mode (:data:`ALL_PLANS`). Every term is rounded toward a smaller bound.
+
+Where the argument does not hold (a card with a negative coefficient, a pool of CP groups, whose price
+is a makespan, or a problem where some request alone cannot fit) the bound has the scope
+:data:`PROPOSED_WAVES`: the caller's own bound over the proposed waves stands, this one says nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from cpplan.bound.node_floors import node_floors
+from cpplan.plans.plan import Plan, SolverStats
+from cpplan.pricing.problem import Problem
+
+ALL_PLANS = "all plans"
+"""The scope of a bound on every valid plan of the problem."""
+PROPOSED_WAVES = "proposed waves"
+"""The scope of a bound on the plans made of the proposed waves only (the ownership model's)."""
+BOUND_SCOPES = (ALL_PLANS, PROPOSED_WAVES)
+
+ROUND_DOWN = 1e-9
+"""Relative margin taken off the bound: float sums never lift it above the exact arithmetic's."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlanBound:
+    """A lower bound and its scope. ``bound_s``: seconds no plan in the scope costs less than (``None``
+    where nothing is proved, scope :data:`PROPOSED_WAVES`); ``num_waves``: the least number of waves
+    of such a plan; ``terms_s``: the bound's parts (``overhead`` and each barrier); ``best_plan_s``:
+    the cheapest plan of the pool given, if any; ``new_plans``: plans the bound found that the pool
+    lacks (none from this bound: it prices no wave of its own); ``why``: where the scope is
+    :data:`PROPOSED_WAVES`, the reason."""
+
+    bound_s: float | None
+    scope: str
+    num_waves: int = 0
+    terms_s: dict[str, float] = field(default_factory=dict)
+    best_plan_s: float | None = None
+    new_plans: tuple[Plan, ...] = ()
+    why: str = ""
+
+    def gap(self, cost_s: float) -> float | None:
+        """``(cost - bound) / cost`` of a plan priced ``cost_s`` (``None`` without a bound), never
+        below zero."""
+        if self.bound_s is None or cost_s <= 0:
+            return None
+        return max(0.0, (cost_s - self.bound_s) / cost_s)
+
+
+def plan_bound(problem: Problem, plans: Sequence[Plan] = ()) -> PlanBound:
+    """The lower bound of every valid plan of ``problem`` (see the module docstring); ``plans``, the
+    pool of proposals, only name the cheapest (:attr:`PlanBound.best_plan_s`)."""
+    best = min((p.cost_s for p in plans), default=None)
+    card, topology = problem.card, problem.topology
+    barriers = np.asarray(card.constants.barrier_coefficients, dtype=np.float64)
+    if topology.several_groups:
+        return PlanBound(
+            bound_s=None, scope=PROPOSED_WAVES, best_plan_s=best, why="a pool's price is a makespan"
+        )
+    if (barriers < 0).any() or (card.envelope_coefficients() < 0).any() or card.wave_overhead_s < 0:
+        return PlanBound(
+            bound_s=None, scope=PROPOSED_WAVES, best_plan_s=best, why="a negative card coefficient"
+        )
+    floors = node_floors(problem)
+    if not floors.fits:
+        return PlanBound(
+            bound_s=None, scope=PROPOSED_WAVES, best_plan_s=best, why="a request alone does not fit"
+        )
+    num_waves = int(floors.waves[0])
+    terms = {"overhead": num_waves * card.wave_overhead_s}
+    per_barrier = barriers @ floors.totals / topology.cp
+    for name, seconds in zip(card.barrier_names, per_barrier.tolist(), strict=True):
+        terms[name] = seconds
+    total = math.fsum(terms.values()) * (1 - ROUND_DOWN)
+    terms = {k: round(v * (1 - ROUND_DOWN), 9) for k, v in terms.items()}
+    return PlanBound(bound_s=total, scope=ALL_PLANS, num_waves=num_waves, terms_s=terms, best_plan_s=best)
+
+
+def scoped_stats(stats: SolverStats, bound: PlanBound, cost_s: float) -> SolverStats:
+    """``stats`` of a solver whose plan is priced ``cost_s``, its bound replaced by ``bound`` where that
+    holds for all plans (``bound_scope``, and ``gap`` the plan's price over it; the model's own gap
+    stays in ``model_gap``); as they are otherwise."""
+    if bound.scope != ALL_PLANS or bound.bound_s is None:
+        return stats
+    return replace(stats, bound_s=bound.bound_s, bound_scope=ALL_PLANS, gap=bound.gap(cost_s))

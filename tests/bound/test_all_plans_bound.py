@@ -1,0 +1,194 @@
+"""The lower bound of every plan (:mod:`cpplan.bound`): never above the price of any valid plan, tight
+where memory decides the waves, and every cut it takes needed."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from cpplan import Item, Request, Workload
+from cpplan.bound import ALL_PLANS, PROPOSED_WAVES, plan_bound
+from cpplan.bound.node_floors import node_floors, once_amounts, waves_needed
+from cpplan.errors import NoFitError
+from cpplan.planners.greedy import cached_greedy_plan
+from cpplan.planners.portfolio import solve
+from cpplan.pricing.wave import best_wave, price_wave
+from cpplan.spec.profile import load_solver
+from cpplan.spec.quantities import QUANTITY_INDEX
+from cpplan.spec.topology import Topology
+from tests.bound.enumerated import optimum, tiny_problem
+from tests.support.prefix_trees import LAYOUTS, prefix_workloads
+
+TOKENS = QUANTITY_INDEX["tokens"]
+
+
+def _workload(*sequences: list[int]) -> Workload:
+    return Workload(
+        items=tuple(Item(id=f"i{k}", requests=(Request(tokens=s),)) for k, s in enumerate(sequences))
+    )
+
+
+SHARED = list(range(10))
+SMALL = _workload(
+    [*SHARED, 11, 12, 13], [*SHARED, 14, 15, 16, 17, 18], [*SHARED, 20, 21], [30, 31, 32, 33, 34, 35]
+)
+"""Three requests behind one 10-token prefix and one alone: 4-token chunks make every ownership
+enumerable."""
+CHUNKED = _workload(
+    list(range(200)) + list(range(1000, 1100)),
+    list(range(200)) + list(range(2000, 2150)),
+    list(range(200)) + list(range(3000, 3060)),
+    list(range(4000, 4180)),
+)
+"""The same shape in 128-token chunks (what the CP-SAT models need)."""
+
+
+@pytest.mark.parametrize("cp, chunk_tokens", [(1, 4), (2, 8)])
+@pytest.mark.parametrize("room", [0.6, 0.7, 0.85, 1.0])
+@pytest.mark.parametrize("model", ["qwen3-8b", "qwen3.6-35b-a3b"])
+def test_bound_at_most_the_enumerated_optimum(cp, chunk_tokens, room, model):
+    """On a problem small enough to price every plan (every wave partition, sharing subset, chunk
+    ownership, the hand-off in its cheapest mode), the bound holds for all plans and is at most the
+    cheapest plan's price; at one rank, where no hand-off or imbalance is left out, within 1% of it."""
+    problem = tiny_problem(SMALL, cp=cp, chunk_tokens=chunk_tokens, room=room, model=model)
+    best = optimum(problem)
+    bound = plan_bound(problem)
+    assert best is not None and bound.scope == ALL_PLANS
+    assert bound.bound_s <= best[0]
+    assert bound.num_waves <= len(best[1])
+    if cp == 1:
+        assert bound.bound_s >= 0.99 * best[0]
+
+
+def test_memory_cut_counts_the_waves():
+    """Where memory keeps the requests apart, the bound counts the waves the optimum needs (three), each
+    with its overhead; with the cut on waves removed (one wave assumed), it would not."""
+    problem = tiny_problem(SMALL, cp=1, chunk_tokens=4, room=0.6)
+    best = optimum(problem)
+    bound = plan_bound(problem)
+    assert len(best[1]) == 3 and bound.num_waves == 3
+    assert bound.terms_s["overhead"] >= 3 * problem.card.wave_overhead_s * (1 - 1e-6)
+
+
+def test_copies_cut_counts_the_shared_prefix_per_wave():
+    """The shared prefix sits in every wave that holds a request through it: the token floor counts it
+    once per such wave (above the single full-sharing wave's tokens) and stays at most the optimum's
+    packed tokens."""
+    problem = tiny_problem(SMALL, cp=1, chunk_tokens=4, room=0.6)
+    floors = node_floors(problem)
+    prefix = int(np.flatnonzero(problem.tree.node_length == len(SHARED))[0])
+    assert floors.waves[prefix] >= 2
+    once = once_amounts(problem)[TOKENS]
+    assert floors.totals[TOKENS] >= once + (floors.waves[prefix] - 1) * len(SHARED)
+    assert floors.totals[TOKENS] <= sum(w.packed_tokens for w in optimum(problem)[1])
+
+
+def test_a_wave_at_the_budget_edge_counts_once():
+    """With the budget exactly the peak of one full-sharing wave of everything, that wave fits with
+    nothing to spare: the bound counts one wave (rounding never adds one) and stays at most its price."""
+    problem = tiny_problem(SMALL, cp=1, chunk_tokens=4, room=1.0)
+    best = optimum(problem)
+    bound = plan_bound(problem)
+    assert len(best[1]) == 1 and bound.num_waves == 1
+    assert bound.bound_s <= best[0]
+
+
+def test_waves_needed_rounds_down_against_float_error():
+    """A ratio a float hair above an integer gives that integer; one a real wave above gives the next;
+    a wave whose own part fills the capacity fits nowhere."""
+    assert waves_needed(np.array([0.1 + 0.2]), np.array([0.0]), np.array([0.3])) == 1
+    assert waves_needed(np.array([3.0]), np.array([1.0]), np.array([2.0])) == 3
+    assert waves_needed(np.array([3.01]), np.array([1.0]), np.array([2.0])) == 4
+    assert waves_needed(np.array([0.0]), np.array([0.0]), np.array([1.0])) == 1
+    assert waves_needed(np.array([1.0]), np.array([2.0]), np.array([2.0])) is None
+
+
+@pytest.mark.parametrize("cp", [1, 2])
+def test_bound_below_the_planner_and_the_optimum(cp):
+    """In 128-token chunks, where the whole portfolio runs: the plan JSON states the scope, the bound is
+    at most the enumerated optimum, and the optimum at most the plan."""
+    profile = load_solver("deterministic")
+    for room in (0.65, 0.75, 1.0):
+        problem = tiny_problem(CHUNKED, cp=cp, chunk_tokens=128, room=room)
+        result = solve(problem, profile)
+        best = optimum(problem)
+        assert result.solver.bound_scope == ALL_PLANS
+        assert result.to_dict()["solver"]["bound_scope"] == ALL_PLANS
+        assert result.solver.bound_s <= best[0] <= result.cost_s * (1 + 1e-12)
+        if result.solver.gap is not None and result.solver.gap <= 1e-9 and result.strategy == "cpsat":
+            assert result.cost_s == pytest.approx(best[0], rel=1e-6)  # a zero gap over all plans: optimal
+
+
+def test_summary_says_how_far_from_the_best_plan():
+    """``summary()`` says in plain words how far the plan is from the best possible plan under the cost
+    model, and the bound it counts from."""
+    problem = tiny_problem(CHUNKED, cp=2, chunk_tokens=128, room=0.75)
+    result = solve(problem, load_solver("deterministic"))
+    text = result.summary()
+    assert (
+        "best possible plan under the cost model" in text or "the best possible under the cost model" in text
+    )
+    assert f"no valid plan costs less than {result.solver.bound_s:.4f} s" in text
+
+
+def test_pool_of_cp_groups_keeps_the_proposed_waves_scope():
+    """Under ``dp > 1`` a plan's price is a makespan, which this bound does not cover: the scope says
+    so and no bound is given."""
+    problem = tiny_problem(CHUNKED, cp=1, chunk_tokens=128, room=1.0)
+    pooled = dataclasses.replace(
+        problem, settings=dataclasses.replace(problem.settings, topology=Topology(cp=1, dp=2))
+    )
+    bound = plan_bound(pooled)
+    assert bound.scope == PROPOSED_WAVES and bound.bound_s is None and "makespan" in bound.why
+
+
+@st.composite
+def _instances(draw):
+    workload = draw(prefix_workloads(max_requests=5, max_tail=40))
+    return (
+        workload,
+        draw(st.sampled_from([1, 2, 4])),
+        draw(st.sampled_from(["qwen3-8b", "qwen3.6-35b-a3b"])),
+        draw(st.floats(0.5, 1.0)),
+        draw(st.lists(st.integers(0, 3), min_size=workload.num_items, max_size=workload.num_items)),
+        draw(st.integers(0, 2**16)),
+    )
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_instances())
+def test_bound_never_above_a_valid_candidate(instance):
+    """Over random prefix-tree workloads, CP sizes, cards and budgets: the bound is at most the price of
+    greedy's plan and of every fitting plan made of a random wave partition, each wave under the best
+    listed layout or a random chunk ownership."""
+    workload, cp, model, room, groups, seed = instance
+    distinct = int(sum(len(r.tokens) for _, _, r in workload.requests()))
+    problem = tiny_problem(
+        workload, cp=min(cp, max(distinct // 4, 1)), chunk_tokens=4, room=room, model=model
+    )
+    bound = plan_bound(problem)
+    if bound.scope != ALL_PLANS:
+        return
+    prices = []
+    with contextlib.suppress(NoFitError):  # a refusal leaves the other candidates
+        prices.append(cached_greedy_plan(problem, LAYOUTS).cost_s)
+    rng = np.random.default_rng(seed)
+    waves = [tuple(i for i, g in enumerate(groups) if g == k) for k in sorted(set(groups))]
+    chosen = [best_wave(problem, items, LAYOUTS)[0] for items in waves]
+    if all(w is not None for w in chosen):
+        prices.append(sum(w.cost_s for w in chosen))
+    mixed = []
+    for items in waves:
+        layout = problem.pack(items, str(rng.choice(LAYOUTS)))
+        num_chunks = -(-layout.packed_tokens // problem.chunk_tokens)
+        owner = rng.integers(0, problem.topology.cp, num_chunks)
+        mixed.append(price_wave(problem, items, layout, "random", owner))
+    if all(w.fits(problem.memory_bytes) for w in mixed):
+        prices.append(sum(w.cost_s for w in mixed))
+    for price in prices:
+        assert bound.bound_s <= price
