@@ -22,15 +22,19 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from cpplan.bound.node_floors import node_floors
+from cpplan.bound.node_floors import node_floors, per_copy_amounts, unsplit_rank_floor_s
 from cpplan.plans.plan import Plan, SolverStats
 from cpplan.pricing.problem import Problem
+from cpplan.spec.card import HandoffSeconds
+from cpplan.spec.quantities import QUANTITY_INDEX
 
 ALL_PLANS = "all plans"
 """The scope of a bound on every valid plan of the problem."""
 PROPOSED_WAVES = "proposed waves"
 """The scope of a bound on the plans made of the proposed waves only (the ownership model's)."""
 BOUND_SCOPES = (ALL_PLANS, PROPOSED_WAVES)
+
+_TOKENS = QUANTITY_INDEX["tokens"]
 
 ROUND_DOWN = 1e-9
 """Relative margin taken off the bound: float sums never lift it above the exact arithmetic's."""
@@ -85,6 +89,10 @@ def plan_bound(problem: Problem, plans: Sequence[Plan] = ()) -> PlanBound:
     per_barrier = barriers @ floors.totals / topology.cp
     for name, seconds in zip(card.barrier_names, per_barrier.tolist(), strict=True):
         terms[name] = seconds
+    if num_waves == 1 and topology.cp > 1:
+        terms["handoff_or_imbalance"] = min(
+            one_wave_floor_s(problem, per_barrier, floors.totals[_TOKENS]), card.wave_overhead_s
+        )
     total = math.fsum(terms.values()) * (1 - ROUND_DOWN)
     terms = {k: round(v * (1 - ROUND_DOWN), 9) for k, v in terms.items()}
     return PlanBound(bound_s=total, scope=ALL_PLANS, num_waves=num_waves, terms_s=terms, best_plan_s=best)
@@ -97,3 +105,33 @@ def scoped_stats(stats: SolverStats, bound: PlanBound, cost_s: float) -> SolverS
     if bound.scope != ALL_PLANS or bound.bound_s is None:
         return stats
     return replace(stats, bound_s=bound.bound_s, bound_scope=ALL_PLANS, gap=bound.gap(cost_s))
+
+
+def crossing_floor_s(seconds: HandoffSeconds, packed_tokens: float, cp: int) -> float:
+    """The least hand-off of a wave of at least ``packed_tokens`` packed tokens on ``cp > 1`` ranks
+    whose GDN states cross ranks at least once, in the cheapest mode the card offers: rounds (at least
+    two rounds and one handed-over state), parallel passing (one exchange, two states) or head-parallel
+    where offered (its all-to-alls' latency and, on the busiest rank, at least ``P (cp - 1) / cp²``
+    rows: :func:`~cpplan.pricing.head_parallel.moved_rows` at an even split); 0 where nothing is
+    priced."""
+    if not seconds.priced:
+        return 0.0
+    floor = seconds.round_s + seconds.state_s
+    if seconds.head_parallel_priced:
+        rows = packed_tokens * (cp - 1) / cp**2
+        floor = min(floor, seconds.head_collective_s + rows * seconds.head_s_per_token)
+    return floor
+
+
+def one_wave_floor_s(problem: Problem, average_s: np.ndarray, packed_tokens: float) -> float:
+    """What a plan of one wave pays beyond ``average_s`` (per barrier, the bound's rank average): either
+    its states cross ranks (:func:`crossing_floor_s`) or none does, and then every request's whole path
+    is on one rank: the busiest rank's seconds (at least their sum over the barriers) are then at
+    least :func:`~cpplan.bound.node_floors.unsplit_rank_floor_s`."""
+    crossing = crossing_floor_s(problem.card.handoff, packed_tokens, problem.topology.cp)
+    if crossing <= 0:
+        return 0.0
+    barriers = np.asarray(problem.card.constants.barrier_coefficients, dtype=np.float64)
+    node_seconds = per_copy_amounts(problem) @ barriers.sum(axis=0)
+    unsplit = unsplit_rank_floor_s(problem, node_seconds)
+    return min(crossing, max(0.0, unsplit - float(average_s.sum())))

@@ -245,3 +245,105 @@ def _common_node(a: tuple[int, ...], b: tuple[int, ...]) -> int:
             break
         common = u
     return common
+
+
+SPREAD_STEPS = 30
+"""Bisection steps of :func:`unsplit_rank_floor_s`."""
+
+
+def unsplit_rank_floor_s(problem: Problem, node_seconds: np.ndarray) -> float:
+    """A floor of the busiest rank's seconds in one wave of every request whose GDN states never cross
+    ranks, so that every request's whole path is on one rank (``node_seconds``: per node, one copy's
+    seconds summed over the barriers, a lower bound of any rank's). The same argument as the waves
+    through a node, with ranks for waves and the busiest rank's seconds ``M`` for the capacity: the
+    requests through node ``v`` need at least ``k_v(M)`` ranks, each holding a copy of ``v``, and the
+    copies sum to at most ``cp · M``; and each rank's memory holds its requests' paths, so ``k_v`` is
+    also at least :func:`memory_ranks`' count. The least ``M`` that admits ``k_0(M) <= cp`` is
+    bisected; its lower end (a value refused) is returned, and infinity where the memory alone needs
+    more than ``cp`` ranks."""
+    tree = problem.tree
+    cp = problem.topology.cp
+    parent = tree.node_parent.tolist()
+    seconds = node_seconds.tolist()
+    bottom_up = [v for v in np.argsort(-tree.node_depth, kind="stable").tolist() if v]
+    path = [0.0] * tree.num_nodes
+    for v in reversed(bottom_up):
+        path[v] = seconds[v] + path[parent[v]]
+
+    memory = memory_ranks(problem)
+    if memory is None or memory[0] > cp:
+        return math.inf  # the budget alone keeps the requests on more ranks than there are
+
+    def ranks_needed(capacity: float) -> float:
+        below = [0.0] * tree.num_nodes
+        ranks = list(memory)
+        for v in bottom_up:
+            room = capacity - path[v]
+            if room <= 0:
+                return math.inf
+            ranks[v] = max(ranks[v], math.ceil(below[v] / room * (1 - RATIO_SLACK) - RATIO_SLACK))
+            u = parent[v]
+            below[u] += below[v] + ranks[v] * seconds[v]
+            ranks[u] = max(ranks[u], ranks[v])
+        return max(ranks[0], math.ceil(below[0] / capacity * (1 - RATIO_SLACK) - RATIO_SLACK))
+
+    low, high = max(path) * (1 - RATIO_SLACK), sum(seconds) + 1.0
+    if high <= 0:
+        return 0.0
+    for _ in range(SPREAD_STEPS):
+        middle = (low + high) / 2
+        if ranks_needed(middle) <= cp:
+            high = middle
+        else:
+            low = middle
+    return low
+
+
+def memory_ranks(problem: Problem) -> list[int] | None:
+    """Per node, the least number of ranks that hold the requests through it when every request's path
+    is whole on one rank: each such rank holds a copy of the node and its ancestors and one piece (and
+    together the ranks hold a piece per distinct request end, and the branch pieces of
+    :func:`branch_bytes`), and its own envelopes (its owned
+    quantities, remote tokens left out) stay within the budget; ``None`` where one request's path
+    alone does not fit a rank."""
+    tree, card = problem.tree, problem.card
+    coefficients = card.envelope_coefficients()
+    capacity = problem.memory_bytes / card.safety - np.asarray(card.envelope_static_bytes, dtype=np.float64)
+    copy_bytes = per_copy_amounts(problem) @ coefficients.T
+    piece = np.zeros(NUM_QUANTITIES)
+    piece[_SEGMENT_COLUMNS] = 1.0
+    piece_bytes = coefficients @ piece
+    parent = tree.node_parent
+    path = np.zeros_like(copy_bytes)
+    for v in np.argsort(tree.node_depth, kind="stable").tolist():
+        if v:
+            path[v] = copy_bytes[v] + path[parent[v]]
+    ends = np.zeros(tree.num_nodes)
+    np.add.at(ends, np.unique(tree.request_leaf), 1.0)
+    own_ends = ends  # distinct ends at or below each node, accumulated upwards below
+    ends = ends.copy()  # whether a request ends at the node itself
+    children = np.bincount(parent[1:], minlength=tree.num_nodes)
+    below = np.zeros_like(copy_bytes)
+    ranks = [1] * tree.num_nodes
+    for v in np.argsort(-tree.node_depth, kind="stable").tolist():
+        top = path[v] if v else np.zeros_like(piece_bytes)
+        by_pieces = waves_needed(below[v], top + piece_bytes, capacity)
+        by_ends = waves_needed(below[v] + own_ends[v] * piece_bytes, top, capacity)
+        if by_pieces is None or by_ends is None:
+            return None
+        count = max(ranks[v], by_pieces, by_ends)
+        split = branch_bytes(int(children[v]), copy_bytes[v], piece_bytes) if v and not ends[v] else None
+        if split is not None:
+            most = int(tree.request_counts[v])
+            count = _with_branch(
+                split, count, most, below[v], own_ends[v] * piece_bytes, top, piece_bytes, capacity
+            )
+            if count is None:
+                return None
+        ranks[v] = count
+        if v:
+            u = int(parent[v])
+            below[u] += below[v] + ranks[v] * copy_bytes[v] + (split(count) if split else 0.0)
+            ranks[u] = max(ranks[u], ranks[v])
+            own_ends[u] += own_ends[v]
+    return ranks

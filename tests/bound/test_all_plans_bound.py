@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from cpplan import Item, Request, Workload
 from cpplan.bound import ALL_PLANS, PROPOSED_WAVES, plan_bound
-from cpplan.bound.node_floors import node_floors, once_amounts, waves_needed
+from cpplan.bound.node_floors import memory_ranks, node_floors, once_amounts, waves_needed
 from cpplan.errors import NoFitError
 from cpplan.planners.greedy import cached_greedy_plan
 from cpplan.planners.portfolio import solve
@@ -192,3 +192,26 @@ def test_bound_never_above_a_valid_candidate(instance):
         prices.append(sum(w.cost_s for w in mixed))
     for price in prices:
         assert bound.bound_s <= price
+
+
+def test_one_wave_pays_a_crossing_or_an_imbalance():
+    """A one-wave plan on two ranks either hands a GDN state over or keeps every request whole on one
+    rank: the bound adds the cheaper of the two (positive here, where the budget keeps the wave spread)
+    and stays at most the enumerated optimum, which pays a hand-off."""
+    problem = tiny_problem(CHUNKED, cp=2, chunk_tokens=128, room=1.0, model="qwen3.6-35b-a3b")
+    bound = plan_bound(problem)
+    best = optimum(problem)
+    assert bound.num_waves == 1 and bound.terms_s["handoff_or_imbalance"] > 0
+    assert bound.bound_s <= best[0]
+    assert best[1][0].handoff.seconds > 0
+
+
+def test_memory_keeps_whole_requests_on_several_ranks():
+    """With the budget at the peak of every request in one wave spread evenly over two ranks, whole
+    requests (each path on one rank, its shared prefix copied where needed) need more than two ranks;
+    with the budget of one rank holding everything, one rank does."""
+    problem = tiny_problem(CHUNKED, cp=2, chunk_tokens=128, room=1.0, model="qwen3.6-35b-a3b")
+    ranks = memory_ranks(problem)
+    assert ranks is not None and ranks[0] > 2
+    roomy = tiny_problem(CHUNKED, cp=1, chunk_tokens=128, room=1.0, model="qwen3.6-35b-a3b")
+    assert memory_ranks(roomy)[0] == 1
