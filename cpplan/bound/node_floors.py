@@ -247,7 +247,7 @@ def _common_node(a: tuple[int, ...], b: tuple[int, ...]) -> int:
     return common
 
 
-SPREAD_STEPS = 30
+SPREAD_STEPS = 20
 """Bisection steps of :func:`unsplit_rank_floor_s`."""
 
 

@@ -19,6 +19,11 @@ from cpplan.plans.plan import Plan, SolverStats
 from cpplan.pricing.problem import Problem
 from cpplan.spec.profile import SolverProfile
 
+BOUND_MIN_LEFT_S = 0.5
+"""Search seconds left, at least, for a wall-clock profile to compute the bound over every plan
+(:mod:`cpplan.bound`, tens of milliseconds on a few hundred requests) before the ownership search; a
+deterministic profile always does."""
+
 PROPOSALS = "proposals"
 """The key of :attr:`~cpplan.pricing.memo.PricingMemo.planned` under which strategies leave their plans
 for the ownership stage (``(PROPOSALS, strategy)``)."""
@@ -51,7 +56,7 @@ def owned_plan(
 ) -> tuple[Plan | None, SolverStats | None]:
     """The ownership model over the waves of ``plans`` solved before ``deadline``; without time left
     for it, the proposer's own answer ``proposed`` (plan and statistics) as it is."""
-    from cpplan.bound import plan_bound, scoped_stats
+    from cpplan.bound import PROPOSED_WAVES, PlanBound, plan_bound, scoped_stats
     from cpplan.cpsat.owned_model import compile_owned, pool_columns
     from cpplan.cpsat.owned_solve import hint_plan, solve_owned
 
@@ -66,6 +71,11 @@ def owned_plan(
     owned = compile_owned(problem, columns, window_chunks=params.ownership_window_chunks)
     hint_plan(owned, best.waves, complete=params.presolve == "off")
     build_s = time.perf_counter() - started
+    t0 = time.perf_counter()
+    bound = PlanBound(bound_s=None, scope=PROPOSED_WAVES, why="no time for it")
+    if profile.deterministic or search_by.left_s() >= BOUND_MIN_LEFT_S:  # its time is the search's
+        bound = plan_bound(problem, plans)
+    bound_s = time.perf_counter() - t0
     limit = search_by.left_s()
     solve_params = params
     if params.ownership_deterministic_time_s is not None:
@@ -76,10 +86,7 @@ def owned_plan(
         if proposed[0] is None:  # the proposer found nothing and neither did this: say both
             return None, _with_status(proposer, f"ownership model: {answer.stats.status}")
         return _fallback(best, proposer, f"ownership model: {answer.stats.status}")
-    t0 = time.perf_counter()
-    bound = plan_bound(problem, plans)
-    stage_s = {**(proposer.stage_s if proposer else {}), "ownership_build": build_s}
-    stage_s["bound"] = time.perf_counter() - t0
+    stage_s = {**(proposer.stage_s if proposer else {}), "ownership_build": build_s, "bound": bound_s}
     stage_s.update({f"ownership_{k}": v for k, v in answer.stats.stage_s.items()})
     stats = replace(answer.stats, wall_s=time.perf_counter() - started, stage_s=stage_s)
     if proposer is not None and proposer.status.startswith("lns"):  # the windows' tally stays in view
