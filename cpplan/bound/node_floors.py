@@ -177,7 +177,10 @@ def branch_bytes(num_children: int, copy_bytes: np.ndarray, piece_bytes: np.ndar
     node is either shared (its copy ends a segment that no request end accounts for: one more piece)
     or not (stored at least ``m`` times: ``m - 1`` more copies); the cheaper of the two is concave in
     ``m - 1`` and zero at zero, so over the waves it sums to at least its value at
-    ``num_children - W``, the branches beyond one per wave."""
+    ``num_children - W``, the branches beyond one per wave. The callers add it beside the node's
+    ``W`` copies at the same ``W``, their lower count: ``W · copy + extra(W)`` grows with ``W`` (each
+    more wave adds a copy and takes at most one copy's bytes off ``extra``), so it stays at most the
+    sum at the plan's true count."""
     if num_children < 2:
         return None
 

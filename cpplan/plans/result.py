@@ -37,7 +37,7 @@ class PlanResult:
 
     @property
     def bound_s(self) -> float | None:
-        """The solver's proven lower bound, when it ran."""
+        """The solver's proven lower bound, when it ran (what it bounds: ``solver.bound_scope``)."""
         return self.solver.bound_s
 
     def deadline_note(self) -> str | None:
