@@ -215,3 +215,20 @@ def test_memory_keeps_whole_requests_on_several_ranks():
     assert ranks is not None and ranks[0] > 2
     roomy = tiny_problem(CHUNKED, cp=1, chunk_tokens=128, room=1.0, model="qwen3.6-35b-a3b")
     assert memory_ranks(roomy)[0] == 1
+
+
+def test_requests_kept_apart_count_a_wave_each():
+    """On the README example at CP1 and 8 GiB, six requests pairwise cannot share a wave: the bound
+    counts six waves (averaging memory alone counts five), and stays at most greedy's plan."""
+    from pathlib import Path
+
+    from cpplan.api import build_problem
+
+    example = Path(__file__).resolve().parents[2] / "examples" / "grpo.jsonl"
+    problem = build_problem(
+        Workload.from_jsonl(example), topology=Topology(cp=1), model="qwen3.6-35b-a3b", memory_bytes="8GiB"
+    )
+    bound = plan_bound(problem)
+    greedy = cached_greedy_plan(problem, load_solver("deterministic").greedy.layouts)
+    assert bound.num_waves == 6 and greedy.num_waves == 6
+    assert bound.bound_s <= greedy.cost_s
