@@ -44,17 +44,17 @@ ROUND_DOWN = 1e-9
 class PlanBound:
     """A lower bound and its scope. ``bound_s``: seconds no plan in the scope costs less than (``None``
     where nothing is proved, scope :data:`PROPOSED_WAVES`); ``num_waves``: the least number of waves
-    of such a plan; ``terms_s``: the bound's parts (``overhead`` and each barrier); ``best_plan_s``:
-    the cheapest plan of the pool given, if any; ``new_plans``: plans the bound found that the pool
-    lacks (none from this bound: it prices no wave of its own); ``why``: where the scope is
-    :data:`PROPOSED_WAVES`, the reason."""
+    of such a plan; ``terms_s``: the bound's parts (``overhead``, each barrier and, for one wave on
+    several ranks, ``handoff_or_imbalance``); ``best_plan_s``: the cheapest plan of the pool given, if
+    any (``gap(best_plan_s)`` is then the pool's proven distance to the best plan); ``why``: where the
+    scope is :data:`PROPOSED_WAVES`, the reason. The bound prices no wave of its own, so it hands the
+    decide stage no new column."""
 
     bound_s: float | None
     scope: str
     num_waves: int = 0
     terms_s: dict[str, float] = field(default_factory=dict)
     best_plan_s: float | None = None
-    new_plans: tuple[Plan, ...] = ()
     why: str = ""
 
     def gap(self, cost_s: float) -> float | None:
