@@ -22,7 +22,13 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from cpplan.bound.node_floors import node_floors, per_copy_amounts, unsplit_rank_floor_s
+from cpplan.bound.node_floors import (
+    memory_ranks,
+    node_floors,
+    per_copy_amounts,
+    unsplit_rank_floor_s,
+    whole_on_one_rank,
+)
 from cpplan.plans.plan import Plan, SolverStats
 from cpplan.pricing.problem import Problem
 from cpplan.spec.card import HandoffSeconds
@@ -89,10 +95,10 @@ def plan_bound(problem: Problem, plans: Sequence[Plan] = ()) -> PlanBound:
     per_barrier = barriers @ floors.totals / topology.cp
     for name, seconds in zip(card.barrier_names, per_barrier.tolist(), strict=True):
         terms[name] = seconds
-    if num_waves == 1 and topology.cp > 1:
-        terms["handoff_or_imbalance"] = min(
-            one_wave_floor_s(problem, per_barrier, floors.totals[_TOKENS]), card.wave_overhead_s
-        )
+    if topology.cp > 1:
+        extra = crossing_terms_s(problem, num_waves, per_barrier, floors.totals[_TOKENS])
+        if extra > 0:
+            terms["handoff_or_imbalance"] = extra
     total = math.fsum(terms.values()) * (1 - ROUND_DOWN)
     terms = {k: round(v * (1 - ROUND_DOWN), 9) for k, v in terms.items()}
     return PlanBound(bound_s=total, scope=ALL_PLANS, num_waves=num_waves, terms_s=terms, best_plan_s=best)
@@ -121,6 +127,41 @@ def crossing_floor_s(seconds: HandoffSeconds, packed_tokens: float, cp: int) -> 
         rows = packed_tokens * (cp - 1) / cp**2
         floor = min(floor, seconds.head_collective_s + rows * seconds.head_s_per_token)
     return floor
+
+
+def crossing_terms_s(problem: Problem, num_waves: int, average_s: np.ndarray, packed_tokens: float) -> float:
+    """What every plan of at least ``num_waves`` waves on ``cp > 1`` ranks pays beyond ``average_s``
+    (per barrier, the bound's rank average over the plan) and ``num_waves`` overheads, for GDN states
+    crossing ranks. A wave whose states never cross keeps every request's whole path on one rank
+    (:func:`~cpplan.bound.node_floors.whole_on_one_rank`), so:
+
+    - where no request fits one rank whole, every wave crosses: each pays at least
+      :func:`crossing_floor_s` of its shortest possible request;
+    - where some request does not, the wave holding it crosses: at least one such floor;
+    - otherwise, with one wave, :func:`one_wave_floor_s`, or a second overhead; with more waves, either
+      some wave crosses or every request is whole on a rank, which needs
+      :func:`~cpplan.bound.node_floors.memory_ranks`' count of rank slots, ``cp`` per wave: where that
+      is more than ``num_waves`` waves hold, a crossing or one more overhead.
+    """
+    seconds, cp, overhead = problem.card.handoff, problem.topology.cp, problem.card.wave_overhead_s
+    whole = whole_on_one_rank(problem)
+    lengths = problem.request_tokens.astype(np.float64)
+    if not whole.any():
+        return num_waves * crossing_floor_s(seconds, float(lengths.min()), cp)
+    if not whole.all():
+        shortest = float(lengths[~whole].min())
+        if num_waves == 1:  # the one wave crosses, or a second wave (and the one holding it) is paid
+            return min(
+                crossing_floor_s(seconds, packed_tokens, cp),
+                overhead + crossing_floor_s(seconds, shortest, cp),
+            )
+        return crossing_floor_s(seconds, shortest, cp)
+    if num_waves == 1:
+        return min(one_wave_floor_s(problem, average_s, packed_tokens), overhead)
+    slots = memory_ranks(problem)
+    if slots is not None and slots[0] > cp * num_waves:
+        return min(crossing_floor_s(seconds, float(lengths.min()), cp), overhead)
+    return 0.0
 
 
 def one_wave_floor_s(problem: Problem, average_s: np.ndarray, packed_tokens: float) -> float:

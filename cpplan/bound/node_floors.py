@@ -309,18 +309,9 @@ def memory_ranks(problem: Problem) -> list[int] | None:
     :func:`branch_bytes`), and its own envelopes (its owned
     quantities, remote tokens left out) stay within the budget; ``None`` where one request's path
     alone does not fit a rank."""
-    tree, card = problem.tree, problem.card
-    coefficients = card.envelope_coefficients()
-    capacity = problem.memory_bytes / card.safety - np.asarray(card.envelope_static_bytes, dtype=np.float64)
-    copy_bytes = per_copy_amounts(problem) @ coefficients.T
-    piece = np.zeros(NUM_QUANTITIES)
-    piece[_SEGMENT_COLUMNS] = 1.0
-    piece_bytes = coefficients @ piece
+    tree = problem.tree
+    copy_bytes, path, piece_bytes, capacity = _one_rank_bytes(problem)
     parent = tree.node_parent
-    path = np.zeros_like(copy_bytes)
-    for v in np.argsort(tree.node_depth, kind="stable").tolist():
-        if v:
-            path[v] = copy_bytes[v] + path[parent[v]]
     ends = np.zeros(tree.num_nodes)
     np.add.at(ends, np.unique(tree.request_leaf), 1.0)
     own_ends = ends  # distinct ends at or below each node, accumulated upwards below
@@ -350,3 +341,29 @@ def memory_ranks(problem: Problem) -> list[int] | None:
             ranks[u] = max(ranks[u], ranks[v])
             own_ends[u] += own_ends[v]
     return ranks
+
+
+def _one_rank_bytes(problem: Problem) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """On one rank (not the average): per node a copy's bytes and its path's (the node and its
+    ancestors, one copy each), per envelope; a piece's bytes; and the capacity ``B / safety - static``."""
+    tree, card = problem.tree, problem.card
+    coefficients = card.envelope_coefficients()
+    capacity = problem.memory_bytes / card.safety - np.asarray(card.envelope_static_bytes, dtype=np.float64)
+    copy_bytes = per_copy_amounts(problem) @ coefficients.T
+    piece = np.zeros(NUM_QUANTITIES)
+    piece[_SEGMENT_COLUMNS] = 1.0
+    path = np.zeros_like(copy_bytes)
+    parent = tree.node_parent
+    for v in np.argsort(tree.node_depth, kind="stable").tolist():
+        if v:
+            path[v] = copy_bytes[v] + path[parent[v]]
+    return copy_bytes, path, coefficients @ piece, capacity
+
+
+def whole_on_one_rank(problem: Problem) -> np.ndarray:
+    """Per request, whether its whole path (one copy of each node, one piece) can fit one rank's
+    budget; where it cannot, every wave holding the request hands a GDN state across ranks (a
+    request's path all on one rank is what a wave without crossings needs)."""
+    _, path, piece_bytes, capacity = _one_rank_bytes(problem)
+    need = path[problem.tree.request_leaf] + piece_bytes
+    return ~(need > capacity * (1 + RATIO_SLACK) + RATIO_SLACK).any(axis=1)

@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 from cpplan import Item, Request, Workload
 from cpplan.bound import ALL_PLANS, PROPOSED_WAVES, plan_bound
-from cpplan.bound.node_floors import memory_ranks, node_floors, once_amounts, waves_needed
+from cpplan.bound.all_plans import crossing_floor_s
+from cpplan.bound.node_floors import memory_ranks, node_floors, once_amounts, waves_needed, whole_on_one_rank
 from cpplan.errors import NoFitError
 from cpplan.planners.greedy import cached_greedy_plan
 from cpplan.planners.portfolio import solve
@@ -232,3 +233,19 @@ def test_requests_kept_apart_count_a_wave_each():
     greedy = cached_greedy_plan(problem, load_solver("deterministic").greedy.layouts)
     assert bound.num_waves == 6 and greedy.num_waves == 6
     assert bound.bound_s <= greedy.cost_s
+
+
+def test_requests_too_long_for_one_rank_cross_in_every_wave():
+    """Where no request's whole path fits one rank, every wave hands a GDN state across ranks: the
+    bound adds one crossing floor per wave (three here), stays at most the enumerated optimum (whose
+    three waves each pay a hand-off) and comes within 2% of it."""
+    workload = _workload(list(range(300)), list(range(1000, 1300)), list(range(2000, 2280)))
+    problem = tiny_problem(workload, cp=2, chunk_tokens=128, room=0.4, model="qwen3.6-35b-a3b")
+    assert not whole_on_one_rank(problem).any()
+    bound = plan_bound(problem)
+    best = optimum(problem)
+    each = crossing_floor_s(problem.card.handoff, 280.0, 2)
+    assert bound.num_waves == 3 and each > 0
+    assert bound.terms_s["handoff_or_imbalance"] == pytest.approx(3 * each, rel=1e-6)
+    assert all(w.handoff.seconds >= each for w in best[1])
+    assert 0.98 * best[0] <= bound.bound_s <= best[0]
