@@ -220,12 +220,15 @@ def main() -> None:
     parser.add_argument(
         "--output", type=Path, default=ROOT / "benchmarks" / "results" / "bench_ownership.json"
     )
+    parser.add_argument(
+        "--memory", help="One budget for every instance (default: 8GiB README, 40GiB others)."
+    )
     parser.add_argument("--cp", type=int, nargs="+", default=[1, 2, 4, 8], help="CP sizes (default 1 2 4 8).")
     args = parser.parse_args()
     rows = []
     for name, held_out, workload, memory in instances(args.quick):
         for cp in args.cp:
-            rows.append(run_one(name, held_out, workload, memory, cp))
+            rows.append(run_one(name, held_out, workload, args.memory or memory, cp))
             r = rows[-1]
             print(
                 f"{name} cp{cp}: {r['winner']} {r['cost_s']:.4f} s, CP-SAT objective {r['objective_s']} "
@@ -235,7 +238,12 @@ def main() -> None:
             )
     distribution = gap_distribution(rows)
     result = {
-        "settings": {"model": MODEL, "profile": "deterministic", "python": platform.python_version()},
+        "settings": {
+            "model": MODEL,
+            "profile": "deterministic",
+            "memory": args.memory or "8GiB README, 40GiB others",
+            "python": platform.python_version(),
+        },
         "load_average": os.getloadavg(),
         "summary": summary(rows),
         "gap_distribution": distribution,
