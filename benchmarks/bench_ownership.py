@@ -29,6 +29,7 @@ import cpplan
 from cpplan import Topology
 from cpplan.bench import synthetic
 from cpplan.bench.suites import grpo_ratio, grpo_shuffled, suite
+from cpplan.errors import NoFitError
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = "qwen3.6-35b-a3b"
@@ -205,6 +206,9 @@ def table(rows: list[dict]) -> str:
     ]
     for r in rows:
         obj, price, other = r["objective_s"], r["price_s"], r["best_other_s"]
+        if obj is None or price is None or other is None:  # CP-SAT did not answer: its status says why
+            lines.append(f"| {r['case']} | {r['cp']} | {r['winner']} | {r['cpsat_status']} |" + " |" * 7)
+            continue
         best = min(x for x in (price, other) if x is not None)
         lines.append(
             f"| {r['case']} | {r['cp']} | {r['winner']} | {obj:.4f} | {price:.4f} | {obj / price:.4f} "
@@ -228,7 +232,11 @@ def main() -> None:
     rows = []
     for name, held_out, workload, memory in instances(args.quick):
         for cp in args.cp:
-            rows.append(run_one(name, held_out, workload, args.memory or memory, cp))
+            try:
+                rows.append(run_one(name, held_out, workload, args.memory or memory, cp))
+            except NoFitError as exc:  # a budget too small for some request: no plan to bound
+                print(f"{name} cp{cp}: no plan ({exc})", flush=True)
+                continue
             r = rows[-1]
             print(
                 f"{name} cp{cp}: {r['winner']} {r['cost_s']:.4f} s, CP-SAT objective {r['objective_s']} "
