@@ -126,7 +126,7 @@ def node_floors(problem: Problem) -> NodeFloors:
     waves = np.zeros(tree.num_nodes, dtype=np.int64)
     for r in apart.tolist():  # no two of them share a wave: a node holding k of them is in k waves
         np.add.at(waves, np.asarray(tree.path(r), dtype=np.int64), 1)
-    waves[0] = apart.size
+    waves[0] = max(apart.size, paired_waves(problem, path_bytes, piece_bytes, capacity))
     for v in np.argsort(-tree.node_depth, kind="stable").tolist():
         if v == 0 or (tree.request_counts[v] == 0):
             continue
@@ -238,6 +238,54 @@ def apart_requests(
         if not fits_with:
             chosen.append(r)
     return np.array(chosen, dtype=np.int64)
+
+
+MATCHING_REQUESTS = 96
+"""The most requests :func:`paired_waves` looks at (its triple check grows with their cube)."""
+
+
+def paired_waves(
+    problem: Problem, path_bytes: np.ndarray, piece_bytes: np.ndarray, capacity: np.ndarray
+) -> int:
+    """Where no three requests fit one wave, the least number of waves is the requests less a maximum
+    matching of the pairs that may share one (bin packing with at most two per bin); 0 where some three
+    might fit, or beyond :data:`MATCHING_REQUESTS` requests. Bytes on the average rank: a pair holds
+    both paths (their common prefix once) and a piece per distinct end; a third request adds at least
+    its path beyond its longer common prefix with the two, and a piece where it ends elsewhere. A pair
+    is apart, and a triple too large, only beyond a relative margin (float error never separates
+    requests that fit)."""
+    tree = problem.tree
+    n = tree.num_requests
+    if n < 3 or n > MATCHING_REQUESTS:
+        return 0
+    leaves = tree.request_leaf
+    paths = [tree.path(r) for r in range(n)]
+    common = np.zeros((n, n, capacity.size))
+    for a in range(n):
+        for b in range(a, n):
+            node = _common_node(paths[a], paths[b])
+            common[a, b] = common[b, a] = path_bytes[node] if node else 0.0
+    own = path_bytes[leaves]  # (n, envelopes)
+    distinct = leaves[:, None] != leaves[None, :]
+    pair = own[:, None, :] + own[None, :, :] - common + (1 + distinct)[:, :, None] * piece_bytes
+    margin = capacity * (1 + RATIO_SLACK) + RATIO_SLACK
+    fits = ~(pair > margin).any(axis=2)
+    third = own[None, None, :, :] - np.maximum(
+        common.transpose(1, 0, 2)[None, :, :, :], common[:, None, :, :]
+    )
+    new_end = distinct[:, None, :] & distinct[None, :, :]  # c ends where neither a nor b does
+    triple = pair[:, :, None, :] + third + new_end[:, :, :, None] * piece_bytes
+    over = (triple > margin).any(axis=3)
+    a, b, c = np.ogrid[:n, :n, :n]
+    over |= (a == b) | (b == c) | (a == c)
+    if not over.all():
+        return 0
+    import networkx as nx  # only here: a maximum matching of the pairs that fit
+
+    graph = nx.Graph()
+    graph.add_nodes_from(range(n))
+    graph.add_edges_from((i, j) for i in range(n) for j in range(i + 1, n) if fits[i, j])
+    return n - len(nx.max_weight_matching(graph, maxcardinality=True))
 
 
 def _common_node(a: tuple[int, ...], b: tuple[int, ...]) -> int:

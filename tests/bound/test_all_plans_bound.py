@@ -249,3 +249,26 @@ def test_requests_too_long_for_one_rank_cross_in_every_wave():
     assert bound.terms_s["handoff_or_imbalance"] == pytest.approx(3 * each, rel=1e-6)
     assert all(w.handoff.seconds >= each for w in best[1])
     assert 0.98 * best[0] <= bound.bound_s <= best[0]
+
+
+def test_pairs_at_most_per_wave_count_by_matching():
+    """Where no three requests fit one wave (GRPO 1:8 at CP1 and 12 GiB), the waves are at least the
+    requests less a maximum matching of the pairs that fit: more than the requests kept apart count,
+    and never above a valid plan's count or price."""
+    from cpplan.api import build_problem
+    from cpplan.bench.suites import suite
+    from cpplan.bound.node_floors import _one_rank_bytes, apart_requests, paired_waves
+
+    case = next(c for c in suite(quick=True) if c.name == "grpo_g8_1to8")
+    problem = build_problem(
+        case.build(), topology=Topology(cp=1), model="qwen3.6-35b-a3b", memory_bytes="12GiB"
+    )
+    floors = node_floors(problem)
+    bound = plan_bound(problem)
+    greedy = cached_greedy_plan(problem, load_solver("deterministic").greedy.layouts)
+    assert bound.num_waves == floors.waves[0] <= greedy.num_waves
+    assert bound.bound_s <= greedy.cost_s
+    _, path, piece, capacity = _one_rank_bytes(problem)  # at CP1 the average rank is the rank
+    paired = paired_waves(problem, path, piece, capacity)
+    assert paired > apart_requests(problem, path, piece, capacity).size
+    assert bound.num_waves >= paired
