@@ -31,6 +31,7 @@ from cpplan.bound.node_floors import (
 )
 from cpplan.plans.plan import Plan, SolverStats
 from cpplan.pricing.problem import Problem
+from cpplan.pricing.wave import best_wave
 from cpplan.spec.card import HandoffSeconds
 from cpplan.spec.quantities import QUANTITY_INDEX
 
@@ -53,14 +54,17 @@ class PlanBound:
     of such a plan; ``terms_s``: the bound's parts (``overhead``, each barrier and, for one wave on
     several ranks, ``handoff_or_imbalance``); ``best_plan_s``: the cheapest plan of the pool given, if
     any (``gap(best_plan_s)`` is then the pool's proven distance to the best plan); ``why``: where the
-    scope is :data:`PROPOSED_WAVES`, the reason. The bound prices no wave of its own, so it hands the
-    decide stage no new column."""
+    scope is :data:`PROPOSED_WAVES`, the reason; ``new_plans``: where the waves were counted by a
+    matching of pairs and ``layouts`` were given, the plan of those pairs (and the other requests
+    alone), every wave priced under its best layout, when every wave fits: columns the decide stage
+    may add to its pool."""
 
     bound_s: float | None
     scope: str
     num_waves: int = 0
     terms_s: dict[str, float] = field(default_factory=dict)
     best_plan_s: float | None = None
+    new_plans: tuple[Plan, ...] = ()
     why: str = ""
 
     def gap(self, cost_s: float) -> float | None:
@@ -71,9 +75,10 @@ class PlanBound:
         return max(0.0, (cost_s - self.bound_s) / cost_s)
 
 
-def plan_bound(problem: Problem, plans: Sequence[Plan] = ()) -> PlanBound:
+def plan_bound(problem: Problem, plans: Sequence[Plan] = (), *, layouts: Sequence[str] = ()) -> PlanBound:
     """The lower bound of every valid plan of ``problem`` (see the module docstring); ``plans``, the
-    pool of proposals, only name the cheapest (:attr:`PlanBound.best_plan_s`)."""
+    pool of proposals, only name the cheapest (:attr:`PlanBound.best_plan_s`); with ``layouts``, the
+    plan of the bound's matching where it found one (:attr:`PlanBound.new_plans`)."""
     best = min((p.cost_s for p in plans), default=None)
     card, topology = problem.card, problem.topology
     barriers = np.asarray(card.constants.barrier_coefficients, dtype=np.float64)
@@ -101,7 +106,40 @@ def plan_bound(problem: Problem, plans: Sequence[Plan] = ()) -> PlanBound:
             terms["handoff_or_imbalance"] = extra
     total = math.fsum(terms.values()) * (1 - ROUND_DOWN)
     terms = {k: round(v * (1 - ROUND_DOWN), 9) for k, v in terms.items()}
-    return PlanBound(bound_s=total, scope=ALL_PLANS, num_waves=num_waves, terms_s=terms, best_plan_s=best)
+    matched = matching_plan(problem, floors.pairs, layouts) if floors.pairs and layouts else None
+    return PlanBound(
+        bound_s=total,
+        scope=ALL_PLANS,
+        num_waves=num_waves,
+        terms_s=terms,
+        best_plan_s=best,
+        new_plans=(matched,) if matched is not None else (),
+    )
+
+
+def matching_plan(problem: Problem, pairs: Sequence[tuple[int, int]], layouts: Sequence[str]) -> Plan | None:
+    """The plan of request ``pairs`` (each a wave, split in two where it does not fit) and every other
+    request alone, each wave priced under the best of ``layouts`` (cheapest that fits), in the order
+    of their first item; ``None`` unless every item is one request and every wave fits."""
+    if not bool((np.diff(problem.item_ptr) == 1).all()):
+        return None
+    item = problem.request_item
+    paired = {r for pair in pairs for r in pair}
+    groups = [tuple(sorted((int(item[a]), int(item[b])))) for a, b in pairs]
+    groups += [(int(item[r]),) for r in range(problem.tree.num_requests) if r not in paired]
+    waves = []
+    for group in sorted(groups):
+        wave, _ = best_wave(problem, group, layouts)
+        if wave is None and len(group) == 2:
+            alone = [best_wave(problem, (i,), layouts)[0] for i in group]
+            if any(w is None for w in alone):
+                return None
+            waves.extend(alone)
+            continue
+        if wave is None:
+            return None
+        waves.append(wave)
+    return Plan(strategy="matching", waves=tuple(sorted(waves, key=lambda w: min(w.items))))
 
 
 def scoped_stats(stats: SolverStats, bound: PlanBound, cost_s: float) -> SolverStats:

@@ -60,6 +60,8 @@ class NodeFloors:
     waves: np.ndarray
     totals: np.ndarray
     fits: bool
+    pairs: tuple[tuple[int, int], ...] = ()
+    """Where :func:`paired_waves` counted the waves, its matching of requests (a plan to try)."""
 
 
 def per_copy_amounts(problem: Problem) -> np.ndarray:
@@ -126,7 +128,8 @@ def node_floors(problem: Problem) -> NodeFloors:
     waves = np.zeros(tree.num_nodes, dtype=np.int64)
     for r in apart.tolist():  # no two of them share a wave: a node holding k of them is in k waves
         np.add.at(waves, np.asarray(tree.path(r), dtype=np.int64), 1)
-    waves[0] = max(apart.size, paired_waves(problem, path_bytes, piece_bytes, capacity))
+    paired, pairs = paired_waves(problem, path_bytes, piece_bytes, capacity)
+    waves[0] = max(apart.size, paired)
     for v in np.argsort(-tree.node_depth, kind="stable").tolist():
         if v == 0 or (tree.request_counts[v] == 0):
             continue
@@ -167,7 +170,7 @@ def node_floors(problem: Problem) -> NodeFloors:
         totals[column] = max(float(waves[0]), float(ends_below[0]))
     for column in _REMOTE_COLUMNS:
         totals[column] = (cp - 1) * totals[_TOKENS]
-    return NodeFloors(waves=waves, totals=totals, fits=True)
+    return NodeFloors(waves=waves, totals=totals, fits=True, pairs=pairs)
 
 
 def branch_bytes(num_children: int, copy_bytes: np.ndarray, piece_bytes: np.ndarray):
@@ -248,8 +251,9 @@ def paired_waves(
     problem: Problem, path_bytes: np.ndarray, piece_bytes: np.ndarray, capacity: np.ndarray
 ) -> int:
     """Where no three requests fit one wave, the least number of waves is the requests less a maximum
-    matching of the pairs that may share one (bin packing with at most two per bin); 0 where some three
-    might fit, or beyond :data:`MATCHING_REQUESTS` requests. Bytes on the average rank: a pair holds
+    matching of the pairs that may share one (bin packing with at most two per bin), and that matching
+    (request pairs, ascending); 0 and none where some three might fit, or beyond
+    :data:`MATCHING_REQUESTS` requests. Bytes on the average rank: a pair holds
     both paths (their common prefix once) and a piece per distinct end; a third request adds at least
     its path beyond its longer common prefix with the two, and a piece where it ends elsewhere. A pair
     is apart, and a triple too large, only beyond a relative margin (float error never separates
@@ -257,7 +261,7 @@ def paired_waves(
     tree = problem.tree
     n = tree.num_requests
     if n < 3 or n > MATCHING_REQUESTS:
-        return 0
+        return 0, ()
     leaves = tree.request_leaf
     paths = [tree.path(r) for r in range(n)]
     common = np.zeros((n, n, capacity.size))
@@ -279,13 +283,16 @@ def paired_waves(
     a, b, c = np.ogrid[:n, :n, :n]
     over |= (a == b) | (b == c) | (a == c)
     if not over.all():
-        return 0
+        return 0, ()
     import networkx as nx  # only here: a maximum matching of the pairs that fit
 
     graph = nx.Graph()
     graph.add_nodes_from(range(n))
     graph.add_edges_from((i, j) for i in range(n) for j in range(i + 1, n) if fits[i, j])
-    return n - len(nx.max_weight_matching(graph, maxcardinality=True))
+    matching = tuple(
+        sorted(tuple(sorted(pair)) for pair in nx.max_weight_matching(graph, maxcardinality=True))
+    )
+    return n - len(matching), matching
 
 
 def _common_node(a: tuple[int, ...], b: tuple[int, ...]) -> int:

@@ -67,15 +67,17 @@ def owned_plan(
     search_by = deadline.less(reserve_s)
     if best is None or search_by.left_s() < profile.timing.min_search_s:
         return proposed
-    columns = pool_columns(problem, [p.waves for p in plans], max_free=params.ownership_columns)
-    owned = compile_owned(problem, columns, window_chunks=params.ownership_window_chunks)
-    hint_plan(owned, best.waves, complete=params.presolve == "off")
-    build_s = time.perf_counter() - started
     t0 = time.perf_counter()
     bound = PlanBound(bound_s=None, scope=PROPOSED_WAVES, why="no time for it")
     if profile.deterministic or search_by.left_s() >= BOUND_MIN_LEFT_S:  # its time is the search's
-        bound = plan_bound(problem, plans)
+        bound = plan_bound(problem, plans, layouts=profile.greedy.layouts)
+        plans = [*plans, *bound.new_plans]  # the bound's own plan: its waves become columns too
+        best = min(plans, key=lambda p: p.cost_s)
     bound_s = time.perf_counter() - t0
+    columns = pool_columns(problem, [p.waves for p in plans], max_free=params.ownership_columns)
+    owned = compile_owned(problem, columns, window_chunks=params.ownership_window_chunks)
+    hint_plan(owned, best.waves, complete=params.presolve == "off")
+    build_s = time.perf_counter() - started - bound_s
     limit = search_by.left_s()
     solve_params = params
     if params.ownership_deterministic_time_s is not None:
