@@ -4,7 +4,10 @@ For every instance (the quick bench suite, the README example, and held-out step
 seeds, at CP 1/2/4/8) ``cpplan.plan`` runs the deterministic profile's whole portfolio. Per instance:
 the winning strategy, CP-SAT's model objective, the evaluator's price of CP-SAT's plan, their ratio, the
 proven bound over the cheapest valid price, the terms of any difference, greedy's and the best other
-candidate's price, and the wall time. Then the winner table and the margins.
+candidate's price, and the wall time. Then the winner table and the margins. The bound table: per
+instance the chosen plan's price, the bound (:mod:`cpplan.bound`) and its scope, the plan's gap over it
+(``(plan - bound) / plan``) beside the ownership model's own gap over its proposed-waves bound, and
+per CP size the distribution of both.
 
 Usage: ``python benchmarks/bench_ownership.py [--quick] [--output PATH]`` (prints Markdown, writes JSON,
 default ``benchmarks/results/bench_ownership.json``).
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import time
 from collections import Counter
@@ -25,6 +29,7 @@ import cpplan
 from cpplan import Topology
 from cpplan.bench import synthetic
 from cpplan.bench.suites import grpo_ratio, grpo_shuffled, suite
+from cpplan.errors import NoFitError
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = "qwen3.6-35b-a3b"
@@ -75,6 +80,12 @@ def run_one(name: str, held_out: bool, workload, memory: str, cp: int) -> dict:
         "objective_s": stats.objective_s,
         "price_s": ours.cost_s if ours is not None and ours.valid else None,
         "bound_s": stats.bound_s,
+        "bound_scope": stats.bound_scope,
+        "plan_gap": None
+        if stats.bound_s is None
+        else max(0.0, (result.cost_s - stats.bound_s) / result.cost_s),
+        "model_gap": stats.model_gap,
+        "bound_wall_s": stats.stage_s.get("bound"),
         "price_terms_s": dict(stats.price_terms_s),
         "greedy_s": others.get("greedy"),
         "best_other_s": min(others.values()) if others else None,
@@ -127,6 +138,65 @@ def summary(rows: list[dict]) -> dict:
     }
 
 
+def gap_distribution(rows: list[dict]) -> dict:
+    """Per CP size: the plans' gaps over the bound of all plans, and the ownership model's own gaps over
+    its bound of the proposed waves (median, 90th percentile, max; percent)."""
+
+    def spread(values: list[float]) -> dict:
+        if not values:
+            return {}
+        v = np.array(values) * 100
+        return {
+            "n": len(values),
+            "median_pct": float(np.median(v)),
+            "p90_pct": float(np.percentile(v, 90)),
+            "max_pct": float(v.max()),
+        }
+
+    out = {}
+    for cp in sorted({r["cp"] for r in rows}):
+        at = [r for r in rows if r["cp"] == cp]
+        out[str(cp)] = {
+            "all_plans": spread([r["plan_gap"] for r in at if r["bound_scope"] == "all plans"]),
+            "model_proposed_waves": spread([r["model_gap"] for r in at if r["model_gap"] is not None]),
+            "scopes": dict(Counter(r["bound_scope"] for r in at)),
+        }
+    return out
+
+
+def bound_table(rows: list[dict], distribution: dict) -> str:
+    """Per instance plan, bound, scope and gap; then the gap distribution per CP size, as Markdown."""
+    lines = [
+        "| case | cp | plan s | bound s | scope | gap | model gap (proposed waves) | bound ms |",
+        "|" + "---|" * 8,
+    ]
+    for r in rows:
+        bound = "" if r["bound_s"] is None else f"{r['bound_s']:.4f}"
+        gap = "" if r["plan_gap"] is None else f"{r['plan_gap'] * 100:.2f}%"
+        model = "" if r["model_gap"] is None else f"{r['model_gap'] * 100:.2f}%"
+        ms = "" if r["bound_wall_s"] is None else f"{r['bound_wall_s'] * 1e3:.1f}"
+        lines.append(
+            f"| {r['case']} | {r['cp']} | {r['cost_s']:.4f} | {bound} | {r['bound_scope']} | {gap} "
+            f"| {model} | {ms} |"
+        )
+    lines += [
+        "",
+        "| cp | n | gap median | gap p90 | gap max | model gap median | model gap max |",
+        "|" + "---|" * 7,
+    ]
+
+    def pct(d: dict, key: str) -> str:
+        return f"{d[key]:.2f}%" if key in d else "-"
+
+    for cp, d in distribution.items():
+        a, m = d["all_plans"], d["model_proposed_waves"]
+        lines.append(
+            f"| {cp} | {a.get('n', 0)} | {pct(a, 'median_pct')} | {pct(a, 'p90_pct')} | {pct(a, 'max_pct')} "
+            f"| {pct(m, 'median_pct')} | {pct(m, 'max_pct')} |"
+        )
+    return "\n".join(lines)
+
+
 def table(rows: list[dict]) -> str:
     """Per instance, as Markdown."""
     lines = [
@@ -136,6 +206,9 @@ def table(rows: list[dict]) -> str:
     ]
     for r in rows:
         obj, price, other = r["objective_s"], r["price_s"], r["best_other_s"]
+        if obj is None or price is None or other is None:  # CP-SAT did not answer: its status says why
+            lines.append(f"| {r['case']} | {r['cp']} | {r['winner']} | {r['cpsat_status']} |" + " |" * 7)
+            continue
         best = min(x for x in (price, other) if x is not None)
         lines.append(
             f"| {r['case']} | {r['cp']} | {r['winner']} | {obj:.4f} | {price:.4f} | {obj / price:.4f} "
@@ -151,25 +224,45 @@ def main() -> None:
     parser.add_argument(
         "--output", type=Path, default=ROOT / "benchmarks" / "results" / "bench_ownership.json"
     )
+    parser.add_argument(
+        "--memory", help="One budget for every instance (default: 8GiB README, 40GiB others)."
+    )
+    parser.add_argument("--cp", type=int, nargs="+", default=[1, 2, 4, 8], help="CP sizes (default 1 2 4 8).")
     args = parser.parse_args()
     rows = []
     for name, held_out, workload, memory in instances(args.quick):
-        for cp in (1, 2, 4, 8):
-            rows.append(run_one(name, held_out, workload, memory, cp))
+        for cp in args.cp:
+            try:
+                rows.append(run_one(name, held_out, workload, args.memory or memory, cp))
+            except NoFitError as exc:  # a budget too small for some request: no plan to bound
+                print(f"{name} cp{cp}: no plan ({exc})", flush=True)
+                continue
             r = rows[-1]
             print(
                 f"{name} cp{cp}: {r['winner']} {r['cost_s']:.4f} s, CP-SAT objective {r['objective_s']} "
-                f"price {r['price_s']} ({r['wall_s']:.1f} s)",
+                f"price {r['price_s']}, bound {r['bound_s']} ({r['bound_scope']}) gap {r['plan_gap']} "
+                f"({r['wall_s']:.1f} s, load {os.getloadavg()[0]:.2f})",
                 flush=True,
             )
+    distribution = gap_distribution(rows)
     result = {
-        "settings": {"model": MODEL, "profile": "deterministic", "python": platform.python_version()},
+        "settings": {
+            "model": MODEL,
+            "profile": "deterministic",
+            "memory": args.memory or "8GiB README, 40GiB others",
+            "python": platform.python_version(),
+        },
+        "load_average": os.getloadavg(),
         "summary": summary(rows),
+        "gap_distribution": distribution,
         "rows": rows,
     }
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(result, indent=1) + "\n")
     print(table(rows))
+    print()
+    print(bound_table(rows, distribution))
+    print(f"load average {os.getloadavg()}")
     print(json.dumps(result["summary"], indent=1))
     print(f"saved {args.output}")
 

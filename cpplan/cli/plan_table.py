@@ -6,7 +6,7 @@ from rich.console import Console
 from rich.table import Table
 
 from cpplan.plans.pool_schedule import dp_rank_of
-from cpplan.plans.result import PlanResult
+from cpplan.plans.result import PlanResult, bound_sentence
 from cpplan.pricing.wave import local_tokens
 from cpplan.spec.units import format_bytes
 
@@ -42,6 +42,9 @@ def print_summary(result: PlanResult, console: Console | None = None) -> None:
     console.print(
         f"chosen: {solver_line(result)}; planned in {result.wall_s * 1e3:.1f} ms (profile {result.profile})"
     )
+    bound = bound_sentence(result.solver, result.cost_s)
+    if bound:
+        console.print(bound)
     note = result.deadline_note()
     if note:
         console.print(f"note: {note}")

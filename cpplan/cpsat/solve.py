@@ -159,6 +159,7 @@ def run_stats(
         outcomes=(outcome,),
         objective_s=outcome.objective_s,
         bound_s=outcome.bound_s,
+        bound_scope=outcome.bound_scope,
         gap=outcome.gap,
         model_gap=outcome.gap,
         wall_s=wall_s,

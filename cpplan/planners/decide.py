@@ -20,6 +20,11 @@ from cpplan.plans.outcome import ModelOutcome, Status
 from cpplan.plans.plan import Plan, SolverStats
 from cpplan.pricing.problem import Problem
 
+BOUND_MIN_LEFT_S = 0.5
+"""Search seconds left, at least, for a wall-clock profile to compute the bound over every plan
+(:mod:`cpplan.bound`: tens of milliseconds on a few hundred requests, up to about 0.1 s where it also
+prices its matching plan) before the ownership search; a deterministic profile always does."""
+
 
 @dataclass(frozen=True, kw_only=True, eq=False)
 class Pool:
@@ -48,6 +53,11 @@ class Pool:
         ]
         return cls(plans=tuple(kept), proposer=proposer, proposed=plans.get("joint"))
 
+    def with_plans(self, plans: tuple[Plan, ...]) -> Pool:
+        """The pool with ``plans`` added after its own (those splitting an item left out)."""
+        kept = tuple(p for p in plans if not any(w.split for w in p.waves))
+        return replace(self, plans=(*self.plans, *kept))
+
     @property
     def cheapest(self) -> Plan | None:
         """The cheapest proposal (the first of equal ones)."""
@@ -60,6 +70,7 @@ def decide(problem: Problem, pool: Pool, budget: Budget, by: Deadline) -> tuple[
     proposal to decide over, or without time for it, the joint model's own plan (or nothing) with an
     outcome saying why; where it gives no answer, or one priced above the cheapest proposal, that
     proposal."""
+    from cpplan.bound import PROPOSED_WAVES, PlanBound, plan_bound, scoped_stats
     from cpplan.cpsat.owned_model import compile_owned, pool_columns
     from cpplan.cpsat.owned_solve import hint_plan, solve_owned
 
@@ -71,6 +82,13 @@ def decide(problem: Problem, pool: Pool, budget: Budget, by: Deadline) -> tuple[
         status, detail = (Status.SKIPPED, "no proposal") if best is None else (Status.NO_TIME, "")
         outcome = ModelOutcome(model="ownership", status=status, detail=detail)
         return pool.proposed, _then(pool.proposer, outcome)
+    t0 = time.perf_counter()
+    bound = PlanBound(bound_s=None, scope=PROPOSED_WAVES, why="no time for it")
+    if budget.deterministic or search_by.left_s() >= BOUND_MIN_LEFT_S:  # its time is the search's
+        bound = plan_bound(problem, pool.plans, layouts=profile.greedy.layouts)
+        pool = pool.with_plans(bound.new_plans)  # the bound's own plan: its waves become columns too
+        best = pool.cheapest
+    bound_s = time.perf_counter() - t0
     columns = pool_columns(problem, [p.waves for p in pool.plans], max_free=settings.columns)
     owned = compile_owned(problem, columns, window_chunks=settings.window_chunks)
     if settings.hint != "none":
@@ -78,7 +96,7 @@ def decide(problem: Problem, pool: Pool, budget: Budget, by: Deadline) -> tuple[
             settings.complete_share * profile.time_budget_s if settings.hint == "complete" else None
         )
         hint_plan(owned, best.waves, complete_work=complete_work)
-    build_s = time.perf_counter() - started
+    build_s = time.perf_counter() - started - bound_s
     answer = solve_owned(
         owned,
         budget.cpsat_params(settings.share),
@@ -86,24 +104,26 @@ def decide(problem: Problem, pool: Pool, budget: Budget, by: Deadline) -> tuple[
         deterministic=budget.deterministic,
         tighten_work=settings.tighten_share * profile.time_budget_s,
     )
-    stage_s = {**(pool.proposer.stage_s if pool.proposer else {}), "ownership_build": build_s}
+    stage_s = {
+        **(pool.proposer.stage_s if pool.proposer else {}),
+        "ownership_build": build_s,
+        "bound": bound_s,
+    }
     stage_s.update({f"ownership_{k}": v for k, v in answer.stats.stage_s.items()})
     stats = replace(answer.stats, wall_s=time.perf_counter() - started, stage_s=stage_s)
     stats = replace(stats, outcomes=(*_earlier(pool.proposer), *stats.outcomes))
     if answer.plan is None:
-        return _kept(
-            best, pool, replace(stats.outcomes[-1], kept=f"the cheapest proposal ({best.strategy}) kept")
-        )
+        kept = replace(stats.outcomes[-1], kept=f"the cheapest proposal ({best.strategy}) kept")
+        plan, stats = _kept(best, pool, kept)
+        return plan, scoped_stats(stats, bound, best.cost_s)
     if answer.plan.cost_s > best.cost_s:
         note = (
             f"its plan priced {answer.plan.cost_s:.6f} s, above the cheapest proposal's "
             f"{best.cost_s:.6f} s: that proposal kept"
         )
-        outcome = replace(stats.outcomes[-1], kept=note)
-        return Plan(strategy="cpsat", waves=best.waves), replace(
-            stats, outcomes=(*stats.outcomes[:-1], outcome)
-        )
-    return answer.plan, stats
+        stats = replace(stats, outcomes=(*stats.outcomes[:-1], replace(stats.outcomes[-1], kept=note)))
+        return Plan(strategy="cpsat", waves=best.waves), scoped_stats(stats, bound, best.cost_s)
+    return answer.plan, scoped_stats(stats, bound, answer.plan.cost_s)
 
 
 def _earlier(stats: SolverStats | None) -> tuple[ModelOutcome, ...]:

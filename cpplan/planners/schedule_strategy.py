@@ -141,6 +141,7 @@ def _stats(
         outcomes=(outcome,),
         objective_s=objective,
         bound_s=bound,
+        bound_scope=scope,
         gap=outcome.gap,
         wall_s=time.perf_counter() - started,
         deterministic_time=float(solver.response_proto.deterministic_time),

@@ -90,9 +90,15 @@ class SolverStats:
     objective_s: float | None = None
     """The deciding model's objective of its answer, in seconds."""
     bound_s: float | None = None
-    """The deciding model's proven lower bound, in seconds (its scope: :attr:`bound_scope`)."""
+    """The proven lower bound, in seconds: the deciding model's, or, where the planner proved one over
+    every valid plan (:mod:`cpplan.bound`), that one; what it bounds is :attr:`bound_scope`."""
+    bound_scope: Scope | None = None
+    """What :attr:`bound_s` bounds: ``all plans`` (every valid plan of the problem, whatever its waves;
+    :attr:`gap` is then the plan's price over it), ``proposed waves`` (every plan of the proposed waves:
+    the ownership model's) or ``its model`` (the joint or schedule model's conservative rows)."""
     gap: float | None = None
-    """``(objective - bound) / objective`` of the deciding model (kept for compatibility: see
+    """``(objective - bound) / objective`` of the deciding model; with :attr:`bound_scope` ``all
+    plans``, ``(price - bound) / price`` of the CP-SAT plan (the model's own gap stays in
     :attr:`model_gap`)."""
     model_gap: float | None = None
     """The same gap, named for what it is: the model's, whose bound has the scope :attr:`bound_scope`."""
@@ -124,11 +130,6 @@ class SolverStats:
         without one)."""
         return self.deciding.status.value if self.deciding is not None else Status.NOT_RUN.value
 
-    @property
-    def bound_scope(self) -> Scope | None:
-        """What :attr:`bound_s` bounds (the scope of the last run that answered)."""
-        return self.answered.bound_scope if self.answered is not None else None
-
     def then(self, outcome: ModelOutcome) -> SolverStats:
         """These statistics with ``outcome`` run after them; where it answered, its objective and bound
         are the ones reported."""
@@ -137,7 +138,12 @@ class SolverStats:
             return stats
         gap = outcome.gap
         return dataclasses.replace(
-            stats, objective_s=outcome.objective_s, bound_s=outcome.bound_s, gap=gap, model_gap=gap
+            stats,
+            objective_s=outcome.objective_s,
+            bound_s=outcome.bound_s,
+            bound_scope=outcome.bound_scope,
+            gap=gap,
+            model_gap=gap,
         )
 
 

@@ -114,6 +114,7 @@ SOLVER_FIELDS = (
     "status",
     "objective_s",
     "bound_s",
+    "bound_scope",
     "gap",
     "model_gap",
     "wall_s",

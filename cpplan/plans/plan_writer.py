@@ -223,6 +223,7 @@ def solver_to_dict(stats: SolverStats) -> dict[str, Any]:
         "status": stats.status,
         "objective_s": stats.objective_s,
         "bound_s": stats.bound_s,
+        "bound_scope": None if stats.bound_scope is None else stats.bound_scope.value,
         "gap": stats.gap,
         "model_gap": stats.model_gap,
         "wall_s": stats.wall_s,

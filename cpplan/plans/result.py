@@ -38,7 +38,7 @@ class PlanResult:
 
     @property
     def bound_s(self) -> float | None:
-        """The solver's proven lower bound, when it ran."""
+        """The solver's proven lower bound, when it ran (what it bounds: ``solver.bound_scope``)."""
         return self.solver.bound_s
 
     def decision(self) -> str:
@@ -66,22 +66,10 @@ class PlanResult:
         return f"{head}{tied}, cheaper than CP-SAT's plan at {cpsat.cost_s:.4f} s: {self._cpsat_words()}"
 
     def _cpsat_words(self) -> str:
-        """What CP-SAT's stages did and what its bound proves, from the outcomes."""
+        """What CP-SAT's stages did, from the outcomes (what the bound proves is :func:`bound_sentence`)."""
         outcomes = self.solver.outcomes
         said = "; ".join(o.words() for o in outcomes) or "no model ran"
-        answered = self.solver.answered
-        if answered is None or answered.bound_s is None or answered.bound_scope is None:
-            return said
-        gap = max(0.0, (self.plan.cost_s - answered.bound_s) / self.plan.cost_s) if self.plan.cost_s else 0.0
-        if answered.bound_scope is Scope.MODEL:
-            return f"{said} (its bound is of its own conservative model, not of any plan)"
-        if answered.bound_scope is Scope.ALL_PLANS:
-            proof = f"the chosen plan is at most {gap:.2%} slower than the best possible plan"
-        else:
-            proof = (
-                f"the chosen plan is at most {gap:.2%} slower than the best plan made of the proposed waves"
-            )
-        return f"{said}; {proof} (predicted seconds, bound {answered.bound_s:.4f} s)"
+        return said
 
     def deadline_note(self) -> str | None:
         """A plain sentence when the wall-clock deadline cut the search (``None`` when it did not): how
@@ -134,8 +122,35 @@ class PlanResult:
             f"{int(tokens[busiest.busiest_rank]):,} local tokens, peak {format_bytes(busiest.peak_bytes)} "
             f"of {format_bytes(budget)} ({busiest.peak_bytes / budget:.1%})",
         ]
+        bound = bound_sentence(self.solver, plan.cost_s)
         note = self.deadline_note()
-        return "\n".join(lines + ([note] if note else []))
+        return "\n".join(lines + [line for line in (bound, note) if line])
+
+
+def bound_sentence(solver: SolverStats, cost_s: float) -> str | None:
+    """How far a plan priced ``cost_s`` is from the best possible plan under the cost model, in plain
+    words, when the solver's bound says (``None`` without a bound)."""
+    bound = solver.bound_s
+    if bound is None or cost_s <= 0:
+        return None
+    gap = max(0.0, (cost_s - bound) / cost_s)
+    if solver.bound_scope is Scope.MODEL:
+        return (
+            f"bound: CP-SAT's bound ({bound:.4f} s) is of its own conservative model only; nothing bounds "
+            "this plan here"
+        )
+    if solver.bound_scope is Scope.ALL_PLANS:
+        floor = f"no valid plan costs less than {bound:.4f} s"
+        if gap <= 1e-9:
+            return f"bound: this plan is the best possible under the cost model ({floor})"
+        return (
+            f"bound: the best possible plan under the cost model saves at most {gap:.2%} of this plan's "
+            f"time ({floor})"
+        )
+    return (
+        f"bound: at most {gap:.2%} from the best plan made of the waves the planners proposed (at least "
+        f"{bound:.4f} s); a plan of other waves may cost less: nothing bounds every plan here"
+    )
 
 
 _HURRIED = re.compile(r"deadline reached after (?P<done>\d+) of (?P<total>\d+) items")
@@ -144,4 +159,4 @@ _SKIPPED = "skipped: no time left"
 """A candidate's reason when the portfolio never started it (:data:`cpplan.planners.deadline.NO_TIME`)."""
 
 
-__all__ = ["PlanResult"]
+__all__ = ["PlanResult", "bound_sentence"]

@@ -1,0 +1,217 @@
+"""A lower bound on the price of every valid plan of a problem, and the scope it holds over.
+
+A plan's price is the sum over its waves of the per-wave overhead, the compute seconds (per barrier the
+slowest rank, summed over barriers) and the GDN hand-off's seconds (never negative, in any mode). Per
+barrier the slowest rank costs at least the average rank, and a barrier's seconds are linear in a
+rank's quantities with coefficients ``>= 0``, so a wave costs at least
+``overhead + Σ_b coef_b · Q_w / cp`` whatever its layout, ownership and hand-off mode, and a plan at
+least ``W · overhead + Σ_b coef_b · (Σ_w Q_w) / cp``: with :mod:`cpplan.bound.node_floors`'s least
+number of waves ``W_0`` and least totals, a bound over every wave partition, layout, ownership and
+hand-off mode (:data:`ALL_PLANS`). Every term is rounded toward a smaller bound.
+
+Where the argument does not hold (a card with a negative coefficient, a pool of CP groups, whose price
+is a makespan, or a problem where some request alone cannot fit) the bound has the scope
+:data:`PROPOSED_WAVES`: the caller's own bound over the proposed waves stands, this one says nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from cpplan.bound.node_floors import (
+    memory_ranks,
+    node_floors,
+    per_copy_amounts,
+    unsplit_rank_floor_s,
+    whole_on_one_rank,
+)
+from cpplan.plans.outcome import Scope
+from cpplan.plans.plan import Plan, SolverStats
+from cpplan.pricing.problem import Problem
+from cpplan.pricing.wave import best_wave
+from cpplan.spec.card import HandoffSeconds
+from cpplan.spec.quantities import QUANTITY_INDEX
+
+ALL_PLANS = Scope.ALL_PLANS
+"""The scope of a bound on every valid plan of the problem."""
+PROPOSED_WAVES = Scope.PROPOSED_WAVES
+"""The scope of a bound on the plans made of the proposed waves only (the ownership model's)."""
+BOUND_SCOPES = (ALL_PLANS, PROPOSED_WAVES)
+
+_TOKENS = QUANTITY_INDEX["tokens"]
+
+ROUND_DOWN = 1e-9
+"""Relative margin taken off the bound: float sums never lift it above the exact arithmetic's."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlanBound:
+    """A lower bound and its scope. ``bound_s``: seconds no plan in the scope costs less than (``None``
+    where nothing is proved, scope :data:`PROPOSED_WAVES`); ``num_waves``: the least number of waves
+    of such a plan; ``terms_s``: the bound's parts (``overhead``, each barrier and, for one wave on
+    several ranks, ``handoff_or_imbalance``); ``best_plan_s``: the cheapest plan of the pool given, if
+    any (``gap(best_plan_s)`` is then the pool's proven distance to the best plan); ``why``: where the
+    scope is :data:`PROPOSED_WAVES`, the reason; ``new_plans``: where the waves were counted by a
+    matching of pairs and ``layouts`` were given, the plan of those pairs (and the other requests
+    alone), every wave priced under its best layout, when every wave fits: columns the decide stage
+    may add to its pool."""
+
+    bound_s: float | None
+    scope: str
+    num_waves: int = 0
+    terms_s: dict[str, float] = field(default_factory=dict)
+    best_plan_s: float | None = None
+    new_plans: tuple[Plan, ...] = ()
+    why: str = ""
+
+    def gap(self, cost_s: float) -> float | None:
+        """``(cost - bound) / cost`` of a plan priced ``cost_s`` (``None`` without a bound), never
+        below zero."""
+        if self.bound_s is None or cost_s <= 0:
+            return None
+        return max(0.0, (cost_s - self.bound_s) / cost_s)
+
+
+def plan_bound(problem: Problem, plans: Sequence[Plan] = (), *, layouts: Sequence[str] = ()) -> PlanBound:
+    """The lower bound of every valid plan of ``problem`` (see the module docstring); ``plans``, the
+    pool of proposals, only name the cheapest (:attr:`PlanBound.best_plan_s`); with ``layouts``, the
+    plan of the bound's matching where it found one (:attr:`PlanBound.new_plans`)."""
+    best = min((p.cost_s for p in plans), default=None)
+    card, topology = problem.card, problem.topology
+    barriers = np.asarray(card.constants.barrier_coefficients, dtype=np.float64)
+    if topology.several_groups:
+        return PlanBound(
+            bound_s=None, scope=PROPOSED_WAVES, best_plan_s=best, why="a pool's price is a makespan"
+        )
+    if (barriers < 0).any() or (card.envelope_coefficients() < 0).any() or card.wave_overhead_s < 0:
+        return PlanBound(
+            bound_s=None, scope=PROPOSED_WAVES, best_plan_s=best, why="a negative card coefficient"
+        )
+    floors = node_floors(problem)
+    if not floors.fits:
+        return PlanBound(
+            bound_s=None, scope=PROPOSED_WAVES, best_plan_s=best, why="a request alone does not fit"
+        )
+    num_waves = int(floors.waves[0])
+    terms = {"overhead": num_waves * card.wave_overhead_s}
+    per_barrier = barriers @ floors.totals / topology.cp
+    for name, seconds in zip(card.barrier_names, per_barrier.tolist(), strict=True):
+        terms[name] = seconds
+    if topology.cp > 1:
+        extra = crossing_terms_s(problem, num_waves, per_barrier, floors.totals[_TOKENS])
+        if extra > 0:
+            terms["handoff_or_imbalance"] = extra
+    total = math.fsum(terms.values()) * (1 - ROUND_DOWN)
+    terms = {k: round(v * (1 - ROUND_DOWN), 9) for k, v in terms.items()}
+    matched = matching_plan(problem, floors.pairs, layouts) if floors.pairs and layouts else None
+    return PlanBound(
+        bound_s=total,
+        scope=ALL_PLANS,
+        num_waves=num_waves,
+        terms_s=terms,
+        best_plan_s=best,
+        new_plans=(matched,) if matched is not None else (),
+    )
+
+
+def matching_plan(problem: Problem, pairs: Sequence[tuple[int, int]], layouts: Sequence[str]) -> Plan | None:
+    """The plan of request ``pairs`` (each a wave, split in two where it does not fit) and every other
+    request alone, each wave priced under the best of ``layouts`` (cheapest that fits), in the order
+    of their first item; ``None`` unless every item is one request and every wave fits."""
+    if not bool((np.diff(problem.item_ptr) == 1).all()):
+        return None
+    item = problem.request_item
+    paired = {r for pair in pairs for r in pair}
+    groups = [tuple(sorted((int(item[a]), int(item[b])))) for a, b in pairs]
+    groups += [(int(item[r]),) for r in range(problem.tree.num_requests) if r not in paired]
+    waves = []
+    for group in sorted(groups):
+        wave, _ = best_wave(problem, group, layouts)
+        if wave is None and len(group) == 2:
+            alone = [best_wave(problem, (i,), layouts)[0] for i in group]
+            if any(w is None for w in alone):
+                return None
+            waves.extend(alone)
+            continue
+        if wave is None:
+            return None
+        waves.append(wave)
+    return Plan(strategy="matching", waves=tuple(sorted(waves, key=lambda w: min(w.items))))
+
+
+def scoped_stats(stats: SolverStats, bound: PlanBound, cost_s: float) -> SolverStats:
+    """``stats`` of a solver whose plan is priced ``cost_s``, its bound replaced by ``bound`` where that
+    holds for all plans (``bound_scope``, and ``gap`` the plan's price over it; the model's own gap
+    stays in ``model_gap``); as they are otherwise."""
+    if bound.scope != ALL_PLANS or bound.bound_s is None:
+        return stats
+    return replace(stats, bound_s=bound.bound_s, bound_scope=ALL_PLANS, gap=bound.gap(cost_s))
+
+
+def crossing_floor_s(seconds: HandoffSeconds, packed_tokens: float, cp: int) -> float:
+    """The least hand-off of a wave of at least ``packed_tokens`` packed tokens on ``cp > 1`` ranks
+    whose GDN states cross ranks at least once, in the cheapest mode the card offers: rounds (at least
+    two rounds and one handed-over state), parallel passing (one exchange, two states) or head-parallel
+    where offered (its all-to-alls' latency and, on the busiest rank, at least ``P (cp - 1) / cp²``
+    rows: :func:`~cpplan.pricing.head_parallel.moved_rows` at an even split); 0 where nothing is
+    priced."""
+    if not seconds.priced:
+        return 0.0
+    floor = seconds.round_s + seconds.state_s
+    if seconds.head_parallel_priced:
+        rows = packed_tokens * (cp - 1) / cp**2
+        floor = min(floor, seconds.head_collective_s + rows * seconds.head_s_per_token)
+    return floor
+
+
+def crossing_terms_s(problem: Problem, num_waves: int, average_s: np.ndarray, packed_tokens: float) -> float:
+    """What every plan of at least ``num_waves`` waves on ``cp > 1`` ranks pays beyond ``average_s``
+    (per barrier, the bound's rank average over the plan) and ``num_waves`` overheads, for GDN states
+    crossing ranks. A wave whose states never cross keeps every request's whole path on one rank
+    (:func:`~cpplan.bound.node_floors.whole_on_one_rank`), so:
+
+    - where no request fits one rank whole, every wave crosses: each pays at least
+      :func:`crossing_floor_s` of its shortest possible request;
+    - where some request does not, the wave holding it crosses: at least one such floor;
+    - otherwise, with one wave, :func:`one_wave_floor_s`, or a second overhead; with more waves, either
+      some wave crosses or every request is whole on a rank, which needs
+      :func:`~cpplan.bound.node_floors.memory_ranks`' count of rank slots, ``cp`` per wave: where that
+      is more than ``num_waves`` waves hold, a crossing or one more overhead.
+    """
+    seconds, cp, overhead = problem.card.handoff, problem.topology.cp, problem.card.wave_overhead_s
+    whole = whole_on_one_rank(problem)
+    lengths = problem.request_tokens.astype(np.float64)
+    if not whole.any():
+        return num_waves * crossing_floor_s(seconds, float(lengths.min()), cp)
+    if not whole.all():
+        shortest = float(lengths[~whole].min())
+        if num_waves == 1:  # the one wave crosses, or a second wave (and the one holding it) is paid
+            return min(
+                crossing_floor_s(seconds, packed_tokens, cp),
+                overhead + crossing_floor_s(seconds, shortest, cp),
+            )
+        return crossing_floor_s(seconds, shortest, cp)
+    if num_waves == 1:
+        return min(one_wave_floor_s(problem, average_s, packed_tokens), overhead)
+    slots = memory_ranks(problem)
+    if slots is not None and slots[0] > cp * num_waves:
+        return min(crossing_floor_s(seconds, float(lengths.min()), cp), overhead)
+    return 0.0
+
+
+def one_wave_floor_s(problem: Problem, average_s: np.ndarray, packed_tokens: float) -> float:
+    """What a plan of one wave pays beyond ``average_s`` (per barrier, the bound's rank average): either
+    its states cross ranks (:func:`crossing_floor_s`) or none does, and then every request's whole path
+    is on one rank: the busiest rank's seconds (at least their sum over the barriers) are then at
+    least :func:`~cpplan.bound.node_floors.unsplit_rank_floor_s`."""
+    crossing = crossing_floor_s(problem.card.handoff, packed_tokens, problem.topology.cp)
+    if crossing <= 0:
+        return 0.0
+    barriers = np.asarray(problem.card.constants.barrier_coefficients, dtype=np.float64)
+    node_seconds = per_copy_amounts(problem) @ barriers.sum(axis=0)
+    unsplit = unsplit_rank_floor_s(problem, node_seconds)
+    return min(crossing, max(0.0, unsplit - float(average_s.sum())))
