@@ -182,16 +182,12 @@ def prefix_hashes(tokens: np.ndarray, levels: Sequence[int]) -> dict[int, int]:
     return {level: int(sums[level // PREFIX_STRIDE - 1]) for level in reach}
 
 
-_MULTIPLIERS: list[np.ndarray] = []
-
-
 def _multipliers(length: int) -> np.ndarray:
-    """The first ``length`` position multipliers (odd 64-bit integers from a fixed seed), kept."""
-    if not _MULTIPLIERS or _MULTIPLIERS[0].size < length:
-        size = max(length, max(PREFIX_LEVELS) // PREFIX_STRIDE)
-        rng = np.random.default_rng(_HASH_SEED)
-        _MULTIPLIERS[:] = [rng.integers(0, 2**63, size, dtype=np.uint64) * np.uint64(2) + np.uint64(1)]
-    return _MULTIPLIERS[0][:length]
+    """The first ``length`` position multipliers: odd 64-bit integers from a fixed seed, drawn anew on
+    every call (a few microseconds; no module-level cache, by the caching rule)."""
+    size = max(length, max(PREFIX_LEVELS) // PREFIX_STRIDE)
+    rng = np.random.default_rng(_HASH_SEED)
+    return (rng.integers(0, 2**63, size, dtype=np.uint64) * np.uint64(2) + np.uint64(1))[:length]
 
 
 def prefix_groups(workload: Workload, prices: np.ndarray, cap_s: float) -> list[list[int]]:
@@ -268,7 +264,12 @@ def replica_workload(workload: Workload, items: Sequence[int], replica: int) -> 
             field="replica",
         )
     lines = None if workload.lines is None else tuple(workload.lines[i] for i in items)
-    return Workload(items=tuple(workload.items[i] for i in items), source=workload.source, lines=lines)
+    return Workload(
+        items=tuple(workload.items[i] for i in items),
+        source=workload.source,
+        lines=lines,
+        token_ids=workload.token_ids,
+    )
 
 
 def to_step_wave(

@@ -31,7 +31,10 @@ def request_problem(problem: Problem, item: int, order: np.ndarray) -> Problem:
     base = int(problem.item_ptr[item])
     name = problem.workload.items[item].id
     pieces = tuple(Item(id=f"{name}/{r - base}", requests=(requests[r - base],)) for r in order.tolist())
-    return Problem.build(Workload(items=pieces, source=problem.workload.source), problem.settings)
+    return Problem.build(
+        Workload(items=pieces, source=problem.workload.source, token_ids=problem.workload.token_ids),
+        problem.settings,
+    )
 
 
 def as_piece(wave: WavePlan, item: int, order: np.ndarray) -> WavePlan:

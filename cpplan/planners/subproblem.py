@@ -39,7 +39,10 @@ class SubProblem:
         workload = parent.workload
         lines = None if workload.lines is None else tuple(workload.lines[i] for i in chosen.tolist())
         sub = Workload(
-            items=tuple(workload.items[i] for i in chosen.tolist()), source=workload.source, lines=lines
+            items=tuple(workload.items[i] for i in chosen.tolist()),
+            source=workload.source,
+            lines=lines,
+            token_ids=workload.token_ids,
         )
         return cls(
             parent=parent,

@@ -71,13 +71,14 @@ class Problem:
                 line=workload.line_of(i),
                 field_prefix=f"items[{i}].",
             )
-            check_vocabulary(
-                item,
-                settings.model.geometry.vocab,
-                source=workload.source,
-                line=workload.line_of(i),
-                field_prefix=f"items[{i}].",
-            )
+            if workload.token_ids:
+                check_vocabulary(
+                    item,
+                    settings.model.geometry.vocab,
+                    source=workload.source,
+                    line=workload.line_of(i),
+                    field_prefix=f"items[{i}].",
+                )
             for k, request in enumerate(item.requests):
                 sequences.append(request.tokens)
                 item_of.append(i), index_of.append(k)

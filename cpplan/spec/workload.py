@@ -31,6 +31,10 @@ class Workload(BaseModel, metaclass=InputErrors):
     items: tuple[Item, ...] = Field(min_length=1)
     source: str | None = None
     lines: tuple[int, ...] | None = None
+    token_ids: bool = True
+    """Whether the requests' tokens are the model's token ids (checked against its vocabulary);
+    ``False`` where they are opaque keys only the prefix tree reads (an adapter encoding what its
+    trainer can share, as :mod:`cpplan.integrations.art` does)."""
 
     @model_validator(mode="after")
     def _unique_ids(self) -> Workload:
@@ -44,10 +48,13 @@ class Workload(BaseModel, metaclass=InputErrors):
         return self
 
     @classmethod
-    def from_items(cls, items: Iterable[Item], source: str | None = None) -> Workload:
-        """Build a workload from items, reporting duplicates as an :class:`InputError`."""
+    def from_items(
+        cls, items: Iterable[Item], source: str | None = None, *, token_ids: bool = True
+    ) -> Workload:
+        """Build a workload from items, reporting duplicates as an :class:`InputError` (``token_ids``:
+        see :attr:`token_ids`)."""
         try:
-            return cls.model_validate({"items": tuple(items), "source": source})
+            return cls.model_validate({"items": tuple(items), "source": source, "token_ids": token_ids})
         except ValidationError as exc:
             raise input_error(exc, file=source, field_in_message=True) from None
 

@@ -166,8 +166,8 @@ def test_bench_command_prints_and_saves_the_table(tmp_path, capsys):
 
 def test_cpplan_rows_name_the_strategy_that_made_their_plan(tmp_path):
     """A cpplan row labelled plainly ``greedy`` holds the same plan as the ``cpplan_greedy`` row (same
-    cost); greedy over the items regrouped by shared prefix, a different plan, says so in its label
-    (the quick suite's shuffled GRPO groups and ShareGPT at CP1 make such plans)."""
+    cost), and no cpplan row costs more than greedy's; most are the decided plan (``cpsat``, which wins
+    ties), as their label says."""
     out = tmp_path / "bench.json"
     args = ["--cp", "1", "--memory", "40GiB", "--solver", "deterministic", "--output", str(out)]
     assert main(["bench", "--quick", *args]) == 0
@@ -177,8 +177,9 @@ def test_cpplan_rows_name_the_strategy_that_made_their_plan(tmp_path):
     for row in ours:
         if row["strategy"] == "greedy":
             assert row["cost_s"] == greedy[(row["case"], row["cp"], row["memory"])]["cost_s"], row
-    labels = {r["strategy"] for r in ours}
-    assert "greedy: items regrouped by shared prefix" in labels, labels
+    for row in ours:
+        assert row["cost_s"] <= greedy[(row["case"], row["cp"], row["memory"])]["cost_s"] * (1 + 1e-12), row
+    assert "cpsat" in {r["strategy"] for r in ours}
 
 
 def test_strategy_label_carries_the_plans_notes():

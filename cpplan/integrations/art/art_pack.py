@@ -517,7 +517,7 @@ def results_workload(results: Sequence[ArtResult]) -> tuple[Workload, dict[str, 
         item_id = f"g{number}"
         items.append(Item(id=item_id, requests=tuple(requests)))
         members[item_id] = indices
-    return Workload.from_items(items), members
+    return Workload.from_items(items, token_ids=False), members
 
 
 @dataclass(frozen=True, kw_only=True)

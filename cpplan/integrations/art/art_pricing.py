@@ -66,7 +66,7 @@ def rows_workload(tensors: dict) -> Workload:
             requests.append(Request(tokens=keys[pad]))
         if requests:
             items.append(Item(id=f"row{row}", requests=tuple(requests)))
-    return Workload(items=tuple(items))
+    return Workload(items=tuple(items), token_ids=False)
 
 
 def rows_plan(tensors: dict, settings: Settings) -> Plan:
