@@ -9,7 +9,7 @@ clock. So ``--time-budget`` means the same under every profile: the one budget t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from cpplan.planners.deadline import Deadline, verify_reserve_s
 from cpplan.pricing.problem import Problem
@@ -35,12 +35,7 @@ class Budget:
         when given: a caller that started the clock before building the problem)."""
         if deadline is None:
             deadline = Deadline.of_profile(profile)
-        deadline = Deadline(
-            start_s=deadline.start_s,
-            end_s=deadline.end_s,
-            deterministic=deadline.deterministic,
-            timing=profile.timing,
-        )
+        deadline = replace(deadline, timing=profile.timing)  # every stage decides by the profile's
         verify_by = deadline.less(verify_reserve_s(problem, profile.timing))
         return cls(profile=profile, deadline=deadline, verify_by=verify_by)
 

@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass, replace
 
 from cpplan.planners.budget import Budget
+from cpplan.planners.cpsat_strategy import reserve_s
 from cpplan.planners.deadline import Deadline
 from cpplan.plans.outcome import ModelOutcome, Status
 from cpplan.plans.plan import Plan, SolverStats
@@ -77,7 +78,7 @@ def decide(problem: Problem, pool: Pool, budget: Budget, by: Deadline) -> tuple[
     profile, best = budget.profile, pool.cheapest
     settings = profile.ownership
     started = time.perf_counter()
-    search_by = by.less(profile.timing.realize_reserve_s(problem.logical_tokens(range(problem.num_items))))
+    search_by = by.less(reserve_s(problem, profile.timing))
     if best is None or search_by.left_s() < profile.timing.min_search_s:
         status, detail = (Status.SKIPPED, "no proposal") if best is None else (Status.NO_TIME, "")
         outcome = ModelOutcome(model="ownership", status=status, detail=detail)
