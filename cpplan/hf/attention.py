@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from cpplan.hf.delta_rule import compute_dtype
+from cpplan.hf.piece_batches import RankPieceBatches, piece_batches
 
 
 def project(layer, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
@@ -77,37 +78,50 @@ def tree_attention(
     ``masks``, default: one built for this call)."""
     if kernels == "flex" or (kernels in ("auto", "fla") and q.is_cuda):
         return _flex(attn, q, keys, values, geo, rank, masks or WaveMasks(geo))
-    return _by_piece(attn, q, keys, values, geo, rank)
+    return _by_piece(attn, q, keys, values, geo, rank, masks or WaveMasks(geo))
 
 
-def _by_piece(attn, q, keys, values, geo, rank: int) -> torch.Tensor:
-    """Per piece of the rank (``piece_cu_seqlens``): its queries against the keys of its key path
-    (``attn_k_index``), causal aligned bottom-right (the queries are the path's last keys)."""
-    device = q.device
-    keys = keys.repeat_interleave(attn.num_key_value_groups, 0)
-    values = values.repeat_interleave(attn.num_key_value_groups, 0)
-    rows_cu = geo.keys[rank].rows_cu
-    outs = []
-    for i in range(geo.keys[rank].num_pieces):
-        lo, hi = int(rows_cu[i]), int(rows_cu[i + 1])
-        path = torch.as_tensor(geo.piece_keys(rank, i), device=device)
-        shift = path.numel() - (hi - lo)
-        outs.append(_dense(q[:, lo:hi], keys[:, path], values[:, path], shift, attn.scaling))
-    return torch.cat(outs, dim=1) if outs else q
+def _by_piece(attn, q, keys, values, geo, rank: int, masks: WaveMasks) -> torch.Tensor:
+    """The rank's pieces (``piece_cu_seqlens``), each query against the keys of its key path
+    (``attn_k_index``), causal aligned bottom-right (the queries are the path's last keys), in the few
+    batched calls of :func:`cpplan.hf.piece_batches.piece_batches`."""
+    found = masks.piece_batches(rank, q.device)
+    by_row = q.transpose(0, 1)  # (T_r, heads, D)
+    keys, values = keys.transpose(0, 1), values.transpose(0, 1)  # (packed, kv heads, D)
+    outs = [_batched(attn, by_row, keys, values, batch) for batch in found.batches]
+    if not outs:
+        return q
+    return torch.cat(outs).index_select(0, found.row_order).transpose(0, 1)
 
 
-def _dense(q, keys, values, shift: int, scaling: float) -> torch.Tensor:
-    """Queries ``q`` against ``keys``/``values``, causal aligned bottom-right (query ``i`` sees keys up
-    to ``i + shift``). In float32 and wider, torch's fused attention (no upcast to do; its CPU kernel
-    saves no score matrix for backward); narrower, scores and softmax in float32."""
+def _batched(attn, q, keys, values, batch) -> torch.Tensor:
+    """``(real query slots, heads, D)``: one batch's queries against its key paths. In float32 and
+    wider, torch's fused attention over 4-D tensors (its CPU flash kernel saves no score matrix for
+    backward); narrower, scores and softmax in float32."""
+    bq, bk, bv = _slots(q, batch.query_rows), _slots(keys, batch.key_index), _slots(values, batch.key_index)
     if compute_dtype(q.dtype) == q.dtype:
-        if shift == 0:
-            return F.scaled_dot_product_attention(q, keys, values, is_causal=True, scale=scaling)
-        visible = torch.ones(q.shape[-2], keys.shape[-2], dtype=torch.bool, device=q.device).tril(shift)
-        return F.scaled_dot_product_attention(q, keys, values, attn_mask=visible, scale=scaling)
-    visible = torch.ones(q.shape[-2], keys.shape[-2], dtype=torch.bool, device=q.device).tril(shift)
-    dtype = compute_dtype(q.dtype)
-    scores = (q @ keys.transpose(-1, -2)).to(dtype) * scaling
+        causal = batch.visible is None
+        out = F.scaled_dot_product_attention(
+            bq, bk, bv, attn_mask=batch.visible, is_causal=causal, scale=attn.scaling, enable_gqa=True
+        )
+    else:
+        out = _upcast_attention(bq, bk, bv, batch, attn)
+    return out.transpose(1, 2).flatten(0, 1).index_select(0, batch.real_slots)
+
+
+def _slots(rows: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """``(B, heads, S, D)``: the rows ``(N, heads, D)`` at ``index`` ``(B, S)``."""
+    return rows.index_select(0, index.flatten()).view(*index.shape, *rows.shape[1:]).transpose(1, 2)
+
+
+def _upcast_attention(q, keys, values, batch, attn) -> torch.Tensor:
+    """Scores and softmax in float32 for a narrow dtype (bfloat16), keys shared by GQA groups."""
+    keys = keys.repeat_interleave(attn.num_key_value_groups, 1)
+    values = values.repeat_interleave(attn.num_key_value_groups, 1)
+    visible = batch.visible
+    if visible is None:
+        visible = torch.ones(q.shape[-2], keys.shape[-2], dtype=torch.bool, device=q.device).tril()
+    scores = (q @ keys.transpose(-1, -2)).to(compute_dtype(q.dtype)) * attn.scaling
     probs = scores.masked_fill(~visible, float("-inf")).softmax(dim=-1).to(q.dtype)
     return probs @ values
 
@@ -141,6 +155,14 @@ class WaveMasks:
         key = (rank, str(device))
         if key not in self._masks:
             self._masks[key] = _block_mask(self.geo, rank, device)
+        return self._masks[key]
+
+    def piece_batches(self, rank: int, device: torch.device) -> RankPieceBatches:
+        """The rank's pieces as batched calls (:func:`cpplan.hf.piece_batches.piece_batches`), built once
+        per wave."""
+        key = (rank, f"pieces:{device}")
+        if key not in self._masks:
+            self._masks[key] = piece_batches(self.geo, rank, device)
         return self._masks[key]
 
 

@@ -79,8 +79,7 @@ def packed_logprobs(
     route.
     """
     head = _Head(chunk_tokens=logits_chunk_tokens, temperature=temperature, entropy=False)
-    stats = _packed_stats(model, result, workload, wave, group, distributed, kernels, positions, head)
-    return {key: value[:, 0] for key, value in stats.items()}
+    return _packed_stats(model, result, workload, wave, group, distributed, kernels, positions, head)[0]
 
 
 def packed_logprobs_and_entropies(
@@ -100,8 +99,7 @@ def packed_logprobs_and_entropies(
     distribution ``-sum_v p_v log p_v`` (at ``temperature``; 0 where ``positions="loss"`` skips the
     entry). Both differentiable; the LM head still runs one chunk at a time."""
     head = _Head(chunk_tokens=logits_chunk_tokens, temperature=temperature, entropy=True)
-    both = _packed_stats(model, result, workload, wave, group, distributed, kernels, positions, head)
-    return {k: v[:, 0] for k, v in both.items()}, {k: v[:, 1] for k, v in both.items()}
+    return _packed_stats(model, result, workload, wave, group, distributed, kernels, positions, head)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -123,8 +121,9 @@ class _Head:
 
 def _packed_stats(
     model, result, workload: Workload, wave: int, group, distributed: bool, kernels: str, positions: str, head
-) -> dict[Key, torch.Tensor]:
-    """Run the wave as planned and read back every request's ``[n, 1 or 2]`` head values."""
+) -> tuple[dict[Key, torch.Tensor], ...]:
+    """Run the wave as planned and read back every request's head values: its log-probs and (with
+    ``head.entropy``) its entropies, one dict each."""
     if kernels not in KERNELS:
         raise ValueError(f"kernels must be one of {KERNELS}, got {kernels!r}")
     if positions not in POSITIONS:
@@ -182,7 +181,7 @@ class _WaveRun:
             *unchecked,
         ]
 
-    def causal_lm_forward(self, *args, **kwargs) -> dict[Key, torch.Tensor]:
+    def causal_lm_forward(self, *args, **kwargs) -> tuple[dict[Key, torch.Tensor], ...]:
         """The causal LM: the decoder stack, then every request's log-probs read back."""
         hidden = self.lm.inner(input_ids=self.input_ids[None], position_ids=self.position_ids[None])
         hs = local_split(hidden, self.geo, self.comm)
@@ -236,39 +235,45 @@ def _gdn_handoff(result, wave: int) -> str:
 
 def _read_back(
     lm, hs: dict, geo: WaveGeometry, comm, counted: np.ndarray | None, head: _Head
-) -> dict[Key, torch.Tensor]:
-    """Every request's next-token log-probs (and entropies: column 1 of each ``[n, 1 or 2]`` value), each
-    computed by the rank owning its position (only the ``counted`` entries, when given; others 0)."""
+) -> tuple[dict[Key, torch.Tensor], ...]:
+    """Every request's next-token log-probs (and entropies: a second dict), each computed by the rank
+    owning its position (only the ``counted`` entries, when given; others 0). The two stay separate
+    tensors from the LM head on, so a loss of the log-probs alone backpropagates through no entropy."""
     positions = np.concatenate([rb[:-1] for rb in geo.readback])
     targets = geo.input_ids[np.concatenate([rb[1:] for rb in geo.readback])]
     owner = geo.owner[positions]
     order = np.argsort(owner, kind="stable")
     counts = np.bincount(owner, minlength=geo.num_ranks).tolist()
-    values = {}
+    columns: list[dict[int, torch.Tensor]] = [{} for _ in range(2 if head.entropy else 1)]
     for r in comm.ranks:
         mine = order[owner[order] == r]
         keep = np.arange(mine.size) if counted is None else np.flatnonzero(counted[mine])
         chosen = mine[keep]
         found = _target_logprobs(lm, hs[r], geo.local[positions[chosen]], targets[chosen], head)
-        if keep.size == mine.size:
-            values[r] = found
-        else:
-            index = torch.as_tensor(keep, device=found.device)
-            values[r] = found.new_zeros(mine.size, found.shape[1]).index_copy(0, index, found)
-    gathered = comm.replicate(values, counts)
+        for column, values in zip(columns, found, strict=True):
+            column[r] = values if keep.size == mine.size else _spread(values, keep, mine.size)
     # One gather per request (not views of one tensor: FSDP2 warns about views among a module's outputs).
     rows = np.split(np.argsort(order, kind="stable"), np.cumsum([rb.size - 1 for rb in geo.readback])[:-1])
-    device = gathered.device
-    pairs = zip(geo.requests, rows, strict=True)
-    return {key: gathered[torch.as_tensor(r, device=device)] for key, r in pairs}
+    out = []
+    for column in columns:
+        gathered = comm.replicate(column, counts)
+        pairs = zip(geo.requests, rows, strict=True)
+        out.append({key: gathered[torch.as_tensor(r, device=gathered.device)] for key, r in pairs})
+    return tuple(out)
+
+
+def _spread(values: torch.Tensor, keep: np.ndarray, size: int) -> torch.Tensor:
+    """``values`` at entries ``keep`` of a zero vector of ``size``."""
+    index = torch.as_tensor(keep, device=values.device)
+    return values.new_zeros(size).index_copy(0, index, values)
 
 
 def _target_logprobs(
     lm, hidden: torch.Tensor, rows: np.ndarray, targets: np.ndarray, head: _Head
-) -> torch.Tensor:
-    """``log p(targets[i] | rows[i])`` (and the entropy) for each pair of normed final states,
-    ``[n, 1 or 2]``: the LM head on ``head.chunk_tokens`` of them at a time, recomputed in backward (only
-    the chosen values are kept)."""
+) -> tuple[torch.Tensor, ...]:
+    """``log p(targets[i] | rows[i])`` (and the entropy, a second tensor) for each pair of normed final
+    states: the LM head on ``head.chunk_tokens`` of them at a time, recomputed in backward (only the
+    chosen values are kept)."""
     chunk_tokens = head.chunk_tokens
     device = hidden.device
     normed = hidden[torch.as_tensor(rows, device=device, dtype=torch.long)]
@@ -286,19 +291,21 @@ def _target_logprobs(
         for s in range(0, len(rows), chunk_tokens)
     ]
     width = 2 if head.entropy else 1
-    return torch.cat(parts) if parts else normed.new_zeros(0, width, dtype=compute_dtype(normed.dtype))
+    if not parts:
+        return tuple(normed.new_zeros(0, dtype=compute_dtype(normed.dtype)) for _ in range(width))
+    return tuple(torch.cat(column) for column in zip(*parts, strict=True))
 
 
 def _head_logprobs(
     head: torch.nn.Module, normed: torch.Tensor, targets: torch.Tensor, temperature: float, entropy: bool
-) -> torch.Tensor:
+) -> tuple[torch.Tensor, ...]:
     logits = head(normed)
     logits = logits.to(compute_dtype(logits.dtype))
     logprobs = (logits if temperature == 1.0 else logits / temperature).log_softmax(-1)
-    chosen = logprobs.gather(-1, targets[:, None])
+    chosen = logprobs.gather(-1, targets[:, None])[:, 0]
     if not entropy:
-        return chosen
-    return torch.cat([chosen, -(logprobs.exp() * logprobs).sum(-1, keepdim=True)], dim=1)
+        return (chosen,)
+    return chosen, -(logprobs.exp() * logprobs).sum(-1)
 
 
 __all__ = ["packed_logprobs", "packed_logprobs_and_entropies"]

@@ -32,7 +32,7 @@ from torch.utils.checkpoint import checkpoint
 from cpplan.hf.decoder_routing import adapt
 from cpplan.hf.padding import padding_wave
 from cpplan.hf.router_loss import RouterSums, recorded_router_logits, router_sums, wave_token_multiplicity
-from cpplan.hf.wave_runner import packed_logprobs_and_entropies
+from cpplan.hf.wave_runner import packed_logprobs, packed_logprobs_and_entropies
 from cpplan.integrations.wave_meter import MeteredWave, WaveMeasurement, WaveMeter
 from cpplan.spec.workload import Workload
 
@@ -49,6 +49,7 @@ def step_logprobs(
     kernels: str = "auto",
     recompute_waves: bool = True,
     router: bool = False,
+    entropies: bool = True,
     meter: WaveMeter | None = None,
     record: Callable[[WaveMeasurement], None] | None = None,
 ) -> tuple[dict[Key, torch.Tensor], dict[Key, torch.Tensor]] | tuple[dict, dict, RouterSums]:
@@ -70,25 +71,26 @@ def step_logprobs(
     if total < planned:
         raise ValueError(f"num_waves={num_waves} is fewer than the plan's {planned} waves")
     logprobs: dict[Key, torch.Tensor] = {}
-    entropies: dict[Key, torch.Tensor] = {}
+    entropy_of: dict[Key, torch.Tensor] = {}
     sums: RouterSums | None = None
     recompute = recompute_waves and recomputes(total)
     embed = adapt(model).embed if meter is not None and torch.is_grad_enabled() else None
     for wave in range(planned):
-        run = _WaveRun(model, result, workload, wave, temperature, kernels, router)
+        run = _WaveRun(model, result, workload, wave, temperature, kernels, router, entropies)
         if embed is not None:
             run = MeteredWave(run, wave=wave, meter=meter, record=record, embed=embed)
         found = recomputed(run, model) if recompute else run()
         keys, n = run.keys, len(run.keys)
         logprobs.update(zip(keys, found[:n], strict=True))
-        entropies.update(zip(keys, found[n : 2 * n], strict=True))
+        read = 2 * n if entropies else n
+        entropy_of.update(zip(keys, found[n:read], strict=True))
         if router:
-            step = RouterSums(*found[2 * n :])
+            step = RouterSums(*found[read:])
             sums = step if sums is None else sums + step
     if total > planned:
         first = min(logprobs)
         logprobs[first] = logprobs[first] + padding_waves(model, total - planned, recompute=recompute)
-    return (logprobs, entropies, sums) if router else (logprobs, entropies)
+    return (logprobs, entropy_of, sums) if router else (logprobs, entropy_of)
 
 
 def recomputes(num_waves: int) -> bool:
@@ -153,13 +155,22 @@ def _entered(modes: list) -> Iterator[None]:
 
 class _WaveRun:
     """One wave's packed forward as a function of nothing (so checkpoint can replay it): a tuple of
-    the log-prob tensors then the entropy tensors, in :attr:`keys` order, then (with ``router``) the
-    wave's three router sums."""
+    the log-prob tensors then (with ``entropies``) the entropy tensors, in :attr:`keys` order, then (with
+    ``router``) the wave's three router sums."""
 
     def __init__(
-        self, model, result, workload: Workload, wave: int, temperature: float, kernels: str, router
+        self,
+        model,
+        result,
+        workload: Workload,
+        wave: int,
+        temperature: float,
+        kernels: str,
+        router,
+        entropies,
     ):
         self.args = (model, result, workload)
+        self.entropies = entropies
         self.options = {"wave": wave, "temperature": temperature, "kernels": kernels, "positions": "loss"}
         self.keys: list[Key] = []
         self.weights = torch.as_tensor(wave_token_multiplicity(result, workload, wave)) if router else None
@@ -167,7 +178,10 @@ class _WaveRun:
     def __call__(self) -> tuple[torch.Tensor, ...]:
         model = self.args[0]
         with recorded_router_logits(model) if self.weights is not None else nullcontext() as found:
-            logprobs, entropies = packed_logprobs_and_entropies(*self.args, **self.options)
+            if self.entropies:
+                logprobs, entropies = packed_logprobs_and_entropies(*self.args, **self.options)
+            else:
+                logprobs, entropies = packed_logprobs(*self.args, **self.options), {}
         self.keys = sorted(logprobs)
         out = (*(logprobs[k] for k in self.keys), *(entropies[k] for k in self.keys))
         return out if self.weights is None else (*out, *router_sums(found, self.weights).as_tensors())

@@ -149,6 +149,7 @@ class GRPOTrainer(trl.GRPOTrainer):
                 temperature=self.temperature,
                 kernels=self.cpplan_kernels,
                 router=compute_aux_loss,
+                entropies=compute_entropy,
                 meter=self._cpplan_wave_meter(input_ids.device),
                 record=lambda measured: self._cpplan_observed(result, measured),
             )
