@@ -1,30 +1,43 @@
-"""Seconds per GRPO step, stock ``trl.GRPOTrainer`` against cpplan's ``GRPOTrainer``, at a CPU shape.
+"""Seconds per GRPO step, stock ``trl.GRPOTrainer`` against cpplan's ``GRPOTrainer``, interleaved.
 
-``python benchmarks/bench_trl_step.py [--steps 3] [--quick] [--tiny]`` prints a table and writes
-``benchmarks/results/bench_trl_step.json`` (``--tiny``: ``bench_trl_step_tiny.json``, the tests' tiny
-Qwen3 size, hidden 32 and 2 layers, with LoRA and gradient checkpointing, prompts of 12 to 30 tokens,
-G = 4 completions of 16, 10 timed steps, 1 GiB). Both trainers run the same steps on the same completions
-(TRL's ``rollout_func``): a random Qwen3 (hidden 256, FFN 768, 4 layers, 4 query / 2 KV heads of 64, a
-vocabulary of 8,195), float32 on the CPU, 2 prompts of 512 to 1,024 tokens per step with G = 8 completions
-of 128 tokens each (``max_completion_length`` 128), a KL term (``beta`` 0.04: the reference pass runs
-too), one generation per step. cpplan's trainer derives its card from the model's config and plans each
-pass under 40 GiB (one wave). Reported per trainer: the median seconds per step over the timed steps
-(after a warm-up step), the tokens of one log-prob pass (TRL's padded ``B x (P + C)``, cpplan's packed),
-and a cProfile of one more step (not timed): the cumulative seconds of the functions that make a step
-(the log-prob passes, the backward, the optimizer, and cpplan's own planning, workload building and
-read-back).
+``python benchmarks/bench_trl_step.py [--steps 5] [--busy 0,2] [--quick] [--tiny]`` prints a table and
+writes ``benchmarks/results/bench_trl_step.json`` (``--tiny``: ``bench_trl_step_tiny.json``, the tests'
+tiny Qwen3 size, hidden 32 and 2 layers, with LoRA and gradient checkpointing, prompts of 12 to 30
+tokens, G = 4 completions of 16, 1 GiB). Both trainers run in one process, on the same model and the same
+completions (TRL's ``rollout_func``), their steps taking turns: a warm-up step each, then ``--steps``
+timed steps each in the order stock, cpplan, cpplan, stock, stock, ... (so a drift of the machine's speed
+falls on both alike), then one profiled step each (cProfile slows what it profiles, so that step is not
+timed). Each trainer runs TRL's own training loop on its own thread, and a baton lets one step run at a
+time. The model: a random Qwen3 (hidden 256, FFN 768, 4 layers, 4 query / 2 KV heads of 64, a vocabulary
+of 8,195), float32 on the CPU, attention pinned to ``sdpa`` for both (recorded), 2 prompts of 512 to
+1,024 tokens per step with G = 8 completions of 128 tokens each, a KL term (``beta`` 0.04: the
+reference pass runs too), one generation per step. cpplan's trainer derives its card from the model's
+config and plans each pass with its default ``trainer`` profile (deterministic work limits) under
+40 GiB (one wave).
+
+``--busy 0,2`` runs the whole comparison once per entry, with that many busy processes (a Python spin
+loop each) beside it: 0 is the quiet machine, 2 loads both cores of the development machine. Reported
+per run: the load average at its start and end, each trainer's step seconds (median, min, max), the
+ratio of the medians and of each interleaved pair, the tokens of one log-prob pass (TRL's padded
+``B x (P + C)``, cpplan's packed, every timed step's) and the profile rows (cumulative seconds of the
+functions that make a step: the log-prob passes, the backward, the optimizer, and cpplan's planning,
+workload building and read-back).
 """
 
 from __future__ import annotations
 
 import argparse
 import cProfile
+import datetime
 import hashlib
 import json
 import os
 import pstats
 import statistics
+import subprocess
+import sys
 import tempfile
+import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -149,11 +162,38 @@ def reward(completions, **kwargs) -> list[float]:
     return [len(set(c.split())) / (1 + len(c.split())) for c in completions]
 
 
-def run(cls, path: str, outdir: Path, steps: int, shape: Shape, **extra) -> dict:
-    """Train ``steps + 2`` steps with ``cls``: a warm-up, ``steps`` timed, one profiled (cProfile slows
-    what it profiles, so that step is not timed); the timed steps' seconds and the profile."""
-    profile_step = steps + 1
-    import transformers
+class Baton:
+    """Lets one trainer's step run at a time, in ``order`` (trainer names, one entry a step)."""
+
+    def __init__(self, order: list[str]) -> None:
+        self.order = order
+        self.turn = 0
+        self.ready = threading.Condition()
+
+    def wait(self, name: str) -> None:
+        """Block until it is ``name``'s turn (or every turn is taken: then steps run freely)."""
+        with self.ready:
+            self.ready.wait_for(lambda: self.turn >= len(self.order) or self.order[self.turn] == name)
+
+    def done(self) -> None:
+        """End the running step's turn."""
+        with self.ready:
+            self.turn += 1
+            self.ready.notify_all()
+
+
+def turns(steps: int) -> list[str]:
+    """A warm-up step each, ``steps`` timed steps each as stock, cpplan, cpplan, stock, ..., then a
+    profiled step each."""
+    timed = [name for i in range(steps) for name in (NAMES if i % 2 == 0 else NAMES[::-1])]
+    return [*NAMES, *timed, *NAMES]
+
+
+NAMES = ("stock", "cpplan")
+
+
+def trainer_of(cls, path: str, outdir: Path, steps: int, shape: Shape, callback, **extra):
+    """A GRPO trainer of ``cls`` for ``steps + 2`` steps, its steps clocked by ``callback``."""
     import trl
 
     args = trl.GRPOConfig(
@@ -174,39 +214,126 @@ def run(cls, path: str, outdir: Path, steps: int, shape: Shape, **extra) -> dict
         dataloader_num_workers=0,
         gradient_checkpointing=shape.gradient_checkpointing,
         disable_tqdm=True,
-        model_init_kwargs={"dtype": torch.float32},
+        model_init_kwargs={"dtype": torch.float32, "attn_implementation": ATTENTION},
     )
-    profiler = cProfile.Profile()
-    seconds: list[float] = []
-
-    class Clock(transformers.TrainerCallback):
-        """Times steps 1 .. ``steps`` (step 0 warms up) and profiles step ``steps + 1``."""
-
-        def on_step_begin(self, args, state, control, **kwargs):
-            self.start_s = time.perf_counter()  # state.global_step: the steps done before this one
-            if state.global_step == profile_step:
-                profiler.enable()
-
-        def on_step_end(self, args, state, control, **kwargs):
-            done = state.global_step - 1  # this step's number (global_step counts it now)
-            if done == profile_step:
-                profiler.disable()
-            elif 1 <= done <= steps:
-                seconds.append(time.perf_counter() - self.start_s)
-
-    trainer = cls(
+    return cls(
         model=path,
         reward_funcs=reward,
         args=args,
         train_dataset=dataset(2 * (steps + 2), shape),
         processing_class=tokenizer(),
         rollout_func=rollout,
-        callbacks=[Clock()],
+        callbacks=[callback],
         peft_config=lora_config() if shape.lora else None,
         **extra,
     )
-    trainer.train()
-    return {"seconds": seconds, "profile": profile_rows(profiler), "trainer": trainer}
+
+
+ATTENTION = "sdpa"
+"""The attention implementation both trainers' models load with (cpplan's packed waves run their own
+tree attention through ``scaled_dot_product_attention`` either way)."""
+
+
+def clock(name: str, baton: Baton, steps: int, record: dict):
+    """A callback that waits for ``name``'s turn at each step, times steps 1 .. ``steps`` (step 0
+    warms up), profiles step ``steps + 1`` and keeps cpplan's packed tokens of each timed step."""
+    import transformers
+
+    profiler = cProfile.Profile()
+    record.update(seconds=[], packed=[], profiler=profiler)
+
+    class Clock(transformers.TrainerCallback):
+        def on_step_begin(self, args, state, control, **kwargs):
+            baton.wait(name)
+            self.start_s = time.perf_counter()
+            if state.global_step == steps + 1:  # the steps done before this one
+                profiler.enable()
+
+        def on_step_end(self, args, state, control, **kwargs):
+            elapsed = time.perf_counter() - self.start_s
+            done = state.global_step - 1  # this step's number (global_step counts it now)
+            if done == steps + 1:
+                profiler.disable()
+            elif 1 <= done <= steps:
+                record["seconds"].append(elapsed)
+                tokens = getattr(record.get("trainer"), "cpplan_tokens", None)
+                record["packed"].append(tokens.packed if tokens is not None else None)
+            baton.done()
+
+    return Clock()
+
+
+def compare(path: str, tmp: Path, steps: int, shape: Shape, memory: str) -> dict:
+    """Both trainers' steps, taking turns (:func:`turns`); per trainer its record."""
+    import trl
+
+    from cpplan.integrations.trl import GRPOTrainer
+
+    baton = Baton(turns(steps))
+    records: dict[str, dict] = {name: {} for name in NAMES}
+    classes = {"stock": (trl.GRPOTrainer, {}), "cpplan": (GRPOTrainer, {"memory_bytes": memory})}
+    for name, (cls, extra) in classes.items():
+        callback = clock(name, baton, steps, records[name])
+        records[name]["trainer"] = trainer_of(cls, path, tmp / name, steps, shape, callback, **extra)
+    threads = [threading.Thread(target=records[name]["trainer"].train, name=name) for name in NAMES]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return records
+
+
+def busy_processes(count: int) -> list[subprocess.Popen]:
+    """``count`` processes spinning a core each (stopped by :func:`stop`)."""
+    spin = "while True:\n    pass\n"
+    return [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(count)]
+
+
+def stop(processes: list[subprocess.Popen]) -> None:
+    """Stop and reap ``processes``."""
+    for process in processes:
+        process.kill()
+    for process in processes:
+        process.wait()
+
+
+def measured_run(path: str, tmp: Path, steps: int, shape: Shape, memory: str, busy: int) -> dict:
+    """One comparison beside ``busy`` busy processes: its load averages, step times, tokens, profiles."""
+    spinning = busy_processes(busy)
+    try:
+        if busy:
+            time.sleep(5.0)  # let the spinners take their cores before the first step
+        load_start = os.getloadavg()
+        records = compare(path, tmp / f"busy{busy}", steps, shape, memory)
+        load_end = os.getloadavg()
+    finally:
+        stop(spinning)
+    tokens = records["cpplan"]["trainer"].cpplan_tokens
+    run = {
+        "busy_processes": busy,
+        "load_average_start": list(load_start),
+        "load_average_end": list(load_end),
+        "attention": {name: records[name]["trainer"].model.config._attn_implementation for name in NAMES},
+        "tokens_per_pass": {
+            "stock_padded": tokens.padded,
+            "cpplan_packed": tokens.packed,
+        },
+        "cpplan_packed_per_step": records["cpplan"]["packed"],
+    }
+    for name in NAMES:
+        seconds = records[name]["seconds"]
+        run[name] = {
+            "step_seconds": seconds,
+            "median_step_s": statistics.median(seconds),
+            "min_step_s": min(seconds),
+            "max_step_s": max(seconds),
+            "profile_s": profile_rows(records[name]["profiler"]),
+        }
+    pairs = [a / b for a, b in zip(run["stock"]["step_seconds"], run["cpplan"]["step_seconds"], strict=True)]
+    run["speedup"] = run["stock"]["median_step_s"] / run["cpplan"]["median_step_s"]
+    run["pair_speedups"] = pairs
+    run["token_ratio"] = tokens.padded / tokens.packed
+    return run
 
 
 def lora_config():
@@ -228,63 +355,75 @@ def profile_rows(profiler: cProfile.Profile) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", type=int, default=5, help="timed steps per trainer and run (default 5)")
     parser.add_argument(
-        "--steps", type=int, default=None, help="timed steps per trainer (default 3; 10 --tiny)"
+        "--busy", default="0,2", help="busy processes beside each run, comma-separated (default 0,2)"
     )
-    parser.add_argument("--quick", action="store_true", help="1 timed step each (a smoke run)")
+    parser.add_argument("--quick", action="store_true", help="1 timed step each, quiet only (a smoke run)")
     parser.add_argument("--tiny", action="store_true", help="the tiny LoRA + gradient checkpointing case")
     parser.add_argument(
         "--output", type=Path, default=None, help="default results/bench_trl_step[_tiny].json"
     )
     options = parser.parse_args()
     shape = TINY if options.tiny else REALISTIC
-    steps = 1 if options.quick else options.steps or (10 if options.tiny else 3)
+    steps = 1 if options.quick else options.steps
+    loads = [0] if options.quick else [int(b) for b in options.busy.split(",")]
     output = options.output or RESULTS / (
         "bench_trl_step_tiny.json" if options.tiny else "bench_trl_step.json"
     )
+    if options.quick and options.output is None:
+        output = output.with_name(output.stem + "_quick.json")
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     torch.set_num_threads(int(os.environ.get("BENCH_THREADS", "2")))
-    import trl
-
-    from cpplan.integrations.trl import GRPOTrainer
-
     memory = "1GiB" if options.tiny else "40GiB"
     with tempfile.TemporaryDirectory() as tmp:
         path = saved_model(Path(tmp) / "model", shape)
-        runs = {
-            "stock": run(trl.GRPOTrainer, path, Path(tmp) / "stock", steps, shape),
-            "cpplan": run(GRPOTrainer, path, Path(tmp) / "cpplan", steps, shape, memory_bytes=memory),
-        }
-    tokens = runs["cpplan"]["trainer"].cpplan_tokens
+        runs = [measured_run(path, Path(tmp), steps, shape, memory, busy) for busy in loads]
     report = {
+        "date": datetime.date.today().isoformat(),
+        "machine": {"cpus": os.cpu_count(), "torch_threads": torch.get_num_threads()},
+        "versions": versions(),
         "shape": asdict(shape)
         | {"vocab": WORDS + 3, "rows_per_step": 2 * shape.num_generations, "dtype": "float32"}
-        | {"threads": torch.get_num_threads(), "steps": steps, "memory": memory, "solver": "runtime"},
-        "tokens_per_pass": {"stock_padded": tokens.padded, "cpplan_packed": tokens.packed},
-        "token_ratio": tokens.padded / tokens.packed,
+        | {"steps": steps, "memory": memory, "solver": "trainer", "attention": ATTENTION},
+        "runs": runs,
+        "plan_same_under_load": len({tuple(run["cpplan_packed_per_step"]) for run in runs}) == 1,
     }
-    for name, result in runs.items():
-        report[name] = {
-            "step_seconds": result["seconds"],
-            "median_step_s": statistics.median(result["seconds"]),
-            "profile_s": result["profile"],
-        }
-    report["speedup"] = report["stock"]["median_step_s"] / report["cpplan"]["median_step_s"]
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    print_table(report)
+    for run in runs:
+        print_table(run)
+    print(f"plans the same under every load: {report['plan_same_under_load']}")
     print(f"wrote {output}")
 
 
-def print_table(report: dict) -> None:
-    """The step times, the token counts and the two profiles side by side."""
-    stock, ours = report["stock"], report["cpplan"]
+def versions() -> dict[str, str]:
+    """The versions of what the step runs on."""
+    import transformers
+    import trl
+
+    return {"torch": torch.__version__, "transformers": transformers.__version__, "trl": trl.__version__}
+
+
+def print_table(run: dict) -> None:
+    """One run's step times, pair ratios, token counts and the two profiles side by side."""
+    stock, ours = run["stock"], run["cpplan"]
+    start, end = run["load_average_start"], run["load_average_end"]
+    print(
+        f"\n{run['busy_processes']} busy processes; load average {start[0]:.2f} at the start, "
+        f"{end[0]:.2f} at the end; attention {run['attention']}"
+    )
     print("| | stock TRL | cpplan | stock / cpplan |\n| --- | ---: | ---: | ---: |")
     print(
         f"| median s per step | {stock['median_step_s']:.3f} | {ours['median_step_s']:.3f} | "
-        f"{report['speedup']:.2f}x |"
+        f"{run['speedup']:.2f}x |"
     )
-    t, ratio = report["tokens_per_pass"], report["token_ratio"]
+    spread = f"{min(run['pair_speedups']):.2f}x-{max(run['pair_speedups']):.2f}x"
+    print(
+        f"| min-max s per step | {stock['min_step_s']:.3f}-{stock['max_step_s']:.3f} | "
+        f"{ours['min_step_s']:.3f}-{ours['max_step_s']:.3f} | pairs {spread} |"
+    )
+    t, ratio = run["tokens_per_pass"], run["token_ratio"]
     print(f"| tokens per log-prob pass | {t['stock_padded']:,} | {t['cpplan_packed']:,} | {ratio:.2f}x |")
     for label in stock["profile_s"]:
         a, b = stock["profile_s"][label], ours["profile_s"][label]

@@ -83,7 +83,8 @@ def step_logprobs(
         keys, n = run.keys, len(run.keys)
         logprobs.update(zip(keys, found[:n], strict=True))
         read = 2 * n if entropies else n
-        entropy_of.update(zip(keys, found[n:read], strict=True))
+        if entropies:
+            entropy_of.update(zip(keys, found[n:read], strict=True))
         if router:
             step = RouterSums(*found[read:])
             sums = step if sums is None else sums + step
@@ -183,7 +184,7 @@ class _WaveRun:
             else:
                 logprobs, entropies = packed_logprobs(*self.args, **self.options), {}
         self.keys = sorted(logprobs)
-        out = (*(logprobs[k] for k in self.keys), *(entropies[k] for k in self.keys))
+        out = (*(logprobs[k] for k in self.keys), *(entropies[k] for k in self.keys if self.entropies))
         return out if self.weights is None else (*out, *router_sums(found, self.weights).as_tensors())
 
 

@@ -52,7 +52,8 @@ class GRPOTrainer(trl.GRPOTrainer):
     """``trl.GRPOTrainer`` (same arguments) plus the cpplan settings, keyword-only: a ready
     ``planner``, or ``memory_bytes`` (per GPU, for a wave), ``card`` (a model card name or path; by
     default one derived from ``model.config``, :func:`cpplan.spec.config_card.card_from_config`, and
-    logged), ``topology`` (default one rank) and ``solver`` (default ``"runtime"``). ``kernels`` goes to
+    logged), ``topology`` (default one rank) and ``solver`` (default ``"trainer"``: deterministic work limits,
+    so the plan a step executes does not depend on the machine's load). ``kernels`` goes to
     :func:`cpplan.hf.packed_logprobs`. :attr:`cpplan_tokens` holds the last pass's token counts; the
     logs gain ``cpplan/packed_tokens`` and ``cpplan/padded_tokens``. With ``observe`` (default) every wave
     of a pass with gradients is measured (``meter``, a :class:`~cpplan.integrations.wave_meter.WaveMeter`;
@@ -66,7 +67,7 @@ class GRPOTrainer(trl.GRPOTrainer):
         card: str | None = None,
         memory_bytes: int | str | None = None,
         topology: Topology | str | None = None,
-        solver: str = "runtime",
+        solver: str = "trainer",
         kernels: str = "auto",
         observe: bool = True,
         meter: WaveMeter | None = None,
