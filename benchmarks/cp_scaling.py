@@ -119,12 +119,16 @@ def _card_seconds(card, name: str) -> float:
 
 def attention_component(cp: int, tokens_per_gpu: int, layout: str) -> float:
     """One attention layer's forward + backward efficiency on one sequence of ``cp * tokens_per_gpu``
-    tokens, the card's per-pair prices (forward, backward without the recompute, as the kernels are
-    benchmarked) and the key/value all-gather (bytes at the bus bandwidth, ring latency, forward and
-    backward), against the same layer alone."""
+    tokens, the card's per-pair prices at CP ``cp`` and at CP1 (forward, backward without the recompute,
+    as the kernels are benchmarked; under CP at the card's ``cp_compute_efficiency``) and the key/value
+    all-gather (bytes at the bus bandwidth, ring latency, forward and backward), against the same layer
+    alone."""
     model = load_model("qwen3.6-35b-a3b")
     card, alone = (model.resolve(Topology(cp=c), num_layers=4) for c in (cp, 1))
-    per_pair = _card_seconds(alone, "attention") + _card_seconds(alone, "attention_backward") * 10 / 14
+    per_pair, per_pair_one = (
+        _card_seconds(c, "attention") + _card_seconds(c, "attention_backward") * 10 / 14
+        for c in (card, alone)
+    )
     total = cp * tokens_per_gpu
     chunk = 128
     chunks = total // chunk
@@ -138,21 +142,22 @@ def attention_component(cp: int, tokens_per_gpu: int, layout: str) -> float:
     exchange = _card_seconds(card, "cp_exchange") * 2 / 3 * (total - tokens_per_gpu)
     latency = 2 * (card.topology.cp > 1) * (8.4e-6 + (cp - 1) * 3.4e-6)
     t_cp = busiest * per_pair + exchange + latency
-    t_one = pairs.sum() * per_pair
+    t_one = pairs.sum() * per_pair_one
     return t_one / (cp * t_cp)
 
 
 def gdn_component(cp: int, tokens: int, mode: str) -> float:
     """One GDN layer's recurrence (forward + backward) and its hand-off in ``mode`` over ``cp`` ranks
     splitting one sequence of ``tokens`` evenly and contiguously, priced by the planner's hand-off
-    functions, against the layer alone (the card's per-layer prices: 30 GDN layers' prices divided by
-    30)."""
+    functions, against the layer alone (the card's per-layer prices at CP ``cp`` and at CP1: 30 GDN
+    layers' prices divided by 30)."""
     model = load_model("qwen3.6-35b-a3b")
-    card = model.resolve(Topology(cp=cp))
+    card, alone = (model.resolve(Topology(cp=c)) for c in (cp, 1))
     layers = 30
-    per_token = (
-        _card_seconds(card, "gdn_recurrence") + _card_seconds(card, "gdn_recurrence_backward")
-    ) / layers
+    per_token, per_token_one = (
+        (_card_seconds(c, "gdn_recurrence") + _card_seconds(c, "gdn_recurrence_backward")) / layers
+        for c in (card, alone)
+    )
     local = tokens / cp
     h = card.handoff
     # the card's hand-off terms count three passes of every GDN layer; here forward + backward of one
@@ -167,7 +172,7 @@ def gdn_component(cp: int, tokens: int, mode: str) -> float:
     else:  # head-parallel: the whole sequence at 1 / cp of the heads (= local tokens), two all-to-alls
         rows = moved_rows(np.full(cp, tokens // cp))
         handoff = (h.head_collective_s + rows * h.head_s_per_token) * 2 / 3 / layers
-    t_one = tokens * per_token
+    t_one = tokens * per_token_one
     return t_one / (cp * (local * per_token + handoff))
 
 
