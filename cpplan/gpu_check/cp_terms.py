@@ -126,7 +126,8 @@ def _collective_worker(rank: int, world: int, port: int, sizes: tuple[int, ...],
     dev = torch.device("cuda", rank)
     lines = []
     for size in sizes:
-        send = torch.ones(size // 2, dtype=torch.bfloat16, device=dev)
+        # bf16 elements, a multiple of the world size (all_to_all_single splits them evenly)
+        send = torch.ones(size // 2 // world * world, dtype=torch.bfloat16, device=dev)
         receive = torch.empty_like(send)
         gathered = torch.empty(world * send.numel(), dtype=torch.bfloat16, device=dev)
         seconds = []
@@ -138,7 +139,7 @@ def _collective_worker(rank: int, world: int, port: int, sizes: tuple[int, ...],
             dist.barrier()
             _, s = timed(op, dev, reps)
             seconds.append(s)
-        lines.append(f"{size} {seconds[0]} {seconds[1]}")
+        lines.append(f"{send.numel() * 2} {seconds[0]} {seconds[1]}")
     if rank == 0:
         with open(out, "w") as handle:
             handle.write("\n".join(lines))
