@@ -9,6 +9,7 @@
   GPU on 8 GPUs, split evenly by tokens (contiguous, as the all-gather scheme runs) and zigzag, against
   ring-flash-attention's 0.58 (all-gather) and 0.76-0.90 (zigzag); one GDN layer's recurrence and
   hand-off (or head-parallel all-to-alls) at 32K tokens on 4 GPUs against fla's CP, 0.68.
+- ``cards``: 128K at CP8 and 32K at CP4 for every shipped card that supports CP, in the chosen mode.
 - ``held_out``: for each held-out workload (other seeds and records than the bench suite's) and CP size
   at 40 GiB per rank, the greedy planner's step seconds (dp = 1).
 
@@ -19,6 +20,7 @@ The efficiency is T(1) / (c * T(c)): 1.0 means c ranks finish c times faster. Us
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 
@@ -26,6 +28,7 @@ import numpy as np
 
 from cpplan.bench import synthetic
 from cpplan.bench.suites import sharegpt, sharegpt_available
+from cpplan.errors import InputError
 from cpplan.planners.greedy import greedy_plan
 from cpplan.pricing.handoff import (
     HANDOFF_MODES,
@@ -37,7 +40,7 @@ from cpplan.pricing.handoff import (
 from cpplan.pricing.head_parallel import moved_rows
 from cpplan.pricing.problem import Problem
 from cpplan.pricing.wave import price_wave
-from cpplan.spec.card import HandoffSeconds, load_model
+from cpplan.spec.card import HandoffSeconds, available_models, load_model
 from cpplan.spec.settings import Settings
 from cpplan.spec.topology import Topology
 from cpplan.spec.workload import Item, Request, Workload
@@ -77,11 +80,11 @@ PUBLISHED = {
 GDN, issue 25)."""
 
 
-def single_wave(tokens: int, cp: int) -> dict:
+def single_wave(tokens: int, cp: int, model: str = "qwen3.6-35b-a3b") -> dict:
     """One request of ``tokens`` at CP ``cp``: the priced wave's seconds in each hand-off mode, plus the
     step terms (budget far above any peak: this prices time, not fit)."""
     workload = Workload(items=(Item(id="a", requests=(Request(tokens=np.arange(tokens) % 997),)),))
-    settings = Settings(topology=Topology(cp=cp), model=load_model("qwen3.6-35b-a3b"), memory_bytes=2**50)
+    settings = Settings(topology=Topology(cp=cp), model=load_model(model), memory_bytes=2**50)
     problem = Problem.build(workload, settings)
     wave = price_wave(problem, [0], problem.pack([0], "full"), "full")
     modes = handoff_modes(wave.layout, wave.owner, problem.chunk_tokens, cp, problem.card.handoff)
@@ -113,18 +116,48 @@ def single() -> dict:
     return table
 
 
+CARD_CASES = ((131072, 8), (32768, 4))
+"""The issue-39 cases every shipped card that supports CP is checked at (128K at CP8, 32K at CP4)."""
+
+
+def every_card() -> dict:
+    """Efficiency of one request alone in the planner's chosen mode for every shipped card that supports
+    CP: ``{card: {"TOKENS@cp": efficiency}}``."""
+    table: dict = {}
+    for name in available_models():
+        try:
+            load_model(name).resolve(Topology(cp=8))
+        except InputError:
+            continue
+        row = {}
+        for tokens, cp in CARD_CASES:
+            alone = single_wave(tokens, 1, name)["rounds"]
+            found = single_wave(tokens, cp, name)
+            row[f"{tokens}@{cp}"] = {
+                "efficiency": alone / (cp * found[found["chosen"]]),
+                "chosen": found["chosen"],
+            }
+        table[name] = row
+        print(name, {k: round(v["efficiency"], 3) for k, v in row.items()}, flush=True)
+    return table
+
+
 def _card_seconds(card, name: str) -> float:
     return float(card.cost_seconds[card.cost_names.index(name)]) if name in card.cost_names else 0.0
 
 
 def attention_component(cp: int, tokens_per_gpu: int, layout: str) -> float:
     """One attention layer's forward + backward efficiency on one sequence of ``cp * tokens_per_gpu``
-    tokens, the card's per-pair prices (forward, backward without the recompute, as the kernels are
-    benchmarked) and the key/value all-gather (bytes at the bus bandwidth, ring latency, forward and
-    backward), against the same layer alone."""
+    tokens, the card's per-pair prices at CP ``cp`` and at CP1 (forward, backward without the recompute,
+    as the kernels are benchmarked; under CP at the card's ``cp_compute_efficiency``) and the key/value
+    all-gather (bytes at the bus bandwidth, ring latency, forward and backward), against the same layer
+    alone."""
     model = load_model("qwen3.6-35b-a3b")
     card, alone = (model.resolve(Topology(cp=c), num_layers=4) for c in (cp, 1))
-    per_pair = _card_seconds(alone, "attention") + _card_seconds(alone, "attention_backward") * 10 / 14
+    per_pair, per_pair_one = (
+        _card_seconds(c, "attention") + _card_seconds(c, "attention_backward") * 10 / 14
+        for c in (card, alone)
+    )
     total = cp * tokens_per_gpu
     chunk = 128
     chunks = total // chunk
@@ -138,21 +171,22 @@ def attention_component(cp: int, tokens_per_gpu: int, layout: str) -> float:
     exchange = _card_seconds(card, "cp_exchange") * 2 / 3 * (total - tokens_per_gpu)
     latency = 2 * (card.topology.cp > 1) * (8.4e-6 + (cp - 1) * 3.4e-6)
     t_cp = busiest * per_pair + exchange + latency
-    t_one = pairs.sum() * per_pair
+    t_one = pairs.sum() * per_pair_one
     return t_one / (cp * t_cp)
 
 
 def gdn_component(cp: int, tokens: int, mode: str) -> float:
     """One GDN layer's recurrence (forward + backward) and its hand-off in ``mode`` over ``cp`` ranks
     splitting one sequence of ``tokens`` evenly and contiguously, priced by the planner's hand-off
-    functions, against the layer alone (the card's per-layer prices: 30 GDN layers' prices divided by
-    30)."""
+    functions, against the layer alone (the card's per-layer prices at CP ``cp`` and at CP1: 30 GDN
+    layers' prices divided by 30)."""
     model = load_model("qwen3.6-35b-a3b")
-    card = model.resolve(Topology(cp=cp))
+    card, alone = (model.resolve(Topology(cp=c)) for c in (cp, 1))
     layers = 30
-    per_token = (
-        _card_seconds(card, "gdn_recurrence") + _card_seconds(card, "gdn_recurrence_backward")
-    ) / layers
+    per_token, per_token_one = (
+        (_card_seconds(c, "gdn_recurrence") + _card_seconds(c, "gdn_recurrence_backward")) / layers
+        for c in (card, alone)
+    )
     local = tokens / cp
     h = card.handoff
     # the card's hand-off terms count three passes of every GDN layer; here forward + backward of one
@@ -167,7 +201,7 @@ def gdn_component(cp: int, tokens: int, mode: str) -> float:
     else:  # head-parallel: the whole sequence at 1 / cp of the heads (= local tokens), two all-to-alls
         rows = moved_rows(np.full(cp, tokens // cp))
         handoff = (h.head_collective_s + rows * h.head_s_per_token) * 2 / 3 / layers
-    t_one = tokens * per_token
+    t_one = tokens * per_token_one
     return t_one / (cp * (local * per_token + handoff))
 
 
@@ -188,7 +222,8 @@ def main(out: str, single_only: bool = False) -> None:
     """Write the single-sequence table, the components, the published figures and (unless
     ``single_only``) ``{workload: {cp: {"step_s", "efficiency"}}}`` of the held-out workloads."""
     started = time.perf_counter()
-    result: dict = {"single": single(), "components": components(), "published": PUBLISHED, "held_out": {}}
+    result: dict = {"single": single(), "components": components(), "published": PUBLISHED}
+    result |= {"cards": every_card(), "held_out": {}, "load_average_before": list(os.getloadavg())}
     if not single_only:
         for name, workload in held_out().items():
             seconds = {cp: step_seconds(workload, cp) for cp in CPS}
@@ -201,6 +236,7 @@ def main(out: str, single_only: bool = False) -> None:
                 flush=True,
             )
     result["wall_s"] = time.perf_counter() - started
+    result["load_average_after"] = list(os.getloadavg())
     with open(out, "w") as handle:
         json.dump(result, handle, indent=1)
 
@@ -236,4 +272,8 @@ def markdown(result: dict) -> str:
         f"| GDN layer, CP4, 32K tokens, head-parallel | {found['gdn_head_parallel_cp4_32k']:.2f} | "
         f"{published['gdn_fla_cp4_32k']} (fla CP, parallel) |",
     ]
+    lines += ["", "| card | 128K at CP8 | 32K at CP4 |", "| --- | --- | --- |"]
+    for name, row in result.get("cards", {}).items():
+        cells = [f"{row[k]['efficiency']:.2f} ({row[k]['chosen']})" for k in ("131072@8", "32768@4")]
+        lines.append(f"| {name} | {' | '.join(cells)} |")
     return "\n".join(lines)

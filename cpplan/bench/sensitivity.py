@@ -51,8 +51,8 @@ KNOBS: tuple[Knob, ...] = (
     Knob(name="mfu_attention", names=("mfu_attention",), why="measured at 8K and 32K only"),
     Knob(
         name="interconnect",
-        names=("interconnect_bytes_per_s",),
-        why="nccl-tests all-gather figure, not this cluster",
+        names=("interconnect_bytes_per_s", "all_to_all_bytes_per_s"),
+        why="nccl-tests all-gather figure and DeepEP's all-to-all ratio, not this cluster",
     ),
     Knob(
         name="collective_latency",

@@ -69,7 +69,10 @@ def gpu_check_command(
     stated tolerances); (3) the card's model truncated to 8 layers (random weights, LoRA, bf16) on three
     CP1 waves (no sharing, a GRPO tree, a long chain), cold and warm: peak bytes above the pre-wave
     baseline and seconds against the card; then the GDN kernel and the tree flex_attention alone;
-    (4) write the results under --output. Exit 1 when an exactness check fails, 70 when a step raised
+    (4) the CP terms the card takes from published figures: attention on one ring step's block at 512
+    to 16K tokens, and NCCL's all-to-all against its all-gather over every GPU of the node (each skipped,
+    with its reason, on the CPU or, for the all-to-all, with one GPU); (5) write the results under
+    --output. Exit 1 when an exactness check fails, 70 when a step raised
     (the files are written first)."""
     config = CheckConfig(
         output=output,

@@ -18,7 +18,7 @@ import torch
 
 from cpplan.calibration.measure import model_from_config, write_logs
 from cpplan.errors import InputError
-from cpplan.gpu_check import exactness, kernel_sweeps, measured_waves
+from cpplan.gpu_check import cp_terms, exactness, kernel_sweeps, measured_waves
 from cpplan.gpu_check.environment import describe, environment
 from cpplan.gpu_check.report_files import FORMAT, LOGS_DIR, write_report
 from cpplan.gpu_check.time_guard import DEFAULT_LIMIT_S, TimeGuard
@@ -26,7 +26,7 @@ from cpplan.gpu_check.tiny_models import tiny_config
 from cpplan.spec.card import load_model
 from cpplan.spec.topology import Topology
 
-STEPS = ("exactness", "waves", "kernels")
+STEPS = ("exactness", "waves", "kernels", "cp_terms")
 EXIT_FAILED, EXIT_ERROR = 1, 70
 EXACTNESS_MEMORY_BYTES = 80 * 2**30
 SWEEP_MEMORY_BYTES = 2**40
@@ -244,7 +244,41 @@ def _scaled(shapes: measured_waves.Shapes, divisor: int) -> measured_waves.Shape
     )
 
 
-STEP_FUNCTIONS = {"exactness": step_exactness, "waves": step_waves, "kernels": step_kernels}
+def step_cp_terms(config: CheckConfig, state: CheckState) -> None:
+    """The CP terms the card takes from published figures: the ring-step block efficiency sweep and the
+    all-to-all bandwidth, each skipped (with its reason in the report) where the hardware cannot run it."""
+    if not state.guard.allows("cp_terms"):
+        return
+    card = load_model(config.card)
+    env = card.environment(Topology(cp=1))
+    flops = env.get("attention_flops", env["effective_flops"])
+    per_pair = 14 * env["num_heads"] * env["head_dim"] / flops  # forward 4 + backward 10 FLOPs per pair
+    report = state.report.setdefault("cp_terms", {})
+    report["ring_block"] = cp_terms.ring_block_sweep(
+        cp_terms.GPU_BLOCK,
+        device=config.device,
+        allowed=lambda s: state.guard.allows("cp_terms/ring_block (larger blocks)", s),
+        card_s_per_pair=per_pair,
+        card_cp_efficiency=env.get("cp_published_efficiency"),
+    )
+    if state.guard.allows("cp_terms/all_to_all"):
+        report["all_to_all"] = cp_terms.all_to_all_measurement(
+            device=config.device,
+            card_all_to_all_bytes_per_s=env.get("all_to_all_bytes_per_s"),
+            card_all_gather_bytes_per_s=card.hardware.interconnect_bytes_per_s,
+        )
+    for name, part in report.items():
+        state.echo(
+            f"cp_terms {name}: {part['status']}" + (f" ({part['reason']})" if "reason" in part else "")
+        )
+
+
+STEP_FUNCTIONS = {
+    "exactness": step_exactness,
+    "waves": step_waves,
+    "kernels": step_kernels,
+    "cp_terms": step_cp_terms,
+}
 
 
 def _run_step(name: str, config: CheckConfig, state: CheckState) -> None:

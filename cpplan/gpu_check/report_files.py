@@ -137,10 +137,45 @@ def markdown(report: dict) -> str:
         for r in report.get("kernels", [])
     ]
     lines += [*_table(header, rows), ""]
+    lines += _cp_terms_markdown(report.get("cp_terms", {}))
     for key, title in (("skipped", "Skipped (time limit)"), ("errors", "Errors")):
         if report.get(key):
             lines += [f"## {title}", "", *(f"- {item}" for item in report[key]), ""]
     return "\n".join(lines)
+
+
+def _cp_terms_markdown(parts: dict) -> list[str]:
+    """The CP terms' section: each part's table, or the reason it was skipped."""
+    if not parts:
+        return []
+    lines = ["## CP terms (ring-step block efficiency, all-to-all bandwidth)", ""]
+    for name, part in parts.items():
+        if part["status"] != "measured":
+            lines += [f"- {name}: skipped ({part['reason']})"]
+            continue
+        if name == "ring_block":
+            header = ["block tokens", "s", "s per pair", "efficiency vs largest"]
+            rows = [
+                [
+                    f"{r['block_tokens']:,}",
+                    f"{r['seconds']:.4f}",
+                    f"{r['s_per_pair']:.3e}",
+                    f"{r['efficiency']:.3f}",
+                ]
+                for r in part["rows"]
+            ]
+        else:
+            header = ["bytes per rank", "all-to-all bus GB/s", "all-gather bus GB/s"]
+            rows = [
+                [
+                    f"{r['bytes_per_rank']:,}",
+                    f"{r['all_to_all_bus_bytes_per_s'] / 1e9:.1f}",
+                    f"{r['all_gather_bus_bytes_per_s'] / 1e9:.1f}",
+                ]
+                for r in part["rows"]
+            ]
+        lines += ["", f"{name}:", "", *_table(header, rows)]
+    return [*lines, ""]
 
 
 def finite(value: Any) -> Any:
