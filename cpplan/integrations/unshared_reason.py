@@ -48,7 +48,7 @@ def unshared_reason(planner, result, workload: Workload) -> str | None:
     return (
         f"card {planner.settings.model.name} prices the waves with each prompt stored once "
         f"({shared_tokens} packed tokens) at {shared_s:.9f} s, against {unshared_s:.9f} s stored once per "
-        f"completion ({plan.packed_tokens} tokens; sharing priced {(shared_s - unshared_s) * 1e6:+.1f} us: "
+        f"completion ({plan.packed_tokens} tokens; sharing priced {(shared_s - unshared_s) * 1e9:+,.0f} ns: "
         f"{why}); {fix}"
     )
 
