@@ -13,10 +13,20 @@ constants and calibrated coefficients of the shipped card of the same family:
 
 The coefficients are transferred, not measured on the model (the card's calibration says so); the
 learned correction (:meth:`cpplan.Planner.observe`) is what adapts them to what the model measures.
+
+One price is calibrated by the model's size (:func:`segment_formula`): the template's per-segment
+seconds (``layers * 4e-6``, a varlen kernel's bookkeeping on a large model) are at most
+:func:`segment_tokens` tokens' forward and backward seconds. For a tiny model the template's price is
+thousands of tokens' worth (hidden 32, 2 layers: about 19,000), so sharing a prompt, which adds a
+segment, looked slower than storing it once per completion whatever the prompt's length; measured
+(``benchmarks/bench_sharing_overhead.py``), an extra segment of the packed step costs 75 tokens at that
+size and about 10 at hidden 256. Realistic sizes (Qwen3-0.6B and up) keep the template's price: there
+it is already below the cap.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from cpplan.spec.card import ModelCard, _check_formulas, read_toml
@@ -29,6 +39,18 @@ TEMPLATES = {
     ("hybrid", True): "qwen3.6-35b-a3b",
 }
 """The shipped card whose floors and costs a derived card uses, by (layer kinds, mixture of experts)."""
+
+SEGMENT_TOKENS_TINY = 75.0
+"""Measured seconds of one extra segment, in tokens' forward and backward seconds, of the packed step
+at the reference size :data:`SEGMENT_REFERENCE_PARAMS` (benchmarks/results/bench_sharing_overhead.json:
+hidden 32, 2 layers, on the CPU)."""
+SEGMENT_REFERENCE_PARAMS = 12_000
+"""Active parameters per layer (``active_params / layers``) of the reference size (hidden 32, FFN 48, 4/2
+heads of 16, 2 layers, vocabulary 64: 11,776)."""
+SEGMENT_TOKENS_FLOOR = 12.0
+"""The cap never falls below this many tokens (the benchmark measures 5 to 10 at hidden 128 and 256, so
+a larger model's segment is not priced below what was measured; Qwen3-0.6B's template price, 10.4
+tokens, stays under it, so realistic cards keep their price)."""
 
 _DTYPE_BYTES = {"float64": 8, "float32": 4, "bfloat16": 2, "float16": 2}
 
@@ -48,10 +70,40 @@ def card_from_config(config: Any, *, dtype_bytes: int | None = None) -> ModelCar
     model_type = str(getattr(text, "model_type", "") or "model")
     name = f"{model_type}-{geometry['hidden']}h-{geometry['num_layers']}l-from-config"
     data |= {"name": name, "display_name": name, "aliases": [], "geometry": geometry}
+    segments = data.get("cost", {}).get("terms", {}).get("segments")
+    if segments is not None and {"forward", "backward"} <= data["cost"]["terms"].keys():
+        terms = data["cost"]["terms"]
+        segments["seconds_per_unit"] = segment_formula(
+            segments["seconds_per_unit"],
+            terms["forward"]["seconds_per_unit"],
+            terms["backward"]["seconds_per_unit"],
+        )
+        segments["doc"] = (
+            f"{segments.get('doc', '')}; at most segment_tokens tokens' forward and backward "
+            "seconds (cpplan.spec.config_card.segment_formula: calibrated by the model's size)"
+        )
     data["calibration"] = _transferred(data.get("calibration", {}), template)
     card = ModelCard.model_validate(data)
     _check_formulas(card)
     return card
+
+
+def segment_tokens(layer_params: float) -> float:
+    """The most tokens' seconds one segment costs in a derived card, for a model of ``layer_params``
+    active parameters per layer: :data:`SEGMENT_TOKENS_TINY` at the reference size, falling as the
+    square root of the size (the benchmark's 75, 27 and 10 tokens at 11.8K, 49K and 0.79M parameters per
+    layer lie within 1.3x of it), never below :data:`SEGMENT_TOKENS_FLOOR`."""
+    return max(SEGMENT_TOKENS_FLOOR, SEGMENT_TOKENS_TINY * math.sqrt(SEGMENT_REFERENCE_PARAMS / layer_params))
+
+
+def segment_formula(template: str, forward: str, backward: str) -> str:
+    """The derived card's per-segment seconds: the template's formula, capped at
+    :func:`segment_tokens` of the card's size times one token's forward and backward seconds."""
+    tokens = (
+        f"max({SEGMENT_TOKENS_FLOOR!r}, {SEGMENT_TOKENS_TINY!r} * "
+        f"({SEGMENT_REFERENCE_PARAMS} * layers / active_params) ** 0.5)"
+    )
+    return f"min({template}, {tokens} * (({forward}) + ({backward})))"
 
 
 def _geometry(config: Any, dtype_bytes: int | None) -> dict[str, Any]:
@@ -177,4 +229,4 @@ def card_summary(card: ModelCard) -> str:
     return ", ".join(parts)
 
 
-__all__ = ["TEMPLATES", "card_from_config", "card_summary"]
+__all__ = ["TEMPLATES", "card_from_config", "card_summary", "segment_formula", "segment_tokens"]

@@ -108,3 +108,81 @@ def test_unpriceable_configs_are_refused_by_name():
     moe.mlp_only_layers = [0]
     with pytest.raises(ValueError, match="mlp_only_layers"):
         card_from_config(moe)
+
+
+def _howto_config(**overrides):
+    """The TRL how-to's tiny Qwen3 (docs/integrations.md), float32."""
+    sizes = dict(
+        hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4, head_dim=16
+    )
+    return transformers.Qwen3Config(vocab_size=63, num_key_value_heads=2, **(sizes | overrides))
+
+
+def _grouped(prompt_length: int):
+    """2 prompts of ``prompt_length`` tokens x 4 completions of 20 tokens, as the TRL adapter groups them."""
+    from cpplan.integrations.rollout_items import RolloutRow, grouped_workload
+
+    rng = np.random.default_rng(0)
+    rows = []
+    for _ in range(2):
+        prompt = tuple(int(t) for t in rng.integers(3, 63, prompt_length))
+        rows += [
+            RolloutRow(prompt=prompt, completion=tuple(int(t) for t in rng.integers(3, 63, 20)))
+            for _ in range(4)
+        ]
+    return grouped_workload(rows)[0]
+
+
+def test_tiny_card_shares_a_prompt_where_the_measured_step_is_faster():
+    """The how-to's tiny model, 64-token prompts (measured 1.33x faster shared,
+    benchmarks/results/bench_sharing_overhead.json): the derived card plans each prompt stored once
+    (packed tokens = logical less 3 copies of each prompt); with the template's per-segment price it
+    stored every copy."""
+    card = card_from_config(_howto_config(), dtype_bytes=4)
+    workload = _grouped(64)
+    plan = cpplan.Planner(model=card, memory_bytes="36GiB", solver="deterministic").plan(workload).plan
+    assert plan.packed_tokens == plan.logical_tokens - 2 * 3 * 64
+    template_priced = card.model_copy(
+        update={
+            "cost": card.cost.model_copy(
+                update={
+                    "terms": card.cost.terms
+                    | {
+                        "segments": card.cost.terms["segments"].model_copy(
+                            update={"seconds_per_unit": "layers * 4e-6"}
+                        )
+                    }
+                }
+            )
+        }
+    )
+    before = cpplan.Planner(model=template_priced, memory_bytes="36GiB", solver="deterministic").plan(
+        workload
+    )
+    assert before.plan.packed_tokens == before.plan.logical_tokens
+
+
+def test_segment_cap_falls_with_size_and_leaves_realistic_cards_as_they_were():
+    """The cap in tokens is the measured 75 at the tiny size, falls with size to its floor; a
+    Qwen3-0.6B config's per-segment seconds are the template's (layers x 4e-6), the tiny config's far
+    below it."""
+    from cpplan.spec.config_card import SEGMENT_TOKENS_FLOOR, segment_tokens
+
+    assert segment_tokens(12_000) == pytest.approx(75.0)
+    assert segment_tokens(48_000) == pytest.approx(37.5)
+    assert segment_tokens(16e6) == SEGMENT_TOKENS_FLOOR
+    small = transformers.Qwen3Config(
+        hidden_size=1024,
+        intermediate_size=3072,
+        num_attention_heads=16,
+        num_key_value_heads=8,
+        head_dim=128,
+        num_hidden_layers=28,
+        vocab_size=151936,
+        dtype="bfloat16",
+    )
+    for config, capped in ((small, False), (_howto_config(), True)):
+        resolved = card_from_config(config).resolve(cpplan.Topology(), phase="cold")
+        seconds = resolved.cost_seconds[resolved.cost_names.index("segments")]
+        template = config.num_hidden_layers * 4e-6
+        assert (seconds < template / 10) if capped else seconds == pytest.approx(template, rel=1e-12)
