@@ -1,7 +1,8 @@
-"""cpplan's verl engine against verl's stock FSDPEngineWithLMHead on the same RL batch, on the CPU in
-float64: the same log-probs and entropies where verl's losses read them, the same PPO loss and the same
-gradients, while each planned wave runs tree-packed (a prompt stored once for its group's responses).
-What had to be patched for verl's engines to be built on a CPU: tests/support/verl_cpu.py."""
+"""cpplan's verl engine against verl's stock FSDPEngineWithLMHead on the same RL batch (stock padded for
+the hybrid Qwen3.5, whose full-attention layer stock padding-free does not run exactly on the CPU), on
+the CPU in float64: the same log-probs and entropies where verl's losses read them, the same PPO loss
+and the same gradients, while each planned wave runs tree-packed (a prompt stored once for its group's
+responses). What had to be patched for verl's engines to be built on a CPU: tests/support/verl_cpu.py."""
 
 from __future__ import annotations
 
@@ -43,7 +44,8 @@ def verl_on_cpu():
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
-    """The tiny dense Qwen3 and hybrid Qwen3.5 (GDN + attention) saved for verl, by family."""
+    """The tiny dense Qwen3 and hybrid Qwen3.5 (a GDN layer, then a full-attention layer) saved for verl,
+    by family."""
     return {
         family: verl_cpu.saved_model(family, tmp_path_factory.mktemp(family))
         for family in ("qwen3", "qwen3_5")
