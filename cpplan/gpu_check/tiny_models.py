@@ -15,9 +15,11 @@ FAMILIES = ("qwen3", "qwen3_moe", "qwen3_5", "qwen3_5_moe")
 
 
 def tiny_config(family: str, *, layers: int = 4, gdn_head_dim: int = 8) -> Any:
-    """The transformers config of a tiny model of ``family``: hidden 32, ``layers`` layers (hybrids: 3
-    GDN + 1 attention per 4, GDN heads of ``gdn_head_dim``), 4 experts top-2 for MoE models, a
-    vocabulary of 64."""
+    """The transformers config of a tiny model of ``family``: hidden 32, ``layers`` layers, 4 experts
+    top-2 for MoE models, a vocabulary of 64. Hybrids have GDN heads of ``gdn_head_dim`` and Qwen3.5's
+    layer pattern, full attention every 4th layer (3 GDN + 1 attention per 4), with 2 or 3 layers in
+    the last one (2 layers: one GDN, one attention), so that every hybrid of 2 layers or more runs both
+    kinds (1 layer: one GDN layer)."""
     import transformers
 
     if family not in FAMILIES:
@@ -27,6 +29,10 @@ def tiny_config(family: str, *, layers: int = 4, gdn_head_dim: int = 8) -> Any:
     moe = {"moe_intermediate_size": 16, "num_experts": 4, "num_experts_per_tok": 2}
     gdn = {"linear_key_head_dim": gdn_head_dim, "linear_value_head_dim": gdn_head_dim}
     gdn |= {"linear_num_key_heads": 2, "linear_num_value_heads": 4}
+    period = max(2, min(4, layers))
+    gdn["layer_types"] = [
+        "full_attention" if (k + 1) % period == 0 else "linear_attention" for k in range(layers)
+    ]
     configs = {
         "qwen3": ("Qwen3Config", {"intermediate_size": 48}),
         "qwen3_moe": ("Qwen3MoeConfig", moe | {"intermediate_size": 48}),

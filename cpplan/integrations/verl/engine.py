@@ -20,8 +20,10 @@ on CUDA) and observed by the planner, so later plans budget with the learned cor
 
 Select it with ``actor_rollout_ref.model.model_type=cpplan_language_model`` (the registry key); the
 ``verl.plugins`` entry point registers it when verl is imported. The planner comes from
-:func:`configure_engine` or the ``CPPLAN_CARD``, ``CPPLAN_MEMORY``, ``CPPLAN_TOPOLOGY`` and
-``CPPLAN_SOLVER`` environment variables of the worker processes.
+:func:`configure_engine` or the ``CPPLAN_MEMORY``, ``CPPLAN_CARD``, ``CPPLAN_TOPOLOGY`` and
+``CPPLAN_SOLVER`` environment variables of the worker processes; with no card named, the card is
+derived from the model's config (:func:`cpplan.spec.config_card.card_from_config`, as cpplan's TRL
+trainer does) and logged once.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from __future__ import annotations
 import logging
 import os
 from contextlib import nullcontext
+from typing import ClassVar
 
 import torch
 import torch.distributed as dist
@@ -55,6 +58,7 @@ from cpplan.integrations.verl.rollout_batch import (
     wave_samples,
 )
 from cpplan.planner import Planner
+from cpplan.spec.config_card import card_from_config, card_summary
 
 MODEL_TYPE = "cpplan_language_model"
 """The verl model type that selects this engine (``actor_rollout_ref.model.model_type``)."""
@@ -63,9 +67,13 @@ logger = logging.getLogger(__name__)
 
 
 class _Configured:
-    """The planner :func:`configure_engine` set (one slot per process, replaced on every call)."""
+    """What :func:`configure_engine` set (one slot per process, replaced on every call): a ready
+    planner, or the settings of one whose card is derived from the engine's model config; and the
+    planners derived so far, by card and settings (the engines of one process share them)."""
 
     planner: Planner | None = None
+    settings: dict | None = None
+    derived: ClassVar[dict] = {}
 
 
 def configure_engine(
@@ -75,36 +83,67 @@ def configure_engine(
     memory_bytes: int | str | None = None,
     topology=None,
     solver: str = "runtime",
-) -> Planner:
+) -> Planner | None:
     """Set the planner the engines made in this process use: a ready one, or one made from ``card``
-    and ``memory_bytes`` (per GPU, for one wave), ``topology`` (default one rank) and ``solver``."""
+    and ``memory_bytes`` (per GPU, for one wave), ``topology`` (default one rank) and ``solver``.
+    Without ``card`` each engine derives one from its model's config
+    (:func:`cpplan.spec.config_card.card_from_config`), and ``None`` is returned."""
     if planner is None:
-        if card is None or memory_bytes is None:
-            raise ValueError("give a cpplan planner, or card and memory_bytes")
-        planner = Planner(model=card, topology=topology, memory_bytes=memory_bytes, solver=solver)
-    _Configured.planner = planner
+        if memory_bytes is None:
+            raise ValueError("give a cpplan planner, or memory_bytes (and a card, else one is derived)")
+        settings = {"memory_bytes": memory_bytes, "topology": topology, "solver": solver}
+        if card is None:
+            _Configured.planner, _Configured.settings = None, settings
+            return None
+        planner = Planner(model=card, **settings)
+    _Configured.planner, _Configured.settings = planner, None
     return planner
 
 
-def configured_planner() -> Planner:
-    """The planner of :func:`configure_engine`, else one made from ``CPPLAN_CARD`` and ``CPPLAN_MEMORY``
-    (with ``CPPLAN_TOPOLOGY`` and ``CPPLAN_SOLVER`` if set)."""
+def configured_planner(hf_config=None, *, dtype_bytes: int | None = None) -> Planner:
+    """The planner of :func:`configure_engine`, else one made from ``CPPLAN_MEMORY`` and ``CPPLAN_CARD``
+    (with ``CPPLAN_TOPOLOGY`` and ``CPPLAN_SOLVER`` if set). Where no card is named, the card is
+    derived from ``hf_config`` (the model's transformers config) with ``dtype_bytes`` per element and
+    logged once; a config no derived card prices is an ``InputError`` saying to name a card."""
     if _Configured.planner is not None:
         return _Configured.planner
-    card, memory = os.environ.get("CPPLAN_CARD"), os.environ.get("CPPLAN_MEMORY")
-    if not card or not memory:
+    settings, card = _Configured.settings, None
+    if settings is None:
+        card, memory = os.environ.get("CPPLAN_CARD"), os.environ.get("CPPLAN_MEMORY")
+        if not memory:
+            raise InputError(
+                "the cpplan verl engine needs a planner: call "
+                "cpplan.integrations.verl.configure_engine(...) in the worker, or set CPPLAN_MEMORY "
+                "(per-GPU bytes for one wave; optionally CPPLAN_CARD, else a card is derived from "
+                "model.config, CPPLAN_TOPOLOGY, CPPLAN_SOLVER)",
+                field="planner",
+            )
+        settings = {
+            "memory_bytes": memory,
+            "topology": os.environ.get("CPPLAN_TOPOLOGY") or None,
+            "solver": os.environ.get("CPPLAN_SOLVER") or "runtime",
+        }
+        if card:
+            return configure_engine(card=card, **settings)
+    if hf_config is None:
         raise InputError(
-            "the cpplan verl engine needs a planner: call "
-            "cpplan.integrations.verl.configure_engine(...) in the worker, or set CPPLAN_CARD and "
-            "CPPLAN_MEMORY (and optionally CPPLAN_TOPOLOGY, CPPLAN_SOLVER)",
-            field="planner",
+            "no card named and no model config to derive one from: set CPPLAN_CARD or call "
+            "configure_engine(card=...)",
+            field="card",
         )
-    return configure_engine(
-        card=card,
-        memory_bytes=memory,
-        topology=os.environ.get("CPPLAN_TOPOLOGY") or None,
-        solver=os.environ.get("CPPLAN_SOLVER") or "runtime",
-    )
+    try:
+        derived = card_from_config(hf_config, dtype_bytes=dtype_bytes)
+    except ValueError as error:
+        raise InputError(
+            f"no card named, and none can be derived from model.config ({error}): set CPPLAN_CARD or "
+            f"call cpplan.integrations.verl.configure_engine(card=...)",
+            field="card",
+        ) from error
+    key = (derived.model_dump_json(), repr(sorted(settings.items())))
+    if key not in _Configured.derived:
+        logger.warning("cpplan: no card named; derived one from model.config (%s)", card_summary(derived))
+        _Configured.derived[key] = Planner(model=derived, **settings)
+    return _Configured.derived[key]
 
 
 @EngineRegistry.register(model_type=MODEL_TYPE, backend=["fsdp", "fsdp2"], device=["cuda", "cpu"])
@@ -130,7 +169,9 @@ class CpplanFSDPEngine(FSDPEngineWithLMHead):
             raise TypeError(f"unexpected arguments {sorted(unknown)}")
         model_config.model_type = "language_model"  # what verl builds: a causal LM
         super().__init__(model_config, engine_config, optimizer_config, checkpoint_config)
-        self.cpplan_planner: Planner = cpplan.get("planner") or configured_planner()
+        self.cpplan_planner: Planner = cpplan.get("planner") or configured_planner(
+            model_config.hf_config, dtype_bytes=_compute_bytes(engine_config)
+        )
         self.cpplan_ahead = PlanAhead(self.cpplan_planner)
         self.cpplan_memory = cpplan.get("memory") or default_memory(get_device_id())
         self.cpplan_clock = None
@@ -274,6 +315,16 @@ def _plain_positions(position_ids: torch.Tensor) -> bool:
     values = position_ids.values()
     starts = torch.repeat_interleave(offsets[:-1], offsets.diff())
     return bool(torch.equal(values, torch.arange(values.numel(), device=values.device) - starts))
+
+
+def _compute_bytes(engine_config) -> int:
+    """Bytes per element the engine computes in: FSDP2's mixed-precision parameter dtype (verl's
+    default bf16), as ``_build_fsdp_module`` resolves it."""
+    from verl.utils.torch_dtypes import PrecisionType
+
+    mixed = engine_config.mixed_precision
+    dtype = PrecisionType.to_dtype(mixed.get("param_dtype", "bf16")) if mixed is not None else torch.bfloat16
+    return torch.empty((), dtype=dtype).element_size()
 
 
 def _temperature(data) -> float | None:
