@@ -82,10 +82,11 @@ def configure_engine(
     card: str | None = None,
     memory_bytes: int | str | None = None,
     topology=None,
-    solver: str = "runtime",
+    solver: str = "trainer",
 ) -> Planner | None:
     """Set the planner the engines made in this process use: a ready one, or one made from ``card``
-    and ``memory_bytes`` (per GPU, for one wave), ``topology`` (default one rank) and ``solver``.
+    and ``memory_bytes`` (per GPU, for one wave), ``topology`` (default one rank) and ``solver``
+    (default ``"trainer"``: deterministic work limits, so the plan does not depend on the load).
     Without ``card`` each engine derives one from its model's config
     (:func:`cpplan.spec.config_card.card_from_config`), and ``None`` is returned."""
     if planner is None:
@@ -121,7 +122,7 @@ def configured_planner(hf_config=None, *, dtype_bytes: int | None = None) -> Pla
         settings = {
             "memory_bytes": memory,
             "topology": os.environ.get("CPPLAN_TOPOLOGY") or None,
-            "solver": os.environ.get("CPPLAN_SOLVER") or "runtime",
+            "solver": os.environ.get("CPPLAN_SOLVER") or "trainer",
         }
         if card:
             return configure_engine(card=card, **settings)
