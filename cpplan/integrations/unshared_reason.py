@@ -3,6 +3,8 @@ plan's waves with every prompt shared against the waves it chose (:func:`unshare
 
 from __future__ import annotations
 
+import logging
+
 from cpplan.pricing.problem import Problem
 from cpplan.pricing.wave import best_wave
 from cpplan.spec.workload import Workload
@@ -53,4 +55,22 @@ def unshared_reason(planner, result, workload: Workload) -> str | None:
     )
 
 
-__all__ = ["repeats_a_prompt", "unshared_reason"]
+class UnsharedNote:
+    """A trainer's note of why its plans share no repeated prompt: :meth:`check` logs
+    :func:`unshared_reason` as a warning on ``log`` the first time it has one, and never again."""
+
+    def __init__(self, log: logging.Logger) -> None:
+        self.log = log
+        self.logged = False
+
+    def check(self, planner, result, workload: Workload) -> None:
+        """Log why ``result`` shares nothing, the first time a plan does although prompts repeat."""
+        if self.logged:
+            return
+        reason = unshared_reason(planner, result, workload)
+        if reason is not None:
+            self.logged = True
+            self.log.warning("cpplan: the plan stores every repeated prompt once per completion: %s", reason)
+
+
+__all__ = ["UnsharedNote", "repeats_a_prompt", "unshared_reason"]

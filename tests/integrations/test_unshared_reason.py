@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import logging
 import re
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 import cpplan
 from cpplan.integrations.rollout_items import RolloutRow, grouped_workload
-from cpplan.integrations.unshared_reason import unshared_reason
+from cpplan.integrations.unshared_reason import UnsharedNote, unshared_reason
 from cpplan.pricing.problem import Problem
 from cpplan.pricing.wave import best_wave
 from cpplan.spec.config_card import card_from_config
@@ -66,20 +65,17 @@ def test_reason_names_the_planners_prices_with_and_without_sharing():
 
 
 def test_trainer_warns_once_and_not_when_the_plan_shares(caplog):
-    """The TRL trainer's check after each plan: an unshared plan of repeated prompts logs one warning
-    over two passes; a shared plan logs none."""
-    pytest.importorskip("trl", reason="the trl extra is not installed")
-    from cpplan.integrations.trl import GRPOTrainer
-
+    """The trainers' check after each plan (the TRL trainer's and the verl engine's note): an unshared
+    plan of repeated prompts logs one warning over two passes; a shared plan logs none."""
     planner = howto_planner()
     for length, expected in ((64, 0), (4, 1)):
-        trainer = SimpleNamespace(cpplan_planner=planner, cpplan_unshared_logged=False)
+        note = UnsharedNote(logging.getLogger("cpplan.integrations.trl.grpo_trainer"))
         wl = workload(length)
         result = planner.plan(wl)
         caplog.clear()
         with caplog.at_level(logging.WARNING, logger="cpplan"):
             for _ in range(2):
-                GRPOTrainer._cpplan_explain_unshared(trainer, result, wl)
+                note.check(planner, result, wl)
         messages = [r.getMessage() for r in caplog.records if "once per completion" in r.getMessage()]
         assert len(messages) == expected
         assert all("prices the waves with each prompt stored once" in m for m in messages)

@@ -322,8 +322,9 @@ def test_a_card_is_derived_from_the_config_when_none_is_named(verl_on_cpu, model
     engine derives the card from the model's config, as the TRL trainer does: the tiny Qwen3.5's
     geometry (hidden 32, one GDN and one attention layer) at the 8 bytes per element of float64 mixed
     precision, logged once for the two engines of the process (which share its planner); it plans the
-    step and runs it, equal to the stock engine (loss and gradients 1e-9). (At this size the derived
-    card prices sharing a prompt above not sharing it, so the plan shares nothing: issue 39 item 3.)"""
+    step and runs it, equal to the stock engine (loss and gradients 1e-9). The derived card's
+    segment price is calibrated by size (issue 39 item 3), so the plan stores each prompt once, and the
+    engine's note on unshared plans stays silent.)"""
     import logging
 
     from verl.workers.engine import FSDPEngineWithLMHead
@@ -344,7 +345,14 @@ def test_a_card_is_derived_from_the_config_when_none_is_named(verl_on_cpu, model
     assert (card.geometry.hidden, card.geometry.num_layers, card.geometry.dtype_bytes) == (32, 2, 8)
     assert tuple(card.geometry.layer_pattern) == ("gdn", "attention")
     stock = verl_cpu.engine(FSDPEngineWithLMHead, path, remove_padding=False)
-    a, b = train_pass(stock, verl_cpu.ppo_batch(remove_padding=False)), train_pass(ours, verl_cpu.ppo_batch())
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="cpplan.integrations.verl.engine"):
+        a = train_pass(stock, verl_cpu.ppo_batch(remove_padding=False))
+        b = train_pass(ours, verl_cpu.ppo_batch())
+        train_pass(ours, verl_cpu.ppo_batch())
+    notes = [r.getMessage() for r in caplog.records if "once per completion" in r.getMessage()]
+    plan = ours.cpplan_result.plan
+    assert plan.packed_tokens < plan.logical_tokens and not notes, (plan.packed_tokens, notes)
     assert ours.cpplan_result.plan.num_waves >= 1
     assert ours.cpplan_tokens.packed == ours.cpplan_result.plan.packed_tokens
     assert abs(a["loss"] - b["loss"]) <= TOL * abs(a["loss"])

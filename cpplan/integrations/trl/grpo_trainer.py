@@ -32,7 +32,7 @@ from cpplan.calibration.online import Verdict
 from cpplan.integrations.packed_step import agreed_num_waves, padding_waves, recomputes, step_logprobs
 from cpplan.integrations.plan_ahead import PlanAhead
 from cpplan.integrations.rollout_items import RolloutRow, grouped_workload
-from cpplan.integrations.unshared_reason import unshared_reason
+from cpplan.integrations.unshared_reason import UnsharedNote
 from cpplan.integrations.wave_meter import CudaMeter, WaveMeasurement, WaveMeter
 from cpplan.planner import Planner
 from cpplan.spec.config_card import card_from_config, card_summary
@@ -88,7 +88,7 @@ class GRPOTrainer(trl.GRPOTrainer):
         self.cpplan_meter = meter
         self.cpplan_verdicts: list[Verdict] = []
         """The verdict on every measured wave value handed to :meth:`cpplan.Planner.observe`, in order."""
-        self.cpplan_unshared_logged = False
+        self.cpplan_unshared = UnsharedNote(logger)
         """Whether the warning that a plan stored no repeated prompt once was logged (it is, once)."""
         self._cpplan_kept: tuple | None = None
         """The last plan of a pass without gradients and its rows (:meth:`_cpplan_plan`)."""
@@ -138,7 +138,7 @@ class GRPOTrainer(trl.GRPOTrainer):
         workload, keys = grouped_workload(rows, keep_empty=compute_aux_loss)
         result = self._cpplan_plan(workload, (tuple(rows), compute_aux_loss))
         self.cpplan_tokens = StepTokens(padded=input_ids.numel(), packed=result.plan.packed_tokens)
-        self._cpplan_explain_unshared(result, workload)
+        self.cpplan_unshared.check(self.cpplan_planner, result, workload)
         mode = "train" if self.model.training else "eval"
         self._metrics[mode]["cpplan/packed_tokens"].append(float(self.cpplan_tokens.packed))
         self._metrics[mode]["cpplan/padded_tokens"].append(float(self.cpplan_tokens.padded))
@@ -161,17 +161,6 @@ class GRPOTrainer(trl.GRPOTrainer):
         logps = _scatter(found[0], rows, keys, shape)
         aux = found[2].loss() if compute_aux_loss else None
         return logps, (_scatter(found[1], rows, keys, shape) if compute_entropy else None), aux
-
-    def _cpplan_explain_unshared(self, result, workload) -> None:
-        """Log once, the first time a plan stores no prompt once although prompts repeat, why: the
-        planner's prices with and without sharing
-        (:func:`cpplan.integrations.unshared_reason.unshared_reason`)."""
-        if self.cpplan_unshared_logged:
-            return
-        reason = unshared_reason(self.cpplan_planner, result, workload)
-        if reason is not None:
-            self.cpplan_unshared_logged = True
-            logger.warning("cpplan: the plan stores every repeated prompt once per completion: %s", reason)
 
     def _cpplan_wave_meter(self, device: torch.device) -> WaveMeter | None:
         """The meter of this pass's waves: the one given, else on CUDA :class:`CudaMeter`; ``None`` when

@@ -49,6 +49,7 @@ from cpplan.hf.wave_runner import packed_logprobs, packed_logprobs_and_entropies
 from cpplan.integrations.packed_step import agreed_num_waves
 from cpplan.integrations.plan_ahead import PlanAhead
 from cpplan.integrations.rollout_items import grouped_workload
+from cpplan.integrations.unshared_reason import UnsharedNote
 from cpplan.integrations.verl.engine_meter import default_memory, measured, single_rank_waves
 from cpplan.integrations.verl.rollout_batch import (
     PassTokens,
@@ -181,6 +182,8 @@ class CpplanFSDPEngine(FSDPEngineWithLMHead):
         self.cpplan_tokens: PassTokens | None = None
         self.cpplan_result = None
         self.cpplan_micro_batches = 0
+        self.cpplan_unshared = UnsharedNote(logger)
+        """Logs once why the plans share no repeated prompt, when they do not."""
 
     def forward_backward_batch(self, data, loss_function, forward_only=False):
         reason = self.stock_reason(data)
@@ -198,6 +201,7 @@ class CpplanFSDPEngine(FSDPEngineWithLMHead):
         if forward_only:  # the update pass over these samples comes next: plan it while this one runs
             self.cpplan_ahead.submit((step.rows, True), grouped_workload(step.rows)[0])
         self.cpplan_result = result
+        self.cpplan_unshared.check(self.cpplan_planner, result, step.workload)
         self.cpplan_tokens = step.tokens(result.plan.packed_tokens)
         waves = wave_samples(step, result)
         total = agreed_num_waves(len(waves), group=group, device=get_device_id())
