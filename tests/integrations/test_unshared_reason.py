@@ -7,15 +7,14 @@ from __future__ import annotations
 import logging
 import re
 
-import numpy as np
 import pytest
 
 import cpplan
-from cpplan.integrations.rollout_items import RolloutRow, grouped_workload
 from cpplan.integrations.unshared_reason import UnsharedNote, unshared_reason
 from cpplan.pricing.problem import Problem
 from cpplan.pricing.wave import best_wave
 from cpplan.spec.config_card import card_from_config
+from tests.support.grouped_rollouts import grouped_rollouts
 
 transformers = pytest.importorskip("transformers")
 
@@ -33,15 +32,7 @@ def howto_planner() -> cpplan.Planner:
 
 def workload(prompt_length: int, completions: int = 4) -> cpplan.Workload:
     """2 prompts of ``prompt_length`` tokens, each with ``completions`` completions of 20 tokens."""
-    rng = np.random.default_rng(0)
-    rows = []
-    for _ in range(2):
-        prompt = tuple(int(t) for t in rng.integers(3, 63, prompt_length))
-        rows += [
-            RolloutRow(prompt=prompt, completion=tuple(int(t) for t in rng.integers(3, 63, 20)))
-            for _ in range(completions)
-        ]
-    return grouped_workload(rows)[0]
+    return grouped_rollouts(prompt_length, completions)
 
 
 def test_reason_names_the_planners_prices_with_and_without_sharing():

@@ -120,17 +120,9 @@ def _howto_config(**overrides):
 
 def _grouped(prompt_length: int):
     """2 prompts of ``prompt_length`` tokens x 4 completions of 20 tokens, as the TRL adapter groups them."""
-    from cpplan.integrations.rollout_items import RolloutRow, grouped_workload
+    from tests.support.grouped_rollouts import grouped_rollouts
 
-    rng = np.random.default_rng(0)
-    rows = []
-    for _ in range(2):
-        prompt = tuple(int(t) for t in rng.integers(3, 63, prompt_length))
-        rows += [
-            RolloutRow(prompt=prompt, completion=tuple(int(t) for t in rng.integers(3, 63, 20)))
-            for _ in range(4)
-        ]
-    return grouped_workload(rows)[0]
+    return grouped_rollouts(prompt_length)
 
 
 def test_tiny_card_shares_a_prompt_where_the_measured_step_is_faster():
