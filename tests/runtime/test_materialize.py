@@ -268,7 +268,7 @@ def _share_completions(data):
     wave = data["waves"][0]
     wave["segments"].pop()
     wave["requests"][1]["segments"] = [0, 1]
-    wave["ranks"][1]["ranges"] = [[40, 60]]
+    wave["ranks"][1]["ranges"] = [[wave["ranks"][1]["ranges"][0][0], 60]]  # rank 1 keeps its start
 
 
 def _json_plan():
