@@ -143,12 +143,14 @@ def _compiled(function):
 
 
 class WaveMasks:
-    """The tree BlockMasks of one wave: each rank's built on first use and kept by this object, which
-    the wave's forward makes and drops (so every layer of the wave shares them and none outlives it)."""
+    """The tree BlockMasks of one wave and its ranks' batched pieces: each rank's built on first use and
+    kept by this object, which the wave's forward makes and drops (so every layer of the wave shares
+    them and none outlives it)."""
 
     def __init__(self, geo) -> None:
         self.geo = geo
         self._masks: dict[tuple[int, str], object] = {}
+        self._pieces: dict[tuple[int, str], RankPieceBatches] = {}
 
     def block_mask(self, rank: int, device: torch.device):
         """The rank's BlockMask on ``device`` (built once per wave)."""
@@ -160,10 +162,10 @@ class WaveMasks:
     def piece_batches(self, rank: int, device: torch.device) -> RankPieceBatches:
         """The rank's pieces as batched calls (:func:`cpplan.hf.piece_batches.piece_batches`), built once
         per wave."""
-        key = (rank, f"pieces:{device}")
-        if key not in self._masks:
-            self._masks[key] = piece_batches(self.geo, rank, device)
-        return self._masks[key]
+        key = (rank, str(device))
+        if key not in self._pieces:
+            self._pieces[key] = piece_batches(self.geo, rank, device)
+        return self._pieces[key]
 
 
 def _block_mask(geo, rank: int, device: torch.device):

@@ -79,16 +79,14 @@ def piece_batches(geo, rank: int, device: torch.device) -> RankPieceBatches:
     num_queries = np.diff(rows_cu)
     num_keys = np.array([path.size for path in paths], dtype=np.int64)
     batches, slots_of_rows = [], []
-    offset = 0
     for group in bucket_pieces(num_queries, num_keys):
         batch, rows = _batch(rows_cu, paths, group, num_queries, num_keys, device)
         batches.append(batch)
         slots_of_rows.append(rows)
-        offset += rows.size
     concatenated_rows = np.concatenate(slots_of_rows) if slots_of_rows else np.zeros(0, dtype=np.int64)
+    assert concatenated_rows.size == int(rows_cu[-1]), "the pieces cover every local query row once"
     row_order = np.empty(concatenated_rows.size, dtype=np.int64)
     row_order[concatenated_rows] = np.arange(concatenated_rows.size)
-    assert offset == int(rows_cu[-1]), "the pieces cover every local query row once"
     return RankPieceBatches(batches=tuple(batches), row_order=torch.as_tensor(row_order, device=device))
 
 
@@ -97,7 +95,8 @@ def _batch(rows_cu, paths, group: list[int], num_queries, num_keys, device) -> t
     most_q, most_k = int(num_queries[group].max()), int(num_keys[group].max())
     query_rows = np.empty((len(group), most_q), dtype=np.int64)
     key_index = np.empty((len(group), most_k), dtype=np.int64)
-    visible = np.zeros((len(group), most_q, most_k), dtype=bool)
+    plain = len(group) == 1 and most_q == most_k  # plainly causal: no mask to build
+    visible = None if plain else np.zeros((len(group), most_q, most_k), dtype=bool)
     slot, key = np.arange(most_q)[:, None], np.arange(most_k)[None, :]
     for b, i in enumerate(group):
         q, k = int(num_queries[i]), int(num_keys[i])
@@ -105,13 +104,13 @@ def _batch(rows_cu, paths, group: list[int], num_queries, num_keys, device) -> t
         query_rows[b] = first + np.minimum(np.arange(most_q), q - 1)
         path = paths[i]
         key_index[b] = np.concatenate([path, np.full(most_k - k, path[0], dtype=path.dtype)])
-        visible[b] = np.where(slot < q, key <= slot + (k - q), key == 0)
+        if visible is not None:
+            visible[b] = np.where(slot < q, key <= slot + (k - q), key == 0)
     real = (np.arange(most_q)[None, :] < num_queries[group][:, None]).reshape(-1)
-    plain = len(group) == 1 and most_q == most_k
     batch = PieceBatch(
         query_rows=torch.as_tensor(query_rows, device=device),
         key_index=torch.as_tensor(key_index, device=device),
-        visible=None if plain else torch.as_tensor(visible[:, None], device=device),
+        visible=None if visible is None else torch.as_tensor(visible[:, None], device=device),
         real_slots=torch.as_tensor(np.flatnonzero(real), device=device),
     )
     return batch, query_rows.reshape(-1)[real]

@@ -110,6 +110,11 @@ class _Head:
     temperature: float
     entropy: bool
 
+    @property
+    def width(self) -> int:
+        """Values read per position: the log-prob, and the entropy with ``entropy``."""
+        return 2 if self.entropy else 1
+
     def __post_init__(self) -> None:
         chunk = self.chunk_tokens
         if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
@@ -244,7 +249,7 @@ def _read_back(
     owner = geo.owner[positions]
     order = np.argsort(owner, kind="stable")
     counts = np.bincount(owner, minlength=geo.num_ranks).tolist()
-    columns: list[dict[int, torch.Tensor]] = [{} for _ in range(2 if head.entropy else 1)]
+    columns: list[dict[int, torch.Tensor]] = [{} for _ in range(head.width)]
     for r in comm.ranks:
         mine = order[owner[order] == r]
         keep = np.arange(mine.size) if counted is None else np.flatnonzero(counted[mine])
@@ -254,12 +259,9 @@ def _read_back(
             column[r] = values if keep.size == mine.size else _spread(values, keep, mine.size)
     # One gather per request (not views of one tensor: FSDP2 warns about views among a module's outputs).
     rows = np.split(np.argsort(order, kind="stable"), np.cumsum([rb.size - 1 for rb in geo.readback])[:-1])
-    out = []
-    for column in columns:
-        gathered = comm.replicate(column, counts)
-        pairs = zip(geo.requests, rows, strict=True)
-        out.append({key: gathered[torch.as_tensor(r, device=gathered.device)] for key, r in pairs})
-    return tuple(out)
+    gathered = [comm.replicate(column, counts) for column in columns]
+    index = [torch.as_tensor(r, device=gathered[0].device) for r in rows]
+    return tuple({key: g[i] for key, i in zip(geo.requests, index, strict=True)} for g in gathered)
 
 
 def _spread(values: torch.Tensor, keep: np.ndarray, size: int) -> torch.Tensor:
@@ -290,9 +292,8 @@ def _target_logprobs(
         )
         for s in range(0, len(rows), chunk_tokens)
     ]
-    width = 2 if head.entropy else 1
     if not parts:
-        return tuple(normed.new_zeros(0, dtype=compute_dtype(normed.dtype)) for _ in range(width))
+        return tuple(normed.new_zeros(0, dtype=compute_dtype(normed.dtype)) for _ in range(head.width))
     return tuple(torch.cat(column) for column in zip(*parts, strict=True))
 
 
