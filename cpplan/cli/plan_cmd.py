@@ -85,7 +85,7 @@ def plan_command(
     try:
         result = solve(problem, profile)
     except NoFitError as exc:
-        raise with_suggestions(exc, problem) from None
+        raise with_suggestions(exc, problem, profile) from None
     text = dumps(result.to_dict())
     if output is None:
         sys.stdout.write(text)
