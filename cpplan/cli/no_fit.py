@@ -1,10 +1,10 @@
 """What would fit when nothing does: a ``--memory`` and a ``--topology`` that each plan the whole
 workload, every one checked by planning it under the same profile before it is advised.
 
-The search is bounded: at most :data:`MAX_MEMORY_TRIES` planning calls for the budget and one per CP
-size tried (up to :data:`MAX_CP_FACTOR` times the topology's). A call at a budget or size that does not
-fit ends at the first refused request, so the calls that fail are short; the ones that plan cost what a
-planning call costs.
+A check runs the profile's greedy candidate alone (:func:`checking_profile`): a run of the profile
+plans whenever that candidate is valid, and greedy decides fit in milliseconds where the whole profile
+spends its CP-SAT budget. The search is bounded: at most :data:`MAX_MEMORY_TRIES` checks for the
+budget and one per CP size tried (up to :data:`MAX_CP_FACTOR` times the topology's, so three).
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from cpplan.errors import InputError, NoFitError
 from cpplan.plans.result import PlanResult
 from cpplan.pricing.problem import Problem
 from cpplan.spec.profile import SolverProfile
-from cpplan.spec.units import MAX_BYTES, format_bytes
 from cpplan.spec.topology import AXES, Topology
+from cpplan.spec.units import MAX_BYTES, format_bytes
 
 MAX_CP_FACTOR = 8
 """The largest CP size advised is this many times the topology's (and at most :data:`MAX_CP`)."""
@@ -66,6 +66,7 @@ def with_suggestions(exc: NoFitError, problem: Problem, profile: SolverProfile) 
 def advise(exc: NoFitError, problem: Problem, profile: SolverProfile) -> Advice:
     """Search a budget and a CP size that plan the whole of ``problem``'s workload under ``profile``
     (``exc``: the refusal at its own budget and topology)."""
+    profile = checking_profile(profile)
     memory, largest_memory, memory_calls = fitting_memory(exc, problem, profile)
     topology, planned, largest_cp, cp_calls = fitting_cp(problem, profile)
     return Advice(
@@ -85,13 +86,15 @@ def advice_text(advice: Advice, problem: Problem, profile: SolverProfile) -> str
         mib = advice.memory_bytes // MEMORY_STEP_BYTES
         memory = f"--memory {mib}MiB ({format_bytes(advice.memory_bytes)}) plans the whole workload {at}"
     else:
-        memory = f"no --memory up to {format_bytes(advice.largest_memory_bytes)} plans the whole workload {at}"
+        memory = (
+            f"no --memory up to {format_bytes(advice.largest_memory_bytes)} plans the whole workload {at}"
+        )
     budget = f"the budget of {format_bytes(problem.memory_bytes)}"
     if advice.topology is not None:
         topology = f"--topology {topology_text(advice.topology)} plans it within {budget}"
         num_idle, num_ranks = idle_ranks(advice.topology_plan)
         if num_idle * 2 > num_ranks:
-            topology += f" (but {num_idle} of its {num_ranks} CP ranks own no token)"
+            topology += f" (though in the plan checked {num_idle} of its {num_ranks} CP ranks own no token)"
     else:
         topology = f"no CP size up to cp={advice.largest_cp} plans it within {budget}"
     return f"{memory}; {topology} (each checked by planning it under profile {profile.name})"
@@ -113,7 +116,9 @@ def fitting_memory(exc: NoFitError, problem: Problem, profile: SolverProfile) ->
     return None, largest, MAX_MEMORY_TRIES
 
 
-def fitting_cp(problem: Problem, profile: SolverProfile) -> tuple[Topology | None, PlanResult | None, int, int]:
+def fitting_cp(
+    problem: Problem, profile: SolverProfile
+) -> tuple[Topology | None, PlanResult | None, int, int]:
     """The smallest CP size, doubling from twice the topology's up to :data:`MAX_CP_FACTOR` times it,
     at which the workload plans within the budget: ``(topology or None, its plan, largest size, calls)``.
     A size the card cannot price is passed over."""
@@ -131,6 +136,15 @@ def fitting_cp(problem: Problem, profile: SolverProfile) -> tuple[Topology | Non
             return topology, planned, largest, calls
         cp *= 2
     return None, None, largest, calls
+
+
+def checking_profile(profile: SolverProfile) -> SolverProfile:
+    """What checks that ``profile`` plans: its greedy candidate alone (same layouts, verified the same
+    way) when it runs greedy, else ``profile`` itself. The portfolio always runs greedy unless a plan
+    is already in hand, and a valid candidate is a plan, so where greedy plans the profile plans."""
+    if "greedy" not in profile.strategies:
+        return profile
+    return profile.model_copy(update={"strategies": ("greedy",)})
 
 
 def topology_text(topology: Topology) -> str:

@@ -109,21 +109,21 @@ def test_bad_input_exits_2_without_traceback(tmp_path, capsys, text, extra, need
 def test_nothing_fits_exits_3(capsys):
     """A workload whose single request cannot fit (a budget above the card's static floor of 5.51 GiB
     here, below any request's peak) exits 3 naming the rank, the bytes needed and the budget, and says
-    what would fit: the budget the request needs and whether a larger CP size fits within this one."""
+    what would plan the whole workload: a budget at this topology, and that no CP size up to 8 times this
+    one plans it within this budget."""
     code, _, err = run(["plan", EXAMPLE, *MODEL, "--topology", "cp=2", "--memory", "5.6GiB"], capsys)
     assert code == 3
     assert "rank" in err and f"{int(5.6 * 2**30):,} bytes" in err and "needs" in err
-    needed = int(err.split("alone needs ")[1].split(" bytes")[0].replace(",", ""))
-    assert f"--memory {needed:,} (" in err and "or more would fit it at cp=2" in err
-    assert "no CP size up to cp=16 fits it within the budget" in err
+    assert "--memory 6634MiB (6.48 GiB) plans the whole workload at --topology cp=2" in err
+    assert "no CP size up to cp=16 plans it within the budget of 5.60 GiB" in err
 
 
 def test_nothing_fits_suggests_the_cp_size_that_fits(capsys):
-    """When a larger CP size fits the refused item within the same budget, the refusal names it."""
+    """When a larger CP size plans the whole workload within the same budget, the refusal names it."""
     args = ["plan", EXAMPLE, *MODEL, "--topology", "cp=1", "--memory", "7GiB"]
     code, _, err = run(args, capsys)
     assert code == 3
-    assert "--topology with cp=2 would fit it within the budget" in err
+    assert "--topology cp=2 plans it within the budget of 7.00 GiB" in err
 
 
 def test_gpu_memory_less_resident_is_the_memory(tmp_path, capsys):
