@@ -4,7 +4,9 @@ its plan JSON and a summary."""
 from __future__ import annotations
 
 import re
+import textwrap
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 from cpplan.plans.outcome import Scope
@@ -13,6 +15,9 @@ from cpplan.plans.plan_writer import full_plan_dict
 from cpplan.pricing.problem import Problem
 from cpplan.pricing.wave import local_tokens
 from cpplan.spec.units import format_bytes
+
+SUMMARY_WIDTH = 80
+"""The widest line of :meth:`PlanResult.summary` unless told."""
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -46,7 +51,7 @@ class PlanResult:
         predicted cost, which stage decided it, who tied with it, and how far it is proved from the
         best plan (and of which plans that bound is)."""
         chosen = self.plan
-        head = f"{chosen.strategy} at {chosen.cost_s:.4f} s predicted"
+        head = f"{chosen.strategy} at {seconds_text(chosen.cost_s)} s predicted"
         ties = [
             c.strategy
             for c in self.candidates
@@ -63,7 +68,8 @@ class PlanResult:
             return f"{head}{tied}; CP-SAT gave no plan: {self._cpsat_words()}"
         if not cpsat.valid:
             return f"{head}{tied}; CP-SAT's plan was rejected by the verifier: {self._cpsat_words()}"
-        return f"{head}{tied}, cheaper than CP-SAT's plan at {cpsat.cost_s:.4f} s: {self._cpsat_words()}"
+        own = seconds_text(cpsat.cost_s)
+        return f"{head}{tied}, cheaper than CP-SAT's plan at {own} s: {self._cpsat_words()}"
 
     def _cpsat_words(self) -> str:
         """What CP-SAT's stages did, from the outcomes (what the bound proves is :func:`bound_sentence`)."""
@@ -107,13 +113,14 @@ class PlanResult:
             wall_s=self.wall_s,
         )
 
-    def summary(self) -> str:
-        """A few lines: strategy, waves, tokens, busiest rank, peak against budget, seconds."""
+    def summary(self, width: int = SUMMARY_WIDTH) -> str:
+        """A few lines, none wider than ``width``: strategy, waves, tokens, busiest rank, peak against
+        budget, seconds (a sentence too long for a line goes on in the next, indented)."""
         plan, budget = self.plan, self.problem.memory_bytes
         busiest = max(plan.waves, key=lambda w: w.peak_bytes)
         tokens = local_tokens(busiest)
         lines = [
-            f"strategy {plan.strategy}: {plan.num_waves} wave(s), predicted {plan.cost_s:.4f} s "
+            f"strategy {plan.strategy}: {plan.num_waves} wave(s), predicted {seconds_text(plan.cost_s)} s "
             f"(planned in {self.wall_s * 1e3:.1f} ms, profile {self.profile})",
             f"chosen: {self.decision()}",
             f"tokens: {plan.packed_tokens:,} packed of {plan.logical_tokens:,} logical "
@@ -124,7 +131,24 @@ class PlanResult:
         ]
         bound = bound_sentence(self.solver, plan.cost_s)
         note = self.deadline_note()
-        return "\n".join(lines + [line for line in (bound, note) if line])
+        said = lines + [line for line in (bound, note) if line]
+        return "\n".join(
+            textwrap.fill(line, width, subsequent_indent="  ", break_on_hyphens=False) for line in said
+        )
+
+
+def seconds_text(seconds: float) -> str:
+    """A predicted price in seconds as the summaries print it: four decimals, rounded to nearest."""
+    return f"{seconds:.4f}"
+
+
+def bound_text(bound_s: float) -> str:
+    """A lower bound in seconds at four decimals, rounded down: never above a price it bounds as
+    :func:`seconds_text` prints that price."""
+    text = f"{bound_s:.4f}"
+    if float(text) > bound_s:
+        text = f"{Decimal(text) - Decimal('0.0001'):.4f}"
+    return text
 
 
 def bound_sentence(solver: SolverStats, cost_s: float) -> str | None:
@@ -135,12 +159,16 @@ def bound_sentence(solver: SolverStats, cost_s: float) -> str | None:
         return None
     gap = max(0.0, (cost_s - bound) / cost_s)
     if solver.bound_scope is Scope.MODEL:
+        if bound > cost_s:  # the model prices in rounded-up units: its bound may pass the exact price
+            said = "in its units, rounded up: above this plan's exact price"
+        else:
+            said = f"{bound_text(bound)} s"
         return (
-            f"bound: CP-SAT's bound ({bound:.4f} s) is of its own conservative model only; nothing bounds "
-            "this plan here"
+            f"bound: CP-SAT's bound ({said}) is of its own conservative model only; nothing bounds this "
+            "plan here"
         )
     if solver.bound_scope is Scope.ALL_PLANS:
-        floor = f"no valid plan costs less than {bound:.4f} s"
+        floor = f"no valid plan costs less than {bound_text(bound)} s"
         if gap <= 1e-9:
             return f"bound: this plan is the best possible under the cost model ({floor})"
         return (
@@ -149,7 +177,7 @@ def bound_sentence(solver: SolverStats, cost_s: float) -> str | None:
         )
     return (
         f"bound: at most {gap:.2%} from the best plan made of the waves the planners proposed (at least "
-        f"{bound:.4f} s); a plan of other waves may cost less: nothing bounds every plan here"
+        f"{bound_text(bound)} s); a plan of other waves may cost less: nothing bounds every plan here"
     )
 
 
@@ -159,4 +187,4 @@ _SKIPPED = "skipped: no time left"
 """A candidate's reason when the portfolio never started it (:data:`cpplan.planners.deadline.NO_TIME`)."""
 
 
-__all__ = ["PlanResult", "bound_sentence"]
+__all__ = ["PlanResult", "bound_sentence", "bound_text", "seconds_text"]
