@@ -34,9 +34,10 @@ def busy_clock(monkeypatch) -> None:
 
 
 def plan_json(args: list[str], path: Path, capsys) -> tuple[dict, str]:
-    """Run `cpplan plan ARGS -o PATH`: the plan JSON without its wall-clock fields, and standard error."""
+    """Run `cpplan plan ARGS -o PATH`: the plan JSON without its wall-clock fields, and standard error
+    (its white space collapsed: the summary folds its lines at the console's width)."""
     assert main([*args, "-o", str(path)]) == 0
-    return strip_timing(json.loads(path.read_text())), capsys.readouterr().err
+    return strip_timing(json.loads(path.read_text())), " ".join(capsys.readouterr().err.split())
 
 
 def test_the_default_plan_is_the_same_on_a_busy_machine(tmp_path, monkeypatch, capsys):
