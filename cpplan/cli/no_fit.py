@@ -23,6 +23,7 @@ from cpplan.spec.units import MAX_BYTES, format_bytes
 MAX_CP_FACTOR = 8
 """The largest CP size advised is this many times the topology's (and at most :data:`MAX_CP`)."""
 MAX_CP = 1024
+"""The largest CP size ever advised."""
 MAX_MEMORY_TRIES = 8
 """Planning calls the budget search may make: each refusal names the bytes its request needs, so a
 try either plans or raises the budget to what the next refused request needs (doubling it when the
