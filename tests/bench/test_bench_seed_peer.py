@@ -23,7 +23,9 @@ SYSTEM, PROMPT, COMPLETION = 300, 200, 100
 
 def _bench():
     """The benchmark script as a module (benchmarks/ is not a package)."""
-    spec = importlib.util.spec_from_file_location("bench_seed_peer", ROOT / "benchmarks" / "bench_seed_peer.py")
+    spec = importlib.util.spec_from_file_location(
+        "bench_seed_peer", ROOT / "benchmarks" / "bench_seed_peer.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -106,7 +108,9 @@ def test_art_decision_maps_onto_the_node_ending_where_it_ends():
     assert (0, SYSTEM + PROMPT, (0, 1)) in view.signature
     assert view.maximum_depth == 2
     assert sp.decisions_of(view, canonical) == frozenset({1})
-    full = sp.layout_view(problem.pack(wave, sp.decisions_mask(problem, requests, canonical, frozenset({0, 1}))))
+    full = sp.layout_view(
+        problem.pack(wave, sp.decisions_mask(problem, requests, canonical, frozenset({0, 1})))
+    )
     assert full.packed_tokens == SYSTEM + 2 * PROMPT + 3 * COMPLETION
     assert full.maximum_depth == 3
     assert sp.decisions_of(full, canonical) == frozenset({0, 1})
