@@ -209,6 +209,14 @@ def picks(rows: list[dict]) -> tuple[int, int, int]:
     return art, chosen, min(fitting, key=lambda k: rows[k]["cpplan_cost_s"])
 
 
+def art_family_cheapest(rows: list[dict]) -> int:
+    """The candidate of ART's family (mandatory or selected) that cpplan's card prices cheapest among
+    those that fit (among all of them when none fits)."""
+    family = [k for k, r in enumerate(rows) if any(x.startswith("art:") for x in r["labels"])]
+    fitting = [k for k in family if rows[k]["fits"]] or family
+    return min(fitting, key=lambda k: rows[k]["cpplan_cost_s"])
+
+
 def disagreement(rows: list[dict], first: int, second: int) -> dict:
     """The terms that differ between two candidates under each time model (second minus first)."""
     return {
@@ -280,6 +288,10 @@ def compare_tree(art, problem, wave, facts) -> dict:
         "same_layout": art_pick == chosen,
         "art_pick_cpplan_cost_s": rows[art_pick]["cpplan_cost_s"],
         "chosen_cpplan_cost_s": rows[chosen]["cpplan_cost_s"],
+        "chosen_plan_cost_s": wave.cost_s,
+        "art_pick_art_us": rows[art_pick]["art_us"],
+        "chosen_art_us": rows[chosen]["art_us"],
+        "art_family_cheapest": art_family_cheapest(rows),
         "kendall_tau": sp.kendall_tau(art_keys, costs),
         "discordant_pairs": len(pairs),
         "mapping_exact": all(r["mapping_exact"] for r in rows),
@@ -363,6 +375,12 @@ def summary_row(run: dict) -> dict:
     taus = [t["kendall_tau"] for t in trees if t["kendall_tau"] is not None]
     art_cost = sum(t["art_pick_cpplan_cost_s"] for t in trees)
     chosen_cost = sum(t["chosen_cpplan_cost_s"] for t in trees)
+    art_us = sum(t["art_pick_art_us"] for t in trees)
+    chosen_us = sum(t["chosen_art_us"] for t in trees)
+    family_better = sum(
+        t["candidates"][t["art_family_cheapest"]]["cpplan_cost_s"] < 0.999 * t["chosen_cpplan_cost_s"]
+        for t in trees
+    )
     return {
         "case": run["case"],
         "cp": run["cp"],
@@ -371,6 +389,8 @@ def summary_row(run: dict) -> dict:
         "art_pick_s": art_cost,
         "cpplan_pick_s": chosen_cost,
         "art_over_cpplan": art_cost / chosen_cost,
+        "cpplan_over_art_by_art": chosen_us / art_us,
+        "art_family_better": family_better,
         "median_tau": statistics.median(taus) if taus else None,
         "disagree": sum(t["disagreement"] is not None for t in trees),
         "art_ms": run["timing"]["art_select_ms"],
@@ -381,16 +401,16 @@ def summary_row(run: dict) -> dict:
 def print_table(rows: list[dict]) -> None:
     """The side-by-side table on standard output."""
     header = (
-        f"{'case':<28}{'cp':>3}{'trees':>6}{'same':>5}{'ART pick s':>11}{'cpplan s':>10}{'ratio':>7}"
-        f"{'tau':>7}{'disagree':>9}{'ART ms':>9}{'cpplan ms':>10}"
+        f"{'case':<27}{'cp':>3}{'trees':>6}{'same':>5}{'ART pick s':>11}{'cpplan s':>9}{'ratio':>7}"
+        f"{'by ART':>7}{'fam<':>5}{'tau':>6}{'disagree':>9}{'ART ms':>8}{'cpplan ms':>10}"
     )
     print(header)
     for r in rows:
         tau = "n/a" if r["median_tau"] is None else f"{r['median_tau']:.2f}"
         print(
-            f"{r['case']:<28}{r['cp']:>3}{r['trees']:>6}{r['same']:>5}{r['art_pick_s']:>11.3f}"
-            f"{r['cpplan_pick_s']:>10.3f}{r['art_over_cpplan']:>7.3f}{tau:>7}{r['disagree']:>9}"
-            f"{r['art_ms']:>9.1f}{r['cpplan_ms']:>10.1f}"
+            f"{r['case']:<27}{r['cp']:>3}{r['trees']:>6}{r['same']:>5}{r['art_pick_s']:>11.3f}"
+            f"{r['cpplan_pick_s']:>9.3f}{r['art_over_cpplan']:>7.3f}{r['cpplan_over_art_by_art']:>7.3f}"
+            f"{r['art_family_better']:>5}{tau:>6}{r['disagree']:>9}{r['art_ms']:>8.0f}{r['cpplan_ms']:>10.0f}"
         )
 
 
