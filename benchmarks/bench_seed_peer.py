@@ -414,6 +414,76 @@ def print_table(rows: list[dict]) -> None:
         )
 
 
+def print_totals(runs: list[dict]) -> None:
+    """Agreement over every tree, at each CP size and in all."""
+    for cp in [*sorted({r["cp"] for r in runs}), None]:
+        trees = [t for r in runs if cp is None or r["cp"] == cp for t in r["trees"]]
+        taus = [t["kendall_tau"] for t in trees if t["kendall_tau"] is not None]
+        family = sum(
+            t["candidates"][t["art_family_cheapest"]]["cpplan_cost_s"] < 0.999 * t["chosen_cpplan_cost_s"]
+            for t in trees
+        )
+        label = "all" if cp is None else f"cp={cp}"
+        print(
+            f"{label}: {len(trees)} trees, {sum(t['same_layout'] for t in trees)} same layout, "
+            f"{sum(t['disagreement'] is not None for t in trees)} with different best layouts, "
+            f"Kendall tau median {statistics.median(taus):.2f} over {len(taus)} trees with 2+ candidates "
+            f"({sum(x < 0 for x in taus)} negative), ART's family holds a layout cpplan's card prices "
+            f">0.1% below cpplan's pick in {family}, mapping exact in "
+            f"{sum(t['mapping_exact'] for t in trees)}"
+        )
+
+
+def print_disagreements(runs: list[dict], *, top: int = 3) -> None:
+    """Each tree whose best layout differs, with the terms that differ most under each model."""
+    print("trees whose best layouts differ (ART's best minus cpplan's best; ms):")
+    for run in runs:
+        for t in run["trees"]:
+            d = t["disagreement"]
+            if d is None:
+                continue
+            art = sorted(d["art_us"].items(), key=lambda kv: -abs(kv[1]))[:top]
+            card = sorted(d["cpplan_ms"].items(), key=lambda kv: -abs(kv[1]))[:top]
+            print(
+                f"  {run['case']} cp={run['cp']} wave {t['wave']}: ART "
+                + ", ".join(f"{k} {v / 1e3:+.1f}" for k, v in art)
+                + " | cpplan "
+                + ", ".join(f"{k} {v:+.1f}" for k, v in card)
+            )
+
+
+def print_gdn_memory(runs: list[dict]) -> None:
+    """ART's CP1 GDN floor parts beside cpplan's card, for ART's pick of each CP1 tree (GB)."""
+    print(
+        "CP1, ART's pick (GB): ART retained / cpplan checkpointed inputs; "
+        "ART pending (1 layer) / cpplan GDN states; cpplan peak"
+    )
+    for run in runs:
+        for t in run["trees"]:
+            m = t["gdn_memory"]["art_pick"]
+            if m is None:
+                continue
+            gb = {k: v / 1e9 for k, v in m.items() if k.endswith("bytes")}
+            print(
+                f"  {run['case']} wave {t['wave']}: {gb['art_retained_bytes']:.2f} / "
+                f"{gb['cpplan_checkpointed_inputs_bytes']:.2f}; {gb['art_gdn_pending_layer_bytes']:.2f} / "
+                f"{gb['cpplan_gdn_pending_state_bytes']:.2f}; {gb['cpplan_peak_bytes']:.2f}"
+            )
+
+
+def report(result: dict) -> None:
+    """Everything the docs quote, from a results JSON."""
+    print_table(result["table"])
+    print_totals(result["runs"])
+    print_disagreements(result["runs"])
+    print_gdn_memory(result["runs"])
+    loads = [r["timing"]["load_average"][0] for r in result["runs"]]
+    print(
+        f"load average (1 min) while timing: median {statistics.median(loads):.2f}, "
+        f"range {min(loads):.2f}-{max(loads):.2f}; ART {result['art']['commit']}"
+    )
+
+
 def selected_cases(names: list[str] | None) -> list:
     """The bench suite's cases and the held-out steps, or those named."""
     cases = suite() + sp.held_out_cases()
@@ -433,12 +503,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--cases", nargs="*", help="case names (default: the suite and the held-out steps)")
     parser.add_argument("--repeats", type=int, default=5, help="timed runs of each planner per step")
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help="results JSON")
+    parser.add_argument(
+        "--report", type=Path, help="print the tables of a results JSON (no ART needed) and stop"
+    )
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the comparison, print the table, write the JSON; skip (exit 0) when ART is absent."""
     args = parse_args(argv)
+    if args.report:
+        report(json.loads(args.report.read_text()))
+        return 0
     src = art_source(args.art_src)
     missing = missing_modules(src)
     if missing:
@@ -452,7 +528,6 @@ def main(argv: list[str] | None = None) -> int:
             runs.append(run_case(art, case, cp, args.repeats))
             print(f"  {case.name} cp={cp} done", file=sys.stderr)
     rows = [summary_row(r) for r in runs]
-    print_table(rows)
     result = {
         "art": {"repo": ART_REPO, "commit": ART_COMMIT, "modules": ART_MODULES, "sha256": art.sha256},
         "settings": {
@@ -469,6 +544,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(result, indent=1) + "\n")
+    report(result)
     print(f"wrote {args.output}")
     return 0
 
