@@ -423,15 +423,27 @@ def print_totals(runs: list[dict]) -> None:
             t["candidates"][t["art_family_cheapest"]]["cpplan_cost_s"] < 0.999 * t["chosen_cpplan_cost_s"]
             for t in trees
         )
+        own = sum(own_cheaper(t) for t in trees)
         label = "all" if cp is None else f"cp={cp}"
         print(
             f"{label}: {len(trees)} trees, {sum(t['same_layout'] for t in trees)} same layout, "
             f"{sum(t['disagreement'] is not None for t in trees)} with different best layouts, "
             f"Kendall tau median {statistics.median(taus):.2f} over {len(taus)} trees with 2+ candidates "
             f"({sum(x < 0 for x in taus)} negative), ART's family holds a layout cpplan's card prices "
-            f">0.1% below cpplan's pick in {family}, mapping exact in "
+            f">0.1% below cpplan's pick in {family} (in {own} of them cpplan's own profile layouts hold "
+            f"one too), mapping exact in "
             f"{sum(t['mapping_exact'] for t in trees)}"
         )
+
+
+def own_cheaper(tree: dict) -> bool:
+    """Whether one of cpplan's profile layouts (not its chosen one) prices >0.1% below its pick."""
+    own = [
+        c["cpplan_cost_s"]
+        for c in tree["candidates"]
+        if c["fits"] and any(x.startswith("cpplan:") and "chosen" not in x for x in c["labels"])
+    ]
+    return bool(own) and min(own) < 0.999 * tree["chosen_cpplan_cost_s"]
 
 
 def print_disagreements(runs: list[dict], *, top: int = 3) -> None:
