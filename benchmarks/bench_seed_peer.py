@@ -428,8 +428,9 @@ def print_totals(runs: list[dict]) -> None:
         print(
             f"{label}: {len(trees)} trees, {sum(t['same_layout'] for t in trees)} same layout, "
             f"{sum(t['disagreement'] is not None for t in trees)} with different best layouts, "
-            f"Kendall tau median {statistics.median(taus):.2f} over {len(taus)} trees with 2+ candidates "
-            f"({sum(x < 0 for x in taus)} negative), ART's family holds a layout cpplan's card prices "
+            f"Kendall tau median {statistics.median(taus):.2f}, mean {statistics.mean(taus):.2f} over "
+            f"{len(taus)} trees with 2+ candidates ({sum(x == 1 for x in taus)} at 1, "
+            f"{sum(x < 0 for x in taus)} negative), ART's family holds a layout cpplan's card prices "
             f">0.1% below cpplan's pick in {family} (in {own} of them cpplan's own profile layouts hold "
             f"one too), mapping exact in "
             f"{sum(t['mapping_exact'] for t in trees)}"
