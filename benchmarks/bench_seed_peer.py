@@ -490,6 +490,14 @@ def report(result: dict) -> None:
     print_totals(result["runs"])
     print_disagreements(result["runs"])
     print_gdn_memory(result["runs"])
+    timing = [r["timing"] for r in result["runs"]]
+    build = statistics.median(t["art_tree_build_ms"] / t["art_select_ms"] for t in timing)
+    art = statistics.median(t["art_select_ms"] for t in timing)
+    card = statistics.median(t["cpplan_runtime_ms"] for t in timing)
+    print(
+        f"planning time per step, median over the rows: ART {art:.0f} ms (its tree build {100 * build:.0f}% "
+        f"of it), cpplan's runtime call {card:.0f} ms"
+    )
     loads = [r["timing"]["load_average"][0] for r in result["runs"]]
     print(
         f"load average (1 min) while timing: median {statistics.median(loads):.2f}, "
