@@ -5,10 +5,11 @@ candidate layouts, ART's CP1 GDN pending-save floor beside cpplan's card, and pl
 
 ART is not a dependency and none of its code is in cpplan: the benchmark loads ART's planning modules
 from a source checkout (``--art-src DIR``, or ``CPPLAN_ART_SRC``, or an installed ``art`` package that
-has ``trainer_rank``) without running ART's package ``__init__`` files (they import Megatron and
-torch.distributed), and skips with a message naming the commit and the install line when they are
-absent. ``_micro_batch_planner.py`` and ``_memory.py`` are not run: they are ``TrainerRank`` method
-bodies that import ``art.trainer_rank._impl`` and read a live Megatron model and CUDA memory.
+has ``trainer_rank``) without running ART's package ``__init__`` files (``art.trainer_rank``'s imports
+``torch.distributed`` and ``art.megatron``), and skips with a message naming the commit and the
+install line when they are absent. ``_micro_batch_planner.py`` and ``_memory.py`` are not run: they
+are ``TrainerRank`` method bodies that import ``art.trainer_rank._impl`` and read a live Megatron model
+and CUDA memory.
 
     python benchmarks/bench_seed_peer.py --art-src /path/to/ART/src
 """
