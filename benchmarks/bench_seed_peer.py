@@ -32,6 +32,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
 import cpplan  # noqa: E402
 from cpplan.api import build_problem  # noqa: E402
 from cpplan.bench import seed_peer as sp  # noqa: E402
@@ -267,7 +270,7 @@ def gdn_memory(art, problem, rows: list[dict], index: int) -> dict | None:
 def compare_tree(art, problem, wave, facts) -> dict:
     """One wave tree: both picks, every candidate under both prices, the rank agreement."""
     requests, sequences = sp.wave_sequences(problem, wave.items)
-    tree = art.planner.build_canonical_prefix_tree(sequences)
+    tree = art.planner.build_canonical_prefix_tree(as_rows(sequences))
     found = candidate_views(art, problem, wave, tree, requests, facts)
     rows = price_candidates(art, problem, wave, tree, found, facts)
     for row, entry in zip(rows, found.values(), strict=True):
@@ -306,11 +309,17 @@ def compare_tree(art, problem, wave, facts) -> dict:
     return record
 
 
+def as_rows(sequences) -> list[torch.Tensor]:
+    """Token rows as ART's trainer hands them to its tree build: int64 tensors (a plain sequence would
+    take its slower per-token path)."""
+    return [torch.from_numpy(s.astype(np.int64, copy=False)) for s in sequences]
+
+
 def time_side_by_side(art, workload, problem, facts, repeats: int) -> dict:
     """ART's tree build and layout selection over every wave of cpplan's plan, and cpplan's runtime call
     on the whole step, taking turns (the order alternates), ``repeats`` times each."""
     waves = plan_step(workload, problem).plan.waves
-    trees = [sp.wave_sequences(problem, w.items)[1] for w in waves]
+    trees = [as_rows(sp.wave_sequences(problem, w.items)[1]) for w in waves]
     art_s, build_s, cpplan_s = [], [], []
 
     def run_art() -> None:
