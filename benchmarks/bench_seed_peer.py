@@ -49,7 +49,9 @@ ART_MODULES = {
     "_gdn_memory": "05e9b3d07207ef3f065f9f18197cbbc68fc9030c",
 }
 """The ART modules the benchmark runs, each with the commit its measured copy was read at."""
-ART_COMMIT = ART_MODULES["_prefix_tree_planner"]
+ART_COMMIT = ART_MODULES["_planner_cost"]
+"""The commit to install: the fitted cost model (``COEFFICIENT_VERSION = 2``) the results depend on; at
+the planner's commit above, ``_planner_cost.py`` still holds the hand-set version 1."""
 INSTALL_LINE = (
     f'pip install "git+https://github.com/{ART_REPO}@{ART_COMMIT}" (then no --art-src), or '
     f"git clone https://github.com/{ART_REPO} && git -C ART checkout {ART_COMMIT} && "
@@ -511,7 +513,8 @@ def report(result: dict) -> None:
     loads = [r["timing"]["load_average"][0] for r in result["runs"]]
     print(
         f"load average (1 min) while timing: median {statistics.median(loads):.2f}, "
-        f"range {min(loads):.2f}-{max(loads):.2f}; ART {result['art']['commit']}"
+        f"range {min(loads):.2f}-{max(loads):.2f}; ART {result['art']['commit']}, cost model version "
+        f"{result['art']['coefficient_version']}"
     )
 
 
@@ -560,7 +563,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {case.name} cp={cp} done", file=sys.stderr)
     rows = [summary_row(r) for r in runs]
     result = {
-        "art": {"repo": ART_REPO, "commit": ART_COMMIT, "modules": ART_MODULES, "sha256": art.sha256},
+        "art": {
+            "repo": ART_REPO,
+            "commit": ART_COMMIT,
+            "modules": ART_MODULES,
+            "sha256": art.sha256,
+            "coefficient_version": art.cost.COEFFICIENT_VERSION,
+        },
         "settings": {
             "model": MODEL,
             "memory": MEMORY,
