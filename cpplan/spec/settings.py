@@ -82,6 +82,7 @@ class Settings:
                 raise InputError(f"must be a whole number of layers, got {layers!r}", field="layers")
             object.__setattr__(self, "num_layers", int(layers))
         _require(self.correction, Correction | None, "correction", "a cpplan Correction or None")
+        self.model.check_supported(self.topology)
 
     @classmethod
     def from_user(
