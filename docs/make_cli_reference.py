@@ -70,8 +70,8 @@ strategies never ran).
 `--memory` is {MEMORY_MEANING}. Predicted peaks are counted the same way, above that pre-wave baseline,
 so passing the size of the whole GPU plans waves that run out of memory. If you know your GPU and what
 it holds before a wave, `--gpu-memory 141GB --resident 75GB` computes `--memory` (66 GB here) and says
-what it assumed; a `--memory` equal to a whole GPU's size (40, 48, 80, 94, 96, 141, 144 or 192, in GB
-or GiB) plans but warns and suggests `--gpu-memory`. Sizes take `GiB`, `GB`, `MiB`, `MB`, `KiB`, `KB`,
+what it assumed; a `--memory` above what the largest GPU holds (288 GB) plans but warns, since no
+rank has that much free. Sizes take `GiB`, `GB`, `MiB`, `MB`, `KiB`, `KB`,
 `TiB`, `TB` or a plain number of bytes, in any case and with or without a space (`8 GB` is 8,000,000,000
 bytes, `8GiB` 8,589,934,592); a unit without its `B` (`80G`, `80Gi`, `512M`) is refused with both
 spellings it may have meant, since tools read `80G` as 80 GiB or as 80 GB; a negative size is refused

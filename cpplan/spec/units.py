@@ -43,9 +43,9 @@ _AMBIGUOUS = {"k": "K", "m": "M", "g": "G", "t": "T", "ki": "K", "mi": "M", "gi"
 ``8G`` is 8 GiB to some tools and 8 GB to others."""
 _POWERS = {"K": 10, "M": 20, "G": 30, "T": 40}
 
-GPU_SIZES_GB = (40, 48, 80, 94, 96, 141, 144, 192)
-"""Memory sizes of common data-centre GPUs, in GB and GiB alike (A100 40/80, L40S 48, H100 80/94/96,
-H200 141, GH200 144, B200 192)."""
+LARGEST_GPU_BYTES = 288 * 10**9
+"""The memory of the largest GPUs made (B300 and MI355X: 288 GB): a per-rank wave budget above it cannot
+be free memory on one GPU."""
 _SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE]([+-]?[0-9]+))?\s*([A-Za-z]*)\s*$", re.ASCII)
 
 
@@ -110,18 +110,17 @@ def parse_memory(text: str | int, *, field: str = "memory") -> int:
     return value
 
 
-def whole_gpu_warning(num_bytes: int) -> str | None:
-    """A warning when a ``--memory`` of ``num_bytes`` is exactly a whole GPU's size (``80GB``, ``141GB``,
-    ``80GiB``...): it is what a wave may use above what is resident, not the GPU (``None`` otherwise)."""
-    for size in GPU_SIZES_GB:
-        for unit, factor in (("GB", 10**9), ("GiB", 2**30)):
-            if num_bytes == size * factor:
-                return (
-                    f"cpplan: warning: --memory {size}{unit} is the size of a whole GPU; --memory is "
-                    f"{MEMORY_MEANING}. If {size}{unit} is your GPU, give --gpu-memory {size}{unit} "
-                    f"--resident SIZE instead; if it is what a wave may use, it is planned as given."
-                )
-    return None
+def memory_warning(num_bytes: int) -> str | None:
+    """A warning when a ``--memory`` of ``num_bytes`` is more than any GPU holds (above
+    :data:`LARGEST_GPU_BYTES`): a sum over GPUs or a slipped digit, since it is one rank's free bytes
+    (``None`` otherwise: every size a single GPU can have free is taken without comment)."""
+    if num_bytes <= LARGEST_GPU_BYTES:
+        return None
+    return (
+        f"cpplan: warning: --memory {num_bytes:,} bytes ({format_bytes(num_bytes)}) is more than any GPU "
+        f"holds (the largest hold {LARGEST_GPU_BYTES // 10**9} GB); --memory is {MEMORY_MEANING}. It is "
+        "planned as given."
+    )
 
 
 def _is_plain(text: str) -> bool:

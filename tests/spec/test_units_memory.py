@@ -76,27 +76,29 @@ def test_a_negative_memory_says_it_must_be_positive():
             parse_memory(text)
 
 
-def test_a_whole_gpu_as_memory_is_warned_about():
-    """A --memory equal to a common GPU's size (in GB or GiB) gets a warning naming --gpu-memory;
-    a budget that is not one gets none."""
-    from cpplan.spec.units import parse_bytes, whole_gpu_warning
+def test_only_a_budget_no_gpu_holds_is_warned_about():
+    """A --memory above what the largest GPU holds (288 GB) gets a warning; every budget one GPU can have
+    free, the sizes of whole GPUs included (40GiB, 80GB, 141GB), gets none."""
+    from cpplan.spec.units import memory_warning, parse_bytes
 
-    for size in ("80GB", "141GB", "80GiB", "192GB", "40GiB"):
-        warning = whole_gpu_warning(parse_bytes(size))
-        assert warning is not None and "--gpu-memory" in warning and "whole GPU" in warning, size
-    for size in ("66GB", "8GiB", "79GiB", "20GB"):
-        assert whole_gpu_warning(parse_bytes(size)) is None, size
+    for size in ("289GB", "500GB", "1TiB"):
+        warning = memory_warning(parse_bytes(size))
+        assert warning is not None and "more than any GPU holds" in warning, size
+    for size in ("40GiB", "80GB", "80GiB", "141GB", "192GB", "288GB", "8GiB"):
+        assert memory_warning(parse_bytes(size)) is None, size
 
 
-def test_the_cli_prints_the_whole_gpu_warning(tmp_path, capsys):
-    """`cpplan plan --memory 80GB` plans (it is a valid budget) and warns on standard error."""
+def test_the_cli_warns_of_no_budget_the_project_uses(tmp_path, capsys):
+    """`cpplan plan --memory 40GiB` and `80GB` (the budgets of the README's API example, the verl snippet
+    and `cpplan bench`) plan without a warning; `--memory 500GB` plans and warns on standard error."""
     from pathlib import Path
 
     from cpplan.cli import main
 
     example = Path(__file__).resolve().parents[2] / "examples" / "grpo.jsonl"
     args = ["plan", str(example), "--model", "qwen3.6-35b-a3b", "--topology", "cp=2", "--quiet"]
-    assert main([*args, "--memory", "80GB", "-o", str(tmp_path / "p.json")]) == 0
-    assert "warning: --memory 80GB is the size of a whole GPU" in capsys.readouterr().err
-    assert main([*args, "--memory", "12GiB", "-o", str(tmp_path / "q.json")]) == 0
-    assert "warning" not in capsys.readouterr().err
+    for size in ("40GiB", "80GB"):
+        assert main([*args, "--memory", size, "-o", str(tmp_path / "p.json")]) == 0
+        assert "warning" not in capsys.readouterr().err, size
+    assert main([*args, "--memory", "500GB", "-o", str(tmp_path / "q.json")]) == 0
+    assert "warning: --memory 500,000,000,000 bytes" in capsys.readouterr().err

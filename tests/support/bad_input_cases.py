@@ -85,6 +85,11 @@ def _card(old: str, new: str) -> str:
     return TINY_CARD.replace(old, new, 1)
 
 
+def _moe_card(geometry: str) -> str:
+    """The tiny card with expert fields added to its geometry."""
+    return _card("max_context = 4096", f"max_context = 4096\n{geometry}")
+
+
 def _profile(old: str, new: str) -> str:
     assert old in RUNTIME_PROFILE, old
     return RUNTIME_PROFILE.replace(old, new, 1)
@@ -616,6 +621,55 @@ CASES: tuple[Case, ...] = (
         topology="cp=2,dynamic_cp=maybe",
         expect=("field 'topology.dynamic_cp'", "not 0, 1, true or false"),
     ),
+    Case(
+        kind="tp that does not divide the attention heads",
+        what="tp=3 for a card with 8 attention heads",
+        topology="tp=3",
+        expect=("field 'topology.tp'", "tp=3 must divide the model's 8 attention heads", "takes: 1, 2, 4, 8"),
+    ),
+    Case(
+        kind="tp that splits key/value heads unevenly",
+        what="tp=6 for a card with 12 attention heads and 4 key/value heads (6 neither divides 4 nor is a "
+        "multiple of it)",
+        files={"card.toml": _card("num_heads = 8\nnum_kv_heads = 2", "num_heads = 12\nnum_kv_heads = 4")},
+        model="card.toml",
+        topology="tp=6",
+        expect=("field 'topology.tp'", "4 key/value heads (num_kv_heads) or be a multiple of them"),
+    ),
+    Case(
+        kind="tp that does not divide the GDN heads",
+        what="tp=2 for a card whose GDN layers have 3 key heads",
+        files={
+            "card.toml": _card(
+                "num_layers = 4", 'num_layers = 4\nlayer_pattern = ["gdn", "attention"]'
+            ).replace("max_context = 4096", "max_context = 4096\ngdn_value_heads = 6\ngdn_key_heads = 3")
+        },
+        model="card.toml",
+        topology="tp=2",
+        expect=("field 'topology.tp'", "3 GDN key heads (gdn_key_heads)"),
+    ),
+    Case(
+        kind="ep that does not divide the experts",
+        what="ep=4 for a card with 6 experts",
+        files={"card.toml": _moe_card("num_experts = 6\ntop_k = 2\nexpert_ffn = 256")},
+        model="card.toml",
+        topology="ep=4,dp=4",
+        expect=("field 'topology.ep'", "ep=4 must divide the model's 6 experts", "takes: 1, 2, 3, 6"),
+    ),
+    Case(
+        kind="ep on a model without experts",
+        what="ep=2 for a dense card",
+        topology="ep=2,dp=2",
+        expect=("field 'topology.ep'", "ep=2 on a model without experts"),
+    ),
+    Case(
+        kind="etp that does not divide the expert FFN",
+        what="etp=5 for experts of FFN width 256",
+        files={"card.toml": _moe_card("num_experts = 6\ntop_k = 2\nexpert_ffn = 256")},
+        model="card.toml",
+        topology="etp=5,dp=5",
+        expect=("field 'topology.etp'", "etp=5 must divide the model's 256 expert FFN width"),
+    ),
     # ------------------------------------------------------------------ model and solver names
     Case(
         kind="unknown model name",
@@ -739,6 +793,34 @@ CASES: tuple[Case, ...] = (
         files={"card.toml": _card("[hardware]", "[constants]\nskew = nan\n\n[hardware]")},
         model="card.toml",
         expect=("card.toml:15", "field 'constants.skew'", "finite"),
+    ),
+    Case(
+        kind="card: key/value heads that do not divide the heads",
+        what="num_kv_heads = 3 beside num_heads = 8",
+        files={"card.toml": _card("num_kv_heads = 2", "num_kv_heads = 3")},
+        model="card.toml",
+        expect=("card.toml:8", "field 'geometry.num_kv_heads'", "must divide num_heads = 8"),
+    ),
+    Case(
+        kind="card: top_k above the experts",
+        what="top_k = 300 with num_experts = 256",
+        files={"card.toml": _moe_card("num_experts = 256\ntop_k = 300\nexpert_ffn = 256")},
+        model="card.toml",
+        expect=("card.toml:14", "field 'geometry.top_k'", "between 1 and num_experts = 256"),
+    ),
+    Case(
+        kind="card: experts without top_k",
+        what="num_experts = 8 and no top_k",
+        files={"card.toml": _moe_card("num_experts = 8\nexpert_ffn = 256")},
+        model="card.toml",
+        expect=("card.toml:5", "field 'geometry.top_k'", "top_k = 0 must be between 1 and num_experts = 8"),
+    ),
+    Case(
+        kind="card: GDN key heads that do not divide the value heads",
+        what="gdn_key_heads = 4 beside gdn_value_heads = 6",
+        files={"card.toml": _moe_card("gdn_value_heads = 6\ngdn_key_heads = 4")},
+        model="card.toml",
+        expect=("card.toml:14", "field 'geometry.gdn_key_heads'", "must divide gdn_value_heads = 6"),
     ),
     # ------------------------------------------------------------------ solver profiles
     Case(
