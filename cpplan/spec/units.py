@@ -94,7 +94,10 @@ def _parse_text(text: str, field: str) -> int:
         raise InputError(f"size {text!r} is not finite", field=field)
     if rough > 2 * MAX_BYTES:
         return MAX_BYTES + 1  # refused by the caller; no exact arithmetic on huge exponents
-    return math.floor(Fraction(number) * Fraction(10) ** power * factor)
+    exact = Fraction(number) * Fraction(10) ** power * factor
+    if 0 < exact < 1:
+        raise InputError(f"{text.strip()!r} is less than one byte; sizes are whole bytes", field=field)
+    return math.floor(exact)
 
 
 def parse_memory(text: str | int, *, field: str = "memory") -> int:
@@ -102,12 +105,29 @@ def parse_memory(text: str | int, *, field: str = "memory") -> int:
     a unit that is too small to be meant as bytes (``--memory 80`` is 80 bytes, not 80 GiB)."""
     value = parse_bytes(text, field=field)
     if isinstance(text, str) and _is_plain(text) and value < TINY_PLAIN_BYTES:
+        number = text.strip()
         raise InputError(
-            f"{text.strip()!r} has no unit, so it is {value:,} bytes: write {text.strip()}GiB (or "
-            f"{text.strip()}GB) for gigabytes; --memory is {MEMORY_MEANING}",
+            f"{number!r} has no unit, so it is {_plain_amount(number)} bytes, less than 1 MiB: "
+            f"{_unit_hint(number)}; --memory is {MEMORY_MEANING}",
             field=field,
         )
     return value
+
+
+def _plain_amount(number: str) -> str:
+    """A plain number as the bytes it is: ``1,048,575``, ``8.5``."""
+    exact = Fraction(number)
+    return f"{exact.numerator:,}" if exact.denominator == 1 else f"{float(exact):g}"
+
+
+def _unit_hint(number: str) -> str:
+    """The units a plain number may have been meant in: those that make it a size one GPU can have
+    free (GiB, else MiB), or none."""
+    exact = Fraction(number)
+    for binary, decimal, factor in (("GiB", "GB", 2**30), ("MiB", "MB", 2**20)):
+        if TINY_PLAIN_BYTES <= exact * factor <= LARGEST_GPU_BYTES:
+            return f"write {number}{binary} (or {number}{decimal}) if that is what you meant"
+    return "give a unit (e.g. 40GiB)"
 
 
 def memory_warning(num_bytes: int) -> str | None:

@@ -53,8 +53,11 @@ class Workload(BaseModel, metaclass=InputErrors):
     ) -> Workload:
         """Build a workload from items, reporting duplicates as an :class:`InputError` (``token_ids``:
         see :attr:`token_ids`)."""
+        items = tuple(items)
+        if not items:
+            raise InputError("workload is empty: no items", file=source)
         try:
-            return cls.model_validate({"items": tuple(items), "source": source, "token_ids": token_ids})
+            return cls.model_validate({"items": items, "source": source, "token_ids": token_ids})
         except ValidationError as exc:
             raise input_error(exc, file=source, field_in_message=True) from None
 
