@@ -80,7 +80,8 @@ sizes above 2^63 - 1 bytes are refused.
 
 ## Workload files
 
-`cpplan plan` and `cpplan verify` read JSONL, one item a line, in any of these forms:
+`cpplan plan` and `cpplan verify` read JSONL (`-` reads standard input), one item a line, in any of
+these forms:
 
 - `{{"id": "p0", "requests": [{{"tokens": [1, 2, 3], "grad": true, "loss_mask": [0, 1, 1]}}]}}`
   (`output` may also be given: `loss`, `logits`, `hidden` or `none`);
@@ -91,7 +92,7 @@ sizes above 2^63 - 1 bytes are refused.
   `id` the line number becomes the id.
 
 `--tokens-field NAME` reads the token ids from another field (in the Hugging Face form) and
-`--id-field NAME` the id (a string or an integer). A UTF-8 byte-order mark on line 1 is accepted. A
+`--id-field NAME` the id. An id is a string or an integer in every form. A UTF-8 byte-order mark on line 1 is accepted. A
 line that no JSON parser accepts (a number of 5,000 digits, brackets nested 100,000 deep) is bad input
 naming its line. Parquet files and JSON arrays are read by `cpplan pack`; `cpplan plan` says so.
 """
