@@ -92,9 +92,10 @@ these forms:
   `id` the line number becomes the id.
 
 `--tokens-field NAME` reads the token ids from another field (in the Hugging Face form) and
-`--id-field NAME` the id. An id is a string or an integer in every form. A UTF-8 byte-order mark on line 1 is accepted. A
-line that no JSON parser accepts (a number of 5,000 digits, brackets nested 100,000 deep) is bad input
-naming its line. Parquet files and JSON arrays are read by `cpplan pack`; `cpplan plan` says so.
+`--id-field NAME` the id. An id is a string or an integer in every form. A UTF-8 byte-order mark on
+line 1 is accepted. A line that no JSON parser accepts (a number of 5,000 digits, brackets nested
+100,000 deep) is bad input naming its line. Parquet files and JSON arrays are read by `cpplan pack`;
+`cpplan plan` says so.
 """
 
 
