@@ -742,24 +742,7 @@ def row_tensors(
             out[key][i, :n] = values[at]
         out["advantages"][i, :n] = advantage[row.result]
         out["weights"][i, :n] = weight[row.result]
-        group = np.empty(n, dtype=np.int64)
-        copy_id, used = {}, set()
-        for start in np.unique(row.copy[row.copy >= 0]).tolist():  # one id per prompt copy
-            prompt_id = int(prompt_ids[row.result[start]])
-            copy_id[start] = prompt_id if prompt_id not in used else ids.fresh()
-            used.add(prompt_id)
-        own_id = {r: ids.fresh() for r in row.members}
-        prompt = row.copy >= 0
-        group[prompt] = [copy_id[c] for c in row.copy[prompt].tolist()]
-        group[~prompt] = [own_id[r] for r in row.result[~prompt].tolist()]
-        first = {r: int(np.flatnonzero(row.result == r)[0]) for r in row.members}
-        parent_of = {
-            r: copy_id[int(row.copy[p])] if row.copy[p] >= 0 else int(prompt_ids[r]) for r, p in first.items()
-        }
-        parent = group.copy()
-        parent[~prompt] = [parent_of[r] for r in row.result[~prompt].tolist()]
-        out["group_ids"][i, :n] = group
-        out["parent_ids"][i, :n] = parent
+        out["group_ids"][i, :n], out["parent_ids"][i, :n] = _row_groups(row, prompt_ids, ids)
     real = torch.get_default_dtype()
     assistant_mask = torch.from_numpy(out["assistant_mask"])
     weights_tensor, advantages_tensor = art_normalized(
@@ -780,6 +763,27 @@ def row_tensors(
         "pixel_values": [None] * num_rows,
         "image_grid_thw": [None] * num_rows,
     }
+
+
+def _row_groups(row: Row, prompt_ids: np.ndarray, ids: _GroupIds) -> tuple[np.ndarray, np.ndarray]:
+    """One row's group and parent ids (see :func:`row_tensors`)."""
+    group = np.empty(row.num_tokens, dtype=np.int64)
+    copy_id, used = {}, set()
+    for start in np.unique(row.copy[row.copy >= 0]).tolist():  # one id per prompt copy
+        prompt_id = int(prompt_ids[row.result[start]])
+        copy_id[start] = prompt_id if prompt_id not in used else ids.fresh()
+        used.add(prompt_id)
+    own_id = {r: ids.fresh() for r in row.members}
+    prompt = row.copy >= 0
+    group[prompt] = [copy_id[c] for c in row.copy[prompt].tolist()]
+    group[~prompt] = [own_id[r] for r in row.result[~prompt].tolist()]
+    first = {r: int(np.flatnonzero(row.result == r)[0]) for r in row.members}
+    parent_of = {
+        r: copy_id[int(row.copy[p])] if row.copy[p] >= 0 else int(prompt_ids[r]) for r, p in first.items()
+    }
+    parent = group.copy()
+    parent[~prompt] = [parent_of[r] for r in row.result[~prompt].tolist()]
+    return group, parent
 
 
 def art_normalized(
