@@ -39,7 +39,9 @@ def test_settings_refuse_an_integer_budget_above_2_63():
 
 def test_plain_numbers_too_small_for_a_budget_get_a_hint():
     """`--memory 80` (80 bytes) is refused with the unit it probably meant; a large plain number is fine."""
-    with pytest.raises(InputError, match=r"'80' has no unit, so it is 80 bytes: write 80GiB"):
+    with pytest.raises(
+        InputError, match=r"'80' has no unit, so it is 80 bytes, less than 1 MiB: write 80GiB"
+    ):
         parse_memory("80")
     assert parse_memory(str(40 * 2**30)) == 40 * 2**30
     assert parse_memory("512KiB") == 512 * 1024
@@ -102,3 +104,36 @@ def test_the_cli_warns_of_no_budget_the_project_uses(tmp_path, capsys):
         assert "warning" not in capsys.readouterr().err, size
     assert main([*args, "--memory", "500GB", "-o", str(tmp_path / "q.json")]) == 0
     assert "warning: --memory 500,000,000,000 bytes" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("text", "needle", "absent"),
+    [
+        ("0.5B", "'0.5B' is less than one byte", "must be positive"),
+        ("8.5", "so it is 8.5 bytes", "it is 8 bytes"),
+        ("1048575", "so it is 1,048,575 bytes, less than 1 MiB: give a unit", "1048575GiB"),
+        ("80", "write 80GiB (or 80GB) if that is what you meant", "MiB (or"),
+    ],
+)
+def test_memory_slips_are_said_as_they_are(text, needle, absent):
+    """A size below one byte says so (not "must be positive"), a plain number says the bytes it is
+    exactly (8.5, not 8), and a unit is suggested only where the number with it is a size a GPU can have
+    free (80 -> 80GiB; 1048575 gets no 1048575GiB)."""
+    with pytest.raises(InputError) as info:
+        parse_memory(text)
+    assert needle in str(info.value) and absent not in str(info.value)
+
+
+def test_a_float_memory_budget_is_refused_as_not_whole():
+    """`memory_bytes=8.5e9` (a float, even a whole one) is refused saying a whole number of bytes or a size
+    string is wanted; an int and a numpy integer are taken."""
+    import numpy as np
+
+    import cpplan
+
+    for value in (8.5e9, 8e9, np.float64(8e9)):
+        with pytest.raises(InputError, match=r"field 'memory': must be a whole number of bytes \(an int\)"):
+            cpplan.Planner(model="qwen3-8b", memory_bytes=value)
+    assert (
+        cpplan.Planner(model="qwen3-8b", memory_bytes=np.int64(8 * 10**9)).settings.memory_bytes == 8 * 10**9
+    )
