@@ -311,10 +311,10 @@ CASES: tuple[Case, ...] = (
     ),
     Case(
         kind="id of the wrong type",
-        what="the id is a number",
-        files={"w.jsonl": OK_LINE + '{"id": 7, "tokens": [1, 2]}\n'},
+        what="the id is 7.5 (a string or an integer is an id)",
+        files={"w.jsonl": OK_LINE + '{"id": 7.5, "tokens": [1, 2]}\n'},
         workload="w.jsonl",
-        expect=("w.jsonl:2", "field 'id'", "must be a string"),
+        expect=("w.jsonl:2", "field 'id'", "must be a non-empty string or an integer, got 7.5"),
     ),
     Case(
         kind="empty id",
@@ -484,7 +484,7 @@ CASES: tuple[Case, ...] = (
         what="--id-field uid on a record without uid",
         cli_args=("plan", "ok.jsonl", "--model", "tiny.toml", "--memory", "64MiB", "--id-field", "uid"),
         api=lambda: cpplan.Workload.from_jsonl("ok.jsonl", fields=RecordFields(id="uid")),
-        expect=("ok.jsonl:1", "field 'uid'"),
+        expect=("ok.jsonl:1", "field 'uid': missing", "this record has fields 'id', 'requests'"),
     ),
     Case(
         kind="empty workload",
@@ -499,6 +499,20 @@ CASES: tuple[Case, ...] = (
         api_only=True,
         api=lambda: cpplan.Request(tokens=[]),
         expect=("field 'tokens'", "must not be empty"),
+    ),
+    Case(
+        kind="API: Item built directly without requests",
+        what='cpplan.Item(id="a", requests=())',
+        api_only=True,
+        api=lambda: cpplan.Item(id="a", requests=()),
+        expect=("field 'requests'", "must not be empty"),
+    ),
+    Case(
+        kind="API: Workload built directly without items",
+        what="cpplan.Workload(items=())",
+        api_only=True,
+        api=lambda: cpplan.Workload(items=()),
+        expect=("field 'items'", "must not be empty"),
     ),
     Case(
         kind="report given a file",
@@ -557,6 +571,20 @@ CASES: tuple[Case, ...] = (
         api_only=True,
         api=lambda: cpplan.Topology(cp=0),
         expect=("field 'topology.cp'", "cp must be a positive integer, got 0"),
+    ),
+    Case(
+        kind="API: Topology size given as a string",
+        what='cpplan.Topology(cp="2")',
+        api_only=True,
+        api=lambda: cpplan.Topology(cp="2"),
+        expect=("field 'topology.cp'", "must be an integer (an int, not a str), got '2'", "Topology.parse"),
+    ),
+    Case(
+        kind="API: Topology size given as a float",
+        what="cpplan.Topology(cp=2.0)",
+        api_only=True,
+        api=lambda: cpplan.Topology(cp=2.0),
+        expect=("field 'topology.cp'", "must be an integer (an int, not a float), got 2.0"),
     ),
     Case(
         kind="topology axis given twice",
@@ -902,6 +930,33 @@ CASES: tuple[Case, ...] = (
         what="--memory 8G (8 GiB or 8 GB?)",
         memory="8G",
         expect=("field 'memory'", "write 8GiB (binary", "or 8GB (decimal", "GiB, GB, MiB, MB, KiB, KB"),
+    ),
+    Case(
+        kind="memory below one byte",
+        what="--memory 0.5B",
+        memory="0.5B",
+        expect=("field 'memory'", "'0.5B' is less than one byte"),
+    ),
+    Case(
+        kind="memory with a fraction and no unit",
+        what="--memory 8.5 (8.5 bytes, meant as 8.5 GiB)",
+        memory="8.5",
+        expect=("field 'memory'", "so it is 8.5 bytes", "write 8.5GiB"),
+    ),
+    Case(
+        kind="memory just below 1 MiB without a unit",
+        what="--memory 1048575 (no unit makes it a size a GPU has free)",
+        memory="1048575",
+        expect=("field 'memory'", "so it is 1,048,575 bytes, less than 1 MiB: give a unit"),
+    ),
+    Case(
+        kind="API: memory given as a float",
+        what="memory_bytes=8.5e9 (CLI: --memory 8.5e9 is 8,500,000,000 bytes)",
+        api=lambda: cpplan.plan(
+            cpplan.Workload.from_jsonl("ok.jsonl"), model="tiny.toml", memory_bytes=8.5e9
+        ),
+        api_only=True,
+        expect=("field 'memory'", "must be a whole number of bytes (an int) or a size string"),
     ),
     Case(
         kind="memory not finite",
