@@ -70,8 +70,8 @@ strategies never ran).
 `--memory` is {MEMORY_MEANING}. Predicted peaks are counted the same way, above that pre-wave baseline,
 so passing the size of the whole GPU plans waves that run out of memory. If you know your GPU and what
 it holds before a wave, `--gpu-memory 141GB --resident 75GB` computes `--memory` (66 GB here) and says
-what it assumed; a `--memory` equal to a whole GPU's size (40, 48, 80, 94, 96, 141, 144 or 192, in GB
-or GiB) plans but warns and suggests `--gpu-memory`. Sizes take `GiB`, `GB`, `MiB`, `MB`, `KiB`, `KB`,
+what it assumed; a `--memory` above what the largest GPU holds (288 GB) plans but warns, since no
+rank has that much free. Sizes take `GiB`, `GB`, `MiB`, `MB`, `KiB`, `KB`,
 `TiB`, `TB` or a plain number of bytes, in any case and with or without a space (`8 GB` is 8,000,000,000
 bytes, `8GiB` 8,589,934,592); a unit without its `B` (`80G`, `80Gi`, `512M`) is refused with both
 spellings it may have meant, since tools read `80G` as 80 GiB or as 80 GB; a negative size is refused
@@ -80,7 +80,8 @@ sizes above 2^63 - 1 bytes are refused.
 
 ## Workload files
 
-`cpplan plan` and `cpplan verify` read JSONL, one item a line, in any of these forms:
+`cpplan plan` and `cpplan verify` read JSONL (`-` reads standard input), one item a line, in any of
+these forms:
 
 - `{{"id": "p0", "requests": [{{"tokens": [1, 2, 3], "grad": true, "loss_mask": [0, 1, 1]}}]}}`
   (`output` may also be given: `loss`, `logits`, `hidden` or `none`);
@@ -91,9 +92,10 @@ sizes above 2^63 - 1 bytes are refused.
   `id` the line number becomes the id.
 
 `--tokens-field NAME` reads the token ids from another field (in the Hugging Face form) and
-`--id-field NAME` the id (a string or an integer). A UTF-8 byte-order mark on line 1 is accepted. A
-line that no JSON parser accepts (a number of 5,000 digits, brackets nested 100,000 deep) is bad input
-naming its line. Parquet files and JSON arrays are read by `cpplan pack`; `cpplan plan` says so.
+`--id-field NAME` the id. An id is a string or an integer in every form. A UTF-8 byte-order mark on
+line 1 is accepted. A line that no JSON parser accepts (a number of 5,000 digits, brackets nested
+100,000 deep) is bad input naming its line. Parquet files and JSON arrays are read by `cpplan pack`;
+`cpplan plan` says so.
 """
 
 

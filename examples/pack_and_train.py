@@ -47,13 +47,23 @@ def write_conversations(path: Path, num: int = 24) -> Path:
 
 
 def main() -> None:
-    """Pack, then train replica 0 on its waves."""
+    """Pack, then train replica 0 on its waves (in a temporary folder, removed at the end, unless
+    ``--output`` names one to keep)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--output", type=Path, default=None, help="pack folder (default: a temporary one)")
     parser.add_argument("--steps", type=int, default=4)
     args = parser.parse_args()
-    folder = args.output or Path(tempfile.mkdtemp(prefix="cpplan-pack-"))
-    folder.parent.mkdir(parents=True, exist_ok=True)
+    if args.output is not None:
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        pack_and_train(args.output, args.steps)
+        return
+    with tempfile.TemporaryDirectory(prefix="cpplan-pack-") as scratch:
+        pack_and_train(Path(scratch) / "pack", args.steps)
+
+
+def pack_and_train(folder: Path, steps: int) -> None:
+    """Pack the generated conversations into ``folder`` (the conversations beside it), then take
+    ``steps`` training steps on replica 0's waves."""
     data = write_conversations(folder.parent / f"{folder.name}-conversations.json")
     outcome = cpplan.pack.pack(
         data,
@@ -68,7 +78,11 @@ def main() -> None:
     )
     manifest = outcome.manifest
     print(f"packed {manifest['items_planned']} conversations into {manifest['waves']} waves in {folder}")
+    train(folder, steps)
 
+
+def train(folder: Path, steps: int) -> None:
+    """One training step per wave of replica 0 (both CP ranks in this process), ``steps`` of them."""
     ranks = [cpplan.PackDataset(folder, dp_rank=0, cp_rank=r) for r in (0, 1)]
     torch.manual_seed(0)
     model = ReferenceLM(ReferenceConfig(vocab_size=512))
@@ -77,7 +91,7 @@ def main() -> None:
     # cpplan.hf.padding_wave(model); this one process has no collective to keep in step, so it skips them.
     waves = (batches for batches in zip(*ranks, strict=True) if batches[0] is not None)
     for step, batches in enumerate(waves):
-        if step == args.steps:
+        if step == steps:
             break
         logits = run_simulated_cp(model, batches)
         loss = sum(batch_loss(out, batch) for out, batch in zip(logits, batches, strict=True))

@@ -48,7 +48,12 @@ DEFAULT_FOLDER = Path("cpplan-bench")
     help="cpplan's profile (default runtime; deterministic with --sensitivity, so factors compare plans, not "
     "deadlines).",
 )
-@click.option("--repeats", type=click.IntRange(min=1), default=None, help="Timed runs per planner.")
+@click.option(
+    "--repeats",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Timed runs per planner (default 3; 1 with --quick).",
+)
 @click.option(
     "--output",
     "-o",

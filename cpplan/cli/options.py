@@ -17,8 +17,8 @@ from cpplan.spec.units import (
     format_bytes,
     format_bytes_like,
     memory_from_gpu,
+    memory_warning,
     parse_memory,
-    whole_gpu_warning,
 )
 
 if TYPE_CHECKING:
@@ -165,7 +165,7 @@ def memory_bytes(values: dict[str, Any], *, required: bool = True) -> int | None
         return from_gpu
     if memory is not None:
         value = parse_memory(memory)
-        warning = whole_gpu_warning(value)
+        warning = memory_warning(value)
         if warning:
             click.echo(warning, err=True)
         return value

@@ -11,6 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from cpplan.errors import InputError, NoFitError
 from cpplan.pack.conversations import conversation_item, load_tokenizer
 from cpplan.pack.readers import Cursor, Format, Record
@@ -104,9 +106,18 @@ def _parse(record: Record, ctx: PackContext) -> Item:
 
 
 def _known_id(record: Record, fields: RecordFields) -> str | None:
+    """The id of a record that did not parse, as the item would have had it (a string, or an integer
+    written in decimal); ``None`` when the record has no readable id."""
     payload = record.payload
+    if isinstance(payload, str):  # a JSONL line
+        try:
+            payload = json.loads(payload)
+        except (ValueError, RecursionError):
+            return None
     item_id = payload.get(fields.id) if isinstance(payload, dict) else None
-    return item_id if isinstance(item_id, str) else None
+    if isinstance(item_id, int | np.integer) and not isinstance(item_id, bool):
+        return str(int(item_id))
+    return item_id if isinstance(item_id, str) and item_id else None
 
 
 def _reject(record: Record, item_id: str | None, kind: str, reason: str) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from pydantic import (
     Field,
     FiniteFloat,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -65,7 +66,7 @@ class Geometry(_Strict):
     dtype_bytes: int = Field(default=2, gt=0)
     max_context: int = Field(default=131072, gt=0)
     num_experts: int = Field(default=0, ge=0)
-    top_k: int = Field(default=0, ge=0)
+    top_k: int = Field(default=0, ge=0, validate_default=True)
     expert_ffn: int = Field(default=0, ge=0)
     shared_expert_ffn: int = Field(default=0, ge=0)
     gdn_value_heads: int = Field(default=0, ge=0)
@@ -79,6 +80,88 @@ class Geometry(_Strict):
         if not value:
             raise ValueError("must list at least one layer kind")
         return value
+
+    @field_validator("num_kv_heads")
+    @classmethod
+    def _kv_heads_group(cls, value: int, info: ValidationInfo) -> int:
+        heads = info.data.get("num_heads")
+        if heads is not None and heads % value:
+            raise ValueError(
+                f"num_kv_heads = {value} must divide num_heads = {heads} (each key/value head serves "
+                f"a whole group of query heads); divisors of {heads}: {_divisors(heads)}"
+            )
+        return value
+
+    @field_validator("top_k")
+    @classmethod
+    def _top_k_of_experts(cls, value: int, info: ValidationInfo) -> int:
+        experts = info.data.get("num_experts")
+        if experts is None:
+            return value
+        if experts == 0 and value:
+            raise ValueError(f"top_k = {value} on a card without experts (num_experts = 0): leave top_k out")
+        if experts and not 1 <= value <= experts:
+            raise ValueError(
+                f"top_k = {value} must be between 1 and num_experts = {experts} (the experts each token "
+                "is routed to)"
+            )
+        return value
+
+    @field_validator("gdn_key_heads")
+    @classmethod
+    def _gdn_key_heads_group(cls, value: int, info: ValidationInfo) -> int:
+        values = info.data.get("gdn_value_heads")
+        if value and values and values % value:
+            raise ValueError(
+                f"gdn_key_heads = {value} must divide gdn_value_heads = {values} (each key head serves "
+                f"a whole group of value heads); divisors of {values}: {_divisors(values)}"
+            )
+        return value
+
+    def parallel_problem(self, *, tp: int = 1, ep: int = 1, etp: int = 1) -> tuple[str, str] | None:
+        """The first of the parallel sizes ``tp``, ``ep``, ``etp`` this geometry cannot be sharded by, as
+        ``(axis, reason)`` (``None`` when every size shards it): TP must divide the attention heads, the
+        GDN key and value heads (where the model has GDN layers), the dense and shared-expert FFN, and
+        either divide the key/value heads or be a multiple of them (each rank then holds one replicated
+        key/value head, as Megatron-LM and vLLM do); EP must divide the experts and ETP each expert's FFN
+        (both 1 on a model without experts)."""
+        for axis, size, rules in (
+            ("tp", tp, self._tp_rules()),
+            ("ep", ep, self._expert_rules("ep", "num_experts", "experts")),
+            ("etp", etp, self._expert_rules("etp", "expert_ffn", "expert FFN width")),
+        ):
+            reason = next((why for holds, why in (rule(size) for rule in rules) if not holds), None)
+            if reason is not None:
+                return axis, reason
+        return None
+
+    def parallel_sizes(self, axis: str, limit: int = 1024) -> list[int]:
+        """The sizes of ``axis`` (``tp``, ``ep`` or ``etp``) up to ``limit`` this geometry shards by."""
+        return [size for size in range(1, limit + 1) if self.parallel_problem(**{axis: size}) is None]
+
+    def _tp_rules(self) -> list:
+        """Each TP rule as ``size -> (holds, reason)``."""
+        kv = self.num_kv_heads
+        rules = [_divides("tp", self.num_heads, "attention heads (num_heads)")]
+        rules.append(
+            lambda tp: (
+                kv % tp == 0 or tp % kv == 0,
+                f"tp={tp} must divide the model's {kv} key/value heads (num_kv_heads) or be a multiple of "
+                "them (each rank then holds one replicated key/value head)",
+            )
+        )
+        if "gdn" in self.layer_pattern:
+            rules.append(_divides("tp", self.gdn_value_heads, "GDN value heads (gdn_value_heads)"))
+            rules.append(_divides("tp", self.gdn_key_heads, "GDN key heads (gdn_key_heads)"))
+        rules.append(_divides("tp", self.ffn, "FFN width (ffn)"))
+        rules.append(_divides("tp", self.shared_expert_ffn, "shared-expert FFN width (shared_expert_ffn)"))
+        return rules
+
+    def _expert_rules(self, axis: str, field: str, what: str) -> list:
+        """The rule of an expert axis: its size divides ``field``; 1 on a model without experts."""
+        if self.num_experts == 0:
+            return [lambda size: (size == 1, f"{axis}={size} on a model without experts (num_experts = 0)")]
+        return [_divides(axis, getattr(self, field), f"{what} ({field})")]
 
     def layer_counts(self, num_layers: int) -> dict[str, int]:
         """Layers of each kind when the pattern is repeated (and truncated) to ``num_layers``."""
@@ -112,6 +195,18 @@ class Geometry(_Strict):
                 names[f"{prefix}_held_gdn_layers"] = held.count("gdn")
                 names[f"{prefix}_done_layers"] = 0 if index is None else num_layers - index
         return names
+
+
+def _divisors(number: int) -> str:
+    return ", ".join(str(d) for d in range(1, number + 1) if number % d == 0)
+
+
+def _divides(axis: str, count: int, what: str):
+    """A rule: a size of ``axis`` must divide ``count`` (none when ``count`` is 0: absent)."""
+    return lambda size: (
+        count == 0 or count % size == 0,
+        f"{axis}={size} must divide the model's {count} {what}",
+    )
 
 
 class Hardware(_Strict):
@@ -325,11 +420,22 @@ class ModelCard(_Strict):
         return env
 
     def check_supported(self, topology: Topology) -> None:
-        """Raise :class:`UnsupportedTopologyError` for a topology the card cannot price."""
+        """Raise :class:`UnsupportedTopologyError` for a topology the card cannot price: one its
+        ``supports`` formula excludes, or one whose sizes cannot shard the model's geometry
+        (:meth:`Geometry.parallel_problem`)."""
         if not evaluate(self.supports, topology.as_env()):
             raise UnsupportedTopologyError(
                 f"model card {self.name!r} cannot price topology {topology} (it supports: {self.supports})",
                 field="topology",
+            )
+        problem = self.geometry.parallel_problem(tp=topology.tp, ep=topology.ep, etp=topology.etp)
+        if problem is not None:
+            axis, reason = problem
+            sizes = ", ".join(map(str, self.geometry.parallel_sizes(axis)))
+            raise UnsupportedTopologyError(
+                f"{reason}, so model {self.name!r} cannot be sharded that way; the {axis} sizes it "
+                f"takes: {sizes}",
+                field=f"topology.{axis}",
             )
 
     def resolve(

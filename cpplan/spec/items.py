@@ -37,6 +37,7 @@ class Request(BaseModel, metaclass=InputErrors):
     @field_validator("tokens", mode="before")
     @classmethod
     def _tokens_array(cls, value: Any) -> np.ndarray:
+        value = _from_array_like(value)
         if isinstance(value, str | bytes) or not isinstance(value, Sequence | np.ndarray):
             raise ValueError("must be a list of integer token ids")
         try:
@@ -48,10 +49,11 @@ class Request(BaseModel, metaclass=InputErrors):
         if array.size == 0:
             raise ValueError("must not be empty")
         if array.dtype.kind not in "iu" or (isinstance(value, list) and bool in map(type, value)):
-            bad = next((i for i, t in enumerate(value) if not _is_int(t) or not 0 <= t <= MAX_TOKEN_ID), 0)
-            if _is_int(value[bad]):
-                raise ValueError(f"token {bad} is {value[bad]}, outside [0, {MAX_TOKEN_ID}]")
-            raise ValueError(f"token {bad} is {value[bad]!r}, not an integer")
+            ids = value.tolist() if isinstance(value, np.ndarray) else value
+            bad = next((i for i, t in enumerate(ids) if not _is_int(t) or not 0 <= t <= MAX_TOKEN_ID), 0)
+            if _is_int(ids[bad]):
+                raise ValueError(f"token {bad} is {ids[bad]}, outside [0, {MAX_TOKEN_ID}]")
+            raise ValueError(f"token {bad} is {ids[bad]!r}, not an integer")
         array = array.astype(np.int64, copy=True)
         out_of_range = np.flatnonzero((array < 0) | (array > MAX_TOKEN_ID))
         if out_of_range.size:
@@ -72,6 +74,7 @@ class Request(BaseModel, metaclass=InputErrors):
     def _mask_array(cls, value: Any) -> np.ndarray | None:
         if value is None:
             return None
+        value = _from_array_like(value)
         if isinstance(value, str | bytes) or not isinstance(value, Sequence | np.ndarray):
             raise ValueError("must be a list of 0/1 per token")
         array = np.asarray(value, dtype=object) if isinstance(value, Sequence) else np.asarray(value)
@@ -119,6 +122,16 @@ class Request(BaseModel, metaclass=InputErrors):
         if self.output == "loss":
             needed[:-1] = self.loss_mask[1:]
         return needed
+
+
+def _from_array_like(value: Any) -> Any:
+    """A torch tensor (on any device) or another array numpy reads (``__array__``) as a numpy array, so
+    every array library's ids are taken as numpy's are; anything else unchanged."""
+    if isinstance(value, Sequence | np.ndarray) or not hasattr(value, "__array__"):
+        return value
+    if callable(getattr(value, "detach", None)) and callable(getattr(value, "cpu", None)):
+        value = value.detach().cpu()
+    return np.asarray(value)
 
 
 def _is_int(value: Any) -> bool:

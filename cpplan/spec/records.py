@@ -118,7 +118,8 @@ def item_from_record(
             "give one of 'tokens', 'requests' or 'input_ids'", file=source, line=line_no, field=HF_TOKENS
         )
     if fields.id != "id":
-        record["id"] = _item_id(record.pop(fields.id, None), source, line_no, fields.id, default=None)
+        record["id"] = _item_id(record, fields.id, source, line_no, field=fields.id, default=None)
+        del record[fields.id]
     _check_native_id(record, source, line_no)
     if "tokens" in record:
         if "requests" in record:
@@ -154,6 +155,7 @@ def _item_error(exc: ValidationError, record: dict[str, Any], source: str, line_
 
 
 def _check_native_id(record: dict[str, Any], source: str, line_no: int) -> None:
+    """The id of a record in the ``tokens`` or ``requests`` form, made a string."""
     if "id" not in record:
         if "waves" in record and "cpplan_version" in record:
             raise InputError(
@@ -168,8 +170,7 @@ def _check_native_id(record: dict[str, Any], source: str, line_no: int) -> None:
             line=line_no,
             field="id",
         )
-    if not isinstance(record["id"], str):
-        raise InputError(f"must be a string, got {record['id']!r}", file=source, line=line_no, field="id")
+    record["id"] = _item_id(record, "id", source, line_no, field="id", default=None)
 
 
 def _keys(record: dict[str, Any]) -> str:
@@ -179,11 +180,22 @@ def _keys(record: dict[str, Any]) -> str:
     return ("fields " + ", ".join(names) + more) if names else "no fields"
 
 
-def _item_id(value: Any, source: str, line_no: int, field: str, *, default: str | None) -> str:
-    """A mapped or Hugging Face record's id: a string, or an integer written in decimal; ``default``
-    when it is missing."""
-    if value is None and default is not None:
-        return default
+def _item_id(
+    record: dict[str, Any], key: str, source: str, line_no: int, *, field: str, default: str | None
+) -> str:
+    """A record's id, at ``key`` (named ``field`` in errors): a non-empty string, or an integer written in
+    decimal; ``default`` when the record has no ``key`` (refused as missing when ``default`` is
+    ``None``)."""
+    if key not in record:
+        if default is not None:
+            return default
+        raise InputError(
+            f"missing (--id-field NAME reads the id from another field; this record has {_keys(record)})",
+            file=source,
+            line=line_no,
+            field=field,
+        )
+    value = record[key]
     if isinstance(value, int | np.integer) and not isinstance(value, bool):
         return str(int(value))
     if isinstance(value, str) and value:
@@ -204,7 +216,7 @@ def _hf_item(record: dict[str, Any], source: str, line_no: int, fields: RecordFi
             line=line_no,
             field=key,
         )
-    item_id = _item_id(record.get(fields.id), source, line_no, fields.id, default=str(line_no))
+    item_id = _item_id(record, fields.id, source, line_no, field=fields.id, default=str(line_no))
     tokens = _validated(lambda: Request(tokens=record[key]).tokens, source, line_no, key)
     _check_unpadded(record.get("attention_mask"), tokens.size, source, line_no)
     mask, mask_field = _hf_loss_mask(record, tokens, source, line_no)

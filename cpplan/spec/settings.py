@@ -66,14 +66,7 @@ class Settings:
         _require(
             self.model, ModelCard, "model", "a ModelCard (or use Settings.from_user with a name or path)"
         )
-        memory = self.memory_bytes
-        whole = isinstance(memory, int | np.integer) and not isinstance(memory, bool)
-        if not whole or not 0 < memory <= MAX_BYTES:
-            raise InputError(
-                f"must be a positive number of bytes up to 2^63 - 1, got {memory!r} ({MEMORY_MEANING})",
-                field="memory",
-            )
-        object.__setattr__(self, "memory_bytes", int(memory))
+        object.__setattr__(self, "memory_bytes", _whole_bytes(self.memory_bytes))
         if self.phase not in get_args(Phase):
             raise InputError(f"must be 'cold' or 'warm', got {self.phase!r}", field="phase")
         layers = self.num_layers
@@ -82,6 +75,7 @@ class Settings:
                 raise InputError(f"must be a whole number of layers, got {layers!r}", field="layers")
             object.__setattr__(self, "num_layers", int(layers))
         _require(self.correction, Correction | None, "correction", "a cpplan Correction or None")
+        self.model.check_supported(self.topology)
 
     @classmethod
     def from_user(
@@ -201,6 +195,24 @@ def topology_from_json(value: Any) -> Topology:
         return Topology.create(**{"equal_waves": False, **value})
     except (TypeError, ValueError) as exc:
         raise InputError(str(exc), field="topology") from None
+
+
+def _whole_bytes(memory: Any) -> int:
+    """``memory_bytes`` as an ``int``: a whole, positive number of bytes up to 2^63 - 1 (a numpy integer
+    too), or an :class:`InputError` saying which of these it is not."""
+    whole = isinstance(memory, int | np.integer) and not isinstance(memory, bool)
+    if isinstance(memory, float | np.floating):
+        raise InputError(
+            f"must be a whole number of bytes (an int) or a size string such as '80GiB', got the float "
+            f"{memory!r} ({MEMORY_MEANING})",
+            field="memory",
+        )
+    if not whole or not 0 < memory <= MAX_BYTES:
+        raise InputError(
+            f"must be a whole, positive number of bytes up to 2^63 - 1, got {memory!r} ({MEMORY_MEANING})",
+            field="memory",
+        )
+    return int(memory)
 
 
 def _require(value: Any, expected: Any, field: str, wanted: str) -> None:

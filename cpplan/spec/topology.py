@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+import numpy as np
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -53,10 +54,13 @@ class Topology(BaseModel, metaclass=InputErrors):
 
     @field_validator(*AXES, mode="before")
     @classmethod
-    def _not_a_boolean(cls, value: object) -> object:
-        if isinstance(value, bool):
-            raise ValueError(f"must be a whole number, got {value!r}")
-        return value
+    def _an_integer(cls, value: object) -> object:
+        if isinstance(value, bool) or not isinstance(value, int | np.integer):
+            raise ValueError(
+                f"must be an integer (an int, not a {type(value).__name__}), got {value!r}; "
+                "Topology.parse('cp=2') reads sizes from text"
+            )
+        return int(value)
 
     @field_validator(*AXES)
     @classmethod

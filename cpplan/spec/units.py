@@ -43,9 +43,9 @@ _AMBIGUOUS = {"k": "K", "m": "M", "g": "G", "t": "T", "ki": "K", "mi": "M", "gi"
 ``8G`` is 8 GiB to some tools and 8 GB to others."""
 _POWERS = {"K": 10, "M": 20, "G": 30, "T": 40}
 
-GPU_SIZES_GB = (40, 48, 80, 94, 96, 141, 144, 192)
-"""Memory sizes of common data-centre GPUs, in GB and GiB alike (A100 40/80, L40S 48, H100 80/94/96,
-H200 141, GH200 144, B200 192)."""
+LARGEST_GPU_BYTES = 288 * 10**9
+"""The memory of the largest GPUs made (B300 and MI355X: 288 GB): a per-rank wave budget above it cannot
+be free memory on one GPU."""
 _SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE]([+-]?[0-9]+))?\s*([A-Za-z]*)\s*$", re.ASCII)
 
 
@@ -94,7 +94,10 @@ def _parse_text(text: str, field: str) -> int:
         raise InputError(f"size {text!r} is not finite", field=field)
     if rough > 2 * MAX_BYTES:
         return MAX_BYTES + 1  # refused by the caller; no exact arithmetic on huge exponents
-    return math.floor(Fraction(number) * Fraction(10) ** power * factor)
+    exact = Fraction(number) * Fraction(10) ** power * factor
+    if 0 < exact < 1:
+        raise InputError(f"{text.strip()!r} is less than one byte; sizes are whole bytes", field=field)
+    return math.floor(exact)
 
 
 def parse_memory(text: str | int, *, field: str = "memory") -> int:
@@ -102,26 +105,42 @@ def parse_memory(text: str | int, *, field: str = "memory") -> int:
     a unit that is too small to be meant as bytes (``--memory 80`` is 80 bytes, not 80 GiB)."""
     value = parse_bytes(text, field=field)
     if isinstance(text, str) and _is_plain(text) and value < TINY_PLAIN_BYTES:
+        number = text.strip()
         raise InputError(
-            f"{text.strip()!r} has no unit, so it is {value:,} bytes: write {text.strip()}GiB (or "
-            f"{text.strip()}GB) for gigabytes; --memory is {MEMORY_MEANING}",
+            f"{number!r} has no unit, so it is {_plain_amount(number)} bytes, less than 1 MiB: "
+            f"{_unit_hint(number)}; --memory is {MEMORY_MEANING}",
             field=field,
         )
     return value
 
 
-def whole_gpu_warning(num_bytes: int) -> str | None:
-    """A warning when a ``--memory`` of ``num_bytes`` is exactly a whole GPU's size (``80GB``, ``141GB``,
-    ``80GiB``...): it is what a wave may use above what is resident, not the GPU (``None`` otherwise)."""
-    for size in GPU_SIZES_GB:
-        for unit, factor in (("GB", 10**9), ("GiB", 2**30)):
-            if num_bytes == size * factor:
-                return (
-                    f"cpplan: warning: --memory {size}{unit} is the size of a whole GPU; --memory is "
-                    f"{MEMORY_MEANING}. If {size}{unit} is your GPU, give --gpu-memory {size}{unit} "
-                    f"--resident SIZE instead; if it is what a wave may use, it is planned as given."
-                )
-    return None
+def _plain_amount(number: str) -> str:
+    """A plain number as the bytes it is: ``1,048,575``, ``8.5``."""
+    exact = Fraction(number)
+    return f"{exact.numerator:,}" if exact.denominator == 1 else f"{float(exact):g}"
+
+
+def _unit_hint(number: str) -> str:
+    """The units a plain number may have been meant in: those that make it a size one GPU can have
+    free (GiB, else MiB), or none."""
+    exact = Fraction(number)
+    for binary, decimal, factor in (("GiB", "GB", 2**30), ("MiB", "MB", 2**20)):
+        if TINY_PLAIN_BYTES <= exact * factor <= LARGEST_GPU_BYTES:
+            return f"write {number}{binary} (or {number}{decimal}) if that is what you meant"
+    return "give a unit (e.g. 40GiB)"
+
+
+def memory_warning(num_bytes: int) -> str | None:
+    """A warning when a ``--memory`` of ``num_bytes`` is more than any GPU holds (above
+    :data:`LARGEST_GPU_BYTES`): a sum over GPUs or a slipped digit, since it is one rank's free bytes
+    (``None`` otherwise: every size a single GPU can have free is taken without comment)."""
+    if num_bytes <= LARGEST_GPU_BYTES:
+        return None
+    return (
+        f"cpplan: warning: --memory {num_bytes:,} bytes ({format_bytes(num_bytes)}) is more than any GPU "
+        f"holds (the largest hold {LARGEST_GPU_BYTES // 10**9} GB); --memory is {MEMORY_MEANING}. It is "
+        "planned as given."
+    )
 
 
 def _is_plain(text: str) -> bool:

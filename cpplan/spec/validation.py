@@ -29,7 +29,7 @@ def input_error(
     """
     error = exc.errors()[0]
     path = tuple(error["loc"])
-    message = error["msg"].removeprefix("Value error, ")
+    message = _in_our_words(error)
     if toml_text is not None:
         line = toml_line(toml_text, path)
         if error["type"] == "missing":
@@ -39,6 +39,16 @@ def input_error(
     if field_in_message:
         return InputError(f"{field}: {message}" if field else message, file=file, line=line)
     return InputError(message, file=file, line=line, field=field)
+
+
+def _in_our_words(error: dict) -> str:
+    """pydantic's message of one error, its length limits said as cpplan says them ("must not be
+    empty"), its ``Value error, `` prefix dropped."""
+    if error["type"] in ("too_short", "string_too_short"):
+        least = error.get("ctx", {}).get("min_length", 1)
+        what = "characters" if error["type"] == "string_too_short" else "entries"
+        return "must not be empty" if least == 1 else f"must hold at least {least} {what}"
+    return error["msg"].removeprefix("Value error, ")
 
 
 class InputErrors(type(BaseModel)):

@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+import io
 import json
+import sys
 from collections.abc import Iterable, Sequence
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from pydantic import (
     BaseModel,
@@ -53,8 +55,11 @@ class Workload(BaseModel, metaclass=InputErrors):
     ) -> Workload:
         """Build a workload from items, reporting duplicates as an :class:`InputError` (``token_ids``:
         see :attr:`token_ids`)."""
+        items = tuple(items)
+        if not items:
+            raise InputError("workload is empty: no items", file=source)
         try:
-            return cls.model_validate({"items": tuple(items), "source": source, "token_ids": token_ids})
+            return cls.model_validate({"items": items, "source": source, "token_ids": token_ids})
         except ValidationError as exc:
             raise input_error(exc, file=source, field_in_message=True) from None
 
@@ -63,12 +68,11 @@ class Workload(BaseModel, metaclass=InputErrors):
         """Read JSONL, one item a line, in any form :mod:`cpplan.spec.records` reads (``{"id",
         "requests"}``, ``{"id", "tokens"}`` or Hugging Face ``{"input_ids", ...}``); ``fields`` renames
         the id and token fields. Errors name the file, the line and the field; a Parquet file or a JSON
-        array is refused with what reads it."""
+        array is refused with what reads it. ``"-"`` reads standard input (named ``<stdin>`` in errors)."""
         path = Path(path)
-        try:
-            handle = path.open("rb")
-        except OSError as exc:
-            raise InputError(f"cannot read workload: {exc.strerror}", file=str(path)) from None
+        handle = _open_workload(path)
+        if str(path) == "-":
+            path = Path(STDIN_NAME)
         items: list[Item] = []
         lines: dict[str, int] = {}
         with handle:
@@ -127,6 +131,21 @@ class Workload(BaseModel, metaclass=InputErrors):
     def line_of(self, index: int) -> int | None:
         """The source line of item ``index``, when the workload was read from a file."""
         return None if self.lines is None else self.lines[index]
+
+
+STDIN_NAME = "<stdin>"
+"""What errors call the workload read from standard input (``-``)."""
+
+
+def _open_workload(path: Path) -> IO[bytes]:
+    """The workload file opened for reading bytes; for ``-``, standard input read whole (the readers
+    seek back over what they looked at)."""
+    if str(path) == "-":
+        return io.BytesIO(sys.stdin.buffer.read())
+    try:
+        return path.open("rb")
+    except OSError as exc:
+        raise InputError(f"cannot read workload: {exc.strerror}", file=str(path)) from None
 
 
 def _refuse_plan_json(handle, source: str) -> None:

@@ -134,3 +134,24 @@ def test_most_ranks_owning_nothing_is_warned_about(tmp_path: Path, capsys):
     assert "warning: 7 of the 8 CP ranks own no token in any wave" in capsys.readouterr().err
     assert main([*args, "--output", str(tmp_path / "b.json"), "--quiet"]) == 0
     assert "own no token" not in capsys.readouterr().err
+
+
+def test_a_dash_plans_the_workload_on_standard_input(tmp_path: Path, monkeypatch, capsys):
+    """`cpplan plan -` reads the workload from standard input (the same plan as from the file); a bad line
+    there is exit 2 naming <stdin> and the line, never "No such file"."""
+    import io
+
+    (tmp_path / "w.jsonl").write_text(OK_WORKLOAD, encoding="utf-8")
+    (tmp_path / "tiny.toml").write_text(TINY_CARD, encoding="utf-8")
+    settings = ["--model", str(tmp_path / "tiny.toml"), "--memory", "64MiB", "--quiet"]
+    assert main(["plan", str(tmp_path / "w.jsonl"), *settings, "-o", str(tmp_path / "file.json")]) == 0
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(OK_WORKLOAD.encode())))
+    assert main(["plan", "-", *settings, "-o", str(tmp_path / "stdin.json")]) == 0
+    assert _requests_in_plan(json.loads((tmp_path / "stdin.json").read_text())) == _requests_in_plan(
+        json.loads((tmp_path / "file.json").read_text())
+    )
+    capsys.readouterr()
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO((OK_WORKLOAD + "{oops\n").encode())))
+    assert main(["plan", "-", *settings]) == 2
+    err = capsys.readouterr().err
+    assert "<stdin>:3" in err and "malformed JSON" in err and "No such file" not in err

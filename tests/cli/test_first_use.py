@@ -12,7 +12,7 @@ import pytest
 
 from cpplan.cli import main
 from cpplan.errors import InputError
-from cpplan.spec.units import parse_memory, whole_gpu_warning
+from cpplan.spec.units import memory_warning, parse_memory
 from tests.support import pack_data as tp
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -169,7 +169,7 @@ def test_gpu_memory_answers_in_the_users_unit(tmp_path, capsys):
 
 def test_the_docs_command_lines_use_budgets_the_cli_does_not_warn_about():
     """Every `--memory SIZE` of a `cpplan plan`, `verify` or `pack` command line in the README and the
-    docs is a wave budget those commands take without their whole-GPU warning (the docs model what a
+    docs is a wave budget those commands take without a warning (the docs model what a
     user should type)."""
     found = []
     command = re.compile(r"cpplan (?:plan|verify|pack) [^\n`|]*?--memory ([0-9][0-9.]*[A-Za-z]+)\b")
@@ -178,5 +178,5 @@ def test_the_docs_command_lines_use_budgets_the_cli_does_not_warn_about():
             continue
         for size in command.findall(doc.read_text(encoding="utf-8")):
             found.append(size)
-            assert whole_gpu_warning(parse_memory(size)) is None, f"{doc.name}: --memory {size}"
+            assert memory_warning(parse_memory(size)) is None, f"{doc.name}: --memory {size}"
     assert "36GiB" in found and "8GiB" in found

@@ -151,3 +151,10 @@ def test_no_card_named_derives_one_from_the_models_config(tmp_path, caplog):
     named = cpplan.Planner(model="qwen3.6-35b-a3b", memory_bytes="1GiB", solver="deterministic")
     with pytest.raises(InputError, match="below the static floor"):
         named.plan(workload)
+
+
+def test_an_unknown_card_blames_the_card_argument():
+    """`GRPOTrainer(card="nope", ...)` is refused naming the trainer's own argument, `card`, not the
+    planner's `model`, before TRL builds anything."""
+    with pytest.raises(InputError, match=r"^field 'card': unknown model 'nope'"):
+        GRPOTrainer(card="nope", memory_bytes="8GiB")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -26,3 +27,20 @@ def test_pack_and_train_example_runs(tmp_path):
     losses = [float(line.rsplit(" ", 1)[1]) for line in proc.stdout.splitlines() if line.startswith("step")]
     assert len(losses) == 3 and losses[-1] < losses[0]
     assert (tmp_path / "out" / "manifest.json").exists()
+
+
+@pytest.mark.slow  # packs and trains a small model in a subprocess
+def test_pack_and_train_example_leaves_no_temporary_folder(tmp_path):
+    """Without --output the example packs into a temporary folder and removes it (and the conversations
+    beside it) when it ends: nothing named cpplan-pack-* is left in the temporary directory."""
+    proc = subprocess.run(
+        [sys.executable, "examples/pack_and_train.py", "--steps", "1"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "step 0:" in proc.stdout
+    assert list(tmp_path.glob("cpplan-pack-*")) == []

@@ -90,6 +90,19 @@ def test_poison_lines_are_rejected_and_the_pack_goes_on(tmp_path):
     assert outcome.manifest["items_planned"] == len(good)
 
 
+def test_a_rejected_line_keeps_the_id_it_names(tmp_path):
+    """A line that does not parse is rejected under the id it names, an integer id written in decimal as
+    the item would have had it; only a line without a readable id is rejected with id null."""
+    lines = tp.workload_lines(4)
+    lines += ['{"id": 7, "tokens": [1, 2.5]}', '{"id": "s", "tokens": []}', '{"tokens": [1.5]}']
+    data = tmp_path / "ids.jsonl"
+    data.write_text("\n".join(lines) + "\n")
+    outcome = pack(data, output=tmp_path / "out", solver=tp.profile_path(tmp_path), **tp.SETTINGS)
+    rejects = [json.loads(t) for t in (tmp_path / "out" / "rejects.jsonl").read_text().splitlines()]
+    assert [(r["line"], r["id"]) for r in rejects] == [(5, "7"), (6, "s"), (7, None)]
+    assert outcome.manifest["items_planned"] == 4
+
+
 def test_poison_record_in_a_json_array_is_skipped(tmp_path):
     """Inside a JSON array, a record the parser rejects (too many digits, too deep) is rejected and the
     records after it are still read and planned."""

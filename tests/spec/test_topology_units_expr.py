@@ -65,3 +65,17 @@ def test_formulas():
         evaluate("c + 1", env)
     with pytest.raises(FormulaError, match="unsupported"):
         evaluate("__import__('os')", env)
+
+
+def test_topology_sizes_are_integers_only():
+    """One rule for every size: an int or a numpy integer is taken; a string, a float (even 2.0) or a
+    boolean is refused naming the field and the type, pointing at Topology.parse for text."""
+    import numpy as np
+
+    assert Topology(cp=np.int64(2), dp=np.int32(2)).cp == 2
+    assert type(Topology(cp=np.int64(2)).cp) is int
+    for value, kind in (("2", "str"), (2.0, "float"), (True, "bool")):
+        with pytest.raises(
+            InputError, match=rf"field 'topology.cp': must be an integer \(an int, not a {kind}\)"
+        ):
+            Topology(cp=value)

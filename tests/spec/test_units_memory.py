@@ -39,7 +39,9 @@ def test_settings_refuse_an_integer_budget_above_2_63():
 
 def test_plain_numbers_too_small_for_a_budget_get_a_hint():
     """`--memory 80` (80 bytes) is refused with the unit it probably meant; a large plain number is fine."""
-    with pytest.raises(InputError, match=r"'80' has no unit, so it is 80 bytes: write 80GiB"):
+    with pytest.raises(
+        InputError, match=r"'80' has no unit, so it is 80 bytes, less than 1 MiB: write 80GiB"
+    ):
         parse_memory("80")
     assert parse_memory(str(40 * 2**30)) == 40 * 2**30
     assert parse_memory("512KiB") == 512 * 1024
@@ -76,27 +78,62 @@ def test_a_negative_memory_says_it_must_be_positive():
             parse_memory(text)
 
 
-def test_a_whole_gpu_as_memory_is_warned_about():
-    """A --memory equal to a common GPU's size (in GB or GiB) gets a warning naming --gpu-memory;
-    a budget that is not one gets none."""
-    from cpplan.spec.units import parse_bytes, whole_gpu_warning
+def test_only_a_budget_no_gpu_holds_is_warned_about():
+    """A --memory above what the largest GPU holds (288 GB) gets a warning; every budget one GPU can have
+    free, the sizes of whole GPUs included (40GiB, 80GB, 141GB), gets none."""
+    from cpplan.spec.units import memory_warning, parse_bytes
 
-    for size in ("80GB", "141GB", "80GiB", "192GB", "40GiB"):
-        warning = whole_gpu_warning(parse_bytes(size))
-        assert warning is not None and "--gpu-memory" in warning and "whole GPU" in warning, size
-    for size in ("66GB", "8GiB", "79GiB", "20GB"):
-        assert whole_gpu_warning(parse_bytes(size)) is None, size
+    for size in ("289GB", "500GB", "1TiB"):
+        warning = memory_warning(parse_bytes(size))
+        assert warning is not None and "more than any GPU holds" in warning, size
+    for size in ("40GiB", "80GB", "80GiB", "141GB", "192GB", "288GB", "8GiB"):
+        assert memory_warning(parse_bytes(size)) is None, size
 
 
-def test_the_cli_prints_the_whole_gpu_warning(tmp_path, capsys):
-    """`cpplan plan --memory 80GB` plans (it is a valid budget) and warns on standard error."""
+def test_the_cli_warns_of_no_budget_the_project_uses(tmp_path, capsys):
+    """`cpplan plan --memory 40GiB` and `80GB` (the budgets of the README's API example, the verl snippet
+    and `cpplan bench`) plan without a warning; `--memory 500GB` plans and warns on standard error."""
     from pathlib import Path
 
     from cpplan.cli import main
 
     example = Path(__file__).resolve().parents[2] / "examples" / "grpo.jsonl"
     args = ["plan", str(example), "--model", "qwen3.6-35b-a3b", "--topology", "cp=2", "--quiet"]
-    assert main([*args, "--memory", "80GB", "-o", str(tmp_path / "p.json")]) == 0
-    assert "warning: --memory 80GB is the size of a whole GPU" in capsys.readouterr().err
-    assert main([*args, "--memory", "12GiB", "-o", str(tmp_path / "q.json")]) == 0
-    assert "warning" not in capsys.readouterr().err
+    for size in ("40GiB", "80GB"):
+        assert main([*args, "--memory", size, "-o", str(tmp_path / "p.json")]) == 0
+        assert "warning" not in capsys.readouterr().err, size
+    assert main([*args, "--memory", "500GB", "-o", str(tmp_path / "q.json")]) == 0
+    assert "warning: --memory 500,000,000,000 bytes" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("text", "needle", "absent"),
+    [
+        ("0.5B", "'0.5B' is less than one byte", "must be positive"),
+        ("8.5", "so it is 8.5 bytes", "it is 8 bytes"),
+        ("1048575", "so it is 1,048,575 bytes, less than 1 MiB: give a unit", "1048575GiB"),
+        ("80", "write 80GiB (or 80GB) if that is what you meant", "MiB (or"),
+    ],
+)
+def test_memory_slips_are_said_as_they_are(text, needle, absent):
+    """A size below one byte says so (not "must be positive"), a plain number says the bytes it is
+    exactly (8.5, not 8), and a unit is suggested only where the number with it is a size a GPU can have
+    free (80 -> 80GiB; 1048575 gets no 1048575GiB)."""
+    with pytest.raises(InputError) as info:
+        parse_memory(text)
+    assert needle in str(info.value) and absent not in str(info.value)
+
+
+def test_a_float_memory_budget_is_refused_as_not_whole():
+    """`memory_bytes=8.5e9` (a float, even a whole one) is refused saying a whole number of bytes or a size
+    string is wanted; an int and a numpy integer are taken."""
+    import numpy as np
+
+    import cpplan
+
+    for value in (8.5e9, 8e9, np.float64(8e9)):
+        with pytest.raises(InputError, match=r"field 'memory': must be a whole number of bytes \(an int\)"):
+            cpplan.Planner(model="qwen3-8b", memory_bytes=value)
+    assert (
+        cpplan.Planner(model="qwen3-8b", memory_bytes=np.int64(8 * 10**9)).settings.memory_bytes == 8 * 10**9
+    )

@@ -10,7 +10,7 @@ import pytest
 
 from cpplan import InputError, Workload
 from cpplan.spec.records import RecordFields, item_from_record, jsonl_lines
-from cpplan.spec.workload import Request, parse_item_line
+from cpplan.spec.workload import Item, Request, parse_item_line
 
 
 def write(tmp_path, lines: list[str]):
@@ -50,9 +50,10 @@ def test_tokens_are_immutable_int64():
         ('{"id": "a", "tokens": [1, -2]}', "requests.0.tokens", "outside"),
         ('{"id": "a", "tokens": [1, 2.5]}', "requests.0.tokens", "not an integer"),
         ('{"id": "a", "tokens": [1, 2147483648]}', "requests.0.tokens", "outside"),
-        ('{"id": "a", "requests": []}', "requests", "at least 1"),
+        ('{"id": "a", "requests": []}', "requests", "must not be empty"),
         ('{"tokens": [1]}', "id", "missing"),
-        ('{"id": 3, "tokens": [1]}', "id", "string"),
+        ('{"id": 3.5, "tokens": [1]}', "id", "a non-empty string or an integer"),
+        ('{"id": true, "tokens": [1]}', "id", "a non-empty string or an integer"),
         ('{"id": "a", "requests": [{"tokens": [1], "grad": "yes"}]}', "requests.0.grad", "bool"),
     ],
 )
@@ -151,6 +152,71 @@ def test_fields_can_be_mapped():
     assert native.id == "a"
     with pytest.raises(InputError, match=r"x:9, field 'ids': missing"):
         item_from_record({"input_ids": [1]}, "x", 9, fields)
+
+
+def test_an_integer_id_is_read_in_every_form(tmp_path):
+    """An integer id is the item's id written in decimal in every record form, with or without
+    `--id-field id`: `{"id": 1, "tokens"}` as `{"id": 1, "input_ids"}` and `{"id": 1, "requests"}`."""
+    lines = [
+        '{"id": 1, "tokens": [1, 2]}',
+        '{"id": 2, "input_ids": [3]}',
+        '{"id": 3, "requests": [{"tokens": [4]}]}',
+    ]
+    path = write(tmp_path, lines)
+    for fields in (None, RecordFields(id="id")):
+        assert [item.id for item in Workload.from_jsonl(path, fields=fields).items] == ["1", "2", "3"]
+    with pytest.raises(InputError, match=r":2, field 'id': duplicate item id '1'"):
+        Workload.from_jsonl(write(tmp_path, ['{"id": 1, "tokens": [1]}', '{"id": "1", "tokens": [2]}']))
+
+
+def test_a_mapped_id_field_the_record_lacks_is_missing():
+    """`--id-field foo` on a record without `foo` is refused as missing, naming the fields the record
+    has (never "got None"), and the record's own `id` is not read in its place."""
+    with pytest.raises(InputError, match=r"x:9, field 'foo': missing .*fields 'id', 'tokens'"):
+        item_from_record({"id": "a", "tokens": [1]}, "x", 9, RecordFields(id="foo"))
+    with pytest.raises(InputError, match=r"field 'foo': must be a non-empty string or an integer, got None"):
+        item_from_record({"foo": None, "tokens": [1]}, "x", 9, RecordFields(id="foo"))
+
+
+def test_token_ids_from_torch_and_numpy_alike():
+    """A torch tensor of ids (and a loss mask as a tensor) is taken as a numpy array or a list is; a
+    float tensor is refused as a float array is, naming the token."""
+    torch = pytest.importorskip("torch")
+    from_torch = Request(tokens=torch.arange(5), loss_mask=torch.tensor([0, 0, 1, 1, 1]))
+    from_numpy = Request(tokens=np.arange(5), loss_mask=np.array([0, 0, 1, 1, 1]))
+    assert from_torch.tokens.tolist() == from_numpy.tokens.tolist() == [0, 1, 2, 3, 4]
+    assert from_torch.loss_mask.tolist() == from_numpy.loss_mask.tolist()
+    for floats in (torch.tensor([1.0, 2.5]), np.array([1.0, 2.5])):
+        with pytest.raises(InputError, match=r"field 'tokens': token 0 is 1.0, not an integer"):
+            Request(tokens=floats)
+
+
+def test_empty_lists_are_said_in_the_projects_words():
+    """An item without requests and a workload without items are refused as "must not be empty" (or, from
+    Workload.from_items, as an empty workload), not with pydantic's wording."""
+    for build, needle in (
+        (lambda: Item(id="a", requests=()), "field 'requests': must not be empty"),
+        (lambda: Workload(items=()), "field 'items': must not be empty"),
+        (lambda: Workload.from_items([], source="w.jsonl"), "w.jsonl: workload is empty: no items"),
+        (lambda: Item(id="", requests=(Request(tokens=[1]),)), "field 'id': must not be empty"),
+    ):
+        with pytest.raises(InputError) as info:
+            build()
+        assert str(info.value) == needle
+        assert "pydantic" not in str(info.value) and "Tuple" not in str(info.value)
+
+
+def test_a_dash_reads_standard_input(monkeypatch):
+    """`Workload.from_jsonl("-")` reads the workload from standard input, and names it <stdin> in errors."""
+    import io
+    import sys
+
+    text = b'{"id": "a", "tokens": [1, 2]}\n{"id": "b", "tokens": []}\n'
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(text[:30])))
+    assert [item.id for item in Workload.from_jsonl("-").items] == ["a"]
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(text)))
+    with pytest.raises(InputError, match=r"^<stdin>:2, field 'requests.0.tokens'"):
+        Workload.from_jsonl("-")
 
 
 @pytest.mark.parametrize(

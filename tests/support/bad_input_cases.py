@@ -85,6 +85,11 @@ def _card(old: str, new: str) -> str:
     return TINY_CARD.replace(old, new, 1)
 
 
+def _moe_card(geometry: str) -> str:
+    """The tiny card with expert fields added to its geometry."""
+    return _card("max_context = 4096", f"max_context = 4096\n{geometry}")
+
+
 def _profile(old: str, new: str) -> str:
     assert old in RUNTIME_PROFILE, old
     return RUNTIME_PROFILE.replace(old, new, 1)
@@ -306,10 +311,10 @@ CASES: tuple[Case, ...] = (
     ),
     Case(
         kind="id of the wrong type",
-        what="the id is a number",
-        files={"w.jsonl": OK_LINE + '{"id": 7, "tokens": [1, 2]}\n'},
+        what="the id is 7.5 (a string or an integer is an id)",
+        files={"w.jsonl": OK_LINE + '{"id": 7.5, "tokens": [1, 2]}\n'},
         workload="w.jsonl",
-        expect=("w.jsonl:2", "field 'id'", "must be a string"),
+        expect=("w.jsonl:2", "field 'id'", "must be a non-empty string or an integer, got 7.5"),
     ),
     Case(
         kind="empty id",
@@ -479,7 +484,7 @@ CASES: tuple[Case, ...] = (
         what="--id-field uid on a record without uid",
         cli_args=("plan", "ok.jsonl", "--model", "tiny.toml", "--memory", "64MiB", "--id-field", "uid"),
         api=lambda: cpplan.Workload.from_jsonl("ok.jsonl", fields=RecordFields(id="uid")),
-        expect=("ok.jsonl:1", "field 'uid'"),
+        expect=("ok.jsonl:1", "field 'uid': missing", "this record has fields 'id', 'requests'"),
     ),
     Case(
         kind="empty workload",
@@ -494,6 +499,20 @@ CASES: tuple[Case, ...] = (
         api_only=True,
         api=lambda: cpplan.Request(tokens=[]),
         expect=("field 'tokens'", "must not be empty"),
+    ),
+    Case(
+        kind="API: Item built directly without requests",
+        what='cpplan.Item(id="a", requests=())',
+        api_only=True,
+        api=lambda: cpplan.Item(id="a", requests=()),
+        expect=("field 'requests'", "must not be empty"),
+    ),
+    Case(
+        kind="API: Workload built directly without items",
+        what="cpplan.Workload(items=())",
+        api_only=True,
+        api=lambda: cpplan.Workload(items=()),
+        expect=("field 'items'", "must not be empty"),
     ),
     Case(
         kind="report given a file",
@@ -552,6 +571,20 @@ CASES: tuple[Case, ...] = (
         api_only=True,
         api=lambda: cpplan.Topology(cp=0),
         expect=("field 'topology.cp'", "cp must be a positive integer, got 0"),
+    ),
+    Case(
+        kind="API: Topology size given as a string",
+        what='cpplan.Topology(cp="2")',
+        api_only=True,
+        api=lambda: cpplan.Topology(cp="2"),
+        expect=("field 'topology.cp'", "must be an integer (an int, not a str), got '2'", "Topology.parse"),
+    ),
+    Case(
+        kind="API: Topology size given as a float",
+        what="cpplan.Topology(cp=2.0)",
+        api_only=True,
+        api=lambda: cpplan.Topology(cp=2.0),
+        expect=("field 'topology.cp'", "must be an integer (an int, not a float), got 2.0"),
     ),
     Case(
         kind="topology axis given twice",
@@ -615,6 +648,55 @@ CASES: tuple[Case, ...] = (
         what="cp=2,dynamic_cp=maybe",
         topology="cp=2,dynamic_cp=maybe",
         expect=("field 'topology.dynamic_cp'", "not 0, 1, true or false"),
+    ),
+    Case(
+        kind="tp that does not divide the attention heads",
+        what="tp=3 for a card with 8 attention heads",
+        topology="tp=3",
+        expect=("field 'topology.tp'", "tp=3 must divide the model's 8 attention heads", "takes: 1, 2, 4, 8"),
+    ),
+    Case(
+        kind="tp that splits key/value heads unevenly",
+        what="tp=6 for a card with 12 attention heads and 4 key/value heads (6 neither divides 4 nor is a "
+        "multiple of it)",
+        files={"card.toml": _card("num_heads = 8\nnum_kv_heads = 2", "num_heads = 12\nnum_kv_heads = 4")},
+        model="card.toml",
+        topology="tp=6",
+        expect=("field 'topology.tp'", "4 key/value heads (num_kv_heads) or be a multiple of them"),
+    ),
+    Case(
+        kind="tp that does not divide the GDN heads",
+        what="tp=2 for a card whose GDN layers have 3 key heads",
+        files={
+            "card.toml": _card(
+                "num_layers = 4", 'num_layers = 4\nlayer_pattern = ["gdn", "attention"]'
+            ).replace("max_context = 4096", "max_context = 4096\ngdn_value_heads = 6\ngdn_key_heads = 3")
+        },
+        model="card.toml",
+        topology="tp=2",
+        expect=("field 'topology.tp'", "3 GDN key heads (gdn_key_heads)"),
+    ),
+    Case(
+        kind="ep that does not divide the experts",
+        what="ep=4 for a card with 6 experts",
+        files={"card.toml": _moe_card("num_experts = 6\ntop_k = 2\nexpert_ffn = 256")},
+        model="card.toml",
+        topology="ep=4,dp=4",
+        expect=("field 'topology.ep'", "ep=4 must divide the model's 6 experts", "takes: 1, 2, 3, 6"),
+    ),
+    Case(
+        kind="ep on a model without experts",
+        what="ep=2 for a dense card",
+        topology="ep=2,dp=2",
+        expect=("field 'topology.ep'", "ep=2 on a model without experts"),
+    ),
+    Case(
+        kind="etp that does not divide the expert FFN",
+        what="etp=5 for experts of FFN width 256",
+        files={"card.toml": _moe_card("num_experts = 6\ntop_k = 2\nexpert_ffn = 256")},
+        model="card.toml",
+        topology="etp=5,dp=5",
+        expect=("field 'topology.etp'", "etp=5 must divide the model's 256 expert FFN width"),
     ),
     # ------------------------------------------------------------------ model and solver names
     Case(
@@ -740,6 +822,34 @@ CASES: tuple[Case, ...] = (
         model="card.toml",
         expect=("card.toml:15", "field 'constants.skew'", "finite"),
     ),
+    Case(
+        kind="card: key/value heads that do not divide the heads",
+        what="num_kv_heads = 3 beside num_heads = 8",
+        files={"card.toml": _card("num_kv_heads = 2", "num_kv_heads = 3")},
+        model="card.toml",
+        expect=("card.toml:8", "field 'geometry.num_kv_heads'", "must divide num_heads = 8"),
+    ),
+    Case(
+        kind="card: top_k above the experts",
+        what="top_k = 300 with num_experts = 256",
+        files={"card.toml": _moe_card("num_experts = 256\ntop_k = 300\nexpert_ffn = 256")},
+        model="card.toml",
+        expect=("card.toml:14", "field 'geometry.top_k'", "between 1 and num_experts = 256"),
+    ),
+    Case(
+        kind="card: experts without top_k",
+        what="num_experts = 8 and no top_k",
+        files={"card.toml": _moe_card("num_experts = 8\nexpert_ffn = 256")},
+        model="card.toml",
+        expect=("card.toml:5", "field 'geometry.top_k'", "top_k = 0 must be between 1 and num_experts = 8"),
+    ),
+    Case(
+        kind="card: GDN key heads that do not divide the value heads",
+        what="gdn_key_heads = 4 beside gdn_value_heads = 6",
+        files={"card.toml": _moe_card("gdn_value_heads = 6\ngdn_key_heads = 4")},
+        model="card.toml",
+        expect=("card.toml:14", "field 'geometry.gdn_key_heads'", "must divide gdn_value_heads = 6"),
+    ),
     # ------------------------------------------------------------------ solver profiles
     Case(
         kind="profile: time budget <= 0",
@@ -820,6 +930,33 @@ CASES: tuple[Case, ...] = (
         what="--memory 8G (8 GiB or 8 GB?)",
         memory="8G",
         expect=("field 'memory'", "write 8GiB (binary", "or 8GB (decimal", "GiB, GB, MiB, MB, KiB, KB"),
+    ),
+    Case(
+        kind="memory below one byte",
+        what="--memory 0.5B",
+        memory="0.5B",
+        expect=("field 'memory'", "'0.5B' is less than one byte"),
+    ),
+    Case(
+        kind="memory with a fraction and no unit",
+        what="--memory 8.5 (8.5 bytes, meant as 8.5 GiB)",
+        memory="8.5",
+        expect=("field 'memory'", "so it is 8.5 bytes", "write 8.5GiB"),
+    ),
+    Case(
+        kind="memory just below 1 MiB without a unit",
+        what="--memory 1048575 (no unit makes it a size a GPU has free)",
+        memory="1048575",
+        expect=("field 'memory'", "so it is 1,048,575 bytes, less than 1 MiB: give a unit"),
+    ),
+    Case(
+        kind="API: memory given as a float",
+        what="memory_bytes=8.5e9 (CLI: --memory 8.5e9 is 8,500,000,000 bytes)",
+        api=lambda: cpplan.plan(
+            cpplan.Workload.from_jsonl("ok.jsonl"), model="tiny.toml", memory_bytes=8.5e9
+        ),
+        api_only=True,
+        expect=("field 'memory'", "must be a whole number of bytes (an int) or a size string"),
     ),
     Case(
         kind="memory not finite",

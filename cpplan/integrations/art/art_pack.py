@@ -263,6 +263,44 @@ def pack_results_with_plan(
     when ``pack_results``. ``rows_from``: ``cheaper`` (default: of the plan's rows and ART's first-fit
     at the same floor-sized width, the one whose padded rows price cheaper), ``plan`` or
     ``first_fit`` (that one only)."""
+    layout = _RowLayout(
+        multiple=_row_multiple(rows_from, seq_len, row_multiple),
+        pad_token_id=pad_token_id,
+        advantage_balance=advantage_balance,
+        shuffle=shuffle,
+        seed=seed,
+    )
+    results, left_out = _results_to_pack(tokenized_results, seq_len, truncate_long_results, verbosity)
+    if not pack_results:
+        rows = [unpacked_row(results[k], k) for k in range(len(results))]
+        tensors, order = layout.tensors(rows, results)
+        unpacked = _Candidate(rows=rows, tensors=tensors, order=order, strategy="unpacked")
+        return unpacked.packing(results, None, left_out)
+    workload, members = results_workload(results)
+    settings = planner.settings
+    longest = layout.multiple * math.ceil(max(r.num_tokens for r in results) / layout.multiple)
+    widths = list(range(longest, max(longest, row_width(settings, layout.multiple)) + 1, layout.multiple))
+    rows_of = _RowSources(
+        planner=planner,
+        workload=workload,
+        members=members,
+        results=results,
+        layout=layout,
+        rows_from=rows_from,
+    )
+    found = _widest_fitting(widths, rows_of.attempt)
+    if found is None:
+        raise NoFitError(
+            f"no plan's rows, padded to one width of {widths[0]} to {widths[-1]} tokens, fit the budget of "
+            f"{settings.memory_bytes:,} bytes per rank at cp={settings.topology.cp}; give more memory or a "
+            "smaller seq_len",
+            memory_bytes=settings.memory_bytes,
+        )
+    return found.packing(results, workload, left_out)
+
+
+def _row_multiple(rows_from: str, seq_len: Any, row_multiple: Any) -> int:
+    """The checked arguments' row multiple: ``row_multiple``, by default ``min(seq_len, 1024)``."""
     if rows_from not in ("cheaper", "plan", "first_fit"):
         raise InputError(f"must be cheaper, plan or first_fit, got {rows_from!r}", field="rows_from")
     if not isinstance(seq_len, int) or seq_len < 1:
@@ -270,6 +308,14 @@ def pack_results_with_plan(
     multiple = min(seq_len, 1024) if row_multiple is None else row_multiple
     if not isinstance(multiple, int) or multiple < 1:
         raise InputError(f"must be a positive integer, got {row_multiple!r}", field="row_multiple")
+    return multiple
+
+
+def _results_to_pack(
+    tokenized_results: Sequence[Any], seq_len: int, truncate_long_results: bool, verbosity: int
+) -> tuple[list[ArtResult], list[tuple[int, str]]]:
+    """:func:`kept_results`, each result left out logged (and printed above verbosity 1); refused when
+    none is left."""
     results, left_out = kept_results(tokenized_results, seq_len, truncate_long_results=truncate_long_results)
     for index, reason in left_out:
         logger.warning("ART packer: tokenized result %d left out: %s", index, reason)
@@ -277,54 +323,138 @@ def pack_results_with_plan(
             print(f"Result {index} left out: {reason}")
     if not results:
         raise InputError("no tokenized result has an assistant token to train on", field="tokenized_results")
-    if not pack_results:
-        rows = [unpacked_row(results[k], k) for k in range(len(results))]
-        tensors, order = _tensors(rows, results, multiple, pad_token_id, advantage_balance, shuffle, seed)
-        return ArtPacking(
-            tensors=tensors,
-            results=tuple(results),
-            workload=None,
-            result=None,
-            row_results=tuple(rows[i].members for i in order),
-            left_out=tuple(left_out),
-            prices=None,
-            planned_memory_bytes=None,
-            strategy="unpacked",
-        )
-    workload, members = results_workload(results)
-    settings = planner.settings
-    longest = multiple * math.ceil(max(r.num_tokens for r in results) / multiple)
-    widths = list(range(longest, max(longest, row_width(settings, multiple)) + 1, multiple))
+    return results, left_out
 
-    def attempt(width: int) -> tuple | None:
+
+@dataclass(frozen=True, kw_only=True)
+class _RowLayout:
+    """How rows become tensors: padded to a multiple of ``multiple``, with ART's pad id and advantage
+    balance, in plan order or shuffled by ``seed``."""
+
+    multiple: int
+    pad_token_id: int
+    advantage_balance: float
+    shuffle: bool
+    seed: int
+
+    def tensors(self, rows: list[Row], results: Sequence[ArtResult]) -> tuple[dict[str, Any], list[int]]:
+        """The tensors of ``rows`` (in plan order, or permuted by ``random.Random(seed)``) padded to the
+        longest rounded up to ``multiple``, and the row order."""
+        order = list(range(len(rows)))
+        if self.shuffle:
+            random.Random(self.seed).shuffle(order)
+        width = self.multiple * math.ceil(max(row.num_tokens for row in rows) / self.multiple)
+        tensors = row_tensors(
+            [rows[i] for i in order],
+            width,
+            results,
+            pad_token_id=self.pad_token_id,
+            advantage_balance=self.advantage_balance,
+        )
+        return tensors, order
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Candidate:
+    """One packing's rows, their tensors and row order, and (packed) the plan, the padded rows' prices,
+    the budget it was planned under and where its rows came from."""
+
+    rows: list[Row]
+    tensors: dict[str, Any]
+    order: list[int]
+    strategy: str
+    result: PlanResult | None = None
+    prices: RowPrices | None = None
+    budget: int | None = None
+
+    def packing(
+        self, results: list[ArtResult], workload: Workload | None, left_out: list[tuple[int, str]]
+    ) -> ArtPacking:
+        """The :class:`ArtPacking` of these rows."""
+        return ArtPacking(
+            tensors=self.tensors,
+            results=tuple(results),
+            workload=workload,
+            result=self.result,
+            row_results=tuple(self.rows[i].members for i in self.order),
+            left_out=tuple(left_out),
+            prices=self.prices,
+            planned_memory_bytes=self.budget,
+            strategy=self.strategy,
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class _RowSources:
+    """Where rows of a given width come from: the planner's plan under the budget that admits them, and
+    ART's first-fit (``rows_from`` says which are tried)."""
+
+    planner: Any
+    workload: Workload
+    members: dict[str, list[int]]
+    results: list[ArtResult]
+    layout: _RowLayout
+    rows_from: str
+
+    def attempt(self, width: int) -> _Candidate | None:
         """The cheaper (padded, as ART runs them) of two packings whose rows hold ``width`` tokens and
         fit: the plan under the budget that admits such rows, and ART's first-fit at ``width``; ``None``
         when neither fits."""
+        settings = self.planner.settings
         budget = budget_for_width(settings, width)
-        found, result = None, None
-        if rows_from != "first_fit":
-            try:
-                current = planner if budget == settings.memory_bytes else _planner_at(planner, budget)
-                result = current.plan(workload)
-            except (InputError, NoFitError):  # a budget below the static floor, or one no item fits
-                result = None
-        if result is not None and max(wave.packed_tokens for wave in result.plan.waves) <= width:
-            rows = plan_rows(result, workload, members, results)
-            tensors, order = _tensors(rows, results, multiple, pad_token_id, advantage_balance, shuffle, seed)
-            prices = price_rows(tensors, settings)
-            if not prices.overshoot_bytes:
-                found = (result, rows, tensors, order, prices, budget, "plan")
-        if rows_from == "plan":
+        result = None if self.rows_from == "first_fit" else self._plan(budget)
+        found = None if result is None else self._plan_rows(result, width, budget)
+        if self.rows_from == "plan":
             return found
-        rows = first_fit_rows(results, width)
-        tensors, order = _tensors(rows, results, multiple, pad_token_id, advantage_balance, shuffle, seed)
+        rows = first_fit_rows(self.results, width)
+        tensors, order = self.layout.tensors(rows, self.results)
         prices = price_rows(tensors, settings)
-        if not prices.overshoot_bytes and (found is None or prices.step_s < found[4].step_s):
-            found = (result, rows, tensors, order, prices, budget, "first_fit")
+        if not prices.overshoot_bytes and (found is None or prices.step_s < found.prices.step_s):
+            found = _Candidate(
+                rows=rows,
+                tensors=tensors,
+                order=order,
+                strategy="first_fit",
+                result=result,
+                prices=prices,
+                budget=budget,
+            )
         return found
 
+    def _plan(self, budget: int) -> PlanResult | None:
+        """The planner's plan under ``budget``; ``None`` where it refuses."""
+        settings = self.planner.settings
+        try:
+            current = self.planner if budget == settings.memory_bytes else _planner_at(self.planner, budget)
+            return current.plan(self.workload)
+        except (InputError, NoFitError):  # a budget below the static floor, or one no item fits
+            return None
+
+    def _plan_rows(self, result: PlanResult, width: int, budget: int) -> _Candidate | None:
+        """The plan's rows when no wave is wider than ``width`` and the padded rows fit; else ``None``."""
+        if max(wave.packed_tokens for wave in result.plan.waves) > width:
+            return None
+        rows = plan_rows(result, self.workload, self.members, self.results)
+        tensors, order = self.layout.tensors(rows, self.results)
+        prices = price_rows(tensors, self.planner.settings)
+        if prices.overshoot_bytes:
+            return None
+        return _Candidate(
+            rows=rows,
+            tensors=tensors,
+            order=order,
+            strategy="plan",
+            result=result,
+            prices=prices,
+            budget=budget,
+        )
+
+
+def _widest_fitting(widths: list[int], attempt: Callable[[int], _Candidate | None]) -> _Candidate | None:
+    """The widest row width's packing when it fits; else, bisecting the widths (at most
+    :data:`MAX_REPLANS` tries) for the widest whose padded rows fit, the cheapest packing found."""
     found = attempt(widths[-1])
-    low, high = -1, len(widths) - 1  # bisect the row width: the widest whose padded rows fit
+    low, high = -1, len(widths) - 1
     for _ in range(0 if found else MAX_REPLANS):
         if high - low <= 1:
             break
@@ -334,27 +464,9 @@ def pack_results_with_plan(
             high = middle
         else:  # wider rows fit: look wider, keeping the cheapest rows found
             low = middle
-            if found is None or probe[4].step_s < found[4].step_s:
+            if found is None or probe.prices.step_s < found.prices.step_s:
                 found = probe
-    if found is None:
-        raise NoFitError(
-            f"no plan's rows, padded to one width of {widths[0]} to {widths[-1]} tokens, fit the budget of "
-            f"{settings.memory_bytes:,} bytes per rank at cp={settings.topology.cp}; give more memory or a "
-            "smaller seq_len",
-            memory_bytes=settings.memory_bytes,
-        )
-    result, rows, tensors, order, prices, budget, strategy = found
-    return ArtPacking(
-        tensors=tensors,
-        results=tuple(results),
-        workload=workload,
-        result=result,
-        row_results=tuple(rows[i].members for i in order),
-        left_out=tuple(left_out),
-        prices=prices,
-        planned_memory_bytes=budget,
-        strategy=strategy,
-    )
+    return found
 
 
 def row_width(settings: Any, multiple: int) -> int:
@@ -377,31 +489,6 @@ def budget_for_width(settings: Any, width: int) -> int:
         else:
             low = middle
     return high
-
-
-def _tensors(
-    rows: list[Row],
-    results: Sequence[ArtResult],
-    multiple: int,
-    pad_token_id: int,
-    advantage_balance: float,
-    shuffle: bool,
-    seed: int,
-) -> tuple[dict[str, Any], list[int]]:
-    """The tensors of ``rows`` (in plan order, or permuted by ``random.Random(seed)``) padded to the
-    longest rounded up to ``multiple``, and the row order."""
-    order = list(range(len(rows)))
-    if shuffle:
-        random.Random(seed).shuffle(order)
-    width = multiple * math.ceil(max(row.num_tokens for row in rows) / multiple)
-    tensors = row_tensors(
-        [rows[i] for i in order],
-        width,
-        results,
-        pad_token_id=pad_token_id,
-        advantage_balance=advantage_balance,
-    )
-    return tensors, order
 
 
 def _planner_at(planner: Any, memory_bytes: int) -> Any:
@@ -655,24 +742,7 @@ def row_tensors(
             out[key][i, :n] = values[at]
         out["advantages"][i, :n] = advantage[row.result]
         out["weights"][i, :n] = weight[row.result]
-        group = np.empty(n, dtype=np.int64)
-        copy_id, used = {}, set()
-        for start in np.unique(row.copy[row.copy >= 0]).tolist():  # one id per prompt copy
-            prompt_id = int(prompt_ids[row.result[start]])
-            copy_id[start] = prompt_id if prompt_id not in used else ids.fresh()
-            used.add(prompt_id)
-        own_id = {r: ids.fresh() for r in row.members}
-        prompt = row.copy >= 0
-        group[prompt] = [copy_id[c] for c in row.copy[prompt].tolist()]
-        group[~prompt] = [own_id[r] for r in row.result[~prompt].tolist()]
-        first = {r: int(np.flatnonzero(row.result == r)[0]) for r in row.members}
-        parent_of = {
-            r: copy_id[int(row.copy[p])] if row.copy[p] >= 0 else int(prompt_ids[r]) for r, p in first.items()
-        }
-        parent = group.copy()
-        parent[~prompt] = [parent_of[r] for r in row.result[~prompt].tolist()]
-        out["group_ids"][i, :n] = group
-        out["parent_ids"][i, :n] = parent
+        out["group_ids"][i, :n], out["parent_ids"][i, :n] = _row_groups(row, prompt_ids, ids)
     real = torch.get_default_dtype()
     assistant_mask = torch.from_numpy(out["assistant_mask"])
     weights_tensor, advantages_tensor = art_normalized(
@@ -693,6 +763,27 @@ def row_tensors(
         "pixel_values": [None] * num_rows,
         "image_grid_thw": [None] * num_rows,
     }
+
+
+def _row_groups(row: Row, prompt_ids: np.ndarray, ids: _GroupIds) -> tuple[np.ndarray, np.ndarray]:
+    """One row's group and parent ids (see :func:`row_tensors`)."""
+    group = np.empty(row.num_tokens, dtype=np.int64)
+    copy_id, used = {}, set()
+    for start in np.unique(row.copy[row.copy >= 0]).tolist():  # one id per prompt copy
+        prompt_id = int(prompt_ids[row.result[start]])
+        copy_id[start] = prompt_id if prompt_id not in used else ids.fresh()
+        used.add(prompt_id)
+    own_id = {r: ids.fresh() for r in row.members}
+    prompt = row.copy >= 0
+    group[prompt] = [copy_id[c] for c in row.copy[prompt].tolist()]
+    group[~prompt] = [own_id[r] for r in row.result[~prompt].tolist()]
+    first = {r: int(np.flatnonzero(row.result == r)[0]) for r in row.members}
+    parent_of = {
+        r: copy_id[int(row.copy[p])] if row.copy[p] >= 0 else int(prompt_ids[r]) for r, p in first.items()
+    }
+    parent = group.copy()
+    parent[~prompt] = [parent_of[r] for r in row.result[~prompt].tolist()]
+    return group, parent
 
 
 def art_normalized(

@@ -29,6 +29,7 @@ from torch.distributed.fsdp import FSDPModule
 from torch.nn.parallel import DistributedDataParallel
 
 from cpplan.calibration.online import Verdict
+from cpplan.errors import InputError
 from cpplan.integrations.packed_step import agreed_num_waves, padding_waves, recomputes, step_logprobs
 from cpplan.integrations.plan_ahead import PlanAhead
 from cpplan.integrations.rollout_items import RolloutRow, grouped_workload
@@ -47,6 +48,17 @@ class StepTokens:
 
     padded: int
     packed: int
+
+
+def _named_card_planner(card: str, **settings) -> Planner:
+    """The planner of a named ``card``; an error about the model names the trainer's ``card`` argument."""
+    try:
+        return Planner(model=card, **settings)
+    except InputError as exc:
+        if exc.field != "model":
+            raise
+        message = str(exc).split("field 'model': ", 1)[-1]
+        raise InputError(message, file=exc.file, line=exc.line, field="card") from None
 
 
 class GRPOTrainer(trl.GRPOTrainer):
@@ -78,7 +90,9 @@ class GRPOTrainer(trl.GRPOTrainer):
             if memory_bytes is None:
                 raise ValueError("give a cpplan planner, or memory_bytes (and a card, else one is derived)")
             if card is not None:
-                planner = Planner(model=card, topology=topology, memory_bytes=memory_bytes, solver=solver)
+                planner = _named_card_planner(
+                    card, topology=topology, memory_bytes=memory_bytes, solver=solver
+                )
         elif card is not None or memory_bytes is not None or topology is not None:
             raise ValueError("give a cpplan planner or its settings (card, memory_bytes, topology), not both")
         self.cpplan_planner = planner
