@@ -65,8 +65,9 @@ def plan_command(
     workload: Path, solver: str, time_budget: float | None, output: Path | None, quiet: bool, **options: Any
 ) -> int:
     """Plan WORKLOAD (JSONL, one item a line: {"id", "tokens"}, {"id", "requests"} or Hugging Face
-    {"input_ids", "labels"}) into verified waves. Exit 0 with a plan, 2 on bad input, 3 when nothing
-    fits (with what would: a budget, a larger CP size)."""
+    {"input_ids", "labels"}; `-` reads standard input) into verified waves. Exit 0 with a plan, 2 on
+    bad input, 3 when nothing fits (with what would: a --memory at this topology and a larger CP size,
+    each checked by planning the whole workload)."""
     from cpplan.api import solve
     from cpplan.cli.idle_ranks import idle_ranks_warning
     from cpplan.cli.no_fit import with_suggestions
