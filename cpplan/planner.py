@@ -130,12 +130,13 @@ class Planner:
         once with full sharing and its candidates say so. Raises :class:`~cpplan.errors.NoFitError` when
         no strategy yields a valid plan.
 
-        ``replica``: ``None`` plans the whole step jointly; a replica index ``k`` (``0 <= k < dp``, else
-        :class:`InputError`) plans only replica ``k``'s share of the partitioned step
-        (:meth:`partition`) as a ``dp = 1`` problem, the budget its own: its result's problem holds
-        those items only (``result.problem.workload``), under ``dp = 1``; ``"all"`` plans every replica's
-        share as that call would (each with the whole budget, one after another) and returns the
-        step's plan assembled from them, over the whole workload."""
+        ``replica``: a replica index ``k`` (``0 <= k < dp``, else :class:`InputError`) plans only replica
+        ``k``'s share of the partitioned step (:meth:`partition`) as a ``dp = 1`` problem, the budget its
+        own: its result's problem holds those items only (``result.problem.workload``), under ``dp = 1``
+        (what a DP rank calls). ``"all"`` plans every replica's share and returns the step's plan
+        assembled from them, over the whole workload, within the one budget (:meth:`_plan_step`).
+        ``None`` is ``"all"`` where :meth:`partitions` says so (``dp > 1`` under the runtime and trainer
+        profiles), else the whole step planned jointly."""
         started = time.perf_counter() if started_s is None else started_s
         if not isinstance(workload, Workload):
             raise InputError(
@@ -144,11 +145,11 @@ class Planner:
                 field="workload",
             )
         profile = self._profile_for(time_budget_s)
-        if replica is None:
+        if replica is None and not self.partitions(workload, profile):
             deadline = Deadline.of_profile(profile, start_s=started)
             settings = corrected_settings(self.settings, self._learning)
             return solve(Problem.build(workload, settings), profile, planners=planners, deadline=deadline)
-        if replica == "all":
+        if replica is None or replica == "all":
             return self._plan_step(workload, profile, planners, started)
         k = check_replica(replica, self.settings.topology)
         return self._plan_replica(workload, self.partition(workload), k, profile, planners, started)
@@ -221,6 +222,14 @@ class Planner:
         problem = Problem.build(share, self._one_replica_settings())
         return solve(problem, profile, planners=planners, deadline=deadline)
 
+    def partitions(self, workload: Workload, profile: SolverProfile | None = None) -> bool:
+        """Whether a call without a replica plans ``workload`` partitioned by replica: the profile
+        (default: the planner's) says so (``[schedule] partition_replicas``, on in ``runtime`` and
+        ``trainer``), ``dp > 1`` on fixed CP groups, and every replica gets an item."""
+        topology = self.settings.topology
+        wanted = (profile or self.profile).schedule.partition_replicas
+        return wanted and topology.dp > 1 and not topology.dynamic_cp and workload.num_items >= topology.dp
+
     def _plan_step(
         self,
         workload: Workload,
@@ -228,13 +237,20 @@ class Planner:
         planners: Mapping[str, Strategy] | None,
         started: float,
     ) -> PlanResult:
-        """Every replica's share planned as :meth:`_plan_replica` plans it (each with the whole budget),
-        assembled into the step's plan over the whole workload."""
+        """Every replica's share planned as :meth:`_plan_replica` plans it, assembled into the step's
+        plan over the whole workload, within one budget counted from ``started``: under the clock each
+        share gets an even part of the time left when it starts (the step's problem is built first);
+        under a deterministic profile each share gets the whole budget, so its waves are ``replica=k``'s."""
         partition = self.partition(workload)
+        step = Problem.build(workload, corrected_settings(self.settings, self._learning))
+        end_s = started + profile.time_budget_s
         results = []
         for k in range(partition.num_replicas):
-            results.append(self._plan_replica(workload, partition, k, profile, planners, time.perf_counter()))
-        step = Problem.build(workload, corrected_settings(self.settings, self._learning))
+            share = profile
+            if not profile.deterministic:
+                even_s = (end_s - time.perf_counter()) / (partition.num_replicas - k)
+                share = profile.with_time_budget(max(even_s, _MIN_SHARE_S))
+            results.append(self._plan_replica(workload, partition, k, share, planners, time.perf_counter()))
         plan = assemble(step, partition, [r.plan for r in results], [r.problem for r in results])
         candidates = tuple(
             Candidate(
@@ -353,6 +369,10 @@ class Planner:
 
 _KEPT_RESULTS = 16
 """Plans whose step numbers the planner remembers (by identity) for :meth:`Planner.observe`."""
+
+_MIN_SHARE_S = 1e-3
+"""The least budget a replica's share gets in a partitioned step under the clock (with less, its greedy
+packs the share at once with full sharing)."""
 
 
 def resolve_profile(solver: SolverProfile | str | Path | None) -> SolverProfile:
