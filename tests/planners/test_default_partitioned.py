@@ -54,7 +54,9 @@ def test_default_call_under_trainer_is_the_assembled_partitioned_step():
     wl = step(seed=1)
     p = planner("trainer")
     default = p.plan(wl)
-    assert strip_timing(default.to_dict())["waves"] == strip_timing(p.plan(wl, replica="all").to_dict())["waves"]
+    assert (
+        strip_timing(default.to_dict())["waves"] == strip_timing(p.plan(wl, replica="all").to_dict())["waves"]
+    )
     assert blocks(default, 2) == replica_ids(p, wl)
     data = default.to_dict()
     verdict = verify_plan(data, wl, default.problem.card, default.problem.memory_bytes)
@@ -69,7 +71,12 @@ def test_default_call_under_runtime_runs_every_share_on_its_replica(one_shot: bo
     p = planner("runtime")
     if one_shot:
         result = cpplan.plan(
-            wl, topology=p.settings.topology, model=MODEL, memory_bytes="3.5GiB", num_layers=4, solver="runtime"
+            wl,
+            topology=p.settings.topology,
+            model=MODEL,
+            memory_bytes="3.5GiB",
+            num_layers=4,
+            solver="runtime",
         )
     else:
         result = p.plan(wl, 5.0)
@@ -116,3 +123,22 @@ def test_two_ranks_compute_the_same_partition_and_default_plan():
     second = strip_timing(b.plan(again).to_dict())
     assert first["waves"] == second["waves"]
     assert first["cost_s"] == second["cost_s"]
+
+
+def test_vectorized_level_hashes_are_each_items_prefix_hashes():
+    """The one-pass prefix hashes of every item equal the per-item hash at every level the item's first
+    request reaches (0 where it does not), on items sharing prefixes at several levels."""
+    from cpplan.planners.replica_partition import PREFIX_LEVELS, PREFIX_STRIDE, level_hashes, prefix_hashes
+
+    rng = np.random.default_rng(3)
+    system = rng.integers(0, 1000, 2048)
+    firsts = [
+        np.concatenate([system[: rng.integers(0, 2048)], rng.integers(0, 1000, n)]) for n in (5, 300, 40_000)
+    ]
+    firsts += [firsts[1].copy(), np.concatenate([firsts[2][:20_000], rng.integers(0, 1000, 10)])]
+    got = level_hashes([f[::PREFIX_STRIDE] for f in firsts], np.array([f.size for f in firsts]))
+    for row, first in enumerate(firsts):
+        want = prefix_hashes(first, PREFIX_LEVELS)
+        assert {level: int(got[row, c]) for c, level in enumerate(PREFIX_LEVELS) if level in want} == want
+        assert all(got[row, c] == 0 for c, level in enumerate(PREFIX_LEVELS) if level not in want)
+    assert got[1].tolist() == got[3].tolist() and got[2, 1] == got[4, 1] and got[2, 0] != got[4, 0]
