@@ -30,6 +30,7 @@ equal waves (FSDP's equal-collectives rule), priced as a makespan.
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -82,7 +83,7 @@ class ReplicaPartition:
         owner = np.asarray(self.replica_of_item, dtype=np.int64)
         order = np.argsort(owner, kind="stable")
         bounds = np.searchsorted(owner[order], np.arange(self.num_replicas + 1))
-        return tuple(tuple(order[a:b].tolist()) for a, b in zip(bounds[:-1], bounds[1:], strict=True))
+        return tuple(tuple(order[a:b].tolist()) for a, b in itertools.pairwise(bounds))
 
     @property
     def replica_price_s(self) -> tuple[float, ...]:
