@@ -107,6 +107,8 @@ class Planner:
         """The step number of each of the last :data:`_KEPT_RESULTS` observed plans, by identity."""
         self._partitioned: tuple[Workload, ReplicaPartition] | None = None
         """The last workload partitioned over the replicas and its partition (kept for the next call)."""
+        self._corrected: tuple[Correction, Settings] | None = None
+        """The last learned correction and the settings with it (:meth:`_settings_now`)."""
         self._replica_settings: tuple[Settings, Settings] | None = None
         """The (corrected) settings last planned with and their one-replica form."""
         self._worker: ThreadPoolExecutor | None = None
@@ -147,8 +149,9 @@ class Planner:
         profile = self._profile_for(time_budget_s)
         if replica is None and not self.partitions(workload, profile):
             deadline = Deadline.of_profile(profile, start_s=started)
-            settings = corrected_settings(self.settings, self._learning)
-            return solve(Problem.build(workload, settings), profile, planners=planners, deadline=deadline)
+            return solve(
+                Problem.build(workload, self._settings_now()), profile, planners=planners, deadline=deadline
+            )
         if replica is None or replica == "all":
             return self._plan_step(workload, profile, planners, started)
         k = check_replica(replica, self.settings.topology)
@@ -197,9 +200,21 @@ class Planner:
             self._partitioned = (workload, found)
         return found
 
+    def _settings_now(self) -> Settings:
+        """The settings with the learned correction applied, made once per distinct correction (so the
+        card is resolved once for it, not once per call)."""
+        if self._learning is None:
+            return self.settings
+        correction = self._learning.correction
+        kept = self._corrected
+        if kept is None or kept[0] != correction:
+            kept = (correction, corrected_settings(self.settings, self._learning))
+            self._corrected = kept
+        return kept[1]
+
     def _one_replica_settings(self) -> Settings:
         """The settings (learned correction applied) for one replica's share, made once per settings."""
-        settings = corrected_settings(self.settings, self._learning)
+        settings = self._settings_now()
         kept = self._replica_settings
         if kept is None or kept[0] is not settings:
             kept = (settings, replica_settings(settings))
@@ -214,12 +229,14 @@ class Planner:
         profile: SolverProfile,
         planners: Mapping[str, Strategy] | None,
         started: float,
+        *,
+        checked: bool = False,
     ) -> PlanResult:
         """Replica ``replica``'s share of ``workload`` planned as a ``dp = 1`` problem, the budget
-        counted from ``started``."""
+        counted from ``started`` (``checked``: its items were validated already, with the step's)."""
         deadline = Deadline.of_profile(profile, start_s=started)
         share = replica_workload(workload, partition.items(replica), replica)
-        problem = Problem.build(share, self._one_replica_settings())
+        problem = Problem.build(share, self._one_replica_settings(), checked=checked)
         return solve(problem, profile, planners=planners, deadline=deadline)
 
     def partitions(self, workload: Workload, profile: SolverProfile | None = None) -> bool:
@@ -242,7 +259,7 @@ class Planner:
         share gets an even part of the time left when it starts (the step's problem is built first);
         under a deterministic profile each share gets the whole budget, so its waves are ``replica=k``'s."""
         partition = self.partition(workload)
-        step = Problem.build(workload, corrected_settings(self.settings, self._learning))
+        step = Problem.build(workload, self._settings_now())
         end_s = started + profile.time_budget_s
         results = []
         for k in range(partition.num_replicas):
@@ -250,7 +267,8 @@ class Planner:
             if not profile.deterministic:
                 even_s = (end_s - time.perf_counter()) / (partition.num_replicas - k)
                 share = profile.with_time_budget(max(even_s, _MIN_SHARE_S))
-            results.append(self._plan_replica(workload, partition, k, share, planners, time.perf_counter()))
+            args = (workload, partition, k, share, planners, time.perf_counter())
+            results.append(self._plan_replica(*args, checked=True))
         plan = assemble(step, partition, [r.plan for r in results], [r.problem for r in results])
         candidates = tuple(
             Candidate(

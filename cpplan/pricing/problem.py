@@ -57,28 +57,16 @@ class Problem:
     memo: PricingMemo = field(default_factory=PricingMemo, init=False, repr=False, compare=False)
 
     @classmethod
-    def build(cls, workload: Workload, settings: Settings) -> Problem:
+    def build(cls, workload: Workload, settings: Settings, *, checked: bool = False) -> Problem:
         """Validate the workload against the settings (every request within the model's context) and
         build the prefix tree. A wave of fewer 128-token chunks than CP ranks leaves the last ranks
-        owning nothing (they still take part in the wave's key/value exchange)."""
-        card = settings.card
+        owning nothing (they still take part in the wave's key/value exchange). ``checked``: the items
+        passed these checks already under the same settings (a share of a step built before), so they
+        are not checked again."""
         sequences, item_of, index_of, grad, loss, ptr = [], [], [], [], [], [0]
         for i, item in enumerate(workload.items):
-            check_context(
-                item,
-                card.max_context,
-                source=workload.source,
-                line=workload.line_of(i),
-                field_prefix=f"items[{i}].",
-            )
-            if workload.token_ids:
-                check_vocabulary(
-                    item,
-                    settings.model.geometry.vocab,
-                    source=workload.source,
-                    line=workload.line_of(i),
-                    field_prefix=f"items[{i}].",
-                )
+            if not checked:
+                _check_item(workload, i, settings)
             for k, request in enumerate(item.requests):
                 sequences.append(request.tokens)
                 item_of.append(i), index_of.append(k)
@@ -223,3 +211,12 @@ def check_static_floor(card: ResolvedCard, memory_bytes: int) -> None:
             f"envelope {card.envelope_names[e]!r} of model {card.name!r}, before any token",
             field="memory",
         )
+
+
+def _check_item(workload: Workload, i: int, settings: Settings) -> None:
+    """Raise :class:`~cpplan.errors.InputError` for item ``i`` of ``workload`` when a request is longer
+    than the model's context or (token ids) holds an id beyond its vocabulary."""
+    item, where = workload.items[i], {"source": workload.source, "line": workload.line_of(i)}
+    check_context(item, settings.card.max_context, field_prefix=f"items[{i}].", **where)
+    if workload.token_ids:
+        check_vocabulary(item, settings.model.geometry.vocab, field_prefix=f"items[{i}].", **where)
