@@ -46,7 +46,8 @@ class Problem:
 
     workload: Workload
     settings: Settings
-    tree: PrefixTree
+    sequences: tuple[np.ndarray, ...] = field(repr=False)
+    """Every tree request's tokens, in tree request order (what :attr:`tree` is built from)."""
     request_item: np.ndarray
     request_index: np.ndarray
     request_grad: np.ndarray
@@ -72,11 +73,10 @@ class Problem:
                 item_of.append(i), index_of.append(k)
                 grad.append(request.grad), loss.append(request.output in ("loss", "logits"))
             ptr.append(len(sequences))
-        tree = PrefixTree(sequences)
         return cls(
             workload=workload,
             settings=settings,
-            tree=tree,
+            sequences=tuple(sequences),
             request_item=np.array(item_of, dtype=np.int64),
             request_index=np.array(index_of, dtype=np.int64),
             request_grad=np.array(grad, dtype=bool),
@@ -84,6 +84,12 @@ class Problem:
             item_ptr=np.array(ptr, dtype=np.int64),
             loss_positions=LossPositions.of([r for _, _, r in workload.requests()]),
         )
+
+    @cached_property
+    def tree(self) -> PrefixTree:
+        """The prefix tree of every request, built when first read (a step assembled from its replicas'
+        plans is priced and written without it)."""
+        return PrefixTree(self.sequences)
 
     @property
     def topology(self) -> Topology:
@@ -141,7 +147,7 @@ class Problem:
     @cached_property
     def request_tokens(self) -> np.ndarray:
         """Tokens of each tree request."""
-        return np.array([s.size for s in self.tree.sequences], dtype=np.int64)
+        return np.array([s.size for s in self.sequences], dtype=np.int64)
 
     @cached_property
     def _item_tokens(self) -> np.ndarray:
