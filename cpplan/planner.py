@@ -259,7 +259,7 @@ class Planner:
         share gets an even part of the time left when it starts (the step's problem is built first);
         under a deterministic profile each share gets the whole budget, so its waves are ``replica=k``'s."""
         partition = self.partition(workload)
-        step = Problem.build(workload, self._settings_now())
+        step = Problem.build(workload, self._settings_now(), tree_now=False)
         end_s = started + profile.time_budget_s
         results = []
         for k in range(partition.num_replicas):

@@ -1,6 +1,10 @@
 """Plans made ahead: a trainer that knows its next batch submits it (:meth:`cpplan.Planner.plan_async`)
 while the current one runs, and takes the plan when the pass that needs it comes.
 
+The call is :meth:`cpplan.Planner.plan` of the batch: a trainer's framework hands each DP rank its own
+rows, so the batch is the rank's share already and the planner is one CP group (its topology without
+``dp``); a planner over ``dp > 1`` replicas would partition the rows again (``docs/runtime.md``).
+
 A plan is taken only for exactly the batch it was made for (the caller's key: the pass's rows and
 flags); any other batch is planned then and there. A plan made ahead was priced before the passes in
 between were observed, so what those passes teach the planner reaches the plan after it.

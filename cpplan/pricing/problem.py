@@ -37,6 +37,15 @@ def check_context(
             )
 
 
+class TreeSlot:
+    """A problem's prefix tree once built (``None`` before)."""
+
+    __slots__ = ("tree",)
+
+    def __init__(self) -> None:
+        self.tree: PrefixTree | None = None
+
+
 @dataclass(frozen=True, kw_only=True, eq=False)
 class Problem:
     """Everything a planner reads. Build it with :meth:`Problem.build`; nothing writes back onto it but
@@ -55,15 +64,19 @@ class Problem:
     item_ptr: np.ndarray
     loss_positions: LossPositions | None = None
     chunk_tokens: int = CHUNK_TOKENS
+    tree_slot: TreeSlot = field(default_factory=lambda: TreeSlot(), repr=False, compare=False)
+    """Where :attr:`tree` is kept once built (a copy made with :func:`dataclasses.replace` shares it)."""
     memo: PricingMemo = field(default_factory=PricingMemo, init=False, repr=False, compare=False)
 
     @classmethod
-    def build(cls, workload: Workload, settings: Settings, *, checked: bool = False) -> Problem:
+    def build(
+        cls, workload: Workload, settings: Settings, *, checked: bool = False, tree_now: bool = True
+    ) -> Problem:
         """Validate the workload against the settings (every request within the model's context) and
         build the prefix tree. A wave of fewer 128-token chunks than CP ranks leaves the last ranks
         owning nothing (they still take part in the wave's key/value exchange). ``checked``: the items
         passed these checks already under the same settings (a share of a step built before), so they
-        are not checked again."""
+        are not checked again. ``tree_now=False``: the prefix tree is built when first read, not here."""
         sequences, item_of, index_of, grad, loss, ptr = [], [], [], [], [], [0]
         for i, item in enumerate(workload.items):
             if not checked:
@@ -73,7 +86,7 @@ class Problem:
                 item_of.append(i), index_of.append(k)
                 grad.append(request.grad), loss.append(request.output in ("loss", "logits"))
             ptr.append(len(sequences))
-        return cls(
+        problem = cls(
             workload=workload,
             settings=settings,
             sequences=tuple(sequences),
@@ -84,12 +97,17 @@ class Problem:
             item_ptr=np.array(ptr, dtype=np.int64),
             loss_positions=LossPositions.of([r for _, _, r in workload.requests()]),
         )
+        if tree_now:
+            problem.tree  # noqa: B018 (built here, inside the build's time)
+        return problem
 
-    @cached_property
+    @property
     def tree(self) -> PrefixTree:
         """The prefix tree of every request, built when first read (a step assembled from its replicas'
-        plans is priced and written without it)."""
-        return PrefixTree(self.sequences)
+        plans is priced and written without it) and shared with the problem's copies."""
+        if self.tree_slot.tree is None:
+            self.tree_slot.tree = PrefixTree(self.sequences)
+        return self.tree_slot.tree
 
     @property
     def topology(self) -> Topology:
