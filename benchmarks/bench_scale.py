@@ -427,6 +427,28 @@ def _winners(result: cpplan.PlanResult) -> list:
     return [c for c in result.candidates if c.strategy == result.strategy][:1]
 
 
+def run_partition(args: argparse.Namespace) -> None:
+    """``--cluster --partition``: :func:`~cpplan.planners.replica_partition.partition_items` alone on the
+    fixed-share rows, median of ``--repeats`` runs, the load average beside each (printed only)."""
+    from cpplan.planners.replica_partition import partition_items
+
+    for spec in filter(None, args.share_rows.split(",")):
+        n, dp, cp = (int(v) for v in spec.split("x"))
+        workload = cluster_step(n)
+        planner = cpplan.Planner(
+            model=MODEL_CLUSTER, topology=cpplan.Topology(dp=dp, cp=cp), memory_bytes="80GiB"
+        )
+        walls = []
+        for _ in range(args.repeats):
+            t0 = time.perf_counter()
+            partition_items(workload, planner.card, planner.settings.topology)
+            walls.append(time.perf_counter() - t0)
+        print(
+            f"partition {n:>6,} completions dp {dp:>3} x cp {cp}: {1e3 * float(np.median(walls)):.1f} ms "
+            f"(median of {len(walls)}), load average {os.getloadavg()[0]:.2f}"
+        )
+
+
 def run_fixed_share(args: argparse.Namespace) -> None:
     """``--cluster --fixed-share``: the replica call at a fixed share (``--share-rows``: completions x
     dp x cp) and on one node (``--node-rows``: completions x cp at dp = 1, and the agent step), the
@@ -538,7 +560,11 @@ def main() -> None:
     )
     parser.add_argument("--share-rows", default=SHARE_ROWS, help="--fixed-share: completions x dp x cp list")
     parser.add_argument("--node-rows", default=NODE_ROWS, help="--fixed-share: completions (or agent) x cp")
+    parser.add_argument("--partition", action="store_true", help="--cluster: time the partition alone")
     args = parser.parse_args()
+    if args.cluster and args.partition:
+        run_partition(args)
+        return
     if args.cluster and args.fixed_share:
         if args.label == "after":
             args.label = "fixed_share"
