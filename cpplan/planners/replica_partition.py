@@ -125,37 +125,49 @@ PREFIX_STRIDE = 64
 
 def item_prices_s(workload: Workload, card: ResolvedCard, cp: int) -> np.ndarray:
     """Per item, quick seconds: ``(a * tokens + b * pairs) / cp`` with ``tokens`` the item's packed
-    tokens when each request shares its common prefix with the item's first request, ``pairs`` the
-    attention pairs of those tokens (a token at position ``p`` attends ``p + 1`` keys), and ``a`` / ``b``
-    the card's seconds per owned token / pair (every per-token and per-pair term, as if every token took
-    gradients and loss: a balance price, not the evaluator's). Common prefixes come from
-    :func:`sampled_prefixes`."""
+    tokens when each request shares a prefix with the item's first request, ``pairs`` the attention
+    pairs of those tokens (a token at position ``p`` attends ``p + 1`` keys), and ``a`` / ``b`` the card's
+    seconds per owned token / pair (every per-token and per-pair term, as if every token took gradients
+    and loss: a balance price, not the evaluator's). Only each item's second request is compared with
+    its first (:func:`sampled_prefixes`); every later request is taken to share as much (at most its own
+    length), as a GRPO group's completions share their prompt and an agent's turns their history. So
+    the token reads are one per item, and a request costs only its length."""
     coefficients = card.constants.time_coefficients
     per_token = math.fsum(float(coefficients[k]) for k, q in enumerate(QUANTITIES) if q.count == "token")
     per_pair = math.fsum(float(coefficients[k]) for k, q in enumerate(QUANTITIES) if q.count == "pair")
-    first_len = np.array([item.requests[0].tokens.size for item in workload.items], dtype=np.float64)
-    owners, lengths, common = sampled_prefixes(workload)
-    n, c = lengths.astype(np.float64), common.astype(np.float64)
     size = workload.num_items
+    first_len = np.array([item.requests[0].tokens.size for item in workload.items], dtype=np.float64)
+    second_owner, second_len, second_common = sampled_prefixes(workload, max_requests=2)
+    shared = np.zeros(size, dtype=np.int64)
+    shared[second_owner] = second_common
+    later = [(i, r.tokens.size) for i, item in enumerate(workload.items) for r in item.requests[2:]]
+    later_owner = np.array([i for i, _ in later], dtype=np.int64)
+    later_len = np.array([n for _, n in later], dtype=np.int64)
+    owners = np.concatenate([second_owner, later_owner])
+    n = np.concatenate([second_len, later_len]).astype(np.float64)
+    c = np.concatenate([second_common, np.minimum(shared[later_owner], later_len)]).astype(np.float64)
     tokens = first_len + np.bincount(owners, weights=n - c, minlength=size)
     pairs = first_len * (first_len + 1) / 2
     pairs += np.bincount(owners, weights=(n * (n + 1) - c * (c + 1)) / 2, minlength=size)
     return (per_token * tokens + per_pair * pairs) / cp
 
 
-def sampled_prefixes(workload: Workload) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """For every request but each item's first: its item, its length, and the length of the prefix it
-    shares with its item's first request, found on every :data:`PREFIX_STRIDE`-th token in one
-    vectorized pass over the workload. For requests that share a prefix and then go their own ways the
-    answer is within half a stride of the exact one (the middle of the stride where they part); two
-    that differ only between sampled tokens count as sharing them."""
+def sampled_prefixes(
+    workload: Workload, *, max_requests: int | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For every request but each item's first (``max_requests``: of each item's first that many only):
+    its item, its length, and the length of the prefix it shares with its item's first request, found on
+    every :data:`PREFIX_STRIDE`-th token in one vectorized pass over the workload. For requests that
+    share a prefix and then go their own ways the answer is within half a stride of the exact one (the
+    middle of the stride where they part); two that differ only between sampled tokens count as sharing
+    them."""
     stride = PREFIX_STRIDE
     firsts, first_len, heads, owners, lengths = [], [], [], [], []
     for i, item in enumerate(workload.items):
         first = item.requests[0].tokens
         firsts.append(first[::stride])
         first_len.append(first.size)
-        for request in item.requests[1:]:
+        for request in item.requests[1:max_requests]:
             heads.append(request.tokens[: first.size : stride])
             owners.append(i)
             lengths.append(request.tokens.size)

@@ -142,3 +142,39 @@ def test_vectorized_level_hashes_are_each_items_prefix_hashes():
         assert {level: int(got[row, c]) for c, level in enumerate(PREFIX_LEVELS) if level in want} == want
         assert all(got[row, c] == 0 for c, level in enumerate(PREFIX_LEVELS) if level not in want)
     assert got[1].tolist() == got[3].tolist() and got[2, 1] == got[4, 1] and got[2, 0] != got[4, 0]
+
+
+def every_request_price(workload: Workload, card, cp: int) -> np.ndarray:
+    """The quick price with every request compared with its item's first (the rule before one pair)."""
+    from cpplan.planners.replica_partition import sampled_prefixes
+    from cpplan.spec.quantities import QUANTITIES
+
+    coefficients = card.constants.time_coefficients
+    per_token = sum(float(coefficients[k]) for k, q in enumerate(QUANTITIES) if q.count == "token")
+    per_pair = sum(float(coefficients[k]) for k, q in enumerate(QUANTITIES) if q.count == "pair")
+    owners, lengths, common = sampled_prefixes(workload)
+    n, c = lengths.astype(float), common.astype(float)
+    first = np.array([item.requests[0].tokens.size for item in workload.items], dtype=float)
+    tokens = first + np.bincount(owners, weights=n - c, minlength=workload.num_items)
+    pairs = first * (first + 1) / 2 + np.bincount(owners, weights=(n * (n + 1) - c * (c + 1)) / 2)
+    return (per_token * tokens + per_pair * pairs) / cp
+
+
+def test_quick_price_reads_one_request_pair_per_item():
+    """The quick price compares only each item's second request with its first: on GRPO groups
+    (completions sharing their prompt) it equals the price comparing every request; on an item whose
+    third request shares less than the second, the third is priced as sharing what the second does."""
+    from cpplan.planners.replica_partition import item_prices_s
+
+    wl = step(num_prompts=6, seed=4)
+    card = planner("trainer").card
+    assert item_prices_s(wl, card, 2) == pytest.approx(every_request_price(wl, card, 2), rel=1e-12)
+    rng = np.random.default_rng(0)
+    prompt = rng.integers(0, 1000, 2048)
+    requests = [np.concatenate([prompt, rng.integers(0, 1000, 300)]) for _ in range(2)]
+    requests.append(np.concatenate([prompt[:256], rng.integers(0, 1000, 2092)]))
+    odd = Workload(items=(Item(id="x", requests=tuple(Request(tokens=t) for t in requests)),))
+    assert item_prices_s(odd, card, 2)[0] < every_request_price(odd, card, 2)[0]
+    as_second = Workload(items=(Item(id="x", requests=tuple(Request(tokens=t) for t in requests[:2])),))
+    third_alone = every_request_price(as_second, card, 2)[0]
+    assert item_prices_s(odd, card, 2)[0] > third_alone  # the third still adds its own 300 tokens
