@@ -87,6 +87,18 @@ class Planner:
         )
         self._start(settings, resolve_profile(solver))
 
+    def __getstate__(self) -> dict:
+        """What a copy in another process needs (a plan-ahead worker): the settings, profile and learning;
+        not the worker thread, the lock, nor what is kept for the next call."""
+        state = self.__dict__.copy()
+        for name in ("_worker", "_lock", "_steps", "_partitioned"):
+            state.pop(name, None)
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._worker, self._lock, self._steps, self._partitioned = None, threading.Lock(), {}, None
+
     @property
     def memory_bytes(self) -> int:
         """The per-rank budget this planner plans against, in bytes (``memory_bytes`` parsed:
