@@ -83,6 +83,13 @@ class PlanAhead:
         """Whether a plan for ``key`` was submitted and not yet taken."""
         return key in self._pending
 
+    def drain(self) -> None:
+        """Wait until every plan in flight is done (kept to be taken, or failed): no planning of this
+        helper runs after it returns (a benchmark calls it before timing another trainer's step)."""
+        for future in list(self._pending.values()):
+            if not future.cancelled():
+                future.exception()
+
     def worker_pids(self) -> tuple[int, ...]:
         """The process ids of the worker processes started so far (none under ``worker="thread"``)."""
         processes = getattr(self._processes, "_processes", None) or {}
