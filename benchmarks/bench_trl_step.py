@@ -11,9 +11,10 @@ timed). Each trainer runs TRL's own training loop on its own thread, and a baton
 time; before a step's clock starts, the other trainer's plans made ahead are drained (cpplan's
 ``PlanAhead`` plans in a worker process), so no trainer's background work falls inside the other's timed
 step. cpplan's planning seconds inside each timed step (taking a plan made ahead, or planning then) are
-reported on their own. The model: a random Qwen3 (hidden 256, FFN 768, 4 layers, 4 query / 2 KV heads
-of 64, a vocabulary of 8,195), float32 on the CPU, attention pinned to ``sdpa`` for both (recorded), 2 prompts of 512 to
-1,024 tokens per step with G = 8 completions of 128 tokens each, a KL term (``beta`` 0.04: the
+reported on their own. The model: a random Qwen3 (hidden 256, FFN 768, 4 layers, 4 query / 2 KV heads of
+64, a vocabulary of 8,195), float32 on the CPU, attention pinned to ``sdpa`` for both (recorded), 2
+prompts of 512 to 1,024 tokens per step with G = 8 completions of 128 tokens each, a KL term (``beta``
+0.04: the
 reference pass runs too), one generation per step. cpplan's trainer derives its card from the model's
 config and plans each pass with its default ``trainer`` profile (deterministic work limits) under
 40 GiB (one wave).
