@@ -14,10 +14,9 @@ step. cpplan's planning seconds inside each timed step (taking a plan made ahead
 reported on their own. The model: a random Qwen3 (hidden 256, FFN 768, 4 layers, 4 query / 2 KV heads of
 64, a vocabulary of 8,195), float32 on the CPU, attention pinned to ``sdpa`` for both (recorded), 2
 prompts of 512 to 1,024 tokens per step with G = 8 completions of 128 tokens each, a KL term (``beta``
-0.04: the
-reference pass runs too), one generation per step. cpplan's trainer derives its card from the model's
-config and plans each pass with its default ``trainer`` profile (deterministic work limits) under
-40 GiB (one wave).
+0.04: the reference pass runs too), one generation per step. cpplan's trainer derives its card from the
+model's config and plans each pass with its default ``trainer`` profile (deterministic work limits)
+under 40 GiB (one wave).
 
 ``--busy 0,2`` runs the whole comparison once per entry, with that many busy processes (a Python spin
 loop each) beside it: 0 is the quiet machine, 2 loads both cores of the development machine. Reported
