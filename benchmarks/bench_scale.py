@@ -45,7 +45,7 @@ from pathlib import Path
 import numpy as np
 
 import cpplan
-from cpplan.bench.synthetic import grpo, to_jsonl
+from cpplan.bench.synthetic import agent_rollouts, grpo, to_jsonl
 from cpplan.planners.greedy import greedy_plan
 from cpplan.plans.plan_writer import plan_to_dict
 from cpplan.pricing.problem import Problem
@@ -175,6 +175,18 @@ def cluster_step(num_completions: int, seed: int = 0) -> Workload:
     )
 
 
+def agent_step(seed: int) -> Workload:
+    """The runtime benchmark's agent step: 6 tasks x 4 rollouts of three turns, one item per rollout."""
+    return agent_rollouts(
+        num_tasks=6,
+        rollouts_per_task=4,
+        num_turns=(3, 3),
+        task_tokens=(1000, 2000),
+        turn_tokens=(400, 1400),
+        seed=seed,
+    )
+
+
 def cluster_row(num_completions: int, dp: int, cp: int, repeats: int, ranks: int, reference_max: int) -> dict:
     """One size and topology of ``--cluster``: per-rank calls of sampled replicas, the assembled step,
     the joint runtime call and (small enough) the deterministic reference, interleaved ``repeats`` times."""
@@ -252,6 +264,10 @@ def cluster_row(num_completions: int, dp: int, cp: int, repeats: int, ranks: int
 
 
 MODEL_CLUSTER = "qwen3.6-35b-a3b"
+SHARE_ROWS = "1024x8x8,1024x16x4,2048x16x8,4096x32x8,8192x64x8,16384x128x8"
+"""``--fixed-share`` rows (completions x dp x cp): at cp 8 every replica plans 128 completions."""
+NODE_ROWS = "64x4,64x8,256x4,256x8,agentx4,agentx8"
+"""``--fixed-share`` one-node rows (dp = 1): completions (or the agent step) x cp."""
 
 
 def print_cluster(rows: list[dict]) -> None:
@@ -321,6 +337,173 @@ def plot_cluster(rows: list[dict], path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
+def share_row(name: str, workload: Workload, dp: int, cp: int, args: argparse.Namespace) -> dict:
+    """One row of ``--cluster --fixed-share``: a kept runtime ``Planner`` at ``dp x cp``; per round, each
+    sampled DP rank's call ``plan(step, 0.1, replica=k)`` on a fresh step object (the partition computed
+    again, as on a rank; at dp = 1 the call is ``plan(step, 0.1)``), then, at dp > 1, the default call
+    ``plan(step, 0.1)`` (the partitioned step); once, small enough, the deterministic profile's joint
+    plan (the reference). The load average is read beside every call."""
+    planner = cpplan.Planner(
+        model=MODEL_CLUSTER, topology=cpplan.Topology(dp=dp, cp=cp), memory_bytes="80GiB", solver="runtime"
+    )
+    sampled = sorted({round(k * (dp - 1) / max(args.ranks - 1, 1)) for k in range(min(args.ranks, dp))})
+    call = (lambda w, k: planner.plan(w, 0.1, replica=k)) if dp > 1 else (lambda w, k: planner.plan(w, 0.1))
+    call(workload.model_copy(), 0)  # warm: the first call of a process pays for imports
+    rank, default = CallRecord(), CallRecord()
+    for _ in range(args.repeats):
+        for k in sampled:
+            rank.add(call, workload.model_copy(), k)
+        if dp > 1:
+            default.add(lambda w, _: planner.plan(w, 0.1), workload.model_copy(), None)
+    reference_s = None
+    if workload.num_requests <= args.reference_max:
+        exact = cpplan.Planner(
+            model=MODEL_CLUSTER,
+            topology=cpplan.Topology(dp=dp, cp=cp),
+            memory_bytes="80GiB",
+            solver="deterministic",
+        )
+        reference_s = exact.plan(workload).cost_s
+    return {
+        "workload": name,
+        "completions": workload.num_requests,
+        "items": workload.num_items,
+        "dp": dp,
+        "cp": cp,
+        "budget_s": 0.1,
+        "sampled_replicas": sampled,
+        "rank": rank.summary(reference_s),
+        "default": default.summary(reference_s) if dp > 1 else None,
+        "reference_cost_s": reference_s,
+        "load_avg": os.getloadavg(),
+    }
+
+
+class CallRecord:
+    """Walls, load averages, strategies and costs of repeated planning calls."""
+
+    def __init__(self) -> None:
+        self.walls_s: list[float] = []
+        self.loads: list[float] = []
+        self.cpsat: list[float] = []
+        self.hurried: list[bool] = []
+        self.costs_s: list[float] = []
+
+    def add(self, call, workload: Workload, k: int | None) -> None:
+        """Time ``call(workload, k)`` and record what it returned."""
+        t0 = time.perf_counter()
+        result = call(workload, k)
+        self.walls_s.append(time.perf_counter() - t0)
+        self.loads.append(os.getloadavg()[0])
+        self.cpsat.append(float(np.mean([c.strategy == "cpsat" for c in _winners(result)])))
+        reasons = [c.reason for c in result.candidates] + list(result.plan.notes)
+        self.hurried.append(any("deadline" in r for r in reasons))
+        self.costs_s.append(result.cost_s)
+
+    def summary(self, reference_s: float | None) -> dict:
+        """p50 / p95 / max of the walls, their ratio to the 0.1 s budget, the shares of calls CP-SAT
+        answered and greedy hurried, the median cost and its ratio to ``reference_s``."""
+        walls = np.array(self.walls_s)
+        cost = float(np.median(self.costs_s))
+        return {
+            "wall_p50_s": float(np.percentile(walls, 50)),
+            "wall_p95_s": float(np.percentile(walls, 95)),
+            "wall_max_s": float(walls.max()),
+            "p95_over_budget": float(np.percentile(walls, 95)) / 0.1,
+            "walls_s": self.walls_s,
+            "load_avg": self.loads,
+            "cpsat_share": float(np.mean(self.cpsat)),
+            "hurried_share": float(np.mean(self.hurried)),
+            "cost_s": cost,
+            "over_reference": None if reference_s is None else cost / reference_s,
+        }
+
+
+def _winners(result: cpplan.PlanResult) -> list:
+    """The candidates that were planned: every replica's winner in a partitioned step, else the result's
+    own winner."""
+    if all(c.reason.startswith("replica") for c in result.candidates):
+        return list(result.candidates)
+    return [c for c in result.candidates if c.strategy == result.strategy][:1]
+
+
+def run_partition(args: argparse.Namespace) -> None:
+    """``--cluster --partition``: :func:`~cpplan.planners.replica_partition.partition_items` alone on the
+    fixed-share rows, median of ``--repeats`` runs, the load average beside each (printed only)."""
+    from cpplan.planners.replica_partition import partition_items
+
+    for spec in filter(None, args.share_rows.split(",")):
+        n, dp, cp = (int(v) for v in spec.split("x"))
+        workload = cluster_step(n)
+        planner = cpplan.Planner(
+            model=MODEL_CLUSTER, topology=cpplan.Topology(dp=dp, cp=cp), memory_bytes="80GiB"
+        )
+        walls = []
+        for _ in range(args.repeats):
+            t0 = time.perf_counter()
+            partition_items(workload, planner.card, planner.settings.topology)
+            walls.append(time.perf_counter() - t0)
+        print(
+            f"partition {n:>6,} completions dp {dp:>3} x cp {cp}: {1e3 * float(np.median(walls)):.1f} ms "
+            f"(median of {len(walls)}), load average {os.getloadavg()[0]:.2f}"
+        )
+
+
+def run_fixed_share(args: argparse.Namespace) -> None:
+    """``--cluster --fixed-share``: the replica call at a fixed share (``--share-rows``: completions x
+    dp x cp) and on one node (``--node-rows``: completions x cp at dp = 1, and the agent step), the
+    default call beside it, the fitted growth exponent of the replica call's wall against completions
+    at cp 8; the table and the JSON (label ``--label``)."""
+    rows = []
+    for spec in filter(None, args.share_rows.split(",")):
+        n, dp, cp = (int(v) for v in spec.split("x"))
+        rows.append(share_row("grpo", cluster_step(n), dp, cp, args))
+        print_share(rows[-1:])
+    for spec in filter(None, args.node_rows.split(",")):
+        kind, cp = spec.split("x")
+        workload = agent_step(0) if kind == "agent" else cluster_step(int(kind))
+        rows.append(share_row("agent6x4" if kind == "agent" else "grpo", workload, 1, int(cp), args))
+        print_share(rows[-1:])
+    print()
+    print_share(rows)
+    fixed = [r for r in rows if r["dp"] > 1 and r["cp"] == 8]
+    exponents = {}
+    for key in ("wall_p50_s", "wall_p95_s"):
+        if len(fixed) >= 2:
+            x = np.log([r["completions"] for r in fixed])
+            exponents[key] = float(np.polyfit(x, np.log([r["rank"][key] for r in fixed]), 1)[0])
+    print("fitted growth exponent of the replica call's wall at a fixed share (cp 8):", exponents)
+    output = args.output if args.output != RESULTS else CLUSTER_RESULTS
+    data = json.loads(output.read_text()) if output.exists() else {}
+    data[args.label] = {
+        "machine": f"{platform.machine()}, {platform.python_version()}, {os.cpu_count()} CPUs",
+        "rows": rows,
+        "growth_exponents": exponents,
+    }
+    output.write_text(json.dumps(data, indent=1) + "\n")
+
+
+def print_share(rows: list[dict]) -> None:
+    """The fixed-share table: the replica call's p50 / p95 and p95 over the budget, CP-SAT's share of
+    calls, the default call's p95 and its plan over the deterministic one, the load average."""
+    print(
+        f"{'workload':>8} {'compl':>6} {'dp x cp':>8} {'rank p50':>8} {'p95':>6} {'p95/b':>5} {'cpsat':>5} "
+        f"{'hurry':>5} {'dflt p50':>8} {'p95':>6} {'dflt/det':>8} {'load':>9}"
+    )
+    for r in rows:
+        a, d = r["rank"], r["default"]
+        ratio = "-" if d is None or d["over_reference"] is None else f"{d['over_reference']:.4f}"
+        dflt = ("-", "-") if d is None else (f"{1e3 * d['wall_p50_s']:.0f}", f"{1e3 * d['wall_p95_s']:.0f}")
+        loads = a["load_avg"] + (d["load_avg"] if d else [])
+        print(
+            f"{r['workload']:>8} {r['completions']:>6,} {r['dp']:>4}x{r['cp']:<3} "
+            f"{1e3 * a['wall_p50_s']:>8.0f} "
+            f"{1e3 * a['wall_p95_s']:>6.0f} {a['p95_over_budget']:>5.2f} {a['cpsat_share']:>5.0%} "
+            f"{a['hurried_share']:>5.0%} {dflt[0]:>8} {dflt[1]:>6} {ratio:>8} "
+            f"{min(loads):>4.1f}-{max(loads):<4.1f}"
+        )
+
+
 def run_cluster(args: argparse.Namespace) -> None:
     """``--cluster``: every size x topology, the table, the JSON and the plot (``--replot``: the table
     and plot of the JSON's ``--label`` run, nothing measured)."""
@@ -372,7 +555,21 @@ def main() -> None:
     parser.add_argument("--reference-max", type=int, default=1024, help="--cluster deterministic up to")
     parser.add_argument("--plot", action="store_true", help="--cluster: write docs/scale_wall.png")
     parser.add_argument("--replot", action="store_true", help="--cluster: table and plot of the JSON's run")
+    parser.add_argument(
+        "--fixed-share", action="store_true", help="--cluster: the replica call at a fixed share"
+    )
+    parser.add_argument("--share-rows", default=SHARE_ROWS, help="--fixed-share: completions x dp x cp list")
+    parser.add_argument("--node-rows", default=NODE_ROWS, help="--fixed-share: completions (or agent) x cp")
+    parser.add_argument("--partition", action="store_true", help="--cluster: time the partition alone")
     args = parser.parse_args()
+    if args.cluster and args.partition:
+        run_partition(args)
+        return
+    if args.cluster and args.fixed_share:
+        if args.label == "after":
+            args.label = "fixed_share"
+        run_fixed_share(args)
+        return
     if args.cluster:
         if args.quick:
             args.sizes, args.repeats = "128,512,1024,2048", min(args.repeats, 2)

@@ -8,12 +8,15 @@ completions (TRL's ``rollout_func``), their steps taking turns: a warm-up step e
 timed steps each in the order stock, cpplan, cpplan, stock, stock, ... (so a drift of the machine's speed
 falls on both alike), then one profiled step each (cProfile slows what it profiles, so that step is not
 timed). Each trainer runs TRL's own training loop on its own thread, and a baton lets one step run at a
-time. The model: a random Qwen3 (hidden 256, FFN 768, 4 layers, 4 query / 2 KV heads of 64, a vocabulary
-of 8,195), float32 on the CPU, attention pinned to ``sdpa`` for both (recorded), 2 prompts of 512 to
-1,024 tokens per step with G = 8 completions of 128 tokens each, a KL term (``beta`` 0.04: the
-reference pass runs too), one generation per step. cpplan's trainer derives its card from the model's
-config and plans each pass with its default ``trainer`` profile (deterministic work limits) under
-40 GiB (one wave).
+time; before a step's clock starts, the other trainer's plans made ahead are drained (cpplan's
+``PlanAhead`` plans in a worker process), so no trainer's background work falls inside the other's timed
+step. cpplan's planning seconds inside each timed step (taking a plan made ahead, or planning then) are
+reported on their own. The model: a random Qwen3 (hidden 256, FFN 768, 4 layers, 4 query / 2 KV heads of
+64, a vocabulary of 8,195), float32 on the CPU, attention pinned to ``sdpa`` for both (recorded), 2
+prompts of 512 to 1,024 tokens per step with G = 8 completions of 128 tokens each, a KL term (``beta``
+0.04: the reference pass runs too), one generation per step. cpplan's trainer derives its card from the
+model's config and plans each pass with its default ``trainer`` profile (deterministic work limits)
+under 40 GiB (one wave).
 
 ``--busy 0,2`` runs the whole comparison once per entry, with that many busy processes (a Python spin
 loop each) beside it: 0 is the quiet machine, 2 loads both cores of the development machine. Reported
@@ -236,17 +239,23 @@ ATTENTION = "sdpa"
 tree attention through ``scaled_dot_product_attention`` either way)."""
 
 
-def clock(name: str, baton: Baton, steps: int, record: dict):
-    """A callback that waits for ``name``'s turn at each step, times steps 1 .. ``steps`` (step 0
-    warms up), profiles step ``steps + 1`` and keeps cpplan's packed tokens of each timed step."""
+def clock(name: str, baton: Baton, steps: int, record: dict, records: dict[str, dict]):
+    """A callback that waits for ``name``'s turn at each step, drains the other trainers' plans made
+    ahead, times steps 1 .. ``steps`` (step 0 warms up), profiles step ``steps + 1`` and keeps cpplan's
+    packed tokens and planning seconds of each timed step."""
     import transformers
 
     profiler = cProfile.Profile()
-    record.update(seconds=[], packed=[], padded=[], profiler=profiler)
+    record.update(seconds=[], packed=[], padded=[], plan_s=[], planning=[0.0], profiler=profiler)
 
     class Clock(transformers.TrainerCallback):
         def on_step_begin(self, args, state, control, **kwargs):
             baton.wait(name)
+            for other, theirs in records.items():
+                ahead = getattr(theirs.get("trainer"), "cpplan_ahead", None)
+                if other != name and ahead is not None:
+                    ahead.drain()
+            record["planning"][0] = 0.0
             self.start_s = time.perf_counter()
             if state.global_step == steps + 1:  # the steps done before this one
                 profiler.enable()
@@ -261,6 +270,7 @@ def clock(name: str, baton: Baton, steps: int, record: dict):
                 tokens = getattr(record.get("trainer"), "cpplan_tokens", None)
                 record["packed"].append(tokens.packed if tokens is not None else None)
                 record["padded"].append(tokens.padded if tokens is not None else None)
+                record["plan_s"].append(record["planning"][0])
             baton.done()
 
     return Clock()
@@ -276,14 +286,31 @@ def compare(path: str, tmp: Path, steps: int, shape: Shape, memory: str) -> dict
     records: dict[str, dict] = {name: {} for name in NAMES}
     classes = {"stock": (trl.GRPOTrainer, {}), "cpplan": (GRPOTrainer, {"memory_bytes": memory})}
     for name, (cls, extra) in classes.items():
-        callback = clock(name, baton, steps, records[name])
+        callback = clock(name, baton, steps, records[name], records)
         records[name]["trainer"] = trainer_of(cls, path, tmp / name, steps, shape, callback, **extra)
+    timed_planning(records["cpplan"])
     threads = [threading.Thread(target=records[name]["trainer"].train, name=name) for name in NAMES]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
     return records
+
+
+def timed_planning(record: dict) -> None:
+    """Count the seconds cpplan's trainer spends getting its plans (``_cpplan_plan``: a plan made ahead
+    taken, or one planned then) into ``record["planning"]``."""
+    trainer = record["trainer"]
+    get = trainer._cpplan_plan
+
+    def timed(workload, key):
+        t0 = time.perf_counter()
+        try:
+            return get(workload, key)
+        finally:
+            record["planning"][0] += time.perf_counter() - t0
+
+    trainer._cpplan_plan = timed
 
 
 def busy_processes(count: int) -> list[subprocess.Popen]:
@@ -336,6 +363,9 @@ def measured_run(path: str, tmp: Path, steps: int, shape: Shape, memory: str, bu
             "profile_s": profile_rows(records[name]["profiler"]),
         }
     pairs = [a / b for a, b in zip(run["stock"]["step_seconds"], run["cpplan"]["step_seconds"], strict=True)]
+    run["cpplan"]["plan_seconds_per_step"] = records["cpplan"]["plan_s"]
+    run["cpplan"]["median_plan_s"] = statistics.median(records["cpplan"]["plan_s"])
+    run["cpplan"]["plans_taken_ahead"] = records["cpplan"]["trainer"].cpplan_ahead.num_taken
     run["speedup"] = run["stock"]["median_step_s"] / run["cpplan"]["median_step_s"]
     run["pair_speedups"] = pairs
     run["token_ratio"] = sum(records["cpplan"]["padded"]) / sum(records["cpplan"]["packed"])
@@ -428,6 +458,10 @@ def print_table(run: dict) -> None:
     print(
         f"| min-max s per step | {stock['min_step_s']:.3f}-{stock['max_step_s']:.3f} | "
         f"{ours['min_step_s']:.3f}-{ours['max_step_s']:.3f} | pairs {spread} |"
+    )
+    print(
+        f"| cpplan planning s per step (median; plans taken ahead {ours['plans_taken_ahead']}) | | "
+        f"{ours['median_plan_s']:.3f} | |"
     )
     t, ratio = run["tokens_per_pass"], run["token_ratio"]
     padded, packed = sum(run["stock_padded_per_step"]), sum(run["cpplan_packed_per_step"])

@@ -87,6 +87,18 @@ class Planner:
         )
         self._start(settings, resolve_profile(solver))
 
+    def __getstate__(self) -> dict:
+        """What a copy in another process needs (a plan-ahead worker): the settings, profile and learning;
+        not the worker thread, the lock, nor what is kept for the next call."""
+        state = self.__dict__.copy()
+        for name in ("_worker", "_lock", "_steps", "_partitioned"):
+            state.pop(name, None)
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._worker, self._lock, self._steps, self._partitioned = None, threading.Lock(), {}, None
+
     @property
     def memory_bytes(self) -> int:
         """The per-rank budget this planner plans against, in bytes (``memory_bytes`` parsed:
@@ -107,6 +119,8 @@ class Planner:
         """The step number of each of the last :data:`_KEPT_RESULTS` observed plans, by identity."""
         self._partitioned: tuple[Workload, ReplicaPartition] | None = None
         """The last workload partitioned over the replicas and its partition (kept for the next call)."""
+        self._corrected: tuple[Correction, Settings] | None = None
+        """The last learned correction and the settings with it (:meth:`_settings_now`)."""
         self._replica_settings: tuple[Settings, Settings] | None = None
         """The (corrected) settings last planned with and their one-replica form."""
         self._worker: ThreadPoolExecutor | None = None
@@ -130,12 +144,13 @@ class Planner:
         once with full sharing and its candidates say so. Raises :class:`~cpplan.errors.NoFitError` when
         no strategy yields a valid plan.
 
-        ``replica``: ``None`` plans the whole step jointly; a replica index ``k`` (``0 <= k < dp``, else
-        :class:`InputError`) plans only replica ``k``'s share of the partitioned step
-        (:meth:`partition`) as a ``dp = 1`` problem, the budget its own: its result's problem holds
-        those items only (``result.problem.workload``), under ``dp = 1``; ``"all"`` plans every replica's
-        share as that call would (each with the whole budget, one after another) and returns the
-        step's plan assembled from them, over the whole workload."""
+        ``replica``: a replica index ``k`` (``0 <= k < dp``, else :class:`InputError`) plans only replica
+        ``k``'s share of the partitioned step (:meth:`partition`) as a ``dp = 1`` problem, the budget its
+        own: its result's problem holds those items only (``result.problem.workload``), under ``dp = 1``
+        (what a DP rank calls). ``"all"`` plans every replica's share and returns the step's plan
+        assembled from them, over the whole workload, within the one budget (:meth:`_plan_step`).
+        ``None`` is ``"all"`` where :meth:`partitions` says so (``dp > 1`` under the runtime and trainer
+        profiles), else the whole step planned jointly."""
         started = time.perf_counter() if started_s is None else started_s
         if not isinstance(workload, Workload):
             raise InputError(
@@ -144,11 +159,12 @@ class Planner:
                 field="workload",
             )
         profile = self._profile_for(time_budget_s)
-        if replica is None:
+        if replica is None and not self.partitions(workload, profile):
             deadline = Deadline.of_profile(profile, start_s=started)
-            settings = corrected_settings(self.settings, self._learning)
-            return solve(Problem.build(workload, settings), profile, planners=planners, deadline=deadline)
-        if replica == "all":
+            return solve(
+                Problem.build(workload, self._settings_now()), profile, planners=planners, deadline=deadline
+            )
+        if replica is None or replica == "all":
             return self._plan_step(workload, profile, planners, started)
         k = check_replica(replica, self.settings.topology)
         return self._plan_replica(workload, self.partition(workload), k, profile, planners, started)
@@ -196,9 +212,21 @@ class Planner:
             self._partitioned = (workload, found)
         return found
 
+    def _settings_now(self) -> Settings:
+        """The settings with the learned correction applied, made once per distinct correction (so the
+        card is resolved once for it, not once per call)."""
+        if self._learning is None:
+            return self.settings
+        correction = self._learning.correction
+        kept = self._corrected
+        if kept is None or kept[0] != correction:
+            kept = (correction, corrected_settings(self.settings, self._learning))
+            self._corrected = kept
+        return kept[1]
+
     def _one_replica_settings(self) -> Settings:
         """The settings (learned correction applied) for one replica's share, made once per settings."""
-        settings = corrected_settings(self.settings, self._learning)
+        settings = self._settings_now()
         kept = self._replica_settings
         if kept is None or kept[0] is not settings:
             kept = (settings, replica_settings(settings))
@@ -213,13 +241,23 @@ class Planner:
         profile: SolverProfile,
         planners: Mapping[str, Strategy] | None,
         started: float,
+        *,
+        checked: bool = False,
     ) -> PlanResult:
         """Replica ``replica``'s share of ``workload`` planned as a ``dp = 1`` problem, the budget
-        counted from ``started``."""
+        counted from ``started`` (``checked``: its items were validated already, with the step's)."""
         deadline = Deadline.of_profile(profile, start_s=started)
         share = replica_workload(workload, partition.items(replica), replica)
-        problem = Problem.build(share, self._one_replica_settings())
+        problem = Problem.build(share, self._one_replica_settings(), checked=checked)
         return solve(problem, profile, planners=planners, deadline=deadline)
+
+    def partitions(self, workload: Workload, profile: SolverProfile | None = None) -> bool:
+        """Whether a call without a replica plans ``workload`` partitioned by replica: the profile
+        (default: the planner's) says so (``[schedule] partition_replicas``, on in ``runtime`` and
+        ``trainer``), ``dp > 1`` on fixed CP groups, and every replica gets an item."""
+        topology = self.settings.topology
+        wanted = (profile or self.profile).schedule.partition_replicas
+        return wanted and topology.dp > 1 and not topology.dynamic_cp and workload.num_items >= topology.dp
 
     def _plan_step(
         self,
@@ -228,13 +266,21 @@ class Planner:
         planners: Mapping[str, Strategy] | None,
         started: float,
     ) -> PlanResult:
-        """Every replica's share planned as :meth:`_plan_replica` plans it (each with the whole budget),
-        assembled into the step's plan over the whole workload."""
+        """Every replica's share planned as :meth:`_plan_replica` plans it, assembled into the step's
+        plan over the whole workload, within one budget counted from ``started``: under the clock each
+        share gets an even part of the time left when it starts (the step's problem is built first);
+        under a deterministic profile each share gets the whole budget, so its waves are ``replica=k``'s."""
         partition = self.partition(workload)
+        step = Problem.build(workload, self._settings_now(), tree_now=False)
+        end_s = started + profile.time_budget_s
         results = []
         for k in range(partition.num_replicas):
-            results.append(self._plan_replica(workload, partition, k, profile, planners, time.perf_counter()))
-        step = Problem.build(workload, corrected_settings(self.settings, self._learning))
+            share = profile
+            if not profile.deterministic:
+                even_s = (end_s - time.perf_counter()) / (partition.num_replicas - k)
+                share = profile.with_time_budget(max(even_s, _MIN_SHARE_S))
+            args = (workload, partition, k, share, planners, time.perf_counter())
+            results.append(self._plan_replica(*args, checked=True))
         plan = assemble(step, partition, [r.plan for r in results], [r.problem for r in results])
         candidates = tuple(
             Candidate(
@@ -353,6 +399,10 @@ class Planner:
 
 _KEPT_RESULTS = 16
 """Plans whose step numbers the planner remembers (by identity) for :meth:`Planner.observe`."""
+
+_MIN_SHARE_S = 1e-3
+"""The least budget a replica's share gets in a partitioned step under the clock (with less, its greedy
+packs the share at once with full sharing)."""
 
 
 def resolve_profile(solver: SolverProfile | str | Path | None) -> SolverProfile:

@@ -49,6 +49,8 @@ class RunLoad:
         if kind == "linear" and not (self.token_s > 0).all():
             kind = "mixed"
         object.__setattr__(self, "_kind", kind)
+        object.__setattr__(self, "_token_squared", self.token_s * self.token_s)  # what end() reuses
+        object.__setattr__(self, "_token_doubled", 2 * self.token_s)
 
     def of(self, start: np.ndarray, end: np.ndarray) -> np.ndarray:
         """The load of the runs ``[start, end)``."""
@@ -60,7 +62,12 @@ class RunLoad:
         room = budget - self.offset_s
         if self._kind == "quadratic":
             t, p = self.token_s, self.pair_s
-            reach = (np.sqrt(t * t + p * (p * start * start + 2 * t * start + 2 * room)) - t) / p
+            reach = (
+                np.sqrt(
+                    self._token_squared + p * (p * start * start + self._token_doubled * start + 2 * room)
+                )
+                - t
+            ) / p
         elif self._kind == "linear":
             reach = start + room / self.token_s
         else:
@@ -83,11 +90,14 @@ def reaches(
 ) -> np.ndarray:
     """Whether ``runs`` runs cover ``[0, length)`` with every group's load within its budget."""
     position = np.zeros(np.broadcast_shapes(length.shape, *(b.shape for b in budgets), runs.shape))
-    for step in range(int(runs.max())):
-        end = np.full(position.shape, np.inf)
-        for load, budget in zip(loads, budgets, strict=True):
+    most = int(runs.max())
+    alike = most == int(runs.min())  # every entry takes every step: no entry's position to hold back
+    for step in range(most):
+        end = loads[0].end(position, budgets[0])
+        for load, budget in zip(loads[1:], budgets[1:], strict=True):
             end = np.minimum(end, load.end(position, budget))
-        position = np.where(step < runs, np.minimum(end, length), position)
+        reached = np.minimum(end, length)
+        position = reached if alike else np.where(step < runs, reached, position)
     return position >= length
 
 

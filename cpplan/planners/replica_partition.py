@@ -29,9 +29,12 @@ equal waves (FSDP's equal-collectives rule), priced as a makespan.
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from functools import cached_property
 
 import numpy as np
 
@@ -72,7 +75,15 @@ class ReplicaPartition:
 
     def items(self, replica: int) -> tuple[int, ...]:
         """The workload indices of ``replica``'s items, in workload order."""
-        return tuple(i for i, r in enumerate(self.replica_of_item) if r == replica)
+        return self._members[replica]
+
+    @cached_property
+    def _members(self) -> tuple[tuple[int, ...], ...]:
+        """Every replica's items (workload indices, in workload order), sorted out once."""
+        owner = np.asarray(self.replica_of_item, dtype=np.int64)
+        order = np.argsort(owner, kind="stable")
+        bounds = np.searchsorted(owner[order], np.arange(self.num_replicas + 1))
+        return tuple(tuple(order[a:b].tolist()) for a, b in itertools.pairwise(bounds))
 
     @property
     def replica_price_s(self) -> tuple[float, ...]:
@@ -114,37 +125,49 @@ PREFIX_STRIDE = 64
 
 def item_prices_s(workload: Workload, card: ResolvedCard, cp: int) -> np.ndarray:
     """Per item, quick seconds: ``(a * tokens + b * pairs) / cp`` with ``tokens`` the item's packed
-    tokens when each request shares its common prefix with the item's first request, ``pairs`` the
-    attention pairs of those tokens (a token at position ``p`` attends ``p + 1`` keys), and ``a`` / ``b``
-    the card's seconds per owned token / pair (every per-token and per-pair term, as if every token took
-    gradients and loss: a balance price, not the evaluator's). Common prefixes come from
-    :func:`sampled_prefixes`."""
+    tokens when each request shares a prefix with the item's first request, ``pairs`` the attention
+    pairs of those tokens (a token at position ``p`` attends ``p + 1`` keys), and ``a`` / ``b`` the card's
+    seconds per owned token / pair (every per-token and per-pair term, as if every token took gradients
+    and loss: a balance price, not the evaluator's). Only each item's second request is compared with
+    its first (:func:`sampled_prefixes`); every later request is taken to share as much (at most its own
+    length), as a GRPO group's completions share their prompt and an agent's turns their history. So
+    the token reads are one per item, and a request costs only its length."""
     coefficients = card.constants.time_coefficients
     per_token = math.fsum(float(coefficients[k]) for k, q in enumerate(QUANTITIES) if q.count == "token")
     per_pair = math.fsum(float(coefficients[k]) for k, q in enumerate(QUANTITIES) if q.count == "pair")
-    first_len = np.array([item.requests[0].tokens.size for item in workload.items], dtype=np.float64)
-    owners, lengths, common = sampled_prefixes(workload)
-    n, c = lengths.astype(np.float64), common.astype(np.float64)
     size = workload.num_items
+    first_len = np.array([item.requests[0].tokens.size for item in workload.items], dtype=np.float64)
+    second_owner, second_len, second_common = sampled_prefixes(workload, max_requests=2)
+    shared = np.zeros(size, dtype=np.int64)
+    shared[second_owner] = second_common
+    later = [(i, r.tokens.size) for i, item in enumerate(workload.items) for r in item.requests[2:]]
+    later_owner = np.array([i for i, _ in later], dtype=np.int64)
+    later_len = np.array([n for _, n in later], dtype=np.int64)
+    owners = np.concatenate([second_owner, later_owner])
+    n = np.concatenate([second_len, later_len]).astype(np.float64)
+    c = np.concatenate([second_common, np.minimum(shared[later_owner], later_len)]).astype(np.float64)
     tokens = first_len + np.bincount(owners, weights=n - c, minlength=size)
     pairs = first_len * (first_len + 1) / 2
     pairs += np.bincount(owners, weights=(n * (n + 1) - c * (c + 1)) / 2, minlength=size)
     return (per_token * tokens + per_pair * pairs) / cp
 
 
-def sampled_prefixes(workload: Workload) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """For every request but each item's first: its item, its length, and the length of the prefix it
-    shares with its item's first request, found on every :data:`PREFIX_STRIDE`-th token in one
-    vectorized pass over the workload. For requests that share a prefix and then go their own ways the
-    answer is within half a stride of the exact one (the middle of the stride where they part); two
-    that differ only between sampled tokens count as sharing them."""
+def sampled_prefixes(
+    workload: Workload, *, max_requests: int | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For every request but each item's first (``max_requests``: of each item's first that many only):
+    its item, its length, and the length of the prefix it shares with its item's first request, found on
+    every :data:`PREFIX_STRIDE`-th token in one vectorized pass over the workload. For requests that
+    share a prefix and then go their own ways the answer is within half a stride of the exact one (the
+    middle of the stride where they part); two that differ only between sampled tokens count as sharing
+    them."""
     stride = PREFIX_STRIDE
     firsts, first_len, heads, owners, lengths = [], [], [], [], []
     for i, item in enumerate(workload.items):
         first = item.requests[0].tokens
         firsts.append(first[::stride])
         first_len.append(first.size)
-        for request in item.requests[1:]:
+        for request in item.requests[1:max_requests]:
             heads.append(request.tokens[: first.size : stride])
             owners.append(i)
             lengths.append(request.tokens.size)
@@ -178,24 +201,52 @@ def prefix_hashes(tokens: np.ndarray, levels: Sequence[int]) -> dict[int, int]:
     if not reach:
         return {}
     sampled = tokens[: max(reach) : PREFIX_STRIDE]
-    sums = np.cumsum(sampled.astype(np.uint64) * _multipliers(sampled.size), dtype=np.uint64)
+    sums = np.cumsum(sampled.astype(np.uint64) * _multipliers()[: sampled.size], dtype=np.uint64)
     return {level: int(sums[level // PREFIX_STRIDE - 1]) for level in reach}
 
 
-def _multipliers(length: int) -> np.ndarray:
-    """The first ``length`` position multipliers: odd 64-bit integers from a fixed seed, drawn anew on
-    every call (a few microseconds; no module-level cache, by the caching rule)."""
-    size = max(length, max(PREFIX_LEVELS) // PREFIX_STRIDE)
+def level_hashes(firsts: Sequence[np.ndarray], lengths: np.ndarray) -> np.ndarray:
+    """Per item (row) and level of :data:`PREFIX_LEVELS` (column), :func:`prefix_hashes` of its first
+    request, from ``firsts`` (every :data:`PREFIX_STRIDE`-th token of each item's first request) and
+    ``lengths`` (their full lengths); ``0`` where the request does not reach the level. One vectorized
+    pass over every item: the per-item hash sums are differences of one running sum, modulo ``2**64``."""
+    cap = max(PREFIX_LEVELS) // PREFIX_STRIDE
+    heads = [f[:cap] for f in firsts]
+    counts = np.array([h.size for h in heads], dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    position = np.arange(int(starts[-1]), dtype=np.int64) - np.repeat(starts[:-1], counts)
+    sampled = np.concatenate(heads).astype(np.uint64) if heads else np.zeros(0, dtype=np.uint64)
+    running = np.zeros(sampled.size + 1, dtype=np.uint64)
+    np.cumsum(sampled * _multipliers()[position], dtype=np.uint64, out=running[1:])
+    hashes = np.zeros((len(firsts), len(PREFIX_LEVELS)), dtype=np.uint64)
+    for column, level in enumerate(PREFIX_LEVELS):
+        reached = lengths >= level
+        ends = starts[:-1][reached] + level // PREFIX_STRIDE
+        hashes[reached, column] = running[ends] - running[starts[:-1][reached]]
+    return hashes
+
+
+def _multipliers() -> np.ndarray:
+    """The position multipliers of the prefix hash, one per sampled place up to the longest level: odd
+    64-bit integers from a fixed seed, drawn anew on every call (a few microseconds; no module-level
+    cache, by the caching rule)."""
     rng = np.random.default_rng(_HASH_SEED)
-    return (rng.integers(0, 2**63, size, dtype=np.uint64) * np.uint64(2) + np.uint64(1))[:length]
+    size = max(PREFIX_LEVELS) // PREFIX_STRIDE
+    return rng.integers(0, 2**63, size, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
 
 
-def prefix_groups(workload: Workload, prices: np.ndarray, cap_s: float) -> list[list[int]]:
+def prefix_groups(
+    workload: Workload, prices: np.ndarray, cap_s: float, hashes: np.ndarray | None = None
+) -> list[list[int]]:
     """Items (workload indices) grouped by shared prefix of their first requests: at every level of
     :data:`PREFIX_LEVELS`, longest first, the groups of items with one prefix hash merge when their
-    prices sum to at most ``cap_s``. Groups are listed by smallest item id, each in id order."""
+    prices sum to at most ``cap_s``. Groups are listed by smallest item id, each in id order.
+    ``hashes``: :func:`level_hashes` of the items (computed here when not given)."""
     ids = [item.id for item in workload.items]
-    by_id = sorted(range(workload.num_items), key=ids.__getitem__)
+    by_id = np.array(sorted(range(workload.num_items), key=ids.__getitem__), dtype=np.int64)
+    lengths = _first_lengths(workload)
+    if hashes is None:
+        hashes = level_hashes([item.requests[0].tokens[::PREFIX_STRIDE] for item in workload.items], lengths)
     root = list(range(workload.num_items))
     price = [float(p) for p in prices]
 
@@ -205,22 +256,38 @@ def prefix_groups(workload: Workload, prices: np.ndarray, cap_s: float) -> list[
             i = root[i]
         return i
 
-    hashes = [prefix_hashes(workload.items[i].requests[0].tokens, PREFIX_LEVELS) for i in range(len(ids))]
-    for level in PREFIX_LEVELS:
-        buckets: dict[int, list[int]] = {}
-        for i in by_id:
-            if level in hashes[i]:
-                buckets.setdefault(hashes[i][level], []).append(i)
-        for members in buckets.values():
+    for column, level in enumerate(PREFIX_LEVELS):
+        for members in _shared(by_id[lengths[by_id] >= level], hashes[:, column]):
             roots = sorted({find(i) for i in members}, key=ids.__getitem__)
             if len(roots) > 1 and math.fsum(price[r] for r in roots) <= cap_s:
                 for r in roots[1:]:
                     root[r] = roots[0]
                 price[roots[0]] = math.fsum(price[r] for r in roots)
     groups: dict[int, list[int]] = {}
-    for i in by_id:
+    for i in by_id.tolist():
         groups.setdefault(find(i), []).append(i)
     return sorted(groups.values(), key=lambda g: ids[g[0]])
+
+
+def _first_lengths(workload: Workload) -> np.ndarray:
+    """Per item, the length of its first request."""
+    return np.array([item.requests[0].tokens.size for item in workload.items], dtype=np.int64)
+
+
+def _shared(candidates: np.ndarray, column: np.ndarray) -> list[list[int]]:
+    """The items of ``candidates`` (in id order) that share a hash of ``column`` with another, one list
+    per shared hash (each in id order; lists by their first member's place in ``candidates``)."""
+    if candidates.size < 2:
+        return []
+    values = column[candidates]
+    _, first, inverse, counts = np.unique(values, return_index=True, return_inverse=True, return_counts=True)
+    shared = counts[inverse] > 1
+    if not shared.any():
+        return []
+    buckets: dict[int, list[int]] = {}
+    for at, i in zip(inverse[shared].tolist(), candidates[shared].tolist(), strict=True):
+        buckets.setdefault(at, []).append(i)
+    return [buckets[at] for at in sorted(buckets, key=first.__getitem__)]
 
 
 def partition_items(workload: Workload, card: ResolvedCard, topology: Topology) -> ReplicaPartition:
@@ -239,11 +306,11 @@ def partition_items(workload: Workload, card: ResolvedCard, topology: Topology) 
     ids = [item.id for item in workload.items]
     group_price = [math.fsum(prices[i] for i in group) for group in groups]
     order = sorted(range(len(groups)), key=lambda g: (-group_price[g], ids[groups[g][0]]))
-    load = [0.0] * dp
+    least = [(0.0, r) for r in range(dp)]  # a heap of (load, replica): the least loaded, lowest first
     replica_of = [0] * workload.num_items
     for g in order:
-        target = min(range(dp), key=lambda r: (load[r], r))
-        load[target] += group_price[g]
+        load, target = least[0]
+        heapq.heapreplace(least, (load + group_price[g], target))
         for i in groups[g]:
             replica_of[i] = target
     return ReplicaPartition(

@@ -37,6 +37,15 @@ def check_context(
             )
 
 
+class TreeSlot:
+    """A problem's prefix tree once built (``None`` before)."""
+
+    __slots__ = ("tree",)
+
+    def __init__(self) -> None:
+        self.tree: PrefixTree | None = None
+
+
 @dataclass(frozen=True, kw_only=True, eq=False)
 class Problem:
     """Everything a planner reads. Build it with :meth:`Problem.build`; nothing writes back onto it but
@@ -46,7 +55,8 @@ class Problem:
 
     workload: Workload
     settings: Settings
-    tree: PrefixTree
+    sequences: tuple[np.ndarray, ...] = field(repr=False)
+    """Every tree request's tokens, in tree request order (what :attr:`tree` is built from)."""
     request_item: np.ndarray
     request_index: np.ndarray
     request_grad: np.ndarray
@@ -54,41 +64,32 @@ class Problem:
     item_ptr: np.ndarray
     loss_positions: LossPositions | None = None
     chunk_tokens: int = CHUNK_TOKENS
+    tree_slot: TreeSlot = field(default_factory=lambda: TreeSlot(), repr=False, compare=False)
+    """Where :attr:`tree` is kept once built (a copy made with :func:`dataclasses.replace` shares it)."""
     memo: PricingMemo = field(default_factory=PricingMemo, init=False, repr=False, compare=False)
 
     @classmethod
-    def build(cls, workload: Workload, settings: Settings) -> Problem:
+    def build(
+        cls, workload: Workload, settings: Settings, *, checked: bool = False, tree_now: bool = True
+    ) -> Problem:
         """Validate the workload against the settings (every request within the model's context) and
         build the prefix tree. A wave of fewer 128-token chunks than CP ranks leaves the last ranks
-        owning nothing (they still take part in the wave's key/value exchange)."""
-        card = settings.card
+        owning nothing (they still take part in the wave's key/value exchange). ``checked``: the items
+        passed these checks already under the same settings (a share of a step built before), so they
+        are not checked again. ``tree_now=False``: the prefix tree is built when first read, not here."""
         sequences, item_of, index_of, grad, loss, ptr = [], [], [], [], [], [0]
         for i, item in enumerate(workload.items):
-            check_context(
-                item,
-                card.max_context,
-                source=workload.source,
-                line=workload.line_of(i),
-                field_prefix=f"items[{i}].",
-            )
-            if workload.token_ids:
-                check_vocabulary(
-                    item,
-                    settings.model.geometry.vocab,
-                    source=workload.source,
-                    line=workload.line_of(i),
-                    field_prefix=f"items[{i}].",
-                )
+            if not checked:
+                _check_item(workload, i, settings)
             for k, request in enumerate(item.requests):
                 sequences.append(request.tokens)
                 item_of.append(i), index_of.append(k)
                 grad.append(request.grad), loss.append(request.output in ("loss", "logits"))
             ptr.append(len(sequences))
-        tree = PrefixTree(sequences)
-        return cls(
+        problem = cls(
             workload=workload,
             settings=settings,
-            tree=tree,
+            sequences=tuple(sequences),
             request_item=np.array(item_of, dtype=np.int64),
             request_index=np.array(index_of, dtype=np.int64),
             request_grad=np.array(grad, dtype=bool),
@@ -96,6 +97,17 @@ class Problem:
             item_ptr=np.array(ptr, dtype=np.int64),
             loss_positions=LossPositions.of([r for _, _, r in workload.requests()]),
         )
+        if tree_now:
+            problem.tree  # noqa: B018 (built here, inside the build's time)
+        return problem
+
+    @property
+    def tree(self) -> PrefixTree:
+        """The prefix tree of every request, built when first read (a step assembled from its replicas'
+        plans is priced and written without it) and shared with the problem's copies."""
+        if self.tree_slot.tree is None:
+            self.tree_slot.tree = PrefixTree(self.sequences)
+        return self.tree_slot.tree
 
     @property
     def topology(self) -> Topology:
@@ -153,7 +165,7 @@ class Problem:
     @cached_property
     def request_tokens(self) -> np.ndarray:
         """Tokens of each tree request."""
-        return np.array([s.size for s in self.tree.sequences], dtype=np.int64)
+        return np.array([s.size for s in self.sequences], dtype=np.int64)
 
     @cached_property
     def _item_tokens(self) -> np.ndarray:
@@ -223,3 +235,12 @@ def check_static_floor(card: ResolvedCard, memory_bytes: int) -> None:
             f"envelope {card.envelope_names[e]!r} of model {card.name!r}, before any token",
             field="memory",
         )
+
+
+def _check_item(workload: Workload, i: int, settings: Settings) -> None:
+    """Raise :class:`~cpplan.errors.InputError` for item ``i`` of ``workload`` when a request is longer
+    than the model's context or (token ids) holds an id beyond its vocabulary."""
+    item, where = workload.items[i], {"source": workload.source, "line": workload.line_of(i)}
+    check_context(item, settings.card.max_context, field_prefix=f"items[{i}].", **where)
+    if workload.token_ids:
+        check_vocabulary(item, settings.model.geometry.vocab, field_prefix=f"items[{i}].", **where)

@@ -168,6 +168,11 @@ class ScheduleParams(BaseModel):
     max_items: int = Field(default=64, ge=1)
     """Above this many items the schedule model is not built (its outcome says so)."""
 
+    partition_replicas: bool = False
+    """Under ``dp > 1`` (fixed CP groups, at least ``dp`` items), a call without a replica plans the
+    step partitioned by replica (:meth:`cpplan.Planner.plan`: every replica's share planned as a
+    ``dp = 1`` problem, assembled) instead of one joint model of the whole pool."""
+
 
 class SeededParams(BaseModel):
     """The seeded proposer: greedy's waves re-priced from other seeds (the ``[seeded]`` table)."""

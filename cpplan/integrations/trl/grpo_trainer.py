@@ -212,7 +212,9 @@ class GRPOTrainer(trl.GRPOTrainer):
         when the pass before, without gradients, planned the same rows (TRL scores one batch with the
         old policy, the reference and, at one step per generation, the policy), else the planner's. A
         pass with gradients takes such a plan at most once, so what it teaches plans the next pass. A
-        plan made ahead for these rows (:meth:`_prepare_inputs`) is taken when there is one."""
+        plan made ahead for these rows (:meth:`_prepare_inputs`) is taken when there is one. The rows are
+        this DP rank's own (TRL's sampler splits the batch), so the call is ``planner.plan(rows)`` on a
+        planner of one CP group."""
         kept, self._cpplan_kept = self._cpplan_kept, None
         result = kept[1] if kept is not None and kept[0] == key else self.cpplan_ahead.take(key, workload)
         if not torch.is_grad_enabled():

@@ -8,6 +8,8 @@ responses stored once), its log-probs and entropies put back in verl's jagged la
 function on the wave's samples, the backward. The outputs go through verl's ``postprocess_batch_func``,
 so callers see what the stock engine returns.
 
+Each DP rank plans the samples verl handed it: they are its share of the step already, so the call is
+``planner.plan(rows)`` with a planner of one CP group (``CPPLAN_TOPOLOGY`` without ``dp``).
 Every DP rank runs the same number of micro-batches (the most any rank planned; the others run
 :func:`cpplan.hf.padding_wave`), as FSDP2's per-forward all-gathers need; gradients are synchronised on
 the last one only (verl's ``_gradient_sync_context``). A batch this path does not cover (no
