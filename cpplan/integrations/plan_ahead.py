@@ -102,11 +102,15 @@ class PlanAhead:
             pool.shutdown(wait=True, cancel_futures=True)
 
     def _pool(self) -> ProcessPoolExecutor:
-        """The one worker process (started on first use: forked where the platform can, so it starts
-        with what the trainer imported)."""
+        """The one worker process, started on first use from a fork server where the platform has one
+        (a clean interpreter that imported cpplan, never a fork of the trainer: a forked copy would
+        inherit the locks its threads held, torch's and the communication library's among them), else
+        spawned."""
         if self._processes is None:
             methods = multiprocessing.get_all_start_methods()
-            context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+            context = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
+            if context.get_start_method() == "forkserver":
+                context.set_forkserver_preload(["cpplan.integrations.plan_ahead"])
             self._processes = ProcessPoolExecutor(
                 max_workers=1, mp_context=context, initializer=_below_the_step
             )
