@@ -1,4 +1,4 @@
-"""Scale benchmark (issue 17): planning time against the number of items and requests.
+"""Scale benchmark: planning time against the number of items and requests.
 
 Workloads (qwen3.6-35b-a3b at full depth, CP4, 40 GiB per rank):
 
@@ -14,9 +14,10 @@ greedy packs the rest at once, so the call's time is the floor's, not the search
 also ``cpplan pack`` of 20,000 small items with the offline (default) and deterministic profiles.
 
 Usage: ``python benchmarks/bench_scale.py [--quick] [--pack] [--label NAME] [--output PATH]``. Prints a
-table; writes JSON (default ``benchmarks/results/bench_scale.json``).
+table; writes JSON (default ``benchmarks/results/bench_scale.json``; with ``--quick``,
+``./cpplan-bench/bench_scale_quick.json``, so a quick run never overwrites the committed results).
 
-``--cluster`` (issue 37) instead plans a real cluster's GRPO step as a trainer would: P prompts of 1K-8K
+``--cluster`` instead plans a real cluster's GRPO step as a trainer would: P prompts of 1K-8K
 tokens x 8 completions of 256-4K tokens (one item per prompt), Qwen3.6-35B-A3B, 80 GiB per rank, a kept
 ``cpplan.Planner`` with the runtime profile and a 0.1 s budget, for each size of ``--sizes`` (completions)
 and each ``dp x cp`` of ``--topologies``. Per size and topology, interleaved and repeated ``--repeats``
@@ -54,6 +55,8 @@ from cpplan.verifier import verify_plan
 
 RESULTS = Path(__file__).parent / "results" / "bench_scale.json"
 CLUSTER_RESULTS = Path(__file__).parent / "results" / "bench_scale_cluster.json"
+QUICK_RESULTS = Path("cpplan-bench") / "bench_scale_quick.json"
+"""Where ``--quick`` writes by default: relative to the current directory, away from :data:`RESULTS`."""
 CLUSTER_PLOT = Path(__file__).parent.parent / "docs" / "scale_wall.png"
 MODEL = "qwen3.6-35b-a3b"
 TOPOLOGY = "cp=4"
@@ -163,7 +166,7 @@ def print_rows(rows: list[dict], packs: list[dict]) -> None:
 
 
 def cluster_step(num_completions: int, seed: int = 0) -> Workload:
-    """The issue-37 GRPO step: ``num_completions / 8`` prompts of 1K-8K tokens x 8 completions of
+    """The cluster GRPO step: ``num_completions / 8`` prompts of 1K-8K tokens x 8 completions of
     256-4K tokens, one item per prompt."""
     return grpo(
         num_prompts=num_completions // 8,
@@ -324,7 +327,8 @@ def plot_cluster(rows: list[dict], path: Path) -> None:
 def run_cluster(args: argparse.Namespace) -> None:
     """``--cluster``: every size x topology, the table, the JSON and the plot (``--replot``: the table
     and plot of the JSON's ``--label`` run, nothing measured)."""
-    output = args.output if args.output != RESULTS else CLUSTER_RESULTS
+    quick_output = QUICK_RESULTS.with_name("bench_scale_cluster_quick.json")
+    output = args.output or (quick_output if args.quick else CLUSTER_RESULTS)
     data = json.loads(output.read_text()) if output.exists() else {}
     if args.replot:
         rows = data[args.label]["rows"]
@@ -356,15 +360,28 @@ def run_cluster(args: argparse.Namespace) -> None:
         plot_cluster(rows, CLUSTER_PLOT)
 
 
-def main() -> None:
+def output_path(*, quick: bool, output: Path | None) -> Path:
+    """The JSON a run writes: ``output`` when given; else the committed :data:`RESULTS` for a full run
+    and :data:`QUICK_RESULTS` for a quick one (whose smaller runs are not the cited figures)."""
+    if output is not None:
+        return output
+    return QUICK_RESULTS if quick else RESULTS
+
+
+def main(argv: list[str] | None = None) -> None:
     """Run the benchmark and write its JSON."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="up to 10,000 items, no 100K or tiny runs")
     parser.add_argument("--pack", action="store_true", help="also time cpplan pack of 20,000 items")
     parser.add_argument("--max-items", type=int, default=100_000, help="skip larger workloads")
     parser.add_argument("--label", default="after")
-    parser.add_argument("--output", type=Path, default=RESULTS)
-    parser.add_argument("--cluster", action="store_true", help="the issue-37 GRPO cluster step instead")
+    parser.add_argument(
+        "--output",
+        type=Path,
+        default=None,
+        help=f"default {RESULTS.name} in results/; with --quick, ./{QUICK_RESULTS}",
+    )
+    parser.add_argument("--cluster", action="store_true", help="the GRPO cluster step instead")
     parser.add_argument("--sizes", default="128,256,512,1024,2048,4096,8192", help="--cluster completions")
     parser.add_argument("--topologies", default="8x8,16x4,32x8", help="--cluster dp x cp list")
     parser.add_argument("--repeats", type=int, default=3, help="--cluster rounds per size and topology")
@@ -372,12 +389,13 @@ def main() -> None:
     parser.add_argument("--reference-max", type=int, default=1024, help="--cluster deterministic up to")
     parser.add_argument("--plot", action="store_true", help="--cluster: write docs/scale_wall.png")
     parser.add_argument("--replot", action="store_true", help="--cluster: table and plot of the JSON's run")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.cluster:
         if args.quick:
             args.sizes, args.repeats = "128,512,1024,2048", min(args.repeats, 2)
         run_cluster(args)
         return
+    args.output = output_path(quick=args.quick, output=args.output)
     planner = cpplan.Planner(model=MODEL, topology=TOPOLOGY, memory_bytes=MEMORY)
     sizes = (2_500, 5_000, 10_000) if args.quick else (2_500, 5_000, 10_000, 20_000, 50_000, 100_000)
     rows = [measure("small", small(n), planner) for n in sizes if n <= args.max_items]
