@@ -231,7 +231,7 @@ README_FIGURES = (
     ),
     Figure(
         doc=README,
-        cited="and 8.1× beside two busy processes",
+        cited="8.1× beside two",
         stated="8.1",
         run="trl_step",
         read=lambda d: trl_speedup(d, 2),
@@ -248,34 +248,183 @@ README_FIGURES = (
 )
 
 
-def _peer_rows() -> tuple[Figure, ...]:
-    """docs/benchmarks.md's headline table: per peer, its ratio over all and on GRPO and its OOM plans."""
+def pivot_cell(data: dict, family: str, planner: str) -> str:
+    """One cell of ``cpplan bench``'s planner-by-family table, as the command prints it."""
+    from cpplan.bench.runner import format_pivot
+
+    lines = format_pivot(data["headline"]).splitlines()
+    families = [c.strip() for c in lines[0].strip("|").split("|")][1:]
+    row = next(line for line in lines[2:] if line.startswith(f"| {planner} |"))
+    return [c.strip() for c in row.strip("|").split("|")][1:][families.index(family)]
+
+
+def gap_medians(data: dict) -> str:
+    """The median gap over the all-plans bound per CP size, as ``0.00% / 5.89% / 6.03% / 9.99%``."""
+    gaps = data["gap_distribution"]
+    return " / ".join(f"{gaps[cp]['all_plans']['median_pct']:.2f}%" for cp in sorted(gaps, key=int))
+
+
+def objective_ratio(data: dict) -> str:
+    """CP-SAT's objective over the evaluator's price: min and median, and whether it is ever above."""
+    ratios = data["summary"]["objective_over_price"]
+    above = "never above" if ratios["above_price"] == 0 else f"above on {ratios['above_price']}"
+    return f"min {ratios['min']:.4f}, median {ratios['median']:.4f}, {above}"
+
+
+def bench_doc_table(doc: str, pivot: str) -> tuple[Figure, ...]:
+    """One figure per cell of the planner-by-family table as ``doc`` cites it (``pivot``: its lines)."""
+    lines = pivot.splitlines()
+    families = [c.strip() for c in lines[0].strip("|").split("|")][1:]
     figures = []
-    for peer in PEERS:
-        cited = f"| `{peer}` |"
-        for family, digits in (("all", 2), ("grpo", 2)):
+    for line in lines[2:]:
+        planner, *cells = [c.strip() for c in line.strip("|").split("|")]
+        for family, cell in zip(families, cells, strict=True):
             figures.append(
                 Figure(
-                    doc=BENCH_DOC,
-                    cited=cited,
-                    stated="",
+                    doc=doc,
+                    cited=line,
+                    stated=cell,
                     run="bench",
-                    read=lambda d, p=peer, f=family, n=digits: ratio(d, f, p, n),
-                    what=f"{peer} over cpplan, {family}",
+                    read=lambda d, f=family, p=planner: pivot_cell(d, f, p),
+                    what=f"{planner} over cpplan, {family} (valid plans)",
                 )
             )
-        figures.append(
-            Figure(
-                doc=BENCH_DOC,
-                cited=cited,
-                stated="",
-                run="bench",
-                read=lambda d, p=peer: str(headline(d, "all", p)["oom_plans"]),
-                what=f"{peer} plans out of memory (of 88)",
-            )
-        )
     return tuple(figures)
 
 
-FIGURES = README_FIGURES
-INPUTS = ()
+def _table_of(doc: str) -> str:
+    """The planner-by-family table's lines in ``doc`` (from its header to the first blank line)."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / doc).read_text()
+    start = text.index("| planner | all | grpo |")
+    return text[start : text.index("\n\n", start)]
+
+
+OOM_CITED = (
+    "where 12 (verl), 53 (axolotl/TRL), 67 (Megatron's zigzag) and 18\n(prefix_grouper) of their 88 plans do"
+)
+LONG_TAIL_CITED = (
+    "its plan costs 8.3207 s and 4.2854 s and cpplan's deterministic plan the same, 8.3207 s and 4.2854 s"
+)
+RUNTIME_CITED = "zigzag's plan was 2.9% and 8.7% cheaper than it in our run"
+OWN_CITED = (
+    "plan: min 0.9993, median 1.0000, never above; within 0.1% on 44 of 44 instances. CP-SAT's plan is no"
+    " costlier than\ngreedy's on 44 of 44 instances"
+)
+GAP_CITED = "median at CP 1 / 2 / 4 / 8: 0.00% / 5.89% / 6.03% / 9.99%"
+
+
+def _oom(planner: str, stated: str) -> Figure:
+    """One peer's out-of-memory plan count in docs/benchmarks.md."""
+    return Figure(
+        doc=BENCH_DOC,
+        cited=OOM_CITED,
+        stated=stated,
+        run="bench",
+        read=lambda d: str(headline(d, "all", planner)["oom_plans"]),
+        what=f"{planner} plans out of memory",
+    )
+
+
+def _long_tail(planner: str, cp: int, stated: str) -> Figure:
+    """One long-tail plan's predicted seconds at 80 GiB in docs/benchmarks.md."""
+    return Figure(
+        doc=BENCH_DOC,
+        cited=LONG_TAIL_CITED,
+        stated=stated,
+        run="bench",
+        read=lambda d: f"{bench_cost(d, 'long_tail', cp, '80GiB', planner):.4f}",
+        what=f"long tail, CP{cp}, 80 GiB: {planner} step s",
+    )
+
+
+BENCH_FIGURES = (
+    _oom("verl_dynamic_bsz", "12"),
+    _oom("axolotl_ffd", "53"),
+    _oom("megatron_zigzag", "67"),
+    _oom("prefix_grouper", "18"),
+    Figure(
+        doc=BENCH_DOC,
+        cited=OOM_CITED,
+        stated="88",
+        run="bench",
+        read=lambda d: str(headline(d, "all", "cpplan")["instances"]),
+        what="bench suite instances",
+    ),
+    _long_tail("megatron_zigzag", 4, "8.3207"),
+    _long_tail("megatron_zigzag", 8, "4.2854"),
+    _long_tail("cpplan", 4, "8.3207"),
+    _long_tail("cpplan", 8, "4.2854"),
+    *(
+        Figure(
+            doc=BENCH_DOC,
+            cited=RUNTIME_CITED,
+            stated=stated,
+            run="bench_runtime_profile",
+            read=lambda d, cp=cp: cheaper_pct(d, "long_tail", cp, "80GiB", "megatron_zigzag"),
+            what=f"long tail, CP{cp}, 80 GiB: zigzag cheaper than cpplan (runtime profile)",
+        )
+        for cp, stated in ((4, "2.9%"), (8, "8.7%"))
+    ),
+    Figure(
+        doc=BENCH_DOC,
+        cited=OWN_CITED,
+        stated="min 0.9993, median 1.0000, never above",
+        run="ownership",
+        read=objective_ratio,
+        what="CP-SAT objective over the evaluator's price",
+    ),
+    Figure(
+        doc=BENCH_DOC,
+        cited=OWN_CITED,
+        stated="44 of 44",
+        run="ownership",
+        read=lambda d: within(d, 0.001),
+        what="CP-SAT objective within 0.1% of the price",
+    ),
+    Figure(
+        doc=BENCH_DOC,
+        cited=OWN_CITED,
+        stated="on 44 of 44",
+        run="ownership",
+        read=lambda d: f"on {d['summary']['cpsat_no_costlier_than_greedy']} of {d['summary']['instances']}",
+        what="CP-SAT's plan no costlier than greedy's",
+    ),
+    Figure(
+        doc=BENCH_DOC,
+        cited=GAP_CITED,
+        stated="0.00% / 5.89% / 6.03% / 9.99%",
+        run="ownership",
+        read=gap_medians,
+        what="gap over the all-plans bound, median per CP size",
+    ),
+)
+
+INPUTS = (
+    Input(doc=README, text="(2 prompts × 8 completions, a 2,048-token system prompt, 8,192-token\nprompts)"),
+    Input(doc=README, text="(random Qwen3, hidden 256, 4 layers, 2 prompts × 8\ncompletions)"),
+    Input(doc=README, text="on 2 CPU cores"),
+    Input(doc=README, text="for CUDA 12.8"),
+    Input(doc=README, text="(6 prompts × 4 completions sharing"),
+    Input(doc=README, text="with 8 GiB per rank"),
+    Input(doc=README, text="within 0.1% on"),
+    Input(doc=BENCH_DOC, text="zigzag: 2×CP pieces per sequence, rank r holds r and 2CP−1−r"),
+    Input(
+        doc=BENCH_DOC,
+        text="GRPO with G = 8 and 16 and prompt:completion 1:8, 1:1, 4:1 and\n16:1 (8,192-token",
+    ),
+    Input(doc=BENCH_DOC, text="the first 128 ShareGPT"),
+    Input(doc=BENCH_DOC, text="and 64 long-tail sequences"),
+    Input(doc=BENCH_DOC, text="CP 1, 2, 4 and 8; 40 GiB and 80 GiB per rank"),
+    Input(doc=BENCH_DOC, text="**The long tail at CP 4 and CP 8, 80 GiB**"),
+    Input(doc=BENCH_DOC, text="(0.1 s of wall clock"),
+    Input(doc=BENCH_DOC, text="README example at 8 GiB"),
+    Input(
+        doc=BENCH_DOC,
+        text="four held-out steps generated with other\nseeds at 40 GiB; CP 1, 2, 4 and 8: 44 instances",
+    ),
+    Input(doc=BENCH_DOC, text="within 0.1% on"),
+)
+
+FIGURES = README_FIGURES + bench_doc_table(BENCH_DOC, _table_of(BENCH_DOC)) + BENCH_FIGURES

@@ -60,17 +60,21 @@ def check_outdir(outdir: Path, committed: tuple[Path, ...] = COMMITTED) -> None:
             raise SystemExit(f"reproduce.py: OUTDIR {outdir} is inside {folder}; choose a folder elsewhere")
 
 
+def fill(arg: str, *, python: str, out: str) -> str:
+    """One argument with ``{python}`` and ``{out}`` filled in (other braces, as in code, kept)."""
+    return arg.replace("{python}", python).replace("{out}", out)
+
+
 def command_line(run: Run, out: Path, *, quick: bool) -> list[str]:
     """The run's argv with the interpreter and its JSON path filled in."""
-    return [a.format(python=sys.executable, out=out) for a in run.argv(quick=quick)]
+    return [fill(a, python=sys.executable, out=str(out)) for a in run.argv(quick=quick)]
 
 
 def shown(run: Run, *, quick: bool) -> str:
-    """The command as a reader types it (``python``, ``cpplan``, ``OUTDIR/...``)."""
-    argv = " ".join(run.argv(quick=quick)).format(python="python", out=f"OUTDIR/{run.name}.json")
-    return argv.replace('python -c "from cpplan.cli import run; run()"', "cpplan").replace(
-        "python -c from cpplan.cli import run; run()", "cpplan"
-    )
+    """The command as a reader types it (``python``, ``cpplan``, ``OUTDIR/<run>.json``)."""
+    argv = [fill(a, python="python", out=f"OUTDIR/{run.name}.json") for a in run.argv(quick=quick)]
+    text = " ".join(argv)
+    return text.replace("python -c from cpplan.cli import run; run()", "cpplan")
 
 
 def execute(run: Run, outdir: Path, *, quick: bool, reuse: bool) -> Outcome:
