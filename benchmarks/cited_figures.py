@@ -13,6 +13,7 @@ docs/benchmarks.md lies inside a figure's ``cited`` text or an input's text.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -53,6 +54,12 @@ class Input:
 
     doc: str
     text: str
+
+
+def cited_pattern(cited: str) -> re.Pattern[str]:
+    """``cited`` as a pattern in which any run of whitespace matches any other (a line break included),
+    so that a cited text reads the same however the doc wraps it."""
+    return re.compile(r"\s+".join(re.escape(word) for word in cited.split()))
 
 
 RUNS = (
@@ -302,7 +309,7 @@ def _table_of(doc: str) -> str:
 
 
 OOM_CITED = (
-    "where 12 (verl), 53 (axolotl/TRL), 67 (Megatron's zigzag) and 18\n(prefix_grouper) of their 88 plans do"
+    "where 12 (verl), 53 (axolotl/TRL), 67 (Megatron's zigzag) and 18 (prefix_grouper) of their 88 plans do"
 )
 LONG_TAIL_CITED = (
     "its plan costs 8.3207 s and 4.2854 s and cpplan's deterministic plan the same, 8.3207 s and 4.2854 s"
@@ -310,7 +317,7 @@ LONG_TAIL_CITED = (
 RUNTIME_CITED = "zigzag's plan was 2.9% and 8.7% cheaper than it in our run"
 OWN_CITED = (
     "plan: min 0.9993, median 1.0000, never above; within 0.1% on 44 of 44 instances. CP-SAT's plan is no"
-    " costlier than\ngreedy's on 44 of 44 instances"
+    " costlier than greedy's on 44 of 44 instances"
 )
 GAP_CITED = "median at CP 1 / 2 / 4 / 8: 0.00% / 5.89% / 6.03% / 9.99%"
 
@@ -402,8 +409,8 @@ BENCH_FIGURES = (
 )
 
 INPUTS = (
-    Input(doc=README, text="(2 prompts × 8 completions, a 2,048-token system prompt, 8,192-token\nprompts)"),
-    Input(doc=README, text="(random Qwen3, hidden 256, 4 layers, 2 prompts × 8\ncompletions)"),
+    Input(doc=README, text="(2 prompts × 8 completions, a 2,048-token system prompt, 8,192-token prompts)"),
+    Input(doc=README, text="(random Qwen3, hidden 256, 4 layers, 2 prompts × 8 completions)"),
     Input(doc=README, text="on 2 CPU cores"),
     Input(doc=README, text="for CUDA 12.8"),
     Input(doc=README, text="(6 prompts × 4 completions sharing"),
@@ -412,7 +419,7 @@ INPUTS = (
     Input(doc=BENCH_DOC, text="zigzag: 2×CP pieces per sequence, rank r holds r and 2CP−1−r"),
     Input(
         doc=BENCH_DOC,
-        text="GRPO with G = 8 and 16 and prompt:completion 1:8, 1:1, 4:1 and\n16:1 (8,192-token",
+        text="GRPO with G = 8 and 16 and prompt:completion 1:8, 1:1, 4:1 and 16:1 (8,192-token",
     ),
     Input(doc=BENCH_DOC, text="the first 128 ShareGPT"),
     Input(doc=BENCH_DOC, text="and 64 long-tail sequences"),
@@ -422,7 +429,7 @@ INPUTS = (
     Input(doc=BENCH_DOC, text="README example at 8 GiB"),
     Input(
         doc=BENCH_DOC,
-        text="four held-out steps generated with other\nseeds at 40 GiB; CP 1, 2, 4 and 8: 44 instances",
+        text="four held-out steps generated with other seeds at 40 GiB; CP 1, 2, 4 and 8: 44 instances",
     ),
     Input(doc=BENCH_DOC, text="within 0.1% on"),
 )
