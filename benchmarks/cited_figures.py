@@ -1,4 +1,5 @@
-"""Every figure the README's first screen and docs/benchmarks.md cite: where, the command, how to read it.
+"""Every figure the README's first screen and docs/benchmarks.md cite, and others the docs cite: where, the
+command, how to read it.
 
 A :class:`Run` is one command that writes one JSON file (``{out}``) and the smaller command a quick run
 uses in its place (``None``: the same command; ``()``: not run when quick). A :class:`Figure` is one
@@ -62,6 +63,9 @@ def cited_pattern(cited: str) -> re.Pattern[str]:
     return re.compile(r"\s+".join(re.escape(word) for word in cited.split()))
 
 
+README_PLAN = ("examples/grpo.jsonl", "--model", "qwen3.6-35b-a3b", "--memory", "8GiB")
+"""The README example's workload, model and budget (its topology given per run)."""
+
 RUNS = (
     Run(
         name="grpo_packing",
@@ -79,6 +83,14 @@ RUNS = (
         name="ownership",
         command=(PY, "benchmarks/bench_ownership.py", "--output", "{out}"),
         quick_command=(PY, "benchmarks/bench_ownership.py", "--quick", "--output", "{out}"),
+    ),
+    Run(
+        name="plan_cp2",
+        command=(*CLI, "plan", *README_PLAN, "--topology", "cp=2", "--output", "{out}"),
+    ),
+    Run(
+        name="plan_dp2_cp2",
+        command=(*CLI, "plan", *README_PLAN, "--topology", "dp=2,cp=2", "--output", "{out}"),
     ),
     Run(
         name="trl_step",
@@ -434,4 +446,56 @@ INPUTS = (
     Input(doc=BENCH_DOC, text="within 0.1% on"),
 )
 
-FIGURES = README_FIGURES + bench_doc_table(BENCH_DOC, _table_of(BENCH_DOC)) + BENCH_FIGURES
+OTHER_DOC_FIGURES = (
+    Figure(
+        doc="docs/concepts.md",
+        cited="the plan costs 0.6994 s, where its four waves sum to 1.3660 s",
+        stated="0.6994",
+        run="plan_dp2_cp2",
+        read=lambda d: f"{d['cost_s']:.4f}",
+        what="README example at dp=2,cp=2: the plan's makespan",
+    ),
+    Figure(
+        doc="docs/concepts.md",
+        cited="the plan costs 0.6994 s, where its four waves sum to 1.3660 s",
+        stated="1.3660",
+        run="plan_dp2_cp2",
+        read=lambda d: f"{sum(w['cost_s'] for w in d['waves']):.4f}",
+        what="README example at dp=2,cp=2: its waves' sum",
+    ),
+    *(
+        Figure(
+            doc="docs/runtime.md",
+            cited=cited,
+            stated=stated,
+            run="plan_cp2",
+            read=read,
+            what=what,
+        )
+        for cited, stated, read, what in (
+            ("`gap` 0.134", "0.134", lambda d: f"{d['solver']['gap']:.3f}", "README example at CP2: gap"),
+            (
+                "`model_gap` 0.0",
+                "0.0",
+                lambda d: f"{d['solver']['model_gap']:.1f}",
+                "README example: model gap",
+            ),
+            (
+                "costs less than 1.0326 s",
+                "1.0326",
+                lambda d: f"{d['solver']['bound_s']:.4f}",
+                "README example: bound",
+            ),
+            (
+                "against the plan's 1.1922 s",
+                "1.1922",
+                lambda d: f"{d['cost_s']:.4f}",
+                "README example: plan s",
+            ),
+        )
+    ),
+)
+
+FIGURES = (
+    README_FIGURES + bench_doc_table(BENCH_DOC, _table_of(BENCH_DOC)) + BENCH_FIGURES + OTHER_DOC_FIGURES
+)
