@@ -170,6 +170,7 @@ def test_a_run_writes_only_into_outdir_and_the_table_compares_stated_and_measure
             "measured": "42",
             "match": True,
             "command": f"python -c {script} OUTDIR/fake.json",
+            "smaller_run": False,
         }
     ]
     assert json.loads((tmp_path / "out" / "fake.json").read_text()) == {"value": 42}
@@ -216,3 +217,22 @@ def test_a_quick_benchmark_run_defaults_away_from_the_committed_results(script):
     assert quick == Path("cpplan-bench") / f"{script}_quick.json"
     assert bench.output_path(quick=False, output=None) == ROOT / "benchmarks" / "results" / f"{script}.json"
     assert bench.output_path(quick=True, output=Path("x.json")) == Path("x.json")
+
+
+def test_a_quick_runs_smaller_variant_is_marked_as_such(reproduce, registry, tmp_path):
+    """Under ``--quick`` a run with a smaller variant runs that variant, and its figures are marked
+    ``smaller_run`` (their mismatch expected, not a failure); a full run runs the cited command."""
+    script = "import json, sys; json.dump({'value': int(sys.argv[2])}, open(sys.argv[1], 'w'))"
+    run = registry.Run(
+        name="fake",
+        command=("{python}", "-c", script, "{out}", "42"),
+        quick_command=("{python}", "-c", script, "{out}", "7"),
+    )
+    figure = registry.Figure(
+        doc="README.md", cited="x", stated="42", run="fake", read=lambda d: str(d["value"]), what="f"
+    )
+    quick = reproduce.reproduce(tmp_path / "q", quick=True, runs=(run,), figures=(figure,), committed=())
+    assert (quick[0]["measured"], quick[0]["match"], quick[0]["smaller_run"]) == ("7", False, True)
+    assert "no (smaller run)" in reproduce.markdown(quick)
+    full = reproduce.reproduce(tmp_path / "f", quick=False, runs=(run,), figures=(figure,), committed=())
+    assert (full[0]["measured"], full[0]["match"], full[0]["smaller_run"]) == ("42", True, False)
