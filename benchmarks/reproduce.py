@@ -106,7 +106,9 @@ def measured(figure: Figure, outcome: Outcome) -> str:
         return outcome.status
     try:
         return figure.read(outcome.data)
-    except (KeyError, StopIteration, IndexError, TypeError, ZeroDivisionError) as exc:
+    except StopIteration:
+        return "not in this run"
+    except (KeyError, IndexError, TypeError, ZeroDivisionError) as exc:
         return f"unreadable ({type(exc).__name__}: {exc})"
 
 
