@@ -107,6 +107,10 @@ RUNS = (
         ),
     ),
     Run(
+        name="proportionate_learning",
+        command=(PY, "benchmarks/proportionate_learning.py", "--output", "{out}"),
+    ),
+    Run(
         name="trl_step",
         command=(PY, "benchmarks/bench_trl_step.py", "--output", "{out}"),
         quick_command=(PY, "benchmarks/bench_trl_step.py", "--quick", "--output", "{out}"),
@@ -556,10 +560,39 @@ DYNAMIC_FIGURES = (
     ),
 )
 
+LEARNING_CITED = "| next plan | 6 | 1.922 s | 27,122 | 1.11859 | 1.24 |"
+LEARNING_FIGURES = (
+    Figure(
+        doc="docs/learning.md",
+        cited=LEARNING_CITED,
+        stated="6",
+        run="proportionate_learning",
+        read=lambda d: str(d["next"]["num_waves"]),
+        what="README example, one observation: the next plan's waves",
+    ),
+    Figure(
+        doc="docs/learning.md",
+        cited=LEARNING_CITED,
+        stated="1.922",
+        run="proportionate_learning",
+        read=lambda d: f"{d['next']['cost_s']:.3f}",
+        what="README example, one observation: the next plan's predicted step",
+    ),
+    Figure(
+        doc="docs/learning.md",
+        cited="The next plan costs 1.06× the true card's plan",
+        stated="1.06",
+        run="proportionate_learning",
+        read=lambda d: f"{d['next_over_true']:.2f}",
+        what="the next plan over the true card's plan",
+    ),
+)
+
 FIGURES = (
     README_FIGURES
     + bench_doc_table(BENCH_DOC, _table_of(BENCH_DOC))
     + BENCH_FIGURES
     + OTHER_DOC_FIGURES
     + DYNAMIC_FIGURES
+    + LEARNING_FIGURES
 )

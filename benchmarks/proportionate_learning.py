@@ -4,11 +4,13 @@
 8 GiB, the ``deterministic`` profile), observes wave 0's busiest rank at a peak 8.6% and seconds 24%
 above the prediction, plans again, and plans with the true card (the card scaled exactly by the
 observed ratios); it prints the three plans as the doc's table and the next plan's card seconds over
-the true card's plan's.
+the true card's plan's; ``--output PATH`` also writes the table's rows and those figures as JSON.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -33,8 +35,11 @@ def row(name: str, result: cpplan.PlanResult, memory_scale: str, time_scale: str
     return "| " + " | ".join(str(c) for c in cells) + " |"
 
 
-def main() -> None:
-    """Plan, observe once, plan again; print the table."""
+def main(argv: list[str] | None = None) -> None:
+    """Plan, observe once, plan again; print the table (and write it as JSON with ``--output``)."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--output", type=Path, default=None, help="JSON to write (default: print only)")
+    args = parser.parse_args(argv)
     planner = cpplan.Planner(
         model="qwen3.6-35b-a3b", topology="cp=2", memory_bytes="8GiB", solver="deterministic"
     )
@@ -58,7 +63,24 @@ def main() -> None:
     print(f"\nnext plan / true card's plan (card seconds): {card_seconds(learned) / card_seconds(truth):.2f}")
     predicted, observed = rank["peak_bytes"] / 2**30, peak / 2**30
     print(f"first plan's busiest rank: {predicted:.2f} GiB predicted, {observed:.2f} GiB observed")
-    print(f"next plan splits an item: {any(w['split'] for w in learned.to_dict()['waves'])}")
+    splits = any(w["split"] for w in learned.to_dict()["waves"])
+    print(f"next plan splits an item: {splits}")
+    if args.output is not None:
+        plans = {"first": first, "next": learned, "true_card": truth}
+        data = {
+            name: {"num_waves": r.plan.num_waves, "cost_s": r.cost_s, "packed_tokens": r.plan.packed_tokens}
+            for name, r in plans.items()
+        }
+        data |= {
+            "memory_scale": planner.correction.memory_scale,
+            "time_scale": planner.correction.time_scale,
+            "ratios": [k_memory, k_time],
+            "next_over_true": card_seconds(learned) / card_seconds(truth),
+            "busiest_gib": [predicted, observed],
+            "next_splits": splits,
+        }
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        args.output.write_text(json.dumps(data, indent=1) + "\n")
 
 
 if __name__ == "__main__":
