@@ -1,4 +1,4 @@
-"""Which GDN mode the planner chooses per wave on the bench suites (issue 32: rounds, parallel passing,
+"""Which GDN mode the planner chooses per wave on the bench suites (rounds, parallel passing,
 head-parallel), and what the plans would cost without the third mode.
 
 For every case of the fixed suite (``--quick``: the quick suite) at CP 2, 4 and 8 and 40 GiB per rank,

@@ -1,4 +1,4 @@
-"""Greedy planner and prefix-tree timings (issue 2's figures).
+"""Greedy planner and prefix-tree timings.
 
 ``python benchmarks/bench_greedy.py [--repeats N]`` prints a table and writes
 ``benchmarks/results/greedy.json``: median and p90 wall time of the greedy exact planner (problem

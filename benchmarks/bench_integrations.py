@@ -1,8 +1,10 @@
-"""What a TRL or verl user gains per step on the GRPO suites (issue 24's figures).
+"""What a TRL or verl user gains per step on the GRPO suites.
 
-``python benchmarks/bench_integrations.py [--quick] [--memory 40GiB]`` prints a table and writes
-``benchmarks/results/bench_integrations.json``. Per GRPO case of :func:`cpplan.bench.suites.suite`
-(every prompt's G completions in one per-device batch, Qwen3.6-35B-A3B, one GPU):
+``python benchmarks/bench_integrations.py [--quick] [--memory 40GiB] [--output PATH]`` prints a table and
+writes ``benchmarks/results/bench_integrations.json`` (with ``--quick``,
+``./cpplan-bench/bench_integrations_quick.json``: a quick run never overwrites the committed results).
+Per GRPO case of :func:`cpplan.bench.suites.suite` (every prompt's G completions in one per-device
+batch, Qwen3.6-35B-A3B, one GPU):
 
 - TRL: the tokens ``GRPOTrainer`` runs per log-prob pass (``B * (longest prompt + longest
   completion)``, left/right padded) against the tokens cpplan's ``GRPOTrainer`` runs (the step's plan,
@@ -28,7 +30,9 @@ from cpplan.baselines.capacity import card_token_capacity
 from cpplan.bench.suites import suite
 from cpplan.integrations.rollout_items import RolloutRow, grouped_workload
 
-RESULTS = Path(__file__).parent / "results"
+RESULTS = Path(__file__).parent / "results" / "bench_integrations.json"
+QUICK_RESULTS = Path("cpplan-bench") / "bench_integrations_quick.json"
+"""Where ``--quick`` writes by default: relative to the current directory, away from :data:`RESULTS`."""
 CARD = "qwen3.6-35b-a3b"
 SYSTEM_TOKENS, REQUEST_TOKENS = 256, 8192
 
@@ -85,11 +89,26 @@ def verl_row(rows: list[RolloutRow], cap: int) -> dict:
     }
 
 
-def main() -> None:
+def output_path(*, quick: bool, output: Path | None) -> Path:
+    """The JSON a run writes: ``output`` when given; else the committed :data:`RESULTS` for a full run
+    and :data:`QUICK_RESULTS` for a quick one (whose smaller runs are not the cited figures)."""
+    if output is not None:
+        return output
+    return QUICK_RESULTS if quick else RESULTS
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="the quick suite's GRPO cases only")
     parser.add_argument("--memory", default="40GiB", help="memory per GPU for a wave (default 40GiB)")
-    args = parser.parse_args()
+    parser.add_argument(
+        "--output",
+        type=Path,
+        default=None,
+        help=f"default {RESULTS.name} in results/; with --quick, ./{QUICK_RESULTS}",
+    )
+    args = parser.parse_args(argv)
+    out = output_path(quick=args.quick, output=args.output)
     planner = cpplan.Planner(model=CARD, memory_bytes=args.memory, solver="deterministic")
     cap = card_token_capacity(planner.card, planner.settings.memory_bytes)
     try:
@@ -109,8 +128,7 @@ def main() -> None:
             " ".join(f"{k}={v:.2f}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()),
             flush=True,
         )
-    RESULTS.mkdir(exist_ok=True)
-    out = RESULTS / "bench_integrations.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"card": CARD, "memory": args.memory, "cases": results}, indent=2) + "\n")
     print(f"wrote {out}")
 

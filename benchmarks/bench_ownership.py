@@ -10,7 +10,8 @@ instance the chosen plan's price, the bound (:mod:`cpplan.bound`) and its scope,
 per CP size the distribution of both.
 
 Usage: ``python benchmarks/bench_ownership.py [--quick] [--output PATH]`` (prints Markdown, writes JSON,
-default ``benchmarks/results/bench_ownership.json``).
+default ``benchmarks/results/bench_ownership.json``; with ``--quick``,
+``./cpplan-bench/bench_ownership_quick.json``, so a quick run never overwrites the committed results).
 """
 
 from __future__ import annotations
@@ -218,17 +219,34 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
+RESULTS = ROOT / "benchmarks" / "results" / "bench_ownership.json"
+QUICK_RESULTS = Path("cpplan-bench") / "bench_ownership_quick.json"
+"""Where ``--quick`` writes by default: relative to the current directory, away from :data:`RESULTS`."""
+
+
+def output_path(*, quick: bool, output: Path | None) -> Path:
+    """The JSON a run writes: ``output`` when given; else the committed :data:`RESULTS` for a full run
+    and :data:`QUICK_RESULTS` for a quick one (whose smaller runs are not the cited figures)."""
+    if output is not None:
+        return output
+    return QUICK_RESULTS if quick else RESULTS
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="The README example and the quick suite only.")
     parser.add_argument(
-        "--output", type=Path, default=ROOT / "benchmarks" / "results" / "bench_ownership.json"
+        "--output",
+        type=Path,
+        default=None,
+        help=f"default {RESULTS.name} in results/; with --quick, ./{QUICK_RESULTS}",
     )
     parser.add_argument(
         "--memory", help="One budget for every instance (default: 8GiB README, 40GiB others)."
     )
     parser.add_argument("--cp", type=int, nargs="+", default=[1, 2, 4, 8], help="CP sizes (default 1 2 4 8).")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    args.output = output_path(quick=args.quick, output=args.output)
     rows = []
     for name, held_out, workload, memory in instances(args.quick):
         for cp in args.cp:

@@ -1,4 +1,4 @@
-"""Runtime planning benchmark (issue 13, and the budget sweep of issue 17): what one training step costs
+"""Runtime planning benchmark (and a memory-budget sweep): what one training step costs
 to plan with the ``runtime`` profile, and what the joint model buys in that time.
 
 Part 1 (steps): per-step RL workloads planned by one ``cpplan.Planner`` kept for the run (each step a
@@ -21,7 +21,8 @@ runtime and deterministic profiles and of greedy alone, and the largest increase
 budget (the target: none above 1%).
 
 Usage: ``python benchmarks/bench_runtime.py [--steps N] [--quick] [--label NAME] [--output PATH]``.
-Prints tables; writes JSON (default ``benchmarks/results/bench_runtime.json``).
+Prints tables; writes JSON (default ``benchmarks/results/bench_runtime.json``; with ``--quick``,
+``./cpplan-bench/bench_runtime_quick.json``, so a quick run never overwrites the committed results).
 """
 
 from __future__ import annotations
@@ -45,6 +46,8 @@ from cpplan.pricing.wave import best_wave
 from cpplan.spec.settings import Settings
 
 RESULTS = Path(__file__).parent / "results" / "bench_runtime.json"
+QUICK_RESULTS = Path("cpplan-bench") / "bench_runtime_quick.json"
+"""Where ``--quick`` writes by default: relative to the current directory, away from :data:`RESULTS`."""
 MODEL = "qwen3.6-35b-a3b"
 BUDGET_S = 0.1
 SLACK_S = 0.02
@@ -249,15 +252,29 @@ def print_tables(cases: list[dict], swept: dict | None) -> None:
             print(f"  {way:13} {worst:+.2%}")
 
 
-def main() -> None:
+def output_path(*, quick: bool, output: Path | None) -> Path:
+    """The JSON a run writes: ``output`` when given; else the committed :data:`RESULTS` for a full run
+    and :data:`QUICK_RESULTS` for a quick one (whose smaller runs are not the cited figures)."""
+    if output is not None:
+        return output
+    return QUICK_RESULTS if quick else RESULTS
+
+
+def main(argv: list[str] | None = None) -> None:
     """Run the benchmark and write its JSON."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--quick", action="store_true", help="5 steps, no sweep")
     parser.add_argument("--sweep-points", type=int, default=24)
     parser.add_argument("--label", default="after")
-    parser.add_argument("--output", type=Path, default=RESULTS)
-    args = parser.parse_args()
+    parser.add_argument(
+        "--output",
+        type=Path,
+        default=None,
+        help=f"default {RESULTS.name} in results/; with --quick, ./{QUICK_RESULTS}",
+    )
+    args = parser.parse_args(argv)
+    args.output = output_path(quick=args.quick, output=args.output)
     steps = 5 if args.quick else args.steps
     cases = [run_case(name, make, cp, memory, steps) for name, make, cp, memory in CASES]
     swept = None if args.quick else sweep(args.sweep_points)

@@ -1,4 +1,4 @@
-"""Scale benchmark (issue 17): planning time against the number of items and requests.
+"""Scale benchmark: planning time against the number of items and requests.
 
 Workloads (qwen3.6-35b-a3b at full depth, CP4, 40 GiB per rank):
 
@@ -14,9 +14,10 @@ greedy packs the rest at once, so the call's time is the floor's, not the search
 also ``cpplan pack`` of 20,000 small items with the offline (default) and deterministic profiles.
 
 Usage: ``python benchmarks/bench_scale.py [--quick] [--pack] [--label NAME] [--output PATH]``. Prints a
-table; writes JSON (default ``benchmarks/results/bench_scale.json``).
+table; writes JSON (default ``benchmarks/results/bench_scale.json``; with ``--quick``,
+``./cpplan-bench/bench_scale_quick.json``, so a quick run never overwrites the committed results).
 
-``--cluster`` (issue 37) instead plans a real cluster's GRPO step as a trainer would: P prompts of 1K-8K
+``--cluster`` instead plans a real cluster's GRPO step as a trainer would: P prompts of 1K-8K
 tokens x 8 completions of 256-4K tokens (one item per prompt), Qwen3.6-35B-A3B, 80 GiB per rank, a kept
 ``cpplan.Planner`` with the runtime profile and a 0.1 s budget, for each size of ``--sizes`` (completions)
 and each ``dp x cp`` of ``--topologies``. Per size and topology, interleaved and repeated ``--repeats``
@@ -54,6 +55,8 @@ from cpplan.verifier import verify_plan
 
 RESULTS = Path(__file__).parent / "results" / "bench_scale.json"
 CLUSTER_RESULTS = Path(__file__).parent / "results" / "bench_scale_cluster.json"
+QUICK_RESULTS = Path("cpplan-bench") / "bench_scale_quick.json"
+"""Where ``--quick`` writes by default: relative to the current directory, away from :data:`RESULTS`."""
 CLUSTER_PLOT = Path(__file__).parent.parent / "docs" / "scale_wall.png"
 MODEL = "qwen3.6-35b-a3b"
 TOPOLOGY = "cp=4"
@@ -163,7 +166,7 @@ def print_rows(rows: list[dict], packs: list[dict]) -> None:
 
 
 def cluster_step(num_completions: int, seed: int = 0) -> Workload:
-    """The issue-37 GRPO step: ``num_completions / 8`` prompts of 1K-8K tokens x 8 completions of
+    """The cluster GRPO step: ``num_completions / 8`` prompts of 1K-8K tokens x 8 completions of
     256-4K tokens, one item per prompt."""
     return grpo(
         num_prompts=num_completions // 8,
@@ -473,7 +476,8 @@ def run_fixed_share(args: argparse.Namespace) -> None:
             x = np.log([r["completions"] for r in fixed])
             exponents[key] = float(np.polyfit(x, np.log([r["rank"][key] for r in fixed]), 1)[0])
     print("fitted growth exponent of the replica call's wall at a fixed share (cp 8):", exponents)
-    output = args.output if args.output != RESULTS else CLUSTER_RESULTS
+    output = args.output or CLUSTER_RESULTS
+    output.parent.mkdir(parents=True, exist_ok=True)
     data = json.loads(output.read_text()) if output.exists() else {}
     data[args.label] = {
         "machine": f"{platform.machine()}, {platform.python_version()}, {os.cpu_count()} CPUs",
@@ -507,7 +511,8 @@ def print_share(rows: list[dict]) -> None:
 def run_cluster(args: argparse.Namespace) -> None:
     """``--cluster``: every size x topology, the table, the JSON and the plot (``--replot``: the table
     and plot of the JSON's ``--label`` run, nothing measured)."""
-    output = args.output if args.output != RESULTS else CLUSTER_RESULTS
+    quick_output = QUICK_RESULTS.with_name("bench_scale_cluster_quick.json")
+    output = args.output or (quick_output if args.quick else CLUSTER_RESULTS)
     data = json.loads(output.read_text()) if output.exists() else {}
     if args.replot:
         rows = data[args.label]["rows"]
@@ -539,15 +544,28 @@ def run_cluster(args: argparse.Namespace) -> None:
         plot_cluster(rows, CLUSTER_PLOT)
 
 
-def main() -> None:
+def output_path(*, quick: bool, output: Path | None) -> Path:
+    """The JSON a run writes: ``output`` when given; else the committed :data:`RESULTS` for a full run
+    and :data:`QUICK_RESULTS` for a quick one (whose smaller runs are not the cited figures)."""
+    if output is not None:
+        return output
+    return QUICK_RESULTS if quick else RESULTS
+
+
+def main(argv: list[str] | None = None) -> None:
     """Run the benchmark and write its JSON."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="up to 10,000 items, no 100K or tiny runs")
     parser.add_argument("--pack", action="store_true", help="also time cpplan pack of 20,000 items")
     parser.add_argument("--max-items", type=int, default=100_000, help="skip larger workloads")
     parser.add_argument("--label", default="after")
-    parser.add_argument("--output", type=Path, default=RESULTS)
-    parser.add_argument("--cluster", action="store_true", help="the issue-37 GRPO cluster step instead")
+    parser.add_argument(
+        "--output",
+        type=Path,
+        default=None,
+        help=f"default {RESULTS.name} in results/; with --quick, ./{QUICK_RESULTS}",
+    )
+    parser.add_argument("--cluster", action="store_true", help="the GRPO cluster step instead")
     parser.add_argument("--sizes", default="128,256,512,1024,2048,4096,8192", help="--cluster completions")
     parser.add_argument("--topologies", default="8x8,16x4,32x8", help="--cluster dp x cp list")
     parser.add_argument("--repeats", type=int, default=3, help="--cluster rounds per size and topology")
@@ -561,7 +579,7 @@ def main() -> None:
     parser.add_argument("--share-rows", default=SHARE_ROWS, help="--fixed-share: completions x dp x cp list")
     parser.add_argument("--node-rows", default=NODE_ROWS, help="--fixed-share: completions (or agent) x cp")
     parser.add_argument("--partition", action="store_true", help="--cluster: time the partition alone")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.cluster and args.partition:
         run_partition(args)
         return
@@ -575,6 +593,7 @@ def main() -> None:
             args.sizes, args.repeats = "128,512,1024,2048", min(args.repeats, 2)
         run_cluster(args)
         return
+    args.output = output_path(quick=args.quick, output=args.output)
     planner = cpplan.Planner(model=MODEL, topology=TOPOLOGY, memory_bytes=MEMORY)
     sizes = (2_500, 5_000, 10_000) if args.quick else (2_500, 5_000, 10_000, 20_000, 50_000, 100_000)
     rows = [measure("small", small(n), planner) for n in sizes if n <= args.max_items]

@@ -84,7 +84,7 @@ TINY = Shape(
     lora=True,
     gradient_checkpointing=True,
 )
-"""The issue's tiny-model case: the tests' tiny Qwen3 size, LoRA (rank 8, every linear layer) with
+"""The tiny-model case: the tests' tiny Qwen3 size, LoRA (rank 8, every linear layer) with
 gradient checkpointing."""
 PROFILED = {
     "log-prob passes": "_get_per_token_logps_and_entropies",

@@ -2,8 +2,8 @@
 
 - ``single``: one request of 4K, 32K and 128K tokens at CP 2, 4 and 8, the wave priced as the planner
   prices it (the cheapest contiguous ownership) plus the step terms, with the GDN layers in each mode
-  ``cpplan.hf`` executes: the hand-off in rounds, in parallel state passing (issue 25 item 3), and
-  head-parallel (issue 32: two all-to-alls per GDN layer and pass, no hand-off).
+  ``cpplan.hf`` executes: the hand-off in rounds, in parallel state passing, and
+  head-parallel (two all-to-alls per GDN layer and pass, no hand-off).
 - ``components``: the parts the published figures measure, from the same card: one attention layer
   (attention pairs forward and backward, the key/value all-gather bytes and latency) at 8K tokens per
   GPU on 8 GPUs, split evenly by tokens (contiguous, as the all-gather scheme runs) and zigzag, against
@@ -77,7 +77,7 @@ PUBLISHED = {
     "gdn_fla_cp4_32k": 0.68,
 }
 """Published CP efficiencies (ring-flash-attention's README, 8 x H800, 8K tokens per GPU; fla's CP for
-GDN, issue 25)."""
+GDN)."""
 
 
 def single_wave(tokens: int, cp: int, model: str = "qwen3.6-35b-a3b") -> dict:
@@ -117,7 +117,7 @@ def single() -> dict:
 
 
 CARD_CASES = ((131072, 8), (32768, 4))
-"""The issue-39 cases every shipped card that supports CP is checked at (128K at CP8, 32K at CP4)."""
+"""The cases every shipped card that supports CP is checked at (128K at CP8, 32K at CP4)."""
 
 
 def every_card() -> dict:

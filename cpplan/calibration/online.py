@@ -77,7 +77,7 @@ class TrustPolicy:
 
     time_estimate: Literal["median", "bound"] = "median"
     """``median``: the time scale is the median believed ratio (a best estimate); ``bound``: the largest
-    times ``1 + margin``, as the memory scale (what states saved before issue 27 used; their policy,
+    times ``1 + margin``, as the memory scale (what states saved before this field existed used; their policy,
     which lacks this field, reads as ``bound`` so they replay to the correction they had)."""
 
     def __post_init__(self) -> None:

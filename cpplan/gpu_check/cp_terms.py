@@ -1,4 +1,4 @@
-"""The CP terms the cards take from published figures, measured where the hardware allows (issue 39).
+"""The CP terms the cards take from published figures, measured where the hardware allows.
 
 - ``ring_block``: attention forward + backward on one ring step's block, ``b`` queries against ``b`` keys
   (no mask: a block below the diagonal), for ``b`` from 512 to 16K tokens. The seconds per pair against

@@ -55,7 +55,7 @@ def test_sensitivity_reports_how_the_chosen_plan_moves():
 
 def test_the_interconnect_knob_scales_the_all_to_all_too(qwen36):
     """The interconnect knob moves the all-gather bus bandwidth and the card's all-to-all bandwidth
-    together (head-parallel and EP all-to-alls are priced by the latter since issue 39)."""
+    together (head-parallel and EP all-to-alls are priced by the latter)."""
     knob = next(k for k in KNOBS if k.name == "interconnect")
     slow = scaled_card(qwen36, knob, 0.5)
     assert slow.constants["all_to_all_bytes_per_s"] == qwen36.constants["all_to_all_bytes_per_s"] * 0.5

@@ -65,8 +65,8 @@ def test_fit_recovers_coefficients_of_a_known_card(tmp_path):
     rows = read_measurements(write_csv(tmp_path / "m.csv", lines))
     fit = calibrate(card, rows, source="m.csv")
     assert fit.coefficients["cold_excess_ratio"] == pytest.approx(0.3, rel=1e-3)
-    # 2e-3: under the issue-25 time model the planner's ownership of these rows balances per barrier, and
-    # the 1 MB rounding of the observations moves the small residual coefficient by 1.5e-3
+    # 2e-3: under the per-layer-barrier time model the planner's ownership of these rows balances per
+    # barrier, and the 1 MB rounding of the observations moves the small residual coefficient by 1.5e-3
     assert fit.coefficients["residual_ratio"] == pytest.approx(0.1, rel=2e-3)
     assert all(1.0 <= r.ratio <= 1.0 + 1e-4 for r in fit.rows)
 

@@ -1,4 +1,4 @@
-"""What a first-time user of the command line trips on (issue 40): predictions labelled as such, token
+"""What a first-time user of the command line trips on: predictions labelled as such, token
 ids beyond the vocabulary, a plan verified on another model, one rule for a budget below the static
 floor, a ceiling on rejected items, and messages in the user's own terms."""
 

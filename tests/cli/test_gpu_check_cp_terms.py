@@ -1,4 +1,4 @@
-"""The gpu-check kit's CP terms (issue 39): on the CPU both parts skip with their reason, and the report
+"""The gpu-check kit's CP terms: on the CPU both parts skip with their reason, and the report
 and its markdown carry them."""
 
 from __future__ import annotations

@@ -323,7 +323,7 @@ def test_a_card_is_derived_from_the_config_when_none_is_named(verl_on_cpu, model
     geometry (hidden 32, one GDN and one attention layer) at the 8 bytes per element of float64 mixed
     precision, logged once for the two engines of the process (which share its planner); it plans the
     step and runs it, equal to the stock engine (loss and gradients 1e-9). The derived card's
-    segment price is calibrated by size (issue 39 item 3), so the plan stores each prompt once, and the
+    segment price is calibrated by size, so the plan stores each prompt once, and the
     engine's note on unshared plans stays silent.)"""
     import logging
 

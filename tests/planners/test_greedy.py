@@ -213,7 +213,7 @@ def test_a_small_last_wave_is_balanced_away(qwen36):
         prompt_tokens=(500, 6000),
         completion_tokens=(100, 3000),
         items_per_prompt=False,
-        seed=10,  # under the issue-25 time model seed 8 now plans cheapest as 39 + 13
+        seed=10,  # under the per-layer-barrier time model seed 8 plans cheapest as 39 + 13
     )
     settings = Settings(topology=Topology(cp=4), model=qwen36, memory_bytes=2**60)
     probe = Problem.build(workload, settings)

@@ -1,4 +1,4 @@
-"""GDN states per owned piece (issue 17, item 5): a rank holding two separate ranges of one segment
+"""GDN states per owned piece: a rank holding two separate ranges of one segment
 needs two incoming states, in the evaluator, the verifier and the plans they admit."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ STATE_BYTES = 30 * (32 * 128 * 128 * 4 + (2 * 16 + 32) * 128 * 3 * 2) + 3 * 32 *
 
 @pytest.fixture(scope="module")
 def one_long_request(qwen36) -> Problem:
-    """One 262,144-token request at CP8 with the budget of the issue's report."""
+    """One 262,144-token request at CP8 with the budget of the reported case."""
     tokens = np.random.default_rng(0).integers(0, 1000, 262_144)
     workload = Workload(items=(Item(id="big", requests=(Request(tokens=tokens),)),))
     settings = Settings(topology=cpplan.Topology(cp=8), model=qwen36, memory_bytes=BUDGET)
@@ -53,7 +53,7 @@ def test_zigzag_ranks_hold_two_pieces(one_long_request):
 def test_a_plan_that_fits_only_when_pieces_are_undercounted_is_refused(one_long_request, qwen36):
     """At a budget between the zigzag wave's peak with one state per segment (the old count) and with
     one state per owned piece, the zigzag wave is over budget (by less than one more piece's states per
-    rank) and the chosen plan fits and verifies: the issue's report, at a budget derived from the card
+    rank) and the chosen plan fits and verifies: the reported case, at a budget derived from the card
     as it prices today."""
     problem = one_long_request
     layout = problem.pack([0], "full")

@@ -25,8 +25,8 @@ V0_CORRECTION = {
 }
 """What the v0 planner state's observations teach the current card (its own ``Planner.correction``): the
 memory scale it had learned when saved; the time scale is its observed seconds over the current time
-model's prediction (1.21416 over the time model it was saved under; 1.7336 over the issue-25 model, before
-issue 39 priced CP ranks at the published CP ceiling of 0.90)."""
+model's prediction (1.21416 over the time model it was saved under; 1.7336 over the per-layer-barrier model,
+before CP ranks were priced at the published CP ceiling of 0.90)."""
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +91,7 @@ def test_a_planner_state_saved_by_the_old_code_loads_with_its_correction():
 def test_plans_written_by_the_old_code_still_verify(capsys):
     """``cpplan verify`` on v0 plan files, settings read from the plan: the plain one and the one
     priced with a learned correction (checked against the correction it records) load and pass every
-    check but their time claims: the issue-25 time model (per-layer barrier, measured GDN cost) prices
+    check but their time claims: the current time model (per-layer barrier, measured GDN cost) prices
     their waves' seconds anew, so ``cost_s`` and the replayed ``start_s`` are all that differ; the API
     agrees."""
     for name in ("plan.json", "plan_learned.json"):

@@ -1,0 +1,598 @@
+"""Every figure the README's first screen and docs/benchmarks.md cite, and others the docs cite: where, the
+command, how to read it.
+
+A :class:`Run` is one command that writes one JSON file (``{out}``) and the smaller command a quick run
+uses in its place (``None``: the same command; ``()``: not run when quick). A :class:`Figure` is one
+number as a doc states it: the doc, the exact text that cites it (``cited``, found verbatim in the doc),
+the stated value (found inside ``cited``), the run that makes it and a reader that turns the run's JSON
+into text formatted as the doc states it, so that stated and measured compare as strings.
+:data:`INPUTS` are the numbers that describe an input (a workload's shape, a setting, a name), not a
+result. ``tests/bench/test_reproduce.py`` checks that every number of the README's first screen and of
+docs/benchmarks.md lies inside a figure's ``cited`` text or an input's text.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+PY = "{python}"
+CLI = (PY, "-c", "from cpplan.cli import run; run()")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Run:
+    """One command that writes the JSON a set of figures is read from."""
+
+    name: str
+    command: tuple[str, ...]
+    quick_command: tuple[str, ...] | None = None
+
+    def argv(self, *, quick: bool) -> tuple[str, ...]:
+        """The command to run (empty: a quick run skips it)."""
+        if quick and self.quick_command is not None:
+            return self.quick_command
+        return self.command
+
+
+@dataclass(frozen=True, kw_only=True)
+class Figure:
+    """One number a doc states, the run that makes it and how to read it from that run's JSON."""
+
+    doc: str
+    cited: str
+    stated: str
+    run: str
+    read: Callable[[dict], str]
+    what: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Input:
+    """Text with numbers that describe an input or a name, not a measured result."""
+
+    doc: str
+    text: str
+
+
+def cited_pattern(cited: str) -> re.Pattern[str]:
+    """``cited`` as a pattern in which any run of whitespace matches any other (a line break included),
+    so that a cited text reads the same however the doc wraps it."""
+    return re.compile(r"\s+".join(re.escape(word) for word in cited.split()))
+
+
+README_PLAN = ("examples/grpo.jsonl", "--model", "qwen3.6-35b-a3b", "--memory", "8GiB")
+"""The README example's workload, model and budget (its topology given per run)."""
+
+RUNS = (
+    Run(
+        name="grpo_packing",
+        command=(PY, "benchmarks/grpo_packing.py", "--output", "{out}"),
+    ),
+    Run(
+        name="bench",
+        command=(*CLI, "bench", "--solver", "deterministic", "--repeats", "1", "--output", "{out}"),
+    ),
+    Run(
+        name="bench_runtime_profile",
+        command=(*CLI, "bench", "--repeats", "1", "--output", "{out}"),
+    ),
+    Run(
+        name="ownership",
+        command=(PY, "benchmarks/bench_ownership.py", "--output", "{out}"),
+        quick_command=(PY, "benchmarks/bench_ownership.py", "--quick", "--output", "{out}"),
+    ),
+    Run(
+        name="plan_cp2",
+        command=(*CLI, "plan", *README_PLAN, "--topology", "cp=2", "--output", "{out}"),
+    ),
+    Run(
+        name="plan_dp2_cp2",
+        command=(*CLI, "plan", *README_PLAN, "--topology", "dp=2,cp=2", "--output", "{out}"),
+    ),
+    Run(
+        name="dynamic_cp",
+        command=(*CLI, "bench", "--dynamic-cp", "--solver", "deterministic", "--output", "{out}"),
+        quick_command=(
+            *CLI,
+            "bench",
+            "--dynamic-cp",
+            "--solver",
+            "deterministic",
+            "--quick",
+            "--output",
+            "{out}",
+        ),
+    ),
+    Run(
+        name="proportionate_learning",
+        command=(PY, "benchmarks/proportionate_learning.py", "--output", "{out}"),
+    ),
+    Run(
+        name="trl_step",
+        command=(PY, "benchmarks/bench_trl_step.py", "--output", "{out}"),
+        quick_command=(PY, "benchmarks/bench_trl_step.py", "--quick", "--output", "{out}"),
+    ),
+)
+
+
+def headline(data: dict, family: str, planner: str) -> dict:
+    """The bench headline row of one family and planner."""
+    return next(h for h in data["headline"] if h["family"] == family and h["planner"] == planner)
+
+
+def bench_cost(data: dict, case: str, cp: int, memory: str, planner: str) -> float:
+    """The predicted step seconds of one bench row (``nan`` where it is missing or refused)."""
+    for row in data["rows"]:
+        if (row["case"], row["cp"], row["memory"], row["planner"]) == (case, cp, memory, planner):
+            return row["cost_s"] if row["cost_s"] is not None else math.nan
+    return math.nan
+
+
+def ratio(data: dict, family: str, planner: str, digits: int = 1) -> str:
+    """A peer's geometric-mean step time over cpplan's, as ``2.1``."""
+    return f"{headline(data, family, planner)['vs_cpplan']:.{digits}f}"
+
+
+def cheaper_pct(data: dict, case: str, cp: int, memory: str, planner: str) -> str:
+    """How much cheaper ``planner``'s plan is than cpplan's, in percent (negative: costlier)."""
+    ours = bench_cost(data, case, cp, memory, "cpplan")
+    theirs = bench_cost(data, case, cp, memory, planner)
+    return f"{(ours - theirs) / ours * 100:.1f}%"
+
+
+def trl_run(data: dict, busy: int) -> dict | None:
+    """The TRL step run with ``busy`` busy processes beside it (``None``: not run, as when quick)."""
+    return next((r for r in data["runs"] if r["busy_processes"] == busy), None)
+
+
+def trl_speedup(data: dict, busy: int) -> str:
+    """Stock TRL's median step over cpplan's, as ``8.2``."""
+    run = trl_run(data, busy)
+    return "not run" if run is None else f"{run['speedup']:.1f}"
+
+
+def within(data: dict, tolerance: float) -> str:
+    """On how many instances CP-SAT's objective is the evaluator's price within ``tolerance``."""
+    priced = [r for r in data["rows"] if r["price_s"] and r["objective_s"] is not None]
+    close = sum(1 - tolerance <= r["objective_s"] / r["price_s"] <= 1 + 1e-9 for r in priced)
+    return f"{close} of {len(data['rows'])}"
+
+
+def oom_range(data: dict, planners: tuple[str, ...]) -> str:
+    """The fewest and most out-of-memory plans among ``planners``, as ``12 to 67``."""
+    counts = [headline(data, "all", p)["oom_plans"] for p in planners]
+    return f"{min(counts)} to {max(counts)}"
+
+
+TOKEN_BUDGET_PEERS = ("verl_dynamic_bsz", "axolotl_ffd", "trl_bfd", "megatron_zigzag")
+PEERS = (*TOKEN_BUDGET_PEERS, "prefix_grouper")
+README = "README.md"
+BENCH_DOC = "docs/benchmarks.md"
+
+SUITE_GAINS = (
+    "**2.1× faster** than token-budget planners without sharing (verl, axolotl/TRL; 2.6–2.8× on GRPO), "
+    "**2.2×** faster than Megatron's zigzag"
+)
+
+README_FIGURES = (
+    Figure(
+        doc=README,
+        cited="**26,624 tokens instead of 172,032**",
+        stated="26,624",
+        run="grpo_packing",
+        read=lambda d: f"{d['full']:,}",
+        what="reference GRPO step, packed tokens (full sharing)",
+    ),
+    Figure(
+        doc=README,
+        cited="**26,624 tokens instead of 172,032**",
+        stated="172,032",
+        run="grpo_packing",
+        read=lambda d: f"{d['logical']:,}",
+        what="reference GRPO step, tokens without sharing",
+    ),
+    Figure(
+        doc=README,
+        cited="over the 88-instance suite",
+        stated="88",
+        run="bench",
+        read=lambda d: str(headline(d, "all", "cpplan")["instances"]),
+        what="bench suite instances",
+    ),
+    Figure(
+        doc=README,
+        cited=SUITE_GAINS,
+        stated="2.1",
+        run="bench",
+        read=lambda d: ratio(d, "all", "verl_dynamic_bsz"),
+        what="verl over cpplan, all (geometric mean)",
+    ),
+    Figure(
+        doc=README,
+        cited=SUITE_GAINS,
+        stated="2.1",
+        run="bench",
+        read=lambda d: ratio(d, "all", "axolotl_ffd"),
+        what="axolotl/TRL over cpplan, all",
+    ),
+    Figure(
+        doc=README,
+        cited=SUITE_GAINS,
+        stated="2.6",
+        run="bench",
+        read=lambda d: ratio(d, "grpo", "verl_dynamic_bsz"),
+        what="verl over cpplan, GRPO",
+    ),
+    Figure(
+        doc=README,
+        cited=SUITE_GAINS,
+        stated="2.8",
+        run="bench",
+        read=lambda d: ratio(d, "grpo", "axolotl_ffd"),
+        what="axolotl/TRL over cpplan, GRPO",
+    ),
+    Figure(
+        doc=README,
+        cited=SUITE_GAINS,
+        stated="2.2",
+        run="bench",
+        read=lambda d: ratio(d, "all", "megatron_zigzag"),
+        what="Megatron zigzag over cpplan, all",
+    ),
+    Figure(
+        doc=README,
+        cited="where 12 to 67 of theirs do",
+        stated="12 to 67",
+        run="bench",
+        read=lambda d: oom_range(d, TOKEN_BUDGET_PEERS),
+        what="token-budget peers' plans out of memory (of 88)",
+    ),
+    Figure(
+        doc=README,
+        cited="within 0.1% on 44 of 44 instances",
+        stated="44 of 44",
+        run="ownership",
+        read=lambda d: within(d, 0.001),
+        what="CP-SAT objective within 0.1% of the evaluator's price",
+    ),
+    Figure(
+        doc=README,
+        cited="runs **8.2× faster**",
+        stated="8.2",
+        run="trl_step",
+        read=lambda d: trl_speedup(d, 0),
+        what="TRL GRPO step, stock over cpplan (quiet machine)",
+    ),
+    Figure(
+        doc=README,
+        cited="8.1× beside two",
+        stated="8.1",
+        run="trl_step",
+        read=lambda d: trl_speedup(d, 2),
+        what="TRL GRPO step, stock over cpplan (2 busy processes)",
+    ),
+    Figure(
+        doc=README,
+        cited="for 4.4× fewer tokens",
+        stated="4.4",
+        run="trl_step",
+        read=lambda d: f"{d['runs'][0]['token_ratio']:.1f}",
+        what="TRL GRPO step, padded over packed tokens",
+    ),
+)
+
+
+def pivot_cell(data: dict, family: str, planner: str) -> str:
+    """One cell of ``cpplan bench``'s planner-by-family table, as the command prints it."""
+    from cpplan.bench.runner import format_pivot
+
+    lines = format_pivot(data["headline"]).splitlines()
+    families = [c.strip() for c in lines[0].strip("|").split("|")][1:]
+    row = next(line for line in lines[2:] if line.startswith(f"| {planner} |"))
+    return [c.strip() for c in row.strip("|").split("|")][1:][families.index(family)]
+
+
+def gap_medians(data: dict) -> str:
+    """The median gap over the all-plans bound per CP size, as ``0.00% / 5.89% / 6.03% / 9.99%``."""
+    gaps = data["gap_distribution"]
+    return " / ".join(f"{gaps[cp]['all_plans']['median_pct']:.2f}%" for cp in sorted(gaps, key=int))
+
+
+def objective_ratio(data: dict) -> str:
+    """CP-SAT's objective over the evaluator's price: min and median, and whether it is ever above."""
+    ratios = data["summary"]["objective_over_price"]
+    above = "never above" if ratios["above_price"] == 0 else f"above on {ratios['above_price']}"
+    return f"min {ratios['min']:.4f}, median {ratios['median']:.4f}, {above}"
+
+
+def bench_doc_table(doc: str, pivot: str) -> tuple[Figure, ...]:
+    """One figure per cell of the planner-by-family table as ``doc`` cites it (``pivot``: its lines)."""
+    lines = pivot.splitlines()
+    families = [c.strip() for c in lines[0].strip("|").split("|")][1:]
+    figures = []
+    for line in lines[2:]:
+        planner, *cells = [c.strip() for c in line.strip("|").split("|")]
+        for family, cell in zip(families, cells, strict=True):
+            figures.append(
+                Figure(
+                    doc=doc,
+                    cited=line,
+                    stated=cell,
+                    run="bench",
+                    read=lambda d, f=family, p=planner: pivot_cell(d, f, p),
+                    what=f"{planner} over cpplan, {family} (valid plans)",
+                )
+            )
+    return tuple(figures)
+
+
+def _table_of(doc: str) -> str:
+    """The planner-by-family table's lines in ``doc`` (from its header to the first blank line)."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / doc).read_text()
+    start = text.index("| planner | all | grpo |")
+    return text[start : text.index("\n\n", start)]
+
+
+OOM_CITED = (
+    "where 12 (verl), 53 (axolotl/TRL), 67 (Megatron's zigzag) and 18 (prefix_grouper) of their 88 plans do"
+)
+LONG_TAIL_CITED = (
+    "its plan costs 8.3207 s and 4.2854 s and cpplan's deterministic plan the same, 8.3207 s and 4.2854 s"
+)
+RUNTIME_CITED = "zigzag's plan was 2.9% and 8.7% cheaper than it in our run"
+OWN_CITED = (
+    "plan: min 0.9993, median 1.0000, never above; within 0.1% on 44 of 44 instances. CP-SAT's plan is no"
+    " costlier than greedy's on 44 of 44 instances"
+)
+GAP_CITED = "median at CP 1 / 2 / 4 / 8: 0.00% / 5.89% / 6.03% / 9.99%"
+
+
+def _oom(planner: str, stated: str) -> Figure:
+    """One peer's out-of-memory plan count in docs/benchmarks.md."""
+    return Figure(
+        doc=BENCH_DOC,
+        cited=OOM_CITED,
+        stated=stated,
+        run="bench",
+        read=lambda d: str(headline(d, "all", planner)["oom_plans"]),
+        what=f"{planner} plans out of memory",
+    )
+
+
+def _long_tail(planner: str, cp: int, stated: str) -> Figure:
+    """One long-tail plan's predicted seconds at 80 GiB in docs/benchmarks.md."""
+    return Figure(
+        doc=BENCH_DOC,
+        cited=LONG_TAIL_CITED,
+        stated=stated,
+        run="bench",
+        read=lambda d: f"{bench_cost(d, 'long_tail', cp, '80GiB', planner):.4f}",
+        what=f"long tail, CP{cp}, 80 GiB: {planner} step s",
+    )
+
+
+BENCH_FIGURES = (
+    _oom("verl_dynamic_bsz", "12"),
+    _oom("axolotl_ffd", "53"),
+    _oom("megatron_zigzag", "67"),
+    _oom("prefix_grouper", "18"),
+    Figure(
+        doc=BENCH_DOC,
+        cited=OOM_CITED,
+        stated="88",
+        run="bench",
+        read=lambda d: str(headline(d, "all", "cpplan")["instances"]),
+        what="bench suite instances",
+    ),
+    _long_tail("megatron_zigzag", 4, "8.3207"),
+    _long_tail("megatron_zigzag", 8, "4.2854"),
+    _long_tail("cpplan", 4, "8.3207"),
+    _long_tail("cpplan", 8, "4.2854"),
+    *(
+        Figure(
+            doc=BENCH_DOC,
+            cited=RUNTIME_CITED,
+            stated=stated,
+            run="bench_runtime_profile",
+            read=lambda d, cp=cp: cheaper_pct(d, "long_tail", cp, "80GiB", "megatron_zigzag"),
+            what=f"long tail, CP{cp}, 80 GiB: zigzag cheaper than cpplan (runtime profile)",
+        )
+        for cp, stated in ((4, "2.9%"), (8, "8.7%"))
+    ),
+    Figure(
+        doc=BENCH_DOC,
+        cited=OWN_CITED,
+        stated="min 0.9993, median 1.0000, never above",
+        run="ownership",
+        read=objective_ratio,
+        what="CP-SAT objective over the evaluator's price",
+    ),
+    Figure(
+        doc=BENCH_DOC,
+        cited=OWN_CITED,
+        stated="44 of 44",
+        run="ownership",
+        read=lambda d: within(d, 0.001),
+        what="CP-SAT objective within 0.1% of the price",
+    ),
+    Figure(
+        doc=BENCH_DOC,
+        cited=OWN_CITED,
+        stated="on 44 of 44",
+        run="ownership",
+        read=lambda d: f"on {d['summary']['cpsat_no_costlier_than_greedy']} of {d['summary']['instances']}",
+        what="CP-SAT's plan no costlier than greedy's",
+    ),
+    Figure(
+        doc=BENCH_DOC,
+        cited=GAP_CITED,
+        stated="0.00% / 5.89% / 6.03% / 9.99%",
+        run="ownership",
+        read=gap_medians,
+        what="gap over the all-plans bound, median per CP size",
+    ),
+)
+
+INPUTS = (
+    Input(doc=README, text="(2 prompts × 8 completions, a 2,048-token system prompt, 8,192-token prompts)"),
+    Input(doc=README, text="(random Qwen3, hidden 256, 4 layers, 2 prompts × 8 completions)"),
+    Input(doc=README, text="on 2 CPU cores"),
+    Input(doc=README, text="for CUDA 12.8"),
+    Input(doc=README, text="(6 prompts × 4 completions sharing"),
+    Input(doc=README, text="with 8 GiB per rank"),
+    Input(doc=README, text="within 0.1% on"),
+    Input(doc=BENCH_DOC, text="zigzag: 2×CP pieces per sequence, rank r holds r and 2CP−1−r"),
+    Input(
+        doc=BENCH_DOC,
+        text="GRPO with G = 8 and 16 and prompt:completion 1:8, 1:1, 4:1 and 16:1 (8,192-token",
+    ),
+    Input(doc=BENCH_DOC, text="the first 128 ShareGPT"),
+    Input(doc=BENCH_DOC, text="and 64 long-tail sequences"),
+    Input(doc=BENCH_DOC, text="CP 1, 2, 4 and 8; 40 GiB and 80 GiB per rank"),
+    Input(doc=BENCH_DOC, text="**The long tail at CP 4 and CP 8, 80 GiB**"),
+    Input(doc=BENCH_DOC, text="(0.1 s of wall clock"),
+    Input(doc=BENCH_DOC, text="README example at 8 GiB"),
+    Input(
+        doc=BENCH_DOC,
+        text="four held-out steps generated with other seeds at 40 GiB; CP 1, 2, 4 and 8: 44 instances",
+    ),
+    Input(doc=BENCH_DOC, text="within 0.1% on"),
+)
+
+OTHER_DOC_FIGURES = (
+    Figure(
+        doc="docs/concepts.md",
+        cited="the plan costs 0.6994 s, where its four waves sum to 1.3660 s",
+        stated="0.6994",
+        run="plan_dp2_cp2",
+        read=lambda d: f"{d['cost_s']:.4f}",
+        what="README example at dp=2,cp=2: the plan's makespan",
+    ),
+    Figure(
+        doc="docs/concepts.md",
+        cited="the plan costs 0.6994 s, where its four waves sum to 1.3660 s",
+        stated="1.3660",
+        run="plan_dp2_cp2",
+        read=lambda d: f"{sum(w['cost_s'] for w in d['waves']):.4f}",
+        what="README example at dp=2,cp=2: its waves' sum",
+    ),
+    *(
+        Figure(
+            doc="docs/runtime.md",
+            cited=cited,
+            stated=stated,
+            run="plan_cp2",
+            read=read,
+            what=what,
+        )
+        for cited, stated, read, what in (
+            ("`gap` 0.134", "0.134", lambda d: f"{d['solver']['gap']:.3f}", "README example at CP2: gap"),
+            (
+                "`model_gap` 0.0",
+                "0.0",
+                lambda d: f"{d['solver']['model_gap']:.1f}",
+                "README example: model gap",
+            ),
+            (
+                "costs less than 1.0326 s",
+                "1.0326",
+                lambda d: f"{d['solver']['bound_s']:.4f}",
+                "README example: bound",
+            ),
+            (
+                "against the plan's 1.1922 s",
+                "1.1922",
+                lambda d: f"{d['cost_s']:.4f}",
+                "README example: plan s",
+            ),
+        )
+    ),
+)
+
+
+def dynamic_row(data: dict, case: str, memory: str) -> dict:
+    """One instance of the dynamic-CP bench's summary."""
+    return next(r for r in data["summary"] if (r["case"], r["memory"]) == (case, memory))
+
+
+def dynamic_gain(data: dict) -> str:
+    """The geometric-mean gain of dynamic over the best fixed CP, as ``1.048``."""
+    gains = [r["gain"] for r in data["summary"] if r["gain"]]
+    return f"{math.exp(sum(math.log(g) for g in gains) / len(gains)):.3f}"
+
+
+DYNAMIC_DOC = "docs/dynamic_cp.md"
+DYNAMIC_FIGURES = (
+    Figure(
+        doc=DYNAMIC_DOC,
+        cited="Geometric-mean gain of dynamic over the best fixed CP: 1.048×",
+        stated="1.048",
+        run="dynamic_cp",
+        read=dynamic_gain,
+        what="dynamic over the best fixed CP, geometric mean",
+    ),
+    *(
+        Figure(
+            doc=DYNAMIC_DOC,
+            cited=f"{stated}× at {memory[:2]} GiB",
+            stated=stated,
+            run="dynamic_cp",
+            read=lambda d, m=memory: f"{dynamic_row(d, 'long_tail_192k', m)['gain']:.3f}",
+            what=f"dynamic CP gain, long tail, {memory}",
+        )
+        for memory, stated in (("40GiB", "1.105"), ("80GiB", "1.198"))
+    ),
+    *(
+        Figure(
+            doc=DYNAMIC_DOC,
+            cited="(17.011 against 17.009 s)",
+            stated=stated,
+            run="dynamic_cp",
+            read=lambda d, k=key: f"{dynamic_row(d, 'agent_chat_mix', '80GiB')[k]:.3f}",
+            what=f"agent/chat mix, 80 GiB: {key}",
+        )
+        for key, stated in (("dynamic_s", "17.011"), ("best_fixed_s", "17.009"))
+    ),
+)
+
+LEARNING_CITED = "| next plan | 6 | 1.922 s | 27,122 | 1.11859 | 1.24 |"
+LEARNING_FIGURES = (
+    Figure(
+        doc="docs/learning.md",
+        cited=LEARNING_CITED,
+        stated="6",
+        run="proportionate_learning",
+        read=lambda d: str(d["next"]["num_waves"]),
+        what="README example, one observation: the next plan's waves",
+    ),
+    Figure(
+        doc="docs/learning.md",
+        cited=LEARNING_CITED,
+        stated="1.922",
+        run="proportionate_learning",
+        read=lambda d: f"{d['next']['cost_s']:.3f}",
+        what="README example, one observation: the next plan's predicted step",
+    ),
+    Figure(
+        doc="docs/learning.md",
+        cited="The next plan costs 1.06× the true card's plan",
+        stated="1.06",
+        run="proportionate_learning",
+        read=lambda d: f"{d['next_over_true']:.2f}",
+        what="the next plan over the true card's plan",
+    ),
+)
+
+FIGURES = (
+    README_FIGURES
+    + bench_doc_table(BENCH_DOC, _table_of(BENCH_DOC))
+    + BENCH_FIGURES
+    + OTHER_DOC_FIGURES
+    + DYNAMIC_FIGURES
+    + LEARNING_FIGURES
+)
