@@ -19,13 +19,15 @@ class Coverage:
     """What the requests of one wave put in its segments: the tokens read so far, whether any request
     through a segment takes gradients or needs the logits of all its tokens (``loss``), which of its
     tokens' logits requests with a loss mask need (``masked_loss``, only where one passes), and whether
-    any request uses the segment."""
+    any request uses the segment; ``logical_tokens``: the tokens of the requests this wave is the first
+    to hold (unpacked)."""
 
     tokens: list[np.ndarray | None]
     grad: list[bool]
     loss: list[bool]
     used: list[bool]
     masked_loss: dict[int, np.ndarray] = field(default_factory=dict)
+    logical_tokens: int = 0
 
     @classmethod
     def empty(cls, num_segments: int) -> Coverage:
@@ -61,6 +63,7 @@ def read_requests(
         item = by_id.get(item_id)
         if item is None or not 0 <= k < len(item.requests):
             continue
+        coverage.logical_tokens += item.requests[k].num_tokens
         _read_chain(w, item_id, k, item.requests[k], chain, segments, coverage, violations)
     return coverage
 

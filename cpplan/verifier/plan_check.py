@@ -18,12 +18,14 @@ from typing import Any
 from cpplan.errors import InputError
 from cpplan.plans.plan_fields import GDN_HANDOFF_MODES
 from cpplan.spec.card import ResolvedCard
+from cpplan.spec.topology import Topology
 from cpplan.spec.workload import Item, Workload
 from cpplan.verifier.chains import check_used, check_whole_items, read_requests
 from cpplan.verifier.owners import read_owners
 from cpplan.verifier.rank_prices import close, price_ranks
 from cpplan.verifier.schedule_replay import replay_cost, wave_gpus, wave_group
 from cpplan.verifier.segments import check_packed_tokens, check_segments, read_segments, segment_offsets
+from cpplan.verifier.wave_claims import WaveFacts, check_wave_claims, first_tokens
 
 DEFAULT_CHUNK_TOKENS = 128
 
@@ -64,6 +66,9 @@ def verify_plan(
     wave_costs: list[float] = []
     placed: tuple[list[dict], list[list[int]], list[int]] = ([], [], [])
     worst_peak = 0
+    first = waves[0].get("index", 0) if requests is not None and isinstance(waves[0], dict) else 0
+    first = first if isinstance(first, int) else 0
+    alone = data.get("correction") is None
     for w, wave in enumerate(waves):
         if not isinstance(wave, dict):
             violations.append(f"wave {w}: malformed (a wave is a JSON object, got {type(wave).__name__})")
@@ -72,7 +77,8 @@ def verify_plan(
             group = _wave_card(w, wave, card, violations)
             if group is None:
                 continue
-            cost, peak = _check_wave(w, wave, by_id, seen, group, memory_bytes, chunk, violations)
+            where = _Where(w=w, index=first + w, topology=card.topology, alone=alone)
+            cost, peak = _check_wave(where, wave, by_id, seen, group, memory_bytes, chunk, violations)
         except (KeyError, TypeError, ValueError, IndexError) as exc:
             violations.append(f"wave {w}: malformed ({type(exc).__name__}: {exc})")
             continue
@@ -111,8 +117,19 @@ def _wave_card(w: int, wave: dict, card: ResolvedCard, violations: list[str]) ->
         return None
 
 
+@dataclass(frozen=True, kw_only=True)
+class _Where:
+    """A wave's place: its position in the plan JSON, its expected ``index``, the plan's topology and
+    whether the plan records no learned correction."""
+
+    w: int
+    index: int
+    topology: Topology
+    alone: bool
+
+
 def _check_wave(
-    w: int,
+    where: _Where,
     wave: dict,
     by_id: dict[str, Item],
     seen: dict[tuple[str, int], int],
@@ -121,7 +138,8 @@ def _check_wave(
     chunk: int,
     violations: list[str],
 ) -> tuple[float, int]:
-    """One wave's structure, requests, ownership and prices; its cost and worst peak."""
+    """One wave's structure, requests, ownership, prices and stated fields; its cost and worst peak."""
+    w = where.w
     segments = read_segments(wave)
     check_segments(w, segments, violations)
     offsets, packed = segment_offsets(segments)
@@ -131,7 +149,21 @@ def _check_wave(
     check_packed_tokens(w, wave, packed, violations)
     _check_gdn_handoff(w, wave, violations)
     runs = read_owners(w, wave["ranks"], packed, chunk, card.topology.cp, violations)
-    return price_ranks(w, wave, segments, offsets, runs, coverage, card, memory_bytes, violations)
+    cost, peak = price_ranks(
+        w, wave, segments, offsets, runs, coverage, card, memory_bytes, violations, alone=where.alone
+    )
+    facts = WaveFacts(
+        w=w,
+        index=where.index,
+        topology=where.topology,
+        segments=segments,
+        first_tokens=first_tokens(coverage.tokens),
+        logical_tokens=coverage.logical_tokens,
+        cost_s=cost,
+        alone=where.alone,
+    )
+    check_wave_claims(wave, facts, by_id, violations)
+    return cost, peak
 
 
 def _check_gdn_handoff(w: int, wave: dict, violations: list[str]) -> None:
