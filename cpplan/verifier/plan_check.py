@@ -21,7 +21,9 @@ from cpplan.spec.card import ResolvedCard
 from cpplan.spec.topology import Topology
 from cpplan.spec.workload import Item, Workload
 from cpplan.verifier.chains import check_used, check_whole_items, read_requests
+from cpplan.verifier.claims import is_number
 from cpplan.verifier.owners import read_owners
+from cpplan.verifier.plan_claims import PlanTotals, check_plan_claims
 from cpplan.verifier.rank_prices import close, price_ranks
 from cpplan.verifier.schedule_replay import replay_cost, wave_gpus, wave_group
 from cpplan.verifier.segments import check_packed_tokens, check_segments, read_segments, segment_offsets
@@ -65,7 +67,7 @@ def verify_plan(
     seen: dict[tuple[str, int], int] = {}
     wave_costs: list[float] = []
     placed: tuple[list[dict], list[list[int]], list[int]] = ([], [], [])
-    worst_peak = 0
+    worst_peak = packed_tokens = logical_tokens = 0
     first = waves[0].get("index", 0) if requests is not None and isinstance(waves[0], dict) else 0
     first = first if isinstance(first, int) else 0
     alone = data.get("correction") is None
@@ -78,11 +80,12 @@ def verify_plan(
             if group is None:
                 continue
             where = _Where(w=w, index=first + w, topology=card.topology, alone=alone)
-            cost, peak = _check_wave(where, wave, by_id, seen, group, memory_bytes, chunk, violations)
+            cost, peak, tokens = _check_wave(where, wave, by_id, seen, group, memory_bytes, chunk, violations)
         except (KeyError, TypeError, ValueError, IndexError) as exc:
             violations.append(f"wave {w}: malformed ({type(exc).__name__}: {exc})")
             continue
         wave_costs.append(cost)
+        packed_tokens, logical_tokens = packed_tokens + tokens[0], logical_tokens + tokens[1]
         placed[0].append(wave)
         placed[1].append(wave_gpus(w, wave, group.topology.cp, card.topology, violations))
         placed[2].append(w)
@@ -93,8 +96,20 @@ def verify_plan(
     replayed = violations if check_starts else []
     total = replay_cost(placed[0], placed[1], wave_costs, card.topology, replayed, padding, indices=placed[2])
     claimed = data.get("cost_s")
-    if not violations and isinstance(claimed, int | float) and not close(claimed, total):
+    if "cost_s" in data and not is_number(claimed):
+        violations.append(f"plan cost_s {claimed!r} is not a number of seconds")
+    elif not violations and is_number(claimed) and not close(claimed, total):
         violations.append(f"plan cost_s {claimed} differs from the verifier's {total}")
+    totals = PlanTotals(
+        cost_s=total,
+        num_waves=len(waves),
+        packed_tokens=packed_tokens,
+        logical_tokens=logical_tokens,
+        peak_bytes=worst_peak,
+        safety=card.safety,
+    )
+    if not violations and requests is None:
+        check_plan_claims(data, totals, workload, violations)
     return Verification(
         valid=not violations,
         violations=tuple(violations),
@@ -137,8 +152,9 @@ def _check_wave(
     memory_bytes: int,
     chunk: int,
     violations: list[str],
-) -> tuple[float, int]:
-    """One wave's structure, requests, ownership, prices and stated fields; its cost and worst peak."""
+) -> tuple[float, int, tuple[int, int]]:
+    """One wave's structure, requests, ownership, prices and stated fields; its cost, worst peak, and
+    packed and logical tokens."""
     w = where.w
     segments = read_segments(wave)
     check_segments(w, segments, violations)
@@ -163,7 +179,7 @@ def _check_wave(
         alone=where.alone,
     )
     check_wave_claims(wave, facts, by_id, violations)
-    return cost, peak
+    return cost, peak, (packed, coverage.logical_tokens)
 
 
 def _check_gdn_handoff(w: int, wave: dict, violations: list[str]) -> None:

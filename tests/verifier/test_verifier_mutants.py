@@ -11,6 +11,7 @@ import pytest
 
 import cpplan
 from cpplan import Topology
+from cpplan.spec.workload_digest import plan_digest
 from cpplan.verifier import verify_plan
 from tests.conftest import middle_budget
 
@@ -220,9 +221,9 @@ def test_a_wave_that_is_not_an_object_is_a_violation_not_a_crash(fixed, value):
 
 def test_a_false_plan_cost_is_the_only_violation(fixed, single):
     """A plan whose waves all check but whose total ``cost_s`` is off (beyond the relative tolerance
-    of 1e-9, absolute below one second) is refused for that alone; within the tolerance, or with no
-    claim (or a non-numeric one), it passes. The CP1 plan costs over a second, so its tolerance is
-    relative."""
+    of 1e-9, absolute below one second) is refused for that alone; within the tolerance it passes; a
+    claim that is not a number, or none, is refused for that alone. The CP1 plan costs over a second, so
+    its tolerance is relative."""
     assert verdict_of(*single).cost_s > 1.0
     for result, data in (fixed, single):
         total = verdict_of(result, data).cost_s
@@ -233,9 +234,12 @@ def test_a_false_plan_cost_is_the_only_violation(fixed, single):
         )
         assert verdict_of(result, {**data, "cost_s": total + 0.9e-9 * scale}).valid
         for claim in (None, "1.0", True):
-            assert verdict_of(result, {**data, "cost_s": claim}).valid == (claim is not True)
+            assert verdict_of(result, {**data, "cost_s": claim}).violations == (
+                f"plan cost_s {claim!r} is not a number of seconds",
+            )
     result, data = fixed
-    assert verdict_of(result, {k: v for k, v in data.items() if k != "cost_s"}).valid
+    without = {k: v for k, v in data.items() if k != "cost_s"}
+    assert verdict_of(result, without).violations == ("plan: field 'cost_s' is missing",)
 
 
 def test_a_false_wave_cost_is_the_only_violation(fixed):
@@ -333,16 +337,20 @@ def test_a_split_wave_not_marked_split_is_caught(split):
     )
 
 
-def _renumbered(waves: list[dict]) -> list[dict]:
-    """Copies of ``waves`` whose ``index`` is their new place."""
-    return [{**wave, "index": w} for w, wave in enumerate(waves)]
+def _reordered(data: dict, order: list[int]) -> dict:
+    """``data`` with its waves in ``order``, each ``index`` its new place and the workload's wave
+    digests in the same order (what a plan of those waves in that order states)."""
+    digests = [data["workload"]["wave_sha256"][w] for w in order]
+    workload = {**data["workload"], "wave_sha256": digests, "sha256": plan_digest(digests)}
+    waves = [{**data["waves"][w], "index": k} for k, w in enumerate(order)]
+    return {**data, "waves": waves, "workload": workload}
 
 
 def test_split_waves_after_other_waves_are_consecutive(split):
     """The split item's two waves placed after the small items' wave (waves 1 and 2) are still
     consecutive: with the claimed starts not replayed, the plan verifies."""
     result, data = split
-    later = {**data, "waves": _renumbered([data["waves"][2], data["waves"][0], data["waves"][1]])}
+    later = _reordered(data, [2, 0, 1])
     verdict = verdict_of(result, later, check_starts=False)
     assert verdict.valid, verdict.violations
 
@@ -351,8 +359,7 @@ def test_split_waves_must_be_consecutive(split):
     """The split item's two waves moved apart (the small items' wave between them) are reported as not
     consecutive; with the claimed starts not replayed, that is the only violation."""
     result, data = split
-    bad = copy.deepcopy(data)
-    bad["waves"] = _renumbered([data["waves"][0], data["waves"][2], data["waves"][1]])
+    bad = _reordered(data, [0, 2, 1])
     assert verdict_of(result, bad, check_starts=False).violations == (
         "item 'big' is split over waves [0, 2], which are not consecutive",
     )
