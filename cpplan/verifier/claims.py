@@ -49,10 +49,12 @@ def check_present(where: str, entry: dict[str, Any], fields: tuple[str, ...], vi
 
 @dataclass(frozen=True, kw_only=True)
 class RankPrice:
-    """The verifier's price of one rank: its peak (safety applied), the binding envelope's index and its
-    bytes before the safety factor, the rank's local quantities and its seconds per barrier."""
+    """The verifier's price of one rank: its peak (safety applied), that peak by the card alone (without
+    the learned correction the card may carry), the binding envelope's index and its bytes before the
+    safety factor, the rank's local quantities and its seconds per barrier."""
 
     peak_bytes: int
+    card_peak_bytes: int
     envelope: int
     envelope_bytes: float
     quantities: tuple[int, ...]
@@ -71,25 +73,22 @@ def check_rank_claims(
     priced: RankPrice,
     card: ResolvedCard,
     violations: list[str],
-    *,
-    alone: bool = True,
 ) -> None:
     """The plan's figures for one rank are the verifier's: every local quantity, ``peak_bytes``,
-    ``card_peak_bytes`` (where ``alone``: the plan records no learned correction, so the card alone is
-    the card it was priced with), the binding ``envelope``, its ``breakdown`` and ``time_s``."""
+    ``card_peak_bytes``, the binding ``envelope``, its ``breakdown`` and ``time_s``."""
     if not isinstance(entry, dict):
         return
     for name in QUANTITY_NAMES:
         if entry.get(name) != local[name] or not is_count(entry.get(name)):
             said = _STATED_AS.get(name, "the verifier counts {}").format(local[name])
             violations.append(f"{where}: {name} {entry.get(name)!r} but {said}")
-    for name in ("peak_bytes", *(("card_peak_bytes",) if alone else ())):
+    for name, peak in (("peak_bytes", priced.peak_bytes), ("card_peak_bytes", priced.card_peak_bytes)):
         stated = entry.get(name)
-        if not (is_count(stated) and abs(stated - priced.peak_bytes) <= PEAK_TOLERANCE_BYTES):
-            violations.append(f"{where}: {name} {stated!r} but the verifier prices {priced.peak_bytes}")
+        if not (is_count(stated) and abs(stated - peak) <= PEAK_TOLERANCE_BYTES):
+            violations.append(f"{where}: {name} {stated!r} but the verifier prices {peak}")
     if not (is_number(entry.get("time_s")) and close(entry["time_s"], priced.time_s)):
         violations.append(f"{where}: time_s {entry.get('time_s')!r} but the verifier prices {priced.time_s}")
-    check_present(where, entry, ("card_peak_bytes", "envelope", "breakdown"), violations)
+    check_present(where, entry, ("envelope", "breakdown"), violations)
     _check_envelope(where, entry, priced, card, violations)
 
 

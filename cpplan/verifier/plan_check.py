@@ -70,7 +70,6 @@ def verify_plan(
     worst_peak = packed_tokens = logical_tokens = 0
     first = waves[0].get("index", 0) if requests is not None and isinstance(waves[0], dict) else 0
     first = first if isinstance(first, int) else 0
-    alone = data.get("correction") is None
     for w, wave in enumerate(waves):
         if not isinstance(wave, dict):
             violations.append(f"wave {w}: malformed (a wave is a JSON object, got {type(wave).__name__})")
@@ -79,7 +78,7 @@ def verify_plan(
             group = _wave_card(w, wave, card, violations)
             if group is None:
                 continue
-            where = _Where(w=w, index=first + w, topology=card.topology, alone=alone)
+            where = _Where(w=w, index=first + w, topology=card.topology)
             cost, peak, tokens = _check_wave(where, wave, by_id, seen, group, memory_bytes, chunk, violations)
         except (KeyError, TypeError, ValueError, IndexError) as exc:
             violations.append(f"wave {w}: malformed ({type(exc).__name__}: {exc})")
@@ -134,13 +133,11 @@ def _wave_card(w: int, wave: dict, card: ResolvedCard, violations: list[str]) ->
 
 @dataclass(frozen=True, kw_only=True)
 class _Where:
-    """A wave's place: its position in the plan JSON, its expected ``index``, the plan's topology and
-    whether the plan records no learned correction."""
+    """A wave's place: its position in the plan JSON, its expected ``index`` and the plan's topology."""
 
     w: int
     index: int
     topology: Topology
-    alone: bool
 
 
 def _check_wave(
@@ -165,9 +162,7 @@ def _check_wave(
     check_packed_tokens(w, wave, packed, violations)
     _check_gdn_handoff(w, wave, violations)
     runs = read_owners(w, wave["ranks"], packed, chunk, card.topology.cp, violations)
-    cost, peak = price_ranks(
-        w, wave, segments, offsets, runs, coverage, card, memory_bytes, violations, alone=where.alone
-    )
+    cost, peak = price_ranks(w, wave, segments, offsets, runs, coverage, card, memory_bytes, violations)
     facts = WaveFacts(
         w=w,
         index=where.index,
@@ -176,7 +171,7 @@ def _check_wave(
         first_tokens=first_tokens(coverage.tokens),
         logical_tokens=coverage.logical_tokens,
         cost_s=cost,
-        alone=where.alone,
+        card_cost_s=cost / card.time_scale,
     )
     check_wave_claims(wave, facts, by_id, violations)
     return cost, peak, (packed, coverage.logical_tokens)

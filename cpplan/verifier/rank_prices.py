@@ -91,11 +91,8 @@ def price_ranks(
     card: ResolvedCard,
     memory_bytes: int,
     violations: list[str],
-    *,
-    alone: bool = True,
 ) -> tuple[float, int]:
-    """Price every rank of the wave, check it against the budget and the plan's claims (``alone``: the
-    plan records no learned correction, so its ``card_peak_bytes`` are its ``peak_bytes``); the wave's cost
+    """Price every rank of the wave, check it against the budget and the plan's claims; the wave's cost
     (per barrier the slowest rank, summed, plus overhead and the hand-off in the wave's ``gdn_handoff``
     mode) and its worst peak."""
     cp = card.topology.cp
@@ -121,7 +118,7 @@ def price_ranks(
             )
         if rank in claimed:
             where = f"wave {w} rank {rank}"
-            check_rank_claims(where, claimed[rank], local, priced, card, violations, alone=alone)
+            check_rank_claims(where, claimed[rank], local, priced, card, violations)
     compute = math.fsum(slowest.values())
     mode = wave.get("gdn_handoff", "rounds")
     if mode == "head_parallel" and cp > 1 and card.handoff.priced and not card.handoff.head_parallel_priced:
@@ -218,6 +215,7 @@ def _price_rank(card: ResolvedCard, quantities: tuple[int, ...]) -> RankPrice:
             best, binding = total, e
     return RankPrice(
         peak_bytes=math.ceil(card.safety * best),
+        card_peak_bytes=math.ceil(card.safety * best / card.memory_scale),
         envelope=binding,
         envelope_bytes=best,
         quantities=quantities,

@@ -1,8 +1,8 @@
 """What a wave states about itself beyond its tokens and prices, each recomputed: its ``index`` (its place
 in the plan), its ``dp_rank`` (the replica its ``gpus`` lie on), its ``items`` (each once, each with a
 request in the wave), ``split`` (true exactly when the wave holds only part of some item),
-``logical_tokens`` (its requests' tokens), ``card_cost_s`` (the wave's cost where the plan records no
-learned correction) and ``layout``.
+``logical_tokens`` (its requests' tokens), ``card_cost_s`` (the wave's cost by the card alone: a learned
+correction scales every second of a wave alike) and ``layout``.
 
 A layout's name is checked against what the wave's segments share (a segment on two or more request
 chains is shared): ``none`` shares no segment; ``full`` leaves nothing shareable unshared (no two
@@ -52,8 +52,7 @@ BASELINE_LAYOUTS = ("prefix_grouped", "custom")
 class WaveFacts:
     """What the verifier found in one wave: its index in the plan (the expected ``index``), the plan's
     topology, its segments, the first token of each (``-1``: unread), the tokens of the requests it is the
-    first to hold, its cost and whether the plan
-    records no learned correction (``alone``)."""
+    first to hold, its cost and its cost by the card alone."""
 
     w: int
     index: int
@@ -62,7 +61,7 @@ class WaveFacts:
     first_tokens: list[int]
     logical_tokens: int
     cost_s: float
-    alone: bool
+    card_cost_s: float
 
 
 def check_wave_claims(
@@ -81,8 +80,8 @@ def check_wave_claims(
             f"wave {w}: logical_tokens {wave['logical_tokens']!r} but its requests hold {logical}"
         )
     stated = wave.get("card_cost_s")
-    if facts.alone and "card_cost_s" in wave and not (is_number(stated) and close(stated, facts.cost_s)):
-        violations.append(f"wave {w}: card_cost_s {stated!r} but the verifier prices {facts.cost_s}")
+    if "card_cost_s" in wave and not (is_number(stated) and close(stated, facts.card_cost_s)):
+        violations.append(f"wave {w}: card_cost_s {stated!r} but the verifier prices {facts.card_cost_s}")
     if "layout" in wave:
         _check_layout(w, wave, facts, violations)
 
