@@ -8,8 +8,9 @@ A layout's name is checked against what the wave's segments share (a segment on 
 chains is shared): ``none`` shares no segment; ``full`` leaves nothing shareable unshared (no two
 segments with one parent, or two roots, start with the same token); ``depth:K`` shares no segment below
 tree level ``K`` (a root is level 1); ``min_span:T`` shares no segment shorter than ``T`` tokens. The
-names of the baselines' own layouts (``prefix_grouped``, ``custom``) are accepted as names: their
-segments are checked as every wave's are, their sharing rule is not.
+joint model's own choice of decisions (``cpsat``) and the baselines' layouts (``prefix_grouped``,
+``custom``) follow no rule a name states: they are accepted as names, and their segments are checked as
+every wave's are.
 """
 
 from __future__ import annotations
@@ -44,8 +45,8 @@ WAVE_REQUIRED = (
 """The fields of a wave every plan states (``cp``, ``gpus``, ``start_s`` and ``gdn_handoff`` have the
 defaults of plans written before them)."""
 
-BASELINE_LAYOUTS = ("prefix_grouped", "custom")
-"""Layout names the baselines write whose sharing rule the verifier does not recompute."""
+FREE_LAYOUTS = ("cpsat", "prefix_grouped", "custom")
+"""Layout names whose sharing follows no stated rule: the joint model's choice and the baselines'."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -134,7 +135,7 @@ def _check_items(w: int, wave: dict[str, Any], by_id: dict[str, Item], violation
 def _check_layout(w: int, wave: dict[str, Any], facts: WaveFacts, violations: list[str]) -> None:
     """The wave's ``layout`` names a layout whose sharing rule its segments keep."""
     name = wave["layout"]
-    if isinstance(name, str) and name in BASELINE_LAYOUTS:
+    if isinstance(name, str) and name in FREE_LAYOUTS:
         return
     try:
         kind, value = parse_layout(name) if isinstance(name, str) else ("", 0)
@@ -143,7 +144,7 @@ def _check_layout(w: int, wave: dict[str, Any], facts: WaveFacts, violations: li
     if not kind:
         violations.append(
             f"wave {w}: layout {name!r} is not a layout the planner writes "
-            f"(full, none, depth:K, min_span:T, {', '.join(BASELINE_LAYOUTS)})"
+            f"(full, none, depth:K, min_span:T, {', '.join(FREE_LAYOUTS)})"
         )
         return
     broken = _layout_break(kind, value, wave, facts)
