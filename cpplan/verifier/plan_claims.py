@@ -63,7 +63,7 @@ def check_plan_claims(
     if isinstance(data.get("workload"), dict):
         _check_digests(data, workload, violations)
     if "candidates" in data:
-        _check_candidates(data, totals.cost_s, violations)
+        _check_candidates(data, totals, violations)
     if "solver" in data:
         _check_solver(data, violations)
 
@@ -92,34 +92,31 @@ def _check_digests(data: dict[str, Any], workload: Workload, violations: list[st
         violations.append("plan workload.sha256 is not the digest of its wave_sha256")
 
 
-def _check_candidates(data: dict[str, Any], cost_s: float, violations: list[str]) -> None:
+def _check_candidates(data: dict[str, Any], totals: PlanTotals, violations: list[str]) -> None:
     """The chosen ``strategy`` is a valid candidate with the plan's cost and waves, and the cheapest."""
     candidates = data["candidates"]
     if not isinstance(candidates, list) or not all(isinstance(c, dict) for c in candidates):
         violations.append("plan candidates is not a list of objects")
         return
     strategy = data.get("strategy")
-    chosen = [c for c in candidates if c.get("strategy") == strategy and c.get("valid") is True]
-    if not chosen:
+    chosen = next((c for c in candidates if c.get("strategy") == strategy and c.get("valid") is True), None)
+    if chosen is None:
         violations.append(f"plan strategy {strategy!r} is not a valid candidate")
         return
-    cost = chosen[0].get("cost_s")
-    if not (is_number(cost) and close(cost, cost_s)):
-        violations.append(f"plan candidate {strategy!r} (chosen) costs {cost!r} but the plan costs {cost_s}")
-    elif chosen[0].get("num_waves") != data.get("num_waves"):
+    cost = chosen.get("cost_s")
+    if not (is_number(cost) and close(cost, totals.cost_s)):
         violations.append(
-            f"plan num_waves {data.get('num_waves')!r} but its chosen candidate {strategy!r} has "
-            f"{chosen[0].get('num_waves')!r}"
+            f"plan candidate {strategy!r} (chosen) costs {cost!r} but the plan costs {totals.cost_s}"
+        )
+        return
+    if chosen.get("num_waves") != totals.num_waves:
+        violations.append(
+            f"plan candidate {strategy!r} (chosen) has {chosen.get('num_waves')!r} waves but the plan "
+            f"{totals.num_waves}"
         )
     for other in candidates:
         price = other.get("cost_s")
-        if (
-            other.get("valid") is True
-            and is_number(price)
-            and is_number(cost)
-            and price < cost
-            and not close(price, cost)
-        ):
+        if other.get("valid") is True and is_number(price) and price < cost and not close(price, cost):
             violations.append(
                 f"plan strategy {strategy!r} costs {cost} but candidate {other.get('strategy')!r} is valid "
                 f"and costs {price}: the cheapest valid candidate is chosen"
@@ -153,7 +150,7 @@ def _check_solver(data: dict[str, Any], violations: list[str]) -> None:
             violations.append(
                 f"plan solver.bound_s {bound} bounds all plans but lies above the plan's cost_s {cost}"
             )
-        priced = _candidate_cost(data, "cpsat")
+        priced = _candidate_cost(data, "cpsat") if data.get("strategy") != "cpsat" else None
         _check_gap(solver, bound, priced if priced is not None else cost, violations)
     elif is_number(objective):
         _check_gap(solver, bound, objective, violations)
