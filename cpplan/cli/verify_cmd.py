@@ -40,8 +40,11 @@ def verify_command(plan_file: Path, workload: Path | None, learned: Path | None,
 
     PLAN is a plan JSON (`cpplan plan --output`), a pack shard (one line or a whole
     shards/window-NNNNNN.jsonl file) or a pack folder (or its manifest.json; WORKLOAD then defaults to
-    the pack's dataset). The model, topology, memory, layers and phase default to the plan's own. A plan
-    priced with a learned correction is checked against it (from --learned, else from the plan)."""
+    the pack's dataset). The model, topology, memory, layers and phase default to the plan's own; a
+    model, topology, layers or phase other than the plan's is one violation naming both (nothing else is
+    checked), another memory budget is said and checked. A plan priced with a learned correction is
+    checked against it (from --learned, else from the plan). Every figure the plan states is recomputed
+    or checked for consistency: docs/verify.md lists how, field by field."""
     problem_values = split_options(options, PROBLEM_KEYS)
     fields = record_fields(split_options(options, RECORD_KEYS))
     if plan_file.is_dir() or plan_file.name == "manifest.json":
