@@ -27,7 +27,7 @@ from cpplan.verifier.plan_claims import PlanTotals, check_plan_claims
 from cpplan.verifier.rank_prices import close, price_ranks
 from cpplan.verifier.schedule_replay import replay_cost, wave_gpus, wave_group
 from cpplan.verifier.segments import check_packed_tokens, check_segments, read_segments, segment_offsets
-from cpplan.verifier.wave_claims import WaveFacts, check_wave_claims, first_tokens
+from cpplan.verifier.wave_claims import WaveFacts, check_wave_claims
 
 DEFAULT_CHUNK_TOKENS = 128
 
@@ -168,7 +168,8 @@ def _check_wave(
         index=where.index,
         topology=where.topology,
         segments=segments,
-        first_tokens=first_tokens(coverage.tokens),
+        segment_uses=coverage.uses,
+        segment_tokens=coverage.tokens,
         logical_tokens=coverage.logical_tokens,
         cost_s=cost,
         card_cost_s=cost / card.time_scale,

@@ -52,14 +52,16 @@ FREE_LAYOUTS = ("cpsat", "prefix_grouped", "custom")
 @dataclass(frozen=True, kw_only=True)
 class WaveFacts:
     """What the verifier found in one wave: its index in the plan (the expected ``index``), the plan's
-    topology, its segments, the first token of each (``-1``: unread), the tokens of the requests it is the
+    topology, its segments, how many request chains pass through each and its tokens as read back
+    (``None``: unread), the tokens of the requests it is the
     first to hold, its cost and its cost by the card alone."""
 
     w: int
     index: int
     topology: Topology
     segments: list[Segment]
-    first_tokens: list[int]
+    segment_uses: list[int]
+    segment_tokens: list[np.ndarray | None]
     logical_tokens: int
     cost_s: float
     card_cost_s: float
@@ -111,25 +113,27 @@ def _check_dp_rank(w: int, wave: dict[str, Any], facts: WaveFacts, violations: l
 
 
 def _check_items(w: int, wave: dict[str, Any], by_id: dict[str, Item], violations: list[str]) -> None:
-    """Each listed item once, each with a request in the wave; ``split`` true exactly when some listed
-    item has only part of its requests here (false: see :func:`~cpplan.verifier.chains.check_whole_items`)."""
+    """Each listed item once; ``split``, a boolean, true exactly when some listed item has only part of
+    its requests here, and then each listed item has some (a wave not marked split holds every request
+    of each: :func:`~cpplan.verifier.chains.check_whole_items`)."""
     items = wave.get("items")
     if not isinstance(items, list):
         return
     for item_id, times in Counter(map(str, items)).items():
         if times > 1:
             violations.append(f"wave {w}: item {item_id!r} is listed {times} times")
-    held = Counter(e.get("item") for e in wave.get("requests") or [] if isinstance(e, dict))
-    for item_id in dict.fromkeys(items):
-        if isinstance(item_id, str) and item_id in by_id and not held[item_id]:
-            violations.append(f"wave {w}: item {item_id!r} is listed but none of its requests is in the wave")
     split = wave.get("split")
     if "split" in wave and not isinstance(split, bool):
         violations.append(f"wave {w}: split {split!r} is not true or false")
-    elif split:
-        partial = [i for i in items if i in by_id and 0 < held[i] < len(by_id[i].requests)]
-        if not partial:
-            violations.append(f"wave {w}: split true but it holds every request of each item it lists")
+    if split is not True:
+        return
+    held = Counter(e.get("item") for e in wave.get("requests") or [] if isinstance(e, dict))
+    listed = [i for i in dict.fromkeys(items) if isinstance(i, str) and i in by_id]
+    for item_id in listed:
+        if not held[item_id]:
+            violations.append(f"wave {w}: item {item_id!r} is listed but none of its requests is in the wave")
+    if not any(0 < held[i] < len(by_id[i].requests) for i in listed):
+        violations.append(f"wave {w}: split true but it holds every request of each item it lists")
 
 
 def _check_layout(w: int, wave: dict[str, Any], facts: WaveFacts, violations: list[str]) -> None:
@@ -154,14 +158,12 @@ def _check_layout(w: int, wave: dict[str, Any], facts: WaveFacts, violations: li
 
 def _layout_break(kind: str, value: int, wave: dict[str, Any], facts: WaveFacts) -> str:
     """How the wave's segments break the layout's rule (``""``: they keep it)."""
-    segments = facts.segments
-    entries = [e for e in wave.get("requests") or [] if isinstance(e, dict)]
-    chains = Counter(int(c) for e in entries for c in e.get("segments") or [])
-    shared = [s for s in range(len(segments)) if chains[s] >= 2]
+    segments, chains = facts.segments, facts.segment_uses
+    shared = [s for s, uses in enumerate(chains) if uses >= 2]
     if kind == "none" and shared:
         return f"segment {shared[0]} is on {chains[shared[0]]} requests' chains"
     if kind == "full":
-        return _unshared_prefix(segments, facts.first_tokens)
+        return _unshared_prefix(segments, facts.segment_tokens)
     level: list[int] = []
     for parent, _, _ in segments:
         level.append(level[parent] + 1 if parent >= 0 else 1)
@@ -173,20 +175,16 @@ def _layout_break(kind: str, value: int, wave: dict[str, Any], facts: WaveFacts)
     return ""
 
 
-def _unshared_prefix(segments: list[Segment], first_tokens: list[int]) -> str:
+def _unshared_prefix(segments: list[Segment], tokens: list[np.ndarray | None]) -> str:
     """Two segments with one parent (or two roots) that start with the same token: a prefix full
     sharing would store once (``""`` when there is none)."""
     seen: dict[tuple[int, int], int] = {}
-    for s, ((parent, _, _), token) in enumerate(zip(segments, first_tokens, strict=True)):
-        if token < 0:
+    for s, ((parent, _, _), held) in enumerate(zip(segments, tokens, strict=True)):
+        if held is None or not held.size:
             continue
+        token = int(held[0])
         other = seen.setdefault((parent, token), s)
         if other != s:
             after = f"after segment {parent}" if parent >= 0 else "as roots"
             return f"segments {other} and {s} both start with token {token} {after}"
     return ""
-
-
-def first_tokens(segment_tokens: list[np.ndarray | None]) -> list[int]:
-    """The first token of each segment as its requests read it back (``-1`` where none did)."""
-    return [int(t[0]) if t is not None and t.size else -1 for t in segment_tokens]
