@@ -4,9 +4,12 @@ It reads a plan in its JSON form and the workload, rebuilds every packed token f
 request chains, and checks: every request exactly once, every packed token owned exactly once, the tree
 metadata consistent, and every rank's peak within the budget. It prices ranks token by token from the
 model card's resolved terms with its own arithmetic: it shares no code path with the planners or the
-numpy evaluator beyond the card. One module per concern: :mod:`.segments` (the tree), :mod:`.chains`
-(requests read back), :mod:`.owners` (ownership), :mod:`.rank_prices` (pricing); this module checks the
-plan as a whole.
+numpy evaluator beyond the card. Every figure the plan states is recomputed and compared, or checked for
+consistency with the rest of the plan (docs/verify.md lists each field). One module per concern:
+:mod:`.segments` (the tree), :mod:`.chains` (requests read back), :mod:`.owners` (ownership),
+:mod:`.rank_prices` (pricing), :mod:`.claims` (a rank's figures and the tolerances), :mod:`.wave_claims`
+and :mod:`.plan_claims` (what a wave and a plan state beyond them); this module checks the plan as a
+whole.
 """
 
 from __future__ import annotations
@@ -68,8 +71,7 @@ def verify_plan(
     wave_costs: list[float] = []
     placed: tuple[list[dict], list[list[int]], list[int]] = ([], [], [])
     worst_peak = packed_tokens = logical_tokens = 0
-    first = waves[0].get("index", 0) if requests is not None and isinstance(waves[0], dict) else 0
-    first = first if isinstance(first, int) else 0
+    first = _first_index(waves) if requests is not None else 0
     for w, wave in enumerate(waves):
         if not isinstance(wave, dict):
             violations.append(f"wave {w}: malformed (a wave is a JSON object, got {type(wave).__name__})")
@@ -94,11 +96,6 @@ def verify_plan(
     padding = (data.get("padding"), card.wave_overhead_s)
     replayed = violations if check_starts else []
     total = replay_cost(placed[0], placed[1], wave_costs, card.topology, replayed, padding, indices=placed[2])
-    claimed = data.get("cost_s")
-    if "cost_s" in data and not is_number(claimed):
-        violations.append(f"plan cost_s {claimed!r} is not a number of seconds")
-    elif not violations and is_number(claimed) and not close(claimed, total):
-        violations.append(f"plan cost_s {claimed} differs from the verifier's {total}")
     totals = PlanTotals(
         cost_s=total,
         num_waves=len(waves),
@@ -107,8 +104,7 @@ def verify_plan(
         peak_bytes=worst_peak,
         safety=card.safety,
     )
-    if not violations and requests is None:
-        check_plan_claims(data, totals, workload, violations)
+    _check_plan(data, totals, workload, violations, whole=requests is None)
     return Verification(
         valid=not violations,
         violations=tuple(violations),
@@ -116,6 +112,26 @@ def verify_plan(
         peak_bytes=worst_peak,
         wave_costs_s=tuple(wave_costs),
     )
+
+
+def _first_index(waves: list) -> int:
+    """The ``index`` a part of a plan (a shard) starts at: its first wave's."""
+    first = waves[0].get("index", 0) if isinstance(waves[0], dict) else 0
+    return first if isinstance(first, int) else 0
+
+
+def _check_plan(
+    data: dict[str, Any], totals: PlanTotals, workload: Workload, violations: list[str], *, whole: bool
+) -> None:
+    """The plan's ``cost_s`` against the replay's; then, once every wave checks and for a whole plan,
+    everything else it states as a whole (:mod:`.plan_claims`)."""
+    claimed = data.get("cost_s")
+    if "cost_s" in data and not is_number(claimed):
+        violations.append(f"plan cost_s {claimed!r} is not a number of seconds")
+    elif not violations and is_number(claimed) and not close(claimed, totals.cost_s):
+        violations.append(f"plan cost_s {claimed} differs from the verifier's {totals.cost_s}")
+    if not violations and whole:
+        check_plan_claims(data, totals, workload, violations)
 
 
 def _wave_card(w: int, wave: dict, card: ResolvedCard, violations: list[str]) -> ResolvedCard | None:
