@@ -21,6 +21,7 @@ from typing import Any
 from cpplan.errors import InputError
 from cpplan.plans.plan_fields import GDN_HANDOFF_MODES
 from cpplan.spec.card import ResolvedCard
+from cpplan.spec.settings import topology_from_json
 from cpplan.spec.topology import Topology
 from cpplan.spec.workload import Item, Workload
 from cpplan.verifier.chains import check_used, check_whole_items, read_requests
@@ -65,6 +66,9 @@ def verify_plan(
     waves = data.get("waves")
     if not isinstance(waves, list) or not waves:
         return Verification(valid=False, violations=("plan has no waves",), cost_s=None, peak_bytes=None)
+    mismatch = _stated_settings(data, card)
+    if mismatch is not None:
+        return Verification(valid=False, violations=(mismatch,), cost_s=None, peak_bytes=None)
     by_id = {item.id: item for item in workload.items}
     violations: list[str] = []
     seen: dict[tuple[str, int], int] = {}
@@ -112,6 +116,25 @@ def verify_plan(
         peak_bytes=worst_peak,
         wave_costs_s=tuple(wave_costs),
     )
+
+
+def _stated_settings(data: dict[str, Any], card: ResolvedCard) -> str | None:
+    """The first setting the plan states (``model``, ``layers``, ``phase``, ``topology``) other than the
+    card's, named with both values (``None`` when they agree or the plan leaves them out): every figure
+    of the plan would disagree, so that is the one violation."""
+    ours = {"model": card.name, "layers": card.num_layers, "phase": card.phase}
+    for name, value in ours.items():
+        if name in data and data[name] != value:
+            return f"the plan states {name} {data[name]!r}, but it is checked with {value!r}"
+    if "topology" not in data:
+        return None
+    try:
+        stated = topology_from_json(data["topology"])
+    except InputError as exc:
+        return f"the plan's topology {data['topology']!r} is not a topology: {exc}"
+    if stated != card.topology:
+        return f"the plan states topology {stated}, but it is checked under {card.topology}"
+    return None
 
 
 def _first_index(waves: list) -> int:

@@ -9,6 +9,7 @@ import copy
 import pytest
 
 from cpplan import Topology
+from cpplan.verifier import verify_plan
 from tests.conftest import middle_budget
 from tests.verifier.test_verifier_mutants import plan_for, verdict_of
 
@@ -282,3 +283,25 @@ def test_a_wave_digest_is_that_of_its_requests(cp2):
 def test_a_deleted_wave_field_is_named(cp2, field):
     """A wave field the writer always emits, deleted, is the one violation naming it."""
     assert edited(cp2, lambda d: d["waves"][0].pop(field)) == (f"wave 0: field '{field}' is missing",)
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"topology": Topology(cp=4)}, "the plan states topology tp=1,cp=2,ep=1,etp=1,pp=1,dp=1, but it is "),
+        ({"num_layers": 8}, "the plan states layers 40, but it is checked with 8"),
+        ({"phase": "warm"}, "the plan states phase 'cold', but it is checked with 'warm'"),
+    ],
+    ids=["topology", "layers", "phase"],
+)
+def test_a_card_of_other_settings_is_one_violation(cp2, qwen36, settings, message):
+    """Checked with a card of another topology, depth or phase than the plan states, the verdict is the
+    one violation naming both (no wave is priced: every figure would disagree)."""
+    from cpplan.spec.settings import Settings
+
+    result, data = cp2
+    values = {"topology": Topology(cp=2), "model": qwen36, "memory_bytes": result.problem.memory_bytes}
+    card = Settings(**{**values, **settings}).card
+    verdict = verify_plan(data, result.problem.workload, card, result.problem.memory_bytes)
+    assert len(verdict.violations) == 1 and verdict.violations[0].startswith(message), verdict.violations
+    assert verdict.cost_s is None
