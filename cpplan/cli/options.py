@@ -248,8 +248,9 @@ def _fill_from_plan(chosen: dict[str, Any], plan: dict[str, Any]) -> dict[str, A
 
 
 def _check_same_model(model: Any, plan: dict[str, Any]) -> None:
-    """Refuse a ``--model`` other than the plan's when ``--layers`` is left out: the plan's layer count
-    (and every price in it) is its own model's, so checking it on another card needs ``--layers``."""
+    """Refuse a ``--model`` other than the plan's when ``--layers`` is left out (before the plan's layer
+    count, its own model's, is read against the other card); with ``--layers``, ``cpplan verify`` refuses
+    it as one violation naming both models."""
     from cpplan.spec.card import ModelCard, load_model
 
     made_for = plan.get("model")
@@ -261,7 +262,7 @@ def _check_same_model(model: Any, plan: dict[str, Any]) -> None:
         depth = f" ({layers} layers)" if isinstance(layers, int) else ""
         raise InputError(
             f"the plan was made for model {made_for!r}{depth}, not for {given!r} (--model): leave --model "
-            f"out to check it as it was made, or give --layers to check it on {given!r}",
+            "out to check it as it was made",
             field="model",
         )
 

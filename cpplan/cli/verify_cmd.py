@@ -40,8 +40,11 @@ def verify_command(plan_file: Path, workload: Path | None, learned: Path | None,
 
     PLAN is a plan JSON (`cpplan plan --output`), a pack shard (one line or a whole
     shards/window-NNNNNN.jsonl file) or a pack folder (or its manifest.json; WORKLOAD then defaults to
-    the pack's dataset). The model, topology, memory, layers and phase default to the plan's own. A plan
-    priced with a learned correction is checked against it (from --learned, else from the plan)."""
+    the pack's dataset). The model, topology, memory, layers and phase default to the plan's own; a
+    model, topology, layers or phase other than the plan's is one violation naming both (nothing else is
+    checked), another memory budget is said and checked. A plan priced with a learned correction is
+    checked against it (from --learned, else from the plan). Every figure the plan states is recomputed
+    or checked for consistency: docs/verify.md lists how, field by field."""
     problem_values = split_options(options, PROBLEM_KEYS)
     fields = record_fields(split_options(options, RECORD_KEYS))
     if plan_file.is_dir() or plan_file.name == "manifest.json":
@@ -54,9 +57,69 @@ def verify_command(plan_file: Path, workload: Path | None, learned: Path | None,
     data = read_plan_file(plan_file)
     if not isinstance(data, dict):
         raise InputError("a plan is a JSON object", file=str(plan_file))
-    settings = _learned(data, read_settings(problem_values, data), learned, plan_file)
+    settings, cause = _plan_settings(problem_values, data)
+    if cause is not None:
+        return _refuse(cause)
+    settings = _learned(data, settings, learned, plan_file)
     verdict = _verify_one(data, _workload(data, workload, fields), settings)
     return _report(verdict, len(data.get("waves") or []), settings.memory_bytes)
+
+
+def _plan_settings(values: dict[str, Any], data: dict[str, Any]):
+    """The settings a plan is checked under, and the one cause that makes checking it pointless (else
+    ``None``): the plan's own model cannot take its own layers (an edited plan), or an option names a
+    model, depth, phase or topology other than the plan's, whose prices every figure of the plan would
+    then miss. A budget other than the plan's is said once and checked: the plan's figures do not depend
+    on it, and each rank over it is a violation of its own."""
+    try:
+        settings = read_settings(values, data)
+        _ = settings.card_alone  # resolving the card is where a depth the model lacks fails
+    except InputError as exc:
+        if exc.field != "layers" or values.get("layers") is not None or "layers" not in data:
+            raise
+        said = str(exc).removeprefix("field 'layers': ")
+        return None, (
+            f"the plan states model {data.get('model')!r} with layers {data['layers']!r}, which that model "
+            f"cannot run (field 'layers': {said})"
+        )
+    return settings, _stated_mismatch(settings, data)
+
+
+def _stated_mismatch(settings, data: dict[str, Any]) -> str | None:
+    """The first setting given on the command line that differs from the one the plan states (naming
+    both), or ``None``; a different budget is said on standard error and is no mismatch."""
+    from cpplan.spec.settings import topology_from_json
+
+    ours = settings.to_json()
+    options = {"model": "--model", "layers": "--layers", "phase": "--phase"}
+    for field, option in options.items():
+        if field in data and data[field] != ours[field]:
+            return (
+                f"the plan was made for {field} {data[field]!r}, not {ours[field]!r} ({option}): a plan "
+                f"is checked under the settings it states (leave {option} out)"
+            )
+    if isinstance(data.get("topology"), dict):
+        stated = topology_from_json(data["topology"])
+        if stated != settings.topology:
+            return (
+                f"the plan was made for topology {stated}, not {settings.topology} (--topology, "
+                "--dynamic-cp, --equal-waves): a plan is checked under the topology it states (leave "
+                "them out)"
+            )
+    if isinstance(data.get("memory_bytes"), int) and data["memory_bytes"] != settings.memory_bytes:
+        click.echo(
+            f"cpplan: the plan was made for memory_bytes {data['memory_bytes']:,}; checking it at "
+            f"{settings.memory_bytes:,} (--memory)",
+            err=True,
+        )
+    return None
+
+
+def _refuse(cause: str, prefix: str = "") -> int:
+    """One violation that stops the check: its cause, said once."""
+    click.echo(f"{prefix}violation: {cause}", err=True)
+    click.echo(f"{prefix}invalid: 1 violation (nothing else is checked against these settings)", err=True)
+    return EXIT_INVALID
 
 
 def _learned(data: dict[str, Any], settings, learned: Path | None, plan_file: Path):
@@ -135,7 +198,11 @@ def _verify_pack(folder: Path, dataset: Path | None, values: dict[str, Any], lea
         if not shard.exists() or not shard.read_text(encoding="utf-8").strip():
             continue  # a window whose items were all rejected has an empty shard
         data = read_plan_file(shard)
-        settings = settings or _learned(data, read_settings(values, data), learned, shard)
+        if settings is None:
+            read, cause = _plan_settings(values, data)
+            if cause is not None:
+                return _refuse(cause, prefix=f"{shard_name(window)}: ")
+            settings = _learned(data, read, learned, shard)
         verdict = _verify_one(data, _workload(data, path, None), settings)
         if not verdict.valid:
             failed += 1

@@ -18,14 +18,16 @@ from cpplan.verifier.segments import Segment
 class Coverage:
     """What the requests of one wave put in its segments: the tokens read so far, whether any request
     through a segment takes gradients or needs the logits of all its tokens (``loss``), which of its
-    tokens' logits requests with a loss mask need (``masked_loss``, only where one passes), and whether
-    any request uses the segment."""
+    tokens' logits requests with a loss mask need (``masked_loss``, only where one passes), and how
+    many requests' chains pass through it (``uses``); ``logical_tokens``: the tokens of the requests
+    this wave is the first to hold (unpacked)."""
 
     tokens: list[np.ndarray | None]
     grad: list[bool]
     loss: list[bool]
-    used: list[bool]
+    uses: list[int]
     masked_loss: dict[int, np.ndarray] = field(default_factory=dict)
+    logical_tokens: int = 0
 
     @classmethod
     def empty(cls, num_segments: int) -> Coverage:
@@ -34,7 +36,7 @@ class Coverage:
             tokens=[None] * num_segments,
             grad=[False] * num_segments,
             loss=[False] * num_segments,
-            used=[False] * num_segments,
+            uses=[0] * num_segments,
         )
 
 
@@ -61,6 +63,7 @@ def read_requests(
         item = by_id.get(item_id)
         if item is None or not 0 <= k < len(item.requests):
             continue
+        coverage.logical_tokens += item.requests[k].tokens.size
         _read_chain(w, item_id, k, item.requests[k], chain, segments, coverage, violations)
     return coverage
 
@@ -96,7 +99,7 @@ def _read_chain(
                 f"wave {w}: segment {c} holds tokens that differ from request {k} of {item_id!r}"
             )
             return
-        coverage.used[c] = True
+        coverage.uses[c] += 1
         coverage.grad[c] |= request.grad
         coverage.loss[c] |= masked is None and request.output in ("loss", "logits")
         if masked is not None:
@@ -137,6 +140,6 @@ def check_whole_items(w: int, wave: dict[str, Any], by_id: dict[str, Item], viol
 
 def check_used(w: int, coverage: Coverage, violations: list[str]) -> None:
     """Every segment lies on some request's chain."""
-    for s, used in enumerate(coverage.used):
-        if not used:
+    for s, uses in enumerate(coverage.uses):
+        if not uses:
             violations.append(f"wave {w}: segment {s} is used by no request")

@@ -4,9 +4,12 @@ It reads a plan in its JSON form and the workload, rebuilds every packed token f
 request chains, and checks: every request exactly once, every packed token owned exactly once, the tree
 metadata consistent, and every rank's peak within the budget. It prices ranks token by token from the
 model card's resolved terms with its own arithmetic: it shares no code path with the planners or the
-numpy evaluator beyond the card. One module per concern: :mod:`.segments` (the tree), :mod:`.chains`
-(requests read back), :mod:`.owners` (ownership), :mod:`.rank_prices` (pricing); this module checks the
-plan as a whole.
+numpy evaluator beyond the card. Every figure the plan states is recomputed and compared, or checked for
+consistency with the rest of the plan (docs/verify.md lists each field). One module per concern:
+:mod:`.segments` (the tree), :mod:`.chains` (requests read back), :mod:`.owners` (ownership),
+:mod:`.rank_prices` (pricing), :mod:`.claims` (a rank's figures and the tolerances), :mod:`.wave_claims`
+and :mod:`.plan_claims` (what a wave and a plan state beyond them); this module checks the plan as a
+whole.
 """
 
 from __future__ import annotations
@@ -18,12 +21,17 @@ from typing import Any
 from cpplan.errors import InputError
 from cpplan.plans.plan_fields import GDN_HANDOFF_MODES
 from cpplan.spec.card import ResolvedCard
+from cpplan.spec.settings import topology_from_json
+from cpplan.spec.topology import Topology
 from cpplan.spec.workload import Item, Workload
 from cpplan.verifier.chains import check_used, check_whole_items, read_requests
+from cpplan.verifier.claims import is_number
 from cpplan.verifier.owners import read_owners
+from cpplan.verifier.plan_claims import PlanTotals, check_plan_claims
 from cpplan.verifier.rank_prices import close, price_ranks
 from cpplan.verifier.schedule_replay import replay_cost, wave_gpus, wave_group
 from cpplan.verifier.segments import check_packed_tokens, check_segments, read_segments, segment_offsets
+from cpplan.verifier.wave_claims import WaveFacts, check_wave_claims
 
 DEFAULT_CHUNK_TOKENS = 128
 
@@ -58,12 +66,16 @@ def verify_plan(
     waves = data.get("waves")
     if not isinstance(waves, list) or not waves:
         return Verification(valid=False, violations=("plan has no waves",), cost_s=None, peak_bytes=None)
+    mismatch = _stated_settings(data, card)
+    if mismatch is not None:
+        return Verification(valid=False, violations=(mismatch,), cost_s=None, peak_bytes=None)
     by_id = {item.id: item for item in workload.items}
     violations: list[str] = []
     seen: dict[tuple[str, int], int] = {}
     wave_costs: list[float] = []
     placed: tuple[list[dict], list[list[int]], list[int]] = ([], [], [])
-    worst_peak = 0
+    worst_peak = packed_tokens = logical_tokens = 0
+    first = _first_index(waves) if requests is not None else 0
     for w, wave in enumerate(waves):
         if not isinstance(wave, dict):
             violations.append(f"wave {w}: malformed (a wave is a JSON object, got {type(wave).__name__})")
@@ -72,11 +84,13 @@ def verify_plan(
             group = _wave_card(w, wave, card, violations)
             if group is None:
                 continue
-            cost, peak = _check_wave(w, wave, by_id, seen, group, memory_bytes, chunk, violations)
+            where = _Where(w=w, index=first + w, topology=card.topology)
+            cost, peak, tokens = _check_wave(where, wave, by_id, seen, group, memory_bytes, chunk, violations)
         except (KeyError, TypeError, ValueError, IndexError) as exc:
             violations.append(f"wave {w}: malformed ({type(exc).__name__}: {exc})")
             continue
         wave_costs.append(cost)
+        packed_tokens, logical_tokens = packed_tokens + tokens[0], logical_tokens + tokens[1]
         placed[0].append(wave)
         placed[1].append(wave_gpus(w, wave, group.topology.cp, card.topology, violations))
         placed[2].append(w)
@@ -86,9 +100,15 @@ def verify_plan(
     padding = (data.get("padding"), card.wave_overhead_s)
     replayed = violations if check_starts else []
     total = replay_cost(placed[0], placed[1], wave_costs, card.topology, replayed, padding, indices=placed[2])
-    claimed = data.get("cost_s")
-    if not violations and isinstance(claimed, int | float) and not close(claimed, total):
-        violations.append(f"plan cost_s {claimed} differs from the verifier's {total}")
+    totals = PlanTotals(
+        cost_s=total,
+        num_waves=len(waves),
+        packed_tokens=packed_tokens,
+        logical_tokens=logical_tokens,
+        peak_bytes=worst_peak,
+        safety=card.safety,
+    )
+    _check_plan(data, totals, workload, violations, whole=requests is None)
     return Verification(
         valid=not violations,
         violations=tuple(violations),
@@ -96,6 +116,45 @@ def verify_plan(
         peak_bytes=worst_peak,
         wave_costs_s=tuple(wave_costs),
     )
+
+
+def _stated_settings(data: dict[str, Any], card: ResolvedCard) -> str | None:
+    """The first setting the plan states (``model``, ``layers``, ``phase``, ``topology``) other than the
+    card's, named with both values (``None`` when they agree or the plan leaves them out): every figure
+    of the plan would disagree, so that is the one violation."""
+    ours = {"model": card.name, "layers": card.num_layers, "phase": card.phase}
+    for name, value in ours.items():
+        if name in data and data[name] != value:
+            return f"the plan states {name} {data[name]!r}, but it is checked with {value!r}"
+    if "topology" not in data:
+        return None
+    try:
+        stated = topology_from_json(data["topology"])
+    except InputError as exc:
+        return f"the plan's topology {data['topology']!r} is not a topology: {exc}"
+    if stated != card.topology:
+        return f"the plan states topology {stated}, but it is checked under {card.topology}"
+    return None
+
+
+def _first_index(waves: list) -> int:
+    """The ``index`` a part of a plan (a shard) starts at: its first wave's."""
+    first = waves[0].get("index", 0) if isinstance(waves[0], dict) else 0
+    return first if isinstance(first, int) else 0
+
+
+def _check_plan(
+    data: dict[str, Any], totals: PlanTotals, workload: Workload, violations: list[str], *, whole: bool
+) -> None:
+    """The plan's ``cost_s`` against the replay's; then, once every wave checks and for a whole plan,
+    everything else it states as a whole (:mod:`.plan_claims`)."""
+    claimed = data.get("cost_s")
+    if "cost_s" in data and not is_number(claimed):
+        violations.append(f"plan cost_s {claimed!r} is not a number of seconds")
+    elif not violations and is_number(claimed) and not close(claimed, totals.cost_s):
+        violations.append(f"plan cost_s {claimed} differs from the verifier's {totals.cost_s}")
+    if not violations and whole:
+        check_plan_claims(data, totals, workload, violations)
 
 
 def _wave_card(w: int, wave: dict, card: ResolvedCard, violations: list[str]) -> ResolvedCard | None:
@@ -111,8 +170,17 @@ def _wave_card(w: int, wave: dict, card: ResolvedCard, violations: list[str]) ->
         return None
 
 
+@dataclass(frozen=True, kw_only=True)
+class _Where:
+    """A wave's place: its position in the plan JSON, its expected ``index`` and the plan's topology."""
+
+    w: int
+    index: int
+    topology: Topology
+
+
 def _check_wave(
-    w: int,
+    where: _Where,
     wave: dict,
     by_id: dict[str, Item],
     seen: dict[tuple[str, int], int],
@@ -120,8 +188,10 @@ def _check_wave(
     memory_bytes: int,
     chunk: int,
     violations: list[str],
-) -> tuple[float, int]:
-    """One wave's structure, requests, ownership and prices; its cost and worst peak."""
+) -> tuple[float, int, tuple[int, int]]:
+    """One wave's structure, requests, ownership, prices and stated fields; its cost, worst peak, and
+    packed and logical tokens."""
+    w = where.w
     segments = read_segments(wave)
     check_segments(w, segments, violations)
     offsets, packed = segment_offsets(segments)
@@ -131,7 +201,20 @@ def _check_wave(
     check_packed_tokens(w, wave, packed, violations)
     _check_gdn_handoff(w, wave, violations)
     runs = read_owners(w, wave["ranks"], packed, chunk, card.topology.cp, violations)
-    return price_ranks(w, wave, segments, offsets, runs, coverage, card, memory_bytes, violations)
+    cost, peak = price_ranks(w, wave, segments, offsets, runs, coverage, card, memory_bytes, violations)
+    facts = WaveFacts(
+        w=w,
+        index=where.index,
+        topology=where.topology,
+        segments=segments,
+        segment_uses=coverage.uses,
+        segment_tokens=coverage.tokens,
+        logical_tokens=coverage.logical_tokens,
+        cost_s=cost,
+        card_cost_s=cost / card.time_scale,
+    )
+    check_wave_claims(wave, facts, by_id, violations)
+    return cost, peak, (packed, coverage.logical_tokens)
 
 
 def _check_gdn_handoff(w: int, wave: dict, violations: list[str]) -> None:

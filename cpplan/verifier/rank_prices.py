@@ -19,12 +19,10 @@ import numpy as np
 from cpplan.spec.card import ResolvedCard
 from cpplan.spec.quantities import COUNTS, QUANTITIES, QUANTITY_NAMES, check_rules
 from cpplan.verifier.chains import Coverage
+from cpplan.verifier.claims import RankPrice, check_rank_claims, close
 from cpplan.verifier.handoff_recount import handoff_seconds
 from cpplan.verifier.owners import OwnerRuns
 from cpplan.verifier.segments import Segment
-
-PEAK_TOLERANCE_BYTES = 2
-COST_TOLERANCE = 1e-9
 
 _PER_RUN = {
     "token": lambda first, n: n,
@@ -33,11 +31,6 @@ _PER_RUN = {
 """What ``n`` owned tokens at consecutive positions ``first .. first + n - 1`` add to a per-token count:
 one each, or the keys each attends (position + 1), an arithmetic series."""
 check_rules("verifier.rank_prices", (*_PER_RUN, "segment", "remote"), COUNTS)
-
-
-def close(a: float, b: float) -> bool:
-    """Equal within :data:`COST_TOLERANCE` (relative, absolute below 1)."""
-    return abs(a - b) <= COST_TOLERANCE * max(1.0, abs(a), abs(b))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -114,16 +107,18 @@ def price_ranks(
     for rank in range(cp):
         local = {name: int(values[rank]) for name, values in per_rank.items()}
         quantities = tuple(local[name] for name in QUANTITY_NAMES)
-        peak = _peak(card, quantities)
-        for barrier, seconds in _barrier_seconds(card, quantities).items():
+        priced = _price_rank(card, quantities)
+        for barrier, seconds in priced.barrier_s.items():
             slowest[barrier] = max(slowest.get(barrier, 0.0), seconds)
-        worst = max(worst, peak)
-        if peak > memory_bytes:
+        worst = max(worst, priced.peak_bytes)
+        if priced.peak_bytes > memory_bytes:
             violations.append(
-                f"wave {w} rank {rank}: predicted peak {peak:,} bytes exceeds the budget of "
+                f"wave {w} rank {rank}: predicted peak {priced.peak_bytes:,} bytes exceeds the budget of "
                 f"{memory_bytes:,} bytes"
             )
-        _check_claims(w, rank, claimed.get(rank), local, peak, violations)
+        if rank in claimed:
+            where = f"wave {w} rank {rank}"
+            check_rank_claims(where, claimed[rank], local, priced, card, violations)
     compute = math.fsum(slowest.values())
     mode = wave.get("gdn_handoff", "rounds")
     if mode == "head_parallel" and cp > 1 and card.handoff.priced and not card.handoff.head_parallel_priced:
@@ -137,26 +132,6 @@ def price_ranks(
             f"wave {w}: cost_s {wave['cost_s']} but the verifier prices {cost} (GDN hand-off {mode!r})"
         )
     return cost, worst
-
-
-def _check_claims(
-    w: int, rank: int, entry: dict[str, Any] | None, local: dict[str, int], peak: int, violations: list[str]
-) -> None:
-    """The plan's figures for the rank (owned tokens, loss tokens, peak bytes) are the verifier's."""
-    if entry is None:
-        return
-    tokens = local["tokens"]
-    if int(entry.get("tokens", -1)) != tokens:
-        violations.append(f"wave {w} rank {rank}: tokens {entry.get('tokens')} but owns {tokens}")
-    if "loss_tokens" in entry and int(entry["loss_tokens"]) != local["loss_tokens"]:
-        violations.append(
-            f"wave {w} rank {rank}: loss_tokens {entry['loss_tokens']} but the verifier counts "
-            f"{local['loss_tokens']} owned tokens whose logits are needed"
-        )
-    if abs(int(entry.get("peak_bytes", -1)) - peak) > PEAK_TOLERANCE_BYTES:
-        violations.append(
-            f"wave {w} rank {rank}: peak_bytes {entry.get('peak_bytes')} but the verifier prices {peak}"
-        )
 
 
 def rank_sums(
@@ -227,16 +202,25 @@ def _masked_sums(
     return out
 
 
-def _peak(card: ResolvedCard, quantities: tuple[int, ...]) -> int:
-    """``ceil(safety * max over envelopes of (static + the envelope's terms))``."""
-    best = -math.inf
+def _price_rank(card: ResolvedCard, quantities: tuple[int, ...]) -> RankPrice:
+    """``ceil(safety * max over envelopes of (static + the envelope's terms))``, the binding envelope
+    (the first of the largest) and the seconds of each barrier."""
+    best, binding = -math.inf, 0
     for e in range(len(card.envelope_names)):
         total = float(card.envelope_static_bytes[e])
         for t in range(len(card.term_names)):
             if card.envelope_terms[e, t]:
                 total += float(card.term_bytes[t]) * quantities[int(card.term_quantity[t])]
-        best = max(best, total)
-    return math.ceil(card.safety * best)
+        if total > best:
+            best, binding = total, e
+    return RankPrice(
+        peak_bytes=math.ceil(card.safety * best),
+        card_peak_bytes=math.ceil(card.safety * best / card.memory_scale),
+        envelope=binding,
+        envelope_bytes=best,
+        quantities=quantities,
+        barrier_s=_barrier_seconds(card, quantities),
+    )
 
 
 def _barrier_seconds(card: ResolvedCard, quantities: tuple[int, ...]) -> dict[int, float]:

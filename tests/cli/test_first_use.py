@@ -92,8 +92,9 @@ def test_pack_rejects_an_item_beyond_the_vocabulary_with_its_line(tmp_path, caps
 
 def test_verify_on_another_model_names_both_models(tmp_path, capsys):
     """`cpplan verify PLAN WORKLOAD --model OTHER` without --layers says the plan was made for another
-    model and names both (not a --layers error the user never typed); with --layers it checks the plan
-    on the other card; with the plan's own model it is valid."""
+    model and names both (not a --layers error the user never typed); with --layers that is one
+    violation naming both (every figure of the plan is its own model's); with the plan's own model it is
+    valid."""
     workload = small_workload(tmp_path)
     plan = tmp_path / "p.json"
     assert run([*plan_args(tmp_path, workload), "-o", plan, "--quiet"], capsys)[0] == 0
@@ -102,7 +103,8 @@ def test_verify_on_another_model_names_both_models(tmp_path, capsys):
     assert "the plan was made for model 'qwen3.6-35b-a3b' (4 layers), not for 'qwen3-8b'" in err
     assert "must be between" not in err
     code, _, err = run(["verify", plan, workload, "--model", "qwen3-8b", "--layers", "4"], capsys)
-    assert code in (0, 1) and "was made for model" not in err
+    assert code == 1 and err.count("violation:") == 1
+    assert "the plan was made for model 'qwen3.6-35b-a3b', not 'qwen3-8b' (--model)" in err
     assert run(["verify", plan, workload, "--model", tp.MODEL], capsys)[0] == 0
 
 

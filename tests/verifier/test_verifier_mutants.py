@@ -11,6 +11,7 @@ import pytest
 
 import cpplan
 from cpplan import Topology
+from cpplan.spec.workload_digest import plan_digest
 from cpplan.verifier import verify_plan
 from tests.conftest import middle_budget
 
@@ -220,9 +221,9 @@ def test_a_wave_that_is_not_an_object_is_a_violation_not_a_crash(fixed, value):
 
 def test_a_false_plan_cost_is_the_only_violation(fixed, single):
     """A plan whose waves all check but whose total ``cost_s`` is off (beyond the relative tolerance
-    of 1e-9, absolute below one second) is refused for that alone; within the tolerance, or with no
-    claim (or a non-numeric one), it passes. The CP1 plan costs over a second, so its tolerance is
-    relative."""
+    of 1e-9, absolute below one second) is refused for that alone; within the tolerance it passes; a
+    claim that is not a number, or none, is refused for that alone. The CP1 plan costs over a second, so
+    its tolerance is relative."""
     assert verdict_of(*single).cost_s > 1.0
     for result, data in (fixed, single):
         total = verdict_of(result, data).cost_s
@@ -233,9 +234,12 @@ def test_a_false_plan_cost_is_the_only_violation(fixed, single):
         )
         assert verdict_of(result, {**data, "cost_s": total + 0.9e-9 * scale}).valid
         for claim in (None, "1.0", True):
-            assert verdict_of(result, {**data, "cost_s": claim}).valid == (claim is not True)
+            assert verdict_of(result, {**data, "cost_s": claim}).violations == (
+                f"plan cost_s {claim!r} is not a number of seconds",
+            )
     result, data = fixed
-    assert verdict_of(result, {k: v for k, v in data.items() if k != "cost_s"}).valid
+    without = {k: v for k, v in data.items() if k != "cost_s"}
+    assert verdict_of(result, without).violations == ("plan: field 'cost_s' is missing",)
 
 
 def test_a_false_wave_cost_is_the_only_violation(fixed):
@@ -280,7 +284,7 @@ def test_peak_claims_are_checked_within_two_bytes(fixed):
 
 def test_token_claims_are_checked(fixed):
     """A rank's ``tokens`` and ``loss_tokens`` claims must be the tokens it owns and the owned tokens
-    whose logits are needed; a missing ``loss_tokens`` is not checked, a missing ``tokens`` is."""
+    whose logits are needed; a missing claim is reported as ``None`` against the verifier's count."""
     result, data = fixed
     bad = copy.deepcopy(data)
     rank = bad["waves"][0]["ranks"][0]
@@ -293,7 +297,11 @@ def test_token_claims_are_checked(fixed):
         "are needed",
     )
     del rank["tokens"], rank["loss_tokens"]
-    assert verdict_of(result, bad).violations == (f"wave 0 rank 0: tokens None but owns {tokens}",)
+    assert verdict_of(result, bad).violations == (
+        f"wave 0 rank 0: tokens None but owns {tokens}",
+        f"wave 0 rank 0: loss_tokens None but the verifier counts {loss} owned tokens whose logits "
+        "are needed",
+    )
 
 
 def test_the_budget_is_a_bound_the_worst_peak_may_meet(fixed):
@@ -329,11 +337,20 @@ def test_a_split_wave_not_marked_split_is_caught(split):
     )
 
 
+def _reordered(data: dict, order: list[int]) -> dict:
+    """``data`` with its waves in ``order``, each ``index`` its new place and the workload's wave
+    digests in the same order (what a plan of those waves in that order states)."""
+    digests = [data["workload"]["wave_sha256"][w] for w in order]
+    workload = {**data["workload"], "wave_sha256": digests, "sha256": plan_digest(digests)}
+    waves = [{**data["waves"][w], "index": k} for k, w in enumerate(order)]
+    return {**data, "waves": waves, "workload": workload}
+
+
 def test_split_waves_after_other_waves_are_consecutive(split):
     """The split item's two waves placed after the small items' wave (waves 1 and 2) are still
     consecutive: with the claimed starts not replayed, the plan verifies."""
     result, data = split
-    later = {**data, "waves": [data["waves"][2], data["waves"][0], data["waves"][1]]}
+    later = _reordered(data, [2, 0, 1])
     verdict = verdict_of(result, later, check_starts=False)
     assert verdict.valid, verdict.violations
 
@@ -342,8 +359,7 @@ def test_split_waves_must_be_consecutive(split):
     """The split item's two waves moved apart (the small items' wave between them) are reported as not
     consecutive; with the claimed starts not replayed, that is the only violation."""
     result, data = split
-    bad = copy.deepcopy(data)
-    bad["waves"] = [data["waves"][0], data["waves"][2], data["waves"][1]]
+    bad = _reordered(data, [0, 2, 1])
     assert verdict_of(result, bad, check_starts=False).violations == (
         "item 'big' is split over waves [0, 2], which are not consecutive",
     )
@@ -539,12 +555,13 @@ def test_overlapping_ranges_go_to_the_later_one(fixed):
     start, end = bad["waves"][0]["ranks"][1]["ranges"][0]
     ranks = data["waves"][0]["ranks"]
     violations = verdict_of(result, bad).violations
-    assert violations[:3] == (
-        f"wave 0 rank 1: range [{start}, {end}) overlaps another owner",
-        f"wave 0 rank 0: tokens {ranks[0]['tokens']} but owns {ranks[0]['tokens'] - 128}",
-        f"wave 0 rank 0: loss_tokens {ranks[0]['loss_tokens']} but the verifier counts "
-        f"{ranks[0]['loss_tokens'] - 128} owned tokens whose logits are needed",
-    )
+    assert violations[0] == f"wave 0 rank 1: range [{start}, {end}) overlaps another owner"
+    assert f"wave 0 rank 0: tokens {ranks[0]['tokens']} but owns {ranks[0]['tokens'] - 128}" in violations
+    loss = ranks[0]["loss_tokens"]
+    assert (
+        f"wave 0 rank 0: loss_tokens {loss} but the verifier counts {loss - 128} owned tokens whose logits "
+        "are needed"
+    ) in violations
     assert f"wave 0 rank 1: tokens {ranks[1]['tokens']} but owns {ranks[1]['tokens'] + 128}" in violations
 
 
@@ -628,9 +645,10 @@ def test_swapped_replicas_still_verify_and_a_shared_one_delays(replicas, small_g
     for (result, data), equal in ((replicas, True), (opted_out, False)):
         swapped = copy.deepcopy(data)
         swapped["waves"][0]["gpus"], swapped["waves"][1]["gpus"] = [2, 3], [0, 1]
+        swapped["waves"][0]["dp_rank"], swapped["waves"][1]["dp_rank"] = 1, 0
         assert verdict_of(result, swapped).valid
         shared = copy.deepcopy(data)
-        shared["waves"][1]["gpus"] = [0, 1]
+        shared["waves"][1]["gpus"], shared["waves"][1]["dp_rank"] = [0, 1], 0
         first = verdict_of(result, data).wave_costs_s[0]
         delayed = f"wave 1: start_s 0.0 but the replay starts it at {first}"
         unequal = (
