@@ -121,10 +121,9 @@ class Geometry(_Strict):
     def parallel_problem(self, *, tp: int = 1, ep: int = 1, etp: int = 1) -> tuple[str, str] | None:
         """The first of the parallel sizes ``tp``, ``ep``, ``etp`` this geometry cannot be sharded by, as
         ``(axis, reason)`` (``None`` when every size shards it): TP must divide the attention heads, the
-        GDN key and value heads (where the model has GDN layers), the dense and shared-expert FFN, and
-        either divide the key/value heads or be a multiple of them (each rank then holds one replicated
-        key/value head, as Megatron-LM and vLLM do); EP must divide the experts and ETP each expert's FFN
-        (both 1 on a model without experts)."""
+        key/value heads (Megatron-LM's rule: each rank holds whole query groups, none replicated), the GDN
+        key and value heads (where the model has GDN layers) and the dense and shared-expert FFN; EP must
+        divide the experts and ETP each expert's FFN (both 1 on a model without experts)."""
         for axis, size, rules in (
             ("tp", tp, self._tp_rules()),
             ("ep", ep, self._expert_rules("ep", "num_experts", "experts")),
@@ -141,15 +140,8 @@ class Geometry(_Strict):
 
     def _tp_rules(self) -> list:
         """Each TP rule as ``size -> (holds, reason)``."""
-        kv = self.num_kv_heads
         rules = [_divides("tp", self.num_heads, "attention heads (num_heads)")]
-        rules.append(
-            lambda tp: (
-                kv % tp == 0 or tp % kv == 0,
-                f"tp={tp} must divide the model's {kv} key/value heads (num_kv_heads) or be a multiple of "
-                "them (each rank then holds one replicated key/value head)",
-            )
-        )
+        rules.append(_divides("tp", self.num_kv_heads, "key/value heads (num_kv_heads)"))
         if "gdn" in self.layer_pattern:
             rules.append(_divides("tp", self.gdn_value_heads, "GDN value heads (gdn_value_heads)"))
             rules.append(_divides("tp", self.gdn_key_heads, "GDN key heads (gdn_key_heads)"))

@@ -239,16 +239,17 @@ def _supported(card, topology) -> bool:
 
 def test_tp_ep_etp_shard_what_they_shard():
     """TP2 halves attention heads ((8 x 8 + 2 x 1) x 512 = 33,792) and GDN heads (112 x 256 = 28,672)
-    but keeps the checkpointed inputs (32,768, replicated); TP4 keeps one KV head (gathered 4 x 1 x 256
-    x 2 = 2,048); EP2 prices the routed working set at the 1.5x skew (282,624) with the EP split map
-    (8 x 8 x 56 = 3,584); ETP2 halves the expert FFN part (8 x (3 x 256 + 5 x 2048) x 2 = 176,128)."""
+    but keeps the checkpointed inputs (32,768, replicated); at TP2 a rank holds one of the 2 KV heads
+    (gathered at CP2: 4 x 1 x 256 x 2 = 2,048); EP2 prices the routed working set at the 1.5x skew
+    (282,624) with the EP split map (8 x 8 x 56 = 3,584); ETP2 halves the expert FFN part
+    (8 x (3 x 256 + 5 x 2048) x 2 = 176,128)."""
     tp2 = term_bytes(MODEL, Topology(tp=2), layers=8)
     assert (tp2["attention_recompute"], tp2["gdn_recompute"], tp2["checkpointed_inputs"]) == (
         33_792,
         28_672,
         32_768,
     )
-    assert term_bytes(MODEL, Topology(tp=4, cp=2), layers=8)["attention_gathered_kv"] == 2_048
+    assert term_bytes(MODEL, Topology(tp=2, cp=2), layers=8)["attention_gathered_kv"] == 2_048
     ep2 = term_bytes(MODEL, Topology(ep=2, dp=2), layers=8)
     assert (ep2["moe_working_set"], ep2["routing_state"]) == (282_624, 3_584)
     assert term_bytes(MODEL, Topology(etp=2, tp=2), layers=8)["moe_working_set"] == 176_128

@@ -27,27 +27,28 @@ def geometry(**fields) -> Geometry:
 @pytest.mark.parametrize(
     ("name", "tp_sizes"),
     [
-        ("qwen3.6-35b-a3b", [1, 2, 4, 8, 16]),
-        ("qwen3-8b", [1, 2, 4, 8, 16, 32]),
+        ("qwen3.6-35b-a3b", [1, 2]),
+        ("qwen3-8b", [1, 2, 4, 8]),
         ("qwen3-14b", [1, 2, 4, 8]),
-        ("qwen3.5-27b", [1, 2, 4, 8]),
-        ("qwen3-30b-a3b", [1, 2, 4, 8, 16, 32]),
+        ("qwen3.5-27b", [1, 2, 4]),
+        ("qwen3-30b-a3b", [1, 2, 4]),
     ],
 )
 def test_shipped_cards_take_the_tp_sizes_their_heads_allow(name, tp_sizes):
-    """Each shipped card takes exactly the TP sizes that divide its attention heads, its GDN heads and its
-    FFN widths, and divide its key/value heads or are a multiple of them (qwen3.6-35b-a3b: 16 heads,
-    2 key/value heads, GDN 32 value and 16 key heads)."""
+    """Each shipped card takes exactly the TP sizes that divide its attention heads, its key/value heads,
+    its GDN heads and its FFN widths (qwen3.6-35b-a3b: 16 heads, 2 key/value heads, GDN 32 value and 16
+    key heads: tp=4, 8 and 16 divide the heads but not the key/value heads)."""
     assert cpplan.load_model(name).geometry.parallel_sizes("tp") == tp_sizes
 
 
-def test_the_key_value_heads_are_divided_or_replicated():
-    """TP must divide the key/value heads or be a multiple of them: with 12 heads and 4 key/value heads,
-    tp=2 divides both, tp=12 replicates each key/value head over 3 ranks, tp=6 does neither."""
+def test_the_key_value_heads_are_divided():
+    """TP must divide the key/value heads as well as the heads (Megatron-LM's rule): with 12 heads and 4
+    key/value heads, tp=2 and tp=4 divide both, tp=12 and tp=6 divide the heads only, tp=8 neither."""
     shape = geometry()
-    assert shape.parallel_problem(tp=2) is None and shape.parallel_problem(tp=12) is None
-    axis, reason = shape.parallel_problem(tp=6)
-    assert axis == "tp" and "4 key/value heads (num_kv_heads) or be a multiple" in reason
+    assert shape.parallel_problem(tp=2) is None and shape.parallel_problem(tp=4) is None
+    for tp in (6, 12):
+        axis, reason = shape.parallel_problem(tp=tp)
+        assert axis == "tp" and f"tp={tp} must divide the model's 4 key/value heads (num_kv_heads)" in reason
     assert "12 attention heads" in shape.parallel_problem(tp=8)[1]
 
 
@@ -122,16 +123,16 @@ def test_every_way_of_making_settings_refuses_a_tp_the_heads_forbid(tmp_path):
             make()
         assert info.value.field == "topology.tp"
         assert "tp=3 must divide the model's 16 attention heads" in str(info.value)
-        assert "the tp sizes it takes: 1, 2, 4, 8, 16" in str(info.value)
+        assert "the tp sizes it takes: 1, 2" in str(info.value)
 
 
 @pytest.mark.parametrize("command", ["plan", "verify", "pack"])
 def test_the_cli_exits_2_on_a_tp_the_heads_forbid(command, tmp_path, capsys):
-    """`cpplan plan`, `verify` and `pack` with --topology tp=32 on qwen3.6-35b-a3b (16 heads) exit 2
-    naming topology.tp, where tp=16 is accepted."""
+    """`cpplan plan`, `verify` and `pack` with --topology tp=32 (beyond the 16 heads) or tp=16 (beyond the
+    2 key/value heads) on qwen3.6-35b-a3b exit 2 naming topology.tp, where tp=2 is accepted."""
     settings = ["--model", "qwen3.6-35b-a3b", "--memory", "8GiB", "--quiet"]
     plan = tmp_path / "plan.json"
-    assert main(["plan", str(EXAMPLE), *settings, "--topology", "tp=16", "-o", str(plan)]) == 0
+    assert main(["plan", str(EXAMPLE), *settings, "--topology", "tp=2", "-o", str(plan)]) == 0
     capsys.readouterr()
     args = {
         "plan": ["plan", str(EXAMPLE), *settings, "-o", str(tmp_path / "p.json")],
@@ -142,4 +143,7 @@ def test_the_cli_exits_2_on_a_tp_the_heads_forbid(command, tmp_path, capsys):
     err = capsys.readouterr().err
     assert "field 'topology.tp': tp=32 must divide the model's 16 attention heads" in err, err
     assert "Traceback" not in err
-    assert json.loads(plan.read_text())["topology"]["tp"] == 16
+    assert json.loads(plan.read_text())["topology"]["tp"] == 2
+    assert main([*args, "--topology", "tp=16"]) == 2
+    err = capsys.readouterr().err
+    assert "field 'topology.tp': tp=16 must divide the model's 2 key/value heads (num_kv_heads)" in err, err

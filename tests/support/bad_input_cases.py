@@ -653,16 +653,16 @@ CASES: tuple[Case, ...] = (
         kind="tp that does not divide the attention heads",
         what="tp=3 for a card with 8 attention heads",
         topology="tp=3",
-        expect=("field 'topology.tp'", "tp=3 must divide the model's 8 attention heads", "takes: 1, 2, 4, 8"),
+        expect=("field 'topology.tp'", "tp=3 must divide the model's 8 attention heads", "takes: 1, 2"),
     ),
     Case(
-        kind="tp that splits key/value heads unevenly",
-        what="tp=6 for a card with 12 attention heads and 4 key/value heads (6 neither divides 4 nor is a "
-        "multiple of it)",
-        files={"card.toml": _card("num_heads = 8\nnum_kv_heads = 2", "num_heads = 12\nnum_kv_heads = 4")},
+        kind="tp that splits key/value heads",
+        what="tp=4 for a card with 8 attention heads and 2 key/value heads (4 divides the heads, not the "
+        "key/value heads)",
+        files={"card.toml": _card("num_heads = 8\nnum_kv_heads = 2", "num_heads = 8\nnum_kv_heads = 2")},
         model="card.toml",
-        topology="tp=6",
-        expect=("field 'topology.tp'", "4 key/value heads (num_kv_heads) or be a multiple of them"),
+        topology="tp=4",
+        expect=("field 'topology.tp'", "tp=4 must divide the model's 2 key/value heads (num_kv_heads)"),
     ),
     Case(
         kind="tp that does not divide the GDN heads",
