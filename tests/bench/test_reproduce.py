@@ -219,6 +219,50 @@ def test_a_quick_benchmark_run_defaults_away_from_the_committed_results(script):
     assert bench.output_path(quick=True, output=Path("x.json")) == Path("x.json")
 
 
+@pytest.mark.parametrize("script", ["bench_dynamic_cp", "bench_equal_waves"])
+def test_a_quick_suite_run_defaults_away_from_the_committed_results(script):
+    """The dynamic-CP and equal-waves scripts: without ``--output`` a quick run writes
+    ./cpplan-bench/<script>_quick.json (never the committed ``bench_equal_waves_quick.json``), a full run
+    the committed file, and ``--output`` wins over both."""
+    bench = _module(script)
+    assert bench.output_path(quick=True, output=None) == Path("cpplan-bench") / f"{script}_quick.json"
+    assert bench.output_path(quick=False, output=None) == ROOT / "benchmarks" / "results" / f"{script}.json"
+    assert bench.output_path(quick=True, output=Path("x.json")) == Path("x.json")
+
+
+def test_a_quick_trl_step_run_defaults_away_from_the_committed_results():
+    """``bench_trl_step.py --quick`` (tiny or not) writes under ./cpplan-bench/, a full run the committed
+    file under benchmarks/results/, and ``--output`` wins over both."""
+    bench = _module("bench_trl_step")
+    results = ROOT / "benchmarks" / "results"
+    for tiny, name in ((False, "bench_trl_step"), (True, "bench_trl_step_tiny")):
+        assert (
+            bench.output_path(quick=True, tiny=tiny, output=None)
+            == Path("cpplan-bench") / f"{name}_quick.json"
+        )
+        assert bench.output_path(quick=False, tiny=tiny, output=None).resolve() == results / f"{name}.json"
+    assert bench.output_path(quick=True, tiny=False, output=Path("x.json")) == Path("x.json")
+
+
+def test_cpplan_bench_dynamic_cp_writes_under_cpplan_bench_by_default(monkeypatch, tmp_path):
+    """``cpplan bench --dynamic-cp [--quick]`` without ``--output`` saves ./cpplan-bench/bench_dynamic_cp
+    [_quick].json in the working folder, not ./benchmarks/ (the suite itself is replaced by a stub result
+    here: what is checked is where it is saved)."""
+    from click.testing import CliRunner
+
+    import cpplan.bench.dynamic as dynamic
+    from cpplan.cli import cli
+
+    monkeypatch.setattr(dynamic, "run_dynamic_bench", lambda **_: {"summary": [], "rows": [], "wall_s": 0.0})
+    monkeypatch.setattr(dynamic, "format_summary", lambda summary: "summary")
+    monkeypatch.chdir(tmp_path)
+    for flags, name in (((), "bench_dynamic_cp.json"), (("--quick",), "bench_dynamic_cp_quick.json")):
+        result = CliRunner().invoke(cli, ["bench", "--dynamic-cp", *flags])
+        assert result.exit_code == 0, result.output
+        assert (tmp_path / "cpplan-bench" / name).exists()
+    assert not (tmp_path / "benchmarks").exists()
+
+
 def test_a_quick_runs_smaller_variant_is_marked_as_such(reproduce, registry, tmp_path):
     """Under ``--quick`` a run with a smaller variant runs that variant, and its figures are marked
     ``smaller_run`` (their mismatch expected, not a failure); a full run runs the cited command."""
