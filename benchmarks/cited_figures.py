@@ -66,7 +66,7 @@ def cited_pattern(cited: str) -> re.Pattern[str]:
 README_PLAN = ("examples/grpo.jsonl", "--model", "qwen3.6-35b-a3b", "--memory", "8GiB")
 """The README example's workload, model and budget (its topology given per run)."""
 
-RUNS = (
+FIRST_PASS_RUNS = (
     Run(
         name="grpo_packing",
         command=(PY, "benchmarks/grpo_packing.py", "--output", "{out}"),
@@ -438,7 +438,7 @@ BENCH_FIGURES = (
     ),
 )
 
-INPUTS = (
+FIRST_PASS_INPUTS = (
     Input(doc=README, text="(2 prompts × 8 completions, a 2,048-token system prompt, 8,192-token prompts)"),
     Input(doc=README, text="(random Qwen3, hidden 256, 4 layers, 2 prompts × 8 completions)"),
     Input(doc=README, text="on 2 CPU cores"),
@@ -588,6 +588,314 @@ LEARNING_FIGURES = (
     ),
 )
 
+RUNTIME_DOC = "docs/runtime.md"
+RUNTIME_LABEL = "2026-12-04"
+"""The label under which ``bench_runtime.py`` and ``bench_scale.py`` wrote the runs docs/runtime.md cites."""
+DASH = "–"
+
+
+def table_lines(doc: str, header: str) -> list[str]:
+    """The body rows of the Markdown table in ``doc`` whose header line starts with ``header``."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / doc).read_text()
+    start = text.index(header)
+    return text[start : text.index("\n\n", start)].splitlines()[2:]
+
+
+def cells(line: str) -> list[str]:
+    """A Markdown table row's cells, stripped."""
+    return [c.strip() for c in line.strip().strip("|").split("|")]
+
+
+def table_figures(
+    doc: str, header: str, *, run: str, num_keys: int, line_of: Callable[[dict, tuple], str], what: str
+) -> tuple[Figure, ...]:
+    """One figure per measured cell of a table in ``doc``: a row is named by its first ``num_keys`` cells
+    (the input), and ``line_of(data, key)`` formats that row from the run's JSON as the doc writes it."""
+    figures = []
+    for line in table_lines(doc, header):
+        row = cells(line)
+        key = tuple(row[:num_keys])
+        for index in range(num_keys, len(row)):
+            figures.append(
+                Figure(
+                    doc=doc,
+                    cited=line,
+                    stated=row[index],
+                    run=run,
+                    read=lambda d, k=key, i=index: cells(line_of(d, k))[i],
+                    what=f"{what}, {' '.join(key)}, column {index + 1}",
+                )
+            )
+    return tuple(figures)
+
+
+def markdown_row(values: list[str]) -> str:
+    """``values`` as a Markdown table row."""
+    return "| " + " | ".join(values) + " |"
+
+
+def statuses_text(statuses: dict[str, int]) -> str:
+    """CP-SAT's statuses over the steps, most frequent first, as ``feasible 18, unknown 2``."""
+    return ", ".join(f"{k} {v}" for k, v in sorted(statuses.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def runtime_step_line(data: dict, key: tuple[str, ...]) -> str:
+    """One row of docs/runtime.md's step-latency table from ``bench_runtime.py``'s JSON."""
+    case, cp = key[0], int(key[1])
+    c = next(c for c in data[RUNTIME_LABEL]["cases"] if (c["case"], c["cp"]) == (case, cp))
+    return markdown_row(
+        [
+            case,
+            str(cp),
+            c["memory"].removesuffix("GiB"),
+            str(c["items"]),
+            f"{c['p50_ms']:.1f}",
+            f"{c['p95_ms']:.1f}",
+            f"{c['max_ms']:.1f}",
+            f"{c['within_budget']:.0%}",
+            f"{c['cpsat_ran']:.0%}",
+            statuses_text(c["statuses"]),
+            f"{c['greedy_median_ms']:.1f}",
+            f"{c['cost_vs_greedy']:.4f}",
+        ]
+    )
+
+
+def load_range(loads: list[float]) -> str:
+    """Load averages as ``1.9–2.0`` (one figure where they round alike)."""
+    low, high = f"{min(loads):.1f}", f"{max(loads):.1f}"
+    return low if low == high else f"{low}{DASH}{high}"
+
+
+def fixed_share_line(data: dict, key: tuple[str, ...]) -> str:
+    """One row of docs/runtime.md's fixed-share table from ``bench_scale.py --cluster --fixed-share``."""
+    workload, completions = key[0], int(key[1].replace(",", ""))
+    dp, cp = (int(v) for v in key[2].split(" × "))
+    r = next(
+        r
+        for r in data["fixed_share"]["rows"]
+        if (r["workload"], r["completions"], r["dp"], r["cp"]) == (workload, completions, dp, cp)
+    )
+    a, d = r["rank"], r["default"]
+    default = DASH if d is None else f"{1e3 * d['wall_p50_s']:,.0f} / {1e3 * d['wall_p95_s']:,.0f}"
+    ratio = DASH if d is None or d["over_reference"] is None else f"{d['over_reference']:.3f}"
+    return markdown_row(
+        [
+            *key,
+            f"{1e3 * a['wall_p50_s']:,.0f} / {1e3 * a['wall_p95_s']:,.0f}",
+            f"{a['p95_over_budget']:.2f}",
+            f"{a['cpsat_share']:.0%}",
+            f"{a['hurried_share']:.0%}",
+            default,
+            ratio,
+            load_range(a["load_avg"] + (d["load_avg"] if d else [])),
+        ]
+    )
+
+
+def scale_line(data: dict, key: tuple[str, ...]) -> str:
+    """One row of docs/runtime.md's scale table from ``bench_scale.py``'s JSON."""
+    workload, items, requests = key[0], int(key[1].replace(",", "")), int(key[2].replace(",", ""))
+    r = next(
+        r
+        for r in data[RUNTIME_LABEL]["rows"]
+        if (r["workload"], r["items"], r["requests"]) == (workload, items, requests)
+    )
+    per = r["greedy_s"] / max(items, requests) * 1e6
+    return markdown_row(
+        [
+            *key,
+            f"{r['build_s']:.2f}",
+            f"{r['greedy_s']:.2f}",
+            f"{per:.0f}",
+            f"{r['serialize_s'] + r['verify_s']:.2f}",
+            f"{r['plan_call_s']:.2f}",
+        ]
+    )
+
+
+RUNTIME_RUNS = (
+    Run(
+        name="runtime_steps",
+        command=(PY, "benchmarks/bench_runtime.py", "--label", RUNTIME_LABEL, "--output", "{out}"),
+        quick_command=(
+            *(PY, "benchmarks/bench_runtime.py", "--quick"),
+            *("--label", RUNTIME_LABEL, "--output", "{out}"),
+        ),
+    ),
+    Run(
+        name="scale",
+        command=(PY, "benchmarks/bench_scale.py", "--pack", "--label", RUNTIME_LABEL, "--output", "{out}"),
+        quick_command=(
+            *(PY, "benchmarks/bench_scale.py", "--quick"),
+            *("--label", RUNTIME_LABEL, "--output", "{out}"),
+        ),
+    ),
+    Run(
+        name="fixed_share",
+        command=(PY, "benchmarks/bench_scale.py", "--cluster", "--fixed-share", "--output", "{out}"),
+        quick_command=(
+            *(PY, "benchmarks/bench_scale.py", "--cluster", "--fixed-share", "--repeats", "1"),
+            *("--share-rows", "1024x8x8,2048x16x8", "--node-rows", "64x4", "--output", "{out}"),
+        ),
+    ),
+    Run(
+        name="partition",
+        command=(
+            *(PY, "benchmarks/bench_scale.py", "--cluster", "--partition"),
+            *("--share-rows", "1024x8x8,8192x64x8,16384x128x8", "--output", "{out}"),
+        ),
+    ),
+)
+
+
+def runtime_case(data: dict, case: str, cp: int) -> dict:
+    """One workload's row of ``bench_runtime.py``'s run."""
+    return next(c for c in data[RUNTIME_LABEL]["cases"] if (c["case"], c["cp"]) == (case, cp))
+
+
+def sweep_increase(data: dict, plan: str) -> str:
+    """The memory sweep's largest cost increase over a smaller budget, as ``+0.38%``."""
+    return f"+{data[RUNTIME_LABEL]['sweep']['worst_increase'][plan] * 100:.2f}%"
+
+
+def partition_ms(data: dict, completions: int) -> str:
+    """``partition_items``'s median milliseconds on one step, as ``1.5``."""
+    return f"{next(r for r in data['partition']['rows'] if r['completions'] == completions)['median_ms']:.1f}"
+
+
+def fixed_share_row(data: dict, completions: int, dp: int) -> dict:
+    """One row of the fixed-share run."""
+    return next(r for r in data["fixed_share"]["rows"] if (r["completions"], r["dp"]) == (completions, dp))
+
+
+def pack_s(data: dict, profile: str) -> str:
+    """``cpplan pack``'s wall seconds for the 20,000 small items under ``profile``."""
+    return f"{next(p for p in data[RUNTIME_LABEL]['packs'] if p['profile'] == profile)['wall_s']:.1f}"
+
+
+SWEEP_CITED = "greedy +0.38%, the deterministic profile +0.83%, the runtime profile +3.25%"
+PACK_CITED = "one process): 24.6 s with the default `offline` profile and 19.6 s with `deterministic`"
+PARTITION_CITED = "1.5 ms at 1,024 completions (dp 8), 14.8 ms at 8,192 (dp 64), 35.3 ms at 16,384 (dp 128)"
+DEFAULT_CALL_CITED = "(1,335 ms p50 at dp 64, 3,790 ms at dp 128)"
+
+
+def _runtime(cited: str, stated: str, run: str, read, what: str) -> Figure:
+    """One figure of docs/runtime.md."""
+    return Figure(doc=RUNTIME_DOC, cited=cited, stated=stated, run=run, read=read, what=what)
+
+
+RUNTIME_FIGURES = (
+    *table_figures(
+        RUNTIME_DOC,
+        "| workload | CP | GiB | items | p50 ms |",
+        run="runtime_steps",
+        num_keys=2,
+        line_of=runtime_step_line,
+        what="runtime step",
+    ),
+    *table_figures(
+        RUNTIME_DOC,
+        "| workload | items | requests | build s |",
+        run="scale",
+        num_keys=3,
+        line_of=scale_line,
+        what="scale",
+    ),
+    *table_figures(
+        RUNTIME_DOC,
+        "| workload | completions | dp × cp | replica call",
+        run="fixed_share",
+        num_keys=3,
+        line_of=fixed_share_line,
+        what="fixed share",
+    ),
+    _runtime(
+        "`grpo32x8` (p95 144.1 ms on this machine)",
+        "144.1",
+        "runtime_steps",
+        lambda d: f"{runtime_case(d, 'grpo32x8', 4)['p95_ms']:.1f}",
+        "grpo32x8 p95 ms",
+    ),
+    _runtime(
+        "on 8 of 20 steps of `grpo8x8` at CP4 (cost / greedy 0.9975)",
+        "8 of 20",
+        "runtime_steps",
+        lambda d: f"{runtime_case(d, 'grpo8x8', 4)['improved']} of {runtime_case(d, 'grpo8x8', 4)['steps']}",
+        "grpo8x8 CP4: steps where CP-SAT improved on greedy",
+    ),
+    _runtime(
+        "on 8 of 20 steps of `grpo8x8` at CP4 (cost / greedy 0.9975)",
+        "0.9975",
+        "runtime_steps",
+        lambda d: f"{runtime_case(d, 'grpo8x8', 4)['cost_vs_greedy']:.4f}",
+        "grpo8x8 CP4: cost / greedy",
+    ),
+    *(
+        _runtime(
+            SWEEP_CITED, stated, "runtime_steps", lambda d, p=plan: sweep_increase(d, p), f"sweep {plan}"
+        )
+        for plan, stated in (("greedy", "+0.38%"), ("deterministic", "+0.83%"), ("runtime", "+3.25%"))
+    ),
+    *(
+        _runtime(PACK_CITED, stated, "scale", lambda d, p=profile: pack_s(d, p), f"cpplan pack, {profile}")
+        for profile, stated in (("offline", "24.6"), ("deterministic", "19.6"))
+    ),
+    *(
+        _runtime(PARTITION_CITED, stated, "partition", lambda d, n=n: partition_ms(d, n), f"partition, {n}")
+        for n, stated in ((1024, "1.5"), (8192, "14.8"), (16384, "35.3"))
+    ),
+    *(
+        _runtime(
+            DEFAULT_CALL_CITED,
+            stated,
+            "fixed_share",
+            lambda d, n=n, dp=dp: f"{1e3 * fixed_share_row(d, n, dp)['default']['wall_p50_s']:,.0f}",
+            f"default call p50 ms, dp {dp}",
+        )
+        for n, dp, stated in ((8192, 64, "1,335"), (16384, 128, "3,790"))
+    ),
+    *(
+        _runtime(
+            "plan: 0.974× and 0.965× at 1,024 completions",
+            stated,
+            "fixed_share",
+            lambda d, dp=dp: f"{fixed_share_row(d, 1024, dp)['default']['over_reference']:.3f}",
+            f"default call over the deterministic plan, dp {dp}",
+        )
+        for dp, stated in ((8, "0.974"), (16, "0.965"))
+    ),
+    *(
+        _runtime(
+            "sizes): −0.09 (p50) and −0.01 (p95)",
+            stated,
+            "fixed_share",
+            lambda d, k=key: f"{d['fixed_share']['growth_exponents'][k]:.2f}".replace("-", "−"),
+            f"growth exponent, {key}",
+        )
+        for key, stated in (("wall_p50_s", "−0.09"), ("wall_p95_s", "−0.01"))
+    ),
+    _runtime(
+        "greedy hurries on 92% of calls",
+        "92%",
+        "fixed_share",
+        lambda d: f"{fixed_share_row(d, 16384, 128)['rank']['hurried_share']:.0%}",
+        "hurried at 16,384",
+    ),
+    _runtime(
+        "(1.14–2.43 times it)",
+        "1.14–2.43",
+        "fixed_share",
+        lambda d: "–".join(
+            f"{f(r['rank']['p95_over_budget'] for r in d['fixed_share']['rows']):.2f}" for f in (min, max)
+        ),
+        "replica call p95 over the budget, range",
+    ),
+)
+
+RUNS = FIRST_PASS_RUNS + RUNTIME_RUNS
 FIGURES = (
     README_FIGURES
     + bench_doc_table(BENCH_DOC, _table_of(BENCH_DOC))
@@ -595,4 +903,51 @@ FIGURES = (
     + OTHER_DOC_FIGURES
     + DYNAMIC_FIGURES
     + LEARNING_FIGURES
+    + RUNTIME_FIGURES
 )
+
+RUNTIME_INPUTS = tuple(
+    Input(doc=RUNTIME_DOC, text=text)
+    for text in (
+        "profile (0.1 s by default",
+        "on the shared 2-core development machine",
+        "1. **Made once, per run**",
+        "2. **Per step**",
+        "3. **Bad budgets**",
+        "were measured on the 2-core machine",
+        "seconds (0, negative, NaN,",
+        "The README example at CP2 and 8 GiB",
+        "load average 1.2–1.6): 20 steps per workload",
+        "the `runtime` profile (0.1 s).",
+        "| within budget + 20 ms |",
+        "The workloads: `grpo8x8`, 8 prompts × 8 rollouts, one item per rollout (prompt 2–6K, completion"
+        " 0.3–3K tokens); `agent6x4`, 6 tasks × 4 rollouts of three turns",
+        "`grpo32x8`, 32 prompts × 8 rollouts",
+        "`grpo16x4-shuffled`, 4 prompts × 16 rollouts",
+        "The budget + 20 ms is not met",
+        "(the same run): 40 items (5 GRPO groups of 8, one item per rollout), CP2, 8 layers,"
+        " `--time-budget 0.05`, per-rank memory over 24 budgets",
+        "never more than 1% costlier",
+        "load average 1.7–2.1): CP4, 40 GiB per rank",
+        "GRPO groups of 8 small rollouts, one item each (prompt 32–256, completion 16–128 tokens); `tiny`:"
+        " prompt 8–32, completion 4–16; `one_item`: one item of 10,000 requests (a 4,000-token prompt",
+        "the runtime profile (0.1 s: past",
+        "of the 20,000 small items (1,024-item windows,",
+        "above 512 items",
+        "on every 64th token",
+        "hashes of every 64th token at lengths 32K … 128,",
+        "budget ≤ 0",
+        "(prompts of 1K–8K tokens × 8 completions of 256–4K), Qwen3.6-35B-A3B, 80 GiB per rank, a kept"
+        " runtime `Planner`, 0.1 s budget. At cp 8 the step grows from 1,024 to 16,384",
+        "the same 128 completions (16 prompts). Per row, 3 rounds of 4 sampled ranks'",
+        "up to 1,024 requests",
+        "shared the 2-core machine",
+        "at the fixed share (cp 8, five sizes)",
+        "at 16,384 completions greedy hurries",
+        "(p95 ≤ 1.05 × budget)",
+        "medians of 3 (JSON",
+        "load average 1.7), made by",
+    )
+)
+
+INPUTS = FIRST_PASS_INPUTS + RUNTIME_INPUTS

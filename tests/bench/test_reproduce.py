@@ -77,11 +77,16 @@ def test_every_number_on_the_readme_first_screen_is_a_registered_figure_or_input
     assert uncovered(first_screen(readme), covers_of(registry, "README.md"), registry.cited_pattern) == []
 
 
-def test_every_number_in_docs_benchmarks_is_a_registered_figure_or_input(registry):
-    """Each number in the prose and tables of docs/benchmarks.md lies inside a registered figure's cited
-    text or a registered input's text."""
-    doc = (ROOT / "docs" / "benchmarks.md").read_text()
-    assert uncovered(doc, covers_of(registry, "docs/benchmarks.md"), registry.cited_pattern) == []
+COVERED_DOCS = ("docs/benchmarks.md", "docs/runtime.md")
+"""The docs whose every number is registered (a figure with its command, or an input)."""
+
+
+@pytest.mark.parametrize("doc", COVERED_DOCS)
+def test_every_number_in_a_covered_doc_is_a_registered_figure_or_input(registry, doc):
+    """Each number in the prose and tables of a covered doc lies inside a registered figure's cited text
+    or a registered input's text: a new figure there without a command fails here."""
+    text = (ROOT / doc).read_text()
+    assert uncovered(text, covers_of(registry, doc), registry.cited_pattern) == []
 
 
 def test_the_coverage_check_catches_an_unregistered_figure(registry):
@@ -280,3 +285,22 @@ def test_a_quick_runs_smaller_variant_is_marked_as_such(reproduce, registry, tmp
     assert "no (smaller run)" in reproduce.markdown(quick)
     full = reproduce.reproduce(tmp_path / "f", quick=False, runs=(run,), figures=(figure,), committed=())
     assert (full[0]["measured"], full[0]["match"], full[0]["smaller_run"]) == ("42", True, False)
+
+
+COMMITTED_RUNS = {
+    "runtime_steps": "benchmarks/results/bench_runtime.json",
+    "scale": "benchmarks/results/bench_scale.json",
+    "fixed_share": "benchmarks/results/bench_scale_cluster.json",
+    "partition": "benchmarks/results/bench_scale_partition.json",
+}
+"""Runs whose cited JSON is committed, by run name: their figures read back as stated."""
+
+
+@pytest.mark.parametrize("run", sorted(COMMITTED_RUNS))
+def test_figures_read_from_the_committed_run_are_as_stated(registry, run):
+    """Every figure of a run whose JSON is committed reads, from that JSON, exactly the value its doc
+    states: the doc's tables and prose say what the committed run measured."""
+    data = json.loads((ROOT / COMMITTED_RUNS[run]).read_text())
+    figures = [f for f in registry.FIGURES if f.run == run]
+    assert figures
+    assert [(f.what, f.read(data)) for f in figures] == [(f.what, f.stated) for f in figures]
