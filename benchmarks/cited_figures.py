@@ -895,7 +895,51 @@ RUNTIME_FIGURES = (
     ),
 )
 
-RUNS = FIRST_PASS_RUNS + RUNTIME_RUNS
+
+MEMORY_DOC = "docs/memory.md"
+MEMORY_RUNS = (
+    Run(
+        name="memory_table",
+        command=(PY, "benchmarks/memory_table.py", "--output", "{out}.md", "--json", "{out}"),
+    ),
+)
+
+
+def rendered_line(data: list, index: int) -> str:
+    """Line ``index`` of docs/memory.md as ``benchmarks/memory_table.py`` renders it from its JSON."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent / "memory_table.py"
+    spec = importlib.util.spec_from_file_location("memory_table", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.render(data).splitlines()[index].strip()
+
+
+def generated_doc_figures(doc: str, run: str, read_line) -> tuple[Figure, ...]:
+    """A doc that a command prints whole: one figure per line holding a digit, the line itself as
+    stated, read back as the same line of the command's rendering of its JSON."""
+    from pathlib import Path
+
+    lines = (Path(__file__).resolve().parents[1] / doc).read_text().splitlines()
+    return tuple(
+        Figure(
+            doc=doc,
+            cited=line.strip(),
+            stated=line.strip(),
+            run=run,
+            read=lambda d, i=index: read_line(d, i),
+            what=f"{doc} line {index + 1}",
+        )
+        for index, line in enumerate(lines)
+        if any(ch.isdigit() for ch in line)
+    )
+
+
+MEMORY_FIGURES = generated_doc_figures(MEMORY_DOC, "memory_table", rendered_line)
+
+RUNS = FIRST_PASS_RUNS + RUNTIME_RUNS + MEMORY_RUNS
 FIGURES = (
     README_FIGURES
     + bench_doc_table(BENCH_DOC, _table_of(BENCH_DOC))
@@ -904,6 +948,7 @@ FIGURES = (
     + DYNAMIC_FIGURES
     + LEARNING_FIGURES
     + RUNTIME_FIGURES
+    + MEMORY_FIGURES
 )
 
 RUNTIME_INPUTS = tuple(

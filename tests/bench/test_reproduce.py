@@ -77,7 +77,7 @@ def test_every_number_on_the_readme_first_screen_is_a_registered_figure_or_input
     assert uncovered(first_screen(readme), covers_of(registry, "README.md"), registry.cited_pattern) == []
 
 
-COVERED_DOCS = ("docs/benchmarks.md", "docs/runtime.md")
+COVERED_DOCS = ("docs/benchmarks.md", "docs/runtime.md", "docs/memory.md")
 """The docs whose every number is registered (a figure with its command, or an input)."""
 
 
@@ -292,6 +292,7 @@ COMMITTED_RUNS = {
     "scale": "benchmarks/results/bench_scale.json",
     "fixed_share": "benchmarks/results/bench_scale_cluster.json",
     "partition": "benchmarks/results/bench_scale_partition.json",
+    "memory_table": "docs/memory.json",
 }
 """Runs whose cited JSON is committed, by run name: their figures read back as stated."""
 
