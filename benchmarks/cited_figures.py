@@ -939,7 +939,49 @@ def generated_doc_figures(doc: str, run: str, read_line) -> tuple[Figure, ...]:
 
 MEMORY_FIGURES = generated_doc_figures(MEMORY_DOC, "memory_table", rendered_line)
 
-RUNS = FIRST_PASS_RUNS + RUNTIME_RUNS + MEMORY_RUNS
+
+TIME_DOC = "docs/time_model.md"
+TIME_RUNS = (Run(name="cp_scaling", command=(PY, "benchmarks/cp_scaling.py", "{out}")),)
+
+
+def cp_single_line(data: dict, key: tuple[str, ...]) -> str:
+    """One row of docs/time_model.md's one-request table from ``cp_scaling.py``'s ``single`` part."""
+    row = data["single"][key[0].replace(",", "")]
+    parts = [key[0], f"{row['1']['step_s']:.3f} s"]
+    for cp in ("2", "4", "8"):
+        eff = row[cp]["efficiency"]
+        modes = " / ".join(f"{eff[m]:.2f}" for m in ("rounds", "parallel", "head_parallel"))
+        parts.append(f"{modes} ({row[cp]['chosen']})")
+    return markdown_row(parts)
+
+
+def cp_card_line(data: dict, key: tuple[str, ...]) -> str:
+    """One row of docs/time_model.md's per-card table from ``cp_scaling.py``'s ``cards`` part."""
+    card = data["cards"][key[0]]
+    efficiencies = [f"{card[k]['efficiency']:.2f} ({card[k]['chosen']})" for k in ("131072@8", "32768@4")]
+    return markdown_row([key[0], *efficiencies])
+
+
+TIME_FIGURES = (
+    *table_figures(
+        TIME_DOC,
+        "| tokens | T(1) | CP2 rounds",
+        run="cp_scaling",
+        num_keys=1,
+        line_of=cp_single_line,
+        what="one request's CP efficiency",
+    ),
+    *table_figures(
+        TIME_DOC,
+        "| card | 128K at CP8 | 32K at CP4 |",
+        run="cp_scaling",
+        num_keys=1,
+        line_of=cp_card_line,
+        what="CP efficiency per card",
+    ),
+)
+
+RUNS = FIRST_PASS_RUNS + RUNTIME_RUNS + MEMORY_RUNS + TIME_RUNS
 FIGURES = (
     README_FIGURES
     + bench_doc_table(BENCH_DOC, _table_of(BENCH_DOC))
@@ -949,6 +991,7 @@ FIGURES = (
     + LEARNING_FIGURES
     + RUNTIME_FIGURES
     + MEMORY_FIGURES
+    + TIME_FIGURES
 )
 
 RUNTIME_INPUTS = tuple(

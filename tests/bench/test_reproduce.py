@@ -293,6 +293,7 @@ COMMITTED_RUNS = {
     "fixed_share": "benchmarks/results/bench_scale_cluster.json",
     "partition": "benchmarks/results/bench_scale_partition.json",
     "memory_table": "docs/memory.json",
+    "cp_scaling": "benchmarks/results/cp_scaling.json",
 }
 """Runs whose cited JSON is committed, by run name: their figures read back as stated."""
 
