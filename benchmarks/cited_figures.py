@@ -29,6 +29,8 @@ class Run:
     name: str
     command: tuple[str, ...]
     quick_command: tuple[str, ...] | None = None
+    needs_gpu: bool = False
+    """The command times CUDA kernels: on a machine without a CUDA device it is skipped, saying so."""
 
     def argv(self, *, quick: bool) -> tuple[str, ...]:
         """The command to run (empty: a quick run skips it)."""
@@ -981,7 +983,82 @@ TIME_FIGURES = (
     ),
 )
 
-RUNS = FIRST_PASS_RUNS + RUNTIME_RUNS + MEMORY_RUNS + TIME_RUNS
+
+KERNEL_CITED_MS = "| ms | 4.36 | 4.45 | 5.14 | 6.24 | 8.58 | 13.37 | 23.44 | 45.92 | 90.28 | 182.13 |"
+KERNEL_CITED_FIT = (
+    "| fit `2.53 µs × T + 3.80 ms` | 4.12 | 4.45 | 5.09 | 6.39 | 8.97 | 14.15 | 24.49 | 45.19 | 86.57 "
+    "| 169.34 |"
+)
+GPU_RUNS = (
+    Run(
+        name="kernels",
+        command=("sh", "-c", "{python} benchmarks/measure_kernels.py | tail -n 1 > {out}"),
+        needs_gpu=True,
+    ),
+)
+
+
+def kernel_fit(data: dict) -> tuple[float, float]:
+    """``t(T) = a·T + b`` fitted to the period's times by relative least squares: (a, b) in seconds."""
+    import numpy as np
+
+    tokens, seconds = (np.array(v, dtype=float) for v in zip(*data["period"], strict=True))
+    design = np.stack([tokens / seconds, 1 / seconds], axis=1)
+    (a, b), *_ = np.linalg.lstsq(design, np.ones_like(seconds), rcond=None)
+    return float(a), float(b)
+
+
+def kernel_row(data: dict, fitted: bool) -> str:
+    """The kernel table's ``ms`` row (measured) or its ``fit`` row, as docs/time_model.md writes them."""
+    a, b = kernel_fit(data)
+    if not fitted:
+        return markdown_row(["ms", *(f"{1e3 * t:.2f}" for _, t in data["period"])])
+    label = f"fit `{a * 1e6:.2f} µs × T + {b * 1e3:.2f} ms`"
+    return markdown_row([label, *(f"{1e3 * (a * n + b):.2f}" for n, _ in data["period"])])
+
+
+KERNEL_TABLE_FIGURES = tuple(
+    Figure(
+        doc=TIME_DOC,
+        cited=cited,
+        stated=stated,
+        run="kernels",
+        read=lambda d, f=fitted, i=index: cells(kernel_row(d, f))[i],
+        what=f"kernel period, {'fit' if fitted else 'measured'}, column {index + 1}",
+    )
+    for cited, fitted in ((KERNEL_CITED_MS, False), (KERNEL_CITED_FIT, True))
+    for index, stated in enumerate(cells(cited))
+    if any(ch.isdigit() for ch in stated)
+)
+KERNEL_FIGURES = (
+    *KERNEL_TABLE_FIGURES,
+    Figure(
+        doc=TIME_DOC,
+        cited="`n½ = b / a = 1,504`",
+        stated="1,504",
+        run="kernels",
+        read=lambda d: f"{kernel_fit(d)[1] / kernel_fit(d)[0]:,.0f}",
+        what="kernel half-performance length, tokens",
+    ),
+    Figure(
+        doc=TIME_DOC,
+        cited="(3.1 ms at the 4.29 TB/s copy rate measured there)",
+        stated="4.29",
+        run="kernels",
+        read=lambda d: f"{d['copy_bytes_per_s'] / 1e12:.2f}",
+        what="H200 copy rate, TB/s",
+    ),
+    Figure(
+        doc=TIME_DOC,
+        cited="1.24e-10 s per attended pair",
+        stated="1.24e-10",
+        run="kernels",
+        read=lambda d: f"{d['attention_s_per_pair_fwd_bwd'][-1][1]:.2e}",
+        what="attention seconds per pair (32K, forward and backward)",
+    ),
+)
+
+RUNS = FIRST_PASS_RUNS + RUNTIME_RUNS + MEMORY_RUNS + TIME_RUNS + GPU_RUNS
 FIGURES = (
     README_FIGURES
     + bench_doc_table(BENCH_DOC, _table_of(BENCH_DOC))
@@ -992,6 +1069,7 @@ FIGURES = (
     + RUNTIME_FIGURES
     + MEMORY_FIGURES
     + TIME_FIGURES
+    + KERNEL_FIGURES
 )
 
 RUNTIME_INPUTS = tuple(

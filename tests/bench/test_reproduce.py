@@ -176,6 +176,7 @@ def test_a_run_writes_only_into_outdir_and_the_table_compares_stated_and_measure
             "match": True,
             "command": f"python -c {script} OUTDIR/fake.json",
             "smaller_run": False,
+            "skipped": False,
         }
     ]
     assert json.loads((tmp_path / "out" / "fake.json").read_text()) == {"value": 42}
@@ -306,3 +307,24 @@ def test_figures_read_from_the_committed_run_are_as_stated(registry, run):
     figures = [f for f in registry.FIGURES if f.run == run]
     assert figures
     assert [(f.what, f.read(data)) for f in figures] == [(f.what, f.stated) for f in figures]
+
+
+def test_a_run_that_needs_a_gpu_is_skipped_without_one_and_says_so(reproduce, registry, tmp_path):
+    """A run marked ``needs_gpu`` is not started on a machine without CUDA: its outcome says it was
+    skipped for want of a GPU and its figures are marked skipped, not mismatched; with CUDA it runs.
+    The kernel timings docs/time_model.md cites are such a run."""
+    script = "import json, sys; json.dump({'value': 42}, open(sys.argv[1], 'w'))"
+    run = registry.Run(name="gpu", command=("{python}", "-c", script, "{out}"), needs_gpu=True)
+    outcome = reproduce.execute(run, tmp_path, quick=False, reuse=False, cuda=False)
+    assert (outcome.data, outcome.status) == (None, reproduce.GPU_SKIP)
+    assert not (tmp_path / "gpu.json").exists()
+    figure = registry.Figure(
+        doc="d", cited="x", stated="42", run="gpu", read=lambda d: str(d["value"]), what="g"
+    )
+    row = reproduce.rows((figure,), {"gpu": outcome}, quick=False)[0]
+    assert row["skipped"] and "skipped (GPU)" in reproduce.markdown([row])
+    assert reproduce.execute(run, tmp_path, quick=False, reuse=False, cuda=True).data == {"value": 42}
+    kernels = {r.name: r for r in registry.RUNS}["kernels"]
+    assert kernels.needs_gpu and any(
+        f.run == "kernels" and f.doc == "docs/time_model.md" for f in registry.FIGURES
+    )
