@@ -984,6 +984,31 @@ TIME_FIGURES = (
 )
 
 
+HELD_OUT_CITED = "long tail 0.86 / 0.77 / 0.72, agent trees 0.86 / 0.85 / 0.77, ShareGPT 0.88 / 0.87 / 0.82"
+
+
+def held_out(data: dict, workload: str) -> str:
+    """A held-out workload's CP efficiency at CP 2 / 4 / 8, as ``0.86 / 0.77 / 0.72``."""
+    return " / ".join(f"{data['held_out'][workload][cp]['efficiency']:.2f}" for cp in ("2", "4", "8"))
+
+
+HELD_OUT_FIGURES = tuple(
+    Figure(
+        doc=TIME_DOC,
+        cited=HELD_OUT_CITED,
+        stated=stated,
+        run="cp_scaling",
+        read=lambda d, w=workload: held_out(d, w),
+        what=f"held-out {workload}: CP efficiency at CP 2 / 4 / 8",
+    )
+    for workload, stated in (
+        ("long_tail", "0.86 / 0.77 / 0.72"),
+        ("agent_trees", "0.86 / 0.85 / 0.77"),
+        ("sharegpt", "0.88 / 0.87 / 0.82"),
+    )
+)
+
+
 KERNEL_CITED_MS = "| ms | 4.36 | 4.45 | 5.14 | 6.24 | 8.58 | 13.37 | 23.44 | 45.92 | 90.28 | 182.13 |"
 KERNEL_CITED_FIT = (
     "| fit `2.53 µs × T + 3.80 ms` | 4.12 | 4.45 | 5.09 | 6.39 | 8.97 | 14.15 | 24.49 | 45.19 | 86.57 "
@@ -1069,6 +1094,7 @@ FIGURES = (
     + RUNTIME_FIGURES
     + MEMORY_FIGURES
     + TIME_FIGURES
+    + HELD_OUT_FIGURES
     + KERNEL_FIGURES
 )
 
