@@ -1083,6 +1083,80 @@ KERNEL_FIGURES = (
     ),
 )
 
+INTEGRATIONS_DOC = "docs/integrations.md"
+
+
+def trl_table_lines(data: dict) -> list[str]:
+    """docs/integrations.md's TRL step table (quiet and two busy processes), from ``bench_trl_step.py``."""
+    lines = []
+    for run in data["runs"]:
+        stock, ours, busy = run["stock"], run["cpplan"], run["busy_processes"]
+        start, end = run["load_average_start"][0], run["load_average_end"][0]
+        if busy == 0:
+            label = f"quiet (load average {start:.2f} at the start, {end:.2f} at the end)"
+            spread = "quiet: min–max s, ratio of each interleaved pair"
+        else:
+            label = f"{busy} busy processes (load average {start:.2f} → {end:.2f})"
+            spread = f"{busy} busy processes: min–max s, pair ratios"
+        medians = [
+            f"{stock['median_step_s']:.3f}",
+            f"{ours['median_step_s']:.3f}",
+            f"**{run['speedup']:.2f}×**",
+        ]
+        lines.append(markdown_row([f"{label}: median s per step", *medians]))
+        pairs = f"{min(run['pair_speedups']):.2f}–{max(run['pair_speedups']):.2f}×"
+        ranges = [f"{t['min_step_s']:.2f}–{t['max_step_s']:.2f}" for t in (stock, ours)]
+        lines.append(markdown_row([spread, *ranges, pairs]))
+    first = data["runs"][0]
+    padded, packed = sum(first["stock_padded_per_step"]), sum(first["cpplan_packed_per_step"])
+    label = (
+        f"tokens of the {len(first['cpplan_packed_per_step'])} timed steps' loss passes (TRL's padded "
+        "`B × (P + C)`, cpplan's packed)"
+    )
+    return [*lines, markdown_row([label, f"{padded:,}", f"{packed:,}", f"{first['token_ratio']:.2f}×"])]
+
+
+def slowdown(data: dict, trainer: str) -> str:
+    """How much ``trainer``'s median step slows beside two busy processes, as ``1.87``."""
+    quiet, busy = (trl_run(data, b)[trainer]["median_step_s"] for b in (0, 2))
+    return f"{busy / quiet:.2f}"
+
+
+TRL_FIGURES = (
+    *(
+        Figure(
+            doc=INTEGRATIONS_DOC,
+            cited=line,
+            stated=cell,
+            run="trl_step",
+            read=lambda d, r=row, i=index: cells(trl_table_lines(d)[r])[i],
+            what=f"TRL step table, row {row + 1}, column {index + 1}",
+        )
+        for row, line in enumerate(table_lines(INTEGRATIONS_DOC, "| | stock TRL | cpplan | stock / cpplan |"))
+        for index, cell in enumerate(cells(line))
+    ),
+    *(
+        Figure(
+            doc=INTEGRATIONS_DOC,
+            cited="cpplan's step slows 1.87× beside the two busy processes, stock's 1.84×",
+            stated=stated,
+            run="trl_step",
+            read=lambda d, t=trainer: slowdown(d, t),
+            what=f"TRL step: {trainer} slowed by two busy processes",
+        )
+        for trainer, stated in (("cpplan", "1.87"), ("stock", "1.84"))
+    ),
+    Figure(
+        doc=INTEGRATIONS_DOC,
+        cited="planning is 46 ms of the profiled quiet step",
+        stated="46",
+        run="trl_step",
+        read=lambda d: f"{trl_run(d, 0)['cpplan']['profile_s']['cpplan: plan'] * 1e3:.0f}",
+        what="TRL step: cpplan's planning in the profiled quiet step, ms",
+    ),
+)
+
+
 RUNS = FIRST_PASS_RUNS + RUNTIME_RUNS + MEMORY_RUNS + TIME_RUNS + GPU_RUNS
 FIGURES = (
     README_FIGURES
@@ -1096,6 +1170,7 @@ FIGURES = (
     + TIME_FIGURES
     + HELD_OUT_FIGURES
     + KERNEL_FIGURES
+    + TRL_FIGURES
 )
 
 RUNTIME_INPUTS = tuple(

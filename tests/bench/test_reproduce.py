@@ -295,6 +295,7 @@ COMMITTED_RUNS = {
     "partition": "benchmarks/results/bench_scale_partition.json",
     "memory_table": "docs/memory.json",
     "cp_scaling": "benchmarks/results/cp_scaling.json",
+    "trl_step": "benchmarks/results/bench_trl_step.json",
 }
 """Runs whose cited JSON is committed, by run name: their figures read back as stated."""
 
