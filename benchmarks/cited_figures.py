@@ -1157,7 +1157,62 @@ TRL_FIGURES = (
 )
 
 
-RUNS = FIRST_PASS_RUNS + RUNTIME_RUNS + MEMORY_RUNS + TIME_RUNS + GPU_RUNS
+TINY_CITED = (
+    "1,664 padded against 855 packed tokens over the timed steps, 1.95×): 0.124 s stock against 0.101 s"
+    " cpplan per step quiet (**1.23×**, load average 0.77; pairs 1.03–1.55×) and 0.315 s against 0.125 s"
+    " beside two busy processes (2.51×, pairs 1.48–2.99×)"
+)
+TRL_TINY_RUNS = (
+    Run(
+        name="trl_step_tiny",
+        command=(PY, "benchmarks/bench_trl_step.py", "--tiny", "--output", "{out}"),
+        quick_command=(PY, "benchmarks/bench_trl_step.py", "--tiny", "--quick", "--output", "{out}"),
+    ),
+)
+
+
+def trl_figures(busy: int) -> dict[str, Callable[[dict], str]]:
+    """Readers of one TRL step run (``busy`` busy processes beside it): medians, ratios, load."""
+    run = lambda d: trl_run(d, busy)  # noqa: E731
+    return {
+        "stock median s": lambda d: f"{run(d)['stock']['median_step_s']:.3f}",
+        "cpplan median s": lambda d: f"{run(d)['cpplan']['median_step_s']:.3f}",
+        "speed-up": lambda d: f"{run(d)['speedup']:.2f}",
+        "pair ratios": lambda d: "–".join(f"{f(run(d)['pair_speedups']):.2f}" for f in (min, max)),
+    }
+
+
+def _tiny(stated: str, what: str, read: Callable[[dict], str]) -> Figure:
+    """One figure of the tiny TRL case in docs/integrations.md."""
+    return Figure(
+        doc=INTEGRATIONS_DOC, cited=TINY_CITED, stated=stated, run="trl_step_tiny", read=read, what=what
+    )
+
+
+TRL_TINY_FIGURES = (
+    _tiny("1,664", "tiny: padded tokens", lambda d: f"{sum(d['runs'][0]['stock_padded_per_step']):,}"),
+    _tiny("855", "tiny: packed tokens", lambda d: f"{sum(d['runs'][0]['cpplan_packed_per_step']):,}"),
+    _tiny("1.95", "tiny: token ratio", lambda d: f"{d['runs'][0]['token_ratio']:.2f}"),
+    _tiny("0.77", "tiny: load average, quiet", lambda d: f"{trl_run(d, 0)['load_average_start'][0]:.2f}"),
+    *(
+        _tiny(stated, f"tiny, {busy} busy: {key}", trl_figures(busy)[key])
+        for busy, values in (
+            (0, ("0.124", "0.101", "1.23", "1.03–1.55")),
+            (2, ("0.315", "0.125", "2.51", "1.48–2.99")),
+        )
+        for key, stated in zip(trl_figures(busy), values, strict=True)
+    ),
+    Figure(
+        doc=INTEGRATIONS_DOC,
+        cited="cpplan's planning is 51 ms of the profiled quiet step",
+        stated="51",
+        run="trl_step_tiny",
+        read=lambda d: f"{trl_run(d, 0)['cpplan']['profile_s']['cpplan: plan'] * 1e3:.0f}",
+        what="tiny: cpplan's planning in the profiled quiet step, ms",
+    ),
+)
+
+RUNS = FIRST_PASS_RUNS + RUNTIME_RUNS + MEMORY_RUNS + TIME_RUNS + GPU_RUNS + TRL_TINY_RUNS
 FIGURES = (
     README_FIGURES
     + bench_doc_table(BENCH_DOC, _table_of(BENCH_DOC))
@@ -1171,6 +1226,7 @@ FIGURES = (
     + HELD_OUT_FIGURES
     + KERNEL_FIGURES
     + TRL_FIGURES
+    + TRL_TINY_FIGURES
 )
 
 RUNTIME_INPUTS = tuple(

@@ -296,6 +296,7 @@ COMMITTED_RUNS = {
     "memory_table": "docs/memory.json",
     "cp_scaling": "benchmarks/results/cp_scaling.json",
     "trl_step": "benchmarks/results/bench_trl_step.json",
+    "trl_step_tiny": "benchmarks/results/bench_trl_step_tiny.json",
 }
 """Runs whose cited JSON is committed, by run name: their figures read back as stated."""
 
