@@ -1212,7 +1212,40 @@ TRL_TINY_FIGURES = (
     ),
 )
 
-RUNS = FIRST_PASS_RUNS + RUNTIME_RUNS + MEMORY_RUNS + TIME_RUNS + GPU_RUNS + TRL_TINY_RUNS
+
+EQUAL_WAVES_RUNS = (
+    Run(
+        name="equal_waves",
+        command=(PY, "benchmarks/bench_equal_waves.py", "--output", "{out}"),
+        quick_command=(PY, "benchmarks/bench_equal_waves.py", "--quick", "--output", "{out}"),
+    ),
+)
+
+
+def equal_waves_line(data: dict, key: tuple[str, ...]) -> str:
+    """One row of docs/dynamic_cp.md's equal-waves table from ``bench_equal_waves.py``'s summary."""
+    summary = data["summary"][key[0]]
+    return markdown_row(
+        [
+            key[0],
+            str(summary["cases"]),
+            str(summary["slower_cases"]),
+            f"{summary['geomean_ratio']:.4f}",
+            f"{summary['worst_ratio']:.4f}",
+        ]
+    )
+
+
+EQUAL_WAVES_FIGURES = table_figures(
+    DYNAMIC_DOC,
+    "| suite | cases | slower | geomean equal/unequal | worst |",
+    run="equal_waves",
+    num_keys=1,
+    line_of=equal_waves_line,
+    what="equal waves over unequal",
+)
+
+RUNS = FIRST_PASS_RUNS + RUNTIME_RUNS + MEMORY_RUNS + TIME_RUNS + GPU_RUNS + TRL_TINY_RUNS + EQUAL_WAVES_RUNS
 FIGURES = (
     README_FIGURES
     + bench_doc_table(BENCH_DOC, _table_of(BENCH_DOC))
@@ -1227,6 +1260,7 @@ FIGURES = (
     + KERNEL_FIGURES
     + TRL_FIGURES
     + TRL_TINY_FIGURES
+    + EQUAL_WAVES_FIGURES
 )
 
 RUNTIME_INPUTS = tuple(

@@ -297,6 +297,7 @@ COMMITTED_RUNS = {
     "cp_scaling": "benchmarks/results/cp_scaling.json",
     "trl_step": "benchmarks/results/bench_trl_step.json",
     "trl_step_tiny": "benchmarks/results/bench_trl_step_tiny.json",
+    "equal_waves": "benchmarks/results/bench_equal_waves.json",
 }
 """Runs whose cited JSON is committed, by run name: their figures read back as stated."""
 
