@@ -1245,7 +1245,48 @@ EQUAL_WAVES_FIGURES = table_figures(
     what="equal waves over unequal",
 )
 
-RUNS = FIRST_PASS_RUNS + RUNTIME_RUNS + MEMORY_RUNS + TIME_RUNS + GPU_RUNS + TRL_TINY_RUNS + EQUAL_WAVES_RUNS
+
+SHARING_RUNS = (
+    Run(
+        name="sharing_overhead",
+        command=(PY, "benchmarks/bench_sharing_overhead.py", "--repeats", "5", "--output", "{out}"),
+    ),
+)
+
+
+def sharing_line(data: dict, key: tuple[str, ...]) -> str:
+    """One row of docs/time_model.md's sharing-overhead table from ``bench_sharing_overhead.py``."""
+    hidden, layers = (int(v) for v in key[0].split(" (")[0].split(", "))
+    size = next(
+        z
+        for z in data["sizes"]
+        if (z["shape"]["hidden_size"], z["shape"]["num_hidden_layers"]) == (hidden, layers)
+    )
+    ratios = [f"{size['prompts'][p]['none_over_full']:.3f}" for p in ("14", "64")]
+    segment = size["segment_tokens"]
+    tokens = f"{segment:.0f}" if segment > 0 else f"(noise: {segment:.0f})"
+    return markdown_row([key[0], *ratios, tokens])
+
+
+SHARING_FIGURES = table_figures(
+    TIME_DOC,
+    "| hidden, layers | prompt 14 | prompt 64 | segment (tokens) |",
+    run="sharing_overhead",
+    num_keys=1,
+    line_of=sharing_line,
+    what="sharing overhead, none over full",
+)
+
+RUNS = (
+    FIRST_PASS_RUNS
+    + RUNTIME_RUNS
+    + MEMORY_RUNS
+    + TIME_RUNS
+    + GPU_RUNS
+    + TRL_TINY_RUNS
+    + EQUAL_WAVES_RUNS
+    + SHARING_RUNS
+)
 FIGURES = (
     README_FIGURES
     + bench_doc_table(BENCH_DOC, _table_of(BENCH_DOC))
@@ -1261,6 +1302,7 @@ FIGURES = (
     + TRL_FIGURES
     + TRL_TINY_FIGURES
     + EQUAL_WAVES_FIGURES
+    + SHARING_FIGURES
 )
 
 RUNTIME_INPUTS = tuple(

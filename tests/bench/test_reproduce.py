@@ -298,6 +298,7 @@ COMMITTED_RUNS = {
     "trl_step": "benchmarks/results/bench_trl_step.json",
     "trl_step_tiny": "benchmarks/results/bench_trl_step_tiny.json",
     "equal_waves": "benchmarks/results/bench_equal_waves.json",
+    "sharing_overhead": "benchmarks/results/bench_sharing_overhead.json",
 }
 """Runs whose cited JSON is committed, by run name: their figures read back as stated."""
 
