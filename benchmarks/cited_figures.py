@@ -1277,6 +1277,82 @@ SHARING_FIGURES = table_figures(
     what="sharing overhead, none over full",
 )
 
+
+INTEGRATIONS_RUNS = (
+    Run(name="integrations", command=(PY, "benchmarks/bench_integrations.py", "--output", "{out}")),
+)
+
+
+def integration_case(data: dict, case: str) -> dict:
+    """One case of ``bench_integrations.py``'s run."""
+    return next(c for c in data["cases"] if c["case"] == case)
+
+
+def integrations_line(data: dict, key: tuple[str, ...]) -> str:
+    """One row of docs/integrations.md's gains table from ``bench_integrations.py``'s JSON."""
+    c = integration_case(data, key[0])
+    return markdown_row(
+        [
+            key[0],
+            f"{c['trl_padded_tokens']:,}",
+            f"{c['cpplan_packed_tokens']:,}",
+            f"{c['trl_over_cpplan']:.2f}x",
+            f"{c['flat_tokens']:,}",
+            f"{c['verl_micro_batches']} ({c['verl_largest']:,})",
+            f"{c['cpplan_micro_batches']} ({c['cpplan_largest']:,})",
+            f"{c['cpplan_packed_tokens']:,} ({c['flat_tokens'] / c['cpplan_packed_tokens']:.2f}x fewer)",
+        ]
+    )
+
+
+def gain_range(data: dict, over: str) -> tuple[str, str]:
+    """The least and most token gain over the cases, as ``("1.4x", "8.9x")`` (``over``: trl or verl)."""
+    gains = [
+        c["trl_over_cpplan"] if over == "trl" else c["flat_tokens"] / c["cpplan_packed_tokens"]
+        for c in data["cases"]
+    ]
+    return f"{min(gains):.1f}x", f"{max(gains):.1f}x"
+
+
+TRL_GAIN_CITED = "A TRL user runs 1.4x (long completions) to 8.9x (long shared prompts) fewer tokens"
+INTEGRATIONS_FIGURES = (
+    *table_figures(
+        INTEGRATIONS_DOC,
+        "| case | TRL padded | cpplan packed |",
+        run="integrations",
+        num_keys=1,
+        line_of=integrations_line,
+        what="integration gains",
+    ),
+    *(
+        Figure(
+            doc=INTEGRATIONS_DOC,
+            cited=TRL_GAIN_CITED,
+            stated=stated,
+            run="integrations",
+            read=lambda d, i=index: gain_range(d, "trl")[i],
+            what=f"TRL: {'least' if index == 0 else 'most'} token gain",
+        )
+        for index, stated in enumerate(("1.4x", "8.9x"))
+    ),
+    Figure(
+        doc=INTEGRATIONS_DOC,
+        cited="(the last column, 1.1x to 8.7x)",
+        stated="1.1x to 8.7x",
+        run="integrations",
+        read=lambda d: " to ".join(gain_range(d, "verl")),
+        what="verl engine: token gain range",
+    ),
+    Figure(
+        doc=INTEGRATIONS_DOC,
+        cited="(10, the cap at 62,865 tokens binding in both)",
+        stated="62,865",
+        run="integrations",
+        read=lambda d: f"{d['cases'][0]['cap_tokens']:,}",
+        what="verl micro-batch token cap",
+    ),
+)
+
 RUNS = (
     FIRST_PASS_RUNS
     + RUNTIME_RUNS
@@ -1286,6 +1362,7 @@ RUNS = (
     + TRL_TINY_RUNS
     + EQUAL_WAVES_RUNS
     + SHARING_RUNS
+    + INTEGRATIONS_RUNS
 )
 FIGURES = (
     README_FIGURES
@@ -1303,6 +1380,7 @@ FIGURES = (
     + TRL_TINY_FIGURES
     + EQUAL_WAVES_FIGURES
     + SHARING_FIGURES
+    + INTEGRATIONS_FIGURES
 )
 
 RUNTIME_INPUTS = tuple(

@@ -299,6 +299,7 @@ COMMITTED_RUNS = {
     "trl_step_tiny": "benchmarks/results/bench_trl_step_tiny.json",
     "equal_waves": "benchmarks/results/bench_equal_waves.json",
     "sharing_overhead": "benchmarks/results/bench_sharing_overhead.json",
+    "integrations": "benchmarks/results/bench_integrations.json",
 }
 """Runs whose cited JSON is committed, by run name: their figures read back as stated."""
 
