@@ -1353,6 +1353,80 @@ INTEGRATIONS_FIGURES = (
     ),
 )
 
+
+GDN_RUNS = (Run(name="gdn_modes", command=(PY, "benchmarks/bench_gdn_modes.py", "{out}")),)
+
+
+def gdn_rows(data: dict) -> list[tuple[str, str, dict]]:
+    """Every case × CP row of ``bench_gdn_modes.py``'s run."""
+    return [(case, cp, row) for case, cps in data["rows"].items() for cp, row in cps.items()]
+
+
+def gdn_ratio(row: dict) -> float:
+    """A row's step over the same card's without head-parallel."""
+    return row["cost_s"] / row["cost_s_two_modes"]
+
+
+def gdn_cp8_range(data: dict) -> str:
+    """The step ratios of the CP 8 rows that run a wave head-parallel, as ``0.86–0.98``."""
+    ratios = [gdn_ratio(r) for _, cp, r in gdn_rows(data) if cp == "8" and r["modes"]["head_parallel"]]
+    return f"{min(ratios):.2f}–{max(ratios):.2f}"
+
+
+def long_tail_waves(data: dict, cp: str) -> str:
+    """How many of the long tail's waves run head-parallel at ``cp``, as ``4 of 7``."""
+    modes = data["rows"]["long_tail"][cp]["modes"]
+    return f"{modes['head_parallel']} of {sum(modes.values())}"
+
+
+def gdn_counts(data: dict) -> tuple[str, str, str]:
+    """Rows choosing head-parallel, rows costlier than without it (``10 of 33``) and the worst increase."""
+    rows = gdn_rows(data)
+    chosen = sum(1 for _, _, r in rows if r["modes"]["head_parallel"])
+    costlier = [gdn_ratio(r) for _, _, r in rows if gdn_ratio(r) > 1 + 1e-9]
+    worst = f"+{(max(costlier) - 1) * 100:.1f}%" if costlier else "none"
+    return f"{chosen} of {len(rows)}", f"{len(costlier)} of {len(rows)}", worst
+
+
+def _gdn(cited: str, stated: str, read: Callable[[dict], str], what: str) -> Figure:
+    """One figure of docs/time_model.md's GDN-mode paragraph."""
+    return Figure(doc=TIME_DOC, cited=cited, stated=stated, run="gdn_modes", read=read, what=what)
+
+
+GDN_FIGURES = (
+    _gdn("waves head-parallel (ratios 0.86–0.98)", "0.86–0.98", gdn_cp8_range, "CP 8 head-parallel steps"),
+    _gdn(
+        "the long tail runs 4 of 7 waves head-parallel at CP 2 and 1 of 3 at CP 4",
+        "4 of 7",
+        lambda d: long_tail_waves(d, "2"),
+        "long tail CP 2: head-parallel waves",
+    ),
+    _gdn(
+        "the long tail runs 4 of 7 waves head-parallel at CP 2 and 1 of 3 at CP 4",
+        "1 of 3",
+        lambda d: long_tail_waves(d, "4"),
+        "long tail CP 4: head-parallel waves",
+    ),
+    _gdn(
+        "10 of 33 case×CP rows choose it at least once",
+        "10 of 33",
+        lambda d: gdn_counts(d)[0],
+        "rows choosing head-parallel",
+    ),
+    _gdn(
+        "6 of 33 rows cost more than on the card without it (worst +2.9%",
+        "6 of 33",
+        lambda d: gdn_counts(d)[1],
+        "rows costlier with head-parallel offered",
+    ),
+    _gdn(
+        "6 of 33 rows cost more than on the card without it (worst +2.9%",
+        "+2.9%",
+        lambda d: gdn_counts(d)[2],
+        "worst increase with head-parallel offered",
+    ),
+)
+
 RUNS = (
     FIRST_PASS_RUNS
     + RUNTIME_RUNS
@@ -1363,6 +1437,7 @@ RUNS = (
     + EQUAL_WAVES_RUNS
     + SHARING_RUNS
     + INTEGRATIONS_RUNS
+    + GDN_RUNS
 )
 FIGURES = (
     README_FIGURES
@@ -1381,6 +1456,7 @@ FIGURES = (
     + EQUAL_WAVES_FIGURES
     + SHARING_FIGURES
     + INTEGRATIONS_FIGURES
+    + GDN_FIGURES
 )
 
 RUNTIME_INPUTS = tuple(
