@@ -1,4 +1,4 @@
-"""Rerun every figure the README's first screen and the covered docs cite; print each beside the stated one.
+"""Rerun every registered figure of the README and docs/; print each beside the stated one.
 
 Usage: ``python benchmarks/reproduce.py OUTDIR [--quick] [--only RUN ...] [--reuse]``.
 
@@ -8,9 +8,12 @@ committed results (``benchmarks/results/``, ``benchmarks/bench.json``): an OUTDI
 run. Then the table: doc, figure, stated, measured, match, command. It is also written to
 ``OUTDIR/figures.md`` and ``OUTDIR/figures.json``.
 
+The registry (``benchmarks/cited_figures.py``) says which figures: every number of the README's first
+screen, docs/benchmarks.md, docs/runtime.md and docs/memory.md, and the measured tables of other docs.
 ``--quick`` runs the smaller variant where one exists: the ownership benchmark on the README example
-and the quick suite only, the TRL step with one timed step each and no busy processes (so its figure
-for two busy processes is ``not run``). Their measured figures are of the smaller run, so they need
+and the quick suite only, the TRL steps with one timed step each and no busy processes (so their figures
+for two busy processes are ``not run``), the runtime, scale, fixed-share, dynamic-CP and equal-waves
+benchmarks' quick or smaller runs. Their measured figures are of the smaller run, so they need
 not match. The bench suites run whole either way (minutes on 2 cores; the deterministic profile's plans
 are the same on any load). A full run reruns exactly what the docs cite: tens of minutes, for a quiet
 machine, since the timed figures (the TRL step, the runtime and scale benchmarks) move with the load.
