@@ -1086,11 +1086,16 @@ KERNEL_FIGURES = (
 INTEGRATIONS_DOC = "docs/integrations.md"
 
 
-def trl_table_lines(data: dict) -> list[str]:
-    """docs/integrations.md's TRL step table (quiet and two busy processes), from ``bench_trl_step.py``."""
-    lines = []
-    for run in data["runs"]:
-        stock, ours, busy = run["stock"], run["cpplan"], run["busy_processes"]
+def trl_table_lines(data: dict) -> list[str | None]:
+    """docs/integrations.md's TRL step table (quiet, then two busy processes, then tokens), from
+    ``bench_trl_step.py``; ``None`` for the rows of a run the JSON lacks (a quick run has no busy one)."""
+    lines: list[str | None] = []
+    for busy in (0, 2):
+        run = trl_run(data, busy)
+        if run is None:
+            lines += [None, None]
+            continue
+        stock, ours = run["stock"], run["cpplan"]
         start, end = run["load_average_start"][0], run["load_average_end"][0]
         if busy == 0:
             label = f"quiet (load average {start:.2f} at the start, {end:.2f} at the end)"
@@ -1116,9 +1121,18 @@ def trl_table_lines(data: dict) -> list[str]:
     return [*lines, markdown_row([label, f"{padded:,}", f"{packed:,}", f"{first['token_ratio']:.2f}×"])]
 
 
+def trl_table_cell(data: dict, row: int, index: int) -> str:
+    """One cell of the TRL step table from a run, or ``not run``."""
+    line = trl_table_lines(data)[row]
+    return "not run" if line is None else cells(line)[index]
+
+
 def slowdown(data: dict, trainer: str) -> str:
     """How much ``trainer``'s median step slows beside two busy processes, as ``1.87``."""
-    quiet, busy = (trl_run(data, b)[trainer]["median_step_s"] for b in (0, 2))
+    runs = [trl_run(data, b) for b in (0, 2)]
+    if None in runs:
+        return "not run"
+    quiet, busy = (r[trainer]["median_step_s"] for r in runs)
     return f"{busy / quiet:.2f}"
 
 
@@ -1129,7 +1143,7 @@ TRL_FIGURES = (
             cited=line,
             stated=cell,
             run="trl_step",
-            read=lambda d, r=row, i=index: cells(trl_table_lines(d)[r])[i],
+            read=lambda d, r=row, i=index: trl_table_cell(d, r, i),
             what=f"TRL step table, row {row + 1}, column {index + 1}",
         )
         for row, line in enumerate(table_lines(INTEGRATIONS_DOC, "| | stock TRL | cpplan | stock / cpplan |"))
@@ -1173,12 +1187,16 @@ TRL_TINY_RUNS = (
 
 def trl_figures(busy: int) -> dict[str, Callable[[dict], str]]:
     """Readers of one TRL step run (``busy`` busy processes beside it): medians, ratios, load."""
-    run = lambda d: trl_run(d, busy)  # noqa: E731
+
+    def read(format_run: Callable[[dict], str]) -> Callable[[dict], str]:
+        """``format_run`` applied to the run, or ``not run`` where the JSON lacks it (a quick run)."""
+        return lambda d: "not run" if trl_run(d, busy) is None else format_run(trl_run(d, busy))
+
     return {
-        "stock median s": lambda d: f"{run(d)['stock']['median_step_s']:.3f}",
-        "cpplan median s": lambda d: f"{run(d)['cpplan']['median_step_s']:.3f}",
-        "speed-up": lambda d: f"{run(d)['speedup']:.2f}",
-        "pair ratios": lambda d: "–".join(f"{f(run(d)['pair_speedups']):.2f}" for f in (min, max)),
+        "stock median s": read(lambda r: f"{r['stock']['median_step_s']:.3f}"),
+        "cpplan median s": read(lambda r: f"{r['cpplan']['median_step_s']:.3f}"),
+        "speed-up": read(lambda r: f"{r['speedup']:.2f}"),
+        "pair ratios": read(lambda r: "–".join(f"{f(r['pair_speedups']):.2f}" for f in (min, max))),
     }
 
 

@@ -334,3 +334,15 @@ def test_a_run_that_needs_a_gpu_is_skipped_without_one_and_says_so(reproduce, re
     assert kernels.needs_gpu and any(
         f.run == "kernels" and f.doc == "docs/time_model.md" for f in registry.FIGURES
     )
+
+
+def test_trl_readers_say_not_run_for_the_busy_run_a_quick_run_leaves_out(registry):
+    """From a quick TRL step run (the quiet run only), every figure of the busy run reads ``not run``
+    and every figure of the quiet run reads a value: no reader fails on the smaller JSON."""
+    full = json.loads((ROOT / "benchmarks/results/bench_trl_step.json").read_text())
+    quick = {**full, "runs": [r for r in full["runs"] if r["busy_processes"] == 0]}
+    figures = [f for f in registry.FIGURES if f.run == "trl_step"]
+    values = {f.what: f.read(quick) for f in figures}
+    busy = [w for w in values if "row 3," in w or "row 4," in w or "slowed" in w or "2 busy" in w]
+    assert busy and all(values[w] == "not run" for w in busy)
+    assert all(v != "not run" for w, v in values.items() if w not in busy and "(2 busy" not in w)
