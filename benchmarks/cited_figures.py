@@ -1445,6 +1445,37 @@ GDN_FIGURES = (
     ),
 )
 
+
+COMPONENT_KEYS = {
+    "attention, all-gather, CP8, 8K tokens per GPU (contiguous, even tokens)": (
+        "attention_allgather_cp8_8k_per_gpu"
+    ),
+    "attention, zigzag, CP8, 8K tokens per GPU": "attention_zigzag_cp8_8k_per_gpu",
+    "GDN layer, CP4, 32K tokens, rounds": "gdn_rounds_cp4_32k",
+    "GDN layer, CP4, 32K tokens, parallel state passing": "gdn_parallel_cp4_32k",
+    "GDN layer, CP4, 32K tokens, head-parallel": "gdn_head_parallel_cp4_32k",
+}
+"""docs/time_model.md's component rows and the ``components`` keys of ``cp_scaling.py``'s JSON."""
+
+
+def component_figure(line: str) -> Figure:
+    """The predicted CP efficiency of one component row of docs/time_model.md."""
+    part, stated = cells(line)[:2]
+    key = COMPONENT_KEYS[part]
+    return Figure(
+        doc=TIME_DOC,
+        cited=line,
+        stated=stated,
+        run="cp_scaling",
+        read=lambda d: f"{d['components'][key]:.2f}",
+        what=f"predicted CP efficiency, {part}",
+    )
+
+
+COMPONENT_FIGURES = tuple(
+    component_figure(line) for line in table_lines(TIME_DOC, "| part | predicted | published |")
+)
+
 RUNS = (
     FIRST_PASS_RUNS
     + RUNTIME_RUNS
@@ -1475,6 +1506,7 @@ FIGURES = (
     + SHARING_FIGURES
     + INTEGRATIONS_FIGURES
     + GDN_FIGURES
+    + COMPONENT_FIGURES
 )
 
 RUNTIME_INPUTS = tuple(
