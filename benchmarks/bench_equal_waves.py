@@ -1,16 +1,18 @@
 """The cost of equal waves per GPU: each benchmark suite planned with and without it.
 
-``python benchmarks/bench_equal_waves.py [--quick]`` plans every workload of the fixed suite
+``python benchmarks/bench_equal_waves.py [--quick] [--output PATH]`` plans every workload of the fixed suite
 (:func:`cpplan.bench.suites.suite`) at ``cp=4,dp=2`` and ``cp=2,dp=4`` and of the dynamic-CP suite
 (:func:`cpplan.bench.suites.mixed_suite`) on a dynamic pool of 8 GPUs, at 40 GiB, with the deterministic
 profile, twice: ``equal_waves=False`` (the unequal plans of before) and ``equal_waves=True`` (the
 default on these pools). Each plan is the portfolio's verified winner. It prints the per-instance table
 and the per-suite summary (geometric mean and worst ratio of the equal plan's makespan to the unequal
-one's) and writes ``benchmarks/results/bench_equal_waves[_quick].json``.
+one's) and writes ``benchmarks/results/bench_equal_waves.json`` (``--quick``:
+``./cpplan-bench/bench_equal_waves_quick.json``).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import platform
@@ -21,7 +23,8 @@ from pathlib import Path
 import cpplan
 from cpplan.bench.suites import mixed_suite, suite
 
-OUT = Path(__file__).resolve().parent / "results" / "bench_equal_waves.json"
+RESULTS = Path(__file__).resolve().parent / "results" / "bench_equal_waves.json"
+QUICK_RESULTS = Path("cpplan-bench") / "bench_equal_waves_quick.json"
 MEMORY = "40GiB"
 MODEL = "qwen3.6-35b-a3b"
 SUITES = {
@@ -49,8 +52,16 @@ def run_case(workload, sizes: dict, equal: bool) -> dict:
     }
 
 
-def main(quick: bool) -> None:
-    """Run every suite both ways, print the tables, save the JSON."""
+def output_path(*, quick: bool, output: Path | None) -> Path:
+    """The JSON a run writes: ``output`` when given; else the committed :data:`RESULTS` for a full run
+    and :data:`QUICK_RESULTS` for a quick one (whose smaller suites are not the cited figures)."""
+    if output is not None:
+        return output
+    return QUICK_RESULTS if quick else RESULTS
+
+
+def main(quick: bool, out: Path) -> None:
+    """Run every suite both ways, print the tables, save the JSON to ``out``."""
     rows, summary = [], {}
     for name, (cases_of, sizes) in SUITES.items():
         ratios = []
@@ -84,7 +95,7 @@ def main(quick: bool) -> None:
         "rows": rows,
         "summary": summary,
     }
-    out = OUT.with_name("bench_equal_waves_quick.json") if quick else OUT
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1) + "\n")
     print("| suite | cases | slower | geomean equal/unequal | worst |\n|---|---|---|---|---|")
     for name, s in summary.items():
@@ -93,5 +104,19 @@ def main(quick: bool) -> None:
     print(f"saved {out}")
 
 
+def cli(argv: list[str] | None = None) -> None:
+    """Parse ``--quick`` and ``--output`` and run."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="the smaller suites (a smoke run)")
+    parser.add_argument(
+        "--output",
+        type=Path,
+        default=None,
+        help=f"default results/{RESULTS.name}; with --quick, ./{QUICK_RESULTS}",
+    )
+    args = parser.parse_args(argv)
+    main(args.quick, output_path(quick=args.quick, output=args.output))
+
+
 if __name__ == "__main__":
-    main("--quick" in sys.argv)
+    cli()

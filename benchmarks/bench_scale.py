@@ -432,9 +432,11 @@ def _winners(result: cpplan.PlanResult) -> list:
 
 def run_partition(args: argparse.Namespace) -> None:
     """``--cluster --partition``: :func:`~cpplan.planners.replica_partition.partition_items` alone on the
-    fixed-share rows, median of ``--repeats`` runs, the load average beside each (printed only)."""
+    fixed-share rows, median of ``--repeats`` runs, the load average beside each (printed, and written to
+    ``--output`` when given, label ``partition``)."""
     from cpplan.planners.replica_partition import partition_items
 
+    rows = []
     for spec in filter(None, args.share_rows.split(",")):
         n, dp, cp = (int(v) for v in spec.split("x"))
         workload = cluster_step(n)
@@ -446,10 +448,15 @@ def run_partition(args: argparse.Namespace) -> None:
             t0 = time.perf_counter()
             partition_items(workload, planner.card, planner.settings.topology)
             walls.append(time.perf_counter() - t0)
+        rows.append({"completions": n, "dp": dp, "cp": cp, "median_ms": 1e3 * float(np.median(walls))})
+        rows[-1]["load_avg"] = os.getloadavg()[0]
         print(
-            f"partition {n:>6,} completions dp {dp:>3} x cp {cp}: {1e3 * float(np.median(walls)):.1f} ms "
-            f"(median of {len(walls)}), load average {os.getloadavg()[0]:.2f}"
+            f"partition {n:>6,} completions dp {dp:>3} x cp {cp}: {rows[-1]['median_ms']:.1f} ms "
+            f"(median of {len(walls)}), load average {rows[-1]['load_avg']:.2f}"
         )
+    if args.output is not None:
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        args.output.write_text(json.dumps({"partition": {"rows": rows}}, indent=1) + "\n")
 
 
 def run_fixed_share(args: argparse.Namespace) -> None:

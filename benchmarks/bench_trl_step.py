@@ -1,7 +1,8 @@
 """Seconds per GRPO step, stock ``trl.GRPOTrainer`` against cpplan's ``GRPOTrainer``, interleaved.
 
-``python benchmarks/bench_trl_step.py [--steps 5] [--busy 0,2] [--quick] [--tiny]`` prints a table and
-writes ``benchmarks/results/bench_trl_step.json`` (``--tiny``: ``bench_trl_step_tiny.json``, the tests'
+``python benchmarks/bench_trl_step.py [--steps 5] [--busy 0,2] [--quick] [--tiny] [--output PATH]`` prints a
+table and writes ``benchmarks/results/bench_trl_step.json`` (``--quick``: ``./cpplan-bench/*_quick.json``;
+``--tiny``: ``bench_trl_step_tiny.json``, the tests'
 tiny Qwen3 size, hidden 32 and 2 layers, with LoRA and gradient checkpointing, prompts of 12 to 30
 tokens, G = 4 completions of 16, 1 GiB). Both trainers run in one process, on the same model and the same
 completions (TRL's ``rollout_func``), their steps taking turns: a warm-up step each, then ``--steps``
@@ -50,6 +51,7 @@ import torch
 import cpplan
 
 RESULTS = Path(__file__).parent / "results"
+QUICK_FOLDER = Path("cpplan-bench")
 WORDS = 8192
 
 
@@ -389,6 +391,15 @@ def profile_rows(profiler: cProfile.Profile) -> dict[str, float]:
     return rows
 
 
+def output_path(*, quick: bool, tiny: bool, output: Path | None) -> Path:
+    """The JSON a run writes: ``output`` when given; else the committed file in :data:`RESULTS` for a
+    full run and ``./cpplan-bench/`` for a quick one (one timed step: not the cited figures)."""
+    if output is not None:
+        return output
+    name = "bench_trl_step_tiny" if tiny else "bench_trl_step"
+    return QUICK_FOLDER / f"{name}_quick.json" if quick else RESULTS / f"{name}.json"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=5, help="timed steps per trainer and run (default 5)")
@@ -398,17 +409,17 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="1 timed step each, quiet only (a smoke run)")
     parser.add_argument("--tiny", action="store_true", help="the tiny LoRA + gradient checkpointing case")
     parser.add_argument(
-        "--output", type=Path, default=None, help="default results/bench_trl_step[_tiny].json"
+        "--output",
+        type=Path,
+        default=None,
+        help="default results/bench_trl_step[_tiny].json; with --quick, "
+        "./cpplan-bench/bench_trl_step[_tiny]_quick.json",
     )
     options = parser.parse_args()
     shape = TINY if options.tiny else REALISTIC
     steps = 1 if options.quick else options.steps
     loads = [0] if options.quick else [int(b) for b in options.busy.split(",")]
-    output = options.output or RESULTS / (
-        "bench_trl_step_tiny.json" if options.tiny else "bench_trl_step.json"
-    )
-    if options.quick and options.output is None:
-        output = output.with_name(output.stem + "_quick.json")
+    output = output_path(quick=options.quick, tiny=options.tiny, output=options.output)
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     torch.set_num_threads(int(os.environ.get("BENCH_THREADS", "2")))
     memory = "1GiB" if options.tiny else "40GiB"

@@ -29,6 +29,8 @@ class Run:
     name: str
     command: tuple[str, ...]
     quick_command: tuple[str, ...] | None = None
+    needs_gpu: bool = False
+    """The command times CUDA kernels: on a machine without a CUDA device it is skipped, saying so."""
 
     def argv(self, *, quick: bool) -> tuple[str, ...]:
         """The command to run (empty: a quick run skips it)."""
@@ -66,7 +68,7 @@ def cited_pattern(cited: str) -> re.Pattern[str]:
 README_PLAN = ("examples/grpo.jsonl", "--model", "qwen3.6-35b-a3b", "--memory", "8GiB")
 """The README example's workload, model and budget (its topology given per run)."""
 
-RUNS = (
+FIRST_PASS_RUNS = (
     Run(
         name="grpo_packing",
         command=(PY, "benchmarks/grpo_packing.py", "--output", "{out}"),
@@ -438,7 +440,7 @@ BENCH_FIGURES = (
     ),
 )
 
-INPUTS = (
+FIRST_PASS_INPUTS = (
     Input(doc=README, text="(2 prompts × 8 completions, a 2,048-token system prompt, 8,192-token prompts)"),
     Input(doc=README, text="(random Qwen3, hidden 256, 4 layers, 2 prompts × 8 completions)"),
     Input(doc=README, text="on 2 CPU cores"),
@@ -588,6 +590,904 @@ LEARNING_FIGURES = (
     ),
 )
 
+RUNTIME_DOC = "docs/runtime.md"
+RUNTIME_LABEL = "2026-12-04"
+"""The label under which ``bench_runtime.py`` and ``bench_scale.py`` wrote the runs docs/runtime.md cites."""
+DASH = "–"
+
+
+def table_lines(doc: str, header: str) -> list[str]:
+    """The body rows of the Markdown table in ``doc`` whose header line starts with ``header``."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / doc).read_text()
+    start = text.index(header)
+    return text[start : text.index("\n\n", start)].splitlines()[2:]
+
+
+def cells(line: str) -> list[str]:
+    """A Markdown table row's cells, stripped."""
+    return [c.strip() for c in line.strip().strip("|").split("|")]
+
+
+def table_figures(
+    doc: str, header: str, *, run: str, num_keys: int, line_of: Callable[[dict, tuple], str], what: str
+) -> tuple[Figure, ...]:
+    """One figure per measured cell of a table in ``doc``: a row is named by its first ``num_keys`` cells
+    (the input), and ``line_of(data, key)`` formats that row from the run's JSON as the doc writes it."""
+    figures = []
+    for line in table_lines(doc, header):
+        row = cells(line)
+        key = tuple(row[:num_keys])
+        for index in range(num_keys, len(row)):
+            figures.append(
+                Figure(
+                    doc=doc,
+                    cited=line,
+                    stated=row[index],
+                    run=run,
+                    read=lambda d, k=key, i=index: cells(line_of(d, k))[i],
+                    what=f"{what}, {' '.join(key)}, column {index + 1}",
+                )
+            )
+    return tuple(figures)
+
+
+def markdown_row(values: list[str]) -> str:
+    """``values`` as a Markdown table row."""
+    return "| " + " | ".join(values) + " |"
+
+
+def statuses_text(statuses: dict[str, int]) -> str:
+    """CP-SAT's statuses over the steps, most frequent first, as ``feasible 18, unknown 2``."""
+    return ", ".join(f"{k} {v}" for k, v in sorted(statuses.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def runtime_step_line(data: dict, key: tuple[str, ...]) -> str:
+    """One row of docs/runtime.md's step-latency table from ``bench_runtime.py``'s JSON."""
+    case, cp = key[0], int(key[1])
+    c = next(c for c in data[RUNTIME_LABEL]["cases"] if (c["case"], c["cp"]) == (case, cp))
+    return markdown_row(
+        [
+            case,
+            str(cp),
+            c["memory"].removesuffix("GiB"),
+            str(c["items"]),
+            f"{c['p50_ms']:.1f}",
+            f"{c['p95_ms']:.1f}",
+            f"{c['max_ms']:.1f}",
+            f"{c['within_budget']:.0%}",
+            f"{c['cpsat_ran']:.0%}",
+            statuses_text(c["statuses"]),
+            f"{c['greedy_median_ms']:.1f}",
+            f"{c['cost_vs_greedy']:.4f}",
+        ]
+    )
+
+
+def load_range(loads: list[float]) -> str:
+    """Load averages as ``1.9–2.0`` (one figure where they round alike)."""
+    low, high = f"{min(loads):.1f}", f"{max(loads):.1f}"
+    return low if low == high else f"{low}{DASH}{high}"
+
+
+def fixed_share_line(data: dict, key: tuple[str, ...]) -> str:
+    """One row of docs/runtime.md's fixed-share table from ``bench_scale.py --cluster --fixed-share``."""
+    workload, completions = key[0], int(key[1].replace(",", ""))
+    dp, cp = (int(v) for v in key[2].split(" × "))
+    r = next(
+        r
+        for r in data["fixed_share"]["rows"]
+        if (r["workload"], r["completions"], r["dp"], r["cp"]) == (workload, completions, dp, cp)
+    )
+    a, d = r["rank"], r["default"]
+    default = DASH if d is None else f"{1e3 * d['wall_p50_s']:,.0f} / {1e3 * d['wall_p95_s']:,.0f}"
+    ratio = DASH if d is None or d["over_reference"] is None else f"{d['over_reference']:.3f}"
+    return markdown_row(
+        [
+            *key,
+            f"{1e3 * a['wall_p50_s']:,.0f} / {1e3 * a['wall_p95_s']:,.0f}",
+            f"{a['p95_over_budget']:.2f}",
+            f"{a['cpsat_share']:.0%}",
+            f"{a['hurried_share']:.0%}",
+            default,
+            ratio,
+            load_range(a["load_avg"] + (d["load_avg"] if d else [])),
+        ]
+    )
+
+
+def scale_line(data: dict, key: tuple[str, ...]) -> str:
+    """One row of docs/runtime.md's scale table from ``bench_scale.py``'s JSON."""
+    workload, items, requests = key[0], int(key[1].replace(",", "")), int(key[2].replace(",", ""))
+    r = next(
+        r
+        for r in data[RUNTIME_LABEL]["rows"]
+        if (r["workload"], r["items"], r["requests"]) == (workload, items, requests)
+    )
+    per = r["greedy_s"] / max(items, requests) * 1e6
+    return markdown_row(
+        [
+            *key,
+            f"{r['build_s']:.2f}",
+            f"{r['greedy_s']:.2f}",
+            f"{per:.0f}",
+            f"{r['serialize_s'] + r['verify_s']:.2f}",
+            f"{r['plan_call_s']:.2f}",
+        ]
+    )
+
+
+RUNTIME_RUNS = (
+    Run(
+        name="runtime_steps",
+        command=(PY, "benchmarks/bench_runtime.py", "--label", RUNTIME_LABEL, "--output", "{out}"),
+        quick_command=(
+            *(PY, "benchmarks/bench_runtime.py", "--quick"),
+            *("--label", RUNTIME_LABEL, "--output", "{out}"),
+        ),
+    ),
+    Run(
+        name="scale",
+        command=(PY, "benchmarks/bench_scale.py", "--pack", "--label", RUNTIME_LABEL, "--output", "{out}"),
+        quick_command=(
+            *(PY, "benchmarks/bench_scale.py", "--quick"),
+            *("--label", RUNTIME_LABEL, "--output", "{out}"),
+        ),
+    ),
+    Run(
+        name="fixed_share",
+        command=(PY, "benchmarks/bench_scale.py", "--cluster", "--fixed-share", "--output", "{out}"),
+        quick_command=(
+            *(PY, "benchmarks/bench_scale.py", "--cluster", "--fixed-share", "--repeats", "1"),
+            *("--share-rows", "1024x8x8,2048x16x8", "--node-rows", "64x4", "--output", "{out}"),
+        ),
+    ),
+    Run(
+        name="partition",
+        command=(
+            *(PY, "benchmarks/bench_scale.py", "--cluster", "--partition"),
+            *("--share-rows", "1024x8x8,8192x64x8,16384x128x8", "--output", "{out}"),
+        ),
+    ),
+)
+
+
+def runtime_case(data: dict, case: str, cp: int) -> dict:
+    """One workload's row of ``bench_runtime.py``'s run."""
+    return next(c for c in data[RUNTIME_LABEL]["cases"] if (c["case"], c["cp"]) == (case, cp))
+
+
+def sweep_increase(data: dict, plan: str) -> str:
+    """The memory sweep's largest cost increase over a smaller budget, as ``+0.38%``."""
+    return f"+{data[RUNTIME_LABEL]['sweep']['worst_increase'][plan] * 100:.2f}%"
+
+
+def partition_ms(data: dict, completions: int) -> str:
+    """``partition_items``'s median milliseconds on one step, as ``1.5``."""
+    return f"{next(r for r in data['partition']['rows'] if r['completions'] == completions)['median_ms']:.1f}"
+
+
+def fixed_share_row(data: dict, completions: int, dp: int) -> dict:
+    """One row of the fixed-share run."""
+    return next(r for r in data["fixed_share"]["rows"] if (r["completions"], r["dp"]) == (completions, dp))
+
+
+def pack_s(data: dict, profile: str) -> str:
+    """``cpplan pack``'s wall seconds for the 20,000 small items under ``profile``."""
+    return f"{next(p for p in data[RUNTIME_LABEL]['packs'] if p['profile'] == profile)['wall_s']:.1f}"
+
+
+SWEEP_CITED = "greedy +0.38%, the deterministic profile +0.83%, the runtime profile +3.25%"
+PACK_CITED = "one process): 24.6 s with the default `offline` profile and 19.6 s with `deterministic`"
+PARTITION_CITED = "1.5 ms at 1,024 completions (dp 8), 14.8 ms at 8,192 (dp 64), 35.3 ms at 16,384 (dp 128)"
+DEFAULT_CALL_CITED = "(1,335 ms p50 at dp 64, 3,790 ms at dp 128)"
+
+
+def _runtime(cited: str, stated: str, run: str, read, what: str) -> Figure:
+    """One figure of docs/runtime.md."""
+    return Figure(doc=RUNTIME_DOC, cited=cited, stated=stated, run=run, read=read, what=what)
+
+
+RUNTIME_FIGURES = (
+    *table_figures(
+        RUNTIME_DOC,
+        "| workload | CP | GiB | items | p50 ms |",
+        run="runtime_steps",
+        num_keys=2,
+        line_of=runtime_step_line,
+        what="runtime step",
+    ),
+    *table_figures(
+        RUNTIME_DOC,
+        "| workload | items | requests | build s |",
+        run="scale",
+        num_keys=3,
+        line_of=scale_line,
+        what="scale",
+    ),
+    *table_figures(
+        RUNTIME_DOC,
+        "| workload | completions | dp × cp | replica call",
+        run="fixed_share",
+        num_keys=3,
+        line_of=fixed_share_line,
+        what="fixed share",
+    ),
+    _runtime(
+        "`grpo32x8` (p95 144.1 ms on this machine)",
+        "144.1",
+        "runtime_steps",
+        lambda d: f"{runtime_case(d, 'grpo32x8', 4)['p95_ms']:.1f}",
+        "grpo32x8 p95 ms",
+    ),
+    _runtime(
+        "on 8 of 20 steps of `grpo8x8` at CP4 (cost / greedy 0.9975)",
+        "8 of 20",
+        "runtime_steps",
+        lambda d: f"{runtime_case(d, 'grpo8x8', 4)['improved']} of {runtime_case(d, 'grpo8x8', 4)['steps']}",
+        "grpo8x8 CP4: steps where CP-SAT improved on greedy",
+    ),
+    _runtime(
+        "on 8 of 20 steps of `grpo8x8` at CP4 (cost / greedy 0.9975)",
+        "0.9975",
+        "runtime_steps",
+        lambda d: f"{runtime_case(d, 'grpo8x8', 4)['cost_vs_greedy']:.4f}",
+        "grpo8x8 CP4: cost / greedy",
+    ),
+    *(
+        _runtime(
+            SWEEP_CITED, stated, "runtime_steps", lambda d, p=plan: sweep_increase(d, p), f"sweep {plan}"
+        )
+        for plan, stated in (("greedy", "+0.38%"), ("deterministic", "+0.83%"), ("runtime", "+3.25%"))
+    ),
+    *(
+        _runtime(PACK_CITED, stated, "scale", lambda d, p=profile: pack_s(d, p), f"cpplan pack, {profile}")
+        for profile, stated in (("offline", "24.6"), ("deterministic", "19.6"))
+    ),
+    *(
+        _runtime(PARTITION_CITED, stated, "partition", lambda d, n=n: partition_ms(d, n), f"partition, {n}")
+        for n, stated in ((1024, "1.5"), (8192, "14.8"), (16384, "35.3"))
+    ),
+    *(
+        _runtime(
+            DEFAULT_CALL_CITED,
+            stated,
+            "fixed_share",
+            lambda d, n=n, dp=dp: f"{1e3 * fixed_share_row(d, n, dp)['default']['wall_p50_s']:,.0f}",
+            f"default call p50 ms, dp {dp}",
+        )
+        for n, dp, stated in ((8192, 64, "1,335"), (16384, 128, "3,790"))
+    ),
+    *(
+        _runtime(
+            "plan: 0.974× and 0.965× at 1,024 completions",
+            stated,
+            "fixed_share",
+            lambda d, dp=dp: f"{fixed_share_row(d, 1024, dp)['default']['over_reference']:.3f}",
+            f"default call over the deterministic plan, dp {dp}",
+        )
+        for dp, stated in ((8, "0.974"), (16, "0.965"))
+    ),
+    *(
+        _runtime(
+            "sizes): −0.09 (p50) and −0.01 (p95)",
+            stated,
+            "fixed_share",
+            lambda d, k=key: f"{d['fixed_share']['growth_exponents'][k]:.2f}".replace("-", "−"),
+            f"growth exponent, {key}",
+        )
+        for key, stated in (("wall_p50_s", "−0.09"), ("wall_p95_s", "−0.01"))
+    ),
+    _runtime(
+        "greedy hurries on 92% of calls",
+        "92%",
+        "fixed_share",
+        lambda d: f"{fixed_share_row(d, 16384, 128)['rank']['hurried_share']:.0%}",
+        "hurried at 16,384",
+    ),
+    _runtime(
+        "(1.14–2.43 times it)",
+        "1.14–2.43",
+        "fixed_share",
+        lambda d: "–".join(
+            f"{f(r['rank']['p95_over_budget'] for r in d['fixed_share']['rows']):.2f}" for f in (min, max)
+        ),
+        "replica call p95 over the budget, range",
+    ),
+)
+
+
+MEMORY_DOC = "docs/memory.md"
+MEMORY_RUNS = (
+    Run(
+        name="memory_table",
+        command=(PY, "benchmarks/memory_table.py", "--output", "{out}.md", "--json", "{out}"),
+    ),
+)
+
+
+def rendered_line(data: list, index: int) -> str:
+    """Line ``index`` of docs/memory.md as ``benchmarks/memory_table.py`` renders it from its JSON."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent / "memory_table.py"
+    spec = importlib.util.spec_from_file_location("memory_table", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.render(data).splitlines()[index].strip()
+
+
+def generated_doc_figures(doc: str, run: str, read_line) -> tuple[Figure, ...]:
+    """A doc that a command prints whole: one figure per line holding a digit, the line itself as
+    stated, read back as the same line of the command's rendering of its JSON."""
+    from pathlib import Path
+
+    lines = (Path(__file__).resolve().parents[1] / doc).read_text().splitlines()
+    return tuple(
+        Figure(
+            doc=doc,
+            cited=line.strip(),
+            stated=line.strip(),
+            run=run,
+            read=lambda d, i=index: read_line(d, i),
+            what=f"{doc} line {index + 1}",
+        )
+        for index, line in enumerate(lines)
+        if any(ch.isdigit() for ch in line)
+    )
+
+
+MEMORY_FIGURES = generated_doc_figures(MEMORY_DOC, "memory_table", rendered_line)
+
+
+TIME_DOC = "docs/time_model.md"
+TIME_RUNS = (Run(name="cp_scaling", command=(PY, "benchmarks/cp_scaling.py", "{out}")),)
+
+
+def cp_single_line(data: dict, key: tuple[str, ...]) -> str:
+    """One row of docs/time_model.md's one-request table from ``cp_scaling.py``'s ``single`` part."""
+    row = data["single"][key[0].replace(",", "")]
+    parts = [key[0], f"{row['1']['step_s']:.3f} s"]
+    for cp in ("2", "4", "8"):
+        eff = row[cp]["efficiency"]
+        modes = " / ".join(f"{eff[m]:.2f}" for m in ("rounds", "parallel", "head_parallel"))
+        parts.append(f"{modes} ({row[cp]['chosen']})")
+    return markdown_row(parts)
+
+
+def cp_card_line(data: dict, key: tuple[str, ...]) -> str:
+    """One row of docs/time_model.md's per-card table from ``cp_scaling.py``'s ``cards`` part."""
+    card = data["cards"][key[0]]
+    efficiencies = [f"{card[k]['efficiency']:.2f} ({card[k]['chosen']})" for k in ("131072@8", "32768@4")]
+    return markdown_row([key[0], *efficiencies])
+
+
+TIME_FIGURES = (
+    *table_figures(
+        TIME_DOC,
+        "| tokens | T(1) | CP2 rounds",
+        run="cp_scaling",
+        num_keys=1,
+        line_of=cp_single_line,
+        what="one request's CP efficiency",
+    ),
+    *table_figures(
+        TIME_DOC,
+        "| card | 128K at CP8 | 32K at CP4 |",
+        run="cp_scaling",
+        num_keys=1,
+        line_of=cp_card_line,
+        what="CP efficiency per card",
+    ),
+)
+
+
+HELD_OUT_CITED = "long tail 0.86 / 0.77 / 0.72, agent trees 0.86 / 0.85 / 0.77, ShareGPT 0.88 / 0.87 / 0.82"
+
+
+def held_out(data: dict, workload: str) -> str:
+    """A held-out workload's CP efficiency at CP 2 / 4 / 8, as ``0.86 / 0.77 / 0.72``."""
+    return " / ".join(f"{data['held_out'][workload][cp]['efficiency']:.2f}" for cp in ("2", "4", "8"))
+
+
+HELD_OUT_FIGURES = tuple(
+    Figure(
+        doc=TIME_DOC,
+        cited=HELD_OUT_CITED,
+        stated=stated,
+        run="cp_scaling",
+        read=lambda d, w=workload: held_out(d, w),
+        what=f"held-out {workload}: CP efficiency at CP 2 / 4 / 8",
+    )
+    for workload, stated in (
+        ("long_tail", "0.86 / 0.77 / 0.72"),
+        ("agent_trees", "0.86 / 0.85 / 0.77"),
+        ("sharegpt", "0.88 / 0.87 / 0.82"),
+    )
+)
+
+
+KERNEL_CITED_MS = "| ms | 4.36 | 4.45 | 5.14 | 6.24 | 8.58 | 13.37 | 23.44 | 45.92 | 90.28 | 182.13 |"
+KERNEL_CITED_FIT = (
+    "| fit `2.53 µs × T + 3.80 ms` | 4.12 | 4.45 | 5.09 | 6.39 | 8.97 | 14.15 | 24.49 | 45.19 | 86.57 "
+    "| 169.34 |"
+)
+GPU_RUNS = (
+    Run(
+        name="kernels",
+        command=("sh", "-c", "{python} benchmarks/measure_kernels.py | tail -n 1 > {out}"),
+        needs_gpu=True,
+    ),
+)
+
+
+def kernel_fit(data: dict) -> tuple[float, float]:
+    """``t(T) = a·T + b`` fitted to the period's times by relative least squares: (a, b) in seconds."""
+    import numpy as np
+
+    tokens, seconds = (np.array(v, dtype=float) for v in zip(*data["period"], strict=True))
+    design = np.stack([tokens / seconds, 1 / seconds], axis=1)
+    (a, b), *_ = np.linalg.lstsq(design, np.ones_like(seconds), rcond=None)
+    return float(a), float(b)
+
+
+def kernel_row(data: dict, fitted: bool) -> str:
+    """The kernel table's ``ms`` row (measured) or its ``fit`` row, as docs/time_model.md writes them."""
+    a, b = kernel_fit(data)
+    if not fitted:
+        return markdown_row(["ms", *(f"{1e3 * t:.2f}" for _, t in data["period"])])
+    label = f"fit `{a * 1e6:.2f} µs × T + {b * 1e3:.2f} ms`"
+    return markdown_row([label, *(f"{1e3 * (a * n + b):.2f}" for n, _ in data["period"])])
+
+
+KERNEL_TABLE_FIGURES = tuple(
+    Figure(
+        doc=TIME_DOC,
+        cited=cited,
+        stated=stated,
+        run="kernels",
+        read=lambda d, f=fitted, i=index: cells(kernel_row(d, f))[i],
+        what=f"kernel period, {'fit' if fitted else 'measured'}, column {index + 1}",
+    )
+    for cited, fitted in ((KERNEL_CITED_MS, False), (KERNEL_CITED_FIT, True))
+    for index, stated in enumerate(cells(cited))
+    if any(ch.isdigit() for ch in stated)
+)
+KERNEL_FIGURES = (
+    *KERNEL_TABLE_FIGURES,
+    Figure(
+        doc=TIME_DOC,
+        cited="`n½ = b / a = 1,504`",
+        stated="1,504",
+        run="kernels",
+        read=lambda d: f"{kernel_fit(d)[1] / kernel_fit(d)[0]:,.0f}",
+        what="kernel half-performance length, tokens",
+    ),
+    Figure(
+        doc=TIME_DOC,
+        cited="(3.1 ms at the 4.29 TB/s copy rate measured there)",
+        stated="4.29",
+        run="kernels",
+        read=lambda d: f"{d['copy_bytes_per_s'] / 1e12:.2f}",
+        what="H200 copy rate, TB/s",
+    ),
+    Figure(
+        doc=TIME_DOC,
+        cited="1.24e-10 s per attended pair",
+        stated="1.24e-10",
+        run="kernels",
+        read=lambda d: f"{d['attention_s_per_pair_fwd_bwd'][-1][1]:.2e}",
+        what="attention seconds per pair (32K, forward and backward)",
+    ),
+)
+
+INTEGRATIONS_DOC = "docs/integrations.md"
+
+
+def trl_table_lines(data: dict) -> list[str | None]:
+    """docs/integrations.md's TRL step table (quiet, then two busy processes, then tokens), from
+    ``bench_trl_step.py``; ``None`` for the rows of a run the JSON lacks (a quick run has no busy one)."""
+    lines: list[str | None] = []
+    for busy in (0, 2):
+        run = trl_run(data, busy)
+        if run is None:
+            lines += [None, None]
+            continue
+        stock, ours = run["stock"], run["cpplan"]
+        start, end = run["load_average_start"][0], run["load_average_end"][0]
+        if busy == 0:
+            label = f"quiet (load average {start:.2f} at the start, {end:.2f} at the end)"
+            spread = "quiet: min–max s, ratio of each interleaved pair"
+        else:
+            label = f"{busy} busy processes (load average {start:.2f} → {end:.2f})"
+            spread = f"{busy} busy processes: min–max s, pair ratios"
+        medians = [
+            f"{stock['median_step_s']:.3f}",
+            f"{ours['median_step_s']:.3f}",
+            f"**{run['speedup']:.2f}×**",
+        ]
+        lines.append(markdown_row([f"{label}: median s per step", *medians]))
+        pairs = f"{min(run['pair_speedups']):.2f}–{max(run['pair_speedups']):.2f}×"
+        ranges = [f"{t['min_step_s']:.2f}–{t['max_step_s']:.2f}" for t in (stock, ours)]
+        lines.append(markdown_row([spread, *ranges, pairs]))
+    first = data["runs"][0]
+    padded, packed = sum(first["stock_padded_per_step"]), sum(first["cpplan_packed_per_step"])
+    label = (
+        f"tokens of the {len(first['cpplan_packed_per_step'])} timed steps' loss passes (TRL's padded "
+        "`B × (P + C)`, cpplan's packed)"
+    )
+    return [*lines, markdown_row([label, f"{padded:,}", f"{packed:,}", f"{first['token_ratio']:.2f}×"])]
+
+
+def trl_table_cell(data: dict, row: int, index: int) -> str:
+    """One cell of the TRL step table from a run, or ``not run``."""
+    line = trl_table_lines(data)[row]
+    return "not run" if line is None else cells(line)[index]
+
+
+def slowdown(data: dict, trainer: str) -> str:
+    """How much ``trainer``'s median step slows beside two busy processes, as ``1.87``."""
+    runs = [trl_run(data, b) for b in (0, 2)]
+    if None in runs:
+        return "not run"
+    quiet, busy = (r[trainer]["median_step_s"] for r in runs)
+    return f"{busy / quiet:.2f}"
+
+
+TRL_FIGURES = (
+    *(
+        Figure(
+            doc=INTEGRATIONS_DOC,
+            cited=line,
+            stated=cell,
+            run="trl_step",
+            read=lambda d, r=row, i=index: trl_table_cell(d, r, i),
+            what=f"TRL step table, row {row + 1}, column {index + 1}",
+        )
+        for row, line in enumerate(table_lines(INTEGRATIONS_DOC, "| | stock TRL | cpplan | stock / cpplan |"))
+        for index, cell in enumerate(cells(line))
+    ),
+    *(
+        Figure(
+            doc=INTEGRATIONS_DOC,
+            cited="cpplan's step slows 1.87× beside the two busy processes, stock's 1.84×",
+            stated=stated,
+            run="trl_step",
+            read=lambda d, t=trainer: slowdown(d, t),
+            what=f"TRL step: {trainer} slowed by two busy processes",
+        )
+        for trainer, stated in (("cpplan", "1.87"), ("stock", "1.84"))
+    ),
+    Figure(
+        doc=INTEGRATIONS_DOC,
+        cited="planning is 46 ms of the profiled quiet step",
+        stated="46",
+        run="trl_step",
+        read=lambda d: f"{trl_run(d, 0)['cpplan']['profile_s']['cpplan: plan'] * 1e3:.0f}",
+        what="TRL step: cpplan's planning in the profiled quiet step, ms",
+    ),
+)
+
+
+TINY_CITED = (
+    "1,664 padded against 855 packed tokens over the timed steps, 1.95×): 0.124 s stock against 0.101 s"
+    " cpplan per step quiet (**1.23×**, load average 0.77; pairs 1.03–1.55×) and 0.315 s against 0.125 s"
+    " beside two busy processes (2.51×, pairs 1.48–2.99×)"
+)
+TRL_TINY_RUNS = (
+    Run(
+        name="trl_step_tiny",
+        command=(PY, "benchmarks/bench_trl_step.py", "--tiny", "--output", "{out}"),
+        quick_command=(PY, "benchmarks/bench_trl_step.py", "--tiny", "--quick", "--output", "{out}"),
+    ),
+)
+
+
+def trl_figures(busy: int) -> dict[str, Callable[[dict], str]]:
+    """Readers of one TRL step run (``busy`` busy processes beside it): medians, ratios, load."""
+
+    def read(format_run: Callable[[dict], str]) -> Callable[[dict], str]:
+        """``format_run`` applied to the run, or ``not run`` where the JSON lacks it (a quick run)."""
+        return lambda d: "not run" if trl_run(d, busy) is None else format_run(trl_run(d, busy))
+
+    return {
+        "stock median s": read(lambda r: f"{r['stock']['median_step_s']:.3f}"),
+        "cpplan median s": read(lambda r: f"{r['cpplan']['median_step_s']:.3f}"),
+        "speed-up": read(lambda r: f"{r['speedup']:.2f}"),
+        "pair ratios": read(lambda r: "–".join(f"{f(r['pair_speedups']):.2f}" for f in (min, max))),
+    }
+
+
+def _tiny(stated: str, what: str, read: Callable[[dict], str]) -> Figure:
+    """One figure of the tiny TRL case in docs/integrations.md."""
+    return Figure(
+        doc=INTEGRATIONS_DOC, cited=TINY_CITED, stated=stated, run="trl_step_tiny", read=read, what=what
+    )
+
+
+TRL_TINY_FIGURES = (
+    _tiny("1,664", "tiny: padded tokens", lambda d: f"{sum(d['runs'][0]['stock_padded_per_step']):,}"),
+    _tiny("855", "tiny: packed tokens", lambda d: f"{sum(d['runs'][0]['cpplan_packed_per_step']):,}"),
+    _tiny("1.95", "tiny: token ratio", lambda d: f"{d['runs'][0]['token_ratio']:.2f}"),
+    _tiny("0.77", "tiny: load average, quiet", lambda d: f"{trl_run(d, 0)['load_average_start'][0]:.2f}"),
+    *(
+        _tiny(stated, f"tiny, {busy} busy: {key}", trl_figures(busy)[key])
+        for busy, values in (
+            (0, ("0.124", "0.101", "1.23", "1.03–1.55")),
+            (2, ("0.315", "0.125", "2.51", "1.48–2.99")),
+        )
+        for key, stated in zip(trl_figures(busy), values, strict=True)
+    ),
+    Figure(
+        doc=INTEGRATIONS_DOC,
+        cited="cpplan's planning is 51 ms of the profiled quiet step",
+        stated="51",
+        run="trl_step_tiny",
+        read=lambda d: f"{trl_run(d, 0)['cpplan']['profile_s']['cpplan: plan'] * 1e3:.0f}",
+        what="tiny: cpplan's planning in the profiled quiet step, ms",
+    ),
+)
+
+
+EQUAL_WAVES_RUNS = (
+    Run(
+        name="equal_waves",
+        command=(PY, "benchmarks/bench_equal_waves.py", "--output", "{out}"),
+        quick_command=(PY, "benchmarks/bench_equal_waves.py", "--quick", "--output", "{out}"),
+    ),
+)
+
+
+def equal_waves_line(data: dict, key: tuple[str, ...]) -> str:
+    """One row of docs/dynamic_cp.md's equal-waves table from ``bench_equal_waves.py``'s summary."""
+    summary = data["summary"][key[0]]
+    return markdown_row(
+        [
+            key[0],
+            str(summary["cases"]),
+            str(summary["slower_cases"]),
+            f"{summary['geomean_ratio']:.4f}",
+            f"{summary['worst_ratio']:.4f}",
+        ]
+    )
+
+
+EQUAL_WAVES_FIGURES = table_figures(
+    DYNAMIC_DOC,
+    "| suite | cases | slower | geomean equal/unequal | worst |",
+    run="equal_waves",
+    num_keys=1,
+    line_of=equal_waves_line,
+    what="equal waves over unequal",
+)
+
+
+SHARING_RUNS = (
+    Run(
+        name="sharing_overhead",
+        command=(PY, "benchmarks/bench_sharing_overhead.py", "--repeats", "5", "--output", "{out}"),
+    ),
+)
+
+
+def sharing_line(data: dict, key: tuple[str, ...]) -> str:
+    """One row of docs/time_model.md's sharing-overhead table from ``bench_sharing_overhead.py``."""
+    hidden, layers = (int(v) for v in key[0].split(" (")[0].split(", "))
+    size = next(
+        z
+        for z in data["sizes"]
+        if (z["shape"]["hidden_size"], z["shape"]["num_hidden_layers"]) == (hidden, layers)
+    )
+    ratios = [f"{size['prompts'][p]['none_over_full']:.3f}" for p in ("14", "64")]
+    segment = size["segment_tokens"]
+    tokens = f"{segment:.0f}" if segment > 0 else f"(noise: {segment:.0f})"
+    return markdown_row([key[0], *ratios, tokens])
+
+
+SHARING_FIGURES = table_figures(
+    TIME_DOC,
+    "| hidden, layers | prompt 14 | prompt 64 | segment (tokens) |",
+    run="sharing_overhead",
+    num_keys=1,
+    line_of=sharing_line,
+    what="sharing overhead, none over full",
+)
+
+
+INTEGRATIONS_RUNS = (
+    Run(name="integrations", command=(PY, "benchmarks/bench_integrations.py", "--output", "{out}")),
+)
+
+
+def integration_case(data: dict, case: str) -> dict:
+    """One case of ``bench_integrations.py``'s run."""
+    return next(c for c in data["cases"] if c["case"] == case)
+
+
+def integrations_line(data: dict, key: tuple[str, ...]) -> str:
+    """One row of docs/integrations.md's gains table from ``bench_integrations.py``'s JSON."""
+    c = integration_case(data, key[0])
+    return markdown_row(
+        [
+            key[0],
+            f"{c['trl_padded_tokens']:,}",
+            f"{c['cpplan_packed_tokens']:,}",
+            f"{c['trl_over_cpplan']:.2f}x",
+            f"{c['flat_tokens']:,}",
+            f"{c['verl_micro_batches']} ({c['verl_largest']:,})",
+            f"{c['cpplan_micro_batches']} ({c['cpplan_largest']:,})",
+            f"{c['cpplan_packed_tokens']:,} ({c['flat_tokens'] / c['cpplan_packed_tokens']:.2f}x fewer)",
+        ]
+    )
+
+
+def gain_range(data: dict, over: str) -> tuple[str, str]:
+    """The least and most token gain over the cases, as ``("1.4x", "8.9x")`` (``over``: trl or verl)."""
+    gains = [
+        c["trl_over_cpplan"] if over == "trl" else c["flat_tokens"] / c["cpplan_packed_tokens"]
+        for c in data["cases"]
+    ]
+    return f"{min(gains):.1f}x", f"{max(gains):.1f}x"
+
+
+TRL_GAIN_CITED = "A TRL user runs 1.4x (long completions) to 8.9x (long shared prompts) fewer tokens"
+INTEGRATIONS_FIGURES = (
+    *table_figures(
+        INTEGRATIONS_DOC,
+        "| case | TRL padded | cpplan packed |",
+        run="integrations",
+        num_keys=1,
+        line_of=integrations_line,
+        what="integration gains",
+    ),
+    *(
+        Figure(
+            doc=INTEGRATIONS_DOC,
+            cited=TRL_GAIN_CITED,
+            stated=stated,
+            run="integrations",
+            read=lambda d, i=index: gain_range(d, "trl")[i],
+            what=f"TRL: {'least' if index == 0 else 'most'} token gain",
+        )
+        for index, stated in enumerate(("1.4x", "8.9x"))
+    ),
+    Figure(
+        doc=INTEGRATIONS_DOC,
+        cited="(the last column, 1.1x to 8.7x)",
+        stated="1.1x to 8.7x",
+        run="integrations",
+        read=lambda d: " to ".join(gain_range(d, "verl")),
+        what="verl engine: token gain range",
+    ),
+    Figure(
+        doc=INTEGRATIONS_DOC,
+        cited="(10, the cap at 62,865 tokens binding in both)",
+        stated="62,865",
+        run="integrations",
+        read=lambda d: f"{d['cases'][0]['cap_tokens']:,}",
+        what="verl micro-batch token cap",
+    ),
+)
+
+
+GDN_RUNS = (Run(name="gdn_modes", command=(PY, "benchmarks/bench_gdn_modes.py", "{out}")),)
+
+
+def gdn_rows(data: dict) -> list[tuple[str, str, dict]]:
+    """Every case × CP row of ``bench_gdn_modes.py``'s run."""
+    return [(case, cp, row) for case, cps in data["rows"].items() for cp, row in cps.items()]
+
+
+def gdn_ratio(row: dict) -> float:
+    """A row's step over the same card's without head-parallel."""
+    return row["cost_s"] / row["cost_s_two_modes"]
+
+
+def gdn_cp8_range(data: dict) -> str:
+    """The step ratios of the CP 8 rows that run a wave head-parallel, as ``0.86–0.98``."""
+    ratios = [gdn_ratio(r) for _, cp, r in gdn_rows(data) if cp == "8" and r["modes"]["head_parallel"]]
+    return f"{min(ratios):.2f}–{max(ratios):.2f}"
+
+
+def long_tail_waves(data: dict, cp: str) -> str:
+    """How many of the long tail's waves run head-parallel at ``cp``, as ``4 of 7``."""
+    modes = data["rows"]["long_tail"][cp]["modes"]
+    return f"{modes['head_parallel']} of {sum(modes.values())}"
+
+
+def gdn_counts(data: dict) -> tuple[str, str, str]:
+    """Rows choosing head-parallel, rows costlier than without it (``10 of 33``) and the worst increase."""
+    rows = gdn_rows(data)
+    chosen = sum(1 for _, _, r in rows if r["modes"]["head_parallel"])
+    costlier = [gdn_ratio(r) for _, _, r in rows if gdn_ratio(r) > 1 + 1e-9]
+    worst = f"+{(max(costlier) - 1) * 100:.1f}%" if costlier else "none"
+    return f"{chosen} of {len(rows)}", f"{len(costlier)} of {len(rows)}", worst
+
+
+def _gdn(cited: str, stated: str, read: Callable[[dict], str], what: str) -> Figure:
+    """One figure of docs/time_model.md's GDN-mode paragraph."""
+    return Figure(doc=TIME_DOC, cited=cited, stated=stated, run="gdn_modes", read=read, what=what)
+
+
+GDN_FIGURES = (
+    _gdn("waves head-parallel (ratios 0.86–0.98)", "0.86–0.98", gdn_cp8_range, "CP 8 head-parallel steps"),
+    _gdn(
+        "the long tail runs 4 of 7 waves head-parallel at CP 2 and 1 of 3 at CP 4",
+        "4 of 7",
+        lambda d: long_tail_waves(d, "2"),
+        "long tail CP 2: head-parallel waves",
+    ),
+    _gdn(
+        "the long tail runs 4 of 7 waves head-parallel at CP 2 and 1 of 3 at CP 4",
+        "1 of 3",
+        lambda d: long_tail_waves(d, "4"),
+        "long tail CP 4: head-parallel waves",
+    ),
+    _gdn(
+        "10 of 33 case×CP rows choose it at least once",
+        "10 of 33",
+        lambda d: gdn_counts(d)[0],
+        "rows choosing head-parallel",
+    ),
+    _gdn(
+        "6 of 33 rows cost more than on the card without it (worst +2.9%",
+        "6 of 33",
+        lambda d: gdn_counts(d)[1],
+        "rows costlier with head-parallel offered",
+    ),
+    _gdn(
+        "6 of 33 rows cost more than on the card without it (worst +2.9%",
+        "+2.9%",
+        lambda d: gdn_counts(d)[2],
+        "worst increase with head-parallel offered",
+    ),
+)
+
+
+COMPONENT_KEYS = {
+    "attention, all-gather, CP8, 8K tokens per GPU (contiguous, even tokens)": (
+        "attention_allgather_cp8_8k_per_gpu"
+    ),
+    "attention, zigzag, CP8, 8K tokens per GPU": "attention_zigzag_cp8_8k_per_gpu",
+    "GDN layer, CP4, 32K tokens, rounds": "gdn_rounds_cp4_32k",
+    "GDN layer, CP4, 32K tokens, parallel state passing": "gdn_parallel_cp4_32k",
+    "GDN layer, CP4, 32K tokens, head-parallel": "gdn_head_parallel_cp4_32k",
+}
+"""docs/time_model.md's component rows and the ``components`` keys of ``cp_scaling.py``'s JSON."""
+
+
+def component_figure(line: str) -> Figure:
+    """The predicted CP efficiency of one component row of docs/time_model.md."""
+    part, stated = cells(line)[:2]
+    key = COMPONENT_KEYS[part]
+    return Figure(
+        doc=TIME_DOC,
+        cited=line,
+        stated=stated,
+        run="cp_scaling",
+        read=lambda d: f"{d['components'][key]:.2f}",
+        what=f"predicted CP efficiency, {part}",
+    )
+
+
+COMPONENT_FIGURES = tuple(
+    component_figure(line) for line in table_lines(TIME_DOC, "| part | predicted | published |")
+)
+
+RUNS = (
+    FIRST_PASS_RUNS
+    + RUNTIME_RUNS
+    + MEMORY_RUNS
+    + TIME_RUNS
+    + GPU_RUNS
+    + TRL_TINY_RUNS
+    + EQUAL_WAVES_RUNS
+    + SHARING_RUNS
+    + INTEGRATIONS_RUNS
+    + GDN_RUNS
+)
 FIGURES = (
     README_FIGURES
     + bench_doc_table(BENCH_DOC, _table_of(BENCH_DOC))
@@ -595,4 +1495,62 @@ FIGURES = (
     + OTHER_DOC_FIGURES
     + DYNAMIC_FIGURES
     + LEARNING_FIGURES
+    + RUNTIME_FIGURES
+    + MEMORY_FIGURES
+    + TIME_FIGURES
+    + HELD_OUT_FIGURES
+    + KERNEL_FIGURES
+    + TRL_FIGURES
+    + TRL_TINY_FIGURES
+    + EQUAL_WAVES_FIGURES
+    + SHARING_FIGURES
+    + INTEGRATIONS_FIGURES
+    + GDN_FIGURES
+    + COMPONENT_FIGURES
 )
+
+RUNTIME_INPUTS = tuple(
+    Input(doc=RUNTIME_DOC, text=text)
+    for text in (
+        "profile (0.1 s by default",
+        "on the shared 2-core development machine",
+        "1. **Made once, per run**",
+        "2. **Per step**",
+        "3. **Bad budgets**",
+        "were measured on the 2-core machine",
+        "seconds (0, negative, NaN,",
+        "The README example at CP2 and 8 GiB",
+        "load average 1.2–1.6): 20 steps per workload",
+        "the `runtime` profile (0.1 s).",
+        "| within budget + 20 ms |",
+        "The workloads: `grpo8x8`, 8 prompts × 8 rollouts, one item per rollout (prompt 2–6K, completion"
+        " 0.3–3K tokens); `agent6x4`, 6 tasks × 4 rollouts of three turns",
+        "`grpo32x8`, 32 prompts × 8 rollouts",
+        "`grpo16x4-shuffled`, 4 prompts × 16 rollouts",
+        "The budget + 20 ms is not met",
+        "(the same run): 40 items (5 GRPO groups of 8, one item per rollout), CP2, 8 layers,"
+        " `--time-budget 0.05`, per-rank memory over 24 budgets",
+        "never more than 1% costlier",
+        "load average 1.7–2.1): CP4, 40 GiB per rank",
+        "GRPO groups of 8 small rollouts, one item each (prompt 32–256, completion 16–128 tokens); `tiny`:"
+        " prompt 8–32, completion 4–16; `one_item`: one item of 10,000 requests (a 4,000-token prompt",
+        "the runtime profile (0.1 s: past",
+        "of the 20,000 small items (1,024-item windows,",
+        "above 512 items",
+        "on every 64th token",
+        "hashes of every 64th token at lengths 32K … 128,",
+        "budget ≤ 0",
+        "(prompts of 1K–8K tokens × 8 completions of 256–4K), Qwen3.6-35B-A3B, 80 GiB per rank, a kept"
+        " runtime `Planner`, 0.1 s budget. At cp 8 the step grows from 1,024 to 16,384",
+        "the same 128 completions (16 prompts). Per row, 3 rounds of 4 sampled ranks'",
+        "up to 1,024 requests",
+        "shared the 2-core machine",
+        "at the fixed share (cp 8, five sizes)",
+        "at 16,384 completions greedy hurries",
+        "(p95 ≤ 1.05 × budget)",
+        "medians of 3 (JSON",
+        "load average 1.7), made by",
+    )
+)
+
+INPUTS = FIRST_PASS_INPUTS + RUNTIME_INPUTS

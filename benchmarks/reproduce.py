@@ -1,4 +1,4 @@
-"""Rerun every figure the README's first screen and docs/benchmarks.md cite; print each beside the stated one.
+"""Rerun every registered figure of the README and docs/; print each beside the stated one.
 
 Usage: ``python benchmarks/reproduce.py OUTDIR [--quick] [--only RUN ...] [--reuse]``.
 
@@ -8,12 +8,17 @@ committed results (``benchmarks/results/``, ``benchmarks/bench.json``): an OUTDI
 run. Then the table: doc, figure, stated, measured, match, command. It is also written to
 ``OUTDIR/figures.md`` and ``OUTDIR/figures.json``.
 
+The registry (``benchmarks/cited_figures.py``) says which figures: every number of the README's first
+screen, docs/benchmarks.md, docs/runtime.md and docs/memory.md, and the measured tables of other docs.
 ``--quick`` runs the smaller variant where one exists: the ownership benchmark on the README example
-and the quick suite only, the TRL step with one timed step each and no busy processes (so its figure
-for two busy processes is ``not run``). Their measured figures are of the smaller run, so they need
+and the quick suite only, the TRL steps with one timed step each and no busy processes (so their figures
+for two busy processes are ``not run``), the runtime, scale, fixed-share, dynamic-CP and equal-waves
+benchmarks' quick or smaller runs. Their measured figures are of the smaller run, so they need
 not match. The bench suites run whole either way (minutes on 2 cores; the deterministic profile's plans
 are the same on any load). A full run reruns exactly what the docs cite: tens of minutes, for a quiet
-machine, since the timed figures (the TRL step) move with the load.
+machine, since the timed figures (the TRL step, the runtime and scale benchmarks) move with the load.
+Runs that time CUDA kernels (marked ``needs_gpu`` in the registry) are skipped on a machine without a
+CUDA device, and their figures say so.
 """
 
 from __future__ import annotations
@@ -78,11 +83,26 @@ def shown(run: Run, *, quick: bool) -> str:
     return text.replace("python -c from cpplan.cli import run; run()", "cpplan")
 
 
-def execute(run: Run, outdir: Path, *, quick: bool, reuse: bool) -> Outcome:
-    """Run one command (its output to ``OUTDIR/<name>.log``) and read the JSON it wrote."""
+def has_cuda() -> bool:
+    """Whether this machine has a CUDA device torch can use (no torch: none)."""
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
+
+
+GPU_SKIP = "skipped (needs a GPU: run it on a CUDA machine, as `cpplan gpu-check` is)"
+
+
+def execute(run: Run, outdir: Path, *, quick: bool, reuse: bool, cuda: bool | None = None) -> Outcome:
+    """Run one command (its output to ``OUTDIR/<name>.log``) and read the JSON it wrote; a run that needs
+    a GPU is skipped, saying so, where ``cuda`` (default: :func:`has_cuda`) is false."""
     out = outdir / f"{run.name}.json"
     if reuse and out.exists():
         return Outcome(run=run, data=json.loads(out.read_text()), status="reused", wall_s=0.0)
+    if run.needs_gpu and not (has_cuda() if cuda is None else cuda):
+        return Outcome(run=run, data=None, status=GPU_SKIP, wall_s=0.0)
     argv = command_line(run, out, quick=quick)
     if not argv:
         return Outcome(run=run, data=None, status="skipped (full run only)", wall_s=0.0)
@@ -128,6 +148,7 @@ def rows(figures: tuple[Figure, ...], outcomes: dict[str, Outcome], *, quick: bo
                 "match": value == figure.stated,
                 "command": shown(outcome.run, quick=quick),
                 "smaller_run": quick and outcome.run.quick_command is not None,
+                "skipped": outcome.status == GPU_SKIP,
             }
         )
     return table
@@ -141,6 +162,7 @@ def markdown(table: list[dict]) -> str:
     ]
     for r in table:
         match = "yes" if r["match"] else ("no (smaller run)" if r["smaller_run"] else "**no**")
+        match = "skipped (GPU)" if r["skipped"] else match
         lines.append(
             f"| {r['doc']} | {r['figure']} | {r['stated']} | {r['measured']} | {match} | `{r['command']}` |"
         )
@@ -203,10 +225,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(text)
     same = sum(r["match"] for r in table)
-    mismatches = sum(not r["match"] and not r["smaller_run"] for r in table)
+    mismatches = sum(not r["match"] and not r["smaller_run"] and not r["skipped"] for r in table)
+    skipped = sum(r["skipped"] for r in table)
     print(
         f"\n{same} of {len(table)} figures as stated; {mismatches} differ from a rerun of the cited command; "
-        f"load average {os.getloadavg()}"
+        f"{skipped} need a GPU and were skipped; load average {os.getloadavg()}"
     )
     return 1 if mismatches else 0
 

@@ -59,9 +59,9 @@ development machine; `python benchmarks/bench_cli_startup.py` measures it).
 `cpplan plan` uses the `deterministic` profile unless `--solver` says otherwise: CP-SAT is bounded by
 its deterministic work counter and nothing is cut by the wall clock, so the same command gives the same
 plan, byte for byte, on a quiet and on a busy machine (and a larger `--memory` never a costlier plan).
-Until issue 27 the default was `runtime`, the profile a trainer's `cpplan.Planner` keeps: a 0.1 s
-wall-clock budget per step, in which a loaded machine can leave CP-SAT, the seeded re-pricing and even
-part of the greedy search undone. `--solver runtime` still gives it, and when its deadline cuts the search
+The `runtime` profile is the one a trainer's `cpplan.Planner` keeps: a 0.1 s wall-clock budget per
+step, in which a loaded machine can leave CP-SAT, the seeded re-pricing and even part of the greedy
+search undone. `--solver runtime` gives it, and when its deadline cuts the search
 the summary says so in a `note:` line (how many items were packed at once with full sharing, which
 strategies never ran).
 

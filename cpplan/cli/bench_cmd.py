@@ -60,7 +60,8 @@ DEFAULT_FOLDER = Path("cpplan-bench")
     type=click.Path(path_type=Path),
     default=None,
     metavar="PATH.json",
-    help="Where to save the results (default ./cpplan-bench/bench.json, or bench_quick.json with --quick).",
+    help="Where to save the results (default ./cpplan-bench/bench.json, or bench_quick.json with --quick; "
+    "bench_dynamic_cp.json and sensitivity.json there with --dynamic-cp and --sensitivity).",
 )
 @click.option("--detail", is_flag=True, help="Also print every instance and planner.")
 @click.option(
@@ -149,9 +150,7 @@ def _dynamic_bench(
 
     chosen = memories or (DYNAMIC_MEMORIES[:1] if quick else DYNAMIC_MEMORIES)
     result = run_dynamic_bench(quick=quick, model=model, memories=chosen, solver=solver, progress=progress)
-    path = output or Path("benchmarks") / (
-        "bench_dynamic_cp_quick.json" if quick else "bench_dynamic_cp.json"
-    )
+    path = output or DEFAULT_FOLDER / ("bench_dynamic_cp_quick.json" if quick else "bench_dynamic_cp.json")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=1) + "\n")
     click.echo(format_summary(result["summary"]))

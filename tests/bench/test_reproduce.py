@@ -77,11 +77,16 @@ def test_every_number_on_the_readme_first_screen_is_a_registered_figure_or_input
     assert uncovered(first_screen(readme), covers_of(registry, "README.md"), registry.cited_pattern) == []
 
 
-def test_every_number_in_docs_benchmarks_is_a_registered_figure_or_input(registry):
-    """Each number in the prose and tables of docs/benchmarks.md lies inside a registered figure's cited
-    text or a registered input's text."""
-    doc = (ROOT / "docs" / "benchmarks.md").read_text()
-    assert uncovered(doc, covers_of(registry, "docs/benchmarks.md"), registry.cited_pattern) == []
+COVERED_DOCS = ("docs/benchmarks.md", "docs/runtime.md", "docs/memory.md")
+"""The docs whose every number is registered (a figure with its command, or an input)."""
+
+
+@pytest.mark.parametrize("doc", COVERED_DOCS)
+def test_every_number_in_a_covered_doc_is_a_registered_figure_or_input(registry, doc):
+    """Each number in the prose and tables of a covered doc lies inside a registered figure's cited text
+    or a registered input's text: a new figure there without a command fails here."""
+    text = (ROOT / doc).read_text()
+    assert uncovered(text, covers_of(registry, doc), registry.cited_pattern) == []
 
 
 def test_the_coverage_check_catches_an_unregistered_figure(registry):
@@ -171,6 +176,7 @@ def test_a_run_writes_only_into_outdir_and_the_table_compares_stated_and_measure
             "match": True,
             "command": f"python -c {script} OUTDIR/fake.json",
             "smaller_run": False,
+            "skipped": False,
         }
     ]
     assert json.loads((tmp_path / "out" / "fake.json").read_text()) == {"value": 42}
@@ -219,6 +225,50 @@ def test_a_quick_benchmark_run_defaults_away_from_the_committed_results(script):
     assert bench.output_path(quick=True, output=Path("x.json")) == Path("x.json")
 
 
+@pytest.mark.parametrize("script", ["bench_dynamic_cp", "bench_equal_waves"])
+def test_a_quick_suite_run_defaults_away_from_the_committed_results(script):
+    """The dynamic-CP and equal-waves scripts: without ``--output`` a quick run writes
+    ./cpplan-bench/<script>_quick.json (never the committed ``bench_equal_waves_quick.json``), a full run
+    the committed file, and ``--output`` wins over both."""
+    bench = _module(script)
+    assert bench.output_path(quick=True, output=None) == Path("cpplan-bench") / f"{script}_quick.json"
+    assert bench.output_path(quick=False, output=None) == ROOT / "benchmarks" / "results" / f"{script}.json"
+    assert bench.output_path(quick=True, output=Path("x.json")) == Path("x.json")
+
+
+def test_a_quick_trl_step_run_defaults_away_from_the_committed_results():
+    """``bench_trl_step.py --quick`` (tiny or not) writes under ./cpplan-bench/, a full run the committed
+    file under benchmarks/results/, and ``--output`` wins over both."""
+    bench = _module("bench_trl_step")
+    results = ROOT / "benchmarks" / "results"
+    for tiny, name in ((False, "bench_trl_step"), (True, "bench_trl_step_tiny")):
+        assert (
+            bench.output_path(quick=True, tiny=tiny, output=None)
+            == Path("cpplan-bench") / f"{name}_quick.json"
+        )
+        assert bench.output_path(quick=False, tiny=tiny, output=None).resolve() == results / f"{name}.json"
+    assert bench.output_path(quick=True, tiny=False, output=Path("x.json")) == Path("x.json")
+
+
+def test_cpplan_bench_dynamic_cp_writes_under_cpplan_bench_by_default(monkeypatch, tmp_path):
+    """``cpplan bench --dynamic-cp [--quick]`` without ``--output`` saves ./cpplan-bench/bench_dynamic_cp
+    [_quick].json in the working folder, not ./benchmarks/ (the suite itself is replaced by a stub result
+    here: what is checked is where it is saved)."""
+    from click.testing import CliRunner
+
+    import cpplan.bench.dynamic as dynamic
+    from cpplan.cli import cli
+
+    monkeypatch.setattr(dynamic, "run_dynamic_bench", lambda **_: {"summary": [], "rows": [], "wall_s": 0.0})
+    monkeypatch.setattr(dynamic, "format_summary", lambda summary: "summary")
+    monkeypatch.chdir(tmp_path)
+    for flags, name in (((), "bench_dynamic_cp.json"), (("--quick",), "bench_dynamic_cp_quick.json")):
+        result = CliRunner().invoke(cli, ["bench", "--dynamic-cp", *flags])
+        assert result.exit_code == 0, result.output
+        assert (tmp_path / "cpplan-bench" / name).exists()
+    assert not (tmp_path / "benchmarks").exists()
+
+
 def test_a_quick_runs_smaller_variant_is_marked_as_such(reproduce, registry, tmp_path):
     """Under ``--quick`` a run with a smaller variant runs that variant, and its figures are marked
     ``smaller_run`` (their mismatch expected, not a failure); a full run runs the cited command."""
@@ -236,3 +286,63 @@ def test_a_quick_runs_smaller_variant_is_marked_as_such(reproduce, registry, tmp
     assert "no (smaller run)" in reproduce.markdown(quick)
     full = reproduce.reproduce(tmp_path / "f", quick=False, runs=(run,), figures=(figure,), committed=())
     assert (full[0]["measured"], full[0]["match"], full[0]["smaller_run"]) == ("42", True, False)
+
+
+COMMITTED_RUNS = {
+    "runtime_steps": "benchmarks/results/bench_runtime.json",
+    "scale": "benchmarks/results/bench_scale.json",
+    "fixed_share": "benchmarks/results/bench_scale_cluster.json",
+    "partition": "benchmarks/results/bench_scale_partition.json",
+    "memory_table": "docs/memory.json",
+    "cp_scaling": "benchmarks/results/cp_scaling.json",
+    "trl_step": "benchmarks/results/bench_trl_step.json",
+    "trl_step_tiny": "benchmarks/results/bench_trl_step_tiny.json",
+    "equal_waves": "benchmarks/results/bench_equal_waves.json",
+    "sharing_overhead": "benchmarks/results/bench_sharing_overhead.json",
+    "integrations": "benchmarks/results/bench_integrations.json",
+    "gdn_modes": "benchmarks/results/gdn_modes.json",
+}
+"""Runs whose cited JSON is committed, by run name: their figures read back as stated."""
+
+
+@pytest.mark.parametrize("run", sorted(COMMITTED_RUNS))
+def test_figures_read_from_the_committed_run_are_as_stated(registry, run):
+    """Every figure of a run whose JSON is committed reads, from that JSON, exactly the value its doc
+    states: the doc's tables and prose say what the committed run measured."""
+    data = json.loads((ROOT / COMMITTED_RUNS[run]).read_text())
+    figures = [f for f in registry.FIGURES if f.run == run]
+    assert figures
+    assert [(f.what, f.read(data)) for f in figures] == [(f.what, f.stated) for f in figures]
+
+
+def test_a_run_that_needs_a_gpu_is_skipped_without_one_and_says_so(reproduce, registry, tmp_path):
+    """A run marked ``needs_gpu`` is not started on a machine without CUDA: its outcome says it was
+    skipped for want of a GPU and its figures are marked skipped, not mismatched; with CUDA it runs.
+    The kernel timings docs/time_model.md cites are such a run."""
+    script = "import json, sys; json.dump({'value': 42}, open(sys.argv[1], 'w'))"
+    run = registry.Run(name="gpu", command=("{python}", "-c", script, "{out}"), needs_gpu=True)
+    outcome = reproduce.execute(run, tmp_path, quick=False, reuse=False, cuda=False)
+    assert (outcome.data, outcome.status) == (None, reproduce.GPU_SKIP)
+    assert not (tmp_path / "gpu.json").exists()
+    figure = registry.Figure(
+        doc="d", cited="x", stated="42", run="gpu", read=lambda d: str(d["value"]), what="g"
+    )
+    row = reproduce.rows((figure,), {"gpu": outcome}, quick=False)[0]
+    assert row["skipped"] and "skipped (GPU)" in reproduce.markdown([row])
+    assert reproduce.execute(run, tmp_path, quick=False, reuse=False, cuda=True).data == {"value": 42}
+    kernels = {r.name: r for r in registry.RUNS}["kernels"]
+    assert kernels.needs_gpu and any(
+        f.run == "kernels" and f.doc == "docs/time_model.md" for f in registry.FIGURES
+    )
+
+
+def test_trl_readers_say_not_run_for_the_busy_run_a_quick_run_leaves_out(registry):
+    """From a quick TRL step run (the quiet run only), every figure of the busy run reads ``not run``
+    and every figure of the quiet run reads a value: no reader fails on the smaller JSON."""
+    full = json.loads((ROOT / "benchmarks/results/bench_trl_step.json").read_text())
+    quick = {**full, "runs": [r for r in full["runs"] if r["busy_processes"] == 0]}
+    figures = [f for f in registry.FIGURES if f.run == "trl_step"]
+    values = {f.what: f.read(quick) for f in figures}
+    busy = [w for w in values if "row 3," in w or "row 4," in w or "slowed" in w or "2 busy" in w]
+    assert busy and all(values[w] == "not run" for w in busy)
+    assert all(v != "not run" for w, v in values.items() if w not in busy and "(2 busy" not in w)
