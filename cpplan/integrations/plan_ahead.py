@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import multiprocessing
+import multiprocessing.util
 import os
 from collections.abc import Hashable
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -114,6 +115,9 @@ class PlanAhead:
             self._processes = ProcessPoolExecutor(
                 max_workers=1, mp_context=context, initializer=_below_the_step
             )
+            # A process started by multiprocessing joins its children as it ends, before the interpreter
+            # shuts executors down, and by then the worker can no longer be told to stop: it is ended.
+            multiprocessing.util.Finalize(self, _end_worker, args=(self._processes,), exitpriority=10)
         return self._processes
 
 
@@ -127,3 +131,12 @@ def planned_ahead(planner: Planner, workload: Workload) -> PlanResult:
 def _below_the_step() -> None:
     """The worker process's start: its priority :data:`WORKER_NICENESS` below the trainer's."""
     os.nice(WORKER_NICENESS)
+
+
+def _end_worker(pool: ProcessPoolExecutor) -> None:
+    """At the end of the trainer's process (or of the helper): the plans still in flight are dropped and
+    the worker process ended, so that nothing waits for it."""
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        process.terminate()
