@@ -98,6 +98,9 @@ def _check_candidates(data: dict[str, Any], totals: PlanTotals, violations: list
     if not isinstance(candidates, list) or not all(isinstance(c, dict) for c in candidates):
         violations.append("plan candidates is not a list of objects")
         return
+    if candidates and all(str(c.get("reason", "")).startswith("replica ") for c in candidates):
+        _check_replica_winners(candidates, totals, violations)
+        return
     strategy = data.get("strategy")
     chosen = next((c for c in candidates if c.get("strategy") == strategy and c.get("valid") is True), None)
     if chosen is None:
@@ -121,6 +124,20 @@ def _check_candidates(data: dict[str, Any], totals: PlanTotals, violations: list
                 f"plan strategy {strategy!r} costs {cost} but candidate {other.get('strategy')!r} is valid "
                 f"and costs {price}: the cheapest valid candidate is chosen"
             )
+
+
+def _check_replica_winners(candidates: list[dict], totals: PlanTotals, violations: list[str]) -> None:
+    """A step assembled from its DP replicas' plans lists each replica's winner (reason ``replica k:
+    ...``): every one valid, and the step costs the slowest replica's plan (its makespan)."""
+    costs = [c.get("cost_s") for c in candidates]
+    if not all(c.get("valid") is True for c in candidates) or not all(is_number(c) for c in costs):
+        violations.append("plan candidates: a replica's winner is not a valid, priced plan")
+        return
+    if not close(max(costs), totals.cost_s):
+        violations.append(
+            f"plan costs {totals.cost_s} but its slowest replica's plan costs {max(costs)}: a step "
+            "assembled from its replicas' plans costs the slowest of them"
+        )
 
 
 def _check_solver(data: dict[str, Any], violations: list[str]) -> None:

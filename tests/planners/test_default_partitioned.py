@@ -178,3 +178,18 @@ def test_quick_price_reads_one_request_pair_per_item():
     as_second = Workload(items=(Item(id="x", requests=tuple(Request(tokens=t) for t in requests[:2])),))
     third_alone = every_request_price(as_second, card, 2)[0]
     assert item_prices_s(odd, card, 2)[0] > third_alone  # the third still adds its own 300 tokens
+
+
+def test_the_verifier_prices_an_assembled_step_by_its_slowest_replica():
+    """An assembled step lists each replica's winner; the verifier accepts it as it is and refuses it
+    once the slowest replica's stated cost no longer matches the step's (its makespan)."""
+    wl = step(seed=1)
+    result = planner("trainer").plan(wl)
+    data = result.to_dict()
+    card, memory = result.problem.card, result.problem.memory_bytes
+    assert verify_plan(data, wl, card, memory).valid
+    slowest = max(data["candidates"], key=lambda c: c["cost_s"])
+    slowest["cost_s"] *= 0.9
+    verdict = verify_plan(data, wl, card, memory)
+    assert not verdict.valid
+    assert any("slowest replica's plan" in v for v in verdict.violations), verdict.violations
