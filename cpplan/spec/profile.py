@@ -232,9 +232,22 @@ class TimingParams(BaseModel):
     """Below this much search time left, CP-SAT (and a window of its large-neighbourhood search) is not
     started."""
 
-    build_s_per_item: float = Field(default=2.5e-4, ge=0, allow_inf_nan=False)
+    build_s: float = Field(default=0.008, ge=0, allow_inf_nan=False)
+    """Seconds to build the joint model (its decision space, item floors, model and hint), fixed part:
+    a model is built only when :meth:`joint_needs_s` is left."""
+
+    build_s_per_item: float = Field(default=4e-4, ge=0, allow_inf_nan=False)
     """Seconds to build the joint model (and, for a window, its sub-problem), per item: a model is built
-    only when this much time is left besides :attr:`min_search_s`."""
+    only when this much time is left besides :attr:`build_s` and :attr:`min_search_s`."""
+
+    ownership_build_s: float = Field(default=0.002, ge=0, allow_inf_nan=False)
+    """Seconds to build the ownership model, fixed part: it is built only when
+    :meth:`ownership_needs_s` is left."""
+
+    ownership_build_s_per_chunk: float = Field(default=1.5e-5, ge=0, allow_inf_nan=False)
+    """Seconds to build the ownership model per chunk of a free column (one whose split the model
+    decides: its split, memory rows, barriers and hand-off crossings); with less time left the cheapest
+    free columns are taken as proposed, and without time for the model with none free it is skipped."""
 
     seed_s_per_item: float = Field(default=4e-4, ge=0, allow_inf_nan=False)
     """Seconds one seed of the seeded strategy is expected to take per item before any has run
@@ -255,6 +268,17 @@ class TimingParams(BaseModel):
     def realize_reserve_s(self, logical_tokens: int) -> float:
         """Seconds to keep back for realizing a CP-SAT answer over ``logical_tokens``."""
         return self.realize_s + self.realize_s_per_token * logical_tokens
+
+    def joint_needs_s(self, num_items: int) -> float:
+        """Seconds the joint model (or a window of its search) over ``num_items`` items needs to be
+        built and searched at all: its build estimate and :attr:`min_search_s`."""
+        return self.build_s + self.build_s_per_item * num_items + self.min_search_s
+
+    def ownership_needs_s(self, num_free_chunks: int) -> float:
+        """Seconds the ownership model needs to be built and searched at all, with ``num_free_chunks``
+        chunks in its free columns."""
+        per_chunk = self.ownership_build_s_per_chunk * num_free_chunks
+        return self.ownership_build_s + per_chunk + self.min_search_s
 
 
 class SolverProfile(BaseModel):
