@@ -214,14 +214,14 @@ class TimingParams(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
-    verify_s: float = Field(default=0.002, ge=0, allow_inf_nan=False)
+    verify_s: float = Field(default=0.004, ge=0, allow_inf_nan=False)
     """Seconds kept back for verifying (and serializing) a plan, fixed part."""
 
     verify_s_per_token: float = Field(default=6e-9, ge=0, allow_inf_nan=False)
     """Seconds kept back for verifying a plan, per logical token (serializing and verifying a
     1.5M-token, 256-item plan takes about 5 ms on the 2-core machine, up to twice that when busy)."""
 
-    realize_s: float = Field(default=0.003, ge=0, allow_inf_nan=False)
+    realize_s: float = Field(default=0.008, ge=0, allow_inf_nan=False)
     """Seconds kept back from the CP-SAT search for realizing its answer, fixed part (verification is
     kept back on top)."""
 
@@ -232,19 +232,19 @@ class TimingParams(BaseModel):
     """Below this much search time left, CP-SAT (and a window of its large-neighbourhood search) is not
     started."""
 
-    build_s: float = Field(default=0.008, ge=0, allow_inf_nan=False)
+    build_s: float = Field(default=0.012, ge=0, allow_inf_nan=False)
     """Seconds to build the joint model (its decision space, item floors, model and hint), fixed part:
     a model is built only when :meth:`joint_needs_s` is left."""
 
-    build_s_per_item: float = Field(default=4e-4, ge=0, allow_inf_nan=False)
+    build_s_per_item: float = Field(default=8e-4, ge=0, allow_inf_nan=False)
     """Seconds to build the joint model (and, for a window, its sub-problem), per item: a model is built
     only when this much time is left besides :attr:`build_s` and :attr:`min_search_s`."""
 
-    ownership_build_s: float = Field(default=0.002, ge=0, allow_inf_nan=False)
+    ownership_build_s: float = Field(default=0.006, ge=0, allow_inf_nan=False)
     """Seconds to build the ownership model, fixed part: it is built only when
     :meth:`ownership_needs_s` is left."""
 
-    ownership_build_s_per_chunk: float = Field(default=1.5e-5, ge=0, allow_inf_nan=False)
+    ownership_build_s_per_chunk: float = Field(default=2.2e-5, ge=0, allow_inf_nan=False)
     """Seconds to build the ownership model per chunk of a free column (one whose split the model
     decides: its split, memory rows, barriers and hand-off crossings); with less time left the cheapest
     free columns are taken as proposed, and without time for the model with none free it is skipped."""
