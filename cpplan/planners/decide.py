@@ -6,7 +6,10 @@ proposed wave is a column of the ownership model (:mod:`cpplan.cpsat.owned_model
 the evaluator's price (less rounding and the bound stated in :mod:`cpplan.cpsat.handoff_terms`). It
 starts from the cheapest proposal as its hint, so its plan is never costlier in the model than any
 proposal; where its answer prices above that hint (only where the rounds mode's waiting tokens are a
-bound) or it gives none, the cheapest proposal is kept and the outcome says so.
+bound) or it gives none, the cheapest proposal is kept and the outcome says so. Under the clock the
+profile's estimate (:meth:`~cpplan.spec.profile.TimingParams.ownership_needs_s`) decides, before the
+build, how many columns may take a new split (the costliest first) or whether the model can be built and
+searched at all (outcome ``no_time``).
 """
 
 from __future__ import annotations
@@ -98,8 +101,7 @@ def decide(problem: Problem, pool: Pool, budget: Budget, by: Deadline) -> tuple[
     columns = pool_columns(problem, [p.waves for p in pool.plans], max_free=settings.columns)
     columns = affordable_columns(columns, profile.timing, search_by)
     if columns is None:
-        outcome = ModelOutcome(model="ownership", status=Status.NO_TIME, detail="no time to build it")
-        return pool.proposed, _then(pool.proposer, outcome)
+        return _no_time(pool, "no time to build it")
     owned = compile_owned(problem, columns, window_chunks=settings.window_chunks)
     if settings.hint != "none":
         complete_work = (
@@ -108,9 +110,7 @@ def decide(problem: Problem, pool: Pool, budget: Budget, by: Deadline) -> tuple[
         hint_plan(owned, best.waves, complete_work=complete_work)
     build_s = time.perf_counter() - started - bound_s
     if not search_by.can_finish(profile.timing.min_search_s):
-        outcome = ModelOutcome(model="ownership", status=Status.NO_TIME, detail="built, no time to search")
-        stats = _then(pool.proposer, outcome)
-        return pool.proposed, replace(stats, stage_s={**stats.stage_s, "ownership_build": build_s})
+        return _no_time(pool, "built, no time to search", build_s)
     answer = solve_owned(
         owned,
         budget.cpsat_params(settings.share),
@@ -159,6 +159,13 @@ def affordable_columns(
         g = free.pop(0)
         columns = (*columns[:g], replace(columns[g], free=False), *columns[g + 1 :])
     return columns
+
+
+def _no_time(pool: Pool, detail: str, build_s: float = 0.0) -> tuple[Plan | None, SolverStats]:
+    """The joint model's plan (or none) where the ownership model could not finish in the time left."""
+    outcome = ModelOutcome(model="ownership", status=Status.NO_TIME, detail=detail)
+    stats = _then(pool.proposer, outcome)
+    return pool.proposed, replace(stats, stage_s={**stats.stage_s, "ownership_build": build_s})
 
 
 def _earlier(stats: SolverStats | None) -> tuple[ModelOutcome, ...]:

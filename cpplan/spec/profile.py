@@ -210,7 +210,9 @@ class TimingParams(BaseModel):
     """The wall-time estimates the portfolio budgets its deadline with: what it keeps back for work
     after a search and what it expects work to take before starting it. The defaults were measured on
     the 2-core development machine (``benchmarks/bench_runtime.py`` and ``benchmarks/bench_planners.py``
-    under the runtime profile); a deterministic profile never reads the clock, so there none counts."""
+    under the runtime profile; the CP-SAT build estimates with ``benchmarks/bench_scale.py --cluster
+    --build-times``, at the load of two busy processes); a deterministic profile never reads the
+    clock, so there none counts."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
