@@ -484,10 +484,12 @@ def run_build_times(args: argparse.Namespace) -> None:
             owned_s.append(time.perf_counter() - t0)
         chunks = free_chunks(columns)
         joint_est = timing.joint_needs_s(problem.num_items) - timing.min_search_s
-        owned_est = timing.ownership_needs_s(chunks) - timing.min_search_s
+        num_free = sum(c.free for c in columns)
+        owned_est = timing.ownership_needs_s(num_free, chunks) - timing.min_search_s
         print(
             f"{name:>16} {problem.num_items:>4} items: joint build {1e3 * float(np.median(joint_s)):6.1f} ms "
-            f"(estimate {1e3 * joint_est:5.1f}); {chunks:>5} free chunks: ownership build "
+            f"(estimate {1e3 * joint_est:5.1f}); {num_free} free columns of {chunks:>5} chunks: "
+            "ownership build "
             f"{1e3 * float(np.median(owned_s)):6.1f} ms (estimate {1e3 * owned_est:5.1f}); "
             f"load average {os.getloadavg()[0]:.2f}"
         )

@@ -153,7 +153,7 @@ def affordable_columns(
     search before ``by``; ``None`` when not even the model without free columns fits. A deterministic
     deadline keeps them all."""
     free = sorted((g for g, c in enumerate(columns) if c.free), key=lambda g: (columns[g].wave.cost_s, g))
-    while not by.can_finish(timing.ownership_needs_s(free_chunks(columns))):
+    while not by.can_finish(timing.ownership_needs_s(len(free), free_chunks(columns))):
         if not free:
             return None
         g = free.pop(0)

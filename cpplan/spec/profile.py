@@ -242,11 +242,15 @@ class TimingParams(BaseModel):
     """Seconds to build the joint model (and, for a window, its sub-problem), per item: a model is built
     only when this much time is left besides :attr:`build_s` and :attr:`min_search_s`."""
 
-    ownership_build_s: float = Field(default=0.006, ge=0, allow_inf_nan=False)
+    ownership_build_s: float = Field(default=0.004, ge=0, allow_inf_nan=False)
     """Seconds to build the ownership model, fixed part: it is built only when
     :meth:`ownership_needs_s` is left."""
 
-    ownership_build_s_per_chunk: float = Field(default=2.2e-5, ge=0, allow_inf_nan=False)
+    ownership_build_s_per_column: float = Field(default=0.015, ge=0, allow_inf_nan=False)
+    """Seconds to build the ownership model per free column, besides its chunks' (its hand-off terms
+    and the crossings inside the boundaries' windows)."""
+
+    ownership_build_s_per_chunk: float = Field(default=1e-5, ge=0, allow_inf_nan=False)
     """Seconds to build the ownership model per chunk of a free column (one whose split the model
     decides: its split, memory rows, barriers and hand-off crossings); with less time left the cheapest
     free columns are taken as proposed, and without time for the model with none free it is skipped."""
@@ -276,11 +280,12 @@ class TimingParams(BaseModel):
         built and searched at all: its build estimate and :attr:`min_search_s`."""
         return self.build_s + self.build_s_per_item * num_items + self.min_search_s
 
-    def ownership_needs_s(self, num_free_chunks: int) -> float:
-        """Seconds the ownership model needs to be built and searched at all, with ``num_free_chunks``
-        chunks in its free columns."""
+    def ownership_needs_s(self, num_free_columns: int, num_free_chunks: int) -> float:
+        """Seconds the ownership model needs to be built and searched at all, with ``num_free_columns``
+        free columns holding ``num_free_chunks`` chunks."""
+        free = self.ownership_build_s_per_column * num_free_columns
         per_chunk = self.ownership_build_s_per_chunk * num_free_chunks
-        return self.ownership_build_s + per_chunk + self.min_search_s
+        return self.ownership_build_s + free + per_chunk + self.min_search_s
 
 
 class SolverProfile(BaseModel):

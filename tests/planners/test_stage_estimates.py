@@ -101,7 +101,12 @@ def test_the_ownership_estimate_frees_the_costliest_columns_that_fit(problem):
     assert columns[first].wave.cost_s > columns[second].wave.cost_s
     columns = tuple(replace(c, free=g in (first, second)) for g, c in enumerate(columns))
     costly, cheap = (int(columns[g].wave.owner.size) for g in (first, second))
-    timing = TimingParams(ownership_build_s=0.0, ownership_build_s_per_chunk=1.0, min_search_s=0.0)
+    timing = TimingParams(
+        ownership_build_s=0.0,
+        ownership_build_s_per_column=0.0,
+        ownership_build_s_per_chunk=1.0,
+        min_search_s=0.0,
+    )
 
     def free_after(left_s: float) -> list[bool] | None:
         kept = affordable_columns(columns, timing, Deadline.after(left_s, deterministic=False))
