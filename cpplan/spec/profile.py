@@ -259,6 +259,11 @@ class TimingParams(BaseModel):
     """Seconds one seed of the seeded strategy is expected to take per item before any has run
     (proposing and repairing a plan prices about as many waves as greedy does)."""
 
+    seed_s_per_token: float = Field(default=1.2e-7, ge=0, allow_inf_nan=False)
+    """Seconds the first seed of the seeded strategy is expected to take per logical token, besides
+    :attr:`seed_s_per_item` (it prices every wave of its proposal under every layout, none cached yet;
+    :meth:`seed_needs_s`)."""
+
     finish_pricings: int = Field(default=8, ge=0)
     """Pricings (at the last one's time) greedy's cut of a wave, its layouts and the plan's ending may
     take: with less time left, the fitting wave found is kept as it is."""
@@ -274,6 +279,11 @@ class TimingParams(BaseModel):
     def realize_reserve_s(self, logical_tokens: int) -> float:
         """Seconds to keep back for realizing a CP-SAT answer over ``logical_tokens``."""
         return self.realize_s + self.realize_s_per_token * logical_tokens
+
+    def seed_needs_s(self, num_items: int, logical_tokens: int) -> float:
+        """Seconds the seeded strategy's first seed is expected to take on a step of ``num_items`` items
+        and ``logical_tokens`` tokens (later seeds are expected to take what the last one took)."""
+        return self.seed_s_per_item * num_items + self.seed_s_per_token * logical_tokens
 
     def joint_needs_s(self, num_items: int) -> float:
         """Seconds the joint model (or a window of its search) over ``num_items`` items needs to be

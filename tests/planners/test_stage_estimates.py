@@ -16,6 +16,7 @@ from cpplan.planners.deadline import NO_TIME, Deadline
 from cpplan.planners.decide import affordable_columns, free_chunks
 from cpplan.planners.greedy import best_greedy_plan
 from cpplan.planners.portfolio import solve
+from cpplan.planners.seeded import seeded_plan
 from cpplan.plans.outcome import Status
 from cpplan.plans.plan_writer import plan_to_dict
 from cpplan.pricing.problem import Problem
@@ -133,3 +134,12 @@ def test_estimates_never_change_a_deterministic_plan(problem, builds):
     hurried = solve(problem, slow)
     assert builds == ["joint", "ownership"]
     assert plan_to_dict(problem, hurried.plan) == plan_to_dict(problem, shipped.plan)
+
+
+def test_the_seed_estimate_decides_whether_the_first_seed_starts(problem):
+    """The seeded strategy starts its first seed only when the time left covers ``seed_needs_s`` of
+    the step (its items and tokens): an hour per token leaves it without a plan, none gives one."""
+    for per_token, planned in ((3600.0, False), (0.0, True)):
+        timing = TimingParams(seed_s_per_item=0.0, seed_s_per_token=per_token)
+        deadline = replace(Deadline.after(60.0, deterministic=False), timing=timing)
+        assert (seeded_plan(problem, LAYOUTS, deadline=deadline) is not None) is planned

@@ -37,6 +37,7 @@ def test_shipped_profiles_carry_the_measured_estimates():
         "ownership_build_s_per_column": 0.015,
         "ownership_build_s_per_chunk": 1e-5,
         "seed_s_per_item": 4e-4,
+        "seed_s_per_token": 1.2e-7,
         "finish_pricings": 8,
         "regroup_time_factor": 2.0,
     }
