@@ -250,7 +250,7 @@ class TimingParams(BaseModel):
     """Seconds to build the ownership model per free column, besides its chunks' (its hand-off terms
     and the crossings inside the boundaries' windows)."""
 
-    ownership_build_s_per_chunk: float = Field(default=1e-5, ge=0, allow_inf_nan=False)
+    ownership_build_s_per_chunk: float = Field(default=2e-5, ge=0, allow_inf_nan=False)
     """Seconds to build the ownership model per chunk of a free column (one whose split the model
     decides: its split, memory rows, barriers and hand-off crossings); with less time left the cheapest
     free columns are taken as proposed, and without time for the model with none free it is skipped."""

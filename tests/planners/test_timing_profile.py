@@ -35,7 +35,7 @@ def test_shipped_profiles_carry_the_measured_estimates():
         "build_s_per_item": 8e-4,
         "ownership_build_s": 0.004,
         "ownership_build_s_per_column": 0.015,
-        "ownership_build_s_per_chunk": 1e-5,
+        "ownership_build_s_per_chunk": 2e-5,
         "seed_s_per_item": 4e-4,
         "seed_s_per_token": 1.2e-7,
         "finish_pricings": 8,
