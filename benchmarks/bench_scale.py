@@ -28,6 +28,10 @@ completions, the deterministic profile's whole-step plan (the reference the runt
 divided by). Load average beside every row. Writes JSON (``bench_scale_cluster.json``) and a log-log
 plot of per-rank wall against completions with each topology's fitted growth exponent
 (``docs/scale_wall.png``).
+
+``--cluster --build-times`` prints the CP-SAT stages' build times beside the runtime profile's
+``[timing]`` estimates (``joint_needs_s``, ``ownership_needs_s``) on the ``--fixed-share`` rows: how the
+estimates the stages decide by were measured.
 """
 
 from __future__ import annotations
@@ -459,6 +463,66 @@ def run_partition(args: argparse.Namespace) -> None:
         args.output.write_text(json.dumps({"partition": {"rows": rows}}, indent=1) + "\n")
 
 
+def run_build_times(args: argparse.Namespace) -> None:
+    """``--cluster --build-times``: the CP-SAT stages' build times beside the runtime profile's
+    ``[timing]`` estimates of them, on replica 0's share of each ``--share-rows`` row and on each
+    ``--node-rows`` step: the joint model (decision space, item floors, model and greedy's hint) and the
+    ownership model over greedy's waves (its free columns as the runtime profile frees them), medians of
+    ``--repeats`` builds, the load average beside each (printed only)."""
+    from cpplan.cpsat.owned_model import compile_owned, pool_columns
+    from cpplan.planners.cpsat_strategy import compile_for, greedy_values
+    from cpplan.planners.deadline import Deadline
+    from cpplan.planners.decide import free_chunks
+    from cpplan.planners.greedy import best_greedy_plan
+
+    profile = cpplan.load_solver("runtime")
+    timing = profile.timing
+    for name, problem in _build_problems(args):
+        greedy = best_greedy_plan(problem, profile.greedy.layouts, Deadline.after(1.0, deterministic=True))
+        joint_s, owned_s = [], []
+        for _ in range(args.repeats):
+            t0 = time.perf_counter()
+            space, compiled = compile_for(problem, profile, greedy)
+            compiled.add_hint(greedy_values(compiled, space, greedy))
+            joint_s.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            columns = pool_columns(problem, [greedy.waves], max_free=profile.ownership.columns)
+            compile_owned(problem, columns, window_chunks=profile.ownership.window_chunks)
+            owned_s.append(time.perf_counter() - t0)
+        chunks = free_chunks(columns)
+        joint_est = timing.joint_needs_s(problem.num_items) - timing.min_search_s
+        num_free = sum(c.free for c in columns)
+        owned_est = timing.ownership_needs_s(num_free, chunks) - timing.min_search_s
+        print(
+            f"{name:>16} {problem.num_items:>4} items: joint build {1e3 * float(np.median(joint_s)):6.1f} ms "
+            f"(estimate {1e3 * joint_est:5.1f}); {num_free} free columns of {chunks:>5} chunks: "
+            "ownership build "
+            f"{1e3 * float(np.median(owned_s)):6.1f} ms (estimate {1e3 * owned_est:5.1f}); "
+            f"load average {os.getloadavg()[0]:.2f}"
+        )
+
+
+def _build_problems(args: argparse.Namespace):
+    """``(name, problem)`` for replica 0's share of each ``--share-rows`` row and each ``--node-rows``
+    step, as the planner's calls build them."""
+    from cpplan.planners.replica_partition import replica_settings, replica_workload
+
+    for spec in filter(None, args.share_rows.split(",")):
+        n, dp, cp = (int(v) for v in spec.split("x"))
+        topology = cpplan.Topology(dp=dp, cp=cp)
+        planner = cpplan.Planner(model=MODEL_CLUSTER, topology=topology, memory_bytes="80GiB")
+        workload = cluster_step(n)
+        share = replica_workload(workload, planner.partition(workload).items(0), 0)
+        yield f"{n}x{dp}x{cp} share", Problem.build(share, replica_settings(planner.settings))
+    for spec in filter(None, args.node_rows.split(",")):
+        kind, cp = spec.split("x")
+        workload = agent_step(0) if kind == "agent" else cluster_step(int(kind))
+        planner = cpplan.Planner(
+            model=MODEL_CLUSTER, topology=cpplan.Topology(cp=int(cp)), memory_bytes="80GiB", solver="runtime"
+        )
+        yield f"{kind} cp {cp}", Problem.build(workload, planner.settings)
+
+
 def run_fixed_share(args: argparse.Namespace) -> None:
     """``--cluster --fixed-share``: the replica call at a fixed share (``--share-rows``: completions x
     dp x cp) and on one node (``--node-rows``: completions x cp at dp = 1, and the agent step), the
@@ -586,7 +650,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--share-rows", default=SHARE_ROWS, help="--fixed-share: completions x dp x cp list")
     parser.add_argument("--node-rows", default=NODE_ROWS, help="--fixed-share: completions (or agent) x cp")
     parser.add_argument("--partition", action="store_true", help="--cluster: time the partition alone")
+    parser.add_argument(
+        "--build-times", action="store_true", help="--cluster: CP-SAT build times beside their estimates"
+    )
     args = parser.parse_args(argv)
+    if args.cluster and args.build_times:
+        run_build_times(args)
+        return
     if args.cluster and args.partition:
         run_partition(args)
         return

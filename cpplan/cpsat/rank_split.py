@@ -60,8 +60,19 @@ class RankSplit:
     windows: list[tuple[int, int]]
     name: str
     y: dict[tuple[int, int], cp_model.IntVar] = field(default_factory=dict)
+    fixed_owner: np.ndarray = field(init=False, repr=False)
+    """Per chunk, its owner counted over the boundaries whose window it lies outside."""
+    in_window: np.ndarray = field(init=False, repr=False)
+    """Per chunk, whether some boundary's window holds it (its owner is then a variable)."""
 
     def __post_init__(self) -> None:
+        chunks = np.arange(self.num_chunks)
+        self.fixed_owner = np.zeros(self.num_chunks, dtype=np.int64)
+        self.in_window = np.zeros(self.num_chunks, dtype=bool)
+        for r in range(1, self.num_ranks):
+            lo, hi = self.windows[r]
+            self.fixed_owner += chunks >= hi
+            self.in_window[lo:hi] = True
         for r in range(1, self.num_ranks):
             lo, hi = self.windows[r]
             for c in range(lo, hi):
@@ -125,6 +136,8 @@ class RankSplit:
     def owner_gap(self, a: int, b: int) -> tuple[int, list[cp_model.LinearExprT]]:
         """``owner(b) - owner(a)`` for chunks ``a < b``: its constant part and the variable differences
         ``y[r][b] - y[r][a]`` (each 0 or 1)."""
+        if 0 <= a < b < self.num_chunks and not (self.in_window[a] or self.in_window[b]):
+            return int(self.fixed_owner[b] - self.fixed_owner[a]), []
         const, parts = 0, []
         for r in range(1, self.num_ranks):
             hi_b, lo_a = self.value(r, b), self.value(r, a)

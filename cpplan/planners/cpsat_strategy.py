@@ -128,7 +128,7 @@ def joint_plan(
     )
     timing = profile.timing
     search_by = deadline.less(reserve_s(problem, timing))
-    if search_by.left_s() < timing.min_search_s + timing.build_s_per_item * problem.num_items:
+    if not search_by.can_finish(timing.joint_needs_s(problem.num_items)):
         return None, _no_time(model, 0.0)
     space, compiled = compile_for(problem, profile, incumbent)
     if profile.joint.hint:

@@ -76,6 +76,12 @@ class Deadline:
         """Seconds until the deadline (negative once past it; ``inf`` when deterministic)."""
         return math.inf if self.deterministic else self.end_s - time.perf_counter()
 
+    def can_finish(self, needs_s: float) -> bool:
+        """Whether work estimated at ``needs_s`` seconds (a :class:`TimingParams` estimate) fits in the
+        time left: the one test every stage makes before work whose cost grows with the step (always
+        true when deterministic: there the work limits decide, never the clock)."""
+        return self.left_s() >= needs_s
+
     def expired(self) -> bool:
         """Whether the deadline has passed (never, when deterministic)."""
         return not self.deterministic and time.perf_counter() >= self.end_s

@@ -6,13 +6,17 @@ proposed wave is a column of the ownership model (:mod:`cpplan.cpsat.owned_model
 the evaluator's price (less rounding and the bound stated in :mod:`cpplan.cpsat.handoff_terms`). It
 starts from the cheapest proposal as its hint, so its plan is never costlier in the model than any
 proposal; where its answer prices above that hint (only where the rounds mode's waiting tokens are a
-bound) or it gives none, the cheapest proposal is kept and the outcome says so.
+bound) or it gives none, the cheapest proposal is kept and the outcome says so. Under the clock the
+profile's estimate (:meth:`~cpplan.spec.profile.TimingParams.ownership_needs_s`) decides, before the
+build, how many columns may take a new split (the costliest first) or whether the model can be built and
+searched at all (outcome ``no_time``).
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from cpplan.planners.budget import Budget
 from cpplan.planners.cpsat_strategy import reserve_s
@@ -20,6 +24,10 @@ from cpplan.planners.deadline import Deadline
 from cpplan.plans.outcome import ModelOutcome, Status
 from cpplan.plans.plan import Plan, SolverStats
 from cpplan.pricing.problem import Problem
+from cpplan.spec.profile import TimingParams
+
+if TYPE_CHECKING:
+    from cpplan.cpsat.owned_model import OwnedColumn
 
 BOUND_MIN_LEFT_S = 0.5
 """Search seconds left, at least, for a wall-clock profile to compute the bound over every plan
@@ -91,6 +99,9 @@ def decide(problem: Problem, pool: Pool, budget: Budget, by: Deadline) -> tuple[
         best = pool.cheapest
     bound_s = time.perf_counter() - t0
     columns = pool_columns(problem, [p.waves for p in pool.plans], max_free=settings.columns)
+    columns = affordable_columns(columns, profile.timing, search_by)
+    if columns is None:
+        return _no_time(pool, "no time to build it")
     owned = compile_owned(problem, columns, window_chunks=settings.window_chunks)
     if settings.hint != "none":
         complete_work = (
@@ -98,6 +109,8 @@ def decide(problem: Problem, pool: Pool, budget: Budget, by: Deadline) -> tuple[
         )
         hint_plan(owned, best.waves, complete_work=complete_work)
     build_s = time.perf_counter() - started - bound_s
+    if not search_by.can_finish(profile.timing.min_search_s):
+        return _no_time(pool, "built, no time to search", build_s)
     answer = solve_owned(
         owned,
         budget.cpsat_params(settings.share),
@@ -125,6 +138,34 @@ def decide(problem: Problem, pool: Pool, budget: Budget, by: Deadline) -> tuple[
         stats = replace(stats, outcomes=(*stats.outcomes[:-1], replace(stats.outcomes[-1], kept=note)))
         return Plan(strategy="cpsat", waves=best.waves), scoped_stats(stats, bound, best.cost_s)
     return answer.plan, scoped_stats(stats, bound, answer.plan.cost_s)
+
+
+def free_chunks(columns: tuple[OwnedColumn, ...]) -> int:
+    """The chunks of the columns whose split the ownership model decides (what its build grows with)."""
+    return sum(int(column.wave.owner.size) for column in columns if column.free)
+
+
+def affordable_columns(
+    columns: tuple[OwnedColumn, ...], timing: TimingParams, by: Deadline
+) -> tuple[OwnedColumn, ...] | None:
+    """``columns`` with as many free columns (the costliest kept free) as the profile's estimate
+    (:meth:`~cpplan.spec.profile.TimingParams.ownership_needs_s`) lets the ownership model build and
+    search before ``by``; ``None`` when not even the model without free columns fits. A deterministic
+    deadline keeps them all."""
+    free = sorted((g for g, c in enumerate(columns) if c.free), key=lambda g: (columns[g].wave.cost_s, g))
+    while not by.can_finish(timing.ownership_needs_s(len(free), free_chunks(columns))):
+        if not free:
+            return None
+        g = free.pop(0)
+        columns = (*columns[:g], replace(columns[g], free=False), *columns[g + 1 :])
+    return columns
+
+
+def _no_time(pool: Pool, detail: str, build_s: float = 0.0) -> tuple[Plan | None, SolverStats]:
+    """The joint model's plan (or none) where the ownership model could not finish in the time left."""
+    outcome = ModelOutcome(model="ownership", status=Status.NO_TIME, detail=detail)
+    stats = _then(pool.proposer, outcome)
+    return pool.proposed, replace(stats, stage_s={**stats.stage_s, "ownership_build": build_s})
 
 
 def _earlier(stats: SolverStats | None) -> tuple[ModelOutcome, ...]:

@@ -13,7 +13,7 @@ one wave, so items can move along the plan; passes repeat while one improves and
 
 Each window gets an equal share of the time left for the windows still to come in the pass, less what
 verifying its answer takes; a window whose model cannot be built and searched in the time left
-(the profile's ``timing.build_s_per_item``) is not started. Under a deterministic deadline every
+(the profile's ``timing.joint_needs_s``) is not started. Under a deterministic deadline every
 window of every pass runs (each CP-SAT call on its deterministic limit), so the answer is the same on
 every machine.
 """
@@ -185,11 +185,11 @@ def _window_deadline(
     """The window's deadline: its equal share of the time left, or all of it when the share cannot
     build and search its model but the whole can (one window solved beats none); ``None`` when not
     even the whole can."""
-    needed = timing.build_s_per_item * items + timing.min_search_s
+    needed = timing.joint_needs_s(items)
     share = deadline.share(1.0 / windows_left)
-    if share.left_s() >= needed:
+    if share.can_finish(needed):
         return share
-    return deadline if deadline.left_s() >= needed else None
+    return deadline if deadline.can_finish(needed) else None
 
 
 def _count(stats: SolverStats, tally: Counter) -> None:

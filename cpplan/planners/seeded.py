@@ -79,15 +79,18 @@ def _refill(problem: Problem, items: Sequence[int], layouts: Sequence[str]) -> l
 
 def seeded_plan(problem: Problem, layouts: Sequence[str], *, deadline: Deadline | None = None) -> Plan | None:
     """The cheapest repaired baseline plan. A seed is started only while ``deadline`` leaves as much
-    time as the last seed took (the deadline's ``timing.seed_s_per_item`` per item before the first: a
+    time as the last seed took (the deadline's ``timing.seed_needs_s`` before the first: a
     baseline's proposal cannot be cut short), and its repair is abandoned once the deadline has
     expired; ``None`` when no seed was repaired in time. Without a deadline (or with a deterministic
     one, which never expires) every seed runs, so the answer is the same on every run."""
     cache: dict = {}
     plans = []
-    expected_s = 0.0 if deadline is None else deadline.timing.seed_s_per_item * problem.num_items
+    expected_s = 0.0
+    if deadline is not None and not deadline.deterministic:
+        tokens = problem.logical_tokens(range(problem.num_items))
+        expected_s = deadline.timing.seed_needs_s(problem.num_items, tokens)
     for seed in SEEDS:
-        if deadline is not None and deadline.left_s() < expected_s:
+        if deadline is not None and not deadline.can_finish(expected_s):
             break
         started = time.perf_counter()
         proposal = seed.plan(problem)

@@ -210,18 +210,20 @@ class TimingParams(BaseModel):
     """The wall-time estimates the portfolio budgets its deadline with: what it keeps back for work
     after a search and what it expects work to take before starting it. The defaults were measured on
     the 2-core development machine (``benchmarks/bench_runtime.py`` and ``benchmarks/bench_planners.py``
-    under the runtime profile); a deterministic profile never reads the clock, so there none counts."""
+    under the runtime profile; the CP-SAT build estimates with ``benchmarks/bench_scale.py --cluster
+    --build-times``, at the load of two busy processes); a deterministic profile never reads the
+    clock, so there none counts."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
-    verify_s: float = Field(default=0.002, ge=0, allow_inf_nan=False)
+    verify_s: float = Field(default=0.004, ge=0, allow_inf_nan=False)
     """Seconds kept back for verifying (and serializing) a plan, fixed part."""
 
     verify_s_per_token: float = Field(default=6e-9, ge=0, allow_inf_nan=False)
     """Seconds kept back for verifying a plan, per logical token (serializing and verifying a
     1.5M-token, 256-item plan takes about 5 ms on the 2-core machine, up to twice that when busy)."""
 
-    realize_s: float = Field(default=0.003, ge=0, allow_inf_nan=False)
+    realize_s: float = Field(default=0.008, ge=0, allow_inf_nan=False)
     """Seconds kept back from the CP-SAT search for realizing its answer, fixed part (verification is
     kept back on top)."""
 
@@ -232,13 +234,35 @@ class TimingParams(BaseModel):
     """Below this much search time left, CP-SAT (and a window of its large-neighbourhood search) is not
     started."""
 
-    build_s_per_item: float = Field(default=2.5e-4, ge=0, allow_inf_nan=False)
+    build_s: float = Field(default=0.012, ge=0, allow_inf_nan=False)
+    """Seconds to build the joint model (its decision space, item floors, model and hint), fixed part:
+    a model is built only when :meth:`joint_needs_s` is left."""
+
+    build_s_per_item: float = Field(default=8e-4, ge=0, allow_inf_nan=False)
     """Seconds to build the joint model (and, for a window, its sub-problem), per item: a model is built
-    only when this much time is left besides :attr:`min_search_s`."""
+    only when this much time is left besides :attr:`build_s` and :attr:`min_search_s`."""
+
+    ownership_build_s: float = Field(default=0.004, ge=0, allow_inf_nan=False)
+    """Seconds to build the ownership model, fixed part: it is built only when
+    :meth:`ownership_needs_s` is left."""
+
+    ownership_build_s_per_column: float = Field(default=0.015, ge=0, allow_inf_nan=False)
+    """Seconds to build the ownership model per free column, besides its chunks' (its hand-off terms
+    and the crossings inside the boundaries' windows)."""
+
+    ownership_build_s_per_chunk: float = Field(default=2e-5, ge=0, allow_inf_nan=False)
+    """Seconds to build the ownership model per chunk of a free column (one whose split the model
+    decides: its split, memory rows, barriers and hand-off crossings); with less time left the cheapest
+    free columns are taken as proposed, and without time for the model with none free it is skipped."""
 
     seed_s_per_item: float = Field(default=4e-4, ge=0, allow_inf_nan=False)
     """Seconds one seed of the seeded strategy is expected to take per item before any has run
     (proposing and repairing a plan prices about as many waves as greedy does)."""
+
+    seed_s_per_token: float = Field(default=1.2e-7, ge=0, allow_inf_nan=False)
+    """Seconds the first seed of the seeded strategy is expected to take per logical token, besides
+    :attr:`seed_s_per_item` (it prices every wave of its proposal under every layout, none cached yet;
+    :meth:`seed_needs_s`)."""
 
     finish_pricings: int = Field(default=8, ge=0)
     """Pricings (at the last one's time) greedy's cut of a wave, its layouts and the plan's ending may
@@ -255,6 +279,23 @@ class TimingParams(BaseModel):
     def realize_reserve_s(self, logical_tokens: int) -> float:
         """Seconds to keep back for realizing a CP-SAT answer over ``logical_tokens``."""
         return self.realize_s + self.realize_s_per_token * logical_tokens
+
+    def seed_needs_s(self, num_items: int, logical_tokens: int) -> float:
+        """Seconds the seeded strategy's first seed is expected to take on a step of ``num_items`` items
+        and ``logical_tokens`` tokens (later seeds are expected to take what the last one took)."""
+        return self.seed_s_per_item * num_items + self.seed_s_per_token * logical_tokens
+
+    def joint_needs_s(self, num_items: int) -> float:
+        """Seconds the joint model (or a window of its search) over ``num_items`` items needs to be
+        built and searched at all: its build estimate and :attr:`min_search_s`."""
+        return self.build_s + self.build_s_per_item * num_items + self.min_search_s
+
+    def ownership_needs_s(self, num_free_columns: int, num_free_chunks: int) -> float:
+        """Seconds the ownership model needs to be built and searched at all, with ``num_free_columns``
+        free columns holding ``num_free_chunks`` chunks."""
+        free = self.ownership_build_s_per_column * num_free_columns
+        per_chunk = self.ownership_build_s_per_chunk * num_free_chunks
+        return self.ownership_build_s + free + per_chunk + self.min_search_s
 
 
 class SolverProfile(BaseModel):

@@ -26,13 +26,18 @@ def test_shipped_profiles_carry_the_measured_estimates():
     """Every shipped profile's timing section holds the values measured on the 2-core machine (the
     defaults), so planning behaves as it did before the section existed."""
     measured = {
-        "verify_s": 0.002,
+        "verify_s": 0.004,
         "verify_s_per_token": 6e-9,
-        "realize_s": 0.003,
+        "realize_s": 0.008,
         "realize_s_per_token": 1e-8,
         "min_search_s": 0.005,
-        "build_s_per_item": 2.5e-4,
+        "build_s": 0.012,
+        "build_s_per_item": 8e-4,
+        "ownership_build_s": 0.004,
+        "ownership_build_s_per_column": 0.015,
+        "ownership_build_s_per_chunk": 2e-5,
         "seed_s_per_item": 4e-4,
+        "seed_s_per_token": 1.2e-7,
         "finish_pricings": 8,
         "regroup_time_factor": 2.0,
     }
