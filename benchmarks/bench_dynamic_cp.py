@@ -14,29 +14,21 @@ import sys
 from pathlib import Path
 
 from cpplan.bench.dynamic import format_summary, run_dynamic_bench
+from cpplan.bench.outputs import ResultFiles
 
 RESULTS = Path(__file__).resolve().parent / "results" / "bench_dynamic_cp.json"
 QUICK_RESULTS = Path("cpplan-bench") / "bench_dynamic_cp_quick.json"
 
 
-def output_path(*, quick: bool, output: Path | None) -> Path:
-    """The JSON a run writes: ``output`` when given; else the committed :data:`RESULTS` for a full run
-    and :data:`QUICK_RESULTS` for a quick one (whose smaller suite is not the cited figures)."""
-    if output is not None:
-        return output
-    return QUICK_RESULTS if quick else RESULTS
+FILES = ResultFiles(results=RESULTS, quick=QUICK_RESULTS)
+output_path = FILES.path
 
 
 def main(argv: list[str] | None = None) -> None:
     """Run the suite, print the table, save the JSON."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="the smaller suite (a smoke run)")
-    parser.add_argument(
-        "--output",
-        type=Path,
-        default=None,
-        help=f"default results/{RESULTS.name}; with --quick, ./{QUICK_RESULTS}",
-    )
+    FILES.add_option(parser)
     args = parser.parse_args(argv)
     out = output_path(quick=args.quick, output=args.output)
 

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 import cpplan
+from cpplan.bench.outputs import ResultFiles
 from cpplan.bench.suites import mixed_suite, suite
 
 RESULTS = Path(__file__).resolve().parent / "results" / "bench_equal_waves.json"
@@ -52,12 +53,8 @@ def run_case(workload, sizes: dict, equal: bool) -> dict:
     }
 
 
-def output_path(*, quick: bool, output: Path | None) -> Path:
-    """The JSON a run writes: ``output`` when given; else the committed :data:`RESULTS` for a full run
-    and :data:`QUICK_RESULTS` for a quick one (whose smaller suites are not the cited figures)."""
-    if output is not None:
-        return output
-    return QUICK_RESULTS if quick else RESULTS
+FILES = ResultFiles(results=RESULTS, quick=QUICK_RESULTS)
+output_path = FILES.path
 
 
 def main(quick: bool, out: Path) -> None:
@@ -108,12 +105,7 @@ def cli(argv: list[str] | None = None) -> None:
     """Parse ``--quick`` and ``--output`` and run."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="the smaller suites (a smoke run)")
-    parser.add_argument(
-        "--output",
-        type=Path,
-        default=None,
-        help=f"default results/{RESULTS.name}; with --quick, ./{QUICK_RESULTS}",
-    )
+    FILES.add_option(parser)
     args = parser.parse_args(argv)
     main(args.quick, output_path(quick=args.quick, output=args.output))
 

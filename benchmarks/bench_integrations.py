@@ -27,6 +27,7 @@ import torch
 
 import cpplan
 from cpplan.baselines.capacity import card_token_capacity
+from cpplan.bench.outputs import ResultFiles
 from cpplan.bench.suites import suite
 from cpplan.integrations.rollout_items import RolloutRow, grouped_workload
 
@@ -89,12 +90,8 @@ def verl_row(rows: list[RolloutRow], cap: int) -> dict:
     }
 
 
-def output_path(*, quick: bool, output: Path | None) -> Path:
-    """The JSON a run writes: ``output`` when given; else the committed :data:`RESULTS` for a full run
-    and :data:`QUICK_RESULTS` for a quick one (whose smaller runs are not the cited figures)."""
-    if output is not None:
-        return output
-    return QUICK_RESULTS if quick else RESULTS
+FILES = ResultFiles(results=RESULTS, quick=QUICK_RESULTS)
+output_path = FILES.path
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -29,6 +29,7 @@ import numpy as np
 import cpplan
 from cpplan import Topology
 from cpplan.bench import synthetic
+from cpplan.bench.outputs import ResultFiles
 from cpplan.bench.suites import grpo_ratio, grpo_shuffled, suite
 from cpplan.errors import NoFitError
 
@@ -224,12 +225,8 @@ QUICK_RESULTS = Path("cpplan-bench") / "bench_ownership_quick.json"
 """Where ``--quick`` writes by default: relative to the current directory, away from :data:`RESULTS`."""
 
 
-def output_path(*, quick: bool, output: Path | None) -> Path:
-    """The JSON a run writes: ``output`` when given; else the committed :data:`RESULTS` for a full run
-    and :data:`QUICK_RESULTS` for a quick one (whose smaller runs are not the cited figures)."""
-    if output is not None:
-        return output
-    return QUICK_RESULTS if quick else RESULTS
+FILES = ResultFiles(results=RESULTS, quick=QUICK_RESULTS)
+output_path = FILES.path
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -29,6 +29,7 @@ import numpy as np
 
 import cpplan
 from cpplan import Topology, load_model, load_solver
+from cpplan.bench.outputs import ResultFiles
 from cpplan.bench.synthetic import agent_trees, grpo, long_tail
 from cpplan.cpsat import SCALING
 from cpplan.planners.cpsat_planner import cpsat_planner
@@ -279,12 +280,8 @@ def print_latency(results: list[dict]) -> None:
         )
 
 
-def output_path(*, quick: bool, output: Path | None) -> Path:
-    """The JSON a run writes: ``output`` when given; else the committed :data:`RESULTS` for a full run
-    and :data:`QUICK_RESULTS` for a quick one (whose shorter budgets are not the cited figures)."""
-    if output is not None:
-        return output
-    return QUICK_RESULTS if quick else RESULTS
+FILES = ResultFiles(results=RESULTS, quick=QUICK_RESULTS)
+output_path = FILES.path
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -50,6 +50,7 @@ from pathlib import Path
 import numpy as np
 
 import cpplan
+from cpplan.bench.outputs import ResultFiles
 from cpplan.bench.synthetic import agent_rollouts, grpo, to_jsonl
 from cpplan.planners.greedy import greedy_plan
 from cpplan.plans.plan_writer import plan_to_dict
@@ -615,12 +616,8 @@ def run_cluster(args: argparse.Namespace) -> None:
         plot_cluster(rows, CLUSTER_PLOT)
 
 
-def output_path(*, quick: bool, output: Path | None) -> Path:
-    """The JSON a run writes: ``output`` when given; else the committed :data:`RESULTS` for a full run
-    and :data:`QUICK_RESULTS` for a quick one (whose smaller runs are not the cited figures)."""
-    if output is not None:
-        return output
-    return QUICK_RESULTS if quick else RESULTS
+FILES = ResultFiles(results=RESULTS, quick=QUICK_RESULTS)
+output_path = FILES.path
 
 
 def main(argv: list[str] | None = None) -> None:
