@@ -34,12 +34,14 @@ from pathlib import Path
 
 import cpplan
 from cpplan.baselines.capacity import card_token_capacity
+from cpplan.bench.outputs import QUICK_FOLDER, ResultFiles
 from cpplan.integrations.art.art_import import import_art
 from cpplan.integrations.art.art_pack import make_planner, pack_results_with_plan
 from cpplan.integrations.art.art_pricing import price_rows
 from cpplan.integrations.art.art_synthetic import GRPO_SHAPES, art_result_factory, group_results
 
 RESULTS = Path(__file__).parent / "results"
+FILES = ResultFiles(results=RESULTS / "bench_art_pack.json", quick=QUICK_FOLDER / "bench_art_pack_quick.json")
 
 
 def tuned_memory(card: str, seq_len: int) -> int:
@@ -128,17 +130,18 @@ def print_row(r: dict) -> None:
     )
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     """Parse the options, run, write the JSON."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--card", default="qwen3-8b")
     parser.add_argument("--quick", action="store_true", help="the first step shape only")
-    args = parser.parse_args()
+    FILES.add_option(parser)
+    args = parser.parse_args(argv)
     print(HEADER)
     data = run(repeats=args.repeats, card=args.card, quick=args.quick)
-    RESULTS.mkdir(exist_ok=True)
-    out = RESULTS / ("bench_art_pack_quick.json" if args.quick else "bench_art_pack.json")
+    out = FILES.path(quick=args.quick, output=args.output)
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(data, indent=1) + "\n")
     print(f"wrote {out}")
 

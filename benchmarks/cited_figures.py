@@ -1303,7 +1303,30 @@ SHARING_FIGURES = table_figures(
 
 INTEGRATIONS_RUNS = (
     Run(name="integrations", command=(PY, "benchmarks/bench_integrations.py", "--output", "{out}")),
+    Run(
+        name="art_pack",
+        command=(PY, "benchmarks/bench_art_pack.py", "--output", "{out}"),
+        quick_command=(PY, "benchmarks/bench_art_pack.py", "--quick", "--repeats", "1", "--output", "{out}"),
+    ),
 )
+
+
+def art_pack_line(data: dict, key: tuple[str, ...]) -> str:
+    """One row of docs/integrations.md's ART packer table from ``bench_art_pack.py``'s JSON."""
+    step, cp, seq_len = key[0], int(key[1]), int(key[2].replace(",", ""))
+    r = next(r for r in data["rows"] if (r["step"], r["cp"], r["art_seq_len"]) == (step, cp, seq_len))
+    return markdown_row(
+        [
+            *key,
+            f"{r['art_rows']} / {r['cpplan_rows']}",
+            f"{r['art_padded_tokens']:,} / {r['cpplan_padded_tokens']:,}",
+            f"{r['art_padded_tokens'] / r['cpplan_padded_tokens']:.2f}",
+            f"{r['art_step_s']:.2f} / {r['cpplan_step_s']:.2f}",
+            f"{r['art_step_s'] / r['cpplan_step_s']:.2f}",
+            f"{r['art_rows_over_budget']} of {r['art_rows']}",
+            f"{r['art_pack_ms_median']:.0f} / {r['cpplan_pack_ms_median']:.0f}",
+        ]
+    )
 
 
 def integration_case(data: dict, case: str) -> dict:
@@ -1339,6 +1362,14 @@ def gain_range(data: dict, over: str) -> tuple[str, str]:
 
 TRL_GAIN_CITED = "A TRL user runs 1.4x (long completions) to 8.9x (long shared prompts) fewer tokens"
 INTEGRATIONS_FIGURES = (
+    *table_figures(
+        INTEGRATIONS_DOC,
+        "| step | CP | ART `seq_len` | rows ART / cpplan |",
+        run="art_pack",
+        num_keys=3,
+        line_of=art_pack_line,
+        what="ART packer",
+    ),
     *table_figures(
         INTEGRATIONS_DOC,
         "| case | TRL padded | cpplan packed |",

@@ -300,6 +300,7 @@ COMMITTED_RUNS = {
     "equal_waves": "benchmarks/results/bench_equal_waves.json",
     "sharing_overhead": "benchmarks/results/bench_sharing_overhead.json",
     "integrations": "benchmarks/results/bench_integrations.json",
+    "art_pack": "benchmarks/results/bench_art_pack.json",
     "gdn_modes": "benchmarks/results/gdn_modes.json",
 }
 """Runs whose cited JSON is committed, by run name: their figures read back as stated."""
