@@ -8,24 +8,9 @@ import os
 import pytest
 
 import cpplan
-from cpplan.bench.synthetic import grpo
 from cpplan.integrations.plan_ahead import WORKER_NICENESS, PlanAhead
 from cpplan.plans.plan_writer import strip_timing
-from cpplan.spec.profile import load_solver
-
-GREEDY = load_solver("deterministic").model_copy(update={"strategies": ("greedy",)})
-
-
-def step(seed: int) -> cpplan.Workload:
-    """A small GRPO step (6 prompts x 4 completions)."""
-    return grpo(
-        num_prompts=6,
-        group_size=4,
-        system_tokens=32,
-        prompt_tokens=(200, 900),
-        completion_tokens=(50, 300),
-        seed=seed,
-    )
+from tests.planners.test_plan_async import GREEDY, step
 
 
 @pytest.fixture()
