@@ -29,6 +29,13 @@ divided by). Load average beside every row. Writes JSON (``bench_scale_cluster.j
 plot of per-rank wall against completions with each topology's fitted growth exponent
 (``docs/scale_wall.png``).
 
+``--cluster --fixed-share [--busy N]`` keeps every replica's share the same (``--share-rows``:
+completions x dp x cp, 128 completions per replica at cp 8) and adds one-node steps (``--node-rows``):
+sampled DP ranks' calls ``plan(step, 0.1, replica=k)`` on a fresh step object each, the default call
+``plan(step, 0.1)`` (the partitioned step) beside them, the deterministic plan as the reference, and
+the fitted growth exponent of the replica call's wall; ``--busy N`` runs it all beside ``N`` processes
+spinning a core each (:mod:`cpplan.bench.load`).
+
 ``--cluster --build-times`` prints the CP-SAT stages' build times beside the runtime profile's
 ``[timing]`` estimates (``joint_needs_s``, ``ownership_needs_s``) on the ``--fixed-share`` rows: how the
 estimates the stages decide by were measured.
@@ -50,6 +57,7 @@ from pathlib import Path
 import numpy as np
 
 import cpplan
+from cpplan.bench.load import busy_processes
 from cpplan.bench.outputs import ResultFiles
 from cpplan.bench.synthetic import agent_rollouts, grpo, to_jsonl
 from cpplan.planners.greedy import greedy_plan
@@ -530,15 +538,16 @@ def run_fixed_share(args: argparse.Namespace) -> None:
     default call beside it, the fitted growth exponent of the replica call's wall against completions
     at cp 8; the table and the JSON (label ``--label``)."""
     rows = []
-    for spec in filter(None, args.share_rows.split(",")):
-        n, dp, cp = (int(v) for v in spec.split("x"))
-        rows.append(share_row("grpo", cluster_step(n), dp, cp, args))
-        print_share(rows[-1:])
-    for spec in filter(None, args.node_rows.split(",")):
-        kind, cp = spec.split("x")
-        workload = agent_step(0) if kind == "agent" else cluster_step(int(kind))
-        rows.append(share_row("agent6x4" if kind == "agent" else "grpo", workload, 1, int(cp), args))
-        print_share(rows[-1:])
+    with busy_processes(args.busy):
+        for spec in filter(None, args.share_rows.split(",")):
+            n, dp, cp = (int(v) for v in spec.split("x"))
+            rows.append(share_row("grpo", cluster_step(n), dp, cp, args))
+            print_share(rows[-1:])
+        for spec in filter(None, args.node_rows.split(",")):
+            kind, cp = spec.split("x")
+            workload = agent_step(0) if kind == "agent" else cluster_step(int(kind))
+            rows.append(share_row("agent6x4" if kind == "agent" else "grpo", workload, 1, int(cp), args))
+            print_share(rows[-1:])
     print()
     print_share(rows)
     fixed = [r for r in rows if r["dp"] > 1 and r["cp"] == 8]
@@ -553,6 +562,7 @@ def run_fixed_share(args: argparse.Namespace) -> None:
     data = json.loads(output.read_text()) if output.exists() else {}
     data[args.label] = {
         "machine": f"{platform.machine()}, {platform.python_version()}, {os.cpu_count()} CPUs",
+        "busy_processes": args.busy,
         "rows": rows,
         "growth_exponents": exponents,
     }
@@ -647,6 +657,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--share-rows", default=SHARE_ROWS, help="--fixed-share: completions x dp x cp list")
     parser.add_argument("--node-rows", default=NODE_ROWS, help="--fixed-share: completions (or agent) x cp")
     parser.add_argument("--partition", action="store_true", help="--cluster: time the partition alone")
+    parser.add_argument("--busy", type=int, default=0, help="--fixed-share: busy processes beside the run")
     parser.add_argument(
         "--build-times", action="store_true", help="--cluster: CP-SAT build times beside their estimates"
     )

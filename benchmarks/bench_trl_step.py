@@ -38,8 +38,6 @@ import json
 import os
 import pstats
 import statistics
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -49,6 +47,7 @@ from pathlib import Path
 import torch
 
 import cpplan
+from cpplan.bench.load import busy_processes
 
 RESULTS = Path(__file__).parent / "results"
 QUICK_FOLDER = Path("cpplan-bench")
@@ -315,31 +314,12 @@ def timed_planning(record: dict) -> None:
     trainer._cpplan_plan = timed
 
 
-def busy_processes(count: int) -> list[subprocess.Popen]:
-    """``count`` processes spinning a core each (stopped by :func:`stop`)."""
-    spin = "while True:\n    pass\n"
-    return [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(count)]
-
-
-def stop(processes: list[subprocess.Popen]) -> None:
-    """Stop and reap ``processes``."""
-    for process in processes:
-        process.kill()
-    for process in processes:
-        process.wait()
-
-
 def measured_run(path: str, tmp: Path, steps: int, shape: Shape, memory: str, busy: int) -> dict:
     """One comparison beside ``busy`` busy processes: its load averages, step times, tokens, profiles."""
-    spinning = busy_processes(busy)
-    try:
-        if busy:
-            time.sleep(5.0)  # let the spinners take their cores before the first step
+    with busy_processes(busy):
         load_start = os.getloadavg()
         records = compare(path, tmp / f"busy{busy}", steps, shape, memory)
         load_end = os.getloadavg()
-    finally:
-        stop(spinning)
     tokens = records["cpplan"]["trainer"].cpplan_tokens
     run = {
         "busy_processes": busy,

@@ -25,8 +25,10 @@ from functools import cached_property
 import numpy as np
 
 from cpplan.planners.deadline import Deadline
+from cpplan.pricing.evaluator import price
 from cpplan.pricing.problem import Problem
 from cpplan.pricing.wave import WavePlan, first_fitting
+from cpplan.spec.quantities import COUNTS, NUM_QUANTITIES, QUANTITIES, QUANTITY_INDEX, check_rules
 
 
 @dataclass(kw_only=True, eq=False)
@@ -94,9 +96,16 @@ class WidthSearch:
 
     def quick(self, start: int, layouts: Sequence[str]) -> tuple[int, WavePlan] | None:
         """A fitting wave from item ``start`` found fast, for when time is up: the peak model's width
-        under ``layouts`` (the item is priced alone first while the model has no slope), halved until
-        it fits; ``None`` when the item alone does not fit them."""
+        under ``layouts``, halved until it fits; ``None`` when the item alone does not fit them. While
+        the model has no slope, every remaining item is priced at once when the average rank would hold
+        them within :data:`PRIOR_FIT_SHARE` of the budget (one pricing for a small problem: a DP
+        replica's share), else the item alone; either teaches the model its slope."""
         remaining = self.problem.num_items - start
+        if self.slope is None and remaining > 1 and self._likely_fit(start, remaining):
+            whole = self._test(start, remaining, layouts)
+            if whole is not None:
+                self.last_width = remaining
+                return remaining, whole
         if self.slope is None:
             alone = self._test(start, 1, layouts)
             if alone is None or remaining == 1:
@@ -111,6 +120,20 @@ class WidthSearch:
             if width == 1:
                 return None
             width //= 2
+
+    def _likely_fit(self, start: int, width: int) -> bool:
+        """Whether the average rank's peak, with the ``width`` items from ``start`` taken as chains of
+        their estimated full-sharing tokens spread evenly over the ranks, is within
+        :data:`PRIOR_FIT_SHARE` of the budget: a prior, no proof (the busiest rank holds more)."""
+        tokens = self.estimated_tokens(start, width)
+        cp = self.problem.topology.cp
+        lengths = self.problem.item_full_tokens[start : start + width].astype(np.float64)
+        mean = np.zeros(NUM_QUANTITIES)
+        for quantity in QUANTITIES:
+            if quantity.only == "all":
+                mean[QUANTITY_INDEX[quantity.name]] = _EVEN_MEAN[quantity.count](tokens, lengths, cp)
+        peak = price(self.problem.card, mean).peak_bytes[0]
+        return bool(peak <= PRIOR_FIT_SHARE * self.problem.memory_bytes)
 
     def _test(self, start: int, width: int, layouts: Sequence[str]) -> WavePlan | None:
         """The first fitting wave of ``width`` items from ``start`` under ``layouts`` (or ``None``)."""
@@ -207,6 +230,20 @@ FLOOR_TESTS_PER_WAVE = 2
 NARROW_SLOPE_SHARE = 0.6
 """The share of the model's room aimed at when its slope comes from a wave under half as wide: a
 proposal that fits costs one pricing, one that fails costs one per layout."""
+
+PRIOR_FIT_SHARE = 0.8
+"""The share of the budget the average rank may fill, by :meth:`WidthSearch._likely_fit`'s prior, for
+the anytime floor to price every remaining item at once before it knows the peak model's slope."""
+
+_EVEN_MEAN = {
+    "token": lambda tokens, lengths, cp: tokens / cp,
+    "pair": lambda tokens, lengths, cp: float((lengths * (lengths + 1) / 2).sum()) / cp,
+    "segment": lambda tokens, lengths, cp: lengths.size / cp,
+    "remote": lambda tokens, lengths, cp: tokens * (cp - 1) / cp,
+}
+"""Per count, the average rank's amount for :meth:`WidthSearch._likely_fit`: ``tokens`` estimated
+packed tokens spread evenly, each item a chain of its ``lengths`` tokens."""
+check_rules("planners.widths.WidthSearch._likely_fit", _EVEN_MEAN, COUNTS)
 
 MODEL_STEPS = 6
 """Tests of one wave's width led by the peak model and interpolation before the search bisects."""

@@ -11,7 +11,7 @@ import cpplan
 from cpplan import NoFitError, Topology, load_solver
 from cpplan.bench.synthetic import grpo
 from cpplan.planners.deadline import Deadline
-from cpplan.planners.greedy import full_sharing_plan, greedy_plan
+from cpplan.planners.greedy import full_sharing_plan, greedy_plan, hurried_waves
 from cpplan.planners.widths import WidthSearch, cheapest_cut
 from cpplan.plans.plan_writer import plan_to_dict
 from cpplan.pricing.ownership import contiguous_split
@@ -149,6 +149,22 @@ def test_deadline_past_gives_a_complete_full_sharing_plan(tight):
     assert all(w.fits(tight.memory_bytes) and w.layout_name == "full" for w in plan.waves)
     assert plan.notes and "deadline" in plan.notes[0]
     assert not greedy_plan(tight, LAYOUTS).notes
+
+
+def test_hurried_floor_prices_a_share_that_fits_once(small_grpo, qwen36):
+    """Past its deadline, greedy prices a problem that fits one wave once (every item at once, the
+    prior admitting it), where a tight budget still gets several fitting waves from the peak model."""
+    roomy = Settings(topology=Topology(cp=2), model=qwen36, memory_bytes=2**40)
+    problem = Problem.build(small_grpo, roomy)
+    search = WidthSearch(problem=problem, layouts=("full",))
+    width, wave = search.quick(0, ("full",))
+    assert (width, search.num_priced) == (problem.num_items, 1)
+    assert wave.fits(problem.memory_bytes)
+    tight_budget = middle_budget(small_grpo, qwen36, 2)
+    tight = Problem.build(small_grpo, dataclasses.replace(roomy, memory_bytes=tight_budget))
+    waves = hurried_waves(WidthSearch(problem=tight, layouts=("full",)), 0, ("full",))
+    assert len(waves) >= 2 and all(w.fits(tight_budget) for w in waves)
+    assert [i for w in waves for i in w.items] == list(range(tight.num_items))
 
 
 def test_full_sharing_is_memory_minimal(tight):
