@@ -31,26 +31,14 @@ if TYPE_CHECKING:  # OR-Tools is imported where the model is built, so `import c
     from cpplan.cpsat.joint_model import CompiledModel, ModelValues
     from cpplan.cpsat.space import LayoutSpace
 
-_SOLVER_READY = False
-
 
 def ensure_solver() -> None:
     """Import OR-Tools' CP-SAT and the joint model's modules and solve a one-variable model, once per
-    process: callers do it before a deadline starts, so no planning budget pays for the import or the
-    solver's first-call set-up."""
-    global _SOLVER_READY
-    if _SOLVER_READY:
-        return
-    from ortools.sat.python import cp_model
+    process (:func:`cpplan.cpsat.solve.warm_up`): callers do it before a deadline starts, so no planning
+    budget pays for the import or the solver's first-call set-up."""
+    from cpplan.cpsat.solve import warm_up
 
-    import cpplan.cpsat  # noqa: F401  (the joint model's modules)
-
-    model = cp_model.CpModel()
-    model.add(model.new_bool_var("x") >= 0)
-    solver = cp_model.CpSolver()
-    solver.parameters.num_workers = 1
-    solver.solve(model)
-    _SOLVER_READY = True
+    warm_up()
 
 
 def reserve_s(problem: Problem, timing: TimingParams) -> float:
