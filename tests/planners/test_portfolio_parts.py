@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 
@@ -47,3 +48,17 @@ def test_run_strategy_records_every_kind_of_fault(small_grpo, settings):
     assert ran.plan is not None and ran.verdict is None and ran.note == "" and ran.ended is Ended.PLANNED
     with pytest.raises(dataclasses.FrozenInstanceError):
         ran.note = "changed"  # type: ignore[misc]
+
+
+def test_only_the_cpsat_package_runs_cp_sat():
+    """No module of ``cpplan.planners`` imports OR-Tools: every CP-SAT model is built, solved and read
+    back in ``cpplan.cpsat`` (its one solver call, ``run_solver``), the planners hand it problems."""
+    import ast
+
+    import cpplan.planners
+
+    for path in sorted(Path(cpplan.planners.__file__).parent.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            names += [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            assert not any(n.split(".")[0] == "ortools" for n in names), f"{path.name} imports OR-Tools"
