@@ -1,8 +1,9 @@
 """The public entry points: ``build_problem``, ``plan``, ``solve`` (the portfolio) and ``verify``.
 
-Each takes user-level values (a card name or path, a size string, ...), turns them into one
-:class:`~cpplan.spec.settings.Settings` and hands that on; the portfolio itself is
-:func:`cpplan.planners.portfolio.solve`.
+``build_problem``, ``plan`` and ``verify`` take user-level values (a card name or path, a size string,
+...), turn them into one :class:`~cpplan.spec.settings.Settings` and hand that on; ``solve`` is the
+portfolio itself (:func:`cpplan.planners.portfolio.solve`), over an already built
+:class:`~cpplan.pricing.problem.Problem`.
 """
 
 from __future__ import annotations
@@ -61,10 +62,11 @@ def plan(
     time_budget_s: float | None = None,
     planners: Mapping[str, Strategy] | None = None,
 ) -> PlanResult:
-    """Plan ``workload`` once (a :class:`~cpplan.planner.Planner` made for one call): run the profile's
-    strategies, verify each plan independently, keep the cheapest valid one. The time budget counts
-    from this call (a first call in a process imports OR-Tools before it starts). Raises
-    :class:`NoFitError` when no strategy yields a valid plan."""
+    """Plan ``workload`` once (:meth:`cpplan.Planner.plan` of a planner made for one call, so under
+    ``dp > 1`` with the runtime or trainer profile every replica's share is planned and the step
+    assembled): run the profile's strategies, verify each plan independently, keep the cheapest valid
+    one. The time budget counts from after a first call in a process has imported OR-Tools and warmed
+    CP-SAT up. Raises :class:`NoFitError` when no strategy yields a valid plan."""
     profile = resolve_profile(solver)
     if "cpsat" in profile.strategies:
         ensure_solver()  # once per process, outside the budget

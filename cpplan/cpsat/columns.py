@@ -62,14 +62,14 @@ class ColumnVars:
 def make_columns(
     plans: Iterable[Sequence[WavePlan]], scaling: Scaling, memory_bytes: int, num_waves: int
 ) -> tuple[Column, ...]:
-    """Columns of the fitting waves of ``plans`` (each a sequence of waves), none from a plan that
-    splits an item: one per item set (the cheapest wave given, first on ties), in the order first seen,
-    with every slot (position in a plan, below ``num_waves``) at which it was seen."""
+    """Columns of the fitting waves of ``plans`` (each a sequence of waves, none splitting an item: the
+    joint model runs only on plans of whole items): one per item set (the cheapest wave given, first on
+    ties), in the order first seen, with every slot (position in a plan, below ``num_waves``) at which
+    it was seen."""
     best: dict[tuple[int, ...], WavePlan] = {}
     slots: dict[tuple[int, ...], list[int]] = {}
     for plan in plans:
-        if any(wave.split for wave in plan):
-            continue
+        assert not any(wave.split for wave in plan), "a column holds whole items"
         ordered = sorted(plan, key=lambda wave: min(wave.items))
         for w, wave in enumerate(ordered[:num_waves]):
             assert wave.fits(memory_bytes), "a column must be a wave the exact evaluator accepts"

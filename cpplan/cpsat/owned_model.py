@@ -32,7 +32,7 @@ from ortools.sat.python import cp_model
 
 from cpplan.cpsat.handoff_terms import HandoffVars, add_handoff
 from cpplan.cpsat.rank_split import RankSplit, boundary_windows, is_rank_ordered, seed_boundaries
-from cpplan.cpsat.scaling import FINE_SCALING, SCALING, Scaling
+from cpplan.cpsat.scaling import FINE_SCALING, Scaling
 from cpplan.cpsat.split_tables import SplitTables, chunk_matrix, split_tables
 from cpplan.pricing.problem import Problem
 from cpplan.pricing.wave import WavePlan
@@ -95,14 +95,14 @@ def cover_bound(owned: OwnedModel) -> int:
 def pool_columns(
     problem: Problem, plans: Sequence[Sequence[WavePlan]], *, max_free: int
 ) -> tuple[OwnedColumn, ...]:
-    """The distinct waves of ``plans`` (plans that split an item are left out) as columns: one per item
-    set and packed layout, its cheapest version priced, every rank-ordered ownership seen as a seed; the
-    ``max_free`` costliest columns whose layout has a rank-ordered seed may take a new split."""
+    """The distinct waves of ``plans`` (none splitting an item: a pool's,
+    :class:`~cpplan.planners.decide.Pool`) as columns: one per item set and packed layout, its cheapest
+    version priced, every rank-ordered ownership seen as a seed; the ``max_free`` costliest columns whose
+    layout has a rank-ordered seed may take a new split."""
     found: dict[tuple, list[WavePlan]] = {}
     for plan in plans:
-        if any(wave.split for wave in plan):
-            continue
         for wave in plan:
+            assert not wave.split, "a column holds whole items: plans splitting one stay out of the pool"
             found.setdefault(layout_key(wave), []).append(wave)
     columns = []
     for versions in found.values():
@@ -198,7 +198,7 @@ def _free_column(
     split = RankSplit(model=model, num_chunks=tables.num_chunks, num_ranks=cp, windows=windows, name=f"c{g}")
     tokens = [split.owned(r, tables.tokens) for r in range(cp)]
     matrix = chunk_matrix(tables.stats)
-    _add_memory_rows(model, problem, split, tables, matrix, tokens, chosen)
+    _add_memory_rows(model, problem, split, tables, matrix, chosen, scaling)
     barrier, average = _add_barriers(model, card, split, tables, matrix, scaling, f"c{g}")
     # valid without enforcement (a barrier's slowest rank is at least its rank average): a linear row the
     # relaxation sees, where the enforced one below is a big-M row
@@ -211,9 +211,12 @@ def _free_column(
     return FreeVars(split=split, barrier=tuple(barrier), handoff=handoff, average_units=average)
 
 
-def _add_memory_rows(model, problem: Problem, split: RankSplit, tables: SplitTables, matrix, tokens, chosen):
-    """For every rank and envelope, ``static + Σ own chunks' KiB + pieces at the start ≤ B / safety``."""
-    card, scaling = problem.card, SCALING
+def _add_memory_rows(
+    model, problem: Problem, split: RankSplit, tables: SplitTables, matrix, chosen, scaling: Scaling
+):
+    """For every rank and envelope, ``static + Σ own chunks' bytes + pieces at the start ≤ B / safety``,
+    in ``scaling``'s memory units (each rounded up, the budget down)."""
+    card = problem.card
     coefficients = card.envelope_coefficients()
     budget = scaling.memory_kib(problem.memory_bytes, card.safety)
     remote, segments = QUANTITY_INDEX["remote_tokens"], QUANTITY_INDEX["segments"]

@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from ortools.sat.python import cp_model
 
 from cpplan.cpsat.owned_model import OwnedModel, cover_bound, layout_key
-from cpplan.cpsat.solve import STATUSES, run_solver, run_stats
+from cpplan.cpsat.solve import STATUSES, answered, run_on_work, run_solver, run_stats
 from cpplan.plans.outcome import ModelOutcome, Scope, Status
 from cpplan.plans.plan import Plan, SolverStats
 from cpplan.pricing.wave import WavePlan, price_wave
@@ -26,13 +26,19 @@ class OwnedAnswer:
     stats: SolverStats
 
 
-def hint_plan(owned: OwnedModel, waves: Sequence[WavePlan], *, complete_work: float | None = None) -> bool:
+def hint_plan(
+    owned: OwnedModel,
+    waves: Sequence[WavePlan],
+    *,
+    complete_work: float | None = None,
+    params: CpSatParams | None = None,
+) -> bool:
     """Hint the plan made of ``waves`` (each a column's version, as is); each free column's split is
     hinted at its first known one when the column is built. With ``complete_work`` (a deterministic
     time limit: profiles without presolve, where CP-SAT cannot finish a partial hint within a runtime
-    budget) every variable gets a value: a copy of the model with those choices fixed is solved
-    (propagation, milliseconds); where it finds none, the choices alone stay hinted. Returns whether
-    the hint is complete."""
+    budget) every variable gets a value: a copy of the model with those choices fixed is solved with
+    the profile's ``params`` (propagation, milliseconds); where it finds none, the choices alone stay
+    hinted. Returns whether the hint is complete."""
     keys = {layout_key(w) for w in waves}
     choices = {}
     for g, column in enumerate(owned.columns):
@@ -41,21 +47,22 @@ def hint_plan(owned: OwnedModel, waves: Sequence[WavePlan], *, complete_work: fl
             choices[owned.free[g]] = 0
     for var, value in choices.items():
         owned.model.add_hint(var, value)
-    return complete_work is not None and _complete_hint(owned, complete_work)
+    if complete_work is None:
+        return False
+    return _complete_hint(owned, params or CpSatParams(), complete_work)
 
 
-def _complete_hint(owned: OwnedModel, work: float) -> bool:
-    """Replace the model's (partial) hint by a full solution that agrees with it, when one is found."""
+def _complete_hint(owned: OwnedModel, params: CpSatParams, work: float) -> bool:
+    """Replace the model's (partial) hint by a full solution that agrees with it, when one is found
+    (solved on a copy of the model: the model itself gains no constraint)."""
     proto = owned.model.proto.solution_hint
     fixed = dict(zip(proto.vars, proto.values, strict=True))
     copy = owned.model.clone()
     copy.clear_hints()
     for index, value in fixed.items():
         copy.add(copy.get_int_var_from_proto_index(index) == value)
-    completer = cp_model.CpSolver()
-    completer.parameters.num_workers = 1
-    completer.parameters.max_deterministic_time = work
-    if completer.solve(copy) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+    completer, status = run_on_work(copy, params, work)
+    if not answered(status):
         return False
     values = completer.response_proto.solution
     owned.model.clear_hints()
@@ -88,7 +95,7 @@ def solve_owned(
     scaling = owned.scaling
     bound = scaling.seconds(max(math.floor(solver.best_objective_bound + 1e-9), cover_bound(owned)))
     t0 = time.perf_counter()
-    tight = _tight(owned, solver, tighten_work)
+    tight = _tight(owned, solver, params, tighten_work)
     objective = scaling.seconds(min(tight.objective_value, solver.objective_value))
     stage_s["price"] = time.perf_counter() - t0
     outcome = ModelOutcome(
@@ -104,20 +111,20 @@ def solve_owned(
     return OwnedAnswer(plan=plan, stats=stats)
 
 
-def _tight(owned: OwnedModel, solver: cp_model.CpSolver, work: float) -> cp_model.CpSolver:
-    """The model's price of the solver's plan with no slack left: its choices fixed, the rest solved
-    again (a feasible answer may leave a time variable above what its constraints require)."""
-    model = owned.model
-    model.clear_hints()
+def _tight(
+    owned: OwnedModel, solver: cp_model.CpSolver, params: CpSatParams, work: float
+) -> cp_model.CpSolver:
+    """The model's price of the solver's plan with no slack left: on a copy of the model, its choices
+    fixed, the rest solved again with the profile's ``params`` (a feasible answer may leave a time
+    variable above what its constraints require). The model itself is left as it was."""
+    copy = owned.model.clone()
+    copy.clear_hints()
     fixed = [lit for lit in (*owned.as_is, *owned.free) if lit is not None]
     fixed += [var for fv in owned.free_vars if fv is not None for var in fv.split.y.values()]
     for var in fixed:
-        model.add(var == int(solver.boolean_value(var)))
-    again = cp_model.CpSolver()
-    again.parameters.num_workers = 1
-    again.parameters.max_deterministic_time = work  # work, not the clock: the same answer on a busy machine
-    status = again.solve(model)
-    assert status in (cp_model.OPTIMAL, cp_model.FEASIBLE), "a solution stays feasible with its choices fixed"
+        copy.add(copy.get_bool_var_from_proto_index(var.index) == int(solver.boolean_value(var)))
+    again, status = run_on_work(copy, params, work)
+    assert answered(status), "a solution stays feasible with its choices fixed"
     return again
 
 

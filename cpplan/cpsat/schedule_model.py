@@ -29,14 +29,18 @@ always holds it.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
-from cpplan.plans.plan import Plan
+from cpplan.cpsat.solve import STATUSES, run_solver, run_stats
+from cpplan.plans.outcome import ModelOutcome, Scope, Status
+from cpplan.plans.plan import Plan, SolverStats
 from cpplan.plans.pool_schedule import block, timed
 from cpplan.pricing.wave import WavePlan
+from cpplan.spec.profile import CpSatParams
 
 MICROSECONDS = 1_000_000
 
@@ -234,3 +238,33 @@ def realize(compiled: ScheduleModel, solver: cp_model.CpSolver, strategy: str) -
     gpus = [block(job.size, b) for _, _, job, b in chosen for _ in job.waves]
     schedule = timed([w.cost_s for w in waves], gpus, compiled.pool, compiled.padding_s)
     return Plan(strategy=strategy, waves=tuple(waves), schedule=schedule)
+
+
+def solve_schedule(
+    compiled: ScheduleModel,
+    params: CpSatParams,
+    *,
+    time_limit_s: float | None,
+    deterministic: bool,
+    strategy: str,
+) -> tuple[Plan | None, SolverStats]:
+    """Run CP-SAT on ``compiled`` with a profile's ``params``: the realized plan (``None`` without an
+    answer) named ``strategy``, and the run's statistics (objective and bound in seconds, from the
+    model's microseconds; stages ``search`` and ``realize``)."""
+    solver, status, search_s = run_solver(
+        compiled.model, params, time_limit_s=time_limit_s, deterministic=deterministic
+    )
+    name = STATUSES.get(status, Status.UNKNOWN)
+    plan = objective = bound = None
+    started = time.perf_counter()
+    if name.answered:
+        plan = realize(compiled, solver, strategy)
+        objective = solver.objective_value / MICROSECONDS
+        bound = solver.best_objective_bound / MICROSECONDS
+    realize_s = time.perf_counter() - started
+    scope = Scope.MODEL if name.answered else None
+    outcome = ModelOutcome(
+        model="schedule", status=name, objective_s=objective, bound_s=bound, bound_scope=scope
+    )
+    stage_s = {"search": search_s, "realize": realize_s}
+    return plan, run_stats(compiled.model, solver, outcome, search_s + realize_s, stage_s)

@@ -52,16 +52,19 @@ def model_size(model: cp_model.CpModel) -> tuple[int, int, int]:
     return booleans, len(proto.variables) - booleans, len(proto.constraints)
 
 
-def parameters(params: CpSatParams, *, time_limit_s: float | None, deterministic: bool) -> dict:
-    """CP-SAT parameters of a profile: workers, seed, presolve effort, gap and time limits."""
+def parameters(
+    params: CpSatParams, *, time_limit_s: float | None, deterministic: bool, log: bool = True
+) -> dict:
+    """CP-SAT parameters of a profile: workers, seed, presolve effort, gap and time limits; with ``log``
+    the search log in the response (where :func:`solve` reads the presolve time)."""
     workers = params.num_workers or (os.cpu_count() or 1)
     values: dict = {
         "num_workers": workers,
         "random_seed": params.random_seed,
         "relative_gap_limit": params.relative_gap_limit,
-        "log_search_progress": True,
+        "log_search_progress": log,
         "log_to_stdout": False,
-        "log_to_response": True,
+        "log_to_response": log,
     }
     if params.presolve == "off":
         values["cp_model_presolve"] = False
@@ -88,8 +91,8 @@ def solve(
 ) -> tuple[Solution | None, SolverStats]:
     """Run CP-SAT on ``compiled``: the solution (``None`` when there is none, or it was rejected) and
     the run's statistics (``wall_s`` is the solver's own time; objective, bound and gap are the
-    model's, ``model_gap`` says so). With ``deterministic`` the wall-clock limit is not set (only the
-    deterministic one), so the same model and parameters give the same answer on any machine.
+    model's, its bound of scope ``its model``). With ``deterministic`` the wall-clock limit is not set
+    (only the deterministic one), so the same model and parameters give the same answer on any machine.
 
     Stages: ``build`` (passed in), ``presolve`` and ``search`` (from the solver's log), ``verify``:
     the answer re-evaluated by :meth:`CompiledModel.evaluate` in plain Python, which must pass every
@@ -134,15 +137,58 @@ def solve(
 
 
 def run_solver(
-    model: cp_model.CpModel, params: CpSatParams, *, time_limit_s: float | None, deterministic: bool
+    model: cp_model.CpModel,
+    params: CpSatParams,
+    *,
+    time_limit_s: float | None,
+    deterministic: bool,
+    log: bool = True,
 ) -> tuple[cp_model.CpSolver, int, float]:
-    """CP-SAT run on ``model`` with a profile's parameters: the solver, its status and wall seconds."""
+    """CP-SAT run on ``model`` with a profile's parameters: the solver, its status and wall seconds. The
+    one place the planner runs CP-SAT (every model, and every helper solve of one)."""
     solver = cp_model.CpSolver()
-    for name, value in parameters(params, time_limit_s=time_limit_s, deterministic=deterministic).items():
+    values = parameters(params, time_limit_s=time_limit_s, deterministic=deterministic, log=log)
+    for name, value in values.items():
         setattr(solver.parameters, name, value)
     started = time.perf_counter()
     status = solver.solve(model)
     return solver, status, time.perf_counter() - started
+
+
+def run_on_work(model: cp_model.CpModel, params: CpSatParams, work: float) -> tuple[cp_model.CpSolver, int]:
+    """A helper solve of ``model``, a model whose choices are fixed (completing a hint, re-solving an
+    answer without slack), with the profile's workers and seed, stopped by ``work`` units of
+    deterministic time alone, never the clock (the same answer on a busy machine). It presolves fully
+    and stops only at optimality whatever the profile says of the search: with the choices fixed,
+    presolve all but solves the model (a few milliseconds), where the search alone can spend the whole
+    limit and still leave slack. The solver and its status."""
+    limited = params.model_copy(
+        update={"deterministic_time_s": work, "presolve": "full", "relative_gap_limit": 0.0}
+    )
+    solver, status, _ = run_solver(model, limited, time_limit_s=None, deterministic=True, log=False)
+    return solver, status
+
+
+def answered(status: int) -> bool:
+    """Whether a CP-SAT status carries a solution."""
+    return status in (cp_model.OPTIMAL, cp_model.FEASIBLE)
+
+
+_WARM = False
+
+
+def warm_up() -> None:
+    """Solve a one-variable model once per process, so that no planning budget pays for CP-SAT's
+    first-call set-up."""
+    global _WARM
+    if _WARM:
+        return
+    model = cp_model.CpModel()
+    model.add(model.new_bool_var("x") >= 0)
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = 1
+    solver.solve(model)
+    _WARM = True
 
 
 def run_stats(
@@ -152,8 +198,8 @@ def run_stats(
     wall_s: float,
     stage_s: dict[str, float],
 ) -> SolverStats:
-    """The run's statistics: ``outcome`` says how it ended; its objective, bound and gap are reported
-    as ``gap`` and ``model_gap`` alike."""
+    """The run's statistics: ``outcome`` says how it ended, and its objective, bound and gap are the
+    ones reported."""
     booleans, integers, constraints = model_size(model)
     return SolverStats(
         outcomes=(outcome,),
@@ -161,7 +207,6 @@ def run_stats(
         bound_s=outcome.bound_s,
         bound_scope=outcome.bound_scope,
         gap=outcome.gap,
-        model_gap=outcome.gap,
         wall_s=wall_s,
         deterministic_time=float(solver.response_proto.deterministic_time),
         num_booleans=booleans,

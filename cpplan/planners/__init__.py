@@ -18,7 +18,6 @@ from cpplan.planners.dynamic_cp import at_each_size, cached_dynamic_plan, group_
 from cpplan.planners.greedy import cached_greedy_plan, full_sharing_plan
 from cpplan.planners.seeded import seeded_plan
 from cpplan.plans.plan import Plan, SolverStats, balanced
-from cpplan.plans.pool_schedule import scheduled
 from cpplan.pricing.problem import Problem
 from cpplan.spec.profile import SolverProfile
 
@@ -26,7 +25,7 @@ Strategy = Callable[[Problem, SolverProfile, Deadline], tuple[Plan | None, Solve
 
 
 def _greedy(problem: Problem, profile: SolverProfile, deadline: Deadline) -> tuple[Plan, None]:
-    if scheduled(problem.topology):
+    if problem.topology.several_groups:
         return cached_dynamic_plan(problem, profile.greedy.layouts, deadline=deadline), None
     return cached_greedy_plan(problem, profile.greedy.layouts, deadline), None
 
@@ -40,7 +39,7 @@ def _seeded(problem: Problem, profile: SolverProfile, deadline: Deadline) -> tup
 
 
 def _cpsat(problem: Problem, profile: SolverProfile, deadline: Deadline) -> tuple[Plan | None, SolverStats]:
-    if scheduled(problem.topology):
+    if problem.topology.several_groups:
         return _dynamic_cpsat(problem, profile, deadline)
     return cpsat_planner(problem, profile, deadline)
 
@@ -94,7 +93,7 @@ def placed(strategy: Strategy) -> Strategy:
 
     def run(problem: Problem, profile: SolverProfile, deadline: Deadline):
         plan, stats = strategy(problem, profile, deadline)
-        if plan is not None and scheduled(problem.topology):
+        if plan is not None and problem.topology.several_groups:
             plan = balanced(plan, problem.topology.pool, pool_padding_s(problem))
         return plan, stats
 

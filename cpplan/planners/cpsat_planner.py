@@ -32,7 +32,7 @@ def joint_proposal(
     work = budget.work_limit(profile.joint.share)
     if problem.num_items > profile.joint.max_items:
         return lns_plan(problem, profile, greedy, deadline, work)
-    if any(wave.split for wave in greedy.waves):
+    if greedy.splits_an_item:
         why = "the greedy plan splits an item (not modelled)"
         return None, SolverStats(outcomes=(ModelOutcome(model="joint", status=Status.SKIPPED, detail=why),))
     return joint_plan(problem, profile, greedy, deadline, budget.cpsat_params(profile.joint.share))

@@ -1,14 +1,18 @@
-"""The CP-SAT strategy: the joint wave / layout / ownership model of :mod:`cpplan.cpsat`, with the
-greedy plan's waves as exact columns (:mod:`cpplan.cpsat.columns`) and the greedy plan, taken as those
-columns, as the complete hint; solved within what is left of the portfolio's deadline, realized and
-priced. The greedy plan is therefore always a solution of the model, whatever its conservative
-per-rank bounds say about waves at the memory edge.
+"""The joint model as the CP-SAT proposer: the wave / layout model of :mod:`cpplan.cpsat` (each item's
+wave and layout, per-wave chunk counts and per-rank chunk caps) with an incumbent plan's waves (the
+greedy plan's) as exact columns (:mod:`cpplan.cpsat.columns`) and, taken as those columns, as the
+complete hint; solved within its stage's deadline (:func:`joint_plan`), realized and priced. The
+incumbent is therefore always a solution of the model, whatever its conservative per-rank bounds say
+about waves at the memory edge. Its plan is a proposal: the ownership model
+(:mod:`cpplan.planners.decide`) decides which proposed waves run and which rank owns every chunk.
 
 Stages (reported in ``SolverStats.stage_s``): ``build`` (decision space, model and hint), ``presolve``
-and ``search`` (CP-SAT), ``realize`` (packing, chunk ownership and exact pricing of the solution); the
-portfolio adds ``verify``. Without enough time left for a useful search (after keeping
-:func:`reserve_s` back from the deadline) the strategy is skipped and says so in its status; a
-deterministic deadline always leaves enough.
+and ``search`` (CP-SAT), ``verify`` (its answer re-evaluated in plain Python,
+:func:`cpplan.cpsat.solve.solve`), ``realize`` (packing, chunk ownership and exact pricing of the
+solution). Without the time to build and search the model
+(:meth:`~cpplan.spec.profile.TimingParams.joint_needs_s`, after keeping :func:`reserve_s` back from the
+deadline) it is not run and its outcome says so (``no_time``); a deterministic deadline always leaves
+the time. :func:`ensure_solver` warms CP-SAT up once per process, before any budget starts.
 """
 
 from __future__ import annotations
@@ -31,26 +35,14 @@ if TYPE_CHECKING:  # OR-Tools is imported where the model is built, so `import c
     from cpplan.cpsat.joint_model import CompiledModel, ModelValues
     from cpplan.cpsat.space import LayoutSpace
 
-_SOLVER_READY = False
-
 
 def ensure_solver() -> None:
     """Import OR-Tools' CP-SAT and the joint model's modules and solve a one-variable model, once per
-    process: callers do it before a deadline starts, so no planning budget pays for the import or the
-    solver's first-call set-up."""
-    global _SOLVER_READY
-    if _SOLVER_READY:
-        return
-    from ortools.sat.python import cp_model
+    process (:func:`cpplan.cpsat.solve.warm_up`): callers do it before a deadline starts, so no planning
+    budget pays for the import or the solver's first-call set-up."""
+    from cpplan.cpsat.solve import warm_up
 
-    import cpplan.cpsat  # noqa: F401  (the joint model's modules)
-
-    model = cp_model.CpModel()
-    model.add(model.new_bool_var("x") >= 0)
-    solver = cp_model.CpSolver()
-    solver.parameters.num_workers = 1
-    solver.solve(model)
-    _SOLVER_READY = True
+    warm_up()
 
 
 def reserve_s(problem: Problem, timing: TimingParams) -> float:

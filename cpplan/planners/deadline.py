@@ -20,7 +20,8 @@ if TYPE_CHECKING:
 
 
 NO_TIME = "skipped: no time left"
-"""The status (and candidate reason) of a strategy not started for lack of time."""
+"""The note (and candidate reason) of a strategy not started for lack of time (its outcome's
+:class:`~cpplan.planners.portfolio.Ended` is ``no_time``)."""
 
 
 def verify_reserve_s(problem: Problem, timing: TimingParams) -> float:
@@ -71,6 +72,13 @@ class Deadline:
         return cls.after(
             profile.time_budget_s, deterministic=profile.deterministic, start_s=start_s, timing=profile.timing
         )
+
+    @property
+    def memo_key(self) -> float | None:
+        """What a result computed before this deadline is memoized by: ``None`` when deterministic (the
+        clock decides nothing, as without a deadline), else its end instant, so that a result cut short
+        at one deadline is never served to a caller with another."""
+        return None if self.deterministic else self.end_s
 
     def left_s(self) -> float:
         """Seconds until the deadline (negative once past it; ``inf`` when deterministic)."""

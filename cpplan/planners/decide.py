@@ -15,6 +15,7 @@ searched at all (outcome ``no_time``).
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -27,6 +28,7 @@ from cpplan.pricing.problem import Problem
 from cpplan.spec.profile import TimingParams
 
 if TYPE_CHECKING:
+    from cpplan.bound import PlanBound
     from cpplan.cpsat.owned_model import OwnedColumn
 
 BOUND_MIN_LEFT_S = 0.5
@@ -55,22 +57,24 @@ class Pool:
         from cpplan.spec.profile import STRATEGIES
 
         order = {name: k for k, name in enumerate(("greedy", "joint", *STRATEGIES))}
-        kept = [
-            plan
-            for name, plan in sorted(plans.items(), key=lambda kv: (order.get(kv[0], len(order)), kv[0]))
-            if plan is not None and not any(w.split for w in plan.waves)
-        ]
-        return cls(plans=tuple(kept), proposer=proposer, proposed=plans.get("joint"))
+        ranked = sorted(plans.items(), key=lambda kv: (order.get(kv[0], len(order)), kv[0]))
+        kept = _proposals(plan for _, plan in ranked if plan is not None)
+        return cls(plans=kept, proposer=proposer, proposed=plans.get("joint"))
 
     def with_plans(self, plans: tuple[Plan, ...]) -> Pool:
         """The pool with ``plans`` added after its own (those splitting an item left out)."""
-        kept = tuple(p for p in plans if not any(w.split for w in p.waves))
-        return replace(self, plans=(*self.plans, *kept))
+        return replace(self, plans=(*self.plans, *_proposals(plans)))
 
     @property
     def cheapest(self) -> Plan | None:
         """The cheapest proposal (the first of equal ones)."""
         return min(self.plans, key=lambda p: p.cost_s) if self.plans else None
+
+
+def _proposals(plans: Iterable[Plan]) -> tuple[Plan, ...]:
+    """The plans a pool holds: those that split no item (the one place that rule is applied: the
+    ownership model's columns, and the joint model's, are built from whole items)."""
+    return tuple(plan for plan in plans if not plan.splits_an_item)
 
 
 def decide(problem: Problem, pool: Pool, budget: Budget, by: Deadline) -> tuple[Plan | None, SolverStats]:
@@ -103,17 +107,18 @@ def decide(problem: Problem, pool: Pool, budget: Budget, by: Deadline) -> tuple[
     if columns is None:
         return _no_time(pool, "no time to build it")
     owned = compile_owned(problem, columns, window_chunks=settings.window_chunks)
+    params = budget.cpsat_params(settings.share)
     if settings.hint != "none":
         complete_work = (
             settings.complete_share * profile.time_budget_s if settings.hint == "complete" else None
         )
-        hint_plan(owned, best.waves, complete_work=complete_work)
+        hint_plan(owned, best.waves, complete_work=complete_work, params=params)
     build_s = time.perf_counter() - started - bound_s
     if not search_by.can_finish(profile.timing.min_search_s):
         return _no_time(pool, "built, no time to search", build_s)
     answer = solve_owned(
         owned,
-        budget.cpsat_params(settings.share),
+        params,
         time_limit_s=search_by.left_s(),
         deterministic=budget.deterministic,
         tighten_work=settings.tighten_share * profile.time_budget_s,
@@ -125,18 +130,15 @@ def decide(problem: Problem, pool: Pool, budget: Budget, by: Deadline) -> tuple[
     }
     stage_s.update({f"ownership_{k}": v for k, v in answer.stats.stage_s.items()})
     stats = replace(answer.stats, wall_s=time.perf_counter() - started, stage_s=stage_s)
-    stats = replace(stats, outcomes=(*_earlier(pool.proposer), *stats.outcomes))
+    stats = _after(pool.proposer, stats)
     if answer.plan is None:
-        kept = replace(stats.outcomes[-1], kept=f"the cheapest proposal ({best.strategy}) kept")
-        plan, stats = _kept(best, pool, kept)
-        return plan, scoped_stats(stats, bound, best.cost_s)
+        return _kept(best, stats, f"the cheapest proposal ({best.strategy}) kept", bound)
     if answer.plan.cost_s > best.cost_s:
         note = (
             f"its plan priced {answer.plan.cost_s:.6f} s, above the cheapest proposal's "
             f"{best.cost_s:.6f} s: that proposal kept"
         )
-        stats = replace(stats, outcomes=(*stats.outcomes[:-1], replace(stats.outcomes[-1], kept=note)))
-        return Plan(strategy="cpsat", waves=best.waves), scoped_stats(stats, bound, best.cost_s)
+        return _kept(best, stats, note, bound)
     return answer.plan, scoped_stats(stats, bound, answer.plan.cost_s)
 
 
@@ -168,18 +170,36 @@ def _no_time(pool: Pool, detail: str, build_s: float = 0.0) -> tuple[Plan | None
     return pool.proposed, replace(stats, stage_s={**stats.stage_s, "ownership_build": build_s})
 
 
-def _earlier(stats: SolverStats | None) -> tuple[ModelOutcome, ...]:
-    return stats.outcomes if stats is not None else ()
-
-
 def _then(stats: SolverStats | None, outcome: ModelOutcome) -> SolverStats:
     """``stats`` (or none) with ``outcome`` after their own."""
     return SolverStats(outcomes=(outcome,)) if stats is None else stats.then(outcome)
 
 
-def _kept(best: Plan, pool: Pool, outcome: ModelOutcome) -> tuple[Plan, SolverStats]:
-    """The cheapest proposal as the CP-SAT candidate, the statistics saying why the ownership model's
-    answer is not it."""
-    if not outcome.kept:
-        outcome = replace(outcome, kept=f"the cheapest proposal ({best.strategy}) kept")
-    return Plan(strategy="cpsat", waves=best.waves), _then(pool.proposer, outcome)
+def _after(proposer: SolverStats | None, stats: SolverStats) -> SolverStats:
+    """The ownership run's ``stats`` with the proposer's outcomes before its own; where the ownership
+    model did not answer, the objective and bound reported stay the proposer's (those of the last run
+    that answered), its times and model size the ownership run's."""
+    if proposer is None:
+        return stats
+    (outcome,) = stats.outcomes
+    if outcome.status.answered:
+        return replace(stats, outcomes=(*proposer.outcomes, outcome))
+    reported = proposer.then(outcome)
+    return replace(
+        stats,
+        outcomes=reported.outcomes,
+        objective_s=reported.objective_s,
+        bound_s=reported.bound_s,
+        bound_scope=reported.bound_scope,
+        gap=reported.gap,
+    )
+
+
+def _kept(best: Plan, stats: SolverStats, note: str, bound: PlanBound) -> tuple[Plan, SolverStats]:
+    """The cheapest proposal as the CP-SAT candidate, the ownership run's statistics (``stats``) saying
+    in its outcome why its own answer is not it (``note``)."""
+    from cpplan.bound import scoped_stats
+
+    outcome = replace(stats.outcomes[-1], kept=note)
+    stats = replace(stats, outcomes=(*stats.outcomes[:-1], outcome))
+    return Plan(strategy="cpsat", waves=best.waves), scoped_stats(stats, bound, best.cost_s)

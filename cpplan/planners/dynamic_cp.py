@@ -275,9 +275,13 @@ def dynamic_greedy_plan(
 def cached_dynamic_plan(
     problem: Problem, layouts: Sequence[str], *, deadline: Deadline | None = None
 ) -> Plan:
-    """:func:`dynamic_greedy_plan`, computed once per problem and layout list (or its refusal): the
-    portfolio's greedy candidate and the schedule model's hint share it (kept in ``problem.memo.planned``)."""
+    """:func:`dynamic_greedy_plan`, computed once per problem, layout list and deadline
+    (:attr:`Deadline.memo_key`), or its refusal: the portfolio's greedy candidate and the schedule
+    model's hint share it (kept in ``problem.memo.planned``)."""
     key = tuple(layouts)
+    limit = None if deadline is None else deadline.memo_key
     return memoized(
-        problem.memo.planned, ("dynamic", key), lambda: dynamic_greedy_plan(problem, key, deadline=deadline)
+        problem.memo.planned,
+        ("dynamic", key, limit),
+        lambda: dynamic_greedy_plan(problem, key, deadline=deadline),
     )

@@ -215,10 +215,14 @@ def split_item(problem: Problem, item: int, layouts: Sequence[str]) -> list[Wave
 
 
 def cached_greedy_plan(problem: Problem, layouts: Sequence[str], deadline: Deadline | None = None) -> Plan:
-    """:func:`best_greedy_plan`, computed once per problem and layout list and kept (or its refusal)
-    in ``problem.memo.planned``: the portfolio's greedy candidate and the CP-SAT hint share it."""
+    """:func:`best_greedy_plan`, computed once per problem, layout list and deadline
+    (:attr:`Deadline.memo_key`: one key for every deterministic deadline and none) and kept (or its
+    refusal) in ``problem.memo.planned``: the portfolio's greedy candidate and the CP-SAT hint share it."""
     key = tuple(layouts)
-    return memoized(problem.memo.planned, ("greedy", key), lambda: best_greedy_plan(problem, key, deadline))
+    limit = None if deadline is None else deadline.memo_key
+    return memoized(
+        problem.memo.planned, ("greedy", key, limit), lambda: best_greedy_plan(problem, key, deadline)
+    )
 
 
 REGROUP_GAIN = 1.1

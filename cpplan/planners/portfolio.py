@@ -25,6 +25,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from enum import StrEnum
 from typing import Any
 
 from cpplan.errors import CpplanError, NoFitError
@@ -38,7 +39,6 @@ from cpplan.planners.greedy import cached_greedy_plan
 from cpplan.plans.outcome import ModelOutcome, Status
 from cpplan.plans.plan import Candidate, Plan, SolverStats
 from cpplan.plans.plan_writer import plan_to_dict
-from cpplan.plans.pool_schedule import scheduled
 from cpplan.plans.result import PlanResult
 from cpplan.pricing.problem import Problem, check_static_floor
 from cpplan.spec.profile import SolverProfile
@@ -48,12 +48,33 @@ DISAGREEMENT_TOLERANCE = 0.05
 """Relative gap between a solver's objective and the verified price above which the result notes it."""
 
 
+class Ended(StrEnum):
+    """How one strategy's run ended (the typed form of its note; the model runs inside a strategy have
+    their own :class:`~cpplan.plans.outcome.Status`)."""
+
+    PLANNED = "planned"
+    """It returned a plan (the verifier's verdict says whether it is valid)."""
+    NO_TIME = "no_time"
+    """Not started, or its deciding model not run: too little of the budget was left."""
+    UNAVAILABLE = "unavailable"
+    """No backend is registered under its name."""
+    REFUSED = "refused"
+    """It refused the problem (a :class:`NoFitError`: something does not fit)."""
+    FAILED = "failed"
+    """It raised an error, or returned a plan the verifier cannot read."""
+    NO_PLAN = "no_plan"
+    """It ran and returned no plan (its statistics say why)."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class StrategyOutcome:
     """What one strategy of the portfolio produced: its plan and verdict, or why it has none."""
 
     strategy: str
     """The strategy's name, as the profile lists it."""
+
+    ended: Ended
+    """How its run ended; :attr:`note` says it in words."""
 
     plan: Plan | None = None
     """The plan it returned and the verifier could read (``None``: it produced none)."""
@@ -65,8 +86,8 @@ class StrategyOutcome:
     """Statistics the strategy reported (the CP-SAT strategy reports them), verification time added."""
 
     note: str = ""
-    """Why there is no plan (``"refused: ..."``, ``"failed: ..."``, ...), or, for a verified plan, a
-    solver/evaluator disagreement (empty when there is none)."""
+    """Why there is no plan, in words (``"refused: ..."``, ``"failed: ..."``, ...: :attr:`ended` is the
+    typed form), or, for a verified plan, a solver/evaluator disagreement (empty when there is none)."""
 
     wall_s: float = 0.0
     """Seconds the strategy and the verification of its plan took."""
@@ -97,7 +118,7 @@ def solve(
     budget = Budget.start(problem, profile, deadline)
     check_static_floor(problem.card, problem.memory_bytes)
     steps = {**PLANNERS, **(planners or {})}
-    if scheduled(problem.topology):
+    if problem.topology.several_groups:
         found = on_the_pool(problem, budget, steps)
     else:
         found = propose_and_decide(problem, budget, steps)
@@ -160,7 +181,7 @@ def _joint(
         plan, stats = joint_proposal(problem, budget, greedy, budget.stage(profile.joint.share, by))
     except CpplanError as exc:
         why = f"{type(exc).__name__}: {exc}"
-        return None, SolverStats(outcomes=(ModelOutcome(model="joint", status=Status.SKIPPED, detail=why),))
+        return None, SolverStats(outcomes=(ModelOutcome(model="joint", status=Status.FAILED, detail=why),))
     return plan, replace(stats, wall_s=time.perf_counter() - started)
 
 
@@ -170,12 +191,14 @@ def _decided(problem: Problem, pool: Pool, budget: Budget) -> StrategyOutcome:
     try:
         plan, stats = decide(problem, pool, budget, budget.verify_by)
     except Exception as exc:  # a faulty model costs time, never the plan
-        return _failed("cpsat", f"raised {type(exc).__name__}: {exc}", started, stats=pool.proposer)
+        why = f"raised {type(exc).__name__}: {exc}"
+        return _failed("cpsat", Ended.FAILED, why, started, stats=pool.proposer)
     if plan is None:
-        note = NO_TIME if stats.deciding.status is Status.NO_TIME else stats.deciding.words()
-        return _failed("cpsat", note, started, stats=stats)
+        if stats.deciding.status is Status.NO_TIME:
+            return _failed("cpsat", Ended.NO_TIME, NO_TIME, started, stats=stats)
+        return _failed("cpsat", Ended.NO_PLAN, stats.deciding.words(), started, stats=stats)
     wall_s = time.perf_counter() - started + (pool.proposer.wall_s if pool.proposer else 0.0)
-    return StrategyOutcome(strategy="cpsat", plan=plan, stats=stats, wall_s=wall_s)
+    return StrategyOutcome(strategy="cpsat", ended=Ended.PLANNED, plan=plan, stats=stats, wall_s=wall_s)
 
 
 def on_the_pool(problem: Problem, budget: Budget, steps: Mapping[str, Strategy]) -> list[StrategyOutcome]:
@@ -203,7 +226,7 @@ def _solver_stats(found: list[StrategyOutcome]) -> SolverStats:
     stats = next((o.stats for o in reversed(found) if o.stats is not None), None)
     if stats is not None:
         return stats
-    no_time = any(o.note == NO_TIME for o in found)
+    no_time = any(o.ended is Ended.NO_TIME for o in found)
     if not no_time:
         return SolverStats()
     return SolverStats(outcomes=(ModelOutcome(model="ownership", status=Status.NO_TIME),))
@@ -215,22 +238,23 @@ def run_strategy(
     """Run one strategy. A refusal, an error or any exception it raises is recorded, never raised: a
     faulty backend costs time, never the plan."""
     if planner is None:
-        return StrategyOutcome(strategy=strategy, note="backend not available")
+        return StrategyOutcome(strategy=strategy, ended=Ended.UNAVAILABLE, note="backend not available")
     started = time.perf_counter()
     try:
         plan, stats = planner(problem, profile, deadline)
     except NoFitError as exc:
-        return _failed(strategy, f"refused: {exc}", started, refusal=exc)
+        return _failed(strategy, Ended.REFUSED, f"refused: {exc}", started, refusal=exc)
     except CpplanError as exc:
-        return _failed(strategy, f"failed: {exc}", started)
+        return _failed(strategy, Ended.FAILED, f"failed: {exc}", started)
     except Exception as exc:
-        return _failed(strategy, f"raised {type(exc).__name__}: {exc}", started)
+        return _failed(strategy, Ended.FAILED, f"raised {type(exc).__name__}: {exc}", started)
     if plan is None:
         note = "no solution within its time"
         if stats is not None and stats.deciding is not None:
             note = stats.deciding.words()
-        return _failed(strategy, note, started, stats=stats)
-    return StrategyOutcome(strategy=strategy, plan=plan, stats=stats, wall_s=time.perf_counter() - started)
+        return _failed(strategy, Ended.NO_PLAN, note, started, stats=stats)
+    wall_s = time.perf_counter() - started
+    return StrategyOutcome(strategy=strategy, ended=Ended.PLANNED, plan=plan, stats=stats, wall_s=wall_s)
 
 
 SELF_TIMED = frozenset({"cpsat"})
@@ -249,19 +273,23 @@ def _no_time_for_another(outcomes, search_by: Deadline) -> bool:
 
 def _skipped(strategy: str) -> StrategyOutcome:
     """A strategy not started because the deadline has passed and a plan is in hand."""
-    return StrategyOutcome(strategy=strategy, note=NO_TIME)
+    return StrategyOutcome(strategy=strategy, ended=Ended.NO_TIME, note=NO_TIME)
 
 
 def _failed(
     strategy: str,
+    ended: Ended,
     note: str,
     started: float,
     *,
     refusal: NoFitError | None = None,
     stats: SolverStats | None = None,
 ) -> StrategyOutcome:
+    """An outcome without a plan: how the run ended, in words too."""
     wall_s = time.perf_counter() - started
-    return StrategyOutcome(strategy=strategy, note=note, wall_s=wall_s, refusal=refusal, stats=stats)
+    return StrategyOutcome(
+        strategy=strategy, ended=ended, note=note, wall_s=wall_s, refusal=refusal, stats=stats
+    )
 
 
 def verify_outcome(
@@ -284,7 +312,9 @@ def verify_outcome(
     except Exception as exc:  # a malformed plan object is a failed strategy, not a crash
         note = f"returned an unreadable plan ({type(exc).__name__}: {exc})"
         wall_s = outcome.wall_s + time.perf_counter() - started
-        return StrategyOutcome(strategy=outcome.strategy, note=note, wall_s=wall_s, stats=outcome.stats)
+        return StrategyOutcome(
+            strategy=outcome.strategy, ended=Ended.FAILED, note=note, wall_s=wall_s, stats=outcome.stats
+        )
     stats = outcome.stats
     if stats is not None:
         verify_s = stats.stage_s.get("verify", 0.0) + time.perf_counter() - started

@@ -1,6 +1,9 @@
-"""The CP-SAT strategy under dynamic CP: the schedule model of :mod:`cpplan.cpsat.schedule_model`,
-warm-started from the greedy dynamic plan (:func:`~cpplan.planners.dynamic_cp.dynamic_greedy_plan`),
-solved within what is left of the portfolio's deadline, realized by replay.
+"""The CP-SAT strategy where a plan's waves share a pool of CP groups (``dp > 1`` or dynamic CP): the
+schedule model of :mod:`cpplan.cpsat.schedule_model`, warm-started from the greedy pool plan
+(:func:`~cpplan.planners.dynamic_cp.cached_dynamic_plan`, or the hint handed in), solved by
+:func:`~cpplan.cpsat.schedule_model.solve_schedule` (under a deterministic profile on the schedule
+stage's share of the budget, under the clock until the deadline less the time kept for realizing) and
+realized by replay.
 
 Each placement unit of the greedy plan (a wave, or a split item's waves) is a block whose alternatives
 are its own waves and its items repacked at every other group size they fit (:func:`alternatives`):
@@ -12,19 +15,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 
-import ortools
-from ortools.sat.python import cp_model
-
-from cpplan.cpsat.schedule_model import (
-    MICROSECONDS,
-    Job,
-    add_hint,
-    compile_schedule,
-    hint_placements,
-    realize,
-)
-from cpplan.cpsat.solve import STATUSES, model_size, parameters
+from cpplan.cpsat.schedule_model import Job, add_hint, compile_schedule, hint_placements, solve_schedule
 from cpplan.errors import NoFitError
 from cpplan.planners.budget import Budget
 from cpplan.planners.cpsat_strategy import reserve_s
@@ -36,7 +29,7 @@ from cpplan.planners.dynamic_cp import (
     packed_waves,
     pool_padding_s,
 )
-from cpplan.plans.outcome import ModelOutcome, Scope, Status
+from cpplan.plans.outcome import ModelOutcome, Status
 from cpplan.plans.plan import Plan, SolverStats
 from cpplan.plans.pool_schedule import units
 from cpplan.pricing.problem import Problem
@@ -112,42 +105,8 @@ def dynamic_cpsat_planner(
     left = search_by.left_s()
     if left < profile.timing.min_search_s:
         return None, _not_run(Status.NO_TIME, build_s=build_s)
-    solver = cp_model.CpSolver()
-    for name, value in parameters(params, time_limit_s=left, deterministic=profile.deterministic).items():
-        setattr(solver.parameters, name, value)
-    t0 = time.perf_counter()
-    status = solver.solve(compiled.model)
-    search_s = time.perf_counter() - t0
-    plan = None
-    t1 = time.perf_counter()
-    if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        plan = realize(compiled, solver, "cpsat")
-    return plan, _stats(compiled, solver, status, started, build_s, search_s, time.perf_counter() - t1)
-
-
-def _stats(
-    compiled, solver, status, started: float, build_s: float, search_s: float, realize_s: float
-) -> SolverStats:
-    """The run's statistics (objective and bound in seconds, from the model's microseconds)."""
-    booleans, integers, constraints = model_size(compiled.model)
-    name = STATUSES.get(status, Status.UNKNOWN)
-    objective = solver.objective_value / MICROSECONDS if name.answered else None
-    bound = solver.best_objective_bound / MICROSECONDS if name.answered else None
-    scope = Scope.MODEL if name.answered else None
-    outcome = ModelOutcome(
-        model="schedule", status=name, objective_s=objective, bound_s=bound, bound_scope=scope
+    plan, stats = solve_schedule(
+        compiled, params, time_limit_s=left, deterministic=profile.deterministic, strategy="cpsat"
     )
-    return SolverStats(
-        outcomes=(outcome,),
-        objective_s=objective,
-        bound_s=bound,
-        bound_scope=scope,
-        gap=outcome.gap,
-        wall_s=time.perf_counter() - started,
-        deterministic_time=float(solver.response_proto.deterministic_time),
-        num_booleans=booleans,
-        num_integers=integers,
-        num_constraints=constraints,
-        ortools_version=ortools.__version__,
-        stage_s={"build": build_s, "search": search_s, "realize": realize_s},
-    )
+    stage_s = {"build": build_s, **stats.stage_s}
+    return plan, replace(stats, wall_s=time.perf_counter() - started, stage_s=stage_s)

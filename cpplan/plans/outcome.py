@@ -32,6 +32,8 @@ class Status(StrEnum):
     """Not run: too little of the budget was left for it."""
     NOT_RUN = "not_run"
     """The profile does not run it."""
+    FAILED = "failed"
+    """Not run to an end: building or running it raised an error (the detail says which)."""
 
     @property
     def answered(self) -> bool:
@@ -118,6 +120,8 @@ class ModelOutcome:
             said = "skipped"
         elif self.status is Status.NOT_RUN:
             said = "not run"
+        elif self.status is Status.FAILED:
+            said = "failed"
         else:
             said = f"no answer ({self.status.value})"
         extra = [part for part in (self.detail, self.kept) if part]

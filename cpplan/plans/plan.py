@@ -41,6 +41,11 @@ class Plan:
         return len(self.waves)
 
     @property
+    def splits_an_item(self) -> bool:
+        """Whether some wave holds only part of an item (the split path for an item no wave holds)."""
+        return any(w.split for w in self.waves)
+
+    @property
     def packed_tokens(self) -> int:
         """Packed tokens over all waves."""
         return sum(w.packed_tokens for w in self.waves)
@@ -98,10 +103,8 @@ class SolverStats:
     the ownership model's) or ``its model`` (the joint or schedule model's conservative rows)."""
     gap: float | None = None
     """``(objective - bound) / objective`` of the deciding model; with :attr:`bound_scope` ``all
-    plans``, ``(price - bound) / price`` of the CP-SAT plan (the model's own gap stays in
+    plans``, ``(price - bound) / price`` of the CP-SAT plan (the model's own gap is
     :attr:`model_gap`)."""
-    model_gap: float | None = None
-    """The same gap, named for what it is: the model's, whose bound has the scope :attr:`bound_scope`."""
     wall_s: float = 0.0
     deterministic_time: float | None = None
     num_booleans: int = 0
@@ -125,6 +128,13 @@ class SolverStats:
         return next((o for o in reversed(self.outcomes) if o.status.answered), None)
 
     @property
+    def model_gap(self) -> float | None:
+        """The gap the answered model proved over its own bound (:attr:`answered`'s), whatever bound
+        :attr:`gap` is taken over; ``None`` where no objective is reported."""
+        found = self.answered
+        return found.gap if found is not None and self.objective_s is not None else None
+
+    @property
     def status(self) -> str:
         """The deciding run's status as the plan JSON's ``solver.status`` writes it (``not_run``
         without one)."""
@@ -136,14 +146,12 @@ class SolverStats:
         stats = dataclasses.replace(self, outcomes=(*self.outcomes, outcome))
         if not outcome.status.answered:
             return stats
-        gap = outcome.gap
         return dataclasses.replace(
             stats,
             objective_s=outcome.objective_s,
             bound_s=outcome.bound_s,
             bound_scope=outcome.bound_scope,
-            gap=gap,
-            model_gap=gap,
+            gap=outcome.gap,
         )
 
 

@@ -23,8 +23,6 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from cpplan.spec.topology import Topology
-
 
 @dataclass(frozen=True, kw_only=True)
 class Schedule:
@@ -44,11 +42,6 @@ class Schedule:
     def __post_init__(self) -> None:
         assert len(self.gpus) == len(self.start_s), "one group and one start per wave"
         assert self.padding is None or len(self.padding) == self.pool, "one padding count per pool rank"
-
-
-def scheduled(topology: Topology) -> bool:
-    """Whether a plan's waves share a pool of several groups (so its cost is a makespan)."""
-    return topology.dynamic_cp or topology.dp > 1
 
 
 def block(size: int, index: int) -> tuple[int, ...]:

@@ -1,4 +1,5 @@
-"""Solver profiles: declarative time budgets, CP-SAT parameters and the portfolio's fallback order."""
+"""Solver profiles: one time budget, each stage's share of it and settings, CP-SAT's parameters, the
+strategies the planner runs and its wall-time estimates."""
 
 from __future__ import annotations
 
@@ -58,7 +59,10 @@ def migrated_profile(data: Any) -> Any:
 
 
 class CpSatParams(BaseModel):
-    """CP-SAT's own parameters, the same for every model the planner runs (the ``[cpsat]`` table)."""
+    """CP-SAT's own parameters, the same for every model the planner runs (the ``[cpsat]`` table); the
+    ownership model's helper solves (completing a hint, re-solving its answer with the choices fixed)
+    take its workers and seed, but presolve fully and stop only at optimality
+    (:func:`cpplan.cpsat.solve.run_on_work`)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
@@ -79,7 +83,7 @@ class CpSatParams(BaseModel):
     deterministic_time_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     """A stage's deterministic time limit (CP-SAT's work counter, not the clock), set by the planner
     from the stage's share of the budget under a deterministic profile; a profile file does not set
-    it (an old profile's value is read as the joint stage's share, see :class:`SolverProfile`)."""
+    it (an old profile's value is read as the joint stage's share, see :func:`migrated_profile`)."""
 
 
 class JointParams(BaseModel):
@@ -312,8 +316,13 @@ class SolverProfile(BaseModel):
 
     time_budget_s: float = Field(gt=0, allow_inf_nan=False)
     """The one budget of a planning call (``--time-budget`` overrides it): wall-clock seconds from the
-    call, or, under a deterministic profile, units of CP-SAT's deterministic time (its work counter)
-    that the CP-SAT stages share by their ``share`` (the clock is never read)."""
+    call, or, under a deterministic profile, units of CP-SAT's deterministic time (its work counter;
+    the clock is never read). There it is a scale, not a cap on the call's work: each CP-SAT run's
+    deterministic limit is its stage's share of it (``joint.share``, ``ownership.share`` and its
+    ``complete_share`` and ``tighten_share``, ``schedule.share``; each pass of the joint model's
+    window search shares ``joint.share`` out among its windows, each at least ``lns.min_window_share``),
+    and those limits apply again at every group size under dynamic CP and to every replica's share where
+    a step is partitioned."""
 
     deterministic: bool = False
     """Same inputs, same plan on any machine: no stage decides by the clock; CP-SAT stops on its

@@ -4,6 +4,7 @@ plan JSON and its independent replay."""
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -221,3 +222,14 @@ def test_pool_greedy_cuts_one_wave_per_group_without_a_remainder(qwen36):
     assert plan.num_waves == 4
     tokens = [w.logical_tokens for w in plan.waves]
     assert max(tokens) - min(tokens) <= 2 * lengths.max()
+
+
+def test_the_schedule_model_reports_its_own_gap():
+    """Where the schedule model decides (``dp > 1``, the deterministic profile), the plan JSON's solver
+    block gives its gap over its own bound as ``model_gap`` too, as for every other model."""
+    workload = Workload.from_jsonl(Path(__file__).resolve().parents[2] / "examples" / "grpo.jsonl")
+    kwargs = dict(topology=cpplan.Topology(dp=2, cp=2), model="qwen3.6-35b-a3b", memory_bytes="8GiB")
+    result = cpplan.plan(workload, solver="deterministic", **kwargs)
+    solver = result.to_dict()["solver"]
+    assert result.solver.deciding.model == "schedule" and result.solver.deciding.status.answered
+    assert solver["gap"] is not None and solver["model_gap"] == solver["gap"]

@@ -11,7 +11,7 @@ import cpplan
 from cpplan import NoFitError, Topology, load_solver
 from cpplan.bench.synthetic import grpo
 from cpplan.planners.deadline import Deadline
-from cpplan.planners.greedy import full_sharing_plan, greedy_plan, hurried_waves
+from cpplan.planners.greedy import cached_greedy_plan, full_sharing_plan, greedy_plan, hurried_waves
 from cpplan.planners.widths import WidthSearch, cheapest_cut
 from cpplan.plans.plan_writer import plan_to_dict
 from cpplan.pricing.ownership import contiguous_split
@@ -165,6 +165,24 @@ def test_hurried_floor_prices_a_share_that_fits_once(small_grpo, qwen36):
     waves = hurried_waves(WidthSearch(problem=tight, layouts=("full",)), 0, ("full",))
     assert len(waves) >= 2 and all(w.fits(tight_budget) for w in waves)
     assert [i for w in waves for i in w.items] == list(range(tight.num_items))
+
+
+def test_a_plan_cut_short_is_not_served_to_a_caller_with_more_time(small_grpo, qwen36):
+    """The greedy memo keeps a plan by its deadline: a plan cut short at a past deadline is not what a
+    later caller with time (or none to keep to) gets, while every deterministic deadline and no
+    deadline share one plan."""
+    budget = middle_budget(small_grpo, qwen36, 2)
+    problem = Problem.build(small_grpo, Settings(topology=Topology(cp=2), model=qwen36, memory_bytes=budget))
+    past = Deadline.after(1e-9, deterministic=False)
+    time.sleep(1e-3)
+    hurried = cached_greedy_plan(problem, LAYOUTS, past)
+    assert hurried.notes and "deadline" in hurried.notes[-1]
+    assert cached_greedy_plan(problem, LAYOUTS, past) is hurried
+    later = cached_greedy_plan(problem, LAYOUTS, Deadline.after(60.0, deterministic=False))
+    unlimited = cached_greedy_plan(problem, LAYOUTS)
+    assert not any("deadline" in note for note in later.notes + unlimited.notes)
+    assert later.cost_s == unlimited.cost_s < hurried.cost_s
+    assert cached_greedy_plan(problem, LAYOUTS, Deadline.after(1.0, deterministic=True)) is unlimited
 
 
 def test_full_sharing_is_memory_minimal(tight):

@@ -34,7 +34,8 @@ def _with(profile: SolverProfile, **sections) -> SolverProfile:
 
 
 def _limits_seen(monkeypatch) -> list[float | None]:
-    """Record the deterministic time limit of every CP-SAT run of the joint and ownership models."""
+    """Record the deterministic time limit of every CP-SAT run of the joint and ownership models (the
+    ownership model's helper solves included)."""
     seen: list[float | None] = []
     run = cpsat_solve.run_solver
 
@@ -50,14 +51,15 @@ def _limits_seen(monkeypatch) -> list[float | None]:
 @pytest.mark.parametrize("budget", [10.0, 4.0])
 def test_each_cpsat_stage_takes_its_share_of_a_deterministic_budget(problem, monkeypatch, budget):
     """Under the deterministic profile the joint model's deterministic limit is ``joint.share`` times
-    the budget and the ownership model's ``ownership.share`` times it, so ``--time-budget`` scales
-    both."""
+    the budget, the ownership model's ``ownership.share`` times it and the re-solve of its answer
+    ``ownership.tighten_share`` times it, so ``--time-budget`` scales them all."""
     seen = _limits_seen(monkeypatch)
     profile = cpplan.load_solver("deterministic").with_time_budget(budget)
     cpplan.solve(problem, profile)
     assert seen == [
         pytest.approx(profile.joint.share * budget),
         pytest.approx(profile.ownership.share * budget),
+        pytest.approx(profile.ownership.tighten_share * budget),
     ]
 
 
@@ -131,3 +133,32 @@ def test_a_profile_of_the_earlier_layout_reads_as_the_same_settings():
     assert earlier.joint.share == pytest.approx(0.2) and earlier.ownership.share == pytest.approx(0.05)
     assert earlier.ownership.columns == 4 and earlier.seeded.share == 0.25
     assert earlier.schedule.max_items == 32
+
+
+def test_an_ownership_run_without_answer_keeps_its_statistics(problem):
+    """Where the ownership model gives no answer (no presolve, a limit too small to search, the choices
+    alone hinted), the cheapest proposal is kept and the statistics are still that run's: its build and
+    search stages and its model's size, the objective the last answering model's."""
+    base = _with(cpplan.load_solver("deterministic"), cpsat={"presolve": "off"}, ownership={"share": 1e-3})
+    stats = cpplan.solve(problem, _with(base, ownership={"hint": "choices"})).solver
+    assert stats.deciding.model == "ownership" and stats.deciding.status is Status.UNKNOWN
+    assert stats.deciding.kept.startswith("the cheapest proposal")
+    assert {"ownership_build", "ownership_search"} <= set(stats.stage_s)
+    joint = stats.outcomes[0]
+    assert joint.model == "joint" and stats.objective_s == joint.objective_s == stats.answered.objective_s
+    assert stats.num_constraints > 0 and stats.deterministic_time is not None
+
+
+def test_a_proposer_error_is_recorded_as_failed(problem, monkeypatch):
+    """An error raised while the joint model proposes is recorded as a failed run (not as skipped by
+    rule), its detail naming the error; the ownership model still decides over the other proposals."""
+
+    def raising(*args, **kwargs):
+        raise cpplan.InputError("a broken joint model")
+
+    monkeypatch.setattr(portfolio, "joint_proposal", raising)
+    result = cpplan.solve(problem, cpplan.load_solver("deterministic"))
+    joint = result.solver.outcomes[0]
+    assert joint.model == "joint" and joint.status is Status.FAILED
+    assert "InputError" in joint.detail and "failed" in joint.words()
+    assert result.solver.deciding.model == "ownership" and result.solver.deciding.status.answered

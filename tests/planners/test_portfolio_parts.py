@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 
 from cpplan import NoFitError, Settings, Topology
 from cpplan.planners import PLANNERS
 from cpplan.planners.deadline import Deadline
-from cpplan.planners.portfolio import StrategyOutcome, run_strategy
+from cpplan.planners.portfolio import Ended, StrategyOutcome, run_strategy
 from cpplan.pricing.problem import Problem
 from cpplan.spec.profile import load_solver
 
@@ -24,7 +25,8 @@ def settings(qwen36) -> Settings:
 
 def test_run_strategy_records_every_kind_of_fault(small_grpo, settings):
     """One strategy's run becomes an immutable outcome: a missing backend, a refusal (kept for the
-    portfolio to raise), an error and a plan, each with its note and no plan where there is none."""
+    portfolio to raise), an error and a plan, each with its note, how it ended (typed) and no plan where
+    there is none."""
     problem = Problem.build(small_grpo, settings)
     profile, deadline = load_solver("deterministic"), Deadline.after(1.0, deterministic=True)
 
@@ -35,12 +37,28 @@ def test_run_strategy_records_every_kind_of_fault(small_grpo, settings):
         raise KeyError("x")
 
     missing = run_strategy("cpsat", None, problem, profile, deadline)
-    assert missing == StrategyOutcome(strategy="cpsat", note="backend not available")
+    assert missing == StrategyOutcome(strategy="cpsat", ended=Ended.UNAVAILABLE, note="backend not available")
     refused = run_strategy("greedy", refusing, problem, profile, deadline)
     assert refused.note == "refused: too big" and isinstance(refused.refusal, NoFitError)
+    assert refused.ended is Ended.REFUSED
     crashed = run_strategy("greedy", crashing, problem, profile, deadline)
     assert crashed.note == "raised KeyError: 'x'" and crashed.plan is None and not crashed.valid
+    assert crashed.ended is Ended.FAILED
     ran = run_strategy("greedy", PLANNERS["greedy"], problem, profile, deadline)
-    assert ran.plan is not None and ran.verdict is None and ran.note == ""
+    assert ran.plan is not None and ran.verdict is None and ran.note == "" and ran.ended is Ended.PLANNED
     with pytest.raises(dataclasses.FrozenInstanceError):
         ran.note = "changed"  # type: ignore[misc]
+
+
+def test_only_the_cpsat_package_runs_cp_sat():
+    """No module of ``cpplan.planners`` imports OR-Tools: every CP-SAT model is built, solved and read
+    back in ``cpplan.cpsat`` (its one solver call, ``run_solver``), the planners hand it problems."""
+    import ast
+
+    import cpplan.planners
+
+    for path in sorted(Path(cpplan.planners.__file__).parent.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            names += [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            assert not any(n.split(".")[0] == "ortools" for n in names), f"{path.name} imports OR-Tools"
