@@ -80,7 +80,8 @@ def solve_owned(
     tighten_work: float,
 ) -> OwnedAnswer:
     """Run CP-SAT on ``owned``; a free column chosen is re-priced by the evaluator under its new split;
-    the objective reported is its choices' re-solved within ``tighten_work`` deterministic time."""
+    the objective reported is its choices' re-solved within ``tighten_work`` deterministic time (an
+    answer whose objective meets its bound has no slack to remove: its own objective is reported)."""
     solver, status, wall = run_solver(
         owned.model, params, time_limit_s=time_limit_s, deterministic=deterministic
     )
@@ -95,7 +96,8 @@ def solve_owned(
     scaling = owned.scaling
     bound = scaling.seconds(max(math.floor(solver.best_objective_bound + 1e-9), cover_bound(owned)))
     t0 = time.perf_counter()
-    tight = _tight(owned, solver, params, tighten_work)
+    proved = solver.objective_value <= solver.best_objective_bound  # no slack (a gap limit may stop it short)
+    tight = solver if proved else _tight(owned, solver, params, tighten_work)
     objective = scaling.seconds(min(tight.objective_value, solver.objective_value))
     stage_s["price"] = time.perf_counter() - t0
     outcome = ModelOutcome(

@@ -170,12 +170,14 @@ def _solve_window(
 
 
 def _window_params(profile: SolverProfile, work: float | None, windows_left: int) -> CpSatParams:
-    """CP-SAT's parameters for a window: the pass's deterministic limit ``work`` shared over the windows
-    left in it (at least ``lns.min_window_share`` of the budget), so one pass of a deterministic search
-    costs about the joint stage's limit; under the clock (``work`` is ``None``), none."""
+    """CP-SAT's parameters for a window: the pass's deterministic limit ``work`` divided by the windows
+    left in it (the later windows of a pass get more), at least ``lns.min_window_share`` of the budget
+    and at most ``lns.max_window_share`` of it; under the clock (``work`` is ``None``), none."""
     share = None
     if work is not None:
         share = max(work / windows_left, profile.lns.min_window_share * profile.time_budget_s)
+        if profile.lns.max_window_share is not None:
+            share = min(share, profile.lns.max_window_share * profile.time_budget_s)
     return profile.cpsat.model_copy(update={"deterministic_time_s": share})
 
 

@@ -125,6 +125,10 @@ class LnsParams(BaseModel):
     """Under a deterministic profile, the least share of the budget one window's deterministic time
     limit gets (a pass shares the joint stage's limit among its windows)."""
 
+    max_window_share: float | None = Field(default=None, gt=0, le=1, allow_inf_nan=False)
+    """Under a deterministic profile, the most share of the budget one window's deterministic time
+    limit gets (``None``: no cap beyond the pass's limit)."""
+
 
 class OwnershipParams(BaseModel):
     """The ownership model, the one stage that decides which proposed waves run and which rank owns
@@ -320,7 +324,8 @@ class SolverProfile(BaseModel):
     the clock is never read). There it is a scale, not a cap on the call's work: each CP-SAT run's
     deterministic limit is its stage's share of it (``joint.share``, ``ownership.share`` and its
     ``complete_share`` and ``tighten_share``, ``schedule.share``; each pass of the joint model's
-    window search shares ``joint.share`` out among its windows, each at least ``lns.min_window_share``),
+    window search shares ``joint.share`` out among its windows, each at least ``lns.min_window_share``
+    and at most ``lns.max_window_share``),
     and those limits apply again at every group size under dynamic CP and to every replica's share where
     a step is partitioned."""
 

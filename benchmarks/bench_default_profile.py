@@ -1,0 +1,165 @@
+"""Wall seconds and cost of the CLI's default solver profile (``deterministic``) per case.
+
+    python benchmarks/bench_default_profile.py [--cases readme,sharegpt400,suite] [--solver deterministic]
+        [--repeats 1] [--output ./cpplan-bench/bench_default_profile.json]
+
+Cases: ``readme`` is the README's first command (``examples/grpo.jsonl``, Qwen3.6-35B-A3B, 8 GiB) at
+CP 1, 2, 4 and 8, timed as a fresh ``cpplan plan`` process (start-up included) and in process;
+``sharegpt400`` the first 400 ShareGPT conversations (the ``data`` extra) at CP1 with 20 GiB and CP2
+with 8 GiB; ``suite`` a sample of ``cpplan bench``'s instances (the suite's workloads and memories).
+In-process walls count from after a warm-up call (OR-Tools imported, CP-SAT warmed up). Old against new:
+run it once with ``PYTHONPATH`` at each checkout and compare the two JSON files (``cost_s`` and
+``digest``, a hash of the plan's waves, say which plans changed). Prints a table with the load average.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import cpplan
+from cpplan.spec.topology import Topology
+from cpplan.spec.workload import Workload
+
+ROOT = Path(cpplan.__file__).resolve().parents[1]
+"""The checkout whose cpplan is imported (its ``examples/``)."""
+README_WORKLOAD = ROOT / "examples" / "grpo.jsonl"
+MODEL = "qwen3.6-35b-a3b"
+SUITE_SAMPLE = (
+    ("grpo_g8_1to8", 2, "40GiB"),
+    ("grpo_g16_16to1", 4, "80GiB"),
+    ("agent_trees", 1, "40GiB"),
+    ("sharegpt", 8, "80GiB"),
+    ("long_tail", 2, "80GiB"),
+)
+"""Suite instances (case, CP, memory) small enough to plan in seconds on two cores."""
+
+
+def plan_digest(result: cpplan.PlanResult) -> str:
+    """A short hash of the plan's waves (items, layout, split, every rank's owned tokens): equal plans,
+    equal digests."""
+    keys = ("items", "layout", "split", "packed_tokens")
+    waves = [
+        {**{k: w.get(k) for k in keys}, "ranks": [r["tokens"] for r in w["ranks"]]}
+        for w in result.to_dict()["waves"]
+    ]
+    return hashlib.sha256(json.dumps(waves).encode()).hexdigest()[:16]
+
+
+def in_process(workload: Workload, cp: int, memory: str, solver: str, repeats: int) -> dict:
+    """Median wall seconds of planning ``workload`` in this process, the plan's cost and solver block."""
+    walls, result = [], None
+    for _ in range(repeats):
+        started = time.perf_counter()
+        result = cpplan.plan(
+            workload, topology=Topology(cp=cp), model=MODEL, memory_bytes=memory, solver=solver
+        )
+        walls.append(time.perf_counter() - started)
+    assert result is not None
+    block = result.to_dict()["solver"]
+    return {
+        "wall_s": statistics.median(walls),
+        "cost_s": result.plan.cost_s,
+        "strategy": result.plan.strategy,
+        "digest": plan_digest(result),
+        "status": block.get("status"),
+        "bound_s": block.get("bound_s"),
+        "model_gap": block.get("model_gap"),
+        "stage_s": block.get("stage_s", {}),
+    }
+
+
+def cli_wall(cp: int, solver: str, repeats: int) -> float:
+    """Median wall seconds of a fresh ``cpplan plan`` process on the README workload."""
+    walls = []
+    with tempfile.TemporaryDirectory() as scratch:
+        for _ in range(repeats):
+            args = ["-c", "from cpplan.cli import run; run()", "plan", str(README_WORKLOAD), "--model", MODEL]
+            args += ["--topology", f"cp={cp}", "--memory", "8GiB", "--solver", solver]
+            args += ["--output", str(Path(scratch) / "plan.json")]
+            started = time.perf_counter()
+            subprocess.run([sys.executable, *args], check=True, capture_output=True, env=os.environ.copy())
+            walls.append(time.perf_counter() - started)
+    return statistics.median(walls)
+
+
+def cases(names: set[str]) -> list[tuple[str, Callable[[], Workload], int, str]]:
+    """(name, workload builder, CP, memory) of every selected case."""
+    from cpplan.bench.suites import sharegpt, sharegpt_available, suite
+
+    chosen = []
+    if "readme" in names:
+        chosen += [
+            (f"readme cp{cp}", lambda: Workload.from_jsonl(README_WORKLOAD), cp, "8GiB")
+            for cp in (1, 2, 4, 8)
+        ]
+    if "sharegpt400" in names and sharegpt_available():
+        chosen += [
+            (f"sharegpt400 cp{cp} {mem}", lambda: sharegpt(num_conversations=400), cp, mem)
+            for cp, mem in ((1, "20GiB"), (2, "8GiB"))
+        ]
+    if "suite" in names:
+        builders = {case.name: case.build for case in suite()}
+        chosen += [
+            (f"{name} cp{cp} {mem}", builders[name], cp, mem)
+            for name, cp, mem in SUITE_SAMPLE
+            if name in builders
+        ]
+    return chosen
+
+
+def main() -> None:
+    """Run the selected cases, print the table, write the JSON."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cases", default="readme,sharegpt400,suite")
+    parser.add_argument("--solver", default="deterministic")
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--output", type=Path, default=Path("cpplan-bench/bench_default_profile.json"))
+    args = parser.parse_args()
+    load_before = os.getloadavg()
+    cpplan.plan(Workload.from_jsonl(README_WORKLOAD), model=MODEL, memory_bytes="8GiB", solver=args.solver)
+    rows, workloads = [], {}
+    print(f"{'case':<28} {'wall s':>8} {'cli s':>7} {'cost s':>12} {'strategy':>9} {'status':>9} digest")
+    for name, build, cp, memory in cases(set(args.cases.split(","))):
+        key = name.split(" cp")[0]
+        workload = workloads.setdefault(key, build())
+        row = {
+            "case": name,
+            "cp": cp,
+            "memory": memory,
+            **in_process(workload, cp, memory, args.solver, args.repeats),
+        }
+        if name.startswith("readme"):
+            row["cli_wall_s"] = cli_wall(cp, args.solver, args.repeats)
+        rows.append(row)
+        cli = f"{row['cli_wall_s']:.2f}" if "cli_wall_s" in row else "-"
+        print(
+            f"{name:<28} {row['wall_s']:>8.2f} {cli:>7} {row['cost_s']:>12.6f} {row['strategy']:>9} "
+            f"{row['status']:>9} {row['digest']}",
+            flush=True,
+        )
+    load_after = os.getloadavg()
+    print(f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f} (1 min)")
+    report = {
+        "benchmark": "default_profile",
+        "solver": args.solver,
+        "cpplan": str(Path(cpplan.__file__).parent),
+        "cpus": os.cpu_count(),
+        "load_average": {"before": load_before, "after": load_after},
+        "rows": rows,
+    }
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(report, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
