@@ -120,3 +120,14 @@ def test_sub_problem_waves_carry_over_unchanged(interleaved):
     assert mapped.cost_s == pytest.approx(direct.cost_s, rel=1e-12)
     back = sub.from_parent(mapped)
     assert back.items == inside.items and np.array_equal(back.layout.seg_src, inside.layout.seg_src)
+
+
+def test_a_window_limit_is_capped_by_max_window_share():
+    """Under a deterministic profile a window's deterministic limit is the pass's limit divided by the
+    windows left, capped at ``lns.max_window_share`` of the budget where the profile sets it."""
+    base = cpplan.load_solver("deterministic")
+    uncapped = base.model_copy(update={"lns": base.lns.model_copy(update={"max_window_share": None})})
+    capped = base.model_copy(update={"lns": base.lns.model_copy(update={"max_window_share": 0.001})})
+    assert lns_module._window_params(uncapped, 2.0, 4).deterministic_time_s == pytest.approx(0.5)
+    limit = lns_module._window_params(capped, 2.0, 4).deterministic_time_s
+    assert limit == pytest.approx(0.001 * base.time_budget_s)
