@@ -153,6 +153,10 @@ def propose_and_decide(
         if _no_time_for_another(found.values(), by):
             found[name] = _skipped(name)
             continue
+        if name == "seeded" and _too_many_to_seed(problem, profile):
+            note = f"not run: {problem.num_items} items, above seeded.max_items ({profile.seeded.max_items})"
+            found[name] = StrategyOutcome(strategy=name, ended=Ended.NO_PLAN, note=note)
+            continue
         found[name] = run_strategy(name, steps.get(name), problem, profile, budget.stage(1.0, by))
     if "cpsat" in profile.strategies:
         if "cpsat" in overridden:
@@ -161,6 +165,11 @@ def propose_and_decide(
             plans = {name: o.plan for name, o in found.items()} | {"joint": joint[0]}
             found["cpsat"] = _decided(problem, Pool.of(plans, joint[1]), budget)
     return [found[name] for name in profile.strategies]
+
+
+def _too_many_to_seed(problem: Problem, profile: SolverProfile) -> bool:
+    """Whether the step has more items than the profile's ``seeded.max_items``."""
+    return profile.seeded.max_items is not None and problem.num_items > profile.seeded.max_items
 
 
 _REGISTERED = dict(PLANNERS)

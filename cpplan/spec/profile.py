@@ -191,6 +191,12 @@ class SeededParams(BaseModel):
     """Under the clock, the share of the proposers' time left that it may start seeds in (a
     deterministic profile runs every seed)."""
 
+    max_items: int | None = Field(default=None, ge=1)
+    """Above this many items the seeded proposer is not run (``None``: at any size). On a large step its
+    repairs (greedy re-planning each seed's waves that do not fit) take seconds, and on the 400
+    ShareGPT conversations of ``benchmarks/bench_default_profile.py`` its plan was the costliest
+    proposal and the plan chosen was the same without it."""
+
 
 class GreedyParams(BaseModel):
     """Parameters of the greedy exact planner: the layouts it tries for each candidate wave."""

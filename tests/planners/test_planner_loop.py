@@ -162,3 +162,22 @@ def test_a_proposer_error_is_recorded_as_failed(problem, monkeypatch):
     assert joint.model == "joint" and joint.status is Status.FAILED
     assert "InputError" in joint.detail and "failed" in joint.words()
     assert result.solver.deciding.model == "ownership" and result.solver.deciding.status.answered
+
+
+def test_the_seeded_proposer_is_not_run_above_its_max_items():
+    """A profile's ``seeded.max_items`` keeps the seeded proposer from running on a step with more
+    items: its candidate has no plan and says why; at or below the limit it plans."""
+    from pathlib import Path
+
+    workload = cpplan.Workload.from_jsonl(Path(__file__).resolve().parents[2] / "examples" / "grpo.jsonl")
+    base = cpplan.load_solver("deterministic")
+    reasons = {}
+    for max_items in (len(workload.items) - 1, len(workload.items)):
+        seeded = base.seeded.model_copy(update={"max_items": max_items})
+        profile = base.model_copy(update={"seeded": seeded, "strategies": ("greedy", "seeded")})
+        result = cpplan.plan(workload, model="qwen3.6-35b-a3b", memory_bytes="8GiB", solver=profile)
+        (candidate,) = [c for c in result.to_dict()["candidates"] if c["strategy"] == "seeded"]
+        reasons[max_items] = (candidate["cost_s"], candidate["reason"])
+    below, at = reasons[len(workload.items) - 1], reasons[len(workload.items)]
+    assert below[0] is None and "above seeded.max_items" in below[1]
+    assert at[0] is not None
