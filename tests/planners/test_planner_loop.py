@@ -52,15 +52,16 @@ def _limits_seen(monkeypatch) -> list[float | None]:
 def test_each_cpsat_stage_takes_its_share_of_a_deterministic_budget(problem, monkeypatch, budget):
     """Under the deterministic profile the joint model's deterministic limit is ``joint.share`` times
     the budget, the ownership model's ``ownership.share`` times it and the re-solve of its answer
-    ``ownership.tighten_share`` times it, so ``--time-budget`` scales them all."""
+    (run only where that answer is not proved optimal) ``ownership.tighten_share`` times it, so
+    ``--time-budget`` scales them all."""
     seen = _limits_seen(monkeypatch)
     profile = cpplan.load_solver("deterministic").with_time_budget(budget)
     cpplan.solve(problem, profile)
-    assert seen == [
+    assert seen[:2] == [
         pytest.approx(profile.joint.share * budget),
         pytest.approx(profile.ownership.share * budget),
-        pytest.approx(profile.ownership.tighten_share * budget),
     ]
+    assert seen[2:] in ([], [pytest.approx(profile.ownership.tighten_share * budget)])
 
 
 def test_the_joint_stage_keeps_to_its_share_of_the_clock(problem, monkeypatch):
