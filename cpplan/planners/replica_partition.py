@@ -47,7 +47,7 @@ from cpplan.spec.card import ResolvedCard
 from cpplan.spec.quantities import QUANTITIES
 from cpplan.spec.settings import Settings
 from cpplan.spec.topology import Topology
-from cpplan.spec.workload import Request, Workload
+from cpplan.spec.workload import Workload
 
 PREFIX_LEVELS = (32768, 16384, 8192, 4096, 2048, 1024, 512, 256, 128)
 """Prefix lengths (tokens, multiples of :data:`PREFIX_STRIDE`) at which items' first requests are
@@ -127,12 +127,12 @@ PREFIX_STRIDE = 64
 class StepRequests:
     """What the partition reads of a workload's requests, gathered in one pass over them."""
 
-    requests: tuple[tuple[Request, ...], ...] = field(repr=False)
-    """Every item's requests."""
+    tokens: tuple[np.ndarray, ...] = field(repr=False)
+    """Every request's tokens, in workload order."""
     lengths: np.ndarray
     """Every request's length, in workload order."""
     request_ptr: np.ndarray
-    """Item ``i``'s requests are ``lengths[request_ptr[i] : request_ptr[i + 1]]``."""
+    """Item ``i``'s requests are ``tokens[request_ptr[i] : request_ptr[i + 1]]``."""
     first_sampled: np.ndarray = field(repr=False)
     """Every :data:`PREFIX_STRIDE`-th token of each item's first request, the items one after another."""
     sampled_ptr: np.ndarray
@@ -140,19 +140,20 @@ class StepRequests:
 
     @classmethod
     def of(cls, workload: Workload) -> StepRequests:
-        """The requests of ``workload`` gathered: one list over every request for the lengths, one slice
-        per item for the samples of its first request."""
-        requests = tuple(item.requests for item in workload.items)
-        lengths = np.array([len(r.tokens) for rs in requests for r in rs], dtype=np.int64)
+        """The requests of ``workload`` gathered: one list of every request's tokens (their lengths read
+        from it), one slice per item for the samples of its first request."""
+        requests = [item.requests for item in workload.items]
+        tokens = tuple([r.tokens for rs in requests for r in rs])
+        lengths = np.fromiter(map(len, tokens), dtype=np.int64, count=len(tokens))
         request_ptr = _offsets(np.fromiter(map(len, requests), dtype=np.int64, count=len(requests)))
-        samples = [rs[0].tokens[::PREFIX_STRIDE] for rs in requests]
-        first_len = lengths[request_ptr[:-1]]
+        firsts = request_ptr[:-1]
+        samples = [tokens[r][::PREFIX_STRIDE] for r in firsts.tolist()]
         return cls(
-            requests=requests,
+            tokens=tokens,
             lengths=lengths,
             request_ptr=request_ptr,
             first_sampled=np.concatenate(samples),
-            sampled_ptr=_offsets(-(-first_len // PREFIX_STRIDE)),
+            sampled_ptr=_offsets(-(-lengths[firsts] // PREFIX_STRIDE)),
         )
 
     @property
@@ -180,9 +181,10 @@ class StepRequests:
         prefix it shares with its item's first request, as :func:`sampled_prefixes` finds it: the samples
         of both compared in one vectorized pass."""
         first_len = self.first_lengths[owner]
-        span = np.minimum(self.lengths[self.request_ptr[owner] + index], first_len)
-        lists = zip(owner.tolist(), index.tolist(), first_len.tolist(), strict=True)
-        heads = [self.requests[i][k].tokens[:n:PREFIX_STRIDE] for i, k, n in lists]
+        requests = self.request_ptr[owner] + index
+        span = np.minimum(self.lengths[requests], first_len)
+        lists = zip(requests.tolist(), first_len.tolist(), strict=True)
+        heads = [self.tokens[r][:n:PREFIX_STRIDE] for r, n in lists]
         counts = -(-span // PREFIX_STRIDE)
         starts = _offsets(counts)
         if not heads:
