@@ -360,11 +360,10 @@ def _repeated_columns(hashes: np.ndarray, reached: np.ndarray) -> list[int]:
     """The columns (levels) where two items that reach the level may share a hash, found with one sort:
     a level that no two items share needs no bucket (an item that does not reach a level stands in with
     its own index, so a real hash equal to it only costs that level's exact look)."""
-    if hashes.shape[0] < 2:
-        return []
-    stand_in = np.arange(hashes.shape[0], dtype=np.uint64)[:, None]
-    ordered = np.sort(np.where(reached, hashes, stand_in), axis=0)
-    return np.flatnonzero((ordered[1:] == ordered[:-1]).any(axis=0)).tolist()
+    columns = np.flatnonzero(reached.sum(axis=0) >= 2)
+    stand_in = np.arange(hashes.shape[0], dtype=np.uint64)[None, :]
+    ordered = np.sort(np.where(reached[:, columns].T, hashes[:, columns].T, stand_in), axis=1)
+    return columns[(ordered[:, 1:] == ordered[:, :-1]).any(axis=1)].tolist()
 
 
 def _shared(candidates: np.ndarray, column: np.ndarray) -> list[list[int]]:
@@ -404,7 +403,7 @@ def partition_items(workload: Workload, card: ResolvedCard, topology: Topology) 
         groups = [list(range(len(listed)))]
     if len(groups) < dp <= workload.num_items:
         groups = [[i] for group in groups for i in group]
-    replica_of = longest_first(groups, listed, ranks, dp)
+    replica_of = longest_first(groups, prices, ranks, dp)
     return ReplicaPartition(
         num_replicas=dp,
         replica_of_item=tuple(replica_of.tolist()),
@@ -413,13 +412,17 @@ def partition_items(workload: Workload, card: ResolvedCard, topology: Topology) 
     )
 
 
-def longest_first(groups: list[list[int]], prices: list[float], ranks: np.ndarray, dp: int) -> np.ndarray:
+def longest_first(groups: list[list[int]], prices: np.ndarray, ranks: np.ndarray, dp: int) -> np.ndarray:
     """Per item, its replica: ``groups`` (of item indices) by decreasing price (the sum of their items'
     ``prices``; ties by smallest id, ``ranks`` being the items' places in id order), each to the replica
     with the least price so far (ties to the lowest replica)."""
-    group_price = [prices[g[0]] if len(g) == 1 else math.fsum([prices[i] for i in g]) for g in groups]
-    leaders = ranks[np.array([g[0] for g in groups], dtype=np.int64)]
-    order = np.lexsort((leaders, -np.array(group_price, dtype=np.float64))).tolist()
+    leaders = np.array([g[0] for g in groups], dtype=np.int64)
+    if leaders.size == prices.size:  # every group one item
+        group_price = prices[leaders].tolist()
+    else:
+        listed = prices.tolist()
+        group_price = [listed[g[0]] if len(g) == 1 else math.fsum([listed[i] for i in g]) for g in groups]
+    order = np.lexsort((ranks[leaders], -np.array(group_price, dtype=np.float64))).tolist()
     least = [(0.0, r) for r in range(dp)]  # a heap of (load, replica): the least loaded, lowest first
     target = [0] * len(groups)
     replace = heapq.heapreplace
@@ -427,9 +430,14 @@ def longest_first(groups: list[list[int]], prices: list[float], ranks: np.ndarra
         load, r = least[0]
         replace(least, (load + group_price[g], r))
         target[g] = r
-    sizes = np.fromiter(map(len, groups), dtype=np.int64, count=len(groups))
-    replica_of = np.empty(int(sizes.sum()), dtype=np.int64)
-    replica_of[np.fromiter(itertools.chain.from_iterable(groups), dtype=np.int64)] = np.repeat(target, sizes)
+    replica_of = np.empty(prices.size, dtype=np.int64)
+    if leaders.size == prices.size:
+        replica_of[leaders] = target
+    else:
+        sizes = np.fromiter(map(len, groups), dtype=np.int64, count=len(groups))
+        replica_of[np.fromiter(itertools.chain.from_iterable(groups), dtype=np.int64)] = np.repeat(
+            target, sizes
+        )
     return replica_of
 
 
