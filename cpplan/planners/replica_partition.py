@@ -12,8 +12,9 @@ The partition:
 
 - **price**: every item gets a quick price in seconds (:func:`item_prices_s`): its packed tokens and
   attention pairs under full sharing of its own requests' common prefixes, times the card's per-token
-  and per-pair seconds, over ``cp`` ranks. No prefix tree is built: each request is compared with the
-  item's first one;
+  and per-pair seconds, over ``cp`` ranks. No prefix tree is built: each item's second request is
+  compared with its first on every :data:`PREFIX_STRIDE`-th token, all items in one vectorized pass
+  over the requests gathered once (:class:`StepRequests`);
 - **prefix groups**: items whose first requests share a prefix (detected by prefix hashes at the
   lengths of :data:`PREFIX_LEVELS`, longest first) are kept in one replica while the group's price stays
   within :data:`GROUP_SHARE` of one replica's even share; a prefix shared more widely (a system prompt
