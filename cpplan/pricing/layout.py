@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -79,10 +80,15 @@ class PackedLayout:
         """Packed segments."""
         return int(self.seg_length.size)
 
-    @property
+    @cached_property
     def packed_tokens(self) -> int:
         """Tokens in the packed sequence."""
         return int(self.seg_length.sum())
+
+    @cached_property
+    def links(self) -> SegmentLinks:
+        """How the segments hang together (kept: every ownership of the wave reads them)."""
+        return SegmentLinks(self.seg_offset, self.seg_length, self.seg_parent)
 
     def chain(self, k: int) -> np.ndarray:
         """Segment chain of the wave's k-th request."""
@@ -111,6 +117,86 @@ class PackedLayout:
     def readback(self, k: int) -> np.ndarray:
         """Packed indices that read the wave's k-th request back, in token order."""
         return chain_positions(self.seg_offset, self.seg_length, self.chain(k))
+
+
+class SegmentLinks:
+    """How a packed layout's segments (in packed order, each parent before its children) hang together:
+    what the GDN hand-off (:mod:`cpplan.pricing.handoff`) reads under every ownership of a wave, each
+    part computed on first use."""
+
+    def __init__(self, seg_offset: np.ndarray, seg_length: np.ndarray, seg_parent: np.ndarray) -> None:
+        self.seg_offset = np.asarray(seg_offset, dtype=np.int64)
+        self.seg_length = np.asarray(seg_length, dtype=np.int64)
+        self.seg_parent = np.asarray(seg_parent, dtype=np.int64)
+
+    @property
+    def num_segments(self) -> int:
+        """Segments."""
+        return int(self.seg_parent.size)
+
+    @cached_property
+    def packed_tokens(self) -> int:
+        """Where the last segment ends."""
+        return int(self.seg_offset[-1] + self.seg_length[-1])
+
+    @cached_property
+    def parent_last(self) -> np.ndarray:
+        """Per segment, the packed position of its parent's last token (-1 for a root)."""
+        parent = np.maximum(self.seg_parent, 0)
+        return np.where(self.seg_parent >= 0, self.seg_offset[parent] + self.seg_length[parent] - 1, -1)
+
+    @cached_property
+    def is_root(self) -> np.ndarray:
+        """Per segment, whether it has no parent."""
+        return self.seg_parent < 0
+
+    @cached_property
+    def is_parent(self) -> np.ndarray:
+        """Per segment, whether some segment is its child."""
+        return parent_segments(self.seg_parent)
+
+    @cached_property
+    def parent_or_end(self) -> np.ndarray:
+        """Per segment, its parent, or :attr:`num_segments` for a root (an index past the segments,
+        where a per-segment array extended by one zero reads nothing)."""
+        return np.where(self.seg_parent >= 0, self.seg_parent, self.num_segments)
+
+    @cached_property
+    def ancestor_jumps(self) -> tuple[np.ndarray, ...]:
+        """Pointer doubling up the segment tree: per step ``k``, each segment's ancestor ``2^k`` levels
+        up (:attr:`num_segments` where there is none), while some segment has one. Adding
+        ``x[jump]`` to an array ``x`` extended by a zero, step after step, sums ``x`` over each
+        segment and all its ancestors."""
+        jumps, up = [], self.parent_or_end
+        while (up < self.num_segments).any():
+            jumps.append(up)
+            up = np.append(up, self.num_segments)[up]
+        return tuple(jumps)
+
+    def down_sums(self, values: np.ndarray) -> np.ndarray:
+        """Per segment, ``values`` summed over it and all its ancestors, with one zero appended (at
+        :attr:`num_segments`: what a root's parent reads)."""
+        total = np.zeros(self.num_segments + 1, dtype=np.int64)
+        total[:-1] = values
+        for up in self.ancestor_jumps:
+            total[:-1] += total[up]
+        return total
+
+    @cached_property
+    def levels(self) -> int:
+        """Levels of the segment tree: 1 for roots only, 0 for no segment."""
+        if not self.num_segments:
+            return 0
+        return int(self.down_sums(~self.is_root).max()) + 1
+
+
+def parent_segments(seg_parent: np.ndarray) -> np.ndarray:
+    """Per segment, whether some segment is its child (``seg_parent``: each segment's parent, -1 for a
+    root)."""
+    seg_parent = np.asarray(seg_parent)
+    parents = np.zeros(seg_parent.size, dtype=bool)
+    parents[seg_parent[seg_parent >= 0]] = True
+    return parents
 
 
 def chain_positions(seg_offset: np.ndarray, seg_length: np.ndarray, segments: np.ndarray) -> np.ndarray:
