@@ -34,7 +34,7 @@ the wave's cost, the CP-SAT columns and ``benchmarks/cp_scaling.py`` all read th
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
+from functools import lru_cache
 from typing import Literal
 
 import numpy as np
@@ -77,7 +77,9 @@ NO_HANDOFF = Handoff()
 class Pieces:
     """A wave's pieces in packed order: ``start``, ``length``, ``owner``, ``round`` and the source piece
     each crossing waits for (``source``, -1 where the predecessor is local or absent); ``segment``: each
-    piece's segment, ``first``: whether it is its segment's first piece."""
+    piece's segment, ``first``: whether it is its segment's first piece; ``num_rounds``: the most
+    crossings on a piece's path, plus one; ``num_crossings``: the handed-over states (distinct
+    sources)."""
 
     start: np.ndarray
     length: np.ndarray
@@ -86,18 +88,8 @@ class Pieces:
     source: np.ndarray
     segment: np.ndarray
     first: np.ndarray
-
-    @cached_property
-    def num_rounds(self) -> int:
-        """Rounds: the most crossings on a piece's path, plus one."""
-        return int(self.round.max()) + 1 if self.round.size else 1
-
-    @cached_property
-    def num_crossings(self) -> int:
-        """Handed-over states: distinct source pieces."""
-        sources = np.zeros(self.start.size, dtype=bool)
-        sources[self.source[self.source >= 0]] = True
-        return int(np.count_nonzero(sources))
+    num_rounds: int
+    num_crossings: int
 
 
 def chunk_pieces(
@@ -109,7 +101,7 @@ def chunk_pieces(
 ) -> Pieces:
     """The pieces of a packed layout under a chunk-to-rank map (vectorized; segments in packed order,
     each parent before its children)."""
-    return layout_pieces(SegmentLinks(seg_offset, seg_length, seg_parent), owner, chunk_tokens)
+    return layout_pieces(SegmentLinks.of(seg_offset, seg_length, seg_parent), owner, chunk_tokens)
 
 
 def layout_pieces(links: SegmentLinks, owner: np.ndarray, chunk_tokens: int) -> Pieces:
@@ -130,14 +122,19 @@ def layout_pieces(links: SegmentLinks, owner: np.ndarray, chunk_tokens: int) -> 
         first, np.searchsorted(start, links.parent_last[seg], side="right") - 1, np.arange(-1, start.size - 1)
     )
     crossing = (pred >= 0) & (piece_owner[pred] != piece_owner)
+    rounds = _rounds(seg, first, crossing, links)
+    sources = np.zeros(start.size, dtype=bool)
+    sources[pred[crossing]] = True
     return Pieces(
         start=start,
         length=length,
         owner=piece_owner,
-        round=_rounds(seg, first, crossing, links),
+        round=rounds,
         source=np.where(crossing, pred, -1),
         segment=seg,
         first=first,
+        num_rounds=int(rounds.max()) + 1 if rounds.size else 1,
+        num_crossings=int(np.count_nonzero(sources)),
     )
 
 
@@ -238,12 +235,12 @@ def handoff_modes(
     from the same ownership: ``{"rounds": ..., "parallel": ...}``, and ``"head_parallel"`` where the
     card prices it (:mod:`cpplan.pricing.head_parallel`); nothing at one rank, or when the card prices
     none."""
-    if num_ranks == 1 or not seconds.priced:
+    if num_ranks == 1 or not _priced(seconds):
         return {mode: Handoff(mode=mode) for mode in HANDOFF_MODES}
     links = (
         layout.links
         if isinstance(layout, PackedLayout)
-        else SegmentLinks(layout.seg_offset, layout.seg_length, layout.seg_parent)
+        else SegmentLinks.of(layout.seg_offset, layout.seg_length, layout.seg_parent)
     )
     pieces = layout_pieces(links, owner, chunk_tokens)
     modes = {
@@ -254,6 +251,12 @@ def handoff_modes(
     if heads is not None:
         modes[HEAD_PARALLEL] = heads
     return modes
+
+
+@lru_cache(maxsize=64)
+def _priced(seconds: HandoffSeconds) -> bool:
+    """``seconds.priced``, kept per hand-off price (a card has one, read for every ownership priced)."""
+    return seconds.priced
 
 
 def wave_handoff(

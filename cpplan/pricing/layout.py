@@ -88,7 +88,7 @@ class PackedLayout:
     @cached_property
     def links(self) -> SegmentLinks:
         """How the segments hang together (kept: every ownership of the wave reads them)."""
-        return SegmentLinks(self.seg_offset, self.seg_length, self.seg_parent)
+        return SegmentLinks.of(self.seg_offset, self.seg_length, self.seg_parent)
 
     def chain(self, k: int) -> np.ndarray:
         """Segment chain of the wave's k-th request."""
@@ -119,75 +119,73 @@ class PackedLayout:
         return chain_positions(self.seg_offset, self.seg_length, self.chain(k))
 
 
+@dataclass(frozen=True, kw_only=True, eq=False)
 class SegmentLinks:
     """How a packed layout's segments (in packed order, each parent before its children) hang together:
-    what the GDN hand-off (:mod:`cpplan.pricing.handoff`) reads under every ownership of a wave, each
-    part computed on first use."""
+    what the GDN hand-off (:mod:`cpplan.pricing.handoff`) reads under every ownership of a wave. Build
+    it with :meth:`of`.
 
-    def __init__(self, seg_offset: np.ndarray, seg_length: np.ndarray, seg_parent: np.ndarray) -> None:
-        self.seg_offset = np.asarray(seg_offset, dtype=np.int64)
-        self.seg_length = np.asarray(seg_length, dtype=np.int64)
-        self.seg_parent = np.asarray(seg_parent, dtype=np.int64)
+    ``parent_last``: per segment, the packed position of its parent's last token (-1 for a root).
+    ``parent_or_end``: per segment, its parent, or ``num_segments`` for a root (an index past the
+    segments, where a per-segment array extended by one zero reads nothing). ``ancestor_jumps``: pointer
+    doubling up the segment tree, per step ``k`` each segment's ancestor ``2^k`` levels up
+    (``num_segments`` where there is none), while some segment has one (:meth:`down_sums`).
+    ``levels``: levels of the segment tree (1 for roots only, 0 for no segment)."""
+
+    seg_offset: np.ndarray
+    packed_tokens: int
+    is_root: np.ndarray
+    is_parent: np.ndarray
+    parent_last: np.ndarray
+    parent_or_end: np.ndarray
+    ancestor_jumps: tuple[np.ndarray, ...]
+    levels: int
+
+    @classmethod
+    def of(cls, seg_offset: np.ndarray, seg_length: np.ndarray, seg_parent: np.ndarray) -> SegmentLinks:
+        """The links of segments at ``seg_offset`` of ``seg_length`` tokens with parents ``seg_parent``
+        (-1 for a root)."""
+        seg_offset = np.asarray(seg_offset, dtype=np.int64)
+        seg_length = np.asarray(seg_length, dtype=np.int64)
+        seg_parent = np.asarray(seg_parent, dtype=np.int64)
+        num_segments = seg_parent.size
+        is_root = seg_parent < 0
+        parent = np.where(is_root, 0, seg_parent)
+        parent_or_end = np.where(is_root, num_segments, seg_parent)
+        jumps, up = [], parent_or_end
+        while (up < num_segments).any():
+            jumps.append(up)
+            up = np.append(up, num_segments)[up]
+        return cls(
+            seg_offset=seg_offset,
+            packed_tokens=int(seg_offset[-1] + seg_length[-1]) if num_segments else 0,
+            is_root=is_root,
+            is_parent=parent_segments(seg_parent),
+            parent_last=np.where(is_root, -1, seg_offset[parent] + seg_length[parent] - 1),
+            parent_or_end=parent_or_end,
+            ancestor_jumps=tuple(jumps),
+            levels=int(_down_sums(jumps, ~is_root).max()) + 1 if num_segments else 0,
+        )
 
     @property
     def num_segments(self) -> int:
         """Segments."""
-        return int(self.seg_parent.size)
-
-    @cached_property
-    def packed_tokens(self) -> int:
-        """Where the last segment ends."""
-        return int(self.seg_offset[-1] + self.seg_length[-1])
-
-    @cached_property
-    def parent_last(self) -> np.ndarray:
-        """Per segment, the packed position of its parent's last token (-1 for a root)."""
-        parent = np.maximum(self.seg_parent, 0)
-        return np.where(self.seg_parent >= 0, self.seg_offset[parent] + self.seg_length[parent] - 1, -1)
-
-    @cached_property
-    def is_root(self) -> np.ndarray:
-        """Per segment, whether it has no parent."""
-        return self.seg_parent < 0
-
-    @cached_property
-    def is_parent(self) -> np.ndarray:
-        """Per segment, whether some segment is its child."""
-        return parent_segments(self.seg_parent)
-
-    @cached_property
-    def parent_or_end(self) -> np.ndarray:
-        """Per segment, its parent, or :attr:`num_segments` for a root (an index past the segments,
-        where a per-segment array extended by one zero reads nothing)."""
-        return np.where(self.seg_parent >= 0, self.seg_parent, self.num_segments)
-
-    @cached_property
-    def ancestor_jumps(self) -> tuple[np.ndarray, ...]:
-        """Pointer doubling up the segment tree: per step ``k``, each segment's ancestor ``2^k`` levels
-        up (:attr:`num_segments` where there is none), while some segment has one. Adding
-        ``x[jump]`` to an array ``x`` extended by a zero, step after step, sums ``x`` over each
-        segment and all its ancestors."""
-        jumps, up = [], self.parent_or_end
-        while (up < self.num_segments).any():
-            jumps.append(up)
-            up = np.append(up, self.num_segments)[up]
-        return tuple(jumps)
+        return int(self.is_root.size)
 
     def down_sums(self, values: np.ndarray) -> np.ndarray:
         """Per segment, ``values`` summed over it and all its ancestors, with one zero appended (at
-        :attr:`num_segments`: what a root's parent reads)."""
-        total = np.zeros(self.num_segments + 1, dtype=np.int64)
-        total[:-1] = values
-        for up in self.ancestor_jumps:
-            total[:-1] += total[up]
-        return total
+        ``num_segments``: what a root's parent reads)."""
+        return _down_sums(self.ancestor_jumps, values)
 
-    @cached_property
-    def levels(self) -> int:
-        """Levels of the segment tree: 1 for roots only, 0 for no segment."""
-        if not self.num_segments:
-            return 0
-        return int(self.down_sums(~self.is_root).max()) + 1
+
+def _down_sums(ancestor_jumps: Sequence[np.ndarray], values: np.ndarray) -> np.ndarray:
+    """:meth:`SegmentLinks.down_sums` by pointer doubling: after step ``k`` each segment holds the sum
+    over itself and its ``2^(k+1) - 1`` nearest ancestors."""
+    total = np.zeros(values.size + 1, dtype=np.int64)
+    total[:-1] = values
+    for up in ancestor_jumps:
+        total[:-1] += total[up]
+    return total
 
 
 def parent_segments(seg_parent: np.ndarray) -> np.ndarray:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+import math
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -94,7 +95,7 @@ def chunk_stats(layout: PackedLayout, chunk_tokens: int = CHUNK_TOKENS) -> Chunk
         chunk_tokens=chunk_tokens,
         packed_tokens=total,
         amounts=np.diff(cumulative, axis=0),
-        amount_prefix=cumulative - cumulative[0],
+        amount_prefix=cumulative,  # row 0: the tokens before position 0, none
         first_segment=seg[:-1],
         last_segment=np.searchsorted(offsets, bounds[1:] - 1, side="right") - 1,
     )
@@ -213,11 +214,13 @@ def range_ends(
     num_chunks = weights.size
     if num_ranks == 1 or num_chunks == 0:
         return [num_chunks] * num_ranks
-    assert (weights >= 0).all(), "split weights are non-negative (their prefix sums are searched)"
-    prefix = np.concatenate([[0.0], np.cumsum(weights)])
+    prefix = np.zeros(num_chunks + 1)  # non-decreasing: searched by value
+    np.cumsum(weights, out=prefix[1:])
     limits = _RangeLimits.of(num_chunks, max_chunks, cap_weights, cap)
     if limits.unlimited:
-        bound = least_bottleneck(prefix, float(weights.max()), num_ranks)
+        bound, ends = _bid(prefix, float(weights.max()), num_ranks)
+        if ends is not None:
+            return ends
     else:
         bound = _bisected_bottleneck(prefix, float(weights.max()), num_ranks, limits)
     ends = _greedy_ends(prefix, bound, num_ranks, limits)
@@ -294,16 +297,36 @@ def least_bottleneck(prefix: np.ndarray, heaviest: float, num_ranks: int) -> flo
     lengthens a range; from a tight lower bound few remain, and past :data:`MAX_BIDS` the rest is
     bisected (exact to a relative 1e-9).
     """
+    return _bid(prefix, heaviest, num_ranks)[0]
+
+
+def _bid(prefix: np.ndarray, heaviest: float, num_ranks: int) -> tuple[float, list[int] | None]:
+    """:func:`least_bottleneck`, with the ranges' ends its fill found (``None`` when it bisected): each
+    step fills the ranks as :func:`_fill` does without limits, and bids on the way."""
     num_chunks = prefix.size - 1
     bound = max(heaviest, prefix[-1] / num_ranks)
-    limits = _RangeLimits(num_chunks, None, 0.0, True)
+    search = prefix.searchsorted
     for _ in range(MAX_BIDS):
-        ends = _fill(prefix, bound, num_ranks, limits)
-        if ends[-1] >= num_chunks:
-            return bound
-        starts = [0, *ends[:-1]]
-        bound = min(prefix[e + 1] - prefix[s] for s, e in zip(starts, ends, strict=True) if e < num_chunks)
-    return _bisected_bottleneck(prefix, bound, num_ranks, limits)
+        reach = bound * (1 + 1e-12)
+        ends, start, bid = [], 0, math.inf
+        for _ in range(num_ranks):
+            if start < num_chunks:
+                end = int(search(prefix[start] + reach, side="right")) - 1
+                if end <= start:
+                    end = start + 1
+                if end < num_chunks:
+                    step = prefix[end + 1] - prefix[start]
+                    if step < bid:
+                        bid = step
+                else:
+                    end = num_chunks
+                start = end
+            ends.append(start)
+        if start >= num_chunks:
+            return bound, ends
+        bound = bid
+    limits = _RangeLimits(num_chunks, None, 0.0, True)
+    return _bisected_bottleneck(prefix, bound, num_ranks, limits), None
 
 
 def _bisected_bottleneck(prefix: np.ndarray, lower: float, num_ranks: int, limits: _RangeLimits) -> float:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
-from functools import cached_property
 
 import numpy as np
 
@@ -181,7 +180,13 @@ def price_wave(
     else:
         owners = _candidates(problem, stats)
     versions = _Versions(
-        problem=problem, items=tuple(items), layout=layout, layout_name=layout_name, stats=stats, split=split
+        problem=problem,
+        items=tuple(items),
+        layout=layout,
+        layout_name=layout_name,
+        stats=stats,
+        split=split,
+        logical_tokens=problem.logical_tokens(items),
     )
     best: WavePlan | None = None
     first_fits = False
@@ -221,7 +226,7 @@ def _cannot_win(problem: Problem, best: WavePlan, prices: RankPrices) -> bool:
 @dataclass(frozen=True, kw_only=True, eq=False)
 class _Versions:
     """The versions of one packed wave under different ownerships: what they share (problem, items,
-    layout, chunk statistics) and each one priced."""
+    layout, chunk statistics, unpacked tokens) and each one priced."""
 
     problem: Problem
     items: tuple[int, ...]
@@ -229,11 +234,7 @@ class _Versions:
     layout_name: str
     stats: ChunkStats
     split: bool
-
-    @cached_property
-    def logical_tokens(self) -> int:
-        """The wave's unpacked tokens."""
-        return self.problem.logical_tokens(self.items)
+    logical_tokens: int
 
     def wave(self, owner: np.ndarray, q: np.ndarray, prices: RankPrices) -> WavePlan:
         """The wave under chunk ownership ``owner`` (rank quantities ``q``, priced ``prices``), its
