@@ -220,32 +220,27 @@ def pack(
     of its requests does.
     """
     requests = np.asarray(requests, dtype=np.int64)
-    counts = tree.node_counts(requests)
-    take = (shared & (counts >= 2)).tolist()
-    counts_list = counts.tolist()
-    node_start = tree.node_start.tolist()
-    node_length = tree.node_length.tolist()
-    out = _Segments()
-    index: dict[tuple[int, int], int] = {}
-    grad_list = np.asarray(grad, dtype=bool).tolist()
-    loss_list = np.asarray(loss, dtype=bool).tolist()
+    counts = path_counts(tree, requests)
+    out = _Segments(
+        tree,
+        counts=counts.tolist(),
+        take=(shared & (counts >= 2)).tolist(),
+        grad=np.asarray(grad, dtype=bool).tolist(),
+        loss=np.asarray(loss, dtype=bool).tolist(),
+    )
     for r in requests.tolist():
-        path = tree.path(r)
-        current, current_count, created = -1, -1, False
-        for v, key in zip(path, _copy_keys(path, take, r), strict=True):
-            count = counts_list[key] if key >= 0 else 1
-            if count != current_count:
-                segment = index.get((v, key))
-                created = segment is None
-                if created:
-                    segment = index[(v, key)] = out.open(current, node_start[v], node_length[v], r, count)
-                out.mark(segment, grad_list[r], loss_list[r])
-                out.chains.append(segment)
-                current, current_count = segment, count
-            elif created:
-                out.length[current] += node_length[v]
-        out.ptr.append(len(out.chains))
+        out.add(r)
     return out.layout(requests)
+
+
+def path_counts(tree: PrefixTree, requests: np.ndarray) -> np.ndarray:
+    """How many of ``requests`` (tree request indices) pass through each node: one count over their
+    concatenated root-to-leaf paths (the numbers of ``PrefixTree.node_counts``, vectorized)."""
+    starts, ends = tree.path_ptr[requests], tree.path_ptr[requests + 1]
+    lengths = ends - starts
+    offsets = np.cumsum(lengths) - lengths
+    entries = np.repeat(starts - offsets, lengths) + np.arange(int(lengths.sum()), dtype=np.int64)
+    return np.bincount(tree.path_nodes[entries], minlength=tree.num_nodes).astype(np.int64)
 
 
 def _copy_keys(path: tuple[int, ...], take: list[bool], request: int) -> list[int]:
@@ -261,9 +256,24 @@ def _copy_keys(path: tuple[int, ...], take: list[bool], request: int) -> list[in
 
 
 class _Segments:
-    """The packed segments of a wave while :func:`pack` lays them out."""
+    """The packed segments of a wave while :func:`pack` lays them out, request after request: a segment
+    per run of a request's path whose nodes use copies shared by the same number of requests, made by
+    the first request through it (which extends it while the run lasts), joined by the later ones."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self, tree: PrefixTree, *, counts: list[int], take: list[bool], grad: list[bool], loss: list[bool]
+    ) -> None:
+        self.tree, self.counts, self.take, self.request_grad, self.request_loss = (
+            tree,
+            counts,
+            take,
+            grad,
+            loss,
+        )
+        self.node_start = tree.node_start.tolist()
+        self.node_length = tree.node_length.tolist()
+        self.index: dict[tuple[int, int], int] = {}
+        """The segment of each (node, copy) that opened one."""
         self.parent: list[int] = []
         self.position: list[int] = []
         self.length: list[int] = []
@@ -274,16 +284,30 @@ class _Segments:
         self.chains: list[int] = []
         self.ptr = [0]
 
-    def open(self, parent: int, position: int, length: int, src: int, count: int) -> int:
-        """A new segment; returns its index."""
-        self.parent.append(parent), self.position.append(position), self.length.append(length)
-        self.src.append(src), self.grad.append(False), self.loss.append(False), self.count.append(count)
-        return len(self.length) - 1
-
-    def mark(self, segment: int, grad: bool, loss: bool) -> None:
-        """A request with these flags passes through ``segment``."""
-        self.grad[segment] = self.grad[segment] or grad
-        self.loss[segment] = self.loss[segment] or loss
+    def add(self, r: int) -> None:
+        """Request ``r``'s chain: its path's runs, each a segment opened here or joined."""
+        path = self.tree.path(r)
+        counts, index, length, node_length = self.counts, self.index, self.length, self.node_length
+        grad, loss = self.request_grad[r], self.request_loss[r]
+        current, current_count, created = -1, -1, False
+        for v, key in zip(path, _copy_keys(path, self.take, r), strict=True):
+            count = counts[key] if key >= 0 else 1
+            if count != current_count:
+                segment = index.get((v, key))
+                created = segment is None
+                if segment is None:
+                    segment = index[(v, key)] = len(length)
+                    self.parent.append(current), self.position.append(self.node_start[v])
+                    length.append(node_length[v]), self.src.append(r), self.count.append(count)
+                    self.grad.append(grad), self.loss.append(loss)
+                else:
+                    self.grad[segment] = self.grad[segment] or grad
+                    self.loss[segment] = self.loss[segment] or loss
+                self.chains.append(segment)
+                current, current_count = segment, count
+            elif created:
+                length[current] += node_length[v]
+        self.ptr.append(len(self.chains))
 
     def layout(self, requests: np.ndarray) -> PackedLayout:
         """The finished layout."""

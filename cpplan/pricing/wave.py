@@ -10,7 +10,7 @@ import numpy as np
 from cpplan.pricing.evaluator import RankPrices, price, wave_cost_s
 from cpplan.pricing.handoff import NO_HANDOFF, Handoff
 from cpplan.pricing.handoff_mode import ROUNDS, chosen_handoff
-from cpplan.pricing.layout import PackedLayout
+from cpplan.pricing.layout import PackedLayout, path_counts
 from cpplan.pricing.ownership import (
     ChunkStats,
     chunk_stats,
@@ -370,12 +370,7 @@ def wave_counts(problem: Problem, items: tuple[int, ...]) -> np.ndarray:
 def request_node_counts(problem: Problem, requests: np.ndarray) -> np.ndarray:
     """How many of ``requests`` (tree request indices) pass through each node: one count over their
     concatenated root-to-leaf paths (the same numbers as ``PrefixTree.node_counts``, vectorized)."""
-    tree = problem.tree
-    starts, ends = tree.path_ptr[requests], tree.path_ptr[requests + 1]
-    lengths = ends - starts
-    offsets = np.cumsum(lengths) - lengths
-    entries = np.repeat(starts - offsets, lengths) + np.arange(int(lengths.sum()), dtype=np.int64)
-    return np.bincount(tree.path_nodes[entries], minlength=tree.num_nodes).astype(np.int64)
+    return path_counts(problem.tree, requests)
 
 
 def local_tokens(wave: WavePlan) -> np.ndarray:
