@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import bisect
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, partial
 
 import numpy as np
 
@@ -285,6 +286,11 @@ def _fill(prefix: np.ndarray, bound: float, num_ranks: int, limits: _RangeLimits
 MAX_BIDS = 64
 """Bidding steps of :func:`least_bottleneck` before it bisects the rest."""
 
+LIST_SEARCH_CHUNKS = 100
+"""Up to this many chunks per rank, :func:`least_bottleneck` searches the prefix sums as a list (a
+bisection of Python floats), beyond as an array (``searchsorted``, cheaper than making the list when
+each fill searches a small share of it); both give the same ends."""
+
 
 def least_bottleneck(prefix: np.ndarray, heaviest: float, num_ranks: int) -> float:
     """The least bottleneck of a contiguous split without limits, exactly (a bidding search);
@@ -304,18 +310,19 @@ def _bid(prefix: np.ndarray, heaviest: float, num_ranks: int) -> tuple[float, li
     """:func:`least_bottleneck`, with the ranges' ends its fill found (``None`` when it bisected): each
     step fills the ranks as :func:`_fill` does without limits, and bids on the way."""
     num_chunks = prefix.size - 1
-    bound = max(heaviest, prefix[-1] / num_ranks)
-    search = prefix.searchsorted
+    at, after = _searcher(prefix, num_ranks)
+    bound = max(heaviest, at(num_chunks) / num_ranks)
     for _ in range(MAX_BIDS):
         reach = bound * (1 + 1e-12)
         ends, start, bid = [], 0, math.inf
         for _ in range(num_ranks):
             if start < num_chunks:
-                end = int(search(prefix[start] + reach, side="right")) - 1
+                base = at(start)
+                end = after(base + reach) - 1
                 if end <= start:
                     end = start + 1
                 if end < num_chunks:
-                    step = prefix[end + 1] - prefix[start]
+                    step = at(end + 1) - base
                     if step < bid:
                         bid = step
                 else:
@@ -327,6 +334,17 @@ def _bid(prefix: np.ndarray, heaviest: float, num_ranks: int) -> tuple[float, li
         bound = bid
     limits = _RangeLimits(num_chunks, None, 0.0, True)
     return _bisected_bottleneck(prefix, bound, num_ranks, limits), None
+
+
+def _searcher(prefix: np.ndarray, num_ranks: int) -> tuple[Callable[[int], float], Callable[[float], int]]:
+    """Reading the non-decreasing ``prefix`` as Python floats, and the position after the last one at
+    most a value: from a list (a bisection) for few chunks per rank, else from the array (making the
+    list would cost more than the fills' searches save); the same numbers either way."""
+    if prefix.size <= LIST_SEARCH_CHUNKS * num_ranks:
+        values = prefix.tolist()
+        return values.__getitem__, partial(bisect.bisect_right, values)
+    search = partial(np.ndarray.searchsorted, prefix, side="right")
+    return prefix.item, lambda value: int(search(value))
 
 
 def _bisected_bottleneck(prefix: np.ndarray, lower: float, num_ranks: int, limits: _RangeLimits) -> float:

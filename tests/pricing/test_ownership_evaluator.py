@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import cpplan
+from cpplan.pricing import ownership
 from cpplan.pricing.evaluator import price
 from cpplan.pricing.layout import pack, share_mask
 from cpplan.pricing.ownership import (
@@ -253,10 +254,13 @@ def _greedy_fill(weights: list[float], bound: float, num_ranks: int) -> list[int
     return ends
 
 
-def test_range_ends_fill_in_order_at_the_least_bottleneck(rng):
+@pytest.mark.parametrize("list_search_chunks", [ownership.LIST_SEARCH_CHUNKS, 0])
+def test_range_ends_fill_in_order_at_the_least_bottleneck(rng, monkeypatch, list_search_chunks):
     """On integer weights (exact in floating point), range_ends (the bidding search, filling the ranks
     at every bid) returns exactly the ranks' range ends of the in-order fill at the brute-force least
-    bottleneck, and contiguous_split is that split's owners."""
+    bottleneck, and contiguous_split is that split's owners; searching the prefix sums as a list or as
+    an array alike."""
+    monkeypatch.setattr(ownership, "LIST_SEARCH_CHUNKS", list_search_chunks)
     for _ in range(300):
         n = int(rng.integers(1, 11))
         weights = rng.integers(0, 20, n).astype(np.float64)
