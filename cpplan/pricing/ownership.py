@@ -318,7 +318,7 @@ def _bid(prefix: np.ndarray, heaviest: float, num_ranks: int) -> tuple[float, li
         for _ in range(num_ranks):
             if start < num_chunks:
                 base = at(start)
-                end = after(base + reach) - 1
+                end = int(after(base + reach)) - 1
                 if end <= start:
                     end = start + 1
                 if end < num_chunks:
@@ -336,15 +336,16 @@ def _bid(prefix: np.ndarray, heaviest: float, num_ranks: int) -> tuple[float, li
     return _bisected_bottleneck(prefix, bound, num_ranks, limits), None
 
 
-def _searcher(prefix: np.ndarray, num_ranks: int) -> tuple[Callable[[int], float], Callable[[float], int]]:
+def _searcher(
+    prefix: np.ndarray, num_ranks: int
+) -> tuple[Callable[[int], float], Callable[[float], int | np.intp]]:
     """Reading the non-decreasing ``prefix`` as Python floats, and the position after the last one at
     most a value: from a list (a bisection) for few chunks per rank, else from the array (making the
     list would cost more than the fills' searches save); the same numbers either way."""
     if prefix.size <= LIST_SEARCH_CHUNKS * num_ranks:
         values = prefix.tolist()
         return values.__getitem__, partial(bisect.bisect_right, values)
-    search = partial(np.ndarray.searchsorted, prefix, side="right")
-    return prefix.item, lambda value: int(search(value))
+    return prefix.item, partial(np.ndarray.searchsorted, prefix, side="right")
 
 
 def _bisected_bottleneck(prefix: np.ndarray, lower: float, num_ranks: int, limits: _RangeLimits) -> float:
