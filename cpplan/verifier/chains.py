@@ -48,7 +48,13 @@ def read_requests(
     seen: dict[tuple[str, int], int],
     violations: list[str],
 ) -> Coverage:
-    """Read every request of the wave back through its chain, recording in ``seen`` which wave holds it."""
+    """Read every request of the wave back through its chain, recording in ``seen`` which wave holds it.
+
+    A well-formed wave (:func:`read_whole_wave`) is read at once; any other request by request, each
+    break reported where it is found."""
+    coverage = read_whole_wave(w, wave, segments, by_id, seen)
+    if coverage is not None:
+        return coverage
     coverage = Coverage.empty(len(segments))
     wave_items = set(wave["items"])
     for entry in wave["requests"]:
@@ -110,6 +116,90 @@ def _read_chain(
         violations.append(
             f"wave {w}: request {k} of {item_id!r} reads back {position} of {request.num_tokens} tokens"
         )
+
+
+_MALFORMED = (TypeError, ValueError, KeyError, IndexError, AttributeError, OverflowError)
+"""What reading a malformed wave at once may raise: such a wave is read request by request instead."""
+
+
+def read_whole_wave(
+    w: int,
+    wave: dict[str, Any],
+    segments: list[Segment],
+    by_id: dict[str, Item],
+    seen: dict[tuple[str, int], int],
+) -> Coverage | None:
+    """Every request of the wave read back in one pass, recording in ``seen`` which wave holds it, when
+    the wave breaks nothing that reading request by request reports: each request listed once, in the
+    workload, of an item the wave lists and in no earlier wave, its chain unbroken and in range, its
+    segments holding its tokens, all of them. ``None`` (and nothing recorded) otherwise."""
+    try:
+        listed = _listed_requests(wave, by_id, seen)
+        coverage = None if listed is None else _read_chains(segments, listed[1], listed[2])
+    except _MALFORMED:
+        return None
+    if coverage is None:
+        return None
+    for key in listed[0]:
+        seen[key] = w
+    return coverage
+
+
+def _listed_requests(
+    wave: dict[str, Any], by_id: dict[str, Item], seen: dict[tuple[str, int], int]
+) -> tuple[list[tuple[str, int]], list[Request], list[list[int]]] | None:
+    """The wave's request keys, requests and chains, when each names a request of the workload of an
+    item the wave lists, once, and no earlier wave holds it (``None`` otherwise)."""
+    wave_items = set(wave["items"])
+    keys, requests, chains = [], [], []
+    for entry in wave["requests"]:
+        item_id, k = entry["item"], entry["request"]
+        item = by_id.get(item_id)
+        if item is None or type(k) is not int or not 0 <= k < len(item.requests) or item_id not in wave_items:
+            return None
+        keys.append((item_id, k))
+        requests.append(item.requests[k])
+        chains.append(entry["segments"])
+    if len(set(keys)) != len(keys) or not seen.keys().isdisjoint(keys):
+        return None
+    return keys, requests, chains
+
+
+def _read_chains(
+    segments: list[Segment], requests: list[Request], chains: list[list[int]]
+) -> Coverage | None:
+    """What the requests put in the segments (as :func:`_read_chain` records it), when every chain names
+    segments in range, each the child of the one before (a root first) starting where it ends, holding
+    the request's tokens and ending at its last (``None`` otherwise)."""
+    coverage = Coverage.empty(len(segments))
+    held, uses, grad, loss = coverage.tokens, coverage.uses, coverage.grad, coverage.loss
+    num_segments = len(segments)
+    for request, chain in zip(requests, chains, strict=True):
+        tokens, masked = request.tokens, masked_logits_needed(request)
+        size, position, previous = tokens.size, 0, -1
+        loss_here = masked is None and request.output in ("loss", "logits")
+        for c in chain:
+            if type(c) is not int or not 0 <= c < num_segments:
+                return None
+            parent, start, length = segments[c]
+            end = position + length
+            if parent != previous or start != position or length < 1 or end > size:
+                return None
+            piece, first = tokens[position:end], held[c]
+            if first is None:
+                held[c] = piece
+            elif np.count_nonzero(first != piece):
+                return None
+            uses[c] += 1
+            grad[c] = grad[c] or request.grad
+            loss[c] = loss[c] or loss_here
+            if masked is not None:
+                coverage.masked_loss[c] = masked[position:end] | coverage.masked_loss.get(c, False)
+            position, previous = end, c
+        if position != size:
+            return None
+        coverage.logical_tokens += size
+    return coverage
 
 
 def masked_logits_needed(request: Request) -> np.ndarray | None:

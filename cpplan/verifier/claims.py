@@ -13,6 +13,7 @@ from typing import Any
 
 from cpplan.spec.card import ResolvedCard
 from cpplan.spec.quantities import QUANTITY_NAMES
+from cpplan.verifier.card_terms import card_terms
 
 PEAK_TOLERANCE_BYTES = 2
 COST_TOLERANCE = 1e-9
@@ -105,12 +106,10 @@ def _check_envelope(
         known = ", ".join(names)
         violations.append(f"{where}: envelope {entry['envelope']!r} is not one of the card's {known}")
         return
-    e = names.index(entry["envelope"])
-    parts = {"static": float(card.envelope_static_bytes[e])}
-    for t in range(len(card.term_names)):
-        if card.envelope_terms[e, t]:
-            quantity = priced.quantities[int(card.term_quantity[t])]
-            parts[card.term_names[t]] = float(card.term_bytes[t]) * quantity
+    envelope = card_terms(card).envelopes[names.index(entry["envelope"])]
+    parts = {"static": envelope.static_bytes}
+    for name, unit_bytes, q in envelope.terms:
+        parts[name] = unit_bytes * priced.quantities[q]
     if sum(parts.values()) < priced.envelope_bytes - PEAK_TOLERANCE_BYTES:
         binding = names[priced.envelope]
         violations.append(f"{where}: envelope {entry['envelope']!r} but the binding one is {binding!r}")

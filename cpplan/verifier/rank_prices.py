@@ -18,6 +18,7 @@ import numpy as np
 
 from cpplan.spec.card import ResolvedCard
 from cpplan.spec.quantities import COUNTS, QUANTITIES, QUANTITY_NAMES, check_rules
+from cpplan.verifier.card_terms import CardTerms, card_terms
 from cpplan.verifier.chains import Coverage
 from cpplan.verifier.claims import RankPrice, check_rank_claims, close
 from cpplan.verifier.handoff_recount import handoff_seconds
@@ -104,10 +105,12 @@ def price_ranks(
     claimed = {int(r["rank"]): r for r in wave["ranks"]}
     slowest: dict[int, float] = {}
     worst = 0
+    terms = card_terms(card)
+    columns = {name: values.tolist() for name, values in per_rank.items()}
     for rank in range(cp):
-        local = {name: int(values[rank]) for name, values in per_rank.items()}
+        local = {name: values[rank] for name, values in columns.items()}
         quantities = tuple(local[name] for name in QUANTITY_NAMES)
-        priced = _price_rank(card, quantities)
+        priced = _price_rank(card, terms, quantities)
         for barrier, seconds in priced.barrier_s.items():
             slowest[barrier] = max(slowest.get(barrier, 0.0), seconds)
         worst = max(worst, priced.peak_bytes)
@@ -202,15 +205,14 @@ def _masked_sums(
     return out
 
 
-def _price_rank(card: ResolvedCard, quantities: tuple[int, ...]) -> RankPrice:
+def _price_rank(card: ResolvedCard, terms: CardTerms, quantities: tuple[int, ...]) -> RankPrice:
     """``ceil(safety * max over envelopes of (static + the envelope's terms))``, the binding envelope
     (the first of the largest) and the seconds of each barrier."""
     best, binding = -math.inf, 0
-    for e in range(len(card.envelope_names)):
-        total = float(card.envelope_static_bytes[e])
-        for t in range(len(card.term_names)):
-            if card.envelope_terms[e, t]:
-                total += float(card.term_bytes[t]) * quantities[int(card.term_quantity[t])]
+    for e, envelope in enumerate(terms.envelopes):
+        total = envelope.static_bytes
+        for _, unit_bytes, q in envelope.terms:
+            total += unit_bytes * quantities[q]
         if total > best:
             best, binding = total, e
     return RankPrice(
@@ -219,17 +221,14 @@ def _price_rank(card: ResolvedCard, quantities: tuple[int, ...]) -> RankPrice:
         envelope=binding,
         envelope_bytes=best,
         quantities=quantities,
-        barrier_s=_barrier_seconds(card, quantities),
+        barrier_s=_barrier_seconds(terms, quantities),
     )
 
 
-def _barrier_seconds(card: ResolvedCard, quantities: tuple[int, ...]) -> dict[int, float]:
+def _barrier_seconds(terms: CardTerms, quantities: tuple[int, ...]) -> dict[int, float]:
     """The rank's seconds within each barrier: the sum of the card's cost terms that run between that
     barrier's collectives (keyed by the barrier's index in :data:`cpplan.spec.card.BARRIERS`)."""
-    parts: dict[int, list[float]] = {}
-    for c in range(len(card.cost_names)):
-        barrier = int(card.cost_barrier[c])
-        parts.setdefault(barrier, []).append(
-            float(card.cost_seconds[c]) * quantities[int(card.cost_quantity[c])]
-        )
-    return {barrier: math.fsum(values) for barrier, values in parts.items()}
+    return {
+        barrier: math.fsum([seconds * quantities[q] for seconds, q in costs])
+        for barrier, costs in terms.barriers
+    }
