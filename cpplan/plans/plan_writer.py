@@ -3,6 +3,7 @@ each object built from its field list in :mod:`~cpplan.plans.plan_fields`."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from typing import Any
 
@@ -45,32 +46,9 @@ def wave_to_dict(
     problem = result_problem
     workload = problem.workload
     layout = wave.layout
-    card = problem.card.group_card(wave.cp)
-    requests = []
-    for k, r in enumerate(layout.request_ids.tolist()):
-        item = workload.items[int(problem.request_item[r])]
-        request = {
-            "item": item.id,
-            "request": int(problem.request_index[r]),
-            "segments": layout.chain(k).tolist(),
-        }
-        requests.append(record(REQUEST_FIELDS, request))
-    alone, alone_cost_s = card_alone_prices(problem, wave)
-    ranks = []
-    for rank in range(wave.cp):
-        q = wave.quantities[rank]
-        entry: dict[str, Any] = {
-            "rank": rank,
-            "ranges": [list(r) for r in owned_ranges(wave.owner, wave.stats, rank)],
-        }
-        entry.update({name: round(q[i]) for i, name in enumerate(QUANTITY_NAMES)})
-        entry["peak_bytes"] = int(wave.prices.peak_bytes[rank])
-        entry["card_peak_bytes"] = int(alone.peak_bytes[rank])
-        entry["envelope"] = card.envelope_names[int(wave.prices.envelope[rank])]
-        entry["breakdown"] = wave.prices.breakdown(card, rank)
-        entry["time_s"] = float(wave.prices.time_s[rank])
-        ranks.append(record(RANK_FIELDS, entry))
+    ranks = _ranks(problem, wave)
     item_ids = [workload.items[i].id for i in wave.items]
+    alone_cost_s = card_alone_prices(problem, wave)[1]
     placed = {} if gpus is None else {"gpus": list(gpus), "start_s": start_s}
     values = {
         "index": index,
@@ -94,10 +72,47 @@ def wave_to_dict(
                 strict=True,
             )
         ],
-        "requests": requests,
+        "requests": _requests(problem, layout),
         "ranks": ranks,
     }
     return record(WAVE_FIELDS, values, optional=PLACEMENT_FIELDS)
+
+
+def _requests(problem, layout) -> list[dict[str, Any]]:
+    """The wave's requests: item id, index in the item and segment chain of each, in the layout's
+    order (each object's fields in :data:`REQUEST_FIELDS` order)."""
+    items = problem.workload.items
+    tree_ids = layout.request_ids
+    ptr, chains = layout.request_ptr.tolist(), layout.request_segments.tolist()
+    values = zip(
+        [items[i].id for i in problem.request_item[tree_ids].tolist()],
+        problem.request_index[tree_ids].tolist(),
+        [chains[a:b] for a, b in itertools.pairwise(ptr)],
+        strict=True,
+    )
+    assert REQUEST_FIELDS == ("item", "request", "segments"), "the values below follow this order"
+    return [dict(zip(REQUEST_FIELDS, request, strict=True)) for request in values]
+
+
+def _ranks(problem, wave: WavePlan) -> list[dict[str, Any]]:
+    """Each CP rank of the wave: its owned ranges, local quantities and prices."""
+    card = problem.card.group_card(wave.cp)
+    alone = card_alone_prices(problem, wave)[0]
+    quantities = wave.quantities.tolist()
+    ranks = []
+    for rank in range(wave.cp):
+        entry: dict[str, Any] = {
+            "rank": rank,
+            "ranges": [list(r) for r in owned_ranges(wave.owner, wave.stats, rank)],
+        }
+        entry.update({name: round(quantities[rank][i]) for i, name in enumerate(QUANTITY_NAMES)})
+        entry["peak_bytes"] = int(wave.prices.peak_bytes[rank])
+        entry["card_peak_bytes"] = int(alone.peak_bytes[rank])
+        entry["envelope"] = card.envelope_names[int(wave.prices.envelope[rank])]
+        entry["breakdown"] = wave.prices.breakdown(card, rank)
+        entry["time_s"] = float(wave.prices.time_s[rank])
+        ranks.append(record(RANK_FIELDS, entry))
+    return ranks
 
 
 def card_alone_prices(problem, wave: WavePlan) -> tuple[RankPrices, float]:

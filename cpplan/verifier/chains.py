@@ -134,72 +134,65 @@ def read_whole_wave(
     workload, of an item the wave lists and in no earlier wave, its chain unbroken and in range, its
     segments holding its tokens, all of them. ``None`` (and nothing recorded) otherwise."""
     try:
-        listed = _listed_requests(wave, by_id, seen)
-        coverage = None if listed is None else _read_chains(segments, listed[1], listed[2])
+        read = _read_all(wave, segments, by_id)
     except _MALFORMED:
         return None
-    if coverage is None:
+    if read is None:
         return None
-    for key in listed[0]:
+    keys, coverage = read
+    if len(set(keys)) != len(keys) or not seen.keys().isdisjoint(keys):
+        return None
+    for key in keys:
         seen[key] = w
     return coverage
 
 
-def _listed_requests(
-    wave: dict[str, Any], by_id: dict[str, Item], seen: dict[tuple[str, int], int]
-) -> tuple[list[tuple[str, int]], list[Request], list[list[int]]] | None:
-    """The wave's request keys, requests and chains, when each names a request of the workload of an
-    item the wave lists, once, and no earlier wave holds it (``None`` otherwise)."""
+def _read_all(
+    wave: dict[str, Any], segments: list[Segment], by_id: dict[str, Item]
+) -> tuple[list[tuple[str, int]], Coverage] | None:
+    """The wave's request keys and what its requests put in its segments (as :func:`_read_chain`
+    records it), when each names a request of the workload of an item the wave lists, and its chain
+    names segments in range, each the child of the one before (a root first) starting where it ends,
+    holding the request's tokens and ending at its last (``None`` otherwise)."""
     wave_items = set(wave["items"])
-    keys, requests, chains = [], [], []
+    num_segments = len(segments)
+    coverage = Coverage.empty(num_segments)
+    held, uses, grad, loss = coverage.tokens, coverage.uses, coverage.grad, coverage.loss
+    keys = []
+    count_nonzero = np.count_nonzero
     for entry in wave["requests"]:
         item_id, k = entry["item"], entry["request"]
         item = by_id.get(item_id)
         if item is None or type(k) is not int or not 0 <= k < len(item.requests) or item_id not in wave_items:
             return None
         keys.append((item_id, k))
-        requests.append(item.requests[k])
-        chains.append(entry["segments"])
-    if len(set(keys)) != len(keys) or not seen.keys().isdisjoint(keys):
-        return None
-    return keys, requests, chains
-
-
-def _read_chains(
-    segments: list[Segment], requests: list[Request], chains: list[list[int]]
-) -> Coverage | None:
-    """What the requests put in the segments (as :func:`_read_chain` records it), when every chain names
-    segments in range, each the child of the one before (a root first) starting where it ends, holding
-    the request's tokens and ending at its last (``None`` otherwise)."""
-    coverage = Coverage.empty(len(segments))
-    held, uses, grad, loss = coverage.tokens, coverage.uses, coverage.grad, coverage.loss
-    num_segments = len(segments)
-    for request, chain in zip(requests, chains, strict=True):
+        request = item.requests[k]
         tokens, masked = request.tokens, masked_logits_needed(request)
-        size, position, previous = tokens.size, 0, -1
-        loss_here = masked is None and request.output in ("loss", "logits")
-        for c in chain:
+        takes_grad, needs_logits = request.grad, masked is None and request.output in ("loss", "logits")
+        position, previous = 0, -1
+        for c in entry["segments"]:
             if type(c) is not int or not 0 <= c < num_segments:
                 return None
             parent, start, length = segments[c]
-            end = position + length
-            if parent != previous or start != position or length < 1 or end > size:
+            if parent != previous or start != position or length < 1:
                 return None
-            piece, first = tokens[position:end], held[c]
+            previous, position = c, position + length
+            if position > tokens.size:
+                return None
+            first = held[c]
             if first is None:
-                held[c] = piece
-            elif np.count_nonzero(first != piece):
+                held[c] = tokens[start:position]
+            elif count_nonzero(first != tokens[start:position]):
                 return None
             uses[c] += 1
-            grad[c] = grad[c] or request.grad
-            loss[c] = loss[c] or loss_here
+            grad[c] = grad[c] or takes_grad
+            loss[c] = loss[c] or needs_logits
             if masked is not None:
-                coverage.masked_loss[c] = masked[position:end] | coverage.masked_loss.get(c, False)
-            position, previous = end, c
-        if position != size:
+                coverage.masked_loss[c] = masked[start:position] | coverage.masked_loss.get(c, False)
+        if position != tokens.size:
             return None
-        coverage.logical_tokens += size
-    return coverage
+        coverage.logical_tokens += tokens.size
+    return keys, coverage
 
 
 def masked_logits_needed(request: Request) -> np.ndarray | None:
