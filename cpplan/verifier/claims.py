@@ -80,9 +80,10 @@ def check_rank_claims(
     if not isinstance(entry, dict):
         return
     for name in QUANTITY_NAMES:
-        if entry.get(name) != local[name] or not is_count(entry.get(name)):
+        stated = entry.get(name)
+        if stated != local[name] or not (type(stated) is int or is_count(stated)):
             said = _STATED_AS.get(name, "the verifier counts {}").format(local[name])
-            violations.append(f"{where}: {name} {entry.get(name)!r} but {said}")
+            violations.append(f"{where}: {name} {stated!r} but {said}")
     for name, peak in (("peak_bytes", priced.peak_bytes), ("card_peak_bytes", priced.card_peak_bytes)):
         stated = entry.get(name)
         if not (is_count(stated) and abs(stated - peak) <= PEAK_TOLERANCE_BYTES):
@@ -107,9 +108,10 @@ def _check_envelope(
         violations.append(f"{where}: envelope {entry['envelope']!r} is not one of the card's {known}")
         return
     envelope = card_terms(card).envelopes[names.index(entry["envelope"])]
+    quantities = priced.quantities
     parts = {"static": envelope.static_bytes}
-    for name, unit_bytes, q in envelope.terms:
-        parts[name] = unit_bytes * priced.quantities[q]
+    for name, (unit_bytes, q) in zip(envelope.term_names, envelope.terms, strict=True):
+        parts[name] = unit_bytes * quantities[q]
     if sum(parts.values()) < priced.envelope_bytes - PEAK_TOLERANCE_BYTES:
         binding = names[priced.envelope]
         violations.append(f"{where}: envelope {entry['envelope']!r} but the binding one is {binding!r}")
@@ -126,6 +128,8 @@ def _check_breakdown(where: str, stated: Any, parts: dict[str, float], violation
         violations.append(f"{where}: breakdown has {shown}, not the envelope's parts {list(parts)}")
         return
     for name, value in parts.items():
-        if not (is_number(stated[name]) and abs(stated[name] - value) <= PEAK_TOLERANCE_BYTES):
-            said = f"breakdown {name!r} is {stated[name]!r}"
+        number = stated[name]
+        plain = type(number) is int or type(number) is float or is_number(number)
+        if not (plain and abs(number - value) <= PEAK_TOLERANCE_BYTES):
+            said = f"breakdown {name!r} is {number!r}"
             violations.append(f"{where}: {said} but the verifier prices {round(value)}")

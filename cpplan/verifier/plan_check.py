@@ -24,6 +24,7 @@ from cpplan.spec.card import ResolvedCard
 from cpplan.spec.settings import topology_from_json
 from cpplan.spec.topology import Topology
 from cpplan.spec.workload import Item, Workload
+from cpplan.verifier.card_terms import card_terms
 from cpplan.verifier.chains import check_used, check_whole_items, read_requests
 from cpplan.verifier.claims import is_number
 from cpplan.verifier.owners import read_owners
@@ -126,7 +127,7 @@ def _stated_settings(data: dict[str, Any], card: ResolvedCard) -> str | None:
     for name, value in ours.items():
         if name in data and data[name] != value:
             return f"the plan states {name} {data[name]!r}, but it is checked with {value!r}"
-    if "topology" not in data:
+    if "topology" not in data or _is_topology_json(data["topology"], card):
         return None
     try:
         stated = topology_from_json(data["topology"])
@@ -135,6 +136,18 @@ def _stated_settings(data: dict[str, Any], card: ResolvedCard) -> str | None:
     if stated != card.topology:
         return f"the plan states topology {stated}, but it is checked under {card.topology}"
     return None
+
+
+def _is_topology_json(value: Any, card: ResolvedCard) -> bool:
+    """Whether ``value`` is the card's topology in its JSON form: the same sizes and flags, of the same
+    types (it reads back as the card's topology)."""
+    ours = card_terms(card).topology_json
+    return (
+        ours is not None
+        and type(value) is dict
+        and value == ours
+        and all(type(value[name]) is type(flag) for name, flag in ours.items())
+    )
 
 
 def _first_index(waves: list) -> int:
@@ -230,6 +243,8 @@ def _coverage_violations(
 ) -> list[str]:
     """Every expected request in some wave, and no request that is not in the workload."""
     everything = {(item.id, k) for item in workload.items for k in range(len(item.requests))}
+    if requests is None and seen.keys() == everything:
+        return []
     expected = everything if requests is None else everything & set(requests)
     found = [f"request {key[1]} of item {key[0]!r} is in no wave" for key in sorted(expected - set(seen))]
     found += [
@@ -241,6 +256,8 @@ def _coverage_violations(
 
 def _split_violations(waves: list, seen: dict[tuple[str, int], int]) -> list[str]:
     """An item whose requests lie in more than one wave must lie in consecutive waves marked split."""
+    if len(set(seen.values())) < 2:
+        return []  # the requests lie in one wave at most
     spread: dict[str, set[int]] = {}
     for (item_id, _), w in seen.items():
         spread.setdefault(item_id, set()).add(w)

@@ -49,12 +49,12 @@ class Pieces:
     def merged(self) -> Pieces:
         """The maximal pieces: neighbours with the same owner and segment joined (ownership given as
         two touching ranges of one rank is one piece)."""
-        if self.owner.size == 0:
+        if self.owner.size < 2:
             return self
-        new = np.concatenate(
-            [[True], (self.owner[1:] != self.owner[:-1]) | (self.segment[1:] != self.segment[:-1])]
-        )
-        heads = np.flatnonzero(new)
+        joined = (self.owner[1:] == self.owner[:-1]) & (self.segment[1:] == self.segment[:-1])
+        if not joined.any():
+            return self
+        heads = np.flatnonzero(np.concatenate([[True], ~joined]))
         return Pieces(
             owner=self.owner[heads],
             segment=self.segment[heads],
@@ -66,10 +66,21 @@ class Pieces:
 
 def pieces_of(segments: list[Segment], offsets: list[int], runs: OwnerRuns) -> Pieces:
     """Cut the wave at every segment start and every ownership boundary."""
-    seg_offset = np.array(offsets, dtype=np.int64)
-    seg_start = np.array([s[1] for s in segments], dtype=np.int64)
-    cuts = np.union1d(seg_offset, runs.start)
-    cuts = cuts[cuts < runs.packed]
+    return _cut(np.array(offsets, dtype=np.int64), _positions(segments), runs)
+
+
+def _positions(segments: list[Segment]) -> np.ndarray:
+    """Each segment's request position (where its first token sits in the requests through it)."""
+    return np.array([s[1] for s in segments], dtype=np.int64)
+
+
+def _cut(seg_offset: np.ndarray, seg_start: np.ndarray, runs: OwnerRuns) -> Pieces:
+    """:func:`pieces_of`, from the segments' packed offsets and request positions."""
+    cuts = np.concatenate((seg_offset, runs.start))
+    cuts.sort()
+    keep = cuts < runs.packed
+    keep[1:] &= cuts[1:] != cuts[:-1]
+    cuts = cuts[keep]
     ends = np.append(cuts[1:], runs.packed)
     segment = np.searchsorted(seg_offset, cuts, side="right") - 1
     run = np.searchsorted(runs.start, cuts, side="right") - 1
@@ -97,9 +108,9 @@ def price_ranks(
     (per barrier the slowest rank, summed, plus overhead and the hand-off in the wave's ``gdn_handoff``
     mode) and its worst peak."""
     cp = card.topology.cp
-    pieces = pieces_of(segments, offsets, runs)
+    seg_start = _positions(segments)
+    pieces = _cut(np.array(offsets, dtype=np.int64), seg_start, runs)
     flags = {"grad": np.array(coverage.grad, dtype=bool), "loss": np.array(coverage.loss, dtype=bool)}
-    seg_start = np.array([s[1] for s in segments], dtype=np.int64)
     masked = {"loss": coverage.masked_loss} if coverage.masked_loss else {}
     per_rank = rank_sums(pieces, flags, runs.packed, cp, masked=masked, seg_start=seg_start)
     claimed = {int(r["rank"]): r for r in wave["ranks"]}
@@ -160,11 +171,17 @@ def rank_sums(
     mine = (pieces.owner >= 0) & (pieces.owner < cp)
     owner, segment = pieces.owner[mine], pieces.segment[mine]
     first, length = pieces.first[mine], pieces.length[mine]
+    per_run: dict[str, np.ndarray] = {}
+    flags: dict[str, np.ndarray] = {}
     for q in QUANTITIES:
         if q.count in _PER_RUN:
-            values = _PER_RUN[q.count](first, length)
+            if q.count not in per_run:
+                per_run[q.count] = _PER_RUN[q.count](first, length)
+            values = per_run[q.count]
             if q.only != "all":
-                flagged = seg_flags[q.only][segment]
+                if q.only not in flags:
+                    flags[q.only] = seg_flags[q.only][segment]
+                flagged = flags[q.only]
                 values = values * flagged
                 extra = (masked or {}).get(q.only)
                 if extra:
@@ -211,7 +228,7 @@ def _price_rank(card: ResolvedCard, terms: CardTerms, quantities: tuple[int, ...
     best, binding = -math.inf, 0
     for e, envelope in enumerate(terms.envelopes):
         total = envelope.static_bytes
-        for _, unit_bytes, q in envelope.terms:
+        for unit_bytes, q in envelope.terms:
             total += unit_bytes * quantities[q]
         if total > best:
             best, binding = total, e
