@@ -167,8 +167,10 @@ def _read_all(
             return None
         keys.append((item_id, k))
         request = item.requests[k]
-        tokens, masked = request.tokens, masked_logits_needed(request)
-        takes_grad, needs_logits = request.grad, masked is None and request.output in ("loss", "logits")
+        tokens, output = request.tokens, request.output
+        size, takes_grad = tokens.size, request.grad
+        masked = masked_logits_needed(request) if output == "loss" and request.loss_mask is not None else None
+        needs_logits = masked is None and output in ("loss", "logits")
         position, previous = 0, -1
         for c in entry["segments"]:
             if type(c) is not int or not 0 <= c < num_segments:
@@ -177,7 +179,7 @@ def _read_all(
             if parent != previous or start != position or length < 1:
                 return None
             previous, position = c, position + length
-            if position > tokens.size:
+            if position > size:
                 return None
             first = held[c]
             if first is None:
@@ -185,13 +187,15 @@ def _read_all(
             elif count_nonzero(first != tokens[start:position]):
                 return None
             uses[c] += 1
-            grad[c] = grad[c] or takes_grad
-            loss[c] = loss[c] or needs_logits
+            if takes_grad:
+                grad[c] = True
+            if needs_logits:
+                loss[c] = True
             if masked is not None:
                 coverage.masked_loss[c] = masked[start:position] | coverage.masked_loss.get(c, False)
-        if position != tokens.size:
+        if position != size:
             return None
-        coverage.logical_tokens += tokens.size
+        coverage.logical_tokens += size
     return keys, coverage
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any
 
 from cpplan.errors import InputError
@@ -256,7 +257,7 @@ def _coverage_violations(
 
 def _split_violations(waves: list, seen: dict[tuple[str, int], int]) -> list[str]:
     """An item whose requests lie in more than one wave must lie in consecutive waves marked split."""
-    if len(set(seen.values())) < 2 and all(type(item_id) is str for item_id, _ in seen):
+    if len(set(seen.values())) < 2 and set(map(type, map(itemgetter(0), seen))) <= {str}:
         return []  # the requests lie in one wave at most
     spread: dict[str, set[int]] = {}
     for (item_id, _), w in seen.items():
