@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -212,7 +213,7 @@ def check_whole_items(w: int, wave: dict[str, Any], by_id: dict[str, Item], viol
     """A wave not marked split holds every request of each item it lists."""
     if wave.get("split"):
         return
-    listed = Counter(e["item"] for e in wave["requests"])
+    listed = Counter(map(itemgetter("item"), wave["requests"]))
     for item_id in dict.fromkeys(wave["items"]):
         item = by_id.get(item_id)
         if item is None:

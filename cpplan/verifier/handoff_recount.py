@@ -105,7 +105,9 @@ def _predecessors_in_order(segments: list[Segment], offsets: list[int], pieces) 
 def _busiest(owner: np.ndarray, tokens: np.ndarray, cp: int) -> int:
     """The most ``tokens`` any rank ``0 .. cp - 1`` owns (pieces of other owners count for none)."""
     mine = (owner >= 0) & (owner < cp)
-    return int(np.bincount(owner[mine], weights=tokens[mine], minlength=cp).max())
+    if not mine.all():
+        owner, tokens = owner[mine], tokens[mine]
+    return int(np.bincount(owner, weights=tokens, minlength=cp).max())
 
 
 def _rounds(card: ResolvedCard, walk: _Walk) -> float:

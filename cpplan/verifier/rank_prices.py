@@ -168,9 +168,10 @@ def rank_sums(
     starts at request position ``seg_start[s]``); they are counted from per-segment prefix sums, so the
     work grows with the masked segments, not with the wave."""
     sums = {name: np.zeros(cp, dtype=np.int64) for name in QUANTITY_NAMES}
-    mine = (pieces.owner >= 0) & (pieces.owner < cp)
-    owner, segment = pieces.owner[mine], pieces.segment[mine]
-    first, length = pieces.first[mine], pieces.length[mine]
+    owner, segment, first, length = pieces.owner, pieces.segment, pieces.first, pieces.length
+    mine = (owner >= 0) & (owner < cp)
+    if not mine.all():
+        owner, segment, first, length = owner[mine], segment[mine], first[mine], length[mine]
     per_run: dict[str, np.ndarray] = {}
     flags: dict[str, np.ndarray] = {}
     for q in QUANTITIES:
