@@ -13,7 +13,7 @@ from typing import Any
 
 from cpplan.spec.card import ResolvedCard
 from cpplan.spec.quantities import QUANTITY_NAMES
-from cpplan.verifier.card_terms import card_terms
+from cpplan.verifier.card_terms import CardTerms
 
 PEAK_TOLERANCE_BYTES = 2
 COST_TOLERANCE = 1e-9
@@ -72,11 +72,12 @@ def check_rank_claims(
     entry: Any,
     local: dict[str, int],
     priced: RankPrice,
-    card: ResolvedCard,
+    priced_by: tuple[ResolvedCard, CardTerms],
     violations: list[str],
 ) -> None:
-    """The plan's figures for one rank are the verifier's: every local quantity, ``peak_bytes``,
-    ``card_peak_bytes``, the binding ``envelope``, its ``breakdown`` and ``time_s``."""
+    """The plan's figures for one rank are the verifier's (priced by the card and its terms): every
+    local quantity, ``peak_bytes``, ``card_peak_bytes``, the binding ``envelope``, its ``breakdown`` and
+    ``time_s``."""
     if not isinstance(entry, dict):
         return
     for name in QUANTITY_NAMES:
@@ -91,23 +92,28 @@ def check_rank_claims(
     if not (is_number(entry.get("time_s")) and close(entry["time_s"], priced.time_s)):
         violations.append(f"{where}: time_s {entry.get('time_s')!r} but the verifier prices {priced.time_s}")
     check_present(where, entry, ("envelope", "breakdown"), violations)
-    _check_envelope(where, entry, priced, card, violations)
+    _check_envelope(where, entry, priced, priced_by, violations)
 
 
 def _check_envelope(
-    where: str, entry: dict[str, Any], priced: RankPrice, card: ResolvedCard, violations: list[str]
+    where: str,
+    entry: dict[str, Any],
+    priced: RankPrice,
+    priced_by: tuple[ResolvedCard, CardTerms],
+    violations: list[str],
 ) -> None:
     """``envelope`` names an envelope whose bytes are the rank's largest (a tie may name either), and
     ``breakdown`` holds that envelope's static bytes and each of its terms' bytes, before the safety
     factor."""
     if "envelope" not in entry:
         return
+    card, terms = priced_by
     names = card.envelope_names
     if entry["envelope"] not in names:
         known = ", ".join(names)
         violations.append(f"{where}: envelope {entry['envelope']!r} is not one of the card's {known}")
         return
-    envelope = card_terms(card).envelopes[names.index(entry["envelope"])]
+    envelope = terms.envelopes[names.index(entry["envelope"])]
     quantities = priced.quantities
     parts = {"static": envelope.static_bytes}
     for name, (unit_bytes, q) in zip(envelope.term_names, envelope.terms, strict=True):

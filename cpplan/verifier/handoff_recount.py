@@ -25,7 +25,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from cpplan.spec.card import ResolvedCard
-from cpplan.verifier.card_terms import card_terms
 from cpplan.verifier.segments import Segment
 
 
@@ -47,7 +46,7 @@ def handoff_seconds(
     """Seconds the wave's hand-off adds in ``mode`` (0 on one rank or when the card prices none);
     ``pieces`` are the wave's maximal pieces in packed order
     (:class:`~cpplan.verifier.rank_prices.Pieces`)."""
-    if card.topology.cp == 1 or not card_terms(card).handoff_priced or pieces.owner.size == 0:
+    if card.topology.cp == 1 or not card.handoff.priced or pieces.owner.size == 0:
         return 0.0
     if mode == "head_parallel":
         return _head_parallel(card, segments, pieces)

@@ -25,7 +25,7 @@ from cpplan.spec.card import ResolvedCard
 from cpplan.spec.settings import topology_from_json
 from cpplan.spec.topology import Topology
 from cpplan.spec.workload import Item, Workload
-from cpplan.verifier.card_terms import card_terms
+from cpplan.verifier.card_terms import CardTerms, card_terms
 from cpplan.verifier.chains import check_used, check_whole_items, read_requests
 from cpplan.verifier.claims import is_number
 from cpplan.verifier.owners import read_owners
@@ -77,6 +77,7 @@ def verify_plan(
     wave_costs: list[float] = []
     placed: tuple[list[dict], list[list[int]], list[int]] = ([], [], [])
     worst_peak = packed_tokens = logical_tokens = 0
+    terms: dict[int, CardTerms] = {}
     first = _first_index(waves) if requests is not None else 0
     for w, wave in enumerate(waves):
         if not isinstance(wave, dict):
@@ -86,8 +87,13 @@ def verify_plan(
             group = _wave_card(w, wave, card, violations)
             if group is None:
                 continue
+            if group.topology.cp not in terms:
+                terms[group.topology.cp] = card_terms(group)
             where = _Where(w=w, index=first + w, topology=card.topology)
-            cost, peak, tokens = _check_wave(where, wave, by_id, seen, group, memory_bytes, chunk, violations)
+            priced_by = (group, terms[group.topology.cp])
+            cost, peak, tokens = _check_wave(
+                where, wave, by_id, seen, priced_by, memory_bytes, chunk, violations
+            )
         except (KeyError, TypeError, ValueError, IndexError) as exc:
             violations.append(f"wave {w}: malformed ({type(exc).__name__}: {exc})")
             continue
@@ -128,7 +134,7 @@ def _stated_settings(data: dict[str, Any], card: ResolvedCard) -> str | None:
     for name, value in ours.items():
         if name in data and data[name] != value:
             return f"the plan states {name} {data[name]!r}, but it is checked with {value!r}"
-    if "topology" not in data or _is_topology_json(data["topology"], card):
+    if "topology" not in data:
         return None
     try:
         stated = topology_from_json(data["topology"])
@@ -137,18 +143,6 @@ def _stated_settings(data: dict[str, Any], card: ResolvedCard) -> str | None:
     if stated != card.topology:
         return f"the plan states topology {stated}, but it is checked under {card.topology}"
     return None
-
-
-def _is_topology_json(value: Any, card: ResolvedCard) -> bool:
-    """Whether ``value`` is the card's topology in its JSON form: the same sizes and flags, of the same
-    types (it reads back as the card's topology)."""
-    ours = card_terms(card).topology_json
-    return (
-        ours is not None
-        and type(value) is dict
-        and value == ours
-        and all(type(value[name]) is type(flag) for name, flag in ours.items())
-    )
 
 
 def _first_index(waves: list) -> int:
@@ -198,14 +192,15 @@ def _check_wave(
     wave: dict,
     by_id: dict[str, Item],
     seen: dict[tuple[str, int], int],
-    card: ResolvedCard,
+    priced_by: tuple[ResolvedCard, CardTerms],
     memory_bytes: int,
     chunk: int,
     violations: list[str],
 ) -> tuple[float, int, tuple[int, int]]:
-    """One wave's structure, requests, ownership, prices and stated fields; its cost, worst peak, and
-    packed and logical tokens."""
+    """One wave's structure, requests, ownership, prices (by the card of its group and its terms) and
+    stated fields; its cost, worst peak, and packed and logical tokens."""
     w = where.w
+    card = priced_by[0]
     segments = read_segments(wave)
     check_segments(w, segments, violations)
     offsets, packed = segment_offsets(segments)
@@ -215,7 +210,7 @@ def _check_wave(
     check_packed_tokens(w, wave, packed, violations)
     _check_gdn_handoff(w, wave, violations)
     runs = read_owners(w, wave["ranks"], packed, chunk, card.topology.cp, violations)
-    cost, peak = price_ranks(w, wave, segments, offsets, runs, coverage, card, memory_bytes, violations)
+    cost, peak = price_ranks(w, wave, segments, offsets, runs, coverage, priced_by, memory_bytes, violations)
     facts = WaveFacts(
         w=w,
         index=where.index,

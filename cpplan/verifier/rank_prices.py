@@ -18,7 +18,7 @@ import numpy as np
 
 from cpplan.spec.card import ResolvedCard
 from cpplan.spec.quantities import COUNTS, QUANTITIES, QUANTITY_NAMES, check_rules
-from cpplan.verifier.card_terms import CardTerms, card_terms
+from cpplan.verifier.card_terms import CardTerms
 from cpplan.verifier.chains import Coverage
 from cpplan.verifier.claims import RankPrice, check_rank_claims, close
 from cpplan.verifier.handoff_recount import handoff_seconds
@@ -100,13 +100,14 @@ def price_ranks(
     offsets: list[int],
     runs: OwnerRuns,
     coverage: Coverage,
-    card: ResolvedCard,
+    priced_by: tuple[ResolvedCard, CardTerms],
     memory_bytes: int,
     violations: list[str],
 ) -> tuple[float, int]:
-    """Price every rank of the wave, check it against the budget and the plan's claims; the wave's cost
-    (per barrier the slowest rank, summed, plus overhead and the hand-off in the wave's ``gdn_handoff``
-    mode) and its worst peak."""
+    """Price every rank of the wave by the card of its group (and that card's terms), check it against
+    the budget and the plan's claims; the wave's cost (per barrier the slowest rank, summed, plus
+    overhead and the hand-off in the wave's ``gdn_handoff`` mode) and its worst peak."""
+    card, terms = priced_by
     cp = card.topology.cp
     seg_start = _positions(segments)
     pieces = _cut(np.array(offsets, dtype=np.int64), seg_start, runs)
@@ -116,7 +117,6 @@ def price_ranks(
     claimed = {int(r["rank"]): r for r in wave["ranks"]}
     slowest: dict[int, float] = {}
     worst = 0
-    terms = card_terms(card)
     columns = {name: values.tolist() for name, values in per_rank.items()}
     for rank in range(cp):
         local = {name: values[rank] for name, values in columns.items()}
@@ -132,7 +132,7 @@ def price_ranks(
             )
         if rank in claimed:
             where = f"wave {w} rank {rank}"
-            check_rank_claims(where, claimed[rank], local, priced, card, violations)
+            check_rank_claims(where, claimed[rank], local, priced, priced_by, violations)
     compute = math.fsum(slowest.values())
     mode = wave.get("gdn_handoff", "rounds")
     if mode == "head_parallel" and cp > 1 and card.handoff.priced and not card.handoff.head_parallel_priced:
