@@ -51,11 +51,23 @@ def read_requests(
 ) -> Coverage:
     """Read every request of the wave back through its chain, recording in ``seen`` which wave holds it.
 
-    A well-formed wave (:func:`read_whole_wave`) is read at once; any other request by request, each
-    break reported where it is found."""
+    A well-formed wave (:func:`read_whole_wave`) is read in one pass; any other request by request
+    (:func:`read_each_request`), each break reported where it is found."""
     coverage = read_whole_wave(w, wave, segments, by_id, seen)
     if coverage is not None:
         return coverage
+    return read_each_request(w, wave, segments, by_id, seen, violations)
+
+
+def read_each_request(
+    w: int,
+    wave: dict[str, Any],
+    segments: list[Segment],
+    by_id: dict[str, Item],
+    seen: dict[tuple[str, int], int],
+    violations: list[str],
+) -> Coverage:
+    """:func:`read_requests` request by request, reporting each break where it is found."""
     coverage = Coverage.empty(len(segments))
     wave_items = set(wave["items"])
     for entry in wave["requests"]:
