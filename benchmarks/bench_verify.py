@@ -32,14 +32,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-import cpplan  # noqa: E402
-from bench_scale import MODEL_CLUSTER, cluster_step, one_item, small  # noqa: E402
-from cpplan.planners.greedy import greedy_plan  # noqa: E402
-from cpplan.plans.plan_writer import plan_to_dict  # noqa: E402
-from cpplan.pricing.problem import Problem  # noqa: E402
-from cpplan.verifier import verify_plan  # noqa: E402
+from bench_scale import MODEL_CLUSTER, cluster_step, one_item, small
 
-DEFAULT_OUTPUT = Path("cpplan-bench") / "bench_verify.json"
+import cpplan
+from cpplan.bench.outputs import QUICK_FOLDER
+from cpplan.planners.greedy import greedy_plan
+from cpplan.plans.plan_writer import plan_to_dict
+from cpplan.pricing.problem import Problem
+from cpplan.verifier import verify_plan
+
+DEFAULT_OUTPUT = QUICK_FOLDER / "bench_verify.json"
 """Where a run writes by default: relative to the current directory, away from ``benchmarks/results``."""
 
 
@@ -71,7 +73,9 @@ def time_case(problem, plan) -> tuple[float, float, bool]:
     t0 = time.perf_counter()
     data = plan_to_dict(problem, plan)
     t1 = time.perf_counter()
-    verdict = verify_plan(data, problem.workload, problem.card, problem.memory_bytes, chunk_tokens=problem.chunk_tokens)
+    verdict = verify_plan(
+        data, problem.workload, problem.card, problem.memory_bytes, chunk_tokens=problem.chunk_tokens
+    )
     t2 = time.perf_counter()
     return t1 - t0, t2 - t1, verdict.valid
 
@@ -128,7 +132,7 @@ def print_table(rows: list[dict]) -> None:
         print(
             f"{r['case']:<16} {r['waves']:>5} {r['items']:>5} {r['requests']:>6} {r['repeats']:>4} "
             f"{1e3 * r['serialize_p50_s']:>12.3f} {1e3 * r['verify_p50_s']:>9.3f} "
-            f"{1e3 * r['verify_p90_s']:>10.3f} {1e3 * r['total_p50_s']:>8.3f} {str(r['valid']):>5} "
+            f"{1e3 * r['verify_p90_s']:>10.3f} {1e3 * r['total_p50_s']:>8.3f} {r['valid']!s:>5} "
             f"{r['load_avg_median']:>5.2f}"
         )
 
