@@ -25,7 +25,7 @@ from cpplan.plans.plan_fields import (
     WAVE_FIELDS,
     record,
 )
-from cpplan.plans.pool_schedule import Schedule, block, dp_rank_of, scheduled, sequential, timed
+from cpplan.plans.pool_schedule import Schedule, block, dp_rank_of, sequential, timed
 from cpplan.pricing.evaluator import RankPrices, price, wave_cost_s
 from cpplan.pricing.ownership import ChunkStats
 from cpplan.pricing.wave import WavePlan
@@ -177,7 +177,7 @@ def plan_schedule(problem, plan: Plan) -> Schedule:
     if plan.schedule is not None:
         return repadded(plan, padding_s).schedule
     costs = [w.cost_s for w in plan.waves]
-    if not scheduled(topology):
+    if not topology.several_groups:
         return sequential(costs, topology.cp, padding_s)
     gpus = [block(topology.cp, w % topology.dp) for w in range(len(costs))]
     return timed(costs, gpus, topology.pool, padding_s)
@@ -192,7 +192,7 @@ def plan_header(problem, plan: Plan, schedule: Schedule | None = None) -> dict[s
     settings = problem.settings.to_json()
     correction = settings.pop("correction")
     schedule = schedule or plan_schedule(problem, plan)
-    cost_s = schedule.makespan_s if scheduled(problem.topology) else plan.cost_s
+    cost_s = schedule.makespan_s if problem.topology.several_groups else plan.cost_s
     values = {
         "cpplan_version": cpplan_version(),
         **settings,
