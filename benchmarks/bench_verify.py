@@ -10,10 +10,9 @@ Cases (Qwen3.6-35B-A3B at full depth, 80 GiB per rank for the shares, 40 GiB for
 - ``one_item 10000``: greedy's plan of one item of 10,000 requests at cp 4, split over waves
   (:func:`bench_scale.one_item`).
 
-Per case, interleaved over ``--repeats`` rounds, each after a full garbage collection: ``plan_to_dict``
-(the plan serialized as the verifier reads it, what every planning call does before verifying a
-candidate) and ``verify_plan`` on that dictionary; medians (and p90) of each, the load average beside
-them. The same script times any checkout
+Per case, interleaved over ``--repeats`` rounds: ``plan_to_dict`` (the plan serialized as the verifier
+reads it, what every planning call does before verifying a candidate) and ``verify_plan`` on that
+dictionary; medians (and p90) of each, the load average beside them. The same script times any checkout
 (``PYTHONPATH=<checkout>``), so a before/after pair is two runs of it.
 
 Usage: ``python benchmarks/bench_verify.py [--repeats N] [--label NAME] [--output PATH]``; prints a table
@@ -23,7 +22,6 @@ and writes JSON (default ``./cpplan-bench/bench_verify.json``, never the committ
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import os
 import platform
@@ -71,9 +69,7 @@ def large_cases() -> list[tuple[str, object, object]]:
 
 
 def time_case(problem, plan) -> tuple[float, float, bool]:
-    """One serialization and one verification of ``plan`` (after a full garbage collection, so that one
-    case's garbage is not collected in another's time): their seconds and the verdict."""
-    gc.collect()
+    """One serialization and one verification of ``plan``: their seconds and the verdict."""
     t0 = time.perf_counter()
     data = plan_to_dict(problem, plan)
     t1 = time.perf_counter()
