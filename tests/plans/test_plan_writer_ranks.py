@@ -22,6 +22,7 @@ def test_every_ranks_ranges_in_one_pass_are_those_owned_ranges_gives():
             chunk_tokens=chunk,
             packed_tokens=packed,
             amounts=np.zeros((num_chunks, 1), np.int64),
+            amount_prefix=np.zeros((num_chunks + 1, 1), np.int64),
             first_segment=np.zeros(num_chunks, np.int64),
             last_segment=np.zeros(num_chunks, np.int64),
         )
