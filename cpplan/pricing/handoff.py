@@ -34,7 +34,6 @@ the wave's cost, the CP-SAT columns and ``benchmarks/cp_scaling.py`` all read th
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Literal
 
 import numpy as np
@@ -235,7 +234,7 @@ def handoff_modes(
     from the same ownership: ``{"rounds": ..., "parallel": ...}``, and ``"head_parallel"`` where the
     card prices it (:mod:`cpplan.pricing.head_parallel`); nothing at one rank, or when the card prices
     none."""
-    if num_ranks == 1 or not _priced(seconds):
+    if num_ranks == 1 or not seconds.priced:
         return {mode: Handoff(mode=mode) for mode in HANDOFF_MODES}
     links = (
         layout.links
@@ -251,12 +250,6 @@ def handoff_modes(
     if heads is not None:
         modes[HEAD_PARALLEL] = heads
     return modes
-
-
-@lru_cache(maxsize=64)
-def _priced(seconds: HandoffSeconds) -> bool:
-    """``seconds.priced``, kept per hand-off price (a card has one, read for every ownership priced)."""
-    return seconds.priced
 
 
 def wave_handoff(
