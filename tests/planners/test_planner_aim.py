@@ -21,11 +21,11 @@ def _step() -> cpplan.Workload:
 
 
 def _spy(seen: list[float], late_s: float):
-    """Greedy that records the seconds its deadline gave, then runs until ``late_s`` past the call's
-    whole budget."""
+    """Greedy that records the budget its call aimed at (its profile's), then runs until ``late_s``
+    past the call's whole budget."""
 
     def strategy(problem: Problem, profile: SolverProfile, deadline: Deadline):
-        seen.append(deadline.end_s - deadline.start_s)
+        seen.append(profile.time_budget_s)
         time.sleep(max(0.0, deadline.start_s + BUDGET_S + late_s - time.perf_counter()))
         return PLANNERS["greedy"](problem, profile, deadline)
 
@@ -33,19 +33,20 @@ def _spy(seen: list[float], late_s: float):
 
 
 def test_a_call_aims_early_by_how_late_the_last_ones_ended():
-    """After a call that ended at least 40 ms past its budget, the next call's deadline ends at least
-    40 ms earlier (never more than half the budget); a call later than half the budget (its floor, not
-    the aim) and calls that ended in time do not move the aim; under a deterministic profile the
-    deadline never moves."""
+    """After a call that ended at least 40 ms past its budget, the next call aims at least 40 ms
+    earlier (never more than half the budget); a call later than half the budget (its floor, not the
+    aim) and calls that ended in time do not move the aim; under a deterministic profile the budget
+    never moves."""
     planner = cpplan.Planner(model="qwen3.6-35b-a3b", topology="cp=2", memory_bytes="8GiB", solver="runtime")
     seen: list[float] = []
     planner.plan(_step(), BUDGET_S, planners={"greedy": _spy(seen, 0.04)})
     in_time = {"greedy": _spy(seen, -BUDGET_S)}
     planner.plan(_step(), BUDGET_S, planners=in_time)
+    assert seen[0] == BUDGET_S
     assert 0.04 <= seen[0] - seen[1] <= BUDGET_S / 2
     planner.plan(_step(), BUDGET_S, planners={"greedy": _spy(seen, 0.6 * BUDGET_S)})  # its floor: not counted
     planner.plan(_step(), BUDGET_S, planners=in_time)
-    assert abs(seen[3] - seen[1]) < 1e-6
+    assert seen[3] == seen[1]
     steady = cpplan.Planner(model="qwen3.6-35b-a3b", topology="cp=2", memory_bytes="8GiB", solver="trainer")
     fixed: list[float] = []
     steady.plan(_step(), planners={"greedy": _spy(fixed, -BUDGET_S)})
