@@ -671,13 +671,18 @@ def load_range(loads: list[float]) -> str:
     return low if low == high else f"{low}{DASH}{high}"
 
 
-def fixed_share_line(data: dict, key: tuple[str, ...]) -> str:
-    """One row of docs/runtime.md's fixed-share table from ``bench_scale.py --cluster --fixed-share``."""
+BUSY_LABEL = "fixed_share_busy2"
+"""The label of the fixed-share run beside two busy processes in ``bench_scale_cluster.json``."""
+
+
+def fixed_share_line(data: dict, key: tuple[str, ...], label: str = "fixed_share") -> str:
+    """One row of docs/runtime.md's fixed-share table from ``bench_scale.py --cluster --fixed-share``
+    (the run labelled ``label``: ``fixed_share_busy2`` is the one beside two busy processes)."""
     workload, completions = key[0], int(key[1].replace(",", ""))
     dp, cp = (int(v) for v in key[2].split(" × "))
     r = next(
         r
-        for r in data["fixed_share"]["rows"]
+        for r in data[label]["rows"]
         if (r["workload"], r["completions"], r["dp"], r["cp"]) == (workload, completions, dp, cp)
     )
     a, d = r["rank"], r["default"]
@@ -741,6 +746,17 @@ RUNTIME_RUNS = (
         quick_command=(
             *(PY, "benchmarks/bench_scale.py", "--cluster", "--fixed-share", "--repeats", "1"),
             *("--share-rows", "1024x8x8,2048x16x8", "--node-rows", "64x4", "--output", "{out}"),
+        ),
+    ),
+    Run(
+        name="fixed_share_busy",
+        command=(
+            *(PY, "benchmarks/bench_scale.py", "--cluster", "--fixed-share", "--busy", "2"),
+            *("--label", BUSY_LABEL, "--output", "{out}"),
+        ),
+        quick_command=(
+            *(PY, "benchmarks/bench_scale.py", "--cluster", "--fixed-share", "--busy", "2", "--repeats", "1"),
+            *("--share-rows", "1024x8x8", "--node-rows", "64x4", "--label", BUSY_LABEL, "--output", "{out}"),
         ),
     ),
     Run(
@@ -820,6 +836,14 @@ RUNTIME_FIGURES = (
         num_keys=3,
         line_of=fixed_share_line,
         what="fixed share",
+    ),
+    *table_figures(
+        RUNTIME_DOC,
+        "| beside 2 busy processes | completions | dp × cp |",
+        run="fixed_share_busy",
+        num_keys=3,
+        line_of=lambda d, k: fixed_share_line(d, k, BUSY_LABEL),
+        what="fixed share, 2 busy processes",
     ),
     _runtime(
         "`grpo32x8` (p95 144.1 ms on this machine)",

@@ -19,6 +19,7 @@ returns a :class:`concurrent.futures.Future`, so a trainer plans step k + 1 whil
 
 from __future__ import annotations
 
+import statistics
 import threading
 import time
 from collections import deque
@@ -181,13 +182,14 @@ class Planner:
     def _aimed(self, profile: SolverProfile) -> SolverProfile:
         """``profile`` with the budget this call aims at: under the clock, the budget less how late the
         recent calls of one problem (a replica's share, or the whole step unpartitioned) ended past the
-        budget they aimed at (the most of the last :data:`LATE_WINDOW`; a call later than
+        budget they aimed at (the median of the last :data:`LATE_WINDOW`, so that one hiccup does not cut
+        the next calls short; a call later than
         :data:`MAX_AIM_SHARE` of the budget is not counted: its floor, not the aim, made it late), so
         that on a busy machine, where the ``[timing]`` estimates run short, a call still ends within its
         budget; a deterministic profile as it is."""
         if profile.deterministic or not self._late_s:
             return profile
-        early_s = min(max(max(self._late_s), 0.0), MAX_AIM_SHARE * profile.time_budget_s)
+        early_s = min(max(statistics.median(self._late_s), 0.0), MAX_AIM_SHARE * profile.time_budget_s)
         return profile if early_s == 0.0 else profile.with_time_budget(profile.time_budget_s - early_s)
 
     def plan_async(
@@ -421,7 +423,7 @@ class Planner:
 _KEPT_RESULTS = 16
 
 LATE_WINDOW = 8
-"""Recent calls whose lateness :meth:`Planner._aimed` reads (the most late of them sets the aim)."""
+"""Recent calls whose lateness :meth:`Planner._aimed` reads (their median sets the aim)."""
 
 MAX_AIM_SHARE = 0.5
 """A call aims at most this share of its budget early, however late the recent calls ended."""

@@ -35,8 +35,8 @@ def _spy(seen: list[float], late_s: float):
 def test_a_call_aims_early_by_how_late_the_last_ones_ended():
     """After a call that ended at least 40 ms past its budget, the next call aims at least 40 ms
     earlier (never more than half the budget); a call later than half the budget (its floor, not the
-    aim) and calls that ended in time do not move the aim; under a deterministic profile the budget
-    never moves."""
+    aim) does not move the aim further, and calls that ended in time move it back; under a
+    deterministic profile the budget never moves."""
     planner = cpplan.Planner(model="qwen3.6-35b-a3b", topology="cp=2", memory_bytes="8GiB", solver="runtime")
     seen: list[float] = []
     planner.plan(_step(), BUDGET_S, planners={"greedy": _spy(seen, 0.04)})
@@ -46,7 +46,7 @@ def test_a_call_aims_early_by_how_late_the_last_ones_ended():
     assert 0.04 <= seen[0] - seen[1] <= BUDGET_S / 2
     planner.plan(_step(), BUDGET_S, planners={"greedy": _spy(seen, 0.6 * BUDGET_S)})  # its floor: not counted
     planner.plan(_step(), BUDGET_S, planners=in_time)
-    assert seen[3] == seen[1]
+    assert seen[3] >= seen[1]
     steady = cpplan.Planner(model="qwen3.6-35b-a3b", topology="cp=2", memory_bytes="8GiB", solver="trainer")
     fixed: list[float] = []
     steady.plan(_step(), planners={"greedy": _spy(fixed, -BUDGET_S)})
