@@ -19,12 +19,14 @@ returns a :class:`concurrent.futures.Future`, so a trainer plans step k + 1 whil
 
 from __future__ import annotations
 
+import gc
 import statistics
 import threading
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Literal
 
@@ -164,6 +166,20 @@ class Planner:
             )
         profile = self._profile_for(time_budget_s)
         k = None if replica is None or replica == "all" else check_replica(replica, self.settings.topology)
+        with _no_collection_under(profile):
+            return self._plan_now(workload, profile, k, replica, planners, started)
+
+    def _plan_now(
+        self,
+        workload: Workload,
+        profile: SolverProfile,
+        k: int | None,
+        replica: int | Literal["all"] | None,
+        planners: Mapping[str, Strategy] | None,
+        started: float,
+    ) -> PlanResult:
+        """:meth:`plan` once its arguments are checked: replica ``k``'s share, the partitioned step, or
+        the whole step planned jointly."""
         if k is None and (replica == "all" or self.partitions(workload, profile)):
             return self._plan_step(workload, profile, planners, started)
         aimed = self._aimed(profile)
@@ -421,6 +437,23 @@ class Planner:
 
 
 _KEPT_RESULTS = 16
+
+
+@contextmanager
+def _no_collection_under(profile: SolverProfile) -> Iterator[None]:
+    """Under the clock, Python's cyclic garbage collector paused for the call (the collection runs after
+    it, if due): a full collection over a large process takes tens of milliseconds, a budget's worth,
+    and would land in whichever call it falls in. A deterministic profile leaves it alone. Another
+    thread's call that paused it first keeps it paused until that call ends."""
+    paused = not profile.deterministic and gc.isenabled()
+    if paused:
+        gc.disable()
+    try:
+        yield
+    finally:
+        if paused:
+            gc.enable()
+
 
 LATE_WINDOW = 8
 """Recent calls whose lateness :meth:`Planner._aimed` reads (their median sets the aim)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import time
 
 import cpplan
@@ -52,3 +53,20 @@ def test_a_call_aims_early_by_how_late_the_last_ones_ended():
     steady.plan(_step(), planners={"greedy": _spy(fixed, -BUDGET_S)})
     steady.plan(_step(), planners={"greedy": _spy(fixed, -BUDGET_S)})
     assert fixed[0] == fixed[1]
+
+
+def test_the_garbage_collector_waits_for_a_call_under_the_clock():
+    """During a call under the clock Python's cyclic collector is paused (a full collection of a large
+    process would take a budget's worth) and it runs again after the call; a deterministic profile's
+    call leaves it running."""
+    inside: list[bool] = []
+
+    def probe(problem: Problem, profile: SolverProfile, deadline: Deadline):
+        inside.append(gc.isenabled())
+        return PLANNERS["greedy"](problem, profile, deadline)
+
+    for solver in ("runtime", "trainer"):
+        planner = cpplan.Planner(model="qwen3.6-35b-a3b", topology="cp=2", memory_bytes="8GiB", solver=solver)
+        planner.plan(_step(), planners={"greedy": probe})
+        assert gc.isenabled()
+    assert inside == [False, True]
