@@ -19,10 +19,14 @@ returns a :class:`concurrent.futures.Future`, so a trainer plans step k + 1 whil
 
 from __future__ import annotations
 
+import gc
+import statistics
 import threading
 import time
-from collections.abc import Mapping
+from collections import deque
+from collections.abc import Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Literal
 
@@ -123,6 +127,8 @@ class Planner:
         """The last learned correction and the settings with it (:meth:`_settings_now`)."""
         self._replica_settings: tuple[Settings, Settings] | None = None
         """The (corrected) settings last planned with and their one-replica form."""
+        self._late_s: deque[float] = deque(maxlen=LATE_WINDOW)
+        """How late each recent call under the clock ended past the budget it aimed at (:meth:`_aimed`)."""
         self._worker: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
         if "cpsat" in self.profile.strategies:
@@ -159,15 +165,48 @@ class Planner:
                 field="workload",
             )
         profile = self._profile_for(time_budget_s)
-        if replica is None and not self.partitions(workload, profile):
-            deadline = Deadline.of_profile(profile, start_s=started)
-            return solve(
-                Problem.build(workload, self._settings_now()), profile, planners=planners, deadline=deadline
-            )
-        if replica is None or replica == "all":
+        k = None if replica is None or replica == "all" else check_replica(replica, self.settings.topology)
+        with _no_collection_under(profile):
+            return self._plan_now(workload, profile, k, replica, planners, started)
+
+    def _plan_now(
+        self,
+        workload: Workload,
+        profile: SolverProfile,
+        k: int | None,
+        replica: int | Literal["all"] | None,
+        planners: Mapping[str, Strategy] | None,
+        started: float,
+    ) -> PlanResult:
+        """:meth:`plan` once its arguments are checked: replica ``k``'s share, the partitioned step, or
+        the whole step planned jointly."""
+        if k is None and (replica == "all" or self.partitions(workload, profile)):
             return self._plan_step(workload, profile, planners, started)
-        k = check_replica(replica, self.settings.topology)
-        return self._plan_replica(workload, self.partition(workload), k, profile, planners, started)
+        aimed = self._aimed(profile)
+        if k is not None:
+            result = self._plan_replica(workload, self.partition(workload), k, aimed, planners, started)
+        else:
+            deadline = Deadline.of_profile(aimed, start_s=started)
+            result = solve(
+                Problem.build(workload, self._settings_now()), aimed, planners=planners, deadline=deadline
+            )
+        late_s = time.perf_counter() - started - aimed.time_budget_s
+        if not profile.deterministic and late_s <= MAX_AIM_SHARE * profile.time_budget_s:
+            self._late_s.append(late_s)
+        return result
+
+    def _aimed(self, profile: SolverProfile) -> SolverProfile:
+        """``profile`` with the budget this call aims at: under the clock, the budget less how late the
+        recent calls of one problem (a replica's share, or the whole step unpartitioned) ended past the
+        budget they aimed at (the median of the last :data:`LATE_WINDOW`, so that one hiccup does not cut
+        the next calls short; a call later than
+        :data:`MAX_AIM_SHARE` of the budget is not counted: its floor, not the aim, made it late), so
+        that on a busy machine, where the ``[timing]`` estimates run short, a call still ends within its
+        budget; a deterministic profile as it is."""
+        if profile.deterministic or not self._late_s:
+            return profile
+        early_s = min(max(statistics.median(self._late_s), 0.0), MAX_AIM_SHARE * profile.time_budget_s)
+        return profile if early_s == 0.0 else profile.with_time_budget(profile.time_budget_s - early_s)
 
     def plan_async(
         self,
@@ -398,6 +437,29 @@ class Planner:
 
 
 _KEPT_RESULTS = 16
+
+
+@contextmanager
+def _no_collection_under(profile: SolverProfile) -> Iterator[None]:
+    """Under the clock, Python's cyclic garbage collector paused for the call (the collection runs after
+    it, if due): a full collection over a large process takes tens of milliseconds, a budget's worth,
+    and would land in whichever call it falls in. A deterministic profile leaves it alone. Another
+    thread's call that paused it first keeps it paused until that call ends."""
+    paused = not profile.deterministic and gc.isenabled()
+    if paused:
+        gc.disable()
+    try:
+        yield
+    finally:
+        if paused:
+            gc.enable()
+
+
+LATE_WINDOW = 8
+"""Recent calls whose lateness :meth:`Planner._aimed` reads (their median sets the aim)."""
+
+MAX_AIM_SHARE = 0.5
+"""A call aims at most this share of its budget early, however late the recent calls ended."""
 """Plans whose step numbers the planner remembers (by identity) for :meth:`Planner.observe`."""
 
 _MIN_SHARE_S = 1e-3

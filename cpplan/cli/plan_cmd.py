@@ -48,7 +48,8 @@ no wall-clock deadline, so a command gives the same plan on a quiet and a busy m
     metavar="SECONDS",
     help=(
         "Override the profile's budget: wall-clock seconds, or, under a deterministic profile (the "
-        "default), units of CP-SAT's deterministic time that its stages share."
+        "default), a scale in CP-SAT's deterministic time (each CP-SAT run's limit is its stage's "
+        "`share` of it; not a cap on the call's work)."
     ),
 )
 @click.option(

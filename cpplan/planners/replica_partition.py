@@ -12,8 +12,9 @@ The partition:
 
 - **price**: every item gets a quick price in seconds (:func:`item_prices_s`): its packed tokens and
   attention pairs under full sharing of its own requests' common prefixes, times the card's per-token
-  and per-pair seconds, over ``cp`` ranks. No prefix tree is built: each request is compared with the
-  item's first one;
+  and per-pair seconds, over ``cp`` ranks. No prefix tree is built: each item's second request is
+  compared with its first on every :data:`PREFIX_STRIDE`-th token, all items in one vectorized pass
+  over the requests gathered once (:class:`StepRequests`);
 - **prefix groups**: items whose first requests share a prefix (detected by prefix hashes at the
   lengths of :data:`PREFIX_LEVELS`, longest first) are kept in one replica while the group's price stays
   within :data:`GROUP_SHARE` of one replica's even share; a prefix shared more widely (a system prompt
@@ -33,7 +34,7 @@ import heapq
 import itertools
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 import numpy as np
@@ -123,6 +124,88 @@ PREFIX_STRIDE = 64
 """Prefixes are compared, and hashed, on every this many-th token (a balance price needs no more)."""
 
 
+@dataclass(frozen=True, kw_only=True)
+class StepRequests:
+    """What the partition reads of a workload's requests, gathered in one pass over them."""
+
+    tokens: tuple[np.ndarray, ...] = field(repr=False)
+    """Every request's tokens, in workload order."""
+    lengths: np.ndarray
+    """Every request's length, in workload order."""
+    request_ptr: np.ndarray
+    """Item ``i``'s requests are ``tokens[request_ptr[i] : request_ptr[i + 1]]``."""
+    first_sampled: np.ndarray = field(repr=False)
+    """Every :data:`PREFIX_STRIDE`-th token of each item's first request, the items one after another."""
+    sampled_ptr: np.ndarray
+    """Item ``i``'s samples are ``first_sampled[sampled_ptr[i] : sampled_ptr[i + 1]]``."""
+
+    @classmethod
+    def of(cls, workload: Workload) -> StepRequests:
+        """The requests of ``workload`` gathered: one list of every request's tokens (their lengths read
+        from it), one slice per item for the samples of its first request."""
+        requests = [item.requests for item in workload.items]
+        tokens = tuple([r.tokens for rs in requests for r in rs])
+        lengths = np.fromiter(map(len, tokens), dtype=np.int64, count=len(tokens))
+        request_ptr = _offsets(np.fromiter(map(len, requests), dtype=np.int64, count=len(requests)))
+        firsts = request_ptr[:-1]
+        samples = [tokens[r][::PREFIX_STRIDE] for r in firsts.tolist()]
+        return cls(
+            tokens=tokens,
+            lengths=lengths,
+            request_ptr=request_ptr,
+            first_sampled=np.concatenate(samples),
+            sampled_ptr=_offsets(-(-lengths[firsts] // PREFIX_STRIDE)),
+        )
+
+    @property
+    def num_items(self) -> int:
+        """Items of the workload."""
+        return self.request_ptr.size - 1
+
+    @cached_property
+    def first_lengths(self) -> np.ndarray:
+        """Per item, the length of its first request."""
+        return self.lengths[self.request_ptr[:-1]]
+
+    @cached_property
+    def request_item(self) -> np.ndarray:
+        """Per request, its item."""
+        return np.repeat(np.arange(self.num_items, dtype=np.int64), np.diff(self.request_ptr))
+
+    @cached_property
+    def request_index(self) -> np.ndarray:
+        """Per request, its index within its item (0 for the item's first)."""
+        return np.arange(self.lengths.size, dtype=np.int64) - self.request_ptr[self.request_item]
+
+    def common_prefixes(self, owner: np.ndarray, index: np.ndarray) -> np.ndarray:
+        """For request ``index[j]`` of item ``owner[j]`` (never an item's first), the length of the
+        prefix it shares with its item's first request, as :func:`sampled_prefixes` finds it: the samples
+        of both compared in one vectorized pass."""
+        first_len = self.first_lengths[owner]
+        requests = self.request_ptr[owner] + index
+        span = np.minimum(self.lengths[requests], first_len)
+        lists = zip(requests.tolist(), first_len.tolist(), strict=True)
+        heads = [self.tokens[r][:n:PREFIX_STRIDE] for r, n in lists]
+        counts = -(-span // PREFIX_STRIDE)
+        starts = _offsets(counts)
+        if not heads:
+            return span
+        reference = np.repeat(self.sampled_ptr[owner] - starts[:-1], counts)
+        reference += np.arange(reference.size, dtype=np.int64)
+        parted = np.flatnonzero(np.concatenate(heads) != self.first_sampled[reference])
+        parted = np.append(parted, starts[-1])  # a mark past every head: "never parted"
+        position = parted[np.searchsorted(parted, starts[:-1])] - starts[:-1]
+        estimate = np.maximum(0, position * PREFIX_STRIDE - PREFIX_STRIDE // 2)
+        return np.where(position < counts, np.minimum(estimate, span), span)
+
+
+def _offsets(counts: np.ndarray) -> np.ndarray:
+    """``[0, c0, c0 + c1, ...]``: where each of ``counts``' runs starts, and the total last."""
+    offsets = np.zeros(counts.size + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    return offsets
+
+
 def item_prices_s(workload: Workload, card: ResolvedCard, cp: int) -> np.ndarray:
     """Per item, quick seconds: ``(a * tokens + b * pairs) / cp`` with ``tokens`` the item's packed
     tokens when each request shares a prefix with the item's first request, ``pairs`` the attention
@@ -132,23 +215,26 @@ def item_prices_s(workload: Workload, card: ResolvedCard, cp: int) -> np.ndarray
     its first (:func:`sampled_prefixes`); every later request is taken to share as much (at most its own
     length), as a GRPO group's completions share their prompt and an agent's turns their history. So
     the token reads are one per item, and a request costs only its length."""
+    return step_prices_s(StepRequests.of(workload), card, cp)
+
+
+def step_prices_s(step: StepRequests, card: ResolvedCard, cp: int) -> np.ndarray:
+    """:func:`item_prices_s` from the workload's gathered requests."""
     coefficients = card.constants.time_coefficients
     per_token = math.fsum(float(coefficients[k]) for k, q in enumerate(QUANTITIES) if q.count == "token")
     per_pair = math.fsum(float(coefficients[k]) for k, q in enumerate(QUANTITIES) if q.count == "pair")
-    size = workload.num_items
-    first_len = np.array([item.requests[0].tokens.size for item in workload.items], dtype=np.float64)
-    second_owner, second_len, second_common = sampled_prefixes(workload, max_requests=2)
-    shared = np.zeros(size, dtype=np.int64)
-    shared[second_owner] = second_common
-    later = [(i, r.tokens.size) for i, item in enumerate(workload.items) for r in item.requests[2:]]
-    later_owner = np.array([i for i, _ in later], dtype=np.int64)
-    later_len = np.array([n for _, n in later], dtype=np.int64)
-    owners = np.concatenate([second_owner, later_owner])
-    n = np.concatenate([second_len, later_len]).astype(np.float64)
-    c = np.concatenate([second_common, np.minimum(shared[later_owner], later_len)]).astype(np.float64)
-    tokens = first_len + np.bincount(owners, weights=n - c, minlength=size)
+    pairs_of = np.flatnonzero(np.diff(step.request_ptr) > 1)
+    shared = np.zeros(step.num_items, dtype=np.int64)
+    shared[pairs_of] = step.common_prefixes(pairs_of, np.ones_like(pairs_of))
+    later = np.flatnonzero(step.request_index > 0)
+    owner = step.request_item[later]
+    length = step.lengths[later]
+    n = length.astype(np.float64)
+    c = np.minimum(shared[owner], length).astype(np.float64)
+    first_len = step.first_lengths.astype(np.float64)
+    tokens = first_len + np.bincount(owner, weights=n - c, minlength=step.num_items)
     pairs = first_len * (first_len + 1) / 2
-    pairs += np.bincount(owners, weights=(n * (n + 1) - c * (c + 1)) / 2, minlength=size)
+    pairs += np.bincount(owner, weights=(n * (n + 1) - c * (c + 1)) / 2, minlength=step.num_items)
     return (per_token * tokens + per_pair * pairs) / cp
 
 
@@ -161,36 +247,11 @@ def sampled_prefixes(
     share a prefix and then go their own ways the answer is within half a stride of the exact one (the
     middle of the stride where they part); two that differ only between sampled tokens count as sharing
     them."""
-    stride = PREFIX_STRIDE
-    firsts, first_len, heads, owners, lengths = [], [], [], [], []
-    for i, item in enumerate(workload.items):
-        first = item.requests[0].tokens
-        firsts.append(first[::stride])
-        first_len.append(first.size)
-        for request in item.requests[1:max_requests]:
-            heads.append(request.tokens[: first.size : stride])
-            owners.append(i)
-            lengths.append(request.tokens.size)
-    owner = np.array(owners, dtype=np.int64)
-    length = np.array(lengths, dtype=np.int64)
-    if not heads:
-        return owner, length, np.zeros(0, dtype=np.int64)
-    counts = np.array([h.size for h in heads], dtype=np.int64)
-    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
-    first_at = np.concatenate([[0], np.cumsum([f.size for f in firsts])[:-1]])
-    position = np.arange(int(counts.sum()), dtype=np.int64) - np.repeat(starts, counts)
-    reference = np.concatenate(firsts)[np.repeat(first_at[owner], counts) + position]
-    parted = np.concatenate(heads) != reference
-    unparted = np.iinfo(np.int64).max
-    first_parted = np.full(owner.size, unparted, dtype=np.int64)
-    some = counts > 0
-    if some.any():
-        marks = np.where(parted, position, unparted)
-        first_parted[some] = np.minimum.reduceat(marks, starts[some])
-    span = np.minimum(length, np.array(first_len, dtype=np.int64)[owner])
-    estimate = np.maximum(0, first_parted * stride - stride // 2)
-    common = np.where(first_parted == unparted, span, np.minimum(estimate, span))
-    return owner, length, common
+    step = StepRequests.of(workload)
+    index = step.request_index
+    wanted = np.flatnonzero(index > 0 if max_requests is None else (index > 0) & (index < max_requests))
+    owner = step.request_item[wanted]
+    return owner, step.lengths[wanted], step.common_prefixes(owner, index[wanted])
 
 
 def prefix_hashes(tokens: np.ndarray, levels: Sequence[int]) -> dict[int, int]:
@@ -208,22 +269,28 @@ def prefix_hashes(tokens: np.ndarray, levels: Sequence[int]) -> dict[int, int]:
 def level_hashes(firsts: Sequence[np.ndarray], lengths: np.ndarray) -> np.ndarray:
     """Per item (row) and level of :data:`PREFIX_LEVELS` (column), :func:`prefix_hashes` of its first
     request, from ``firsts`` (every :data:`PREFIX_STRIDE`-th token of each item's first request) and
-    ``lengths`` (their full lengths); ``0`` where the request does not reach the level. One vectorized
-    pass over every item: the per-item hash sums are differences of one running sum, modulo ``2**64``."""
-    cap = max(PREFIX_LEVELS) // PREFIX_STRIDE
-    heads = [f[:cap] for f in firsts]
-    counts = np.array([h.size for h in heads], dtype=np.int64)
-    starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-    position = np.arange(int(starts[-1]), dtype=np.int64) - np.repeat(starts[:-1], counts)
-    sampled = np.concatenate(heads).astype(np.uint64) if heads else np.zeros(0, dtype=np.uint64)
+    ``lengths`` (their full lengths); ``0`` where the request does not reach the level."""
+    counts = np.array([f.size for f in firsts], dtype=np.int64)
+    sampled = np.concatenate(firsts) if firsts else np.zeros(0, dtype=np.int64)
+    return sampled_level_hashes(sampled, _offsets(counts), np.asarray(lengths, dtype=np.int64))
+
+
+def sampled_level_hashes(sampled: np.ndarray, ptr: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """:func:`level_hashes` of the items whose samples are ``sampled[ptr[i] : ptr[i + 1]]``, in one
+    vectorized pass: the per-item hash sums are differences of one running sum, modulo ``2**64`` (a
+    sample past the longest level enters no difference, whatever its multiplier)."""
+    multipliers = _multipliers()
+    place = np.repeat(ptr[:-1], np.diff(ptr))
+    np.subtract(np.arange(sampled.size, dtype=np.int64), place, out=place)
+    np.minimum(place, multipliers.size - 1, out=place)
+    weighted = multipliers[place]
+    weighted *= sampled.astype(np.int64, copy=False).view(np.uint64)  # token ids are non-negative
     running = np.zeros(sampled.size + 1, dtype=np.uint64)
-    np.cumsum(sampled * _multipliers()[position], dtype=np.uint64, out=running[1:])
-    hashes = np.zeros((len(firsts), len(PREFIX_LEVELS)), dtype=np.uint64)
-    for column, level in enumerate(PREFIX_LEVELS):
-        reached = lengths >= level
-        ends = starts[:-1][reached] + level // PREFIX_STRIDE
-        hashes[reached, column] = running[ends] - running[starts[:-1][reached]]
-    return hashes
+    np.cumsum(weighted, out=running[1:])
+    levels = np.array(PREFIX_LEVELS, dtype=np.int64)
+    reached = lengths[:, None] >= levels[None, :]
+    ends = np.where(reached, ptr[:-1, None] + levels[None, :] // PREFIX_STRIDE, ptr[:-1, None])
+    return running[ends] - running[ptr[:-1, None]]
 
 
 def _multipliers() -> np.ndarray:
@@ -242,13 +309,34 @@ def prefix_groups(
     :data:`PREFIX_LEVELS`, longest first, the groups of items with one prefix hash merge when their
     prices sum to at most ``cap_s``. Groups are listed by smallest item id, each in id order.
     ``hashes``: :func:`level_hashes` of the items (computed here when not given)."""
-    ids = [item.id for item in workload.items]
-    by_id = np.array(sorted(range(workload.num_items), key=ids.__getitem__), dtype=np.int64)
-    lengths = _first_lengths(workload)
+    step = StepRequests.of(workload)
     if hashes is None:
-        hashes = level_hashes([item.requests[0].tokens[::PREFIX_STRIDE] for item in workload.items], lengths)
-    root = list(range(workload.num_items))
-    price = [float(p) for p in prices]
+        hashes = sampled_level_hashes(step.first_sampled, step.sampled_ptr, step.first_lengths)
+    return _grouped(_id_ranks(workload), step.first_lengths, hashes, prices, cap_s)
+
+
+def _id_ranks(workload: Workload) -> np.ndarray:
+    """Per item, its place among the items sorted by id."""
+    ids = [item.id for item in workload.items]
+    ranks = np.empty(len(ids), dtype=np.int64)
+    ranks[sorted(range(len(ids)), key=ids.__getitem__)] = np.arange(len(ids), dtype=np.int64)
+    return ranks
+
+
+def _grouped(
+    ranks: np.ndarray, first_len: np.ndarray, hashes: np.ndarray, prices: np.ndarray, cap_s: float
+) -> list[list[int]]:
+    """:func:`prefix_groups` from the items' id ranks (:func:`_id_ranks`), first-request lengths and
+    level hashes: a union-find over the shared buckets alone (Python per item of a shared bucket, none
+    for an item that shares no prefix)."""
+    by_id = np.argsort(ranks)
+    reached = first_len[:, None] >= np.array(PREFIX_LEVELS, dtype=np.int64)[None, :]
+    columns = _repeated_columns(hashes, reached)
+    if not columns:
+        return [[i] for i in by_id.tolist()]
+    root = list(range(ranks.size))
+    price = prices.tolist()
+    order = ranks.tolist()
 
     def find(i: int) -> int:
         while root[i] != i:
@@ -256,22 +344,27 @@ def prefix_groups(
             i = root[i]
         return i
 
-    for column, level in enumerate(PREFIX_LEVELS):
-        for members in _shared(by_id[lengths[by_id] >= level], hashes[:, column]):
-            roots = sorted({find(i) for i in members}, key=ids.__getitem__)
+    for column in columns:
+        for members in _shared(by_id[reached[by_id, column]], hashes[:, column]):
+            roots = sorted({find(i) for i in members}, key=order.__getitem__)
             if len(roots) > 1 and math.fsum(price[r] for r in roots) <= cap_s:
                 for r in roots[1:]:
                     root[r] = roots[0]
                 price[roots[0]] = math.fsum(price[r] for r in roots)
-    groups: dict[int, list[int]] = {}
-    for i in by_id.tolist():
-        groups.setdefault(find(i), []).append(i)
-    return sorted(groups.values(), key=lambda g: ids[g[0]])
+    final = np.array([find(i) for i in range(ranks.size)], dtype=np.int64)
+    members = np.lexsort((ranks, ranks[final])).tolist()
+    bounds = [0, *(np.flatnonzero(np.diff(final[members])) + 1).tolist(), len(members)]
+    return [members[a:b] for a, b in itertools.pairwise(bounds)]
 
 
-def _first_lengths(workload: Workload) -> np.ndarray:
-    """Per item, the length of its first request."""
-    return np.array([item.requests[0].tokens.size for item in workload.items], dtype=np.int64)
+def _repeated_columns(hashes: np.ndarray, reached: np.ndarray) -> list[int]:
+    """The columns (levels) where two items that reach the level may share a hash, found with one sort:
+    a level that no two items share needs no bucket (an item that does not reach a level stands in with
+    its own index, so a real hash equal to it only costs that level's exact look)."""
+    columns = np.flatnonzero(reached.sum(axis=0) >= 2)
+    stand_in = np.arange(hashes.shape[0], dtype=np.uint64)[None, :]
+    ordered = np.sort(np.where(reached[:, columns].T, hashes[:, columns].T, stand_in), axis=1)
+    return columns[(ordered[:, 1:] == ordered[:, :-1]).any(axis=1)].tolist()
 
 
 def _shared(candidates: np.ndarray, column: np.ndarray) -> list[list[int]]:
@@ -280,14 +373,18 @@ def _shared(candidates: np.ndarray, column: np.ndarray) -> list[list[int]]:
     if candidates.size < 2:
         return []
     values = column[candidates]
-    _, first, inverse, counts = np.unique(values, return_index=True, return_inverse=True, return_counts=True)
-    shared = counts[inverse] > 1
-    if not shared.any():
+    order = np.argsort(values, kind="stable")
+    ordered = values[order]
+    same = ordered[1:] == ordered[:-1]
+    if not same.any():
         return []
-    buckets: dict[int, list[int]] = {}
-    for at, i in zip(inverse[shared].tolist(), candidates[shared].tolist(), strict=True):
-        buckets.setdefault(at, []).append(i)
-    return [buckets[at] for at in sorted(buckets, key=first.__getitem__)]
+    starts = np.flatnonzero(np.concatenate([[True], ~same]))
+    sizes = np.diff(np.append(starts, values.size))
+    shared = starts[sizes > 1]
+    ends = shared + sizes[sizes > 1]
+    members = candidates[order].tolist()
+    buckets = [members[a:b] for a, b in zip(shared.tolist(), ends.tolist(), strict=True)]
+    return [buckets[k] for k in np.argsort(order[shared], kind="stable").tolist()]
 
 
 def partition_items(workload: Workload, card: ResolvedCard, topology: Topology) -> ReplicaPartition:
@@ -296,29 +393,53 @@ def partition_items(workload: Workload, card: ResolvedCard, topology: Topology) 
     when there are at least ``dp`` items (groups are given up, item by item, if they would leave one
     without)."""
     dp = topology.dp
-    prices = item_prices_s(workload, card, topology.cp)
-    total = math.fsum(prices.tolist())
-    groups = (
-        prefix_groups(workload, prices, GROUP_SHARE * total / dp) if dp > 1 else [list(range(len(prices)))]
-    )
+    step = StepRequests.of(workload)
+    prices = step_prices_s(step, card, topology.cp)
+    listed = prices.tolist()
+    ranks = _id_ranks(workload)
+    if dp > 1:
+        hashes = sampled_level_hashes(step.first_sampled, step.sampled_ptr, step.first_lengths)
+        groups = _grouped(ranks, step.first_lengths, hashes, prices, GROUP_SHARE * math.fsum(listed) / dp)
+    else:
+        groups = [list(range(len(listed)))]
     if len(groups) < dp <= workload.num_items:
         groups = [[i] for group in groups for i in group]
-    ids = [item.id for item in workload.items]
-    group_price = [math.fsum(prices[i] for i in group) for group in groups]
-    order = sorted(range(len(groups)), key=lambda g: (-group_price[g], ids[groups[g][0]]))
-    least = [(0.0, r) for r in range(dp)]  # a heap of (load, replica): the least loaded, lowest first
-    replica_of = [0] * workload.num_items
-    for g in order:
-        load, target = least[0]
-        heapq.heapreplace(least, (load + group_price[g], target))
-        for i in groups[g]:
-            replica_of[i] = target
+    replica_of = longest_first(groups, prices, ranks, dp)
     return ReplicaPartition(
         num_replicas=dp,
-        replica_of_item=tuple(replica_of),
-        item_price_s=tuple(float(p) for p in prices),
+        replica_of_item=tuple(replica_of.tolist()),
+        item_price_s=tuple(listed),
         num_groups=len(groups),
     )
+
+
+def longest_first(groups: list[list[int]], prices: np.ndarray, ranks: np.ndarray, dp: int) -> np.ndarray:
+    """Per item, its replica: ``groups`` (of item indices) by decreasing price (the sum of their items'
+    ``prices``; ties by smallest id, ``ranks`` being the items' places in id order), each to the replica
+    with the least price so far (ties to the lowest replica)."""
+    leaders = np.array([g[0] for g in groups], dtype=np.int64)
+    if leaders.size == prices.size:  # every group one item
+        group_price = prices[leaders].tolist()
+    else:
+        listed = prices.tolist()
+        group_price = [listed[g[0]] if len(g) == 1 else math.fsum([listed[i] for i in g]) for g in groups]
+    order = np.lexsort((ranks[leaders], -np.array(group_price, dtype=np.float64))).tolist()
+    least = [(0.0, r) for r in range(dp)]  # a heap of (load, replica): the least loaded, lowest first
+    target = [0] * len(groups)
+    replace = heapq.heapreplace
+    for g in order:
+        load, r = least[0]
+        replace(least, (load + group_price[g], r))
+        target[g] = r
+    replica_of = np.empty(prices.size, dtype=np.int64)
+    if leaders.size == prices.size:
+        replica_of[leaders] = target
+    else:
+        sizes = np.fromiter(map(len, groups), dtype=np.int64, count=len(groups))
+        replica_of[np.fromiter(itertools.chain.from_iterable(groups), dtype=np.int64)] = np.repeat(
+            target, sizes
+        )
+    return replica_of
 
 
 def replica_workload(workload: Workload, items: Sequence[int], replica: int) -> Workload:

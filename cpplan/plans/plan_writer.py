@@ -3,8 +3,11 @@ each object built from its field list in :mod:`~cpplan.plans.plan_fields`."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from typing import Any
+
+import numpy as np
 
 from cpplan.plans.plan import Candidate, Plan, SolverStats, repadded
 from cpplan.plans.plan_fields import (
@@ -24,7 +27,7 @@ from cpplan.plans.plan_fields import (
 )
 from cpplan.plans.pool_schedule import Schedule, block, dp_rank_of, sequential, timed
 from cpplan.pricing.evaluator import RankPrices, price, wave_cost_s
-from cpplan.pricing.ownership import owned_ranges
+from cpplan.pricing.ownership import ChunkStats
 from cpplan.pricing.wave import WavePlan
 from cpplan.spec.quantities import QUANTITY_NAMES
 from cpplan.spec.workload_digest import workload_summary
@@ -45,31 +48,8 @@ def wave_to_dict(
     problem = result_problem
     workload = problem.workload
     layout = wave.layout
-    card = problem.card.group_card(wave.cp)
-    requests = []
-    for k, r in enumerate(layout.request_ids.tolist()):
-        item = workload.items[int(problem.request_item[r])]
-        request = {
-            "item": item.id,
-            "request": int(problem.request_index[r]),
-            "segments": layout.chain(k).tolist(),
-        }
-        requests.append(record(REQUEST_FIELDS, request))
     alone, alone_cost_s = card_alone_prices(problem, wave)
-    ranks = []
-    for rank in range(wave.cp):
-        q = wave.quantities[rank]
-        entry: dict[str, Any] = {
-            "rank": rank,
-            "ranges": [list(r) for r in owned_ranges(wave.owner, wave.stats, rank)],
-        }
-        entry.update({name: round(q[i]) for i, name in enumerate(QUANTITY_NAMES)})
-        entry["peak_bytes"] = int(wave.prices.peak_bytes[rank])
-        entry["card_peak_bytes"] = int(alone.peak_bytes[rank])
-        entry["envelope"] = card.envelope_names[int(wave.prices.envelope[rank])]
-        entry["breakdown"] = wave.prices.breakdown(card, rank)
-        entry["time_s"] = float(wave.prices.time_s[rank])
-        ranks.append(record(RANK_FIELDS, entry))
+    ranks = _ranks(problem, wave, alone)
     item_ids = [workload.items[i].id for i in wave.items]
     placed = {} if gpus is None else {"gpus": list(gpus), "start_s": start_s}
     values = {
@@ -85,19 +65,86 @@ def wave_to_dict(
         "cost_s": float(wave.cost_s),
         "card_cost_s": alone_cost_s,
         "gdn_handoff": wave.gdn_handoff,
-        "segments": [
-            [int(p), int(s), int(n)]
-            for p, s, n in zip(
-                layout.seg_parent.tolist(),
-                layout.seg_position.tolist(),
-                layout.seg_length.tolist(),
-                strict=True,
-            )
-        ],
-        "requests": requests,
+        "segments": _segments(layout),
+        "requests": _requests(problem, layout),
         "ranks": ranks,
     }
     return record(WAVE_FIELDS, values, optional=PLACEMENT_FIELDS)
+
+
+def _requests(problem, layout) -> list[dict[str, Any]]:
+    """The wave's requests: item id, index in the item and segment chain of each, in the layout's
+    order (each object's fields in :data:`REQUEST_FIELDS` order)."""
+    items = problem.workload.items
+    tree_ids = layout.request_ids
+    ptr, chains = layout.request_ptr.tolist(), layout.request_segments.tolist()
+    item_ids = [items[i].id for i in problem.request_item[tree_ids].tolist()]
+    indices = [int(k) for k in problem.request_index[tree_ids].tolist()]
+    assert REQUEST_FIELDS == ("item", "request", "segments"), "each request below is written in this order"
+    return [
+        {"item": i, "request": k, "segments": chains[a:b]}
+        for i, k, (a, b) in zip(item_ids, indices, itertools.pairwise(ptr), strict=True)
+    ]
+
+
+def _segments(layout) -> list[list[int]]:
+    """The wave's segments as ``[parent, position, length]``."""
+    columns = (layout.seg_parent, layout.seg_position, layout.seg_length)
+    return [[int(p), int(s), int(n)] for p, s, n in zip(*(c.tolist() for c in columns), strict=True)]
+
+
+def _ranks(problem, wave: WavePlan, alone: RankPrices) -> list[dict[str, Any]]:
+    """Each CP rank of the wave: its owned ranges, local quantities and prices (``alone``: its prices
+    by the card alone)."""
+    card = problem.card.group_card(wave.cp)
+    prices = wave.prices
+    quantities = wave.quantities.tolist()
+    ranges = _ranges_by_rank(wave.owner, wave.stats, wave.cp)
+    breakdowns = _breakdowns(card, prices, wave.cp)
+    peaks, card_peaks = prices.peak_bytes.tolist(), alone.peak_bytes.tolist()
+    envelopes, times = prices.envelope.tolist(), prices.time_s.tolist()
+    ranks = []
+    for rank in range(wave.cp):
+        entry: dict[str, Any] = {"rank": rank, "ranges": ranges[rank]}
+        entry.update({name: round(quantities[rank][i]) for i, name in enumerate(QUANTITY_NAMES)})
+        entry["peak_bytes"] = int(peaks[rank])
+        entry["card_peak_bytes"] = int(card_peaks[rank])
+        entry["envelope"] = card.envelope_names[int(envelopes[rank])]
+        entry["breakdown"] = breakdowns[rank]
+        entry["time_s"] = float(times[rank])
+        ranks.append(record(RANK_FIELDS, entry))
+    return ranks
+
+
+def _ranges_by_rank(owner: np.ndarray, stats: ChunkStats, cp: int) -> list[list[list[int]]]:
+    """Each rank's owned packed-token ranges ``[start, end)``, adjacent chunks merged (what
+    :func:`~cpplan.pricing.ownership.owned_ranges` gives rank by rank), in one pass over the runs of
+    chunks with one owner."""
+    owner = np.asarray(owner).astype(np.int64, copy=False)
+    ranges: list[list[list[int]]] = [[] for _ in range(cp)]
+    if owner.size == 0:
+        return ranges
+    heads = np.flatnonzero(owner[1:] != owner[:-1]) + 1
+    starts, ends = [0, *heads.tolist()], [*heads.tolist(), owner.size]
+    chunk, packed = int(stats.chunk_tokens), int(stats.packed_tokens)
+    for rank, start, end in zip(owner[starts].tolist(), starts, ends, strict=True):
+        if 0 <= rank < cp:
+            ranges[rank].append([start * chunk, min(end * chunk, packed)])
+    return ranges
+
+
+def _breakdowns(card, prices: RankPrices, cp: int) -> list[dict[str, int]]:
+    """Each rank's ``breakdown`` (:meth:`~cpplan.pricing.evaluator.RankPrices.breakdown`'s figures, read
+    from the arrays once)."""
+    statics, members = card.envelope_static_bytes.tolist(), card.envelope_terms.tolist()
+    envelopes, term_bytes = prices.envelope.tolist(), prices.term_bytes.tolist()
+    breakdowns = []
+    for rank in range(cp):
+        e, row = int(envelopes[rank]), term_bytes[rank]
+        parts = {"static": round(statics[e])}
+        parts.update({card.term_names[t]: round(row[t]) for t, member in enumerate(members[e]) if member})
+        breakdowns.append(parts)
+    return breakdowns
 
 
 def card_alone_prices(problem, wave: WavePlan) -> tuple[RankPrices, float]:

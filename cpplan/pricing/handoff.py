@@ -39,6 +39,7 @@ from typing import Literal
 import numpy as np
 
 from cpplan.pricing.head_parallel import head_parallel_price
+from cpplan.pricing.layout import PackedLayout, SegmentLinks, parent_segments
 from cpplan.spec.card import HandoffSeconds
 
 HandoffMode = Literal["rounds", "parallel", "head_parallel"]
@@ -74,13 +75,20 @@ NO_HANDOFF = Handoff()
 @dataclass(frozen=True, kw_only=True, eq=False)
 class Pieces:
     """A wave's pieces in packed order: ``start``, ``length``, ``owner``, ``round`` and the source piece
-    each crossing waits for (``source``, -1 where the predecessor is local or absent)."""
+    each crossing waits for (``source``, -1 where the predecessor is local or absent); ``segment``: each
+    piece's segment, ``first``: whether it is its segment's first piece; ``num_rounds``: the most
+    crossings on a piece's path, plus one; ``num_crossings``: the handed-over states (distinct
+    sources)."""
 
     start: np.ndarray
     length: np.ndarray
     owner: np.ndarray
     round: np.ndarray
     source: np.ndarray
+    segment: np.ndarray
+    first: np.ndarray
+    num_rounds: int
+    num_crossings: int
 
 
 def chunk_pieces(
@@ -92,60 +100,65 @@ def chunk_pieces(
 ) -> Pieces:
     """The pieces of a packed layout under a chunk-to-rank map (vectorized; segments in packed order,
     each parent before its children)."""
-    packed = int(seg_offset[-1] + seg_length[-1])
+    return layout_pieces(SegmentLinks.of(seg_offset, seg_length, seg_parent), owner, chunk_tokens)
+
+
+def layout_pieces(links: SegmentLinks, owner: np.ndarray, chunk_tokens: int) -> Pieces:
+    """:func:`chunk_pieces` of the segments ``links`` describes (what it keeps of them is reused)."""
+    seg_offset, packed = links.seg_offset, links.packed_tokens
     owner = np.asarray(owner, dtype=np.int64)
     changes = np.flatnonzero(owner[1:] != owner[:-1]) + 1
-    bounds = np.unique(np.concatenate([np.asarray(seg_offset, dtype=np.int64), changes * chunk_tokens]))
+    bounds = np.unique(np.concatenate([seg_offset, changes * chunk_tokens]))
     start = bounds[bounds < packed]
-    length = np.diff(start, append=packed)
+    length = np.empty_like(start)
+    length[:-1] = start[1:] - start[:-1]
+    length[-1] = packed - start[-1]
     seg = np.searchsorted(seg_offset, start, side="right") - 1
     piece_owner = owner[start // chunk_tokens]
     first = start == seg_offset[seg]
-    parent = seg_parent[seg]
-    parent_last = np.where(
-        parent >= 0, seg_offset[np.maximum(parent, 0)] + seg_length[np.maximum(parent, 0)] - 1, 0
-    )
+    # a first piece follows its parent's last token (none for a root: -1), any other the piece before
     pred = np.where(
-        first,
-        np.where(parent >= 0, np.searchsorted(start, parent_last, side="right") - 1, -1),
-        np.arange(start.size) - 1,
+        first, np.searchsorted(start, links.parent_last[seg], side="right") - 1, np.arange(-1, start.size - 1)
     )
-    crossing = (pred >= 0) & (piece_owner[np.maximum(pred, 0)] != piece_owner)
+    crossing = (pred >= 0) & (piece_owner[pred] != piece_owner)
+    rounds = _rounds(seg, first, crossing, links)
+    sources = np.zeros(start.size, dtype=bool)
+    sources[pred[crossing]] = True
     return Pieces(
         start=start,
         length=length,
         owner=piece_owner,
-        round=_rounds(seg, first, crossing, seg_parent),
+        round=rounds,
         source=np.where(crossing, pred, -1),
+        segment=seg,
+        first=first,
+        num_rounds=int(rounds.max()) + 1 if rounds.size else 1,
+        num_crossings=int(np.count_nonzero(sources)),
     )
 
 
-def _rounds(seg: np.ndarray, first: np.ndarray, crossing: np.ndarray, seg_parent: np.ndarray) -> np.ndarray:
+def _rounds(seg: np.ndarray, first: np.ndarray, crossing: np.ndarray, links: SegmentLinks) -> np.ndarray:
     """Each piece's round: the crossings on its path up to it. Within a segment, a running count; a
     segment adds its crossings to its parent's total (a prefix sum down the segment tree, by pointer
-    jumping)."""
+    jumping: :meth:`~cpplan.pricing.layout.SegmentLinks.down_sums`)."""
     count = np.cumsum(crossing)
-    first_index = np.flatnonzero(first)
-    inner = count - count[first_index][seg]  # crossings after the segment's first piece, up to this one
-    num_segments = seg_parent.size
-    # a segment's own crossings, its first piece's included
-    total = np.bincount(seg, weights=crossing, minlength=num_segments).astype(np.int64)
-    ancestor = np.asarray(seg_parent, dtype=np.int64)
-    while (ancestor >= 0).any():
-        has = ancestor >= 0
-        total = total + np.where(has, total[np.maximum(ancestor, 0)], 0)
-        ancestor = np.where(has, ancestor[np.maximum(ancestor, 0)], -1)
-    above = np.where(seg_parent >= 0, total[np.maximum(seg_parent, 0)], 0)
-    return above[seg] + crossing[first_index][seg] + inner
+    before = (count - crossing)[np.flatnonzero(first)]  # per segment, the crossings before its first piece
+    own = np.bincount(seg, weights=crossing, minlength=links.num_segments)  # a segment's own crossings
+    above = links.down_sums(own)[links.parent_or_end]  # its ancestors' crossings (0 for a root)
+    return (above - before)[seg] + count
 
 
 def rounds_handoff(pieces: Pieces, num_ranks: int, seconds: HandoffSeconds) -> Handoff:
     """The rounds, crossings and waiting tokens of ``pieces`` passed round by round, and their seconds."""
-    rounds = _num_rounds(pieces)
-    crossings = _num_crossings(pieces)
-    cells = pieces.owner * rounds + pieces.round
-    work = np.bincount(cells, weights=pieces.length, minlength=num_ranks * rounds).reshape(num_ranks, rounds)
-    wait_tokens = int(work.max(axis=0).sum() - work.sum(axis=1).max())
+    rounds = pieces.num_rounds
+    crossings = pieces.num_crossings
+    wait_tokens = 0  # one round: nothing waits
+    if rounds > 1:
+        cells = pieces.owner * rounds + pieces.round
+        work = np.bincount(cells, weights=pieces.length, minlength=num_ranks * rounds).reshape(
+            num_ranks, rounds
+        )
+        wait_tokens = int(work.max(axis=0).sum() - work.sum(axis=1).max())
     cost = (
         (rounds - 1) * seconds.round_s + crossings * seconds.state_s + wait_tokens * seconds.wait_s_per_token
     )
@@ -155,20 +168,27 @@ def rounds_handoff(pieces: Pieces, num_ranks: int, seconds: HandoffSeconds) -> H
 def parallel_handoff(
     pieces: Pieces, seg_offset: np.ndarray, seg_parent: np.ndarray, num_ranks: int, seconds: HandoffSeconds
 ) -> Handoff:
-    """``pieces`` (of the segments at ``seg_offset`` with parents ``seg_parent``) passed in parallel:
-    the tokens that wait at the exchange, the busiest rank's reruns, and their seconds (0 without
-    crossings)."""
-    rounds = _num_rounds(pieces)
-    crossings = _num_crossings(pieces)
+    """``pieces`` (of the segments at ``seg_offset`` with parents ``seg_parent``, as :func:`chunk_pieces`
+    cut them) passed in parallel: the tokens that wait at the exchange, the busiest rank's reruns, and
+    their seconds (0 without crossings)."""
+    is_root = np.asarray(seg_parent) < 0
+    return _parallel_handoff(pieces, is_root, parent_segments(seg_parent), num_ranks, seconds)
+
+
+def _parallel_handoff(
+    pieces: Pieces, is_root: np.ndarray, is_parent: np.ndarray, num_ranks: int, seconds: HandoffSeconds
+) -> Handoff:
+    """:func:`parallel_handoff` of segments with these flags: per segment, whether it is a root and
+    whether it is a parent."""
+    rounds = pieces.num_rounds
+    crossings = pieces.num_crossings
     if not crossings:
         return Handoff(rounds=rounds, mode=PARALLEL)
-    seg = np.searchsorted(seg_offset, pieces.start, side="right") - 1
-    first = pieces.start == seg_offset[seg]
-    from_zero = first & (seg_parent[seg] < 0)
-    parents = np.zeros(seg_parent.size, dtype=bool)
-    parents[seg_parent[seg_parent >= 0]] = True
-    same_next = np.r_[seg[1:] == seg[:-1], False]
-    has_successor = same_next | (~same_next & parents[seg])
+    seg, first = pieces.segment, pieces.first
+    from_zero = first & is_root[seg]
+    # a successor: the segment's next piece, or, after its last piece, its children
+    has_successor = is_parent[seg]
+    has_successor[:-1] |= ~first[1:]
     before = pieces.length * np.where(from_zero, 1, 2 * has_successor)
     after = pieces.length * ~from_zero
 
@@ -188,20 +208,19 @@ def parallel_handoff(
     )
 
 
-def _num_rounds(pieces: Pieces) -> int:
-    return int(pieces.round.max()) + 1 if pieces.round.size else 1
-
-
-def _num_crossings(pieces: Pieces) -> int:
-    return int(np.unique(pieces.source[pieces.source >= 0]).size)
-
-
 def head_parallel_handoff(
-    layout, owner: np.ndarray, chunk_tokens: int, num_ranks: int, seconds: HandoffSeconds
+    layout,
+    owner: np.ndarray,
+    chunk_tokens: int,
+    num_ranks: int,
+    seconds: HandoffSeconds,
+    *,
+    levels: int | None = None,
 ) -> Handoff | None:
     """A packed layout's GDN layers run head-parallel under a chunk ownership
-    (:mod:`cpplan.pricing.head_parallel`); ``None`` where the card does not offer it (or at one rank)."""
-    priced = head_parallel_price(layout, owner, chunk_tokens, num_ranks, seconds)
+    (:mod:`cpplan.pricing.head_parallel`); ``None`` where the card does not offer it (or at one rank).
+    ``levels``: the layout's tree levels, when known."""
+    priced = head_parallel_price(layout, owner, chunk_tokens, num_ranks, seconds, levels=levels)
     if priced is None:
         return None
     moved, levels, cost = priced
@@ -217,12 +236,17 @@ def handoff_modes(
     none."""
     if num_ranks == 1 or not seconds.priced:
         return {mode: Handoff(mode=mode) for mode in HANDOFF_MODES}
-    pieces = chunk_pieces(layout.seg_offset, layout.seg_length, layout.seg_parent, owner, chunk_tokens)
+    links = (
+        layout.links
+        if isinstance(layout, PackedLayout)
+        else SegmentLinks.of(layout.seg_offset, layout.seg_length, layout.seg_parent)
+    )
+    pieces = layout_pieces(links, owner, chunk_tokens)
     modes = {
         ROUNDS: rounds_handoff(pieces, num_ranks, seconds),
-        PARALLEL: parallel_handoff(pieces, layout.seg_offset, layout.seg_parent, num_ranks, seconds),
+        PARALLEL: _parallel_handoff(pieces, links.is_root, links.is_parent, num_ranks, seconds),
     }
-    heads = head_parallel_handoff(layout, owner, chunk_tokens, num_ranks, seconds)
+    heads = head_parallel_handoff(layout, owner, chunk_tokens, num_ranks, seconds, levels=links.levels)
     if heads is not None:
         modes[HEAD_PARALLEL] = heads
     return modes

@@ -52,16 +52,23 @@ def tree_levels(seg_parent: np.ndarray) -> int:
 
 
 def head_parallel_price(
-    layout, owner: np.ndarray, chunk_tokens: int, num_ranks: int, seconds: HandoffSeconds
+    layout,
+    owner: np.ndarray,
+    chunk_tokens: int,
+    num_ranks: int,
+    seconds: HandoffSeconds,
+    *,
+    levels: int | None = None,
 ) -> tuple[float, int, float] | None:
     """A packed layout's GDN layers run head-parallel under a chunk ownership: the rows its busiest rank
-    moves per all-to-all, its tree levels and the seconds they cost; ``None`` where the card does not
-    offer the mode (or at one rank). :func:`cpplan.pricing.handoff.head_parallel_handoff` wraps it."""
+    moves per all-to-all, its tree levels (``levels`` when known) and the seconds they cost; ``None``
+    where the card does not offer the mode (or at one rank).
+    :func:`cpplan.pricing.handoff.head_parallel_handoff` wraps it."""
     if num_ranks == 1 or not seconds.head_parallel_priced:
         return None
     tokens = owned_tokens(owner, chunk_tokens, layout.packed_tokens, num_ranks)
     moved = moved_rows(tokens)
-    levels = tree_levels(layout.seg_parent)
+    levels = tree_levels(layout.seg_parent) if levels is None else levels
     cost = (
         seconds.head_collective_s
         + moved * seconds.head_s_per_token

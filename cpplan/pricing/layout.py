@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -79,10 +80,15 @@ class PackedLayout:
         """Packed segments."""
         return int(self.seg_length.size)
 
-    @property
+    @cached_property
     def packed_tokens(self) -> int:
         """Tokens in the packed sequence."""
         return int(self.seg_length.sum())
+
+    @cached_property
+    def links(self) -> SegmentLinks:
+        """How the segments hang together (kept: every ownership of the wave reads them)."""
+        return SegmentLinks.of(self.seg_offset, self.seg_length, self.seg_parent)
 
     def chain(self, k: int) -> np.ndarray:
         """Segment chain of the wave's k-th request."""
@@ -113,6 +119,84 @@ class PackedLayout:
         return chain_positions(self.seg_offset, self.seg_length, self.chain(k))
 
 
+@dataclass(frozen=True, kw_only=True, eq=False)
+class SegmentLinks:
+    """How a packed layout's segments (in packed order, each parent before its children) hang together:
+    what the GDN hand-off (:mod:`cpplan.pricing.handoff`) reads under every ownership of a wave. Build
+    it with :meth:`of`.
+
+    ``parent_last``: per segment, the packed position of its parent's last token (-1 for a root).
+    ``parent_or_end``: per segment, its parent, or ``num_segments`` for a root (an index past the
+    segments, where a per-segment array extended by one zero reads nothing). ``ancestor_jumps``: pointer
+    doubling up the segment tree, per step ``k`` each segment's ancestor ``2^k`` levels up
+    (``num_segments`` where there is none), while some segment has one (:meth:`down_sums`).
+    ``levels``: levels of the segment tree (1 for roots only, 0 for no segment)."""
+
+    seg_offset: np.ndarray
+    packed_tokens: int
+    is_root: np.ndarray
+    is_parent: np.ndarray
+    parent_last: np.ndarray
+    parent_or_end: np.ndarray
+    ancestor_jumps: tuple[np.ndarray, ...]
+    levels: int
+
+    @classmethod
+    def of(cls, seg_offset: np.ndarray, seg_length: np.ndarray, seg_parent: np.ndarray) -> SegmentLinks:
+        """The links of segments at ``seg_offset`` of ``seg_length`` tokens with parents ``seg_parent``
+        (-1 for a root)."""
+        seg_offset = np.asarray(seg_offset, dtype=np.int64)
+        seg_length = np.asarray(seg_length, dtype=np.int64)
+        seg_parent = np.asarray(seg_parent, dtype=np.int64)
+        num_segments = seg_parent.size
+        is_root = seg_parent < 0
+        parent = np.where(is_root, 0, seg_parent)
+        parent_or_end = np.where(is_root, num_segments, seg_parent)
+        jumps, up = [], parent_or_end
+        while (up < num_segments).any():
+            jumps.append(up)
+            up = np.append(up, num_segments)[up]
+        return cls(
+            seg_offset=seg_offset,
+            packed_tokens=int(seg_offset[-1] + seg_length[-1]) if num_segments else 0,
+            is_root=is_root,
+            is_parent=parent_segments(seg_parent),
+            parent_last=np.where(is_root, -1, seg_offset[parent] + seg_length[parent] - 1),
+            parent_or_end=parent_or_end,
+            ancestor_jumps=tuple(jumps),
+            levels=int(_down_sums(jumps, ~is_root).max()) + 1 if num_segments else 0,
+        )
+
+    @property
+    def num_segments(self) -> int:
+        """Segments."""
+        return int(self.is_root.size)
+
+    def down_sums(self, values: np.ndarray) -> np.ndarray:
+        """Per segment, ``values`` summed over it and all its ancestors, with one zero appended (at
+        ``num_segments``: what a root's parent reads)."""
+        return _down_sums(self.ancestor_jumps, values)
+
+
+def _down_sums(ancestor_jumps: Sequence[np.ndarray], values: np.ndarray) -> np.ndarray:
+    """:meth:`SegmentLinks.down_sums` by pointer doubling: after step ``k`` each segment holds the sum
+    over itself and its ``2^(k+1) - 1`` nearest ancestors."""
+    total = np.zeros(values.size + 1, dtype=np.int64)
+    total[:-1] = values
+    for up in ancestor_jumps:
+        total[:-1] += total[up]
+    return total
+
+
+def parent_segments(seg_parent: np.ndarray) -> np.ndarray:
+    """Per segment, whether some segment is its child (``seg_parent``: each segment's parent, -1 for a
+    root)."""
+    seg_parent = np.asarray(seg_parent)
+    parents = np.zeros(seg_parent.size, dtype=bool)
+    parents[seg_parent[seg_parent >= 0]] = True
+    return parents
+
+
 def chain_positions(seg_offset: np.ndarray, seg_length: np.ndarray, segments: np.ndarray) -> np.ndarray:
     """The packed positions of ``segments``' tokens, segment after segment (a request's read-back
     indices when ``segments`` is its chain; every request's, concatenated, for all chains)."""
@@ -136,32 +220,27 @@ def pack(
     of its requests does.
     """
     requests = np.asarray(requests, dtype=np.int64)
-    counts = tree.node_counts(requests)
-    take = (shared & (counts >= 2)).tolist()
-    counts_list = counts.tolist()
-    node_start = tree.node_start.tolist()
-    node_length = tree.node_length.tolist()
-    out = _Segments()
-    index: dict[tuple[int, int], int] = {}
-    grad_list = np.asarray(grad, dtype=bool).tolist()
-    loss_list = np.asarray(loss, dtype=bool).tolist()
+    counts = path_counts(tree, requests)
+    out = _Segments(
+        tree,
+        counts=counts.tolist(),
+        take=(shared & (counts >= 2)).tolist(),
+        grad=np.asarray(grad, dtype=bool).tolist(),
+        loss=np.asarray(loss, dtype=bool).tolist(),
+    )
     for r in requests.tolist():
-        path = tree.path(r)
-        current, current_count, created = -1, -1, False
-        for v, key in zip(path, _copy_keys(path, take, r), strict=True):
-            count = counts_list[key] if key >= 0 else 1
-            if count != current_count:
-                segment = index.get((v, key))
-                created = segment is None
-                if created:
-                    segment = index[(v, key)] = out.open(current, node_start[v], node_length[v], r, count)
-                out.mark(segment, grad_list[r], loss_list[r])
-                out.chains.append(segment)
-                current, current_count = segment, count
-            elif created:
-                out.length[current] += node_length[v]
-        out.ptr.append(len(out.chains))
+        out.add(r)
     return out.layout(requests)
+
+
+def path_counts(tree: PrefixTree, requests: np.ndarray) -> np.ndarray:
+    """How many of ``requests`` (tree request indices) pass through each node: one count over their
+    concatenated root-to-leaf paths (the numbers of ``PrefixTree.node_counts``, vectorized)."""
+    starts, ends = tree.path_ptr[requests], tree.path_ptr[requests + 1]
+    lengths = ends - starts
+    offsets = np.cumsum(lengths) - lengths
+    entries = np.repeat(starts - offsets, lengths) + np.arange(int(lengths.sum()), dtype=np.int64)
+    return np.bincount(tree.path_nodes[entries], minlength=tree.num_nodes).astype(np.int64)
 
 
 def _copy_keys(path: tuple[int, ...], take: list[bool], request: int) -> list[int]:
@@ -177,9 +256,24 @@ def _copy_keys(path: tuple[int, ...], take: list[bool], request: int) -> list[in
 
 
 class _Segments:
-    """The packed segments of a wave while :func:`pack` lays them out."""
+    """The packed segments of a wave while :func:`pack` lays them out, request after request: a segment
+    per run of a request's path whose nodes use copies shared by the same number of requests, made by
+    the first request through it (which extends it while the run lasts), joined by the later ones."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self, tree: PrefixTree, *, counts: list[int], take: list[bool], grad: list[bool], loss: list[bool]
+    ) -> None:
+        self.tree, self.counts, self.take, self.request_grad, self.request_loss = (
+            tree,
+            counts,
+            take,
+            grad,
+            loss,
+        )
+        self.node_start = tree.node_start.tolist()
+        self.node_length = tree.node_length.tolist()
+        self.index: dict[tuple[int, int], int] = {}
+        """The segment of each (node, copy) that opened one."""
         self.parent: list[int] = []
         self.position: list[int] = []
         self.length: list[int] = []
@@ -190,16 +284,30 @@ class _Segments:
         self.chains: list[int] = []
         self.ptr = [0]
 
-    def open(self, parent: int, position: int, length: int, src: int, count: int) -> int:
-        """A new segment; returns its index."""
-        self.parent.append(parent), self.position.append(position), self.length.append(length)
-        self.src.append(src), self.grad.append(False), self.loss.append(False), self.count.append(count)
-        return len(self.length) - 1
-
-    def mark(self, segment: int, grad: bool, loss: bool) -> None:
-        """A request with these flags passes through ``segment``."""
-        self.grad[segment] = self.grad[segment] or grad
-        self.loss[segment] = self.loss[segment] or loss
+    def add(self, r: int) -> None:
+        """Request ``r``'s chain: its path's runs, each a segment opened here or joined."""
+        path = self.tree.path(r)
+        counts, index, length, node_length = self.counts, self.index, self.length, self.node_length
+        grad, loss = self.request_grad[r], self.request_loss[r]
+        current, current_count, created = -1, -1, False
+        for v, key in zip(path, _copy_keys(path, self.take, r), strict=True):
+            count = counts[key] if key >= 0 else 1
+            if count != current_count:
+                segment = index.get((v, key))
+                created = segment is None
+                if segment is None:
+                    segment = index[(v, key)] = len(length)
+                    self.parent.append(current), self.position.append(self.node_start[v])
+                    length.append(node_length[v]), self.src.append(r), self.count.append(count)
+                    self.grad.append(grad), self.loss.append(loss)
+                else:
+                    self.grad[segment] = self.grad[segment] or grad
+                    self.loss[segment] = self.loss[segment] or loss
+                self.chains.append(segment)
+                current, current_count = segment, count
+            elif created:
+                length[current] += node_length[v]
+        self.ptr.append(len(self.chains))
 
     def layout(self, requests: np.ndarray) -> PackedLayout:
         """The finished layout."""

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import bisect
+import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, partial
 
 import numpy as np
 
@@ -30,11 +32,14 @@ class ChunkStats:
     computed in closed form per segment (:func:`~cpplan.pricing.amounts.span_amounts`), with no
     per-token arrays (with loss masks, the loss columns come from the layout's ``loss_spans``).
     ``first_segment`` / ``last_segment`` are the segments of each chunk's first and last token.
+    ``amount_prefix``: cumulative :attr:`amounts` (int64, a zero row first), so a contiguous range's
+    sums are exact differences.
     """
 
     chunk_tokens: int
     packed_tokens: int
     amounts: np.ndarray
+    amount_prefix: np.ndarray
     first_segment: np.ndarray
     last_segment: np.ndarray
 
@@ -47,11 +52,6 @@ class ChunkStats:
     def tokens(self) -> np.ndarray:
         """Tokens per chunk."""
         return self.amounts[:, QUANTITY_INDEX["tokens"]]
-
-    @cached_property
-    def amount_prefix(self) -> np.ndarray:
-        """Cumulative :attr:`amounts` (int64, a zero row first): a contiguous range's sums exactly."""
-        return np.concatenate([np.zeros((1, NUM_QUANTITIES), np.int64), np.cumsum(self.amounts, axis=0)])
 
     @cached_property
     def shared_edges(self) -> np.ndarray:
@@ -92,13 +92,13 @@ def chunk_stats(layout: PackedLayout, chunk_tokens: int = CHUNK_TOKENS) -> Chunk
     cumulative = before[seg] + span_amounts(bounds - offsets[seg], positions[seg], cut)
     if layout.loss_spans is not None:
         set_loss_prefix(cumulative, bounds, layout)
-    starts, ends = bounds[:-1], bounds[1:]
     return ChunkStats(
         chunk_tokens=chunk_tokens,
         packed_tokens=total,
         amounts=np.diff(cumulative, axis=0),
-        first_segment=np.searchsorted(offsets, starts, side="right") - 1,
-        last_segment=np.searchsorted(offsets, ends - 1, side="right") - 1,
+        amount_prefix=cumulative,  # row 0: the tokens before position 0, none
+        first_segment=seg[:-1],
+        last_segment=np.searchsorted(offsets, bounds[1:] - 1, side="right") - 1,
     )
 
 
@@ -152,22 +152,33 @@ def general_quantities(stats: ChunkStats, owner: np.ndarray, num_ranks: int) -> 
 _ADDITIVE_COLUMNS = np.array([QUANTITY_INDEX[q.name] for q in QUANTITIES if q.count in ("token", "pair")])
 _SEGMENT_COLUMNS = np.array([QUANTITY_INDEX[q.name] for q in QUANTITIES if q.count == "segment"])
 _REMOTE_COLUMNS = np.array([QUANTITY_INDEX[q.name] for q in QUANTITIES if q.count == "remote"])
+_TOKENS = QUANTITY_INDEX["tokens"]
 
 
 def _contiguous_quantities(stats: ChunkStats, owner: np.ndarray, num_ranks: int) -> np.ndarray:
-    """:func:`rank_quantities` of a non-decreasing chunk-to-rank map: each rank owns one range, whose
-    sums are differences of prefix sums, and whose pieces are its chunks' less the shared edges inside
-    it (integers, so equal to the general rules' sums)."""
-    bounds = np.searchsorted(owner, np.arange(num_ranks + 1))
-    starts, ends = bounds[:-1], bounds[1:]
-    q = np.zeros((num_ranks, NUM_QUANTITIES))
+    """:func:`rank_quantities` of a non-decreasing chunk-to-rank map: :func:`range_quantities` of the
+    one range each rank owns."""
+    ends = np.searchsorted(owner, np.arange(1, num_ranks + 1))
+    return range_quantities(stats, ends[None, :])[0]
+
+
+def range_quantities(stats: ChunkStats, ends) -> np.ndarray:
+    """Local quantities per rank of contiguous splits given by their ranges' ends: ``ends`` of shape
+    ``(splits, ranks)`` (rank ``r`` owns chunks ``[ends[r - 1], ends[r])``, rank 0 from chunk 0, the last
+    end the number of chunks) gives shape ``(splits, ranks, NUM_QUANTITIES)``. A range's sums are
+    differences of prefix sums, its pieces its chunks' less the shared edges inside it (integers, so
+    equal to the general rules' sums); every split at once."""
+    ends = np.asarray(ends, dtype=np.int64)
+    starts = np.zeros_like(ends)
+    starts[:, 1:] = ends[:, :-1]
     prefix = stats.amount_prefix
-    q[:, _ADDITIVE_COLUMNS] = (prefix[ends] - prefix[starts])[:, _ADDITIVE_COLUMNS]
-    owned = ends > starts
-    first_edge = np.where(owned, stats.shared_edges[np.minimum(starts, stats.num_chunks - 1)], 0)
+    sums = prefix[ends] - prefix[starts]
+    q = np.zeros(sums.shape)
+    q[..., _ADDITIVE_COLUMNS] = sums[..., _ADDITIVE_COLUMNS]
+    first_edge = np.where(ends > starts, stats.shared_edges[np.minimum(starts, stats.num_chunks - 1)], 0)
     pieces = stats.piece_prefix[ends] - stats.piece_prefix[starts] + first_edge
-    q[:, _SEGMENT_COLUMNS] = pieces[:, None]
-    q[:, _REMOTE_COLUMNS] = (stats.packed_tokens - q[:, QUANTITY_INDEX["tokens"]])[:, None]
+    q[..., _SEGMENT_COLUMNS] = pieces[..., None]
+    q[..., _REMOTE_COLUMNS] = (stats.packed_tokens - q[..., _TOKENS])[..., None]
     return q
 
 
@@ -179,26 +190,48 @@ def contiguous_split(
     cap_weights: np.ndarray | None = None,
     cap: float | None = None,
 ) -> np.ndarray:
-    """Chunk owners: ``num_ranks`` contiguous ranges minimizing the largest range of ``weights``.
+    """Chunk owners: ``num_ranks`` contiguous ranges minimizing the largest range of ``weights``
+    (non-negative).
 
     Optional limits on every range: at most ``max_chunks`` chunks, and a total of ``cap_weights`` at
     most ``cap``. The least feasible bottleneck is found first (:func:`least_bottleneck`), then a greedy
     fills ranks in order, each range as far as the bottleneck and the limits allow. The limits must
     admit a cover of every chunk.
     """
+    ends = range_ends(weights, num_ranks, max_chunks=max_chunks, cap_weights=cap_weights, cap=cap)
+    return owner_of_ranges(ends)
+
+
+def range_ends(
+    weights: np.ndarray,
+    num_ranks: int,
+    *,
+    max_chunks: int | None = None,
+    cap_weights: np.ndarray | None = None,
+    cap: float | None = None,
+) -> list[int]:
+    """Each rank's range end (exclusive, in chunks) of :func:`contiguous_split`'s split."""
     weights = np.asarray(weights, dtype=np.float64)
     num_chunks = weights.size
     if num_ranks == 1 or num_chunks == 0:
-        return np.zeros(num_chunks, dtype=np.int64)
-    prefix = [0.0, *np.cumsum(weights).tolist()]
+        return [num_chunks] * num_ranks
+    prefix = np.zeros(num_chunks + 1)  # non-decreasing: searched by value
+    np.cumsum(weights, out=prefix[1:])
     limits = _RangeLimits.of(num_chunks, max_chunks, cap_weights, cap)
     if limits.unlimited:
-        bound = least_bottleneck(prefix, float(weights.max()), num_ranks)
+        bound, ends = _bid(prefix, float(weights.max()), num_ranks)
+        if ends is not None:
+            return ends
     else:
         bound = _bisected_bottleneck(prefix, float(weights.max()), num_ranks, limits)
     ends = _greedy_ends(prefix, bound, num_ranks, limits)
     assert ends is not None, "the range limits do not cover every chunk"
-    return np.repeat(np.arange(num_ranks, dtype=np.int64), np.diff([0, *ends]))
+    return ends
+
+
+def owner_of_ranges(ends: list[int]) -> np.ndarray:
+    """The chunk owners of a contiguous split given by each rank's range end."""
+    return np.repeat(np.arange(len(ends), dtype=np.int64), np.diff([0, *ends]))
 
 
 @dataclass(frozen=True)
@@ -225,20 +258,22 @@ class _RangeLimits:
         return cls(longest, capped, 0.0 if cap is None else cap, capped is None and longest >= num_chunks)
 
 
-def _greedy_ends(prefix: list[float], bound: float, num_ranks: int, limits: _RangeLimits) -> list[int] | None:
+def _greedy_ends(prefix: np.ndarray, bound: float, num_ranks: int, limits: _RangeLimits) -> list[int] | None:
     """Each rank's range end when ranks fill in order (:func:`_fill`); ``None`` when they do not cover
     every chunk."""
     ends = _fill(prefix, bound, num_ranks, limits)
-    return ends if ends[-1] >= len(prefix) - 1 else None
+    return ends if ends[-1] >= prefix.size - 1 else None
 
 
-def _fill(prefix: list[float], bound: float, num_ranks: int, limits: _RangeLimits) -> list[int]:
+def _fill(prefix: np.ndarray, bound: float, num_ranks: int, limits: _RangeLimits) -> list[int]:
     """Each rank's range end when ranks fill in order, each as far as ``bound`` and the limits allow
-    (at least one chunk while any is left)."""
-    num_chunks = len(prefix) - 1
+    (at least one chunk while any is left). ``prefix``: the weights' prefix sums (non-decreasing), a
+    zero first."""
+    num_chunks = prefix.size - 1
+    reach = bound * (1 + 1e-12)
     result, start = [], 0
     for _ in range(num_ranks):
-        end = bisect.bisect_right(prefix, prefix[start] + bound * (1 + 1e-12)) - 1
+        end = int(prefix.searchsorted(prefix[start] + reach, side="right")) - 1
         end = max(end, start + 1) if start < num_chunks else start
         end = min(end, start + limits.longest, num_chunks)
         if limits.capped is not None:
@@ -251,9 +286,15 @@ def _fill(prefix: list[float], bound: float, num_ranks: int, limits: _RangeLimit
 MAX_BIDS = 64
 """Bidding steps of :func:`least_bottleneck` before it bisects the rest."""
 
+LIST_SEARCH_CHUNKS = 100
+"""Up to this many chunks per rank, :func:`least_bottleneck` searches the prefix sums as a list (a
+bisection of Python floats), beyond as an array (``searchsorted``, cheaper than making the list when
+each fill searches a small share of it); both give the same ends."""
 
-def least_bottleneck(prefix: list[float], heaviest: float, num_ranks: int) -> float:
-    """The least bottleneck of a contiguous split without limits, exactly (a bidding search).
+
+def least_bottleneck(prefix: np.ndarray, heaviest: float, num_ranks: int) -> float:
+    """The least bottleneck of a contiguous split without limits, exactly (a bidding search);
+    ``prefix``: the weights' prefix sums, a zero first.
 
     Start from a lower bound, ``max(heaviest, total / ranks)`` (a range holds the heaviest chunk; some
     range holds at least the average). While the fill at bound ``B`` leaves chunks uncovered, no bound
@@ -262,19 +303,52 @@ def least_bottleneck(prefix: list[float], heaviest: float, num_ranks: int) -> fl
     lengthens a range; from a tight lower bound few remain, and past :data:`MAX_BIDS` the rest is
     bisected (exact to a relative 1e-9).
     """
-    num_chunks = len(prefix) - 1
-    bound = max(heaviest, prefix[-1] / num_ranks)
-    limits = _RangeLimits(num_chunks, None, 0.0, True)
+    return _bid(prefix, heaviest, num_ranks)[0]
+
+
+def _bid(prefix: np.ndarray, heaviest: float, num_ranks: int) -> tuple[float, list[int] | None]:
+    """:func:`least_bottleneck`, with the ranges' ends its fill found (``None`` when it bisected): each
+    step fills the ranks as :func:`_fill` does without limits, and bids on the way."""
+    num_chunks = prefix.size - 1
+    at, after = _searcher(prefix, num_ranks)
+    bound = max(heaviest, at(num_chunks) / num_ranks)
     for _ in range(MAX_BIDS):
-        ends = _fill(prefix, bound, num_ranks, limits)
-        if ends[-1] >= num_chunks:
-            return bound
-        starts = [0, *ends[:-1]]
-        bound = min(prefix[e + 1] - prefix[s] for s, e in zip(starts, ends, strict=True) if e < num_chunks)
-    return _bisected_bottleneck(prefix, bound, num_ranks, limits)
+        reach = bound * (1 + 1e-12)
+        ends, start, bid = [], 0, math.inf
+        for _ in range(num_ranks):
+            if start < num_chunks:
+                base = at(start)
+                end = int(after(base + reach)) - 1
+                if end <= start:
+                    end = start + 1
+                if end < num_chunks:
+                    step = at(end + 1) - base
+                    if step < bid:
+                        bid = step
+                else:
+                    end = num_chunks
+                start = end
+            ends.append(start)
+        if start >= num_chunks:
+            return bound, ends
+        bound = bid
+    limits = _RangeLimits(num_chunks, None, 0.0, True)
+    return _bisected_bottleneck(prefix, bound, num_ranks, limits), None
 
 
-def _bisected_bottleneck(prefix: list[float], lower: float, num_ranks: int, limits: _RangeLimits) -> float:
+def _searcher(
+    prefix: np.ndarray, num_ranks: int
+) -> tuple[Callable[[int], float], Callable[[float], int | np.intp]]:
+    """Reading the non-decreasing ``prefix`` as Python floats, and the position after the last one at
+    most a value: from a list (a bisection) for few chunks per rank, else from the array (making the
+    list would cost more than the fills' searches save); the same numbers either way."""
+    if prefix.size <= LIST_SEARCH_CHUNKS * num_ranks:
+        values = prefix.tolist()
+        return values.__getitem__, partial(bisect.bisect_right, values)
+    return prefix.item, partial(np.ndarray.searchsorted, prefix, side="right")
+
+
+def _bisected_bottleneck(prefix: np.ndarray, lower: float, num_ranks: int, limits: _RangeLimits) -> float:
     """The least feasible bottleneck at or above ``lower`` under range limits, by bisection to a
     relative 1e-9."""
     lo, hi = lower, prefix[-1]

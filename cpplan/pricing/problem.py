@@ -77,25 +77,24 @@ class Problem:
         owning nothing (they still take part in the wave's key/value exchange). ``checked``: the items
         passed these checks already under the same settings (a share of a step built before), so they
         are not checked again. ``tree_now=False``: the prefix tree is built when first read, not here."""
-        sequences, item_of, index_of, grad, loss, ptr = [], [], [], [], [], [0]
-        for i, item in enumerate(workload.items):
-            if not checked:
-                _check_item(workload, i, settings)
-            for k, request in enumerate(item.requests):
-                sequences.append(request.tokens)
-                item_of.append(i), index_of.append(k)
-                grad.append(request.grad), loss.append(request.output in ("loss", "logits"))
-            ptr.append(len(sequences))
+        requests = [request for item in workload.items for request in item.requests]
+        sequences = tuple([request.tokens for request in requests])
+        counts = np.fromiter(map(len, (item.requests for item in workload.items)), dtype=np.int64)
+        item_ptr = np.zeros(counts.size + 1, dtype=np.int64)
+        np.cumsum(counts, out=item_ptr[1:])
+        if not checked:
+            _check_items(workload, sequences, item_ptr, settings)
+        request_item = np.repeat(np.arange(counts.size, dtype=np.int64), counts)
         problem = cls(
             workload=workload,
             settings=settings,
-            sequences=tuple(sequences),
-            request_item=np.array(item_of, dtype=np.int64),
-            request_index=np.array(index_of, dtype=np.int64),
-            request_grad=np.array(grad, dtype=bool),
-            request_loss=np.array(loss, dtype=bool),
-            item_ptr=np.array(ptr, dtype=np.int64),
-            loss_positions=LossPositions.of([r for _, _, r in workload.requests()]),
+            sequences=sequences,
+            request_item=request_item,
+            request_index=np.arange(len(requests), dtype=np.int64) - item_ptr[request_item],
+            request_grad=np.array([request.grad for request in requests], dtype=bool),
+            request_loss=np.array([request.output in ("loss", "logits") for request in requests], dtype=bool),
+            item_ptr=item_ptr,
+            loss_positions=LossPositions.of(requests),
         )
         if tree_now:
             problem.tree  # noqa: B018 (built here, inside the build's time)
@@ -235,6 +234,23 @@ def check_static_floor(card: ResolvedCard, memory_bytes: int) -> None:
             f"envelope {card.envelope_names[e]!r} of model {card.name!r}, before any token",
             field="memory",
         )
+
+
+def _check_items(
+    workload: Workload, sequences: tuple[np.ndarray, ...], item_ptr: np.ndarray, settings: Settings
+) -> None:
+    """Raise :class:`~cpplan.errors.InputError` for the first item of ``workload`` (whose requests' tokens
+    are ``sequences``, item ``i``'s from ``item_ptr[i]``) with a request longer than the model's context
+    or (token ids) an id beyond its vocabulary: every request checked with one length and one maximum,
+    the error found again item by item (:func:`_check_item`) once one is seen."""
+    lengths = np.fromiter(map(len, sequences), dtype=np.int64, count=len(sequences))
+    bad = lengths > settings.card.max_context
+    if workload.token_ids:
+        vocab = settings.model.geometry.vocab
+        bad |= np.array([s.size > 0 and np.maximum.reduce(s) >= vocab for s in sequences], dtype=bool)
+    if bad.any():
+        _check_item(workload, int(np.searchsorted(item_ptr, np.argmax(bad), side="right")) - 1, settings)
+        raise AssertionError("an item failed the step's checks but not its own")  # unreachable
 
 
 def _check_item(workload: Workload, i: int, settings: Settings) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from functools import cached_property
 from typing import TYPE_CHECKING
@@ -26,17 +27,15 @@ class PrefixTree:
 
     def __init__(self, sequences: Sequence[np.ndarray]) -> None:
         self.sequences = tuple(np.asarray(s, dtype=np.int64) for s in sequences)
-        # Big-endian 32-bit bytes compare like the (non-negative, int32) token ids they encode, so a
-        # C-level sort of byte strings orders the requests lexicographically; prefixes sort first.
-        keys = [s.astype(">u4").tobytes() for s in self.sequences]
+        keys = _sort_keys(self.sequences)
         order = sorted(range(len(keys)), key=keys.__getitem__)
         parent, start, length, src = [-1], [0], [0], [0]
         leaf = np.zeros(len(self.sequences), dtype=np.int64)
         stack = [0]
-        previous: np.ndarray | None = None
-        for r in order:
+        # Equal tokens have equal bytes: the prefixes are read from the keys (half the tokens' bytes).
+        commons = adjacent_common_prefixes([np.frombuffer(k, dtype=np.uint32) for k in keys], order)
+        for r, common in zip(order, commons, strict=True):
             tokens = self.sequences[r]
-            common = 0 if previous is None else _common_prefix(previous, tokens)
             while start[stack[-1]] + length[stack[-1]] > common:
                 top = stack.pop()
                 if start[top] < common:
@@ -56,7 +55,6 @@ class PrefixTree:
                 src.append(r)
                 stack.append(node)
                 leaf[r] = node
-            previous = tokens
         self.node_parent = _ro(np.array(parent, dtype=np.int64))
         self.node_start = _ro(np.array(start, dtype=np.int64))
         self.node_length = _ro(np.array(length, dtype=np.int64))
@@ -65,22 +63,30 @@ class PrefixTree:
         self._build_paths()
 
     def _build_paths(self) -> None:
-        paths: list[list[int]] = []
-        for leaf in self.request_leaf.tolist():
-            path = []
-            node = leaf
-            while node > 0:
-                path.append(node)
-                node = int(self.node_parent[node])
-            paths.append(path[::-1])
-        lengths = np.array([len(p) for p in paths], dtype=np.int64)
-        self.path_ptr = _ro(np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64))
-        self.path_nodes = _ro(np.array([v for p in paths for v in p], dtype=np.int64))
-        self._paths = tuple(tuple(p) for p in paths)
+        """Every node's depth and every request's path, walking all of them up one level at a time
+        (as many numpy steps as the tree is deep)."""
+        parent = self.node_parent
         depth = np.zeros(self.num_nodes, dtype=np.int64)
-        for p in paths:
-            depth[list(p)] = np.arange(1, len(p) + 1)
+        node = np.arange(self.num_nodes, dtype=np.int64)
+        while (alive := node > 0).any():
+            depth += alive
+            node = np.where(alive, parent[node], 0)
         self.node_depth = _ro(depth)
+        steps = depth[self.request_leaf]
+        self.path_ptr = _ro(_offsets(steps))
+        nodes = np.zeros(int(self.path_ptr[-1]), dtype=np.int64)
+        node = self.request_leaf.copy()
+        while (alive := steps > 0).any():
+            steps -= alive
+            nodes[self.path_ptr[:-1][alive] + steps[alive]] = node[alive]
+            node = np.where(alive, parent[node], 0)
+        self.path_nodes = _ro(nodes)
+
+    @cached_property
+    def _paths(self) -> tuple[tuple[int, ...], ...]:
+        """Every request's path as a tuple (from :attr:`path_nodes`)."""
+        flat = self.path_nodes.tolist()
+        return tuple(tuple(flat[a:b]) for a, b in itertools.pairwise(self.path_ptr.tolist()))
 
     @property
     def num_nodes(self) -> int:
@@ -134,11 +140,37 @@ class PrefixTree:
         return graph
 
 
-def _common_prefix(a: np.ndarray, b: np.ndarray) -> int:
-    """Length of the longest common prefix of two token arrays (one vectorized comparison)."""
-    span = min(a.size, b.size)
-    mismatch = np.flatnonzero(a[:span] != b[:span])
-    return int(mismatch[0]) if mismatch.size else span
+def _sort_keys(sequences: Sequence[np.ndarray]) -> list[bytes]:
+    """Every sequence as big-endian 32-bit bytes: they compare like the (non-negative, int32) token ids
+    they encode, so a C-level sort of them orders the sequences lexicographically (prefixes first).
+    Converted in one pass into one buffer, then cut."""
+    offsets = 4 * _offsets(np.array([s.size for s in sequences], dtype=np.int64))
+    buffer = bytearray(int(offsets[-1]))
+    if sequences:
+        np.concatenate(sequences, out=np.frombuffer(buffer, dtype=">u4"), casting="unsafe")
+    view = memoryview(buffer)
+    return [bytes(view[a:b]) for a, b in itertools.pairwise(offsets.tolist())]
+
+
+def adjacent_common_prefixes(sequences: Sequence[np.ndarray], order: Sequence[int]) -> list[int]:
+    """For the sequences in ``order``, the length of the longest common prefix of each with the one
+    before it (0 for the first): one vectorized comparison per pair, the first mismatch found by
+    ``argmax`` (which stops at the first ``True``)."""
+    found = [0] * len(order)
+    for k in range(1, len(order)):
+        a, b = sequences[order[k - 1]], sequences[order[k]]
+        span = min(a.size, b.size)
+        differ = a[:span] != b[:span]
+        at = int(differ.argmax()) if span else 0
+        found[k] = at if span and differ[at] else span
+    return found
+
+
+def _offsets(counts: np.ndarray) -> np.ndarray:
+    """``[0, c0, c0 + c1, ...]``: where each of ``counts``' runs starts, and the total last."""
+    offsets = np.zeros(counts.size + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    return offsets
 
 
 def _ro(array: np.ndarray) -> np.ndarray:

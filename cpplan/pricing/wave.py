@@ -10,9 +10,17 @@ import numpy as np
 from cpplan.pricing.evaluator import RankPrices, price, wave_cost_s
 from cpplan.pricing.handoff import NO_HANDOFF, Handoff
 from cpplan.pricing.handoff_mode import ROUNDS, chosen_handoff
-from cpplan.pricing.layout import PackedLayout
-from cpplan.pricing.ownership import ChunkStats, chunk_stats, contiguous_split, rank_quantities
+from cpplan.pricing.layout import PackedLayout, path_counts
+from cpplan.pricing.ownership import (
+    ChunkStats,
+    chunk_stats,
+    owner_of_ranges,
+    range_ends,
+    range_quantities,
+    rank_quantities,
+)
 from cpplan.pricing.problem import Problem
+from cpplan.spec.card import ResolvedCard
 from cpplan.spec.quantities import COUNTS, NUM_QUANTITIES, QUANTITIES, QUANTITY_INDEX, check_rules
 
 
@@ -67,24 +75,39 @@ def ownership_candidates(problem: Problem, stats: ChunkStats) -> list[np.ndarray
     :data:`BARRIER_MIXES` by its barrier seconds): a wave costs the slowest rank
     of each barrier, so the split balancing the total is rarely the cheapest (a long sequence's early
     ranks hold more tokens, its late ranks more attended pairs)."""
+    return [owner for owner, _ in _candidates(problem, stats)]
+
+
+def _candidates(problem: Problem, stats: ChunkStats) -> list[tuple[np.ndarray, np.ndarray]]:
+    """:func:`ownership_candidates`, each with its rank quantities: every split's ranges are found
+    first, then all their quantities at once from the chunks' prefix sums."""
     cp = problem.topology.cp
     if cp == 1:
-        return [np.zeros(stats.num_chunks, dtype=np.int64)]
+        owner = np.zeros(stats.num_chunks, dtype=np.int64)
+        return [(owner, rank_quantities(stats, owner, cp))]
+    constants = problem.card.constants
     matrix = stats.quantity_matrix()
-    time_weight = matrix @ problem.card.constants.time_coefficients
-    candidates = [contiguous_split(time_weight, cp), contiguous_split(stats.tokens.astype(np.float64), cp)]
-    per_barrier = matrix @ problem.card.constants.barrier_coefficients.T
+    splits = [
+        range_ends(matrix @ constants.time_coefficients, cp),
+        range_ends(stats.tokens.astype(np.float64), cp),
+    ]
+    per_barrier = matrix @ constants.barrier_coefficients.T
     totals = per_barrier.sum(axis=0)
     largest = np.argsort(-totals, kind="stable")[:2]
-    if largest.size == 2 and totals[largest[1]] > 0:
+    mixed = largest.size == 2 and totals[largest[1]] > 0
+    if mixed:
         normalized = per_barrier[:, largest] / totals[largest]
-        mixes = [contiguous_split(normalized @ mix, cp) for mix in BARRIER_MIXES]
-        candidates.append(min(mixes, key=lambda owner: _barrier_seconds(problem, stats, owner)))
-    distinct: list[np.ndarray] = []
-    for owner in candidates:
-        if not any(np.array_equal(owner, seen) for seen in distinct):
-            distinct.append(owner)
-    return distinct
+        splits += [range_ends(normalized @ mix, cp) for mix in BARRIER_MIXES]
+    quantities = range_quantities(stats, splits)
+    chosen = [0, 1]
+    if mixed:
+        seconds = barrier_seconds(problem.card, quantities[2:])
+        chosen.append(2 + min(range(len(BARRIER_MIXES)), key=seconds.__getitem__))
+    distinct: list[int] = []
+    for i in chosen:
+        if all(splits[i] != splits[j] for j in distinct):
+            distinct.append(i)
+    return [(owner_of_ranges(splits[i]), quantities[i]) for i in distinct]
 
 
 BARRIER_MIXES = tuple(np.array([k / 4, 1 - k / 4]) for k in range(5))
@@ -93,10 +116,12 @@ each alone and three mixes between; the one whose ranks' barrier seconds sum low
 (with the total- and token-balanced splits), so a wave costs three pricings, not seven."""
 
 
-def _barrier_seconds(problem: Problem, stats: ChunkStats, owner: np.ndarray) -> float:
-    """The per-barrier slowest-rank seconds of a chunk ownership (no memory, no hand-off): a screen."""
-    quantities = rank_quantities(stats, owner, problem.topology.cp)
-    return float((quantities @ problem.card.constants.barrier_coefficients.T).max(axis=0).sum())
+def barrier_seconds(card: ResolvedCard, quantities: np.ndarray) -> list[float]:
+    """Per ownership of a wave, the sum over barriers of its slowest rank's seconds (no memory, no
+    hand-off: a screen), from its rank quantities: ``quantities`` of shape ``(ownerships, ranks,
+    NUM_QUANTITIES)``. One product for all, each ownership's the same numbers as its own product."""
+    per_rank = quantities @ card.constants.barrier_coefficients.T
+    return [float(seconds.max(axis=0).sum()) for seconds in per_rank]
 
 
 EDGE_STEPS = 12
@@ -109,14 +134,24 @@ def edge_ownership(problem: Problem, stats: ChunkStats, owner: np.ndarray) -> np
     with the lower peak, as many as its excess over its bytes per chunk, every step priced exactly;
     the ranks' times stay as close to balanced as the memory allows (the token-balanced split, the
     other fallback, lets them drift further)."""
+    repaired = _edge_repair(problem, stats, owner)
+    return None if repaired is None else repaired[0]
+
+
+def _edge_repair(
+    problem: Problem, stats: ChunkStats, owner: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, RankPrices] | None:
+    """:func:`edge_ownership`, with the repaired ownership's rank quantities and prices."""
     cp, memory_bytes = problem.topology.cp, problem.memory_bytes
     sizes = np.bincount(owner, minlength=cp)
     static = problem.card.constants.static_peak_bytes
     for _ in range(EDGE_STEPS):
-        peaks = price(problem.card, rank_quantities(stats, owner, cp)).peak_bytes
+        q = range_quantities(stats, np.cumsum(sizes)[None, :])[0]
+        prices = price(problem.card, q)
+        peaks = prices.peak_bytes
         worst = int(np.argmax(peaks))
         if peaks[worst] <= memory_bytes:
-            return owner
+            return np.repeat(np.arange(cp, dtype=np.int64), sizes), q, prices
         per_chunk = max(peaks[worst] - static, 1.0) / sizes[worst]
         moved = min(int(np.ceil((peaks[worst] - memory_bytes) / per_chunk)), int(sizes[worst]) - 1)
         if moved < 1:
@@ -125,7 +160,6 @@ def edge_ownership(problem: Problem, stats: ChunkStats, owner: np.ndarray) -> np
         to = min(neighbours, key=lambda r: peaks[r])
         sizes[worst] -= moved
         sizes[to] += moved
-        owner = np.repeat(np.arange(cp, dtype=np.int64), sizes)
     return None
 
 
@@ -141,22 +175,38 @@ def price_wave(
     """Price ``layout`` for ``items``: with ``owner`` given, that chunk ownership; otherwise the best
     contiguous ownership (cheapest that fits, else the one with the lowest peak)."""
     stats = chunk_stats(layout, problem.chunk_tokens)
-    owners = [owner] if owner is not None else ownership_candidates(problem, stats)
+    if owner is not None:
+        owners = [(owner, rank_quantities(stats, owner, problem.topology.cp))]
+    else:
+        owners = _candidates(problem, stats)
+    versions = _Versions(
+        problem=problem,
+        items=tuple(items),
+        layout=layout,
+        layout_name=layout_name,
+        stats=stats,
+        split=split,
+        logical_tokens=problem.logical_tokens(items),
+    )
     best: WavePlan | None = None
-    for candidate in owners:
-        q = rank_quantities(stats, candidate, problem.topology.cp)
+    first_fits = False
+    for candidate, q in owners:
         prices = price(problem.card, q)
-        if best is not None and _cannot_win(problem, best, prices):
+        if best is None:
+            first_fits = bool((prices.peak_bytes <= problem.memory_bytes).all())
+        elif _cannot_win(problem, best, prices):
             continue  # the hand-off, the costliest part of a pricing, is not worth counting
-        wave = _priced_ownership(problem, items, layout, layout_name, stats, candidate, split, (q, prices))
+        wave = versions.wave(candidate, q, prices)
         if best is None or _better(wave, best, problem.memory_bytes):
             best = wave
     assert best is not None
-    fallback = owner is None and len(owners) > 1 and best.owner is not owners[0]
-    if fallback and best.fits(problem.memory_bytes):  # only the token-balanced split fits: repair by time
-        repaired = edge_ownership(problem, stats, owners[0])
-        if repaired is not None:
-            wave = _priced_ownership(problem, items, layout, layout_name, stats, repaired, split)
+    # only the token-balanced split fits: repair by time (a first split that fits needs no repair:
+    # priced already, it lost)
+    fallback = owner is None and len(owners) > 1 and best.owner is not owners[0][0] and not first_fits
+    if fallback and best.fits(problem.memory_bytes):
+        repaired = _edge_repair(problem, stats, owners[0][0])
+        if repaired is not None and not _cannot_win(problem, best, repaired[2]):
+            wave = versions.wave(*repaired)
             if _better(wave, best, problem.memory_bytes):
                 best = wave
     return best
@@ -173,37 +223,39 @@ def _cannot_win(problem: Problem, best: WavePlan, prices: RankPrices) -> bool:
     return over or best.cost_s <= wave_cost_s(problem.card, prices)
 
 
-def _priced_ownership(
-    problem: Problem,
-    items: Sequence[int],
-    layout: PackedLayout,
-    layout_name: str,
-    stats: ChunkStats,
-    owner: np.ndarray,
-    split: bool,
-    priced: tuple[np.ndarray, RankPrices] | None = None,
-) -> WavePlan:
-    """``layout`` with chunk ownership ``owner`` (its rank quantities and prices when already known),
-    priced."""
-    if priced is None:
-        q = rank_quantities(stats, owner, problem.topology.cp)
-        priced = (q, price(problem.card, q))
-    q, prices = priced
-    handoff = chosen_handoff(layout, owner, stats.chunk_tokens, problem.topology.cp, problem.card.handoff)
-    return WavePlan(
-        items=tuple(items),
-        layout_name=layout_name,
-        layout=layout,
-        stats=stats,
-        owner=np.asarray(owner, dtype=np.int64),
-        quantities=q,
-        prices=prices,
-        cost_s=wave_cost_s(problem.card, prices) + handoff.seconds,
-        logical_tokens=problem.logical_tokens(items),
-        split=split,
-        handoff=handoff,
-        gdn_handoff=handoff.mode,
-    )
+@dataclass(frozen=True, kw_only=True, eq=False)
+class _Versions:
+    """The versions of one packed wave under different ownerships: what they share (problem, items,
+    layout, chunk statistics, unpacked tokens) and each one priced."""
+
+    problem: Problem
+    items: tuple[int, ...]
+    layout: PackedLayout
+    layout_name: str
+    stats: ChunkStats
+    split: bool
+    logical_tokens: int
+
+    def wave(self, owner: np.ndarray, q: np.ndarray, prices: RankPrices) -> WavePlan:
+        """The wave under chunk ownership ``owner`` (rank quantities ``q``, priced ``prices``), its
+        hand-off chosen and counted."""
+        problem = self.problem
+        cp = problem.topology.cp
+        handoff = chosen_handoff(self.layout, owner, self.stats.chunk_tokens, cp, problem.card.handoff)
+        return WavePlan(
+            items=self.items,
+            layout_name=self.layout_name,
+            layout=self.layout,
+            stats=self.stats,
+            owner=np.asarray(owner, dtype=np.int64),
+            quantities=q,
+            prices=prices,
+            cost_s=wave_cost_s(problem.card, prices) + handoff.seconds,
+            logical_tokens=self.logical_tokens,
+            split=self.split,
+            handoff=handoff,
+            gdn_handoff=handoff.mode,
+        )
 
 
 def _better(a: WavePlan, b: WavePlan, memory_bytes: int) -> bool:
@@ -318,12 +370,7 @@ def wave_counts(problem: Problem, items: tuple[int, ...]) -> np.ndarray:
 def request_node_counts(problem: Problem, requests: np.ndarray) -> np.ndarray:
     """How many of ``requests`` (tree request indices) pass through each node: one count over their
     concatenated root-to-leaf paths (the same numbers as ``PrefixTree.node_counts``, vectorized)."""
-    tree = problem.tree
-    starts, ends = tree.path_ptr[requests], tree.path_ptr[requests + 1]
-    lengths = ends - starts
-    offsets = np.cumsum(lengths) - lengths
-    entries = np.repeat(starts - offsets, lengths) + np.arange(int(lengths.sum()), dtype=np.int64)
-    return np.bincount(tree.path_nodes[entries], minlength=tree.num_nodes).astype(np.int64)
+    return path_counts(problem.tree, requests)
 
 
 def local_tokens(wave: WavePlan) -> np.ndarray:

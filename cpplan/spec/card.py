@@ -650,7 +650,13 @@ class HandoffSeconds:
     @property
     def priced(self) -> bool:
         """Whether any part of the hand-off costs time."""
-        return any(value > 0 for value in dataclasses.astuple(self))
+        return (
+            self.round_s > 0
+            or self.state_s > 0
+            or self.wait_s_per_token > 0
+            or self.head_parallel_priced
+            or self.head_level_s > 0
+        )
 
     def scaled(self, factor: float) -> HandoffSeconds:
         """Every price times ``factor``."""

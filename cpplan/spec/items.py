@@ -159,9 +159,8 @@ def check_vocabulary(
     ``vocab`` ids (``0 .. vocab - 1``) does not hold: its embedding row does not exist, so no wave
     holding it can run, whatever its plan."""
     for k, request in enumerate(item.requests):
-        beyond = np.flatnonzero(request.tokens >= vocab)
-        if beyond.size:
-            t = int(beyond[0])
+        if request.tokens.size and np.maximum.reduce(request.tokens) >= vocab:  # one pass, no array
+            t = int(np.flatnonzero(request.tokens >= vocab)[0])
             raise InputError(
                 f"item {item.id!r} request {k}: token {t} is {int(request.tokens[t]):,}, beyond the model's "
                 f"vocabulary of {vocab:,} ids (0 to {vocab - 1:,})",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -48,7 +49,25 @@ def read_requests(
     seen: dict[tuple[str, int], int],
     violations: list[str],
 ) -> Coverage:
-    """Read every request of the wave back through its chain, recording in ``seen`` which wave holds it."""
+    """Read every request of the wave back through its chain, recording in ``seen`` which wave holds it.
+
+    A well-formed wave (:func:`read_whole_wave`) is read in one pass; any other request by request
+    (:func:`read_each_request`), each break reported where it is found."""
+    coverage = read_whole_wave(w, wave, segments, by_id, seen)
+    if coverage is not None:
+        return coverage
+    return read_each_request(w, wave, segments, by_id, seen, violations)
+
+
+def read_each_request(
+    w: int,
+    wave: dict[str, Any],
+    segments: list[Segment],
+    by_id: dict[str, Item],
+    seen: dict[tuple[str, int], int],
+    violations: list[str],
+) -> Coverage:
+    """:func:`read_requests` request by request, reporting each break where it is found."""
     coverage = Coverage.empty(len(segments))
     wave_items = set(wave["items"])
     for entry in wave["requests"]:
@@ -112,6 +131,87 @@ def _read_chain(
         )
 
 
+_MALFORMED = (TypeError, ValueError, KeyError, IndexError, AttributeError, OverflowError)
+"""What reading a malformed wave at once may raise: such a wave is read request by request instead."""
+
+
+def read_whole_wave(
+    w: int,
+    wave: dict[str, Any],
+    segments: list[Segment],
+    by_id: dict[str, Item],
+    seen: dict[tuple[str, int], int],
+) -> Coverage | None:
+    """Every request of the wave read back in one pass, recording in ``seen`` which wave holds it, when
+    the wave breaks nothing that reading request by request reports: each request listed once, in the
+    workload, of an item the wave lists and in no earlier wave, its chain unbroken and in range, its
+    segments holding its tokens, all of them. ``None`` (and nothing recorded) otherwise."""
+    try:
+        read = _read_all(wave, segments, by_id)
+    except _MALFORMED:
+        return None
+    if read is None:
+        return None
+    keys, coverage = read
+    if len(set(keys)) != len(keys) or not seen.keys().isdisjoint(keys):
+        return None
+    for key in keys:
+        seen[key] = w
+    return coverage
+
+
+def _read_all(
+    wave: dict[str, Any], segments: list[Segment], by_id: dict[str, Item]
+) -> tuple[list[tuple[str, int]], Coverage] | None:
+    """The wave's request keys and what its requests put in its segments (as :func:`_read_chain`
+    records it), when each names a request of the workload of an item the wave lists, and its chain
+    names segments in range, each the child of the one before (a root first) starting where it ends,
+    holding the request's tokens and ending at its last (``None`` otherwise)."""
+    wave_items = set(wave["items"])
+    num_segments = len(segments)
+    coverage = Coverage.empty(num_segments)
+    held, uses, grad, loss = coverage.tokens, coverage.uses, coverage.grad, coverage.loss
+    keys = []
+    count_nonzero = np.count_nonzero
+    for entry in wave["requests"]:
+        item_id, k = entry["item"], entry["request"]
+        item = by_id.get(item_id)
+        if item is None or type(k) is not int or not 0 <= k < len(item.requests) or item_id not in wave_items:
+            return None
+        keys.append((item_id, k))
+        request = item.requests[k]
+        tokens, output = request.tokens, request.output
+        size, takes_grad = tokens.size, request.grad
+        masked = masked_logits_needed(request) if output == "loss" and request.loss_mask is not None else None
+        needs_logits = masked is None and output in ("loss", "logits")
+        position, previous = 0, -1
+        for c in entry["segments"]:
+            if type(c) is not int or not 0 <= c < num_segments:
+                return None
+            parent, start, length = segments[c]
+            if parent != previous or start != position or length < 1:
+                return None
+            previous, position = c, position + length
+            if position > size:
+                return None
+            first = held[c]
+            if first is None:
+                held[c] = tokens[start:position]
+            elif count_nonzero(first != tokens[start:position]):
+                return None
+            uses[c] += 1
+            if takes_grad:
+                grad[c] = True
+            if needs_logits:
+                loss[c] = True
+            if masked is not None:
+                coverage.masked_loss[c] = masked[start:position] | coverage.masked_loss.get(c, False)
+        if position != size:
+            return None
+        coverage.logical_tokens += size
+    return keys, coverage
+
+
 def masked_logits_needed(request: Request) -> np.ndarray | None:
     """For a loss request with a mask, the verifier's own reading of which tokens need logits: token
     ``t`` where ``predicted()`` is set (predicting token ``t + 1`` counts); ``None`` for any other
@@ -125,7 +225,7 @@ def check_whole_items(w: int, wave: dict[str, Any], by_id: dict[str, Item], viol
     """A wave not marked split holds every request of each item it lists."""
     if wave.get("split"):
         return
-    listed = Counter(e["item"] for e in wave["requests"])
+    listed = Counter(map(itemgetter("item"), wave["requests"]))
     for item_id in dict.fromkeys(wave["items"]):
         item = by_id.get(item_id)
         if item is None:

@@ -13,6 +13,7 @@ from typing import Any
 
 from cpplan.spec.card import ResolvedCard
 from cpplan.spec.quantities import QUANTITY_NAMES
+from cpplan.verifier.card_terms import CardTerms
 
 PEAK_TOLERANCE_BYTES = 2
 COST_TOLERANCE = 1e-9
@@ -71,17 +72,19 @@ def check_rank_claims(
     entry: Any,
     local: dict[str, int],
     priced: RankPrice,
-    card: ResolvedCard,
+    priced_by: tuple[ResolvedCard, CardTerms],
     violations: list[str],
 ) -> None:
-    """The plan's figures for one rank are the verifier's: every local quantity, ``peak_bytes``,
-    ``card_peak_bytes``, the binding ``envelope``, its ``breakdown`` and ``time_s``."""
+    """The plan's figures for one rank are the verifier's (priced by the card and its terms): every
+    local quantity, ``peak_bytes``, ``card_peak_bytes``, the binding ``envelope``, its ``breakdown`` and
+    ``time_s``."""
     if not isinstance(entry, dict):
         return
     for name in QUANTITY_NAMES:
-        if entry.get(name) != local[name] or not is_count(entry.get(name)):
+        stated = entry.get(name)
+        if stated != local[name] or not (type(stated) is int or is_count(stated)):
             said = _STATED_AS.get(name, "the verifier counts {}").format(local[name])
-            violations.append(f"{where}: {name} {entry.get(name)!r} but {said}")
+            violations.append(f"{where}: {name} {stated!r} but {said}")
     for name, peak in (("peak_bytes", priced.peak_bytes), ("card_peak_bytes", priced.card_peak_bytes)):
         stated = entry.get(name)
         if not (is_count(stated) and abs(stated - peak) <= PEAK_TOLERANCE_BYTES):
@@ -89,28 +92,32 @@ def check_rank_claims(
     if not (is_number(entry.get("time_s")) and close(entry["time_s"], priced.time_s)):
         violations.append(f"{where}: time_s {entry.get('time_s')!r} but the verifier prices {priced.time_s}")
     check_present(where, entry, ("envelope", "breakdown"), violations)
-    _check_envelope(where, entry, priced, card, violations)
+    _check_envelope(where, entry, priced, priced_by, violations)
 
 
 def _check_envelope(
-    where: str, entry: dict[str, Any], priced: RankPrice, card: ResolvedCard, violations: list[str]
+    where: str,
+    entry: dict[str, Any],
+    priced: RankPrice,
+    priced_by: tuple[ResolvedCard, CardTerms],
+    violations: list[str],
 ) -> None:
     """``envelope`` names an envelope whose bytes are the rank's largest (a tie may name either), and
     ``breakdown`` holds that envelope's static bytes and each of its terms' bytes, before the safety
     factor."""
     if "envelope" not in entry:
         return
+    card, terms = priced_by
     names = card.envelope_names
     if entry["envelope"] not in names:
         known = ", ".join(names)
         violations.append(f"{where}: envelope {entry['envelope']!r} is not one of the card's {known}")
         return
-    e = names.index(entry["envelope"])
-    parts = {"static": float(card.envelope_static_bytes[e])}
-    for t in range(len(card.term_names)):
-        if card.envelope_terms[e, t]:
-            quantity = priced.quantities[int(card.term_quantity[t])]
-            parts[card.term_names[t]] = float(card.term_bytes[t]) * quantity
+    envelope = terms.envelopes[names.index(entry["envelope"])]
+    quantities = priced.quantities
+    parts = {"static": envelope.static_bytes}
+    for name, (unit_bytes, q) in zip(envelope.term_names, envelope.terms, strict=True):
+        parts[name] = unit_bytes * quantities[q]
     if sum(parts.values()) < priced.envelope_bytes - PEAK_TOLERANCE_BYTES:
         binding = names[priced.envelope]
         violations.append(f"{where}: envelope {entry['envelope']!r} but the binding one is {binding!r}")
@@ -127,6 +134,8 @@ def _check_breakdown(where: str, stated: Any, parts: dict[str, float], violation
         violations.append(f"{where}: breakdown has {shown}, not the envelope's parts {list(parts)}")
         return
     for name, value in parts.items():
-        if not (is_number(stated[name]) and abs(stated[name] - value) <= PEAK_TOLERANCE_BYTES):
-            said = f"breakdown {name!r} is {stated[name]!r}"
+        number = stated[name]
+        plain = type(number) is int or type(number) is float or is_number(number)
+        if not (plain and abs(number - value) <= PEAK_TOLERANCE_BYTES):
+            said = f"breakdown {name!r} is {number!r}"
             violations.append(f"{where}: {said} but the verifier prices {round(value)}")

@@ -22,19 +22,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from cpplan.spec.card import ResolvedCard
 from cpplan.verifier.segments import Segment
 
 
 @dataclass(frozen=True, kw_only=True)
 class _Walk:
-    """The pieces' owners, lengths, path predecessors (-1: none) and rounds, and the source pieces."""
+    """The pieces' owners, lengths, path predecessors (-1: none) and crossings (a predecessor on
+    another rank), and how many distinct pieces are sources (some crossing starts from them)."""
 
-    owner: list[int]
-    length: list[int]
-    pred: list[int]
-    round: list[int]
-    sources: frozenset[int]
+    owner: np.ndarray
+    length: np.ndarray
+    pred: np.ndarray
+    crossing: np.ndarray
+    num_sources: int
 
 
 def handoff_seconds(
@@ -54,60 +57,90 @@ def handoff_seconds(
 
 
 def _walk(segments: list[Segment], offsets: list[int], pieces) -> _Walk:
-    owner, length, preds, rounds, sources = [], [], [], [], set()
+    owner = pieces.owner
+    pred = _predecessors(segments, offsets, pieces)
+    has = pred >= 0
+    crossing = has & (owner[np.maximum(pred, 0)] != owner)
+    sources = np.unique(pred[crossing]).size
+    return _Walk(owner=owner, length=pieces.length, pred=pred, crossing=crossing, num_sources=sources)
+
+
+def _predecessors(segments: list[Segment], offsets: list[int], pieces) -> np.ndarray:
+    """Each piece's path predecessor: the piece before it where it continues its segment, else the last
+    piece of its parent segment so far (-1 for a root's first piece, or a parent with no piece yet).
+    Where every segment holds tokens, a segment's pieces come after all of an earlier segment's, so
+    the parent's last piece so far is its last piece, or none for a parent that comes later."""
+    segment, start = pieces.segment, pieces.start
+    offset = np.array(offsets, dtype=np.int64)
+    try:
+        parent = np.array([s[0] for s in segments], dtype=np.int64)[segment]
+    except OverflowError:
+        return _predecessors_in_order(segments, offsets, pieces)
+    if offset.size > 1 and not bool((offset[1:] > offset[:-1]).all()):
+        return _predecessors_in_order(segments, offsets, pieces)
+    pred = np.arange(segment.size, dtype=np.int64) - 1
+    first = start == offset[segment]
+    last = np.searchsorted(segment, parent, side="right") - 1
+    found = (parent >= 0) & (parent < segment) & (last >= 0)
+    found &= segment[np.maximum(last, 0)] == parent
+    pred[first] = np.where(found, last, -1)[first]
+    return pred
+
+
+def _predecessors_in_order(segments: list[Segment], offsets: list[int], pieces) -> np.ndarray:
+    """:func:`_predecessors` piece by piece in packed order, whatever order the segments come in."""
+    preds: list[int] = []
     last_piece: dict[int, int] = {}
-    columns = (pieces.start, pieces.length, pieces.owner, pieces.segment)
-    for i, (start, size, rank, segment) in enumerate(zip(*(c.tolist() for c in columns), strict=True)):
+    columns = (pieces.start, pieces.segment)
+    for i, (start, segment) in enumerate(zip(*(c.tolist() for c in columns), strict=True)):
         parent = segments[segment][0]
-        pred = i - 1 if start != offsets[segment] else last_piece.get(parent, -1) if parent >= 0 else -1
-        crossing = pred >= 0 and owner[pred] != rank
-        if crossing:
-            sources.add(pred)
-        rounds.append((rounds[pred] if pred >= 0 else 0) + int(crossing))
-        owner.append(rank)
-        length.append(size)
-        preds.append(pred)
+        preds.append(
+            i - 1 if start != offsets[segment] else last_piece.get(parent, -1) if parent >= 0 else -1
+        )
         last_piece[segment] = i
-    return _Walk(owner=owner, length=length, pred=preds, round=rounds, sources=frozenset(sources))
+    return np.array(preds, dtype=np.int64)
+
+
+def _busiest(owner: np.ndarray, tokens: np.ndarray, cp: int) -> int:
+    """The most ``tokens`` any rank ``0 .. cp - 1`` owns (pieces of other owners count for none)."""
+    mine = (owner >= 0) & (owner < cp)
+    if not mine.all():
+        owner, tokens = owner[mine], tokens[mine]
+    return int(np.bincount(owner, weights=tokens, minlength=cp).max())
 
 
 def _rounds(card: ResolvedCard, walk: _Walk) -> float:
     cp, seconds = card.topology.cp, card.handoff
-    work: dict[tuple[int, int], int] = {}
-    for rank, round_, size in zip(walk.owner, walk.round, walk.length, strict=True):
-        work[(rank, round_)] = work.get((rank, round_), 0) + size
-    rounds = max(walk.round) + 1
-    per_round = sum(max(work.get((r, k), 0) for r in range(cp)) for k in range(rounds))
-    per_rank = max(sum(work.get((r, k), 0) for k in range(rounds)) for r in range(cp))
+    rounds = [0] * walk.pred.size
+    for i, (pred, crossing) in enumerate(zip(walk.pred.tolist(), walk.crossing.tolist(), strict=True)):
+        rounds[i] = (rounds[pred] if pred >= 0 else 0) + crossing
+    num_rounds = max(rounds) + 1
+    mine = (walk.owner >= 0) & (walk.owner < cp)
+    cell = walk.owner[mine] * num_rounds + np.array(rounds, dtype=np.int64)[mine]
+    work = np.bincount(cell, weights=walk.length[mine], minlength=cp * num_rounds).reshape(cp, num_rounds)
+    per_round = int(work.max(axis=0).sum())
+    per_rank = int(work.sum(axis=1).max())
     return (
-        (rounds - 1) * seconds.round_s
-        + len(walk.sources) * seconds.state_s
+        (num_rounds - 1) * seconds.round_s
+        + walk.num_sources * seconds.state_s
         + (per_round - per_rank) * seconds.wait_s_per_token
     )
 
 
 def _parallel(card: ResolvedCard, walk: _Walk) -> float:
-    if not walk.sources:
+    if not walk.num_sources:
         return 0.0
     cp, seconds = card.topology.cp, card.handoff
-    continued = {p for p in walk.pred if p >= 0}
-    before: dict[int, int] = {}
-    after: dict[int, int] = {}
-    total: dict[int, int] = {}
-    for i, (rank, pred, size) in enumerate(zip(walk.owner, walk.pred, walk.length, strict=True)):
-        total[rank] = total.get(rank, 0) + size
-        if pred < 0:
-            before[rank] = before.get(rank, 0) + size
-            continue
-        after[rank] = after.get(rank, 0) + size
-        if i in continued:
-            before[rank] = before.get(rank, 0) + 2 * size
-
-    def busiest(tokens: dict[int, int]) -> int:
-        return max(tokens.get(r, 0) for r in range(cp))
-
-    waiting = busiest(before) + busiest(after) - busiest(total)
-    return seconds.round_s + 2 * len(walk.sources) * seconds.state_s + waiting * seconds.wait_s_per_token
+    has = walk.pred >= 0
+    continued = np.zeros(walk.pred.size, dtype=bool)
+    continued[walk.pred[has]] = True
+    length = walk.length
+    before = np.where(has, np.where(continued, 2 * length, 0), length)
+    after = np.where(has, length, 0)
+    waiting = (
+        _busiest(walk.owner, before, cp) + _busiest(walk.owner, after, cp) - _busiest(walk.owner, length, cp)
+    )
+    return seconds.round_s + 2 * walk.num_sources * seconds.state_s + waiting * seconds.wait_s_per_token
 
 
 def _head_parallel(card: ResolvedCard, segments: list[Segment], pieces) -> float:

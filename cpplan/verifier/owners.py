@@ -53,9 +53,10 @@ def read_owners(
     ordered = sorted(ranges)
     if all(a[1] <= b[0] for a, b in itertools.pairwise(ordered)):
         runs = _disjoint_runs(ordered, packed)
+        unowned = packed - sum(end - start for start, end, _ in ordered)
     else:
         runs = _overlapping_runs(w, ranges, packed, violations)
-    unowned = int((runs.end - runs.start)[runs.owner == -1].sum())
+        unowned = int((runs.end - runs.start)[runs.owner == -1].sum())
     if unowned:
         violations.append(f"wave {w}: {unowned} packed tokens have no owner")
     return runs

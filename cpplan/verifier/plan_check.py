@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any
 
 from cpplan.errors import InputError
@@ -24,6 +25,7 @@ from cpplan.spec.card import ResolvedCard
 from cpplan.spec.settings import topology_from_json
 from cpplan.spec.topology import Topology
 from cpplan.spec.workload import Item, Workload
+from cpplan.verifier.card_terms import CardTerms, card_terms
 from cpplan.verifier.chains import check_used, check_whole_items, read_requests
 from cpplan.verifier.claims import is_number
 from cpplan.verifier.owners import read_owners
@@ -75,6 +77,7 @@ def verify_plan(
     wave_costs: list[float] = []
     placed: tuple[list[dict], list[list[int]], list[int]] = ([], [], [])
     worst_peak = packed_tokens = logical_tokens = 0
+    terms: dict[int, CardTerms] = {}
     first = _first_index(waves) if requests is not None else 0
     for w, wave in enumerate(waves):
         if not isinstance(wave, dict):
@@ -84,8 +87,13 @@ def verify_plan(
             group = _wave_card(w, wave, card, violations)
             if group is None:
                 continue
+            if group.topology.cp not in terms:
+                terms[group.topology.cp] = card_terms(group)
             where = _Where(w=w, index=first + w, topology=card.topology)
-            cost, peak, tokens = _check_wave(where, wave, by_id, seen, group, memory_bytes, chunk, violations)
+            priced_by = (group, terms[group.topology.cp])
+            cost, peak, tokens = _check_wave(
+                where, wave, by_id, seen, priced_by, memory_bytes, chunk, violations
+            )
         except (KeyError, TypeError, ValueError, IndexError) as exc:
             violations.append(f"wave {w}: malformed ({type(exc).__name__}: {exc})")
             continue
@@ -184,14 +192,15 @@ def _check_wave(
     wave: dict,
     by_id: dict[str, Item],
     seen: dict[tuple[str, int], int],
-    card: ResolvedCard,
+    priced_by: tuple[ResolvedCard, CardTerms],
     memory_bytes: int,
     chunk: int,
     violations: list[str],
 ) -> tuple[float, int, tuple[int, int]]:
-    """One wave's structure, requests, ownership, prices and stated fields; its cost, worst peak, and
-    packed and logical tokens."""
+    """One wave's structure, requests, ownership, prices (by the card of its group and its terms) and
+    stated fields; its cost, worst peak, and packed and logical tokens."""
     w = where.w
+    card = priced_by[0]
     segments = read_segments(wave)
     check_segments(w, segments, violations)
     offsets, packed = segment_offsets(segments)
@@ -201,7 +210,7 @@ def _check_wave(
     check_packed_tokens(w, wave, packed, violations)
     _check_gdn_handoff(w, wave, violations)
     runs = read_owners(w, wave["ranks"], packed, chunk, card.topology.cp, violations)
-    cost, peak = price_ranks(w, wave, segments, offsets, runs, coverage, card, memory_bytes, violations)
+    cost, peak = price_ranks(w, wave, segments, offsets, runs, coverage, priced_by, memory_bytes, violations)
     facts = WaveFacts(
         w=w,
         index=where.index,
@@ -230,6 +239,8 @@ def _coverage_violations(
 ) -> list[str]:
     """Every expected request in some wave, and no request that is not in the workload."""
     everything = {(item.id, k) for item in workload.items for k in range(len(item.requests))}
+    if requests is None and seen.keys() == everything:
+        return []
     expected = everything if requests is None else everything & set(requests)
     found = [f"request {key[1]} of item {key[0]!r} is in no wave" for key in sorted(expected - set(seen))]
     found += [
@@ -241,6 +252,8 @@ def _coverage_violations(
 
 def _split_violations(waves: list, seen: dict[tuple[str, int], int]) -> list[str]:
     """An item whose requests lie in more than one wave must lie in consecutive waves marked split."""
+    if len(set(seen.values())) < 2 and set(map(type, map(itemgetter(0), seen))) <= {str}:
+        return []  # the requests lie in one wave at most
     spread: dict[str, set[int]] = {}
     for (item_id, _), w in seen.items():
         spread.setdefault(item_id, set()).add(w)

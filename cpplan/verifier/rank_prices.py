@@ -18,6 +18,7 @@ import numpy as np
 
 from cpplan.spec.card import ResolvedCard
 from cpplan.spec.quantities import COUNTS, QUANTITIES, QUANTITY_NAMES, check_rules
+from cpplan.verifier.card_terms import CardTerms
 from cpplan.verifier.chains import Coverage
 from cpplan.verifier.claims import RankPrice, check_rank_claims, close
 from cpplan.verifier.handoff_recount import handoff_seconds
@@ -48,12 +49,12 @@ class Pieces:
     def merged(self) -> Pieces:
         """The maximal pieces: neighbours with the same owner and segment joined (ownership given as
         two touching ranges of one rank is one piece)."""
-        if self.owner.size == 0:
+        if self.owner.size < 2:
             return self
-        new = np.concatenate(
-            [[True], (self.owner[1:] != self.owner[:-1]) | (self.segment[1:] != self.segment[:-1])]
-        )
-        heads = np.flatnonzero(new)
+        joined = (self.owner[1:] == self.owner[:-1]) & (self.segment[1:] == self.segment[:-1])
+        if not joined.any():
+            return self
+        heads = np.flatnonzero(np.concatenate([[True], ~joined]))
         return Pieces(
             owner=self.owner[heads],
             segment=self.segment[heads],
@@ -65,10 +66,21 @@ class Pieces:
 
 def pieces_of(segments: list[Segment], offsets: list[int], runs: OwnerRuns) -> Pieces:
     """Cut the wave at every segment start and every ownership boundary."""
-    seg_offset = np.array(offsets, dtype=np.int64)
-    seg_start = np.array([s[1] for s in segments], dtype=np.int64)
-    cuts = np.union1d(seg_offset, runs.start)
-    cuts = cuts[cuts < runs.packed]
+    return _cut(np.array(offsets, dtype=np.int64), _positions(segments), runs)
+
+
+def _positions(segments: list[Segment]) -> np.ndarray:
+    """Each segment's request position (where its first token sits in the requests through it)."""
+    return np.array([s[1] for s in segments], dtype=np.int64)
+
+
+def _cut(seg_offset: np.ndarray, seg_start: np.ndarray, runs: OwnerRuns) -> Pieces:
+    """:func:`pieces_of`, from the segments' packed offsets and request positions."""
+    cuts = np.concatenate((seg_offset, runs.start))
+    cuts.sort()
+    keep = cuts < runs.packed
+    keep[1:] &= cuts[1:] != cuts[:-1]
+    cuts = cuts[keep]
     ends = np.append(cuts[1:], runs.packed)
     segment = np.searchsorted(seg_offset, cuts, side="right") - 1
     run = np.searchsorted(runs.start, cuts, side="right") - 1
@@ -88,26 +100,28 @@ def price_ranks(
     offsets: list[int],
     runs: OwnerRuns,
     coverage: Coverage,
-    card: ResolvedCard,
+    priced_by: tuple[ResolvedCard, CardTerms],
     memory_bytes: int,
     violations: list[str],
 ) -> tuple[float, int]:
-    """Price every rank of the wave, check it against the budget and the plan's claims; the wave's cost
-    (per barrier the slowest rank, summed, plus overhead and the hand-off in the wave's ``gdn_handoff``
-    mode) and its worst peak."""
+    """Price every rank of the wave by the card of its group (and that card's terms), check it against
+    the budget and the plan's claims; the wave's cost (per barrier the slowest rank, summed, plus
+    overhead and the hand-off in the wave's ``gdn_handoff`` mode) and its worst peak."""
+    card, terms = priced_by
     cp = card.topology.cp
-    pieces = pieces_of(segments, offsets, runs)
+    seg_start = _positions(segments)
+    pieces = _cut(np.array(offsets, dtype=np.int64), seg_start, runs)
     flags = {"grad": np.array(coverage.grad, dtype=bool), "loss": np.array(coverage.loss, dtype=bool)}
-    seg_start = np.array([s[1] for s in segments], dtype=np.int64)
     masked = {"loss": coverage.masked_loss} if coverage.masked_loss else {}
     per_rank = rank_sums(pieces, flags, runs.packed, cp, masked=masked, seg_start=seg_start)
     claimed = {int(r["rank"]): r for r in wave["ranks"]}
     slowest: dict[int, float] = {}
     worst = 0
+    columns = {name: values.tolist() for name, values in per_rank.items()}
     for rank in range(cp):
-        local = {name: int(values[rank]) for name, values in per_rank.items()}
+        local = {name: values[rank] for name, values in columns.items()}
         quantities = tuple(local[name] for name in QUANTITY_NAMES)
-        priced = _price_rank(card, quantities)
+        priced = _price_rank(card, terms, quantities)
         for barrier, seconds in priced.barrier_s.items():
             slowest[barrier] = max(slowest.get(barrier, 0.0), seconds)
         worst = max(worst, priced.peak_bytes)
@@ -118,7 +132,7 @@ def price_ranks(
             )
         if rank in claimed:
             where = f"wave {w} rank {rank}"
-            check_rank_claims(where, claimed[rank], local, priced, card, violations)
+            check_rank_claims(where, claimed[rank], local, priced, priced_by, violations)
     compute = math.fsum(slowest.values())
     mode = wave.get("gdn_handoff", "rounds")
     if mode == "head_parallel" and cp > 1 and card.handoff.priced and not card.handoff.head_parallel_priced:
@@ -154,14 +168,21 @@ def rank_sums(
     starts at request position ``seg_start[s]``); they are counted from per-segment prefix sums, so the
     work grows with the masked segments, not with the wave."""
     sums = {name: np.zeros(cp, dtype=np.int64) for name in QUANTITY_NAMES}
-    mine = (pieces.owner >= 0) & (pieces.owner < cp)
-    owner, segment = pieces.owner[mine], pieces.segment[mine]
-    first, length = pieces.first[mine], pieces.length[mine]
+    owner, segment, first, length = pieces.owner, pieces.segment, pieces.first, pieces.length
+    mine = (owner >= 0) & (owner < cp)
+    if not mine.all():
+        owner, segment, first, length = owner[mine], segment[mine], first[mine], length[mine]
+    per_run: dict[str, np.ndarray] = {}
+    flags: dict[str, np.ndarray] = {}
     for q in QUANTITIES:
         if q.count in _PER_RUN:
-            values = _PER_RUN[q.count](first, length)
+            if q.count not in per_run:
+                per_run[q.count] = _PER_RUN[q.count](first, length)
+            values = per_run[q.count]
             if q.only != "all":
-                flagged = seg_flags[q.only][segment]
+                if q.only not in flags:
+                    flags[q.only] = seg_flags[q.only][segment]
+                flagged = flags[q.only]
                 values = values * flagged
                 extra = (masked or {}).get(q.only)
                 if extra:
@@ -202,15 +223,14 @@ def _masked_sums(
     return out
 
 
-def _price_rank(card: ResolvedCard, quantities: tuple[int, ...]) -> RankPrice:
+def _price_rank(card: ResolvedCard, terms: CardTerms, quantities: tuple[int, ...]) -> RankPrice:
     """``ceil(safety * max over envelopes of (static + the envelope's terms))``, the binding envelope
     (the first of the largest) and the seconds of each barrier."""
     best, binding = -math.inf, 0
-    for e in range(len(card.envelope_names)):
-        total = float(card.envelope_static_bytes[e])
-        for t in range(len(card.term_names)):
-            if card.envelope_terms[e, t]:
-                total += float(card.term_bytes[t]) * quantities[int(card.term_quantity[t])]
+    for e, envelope in enumerate(terms.envelopes):
+        total = envelope.static_bytes
+        for unit_bytes, q in envelope.terms:
+            total += unit_bytes * quantities[q]
         if total > best:
             best, binding = total, e
     return RankPrice(
@@ -219,17 +239,14 @@ def _price_rank(card: ResolvedCard, quantities: tuple[int, ...]) -> RankPrice:
         envelope=binding,
         envelope_bytes=best,
         quantities=quantities,
-        barrier_s=_barrier_seconds(card, quantities),
+        barrier_s=_barrier_seconds(terms, quantities),
     )
 
 
-def _barrier_seconds(card: ResolvedCard, quantities: tuple[int, ...]) -> dict[int, float]:
+def _barrier_seconds(terms: CardTerms, quantities: tuple[int, ...]) -> dict[int, float]:
     """The rank's seconds within each barrier: the sum of the card's cost terms that run between that
     barrier's collectives (keyed by the barrier's index in :data:`cpplan.spec.card.BARRIERS`)."""
-    parts: dict[int, list[float]] = {}
-    for c in range(len(card.cost_names)):
-        barrier = int(card.cost_barrier[c])
-        parts.setdefault(barrier, []).append(
-            float(card.cost_seconds[c]) * quantities[int(card.cost_quantity[c])]
-        )
-    return {barrier: math.fsum(values) for barrier, values in parts.items()}
+    return {
+        barrier: math.fsum([seconds * quantities[q] for seconds, q in costs])
+        for barrier, costs in terms.barriers
+    }

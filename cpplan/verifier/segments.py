@@ -3,6 +3,7 @@ before its children, each child continuing its parent's positions."""
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 Segment = tuple[int, ...]
@@ -10,7 +11,12 @@ Segment = tuple[int, ...]
 
 def read_segments(wave: dict[str, Any]) -> list[Segment]:
     """The wave's segments as integer ``(parent, position, length)`` triples."""
-    return [tuple(int(x) for x in s) for s in wave["segments"]]
+    raw = wave["segments"]
+    if isinstance(raw, list):
+        segments = [tuple(s) for s in raw if isinstance(s, list)]
+        if len(segments) == len(raw) and set(map(type, itertools.chain.from_iterable(segments))) <= {int}:
+            return segments  # already integers (every plan the writer makes)
+    return [tuple(int(x) for x in s) for s in raw]
 
 
 def check_segments(w: int, segments: list[Segment], violations: list[str]) -> None:

@@ -159,11 +159,11 @@ def _check_layout(w: int, wave: dict[str, Any], facts: WaveFacts, violations: li
 def _layout_break(kind: str, value: int, wave: dict[str, Any], facts: WaveFacts) -> str:
     """How the wave's segments break the layout's rule (``""``: they keep it)."""
     segments, chains = facts.segments, facts.segment_uses
+    if kind == "full":
+        return _unshared_prefix(segments, facts.segment_tokens)
     shared = [s for s, uses in enumerate(chains) if uses >= 2]
     if kind == "none" and shared:
         return f"segment {shared[0]} is on {chains[shared[0]]} requests' chains"
-    if kind == "full":
-        return _unshared_prefix(segments, facts.segment_tokens)
     level: list[int] = []
     for parent, _, _ in segments:
         level.append(level[parent] + 1 if parent >= 0 else 1)
@@ -178,6 +178,13 @@ def _layout_break(kind: str, value: int, wave: dict[str, Any], facts: WaveFacts)
 def _unshared_prefix(segments: list[Segment], tokens: list[np.ndarray | None]) -> str:
     """Two segments with one parent (or two roots) that start with the same token: a prefix full
     sharing would store once (``""`` when there is none)."""
+    starts = [
+        (s[0], held.item(0))
+        for s, held in zip(segments, tokens, strict=True)
+        if held is not None and held.size
+    ]
+    if len(set(starts)) == len(starts):
+        return ""
     seen: dict[tuple[int, int], int] = {}
     for s, ((parent, _, _), held) in enumerate(zip(segments, tokens, strict=True)):
         if held is None or not held.size:

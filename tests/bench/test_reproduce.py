@@ -292,6 +292,7 @@ COMMITTED_RUNS = {
     "runtime_steps": "benchmarks/results/bench_runtime.json",
     "scale": "benchmarks/results/bench_scale.json",
     "fixed_share": "benchmarks/results/bench_scale_cluster.json",
+    "fixed_share_busy": "benchmarks/results/bench_scale_cluster.json",
     "partition": "benchmarks/results/bench_scale_partition.json",
     "memory_table": "docs/memory.json",
     "cp_scaling": "benchmarks/results/cp_scaling.json",

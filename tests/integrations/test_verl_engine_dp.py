@@ -39,10 +39,11 @@ def test_two_dp_ranks_equal_the_stock_engine(tmp_path):
 @pytest.mark.slow
 def test_without_the_agreement_the_ranks_hang(tmp_path):
     """With the engine's wave-count agreement removed (each rank runs only its own plan's waves) the
-    ranks' FSDP2 collectives go out of step: the run does not finish (gloo timeout)."""
+    ranks' FSDP2 collectives go out of step: the run does not finish (a gloo timeout, or, when the rank
+    with fewer waves leaves first, the other's collective finding its peer gone)."""
     verl_cpu.saved_model("qwen3", tmp_path / "model")
     (tmp_path / "no_padding").touch()
-    with pytest.raises(Exception, match=r"Timed out waiting|did not finish within"):
+    with pytest.raises(Exception, match=r"Timed out waiting|did not finish within|Connection closed by peer"):
         spawn_ranks(
             verl_engine_worker.run,
             2,

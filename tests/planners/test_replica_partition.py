@@ -4,6 +4,7 @@ the step's plan assembled with equal-collectives padding."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -15,9 +16,11 @@ import pytest
 import cpplan
 from cpplan.bench.synthetic import grpo
 from cpplan.planners.replica_partition import (
+    PREFIX_LEVELS,
     PREFIX_STRIDE,
     partition_items,
     prefix_groups,
+    prefix_hashes,
     sampled_prefixes,
 )
 from cpplan.plans.plan_writer import plan_to_dict, strip_timing
@@ -129,6 +132,61 @@ def test_a_group_too_large_for_a_share_is_split():
     prices = np.ones(16)
     assert len(prefix_groups(wl, prices, cap_s=100.0)) == 1  # one group when the cap allows it
     assert set(p.partition(wl).replica_of_item) == {0, 1, 2, 3}
+
+
+def merged_by_level(workload: Workload, prices: np.ndarray, cap_s: float) -> list[list[int]]:
+    """The prefix groups from their definition, one level and one shared hash at a time: items (in id
+    order) with one prefix hash at a level merge their groups when the groups' prices sum to at most
+    ``cap_s``; groups listed by smallest id."""
+    ids = [item.id for item in workload.items]
+    by_id = sorted(range(len(ids)), key=ids.__getitem__)
+    hashes = [prefix_hashes(item.requests[0].tokens, PREFIX_LEVELS) for item in workload.items]
+    root, price = list(range(len(ids))), [float(p) for p in prices]
+
+    def find(i: int) -> int:
+        return i if root[i] == i else find(root[i])
+
+    for level in PREFIX_LEVELS:
+        buckets: dict[int, list[int]] = {}
+        for i in by_id:
+            if level in hashes[i]:
+                buckets.setdefault(hashes[i][level], []).append(i)
+        for members in buckets.values():
+            roots = sorted({find(i) for i in members}, key=ids.__getitem__)
+            if len(roots) > 1 and math.fsum(price[r] for r in roots) <= cap_s:
+                for r in roots[1:]:
+                    root[r] = roots[0]
+                price[roots[0]] = math.fsum(price[r] for r in roots)
+    groups: dict[int, list[int]] = {}
+    for i in by_id:
+        groups.setdefault(find(i), []).append(i)
+    return sorted(groups.values(), key=lambda g: ids[g[0]])
+
+
+def test_prefix_groups_merge_level_by_level_as_defined():
+    """On items whose first requests share prefixes at several levels (a long shared document, shorter
+    shared prompts, none), with ids not in arrival order and caps from nothing to everything, the
+    groups are the ones merging level by level, longest first, gives."""
+    rng = np.random.default_rng(4)
+    document = rng.integers(0, 1000, 20_000)
+    prompts = [rng.integers(0, 1000, n) for n in (300, 700, 2500, 5000)]
+    firsts = []
+    for k in range(40):
+        head = document[: rng.integers(0, 20_000)] if k % 3 else prompts[k % 4]
+        firsts.append(np.concatenate([head, rng.integers(0, 1000, rng.integers(1, 3000))]))
+    ids = [f"x{v}" for v in rng.permutation(1000)[:40].tolist()]
+    wl = Workload(
+        items=tuple(
+            cpplan.Item(id=i, requests=(cpplan.Request(tokens=t),)) for i, t in zip(ids, firsts, strict=True)
+        )
+    )
+    prices = rng.uniform(0.5, 2.0, 40)
+    merged = 0
+    for cap_s in (0.0, 2.0, 4.0, 9.0, 25.0, 1e9):
+        groups = prefix_groups(wl, prices, cap_s)
+        assert groups == merged_by_level(wl, prices, cap_s), cap_s
+        merged += len(groups) < 40
+    assert merged >= 4 and len(prefix_groups(wl, prices, 1e9)) < 10
 
 
 def test_sampled_prefixes_are_within_half_a_stride():

@@ -147,3 +147,34 @@ def test_wave_cost_adds_the_handoff_only_under_cp(qwen36_two_modes):
         assert (wave.handoff.seconds > 0) == (cp > 1)
         if cp > 1:
             assert wave.handoff.rounds == cp and wave.handoff.wait_tokens > 0
+
+
+def test_segment_links_are_their_definitions():
+    """SegmentLinks of random segment trees (parents before children): each segment's parent's last
+    token, the parents, the tree levels (as head-parallel counts them), and down_sums (by pointer
+    doubling) equal to each segment's values summed up its ancestor chain, walked one parent at a
+    time."""
+    from cpplan.pricing.head_parallel import tree_levels
+    from cpplan.pricing.layout import SegmentLinks
+
+    rng = np.random.default_rng(2)
+    for _ in range(200):
+        num_segments = int(rng.integers(1, 40))
+        parent = np.array([-1] + [int(rng.integers(-1, s)) for s in range(1, num_segments)])
+        length = rng.integers(1, 50, num_segments)
+        offset = np.r_[0, np.cumsum(length)[:-1]]
+        values = rng.integers(0, 5, num_segments)
+        links = SegmentLinks.of(offset, length, parent)
+        chains = []
+        for s in range(num_segments):
+            chain = [s]
+            while parent[chain[-1]] >= 0:
+                chain.append(int(parent[chain[-1]]))
+            chains.append(chain)
+        assert links.down_sums(values).tolist() == [int(values[c].sum()) for c in chains] + [0]
+        assert links.levels == tree_levels(parent) == max(len(c) for c in chains)
+        assert links.packed_tokens == int(length.sum())
+        for s in range(num_segments):
+            p = parent[s]
+            assert links.parent_last[s] == (offset[p] + length[p] - 1 if p >= 0 else -1)
+            assert links.is_parent[s] == (s in parent) and links.is_root[s] == (p < 0)

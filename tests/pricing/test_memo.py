@@ -32,7 +32,7 @@ def test_memo_is_per_problem_and_a_cold_copy_starts_empty(small_grpo, settings):
     assert not (memo_field.init or memo_field.repr or memo_field.compare)
     plan = cached_greedy_plan(problem, LAYOUTS)
     assert cached_greedy_plan(problem, LAYOUTS) is plan
-    assert problem.memo.planned[("greedy", LAYOUTS)] is plan
+    assert problem.memo.planned[("greedy", LAYOUTS, None)] is plan
     assert problem.memo.priced_waves and set(problem.memo.share_masks) == set(LAYOUTS)
     assert not other.memo.planned and not other.memo.priced_waves
     cold = cold_copy(problem)
@@ -51,7 +51,7 @@ def test_memo_keeps_a_refusal(qwen36, small_grpo):
         cached_greedy_plan(problem, LAYOUTS)
     with pytest.raises(NoFitError) as second:
         cached_greedy_plan(problem, LAYOUTS)
-    assert second.value is first.value is problem.memo.planned[("greedy", LAYOUTS)]
+    assert second.value is first.value is problem.memo.planned[("greedy", LAYOUTS, None)]
 
 
 def test_priced_waves_are_shared_between_layouts_that_pack_alike(small_grpo, settings):

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import cpplan
+from cpplan.pricing import ownership
 from cpplan.pricing.evaluator import price
 from cpplan.pricing.layout import pack, share_mask
 from cpplan.pricing.ownership import (
@@ -15,6 +16,8 @@ from cpplan.pricing.ownership import (
     contiguous_split,
     general_quantities,
     owned_ranges,
+    range_ends,
+    range_quantities,
     rank_quantities,
 )
 from cpplan.pricing.problem import Problem
@@ -214,3 +217,55 @@ def test_cp_ranks_priced_on_local_tokens(small_grpo, qwen36):
     assert local.sum() == w1.packed_tokens and local.max() < w1.packed_tokens
     assert w4.prices.term_bytes[:, t].max() < 0.5 * w1.prices.term_bytes[0, t]
     assert w4.peak_bytes < w1.peak_bytes
+
+
+def test_range_quantities_of_many_splits_are_each_splits_own(rng):
+    """range_quantities of several contiguous splits at once (each given by its ranks' range ends,
+    ranks with no chunk included) gives, split by split, exactly the general per-count rules' local
+    quantities of that split's chunk owners."""
+    for _ in range(30):
+        base = rng.integers(0, 50, 300)
+        seqs = [
+            np.concatenate([base[: rng.integers(1, 300)], rng.integers(0, 50, rng.integers(1, 200))])
+            for _ in range(rng.integers(1, 6))
+        ]
+        _, layout = packed(seqs, rng.choice(["full", "none", "min_span:40"]), rng.random(len(seqs)) < 0.6)
+        stats = chunk_stats(layout, int(rng.choice([1, 7, 32, 128])))
+        cp = int(rng.integers(2, 6))
+        ends = np.sort(rng.integers(0, stats.num_chunks + 1, (int(rng.integers(1, 8)), cp)), axis=1)
+        ends[:, -1] = stats.num_chunks
+        found = range_quantities(stats, ends)
+        for split, split_ends in enumerate(ends):
+            owner = np.repeat(np.arange(cp), np.diff(np.r_[0, split_ends]))
+            assert np.array_equal(found[split], general_quantities(stats, owner, cp))
+
+
+def _greedy_fill(weights: list[float], bound: float, num_ranks: int) -> list[int]:
+    """Ranks filled in order, each as far as ``bound`` allows and at least one chunk while any is left:
+    every rank's range end."""
+    ends, start = [], 0
+    for _ in range(num_ranks):
+        end, total = start, 0.0
+        while end < len(weights) and (end == start or total + weights[end] <= bound * (1 + 1e-12)):
+            total += weights[end]
+            end += 1
+        ends.append(end)
+        start = end
+    return ends
+
+
+@pytest.mark.parametrize("list_search_chunks", [ownership.LIST_SEARCH_CHUNKS, 0])
+def test_range_ends_fill_in_order_at_the_least_bottleneck(rng, monkeypatch, list_search_chunks):
+    """On integer weights (exact in floating point), range_ends (the bidding search, filling the ranks
+    at every bid) returns exactly the ranks' range ends of the in-order fill at the brute-force least
+    bottleneck, and contiguous_split is that split's owners; searching the prefix sums as a list or as
+    an array alike."""
+    monkeypatch.setattr(ownership, "LIST_SEARCH_CHUNKS", list_search_chunks)
+    for _ in range(300):
+        n = int(rng.integers(1, 11))
+        weights = rng.integers(0, 20, n).astype(np.float64)
+        weights[int(rng.integers(0, n))] += 1
+        k = int(rng.integers(2, 5))
+        expected = _greedy_fill(weights.tolist(), _brute_bottleneck(weights, k), k)
+        assert range_ends(weights, k) == expected
+        assert np.array_equal(contiguous_split(weights, k), np.repeat(np.arange(k), np.diff([0, *expected])))

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import itertools
+
 import networkx as nx
 import numpy as np
 import pytest
 
 from cpplan.pricing.layout import pack, share_mask
-from cpplan.pricing.tree import PrefixTree
+from cpplan.pricing.tree import PrefixTree, adjacent_common_prefixes
 
 
 def brute_force_node_count(seqs: list[list[int]]) -> int:
@@ -49,6 +51,66 @@ def test_tree_matches_brute_force(rng):
         for r, s in enumerate(seqs):
             rebuilt = np.concatenate([tree.node_tokens(v) for v in tree.path(r)])
             assert rebuilt.tolist() == s
+
+
+def scalar_common_prefix(a: list[int], b: list[int]) -> int:
+    """The longest common prefix of two token lists, one token at a time."""
+    k = 0
+    while k < min(len(a), len(b)) and a[k] == b[k]:
+        k += 1
+    return k
+
+
+def test_adjacent_common_prefixes_match_the_scalar_definition(rng):
+    """The vectorized common prefix of each sequence with the one before it in a given order equals the
+    token-by-token definition: on random arrays sharing random prefixes, pairs that differ only at the
+    last token, one a prefix of the other, equal ones and empty ones (0 for the first in the order)."""
+    base = rng.integers(0, 2**31, 300)
+    seqs = [base[: rng.integers(0, 300)].copy() for _ in range(40)]
+    seqs += [np.concatenate([base[:k], rng.integers(0, 2**31, rng.integers(0, 5))]) for k in (0, 1, 299, 300)]
+    last = base.copy()
+    last[-1] += 1
+    seqs += [base.copy(), last, base[:1].copy(), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)]
+    for _ in range(5):
+        order = rng.permutation(len(seqs)).tolist()
+        pairs = itertools.pairwise(order)
+        want = [0] + [scalar_common_prefix(seqs[a].tolist(), seqs[b].tolist()) for a, b in pairs]
+        assert adjacent_common_prefixes(seqs, order) == want
+    assert adjacent_common_prefixes([base, last], [0, 1]) == [0, 299]
+    assert adjacent_common_prefixes([], []) == []
+
+
+def test_tree_orders_large_token_ids_like_small_ones(rng):
+    """Token ids that need all four bytes (up to 2**31 - 1, and ones equal in their low bytes) build the
+    same radix tree a brute-force trie compression finds, its nodes numbered in the order of the ids
+    (the root's children by increasing first token): the byte keys sort requests as their ids do."""
+    alphabet = np.array([2**31 - 1, 2**24, 2**24 + 1, 256, 255, 0])
+    for _ in range(30):
+        seqs = [alphabet[rng.integers(0, 6, rng.integers(1, 7))].tolist() for _ in range(rng.integers(2, 8))]
+        tree = PrefixTree([np.array(s) for s in seqs])
+        assert tree.num_nodes - 1 == brute_force_node_count(seqs)
+        firsts = [int(tree.node_tokens(v)[0]) for v in range(1, tree.num_nodes) if tree.node_parent[v] == 0]
+        assert firsts == sorted(firsts)
+
+
+def test_paths_and_depths_follow_the_parents(rng):
+    """Every request's path is the walk up from its leaf to the root (reversed), ``path_nodes`` holds
+    them end to end, and every node's depth is its number of steps to the root."""
+    for _ in range(20):
+        seqs = [rng.integers(0, 3, rng.integers(1, 9)) for _ in range(rng.integers(1, 12))]
+        tree = PrefixTree(seqs)
+        for r in range(tree.num_requests):
+            walk, node = [], int(tree.request_leaf[r])
+            while node > 0:
+                walk.append(node)
+                node = int(tree.node_parent[node])
+            assert tree.path(r) == tuple(walk[::-1])
+            assert tree.path_nodes[tree.path_ptr[r] : tree.path_ptr[r + 1]].tolist() == walk[::-1]
+        for v in range(tree.num_nodes):
+            steps, node = 0, v
+            while node > 0:
+                steps, node = steps + 1, int(tree.node_parent[node])
+            assert tree.node_depth[v] == steps
 
 
 def test_networkx_view(grpo_design):

@@ -8,9 +8,17 @@ import numpy as np
 
 from cpplan import Topology
 from cpplan.bench.synthetic import grpo
-from cpplan.pricing.ownership import contiguous_split
+from cpplan.pricing.ownership import contiguous_split, rank_quantities
 from cpplan.pricing.problem import Problem
-from cpplan.pricing.wave import best_wave, edge_ownership, first_fitting, price_wave
+from cpplan.pricing.wave import (
+    BARRIER_MIXES,
+    barrier_seconds,
+    best_wave,
+    edge_ownership,
+    first_fitting,
+    ownership_candidates,
+    price_wave,
+)
 from cpplan.spec.settings import Settings
 
 LAYOUTS = ("full", "none", "min_span:512")
@@ -127,3 +135,64 @@ def test_unshared_bound_never_rules_out_a_fitting_wave(qwen36):
                 unshared = price_wave(problem, items, problem.pack(items, "none"), "none")
                 assert not unshared.fits(problem.memory_bytes)
     assert ruled_out > 0
+
+
+def _candidates_one_at_a_time(
+    problem: Problem, stats
+) -> tuple[list[np.ndarray], list[np.ndarray], list[float]]:
+    """ownership_candidates by its definition, one split and one rank-quantity product at a time: the
+    time- and token-balanced splits, and the barrier mix whose slowest ranks' barrier seconds sum
+    lowest, repeats left out; with every mix's split and seconds."""
+    cp, constants = problem.topology.cp, problem.card.constants
+    matrix = stats.quantity_matrix()
+    candidates = [
+        contiguous_split(matrix @ constants.time_coefficients, cp),
+        contiguous_split(stats.tokens.astype(np.float64), cp),
+    ]
+    per_barrier = matrix @ constants.barrier_coefficients.T
+    totals = per_barrier.sum(axis=0)
+    largest = np.argsort(-totals, kind="stable")[:2]
+    assert totals[largest[1]] > 0, "the card has two barriers with seconds: every mix is tried"
+    normalized = per_barrier[:, largest] / totals[largest]
+    mixes = [contiguous_split(normalized @ mix, cp) for mix in BARRIER_MIXES]
+    seconds = [
+        float((rank_quantities(stats, owner, cp) @ constants.barrier_coefficients.T).max(axis=0).sum())
+        for owner in mixes
+    ]
+    candidates.append(mixes[seconds.index(min(seconds))])
+    distinct: list[np.ndarray] = []
+    for owner in candidates:
+        if not any(np.array_equal(owner, seen) for seen in distinct):
+            distinct.append(owner)
+    return distinct, mixes, seconds
+
+
+def test_candidates_all_at_once_are_the_ones_at_a_time(qwen36):
+    """ownership_candidates (every split's ranges first, then all their rank quantities and barrier
+    seconds in one product) gives exactly the candidates, and barrier_seconds exactly the seconds, of
+    the splits and products taken one at a time, on random GRPO waves at CP 2, 4 and 8 under full and
+    no sharing; the priced wave's quantities are its ownership's."""
+    rng = np.random.default_rng(5)
+    for seed in range(6):
+        workload = grpo(
+            num_prompts=3,
+            group_size=4,
+            system_tokens=int(rng.integers(0, 200)),
+            prompt_tokens=(100, 3000),
+            completion_tokens=(20, 2000),
+            items_per_prompt=False,
+            seed=seed,
+        )
+        for cp in (2, 4, 8):
+            settings = Settings(topology=Topology(cp=cp), model=qwen36, memory_bytes=2**40)
+            problem = Problem.build(workload, settings)
+            items = sorted(rng.choice(problem.num_items, int(rng.integers(1, 13)), replace=False).tolist())
+            for spec in ("full", "none"):
+                wave = price_wave(problem, items, problem.pack(items, spec), spec)
+                expected, mixes, seconds = _candidates_one_at_a_time(problem, wave.stats)
+                found = ownership_candidates(problem, wave.stats)
+                assert len(found) == len(expected)
+                assert all(np.array_equal(a, b) for a, b in zip(found, expected, strict=True))
+                stacked = np.stack([rank_quantities(wave.stats, owner, cp) for owner in mixes])
+                assert barrier_seconds(problem.card, stacked) == seconds
+                assert np.array_equal(wave.quantities, rank_quantities(wave.stats, wave.owner, cp))
