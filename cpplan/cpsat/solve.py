@@ -62,6 +62,7 @@ def parameters(
         "num_workers": workers,
         "random_seed": params.random_seed,
         "relative_gap_limit": params.relative_gap_limit,
+        "linearization_level": params.linearization_level,
         "log_search_progress": log,
         "log_to_stdout": False,
         "log_to_response": log,

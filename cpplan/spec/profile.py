@@ -27,15 +27,24 @@ _MOVED = {
 }
 """Keys of the earlier profile layout and where they now stand."""
 
+_DROPPED = (("ownership", "tighten_share"),)
+"""Keys of earlier profiles that no setting stands for now (the ownership model's answer is no longer
+re-solved to remove slack from its reported objective)."""
+
 
 def migrated_profile(data: Any) -> Any:
-    """``data`` (a profile's TOML table) with keys of the earlier layout moved to their stage's
-    section; its deterministic time limits (``cpsat.deterministic_time_s``,
+    """``data`` (the profile saved in an earlier planner state: read where such a state is read,
+    :func:`cpplan.calibration.planner_state.read_state`; a profile file takes the current keys only)
+    with keys of the earlier layout moved to their stage's section and keys no setting stands for now
+    dropped; its deterministic time limits (``cpsat.deterministic_time_s``,
     ``cpsat.ownership_deterministic_time_s``, ``timing.min_deterministic_s``) read as shares of the
     budget. Anything else is left for validation to judge."""
     if not isinstance(data, dict):
         return data
     data = {k: dict(v) if isinstance(v, dict) else v for k, v in data.items()}
+    for section, key in _DROPPED:
+        if isinstance(data.get(section), dict):
+            data[section].pop(key, None)
     if isinstance(data.get("cpsat"), dict) and "max_items" in data["cpsat"]:
         data["cpsat"].setdefault("schedule_max_items", data["cpsat"]["max_items"])
     if isinstance(data.get("cpsat"), dict) and "deterministic_time_s" in data["cpsat"]:
@@ -79,6 +88,12 @@ class CpSatParams(BaseModel):
     relative_gap_limit: float = Field(default=0.0, ge=0.0, le=1.0, allow_inf_nan=False)
     """Stop once the proven gap, (objective - bound) / objective, is at most this (``0``: search until
     optimal or out of time)."""
+
+    linearization_level: Literal[0, 1, 2] = 1
+    """How much of the model CP-SAT also solves as a linear relaxation while it searches: ``0`` none
+    (propagation alone), ``1`` CP-SAT's default, ``2`` more (cuts). More LP gives stronger bounds on
+    some models and costs work on every node; the ownership model takes its own
+    (``ownership.linearization_level``)."""
 
     deterministic_time_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     """A stage's deterministic time limit (CP-SAT's work counter, not the clock), set by the planner
@@ -129,6 +144,19 @@ class LnsParams(BaseModel):
     """Under a deterministic profile, the most share of the budget one window's deterministic time
     limit gets (``None``: no cap beyond the pass's limit)."""
 
+    presolve: Literal["off", "light", "full"] | None = None
+    """CP-SAT's presolve effort on a window (``None``: ``cpsat.presolve``). A window starts from its
+    complete hint under a small deterministic limit, and its presolve is not bounded by that limit."""
+
+    @model_validator(mode="after")
+    def _window_shares(self) -> LnsParams:
+        if self.max_window_share is not None and self.max_window_share < self.min_window_share:
+            raise ValueError(
+                f"lns.max_window_share ({self.max_window_share:g}) is below lns.min_window_share "
+                f"({self.min_window_share:g})"
+            )
+        return self
+
 
 class OwnershipParams(BaseModel):
     """The ownership model, the one stage that decides which proposed waves run and which rank owns
@@ -157,10 +185,11 @@ class OwnershipParams(BaseModel):
     complete_share: float = Field(default=0.1, gt=0, le=1, allow_inf_nan=False)
     """The deterministic time limit of completing a ``complete`` hint, as a share of the budget."""
 
-    tighten_share: float = Field(default=0.5, gt=0, le=1, allow_inf_nan=False)
-    """The deterministic time limit of re-solving its answer with the choices fixed (so no slack is
-    reported in its objective), as a share of the budget; work, not the clock, so the same answer on
-    a busy machine."""
+    linearization_level: Literal[0, 1, 2] = 0
+    """CP-SAT's linear relaxation on this model (``cpsat.linearization_level`` for the others): none.
+    On the ownership models of the README example and of the quick bench suite (CP 1 to 8, 28 models),
+    within the same deterministic limit, the relaxation never gave a cheaper answer, and without it more
+    were proved optimal and some answers were cheaper (``docs/planner_loop.md``)."""
 
 
 class ScheduleParams(BaseModel):
@@ -282,6 +311,13 @@ class TimingParams(BaseModel):
     """Pricings (at the last one's time) greedy's cut of a wave, its layouts and the plan's ending may
     take: with less time left, the fitting wave found is kept as it is."""
 
+    bound_min_left_s: float = Field(default=0.5, ge=0, allow_inf_nan=False)
+    """Search seconds left, at least, for the deciding stage to compute the bound over every plan
+    (:mod:`cpplan.bound`) before the ownership search: the bound takes tens of milliseconds on a few
+    hundred requests, up to about 0.1 s where it also prices its matching plan, whose waves then join
+    the ownership model as columns; a runtime budget keeps that time for the search, and its plan says
+    "no time for it" where the bound would stand."""
+
     regroup_time_factor: float = Field(default=2.0, ge=0, allow_inf_nan=False)
     """Greedy's regrouped pass starts only with this many times the first pass's time left (it also
     builds the regrouped problem, and a pass cut short packs the rest at once)."""
@@ -372,12 +408,26 @@ class SolverProfile(BaseModel):
     """The TOML file the profile was read from (``None`` when built in code); left out of the pack
     run's solver digest."""
 
-    @model_validator(mode="before")
-    @classmethod
-    def _earlier_keys(cls, data: Any) -> Any:
-        """Profiles written for the earlier layout (every CP-SAT setting under ``[cpsat]``, two shares
-        under ``[timing]``) read as the same settings in their stage's section."""
-        return migrated_profile(data)
+    @model_validator(mode="after")
+    def _one_budget(self) -> SolverProfile:
+        """The stages' shares of the budget add up to at most one (:meth:`stage_shares`)."""
+        shares = self.stage_shares()
+        total = sum(shares.values())
+        if total > 1 + 1e-9:
+            terms = " + ".join(f"{name} {share:g}" for name, share in shares.items())
+            raise ValueError(f"the stages' shares of the budget add up to {total:g} ({terms}), more than one")
+        return self
+
+    def stage_shares(self) -> dict[str, float]:
+        """The shares of the one budget the stages of a call at one CP size take in turn: the joint
+        model's, the ownership model's (and completing its hint, with ``ownership.hint = "complete"``)
+        and the schedule model's. The window search shares ``joint.share`` out among its windows, and
+        ``seeded.share`` is a share of the proposers' time, so neither adds to the sum."""
+        shares = {"joint.share": self.joint.share, "ownership.share": self.ownership.share}
+        if self.ownership.hint == "complete":
+            shares["ownership.complete_share"] = self.ownership.complete_share
+        shares["schedule.share"] = self.schedule.share
+        return shares
 
     @field_validator("strategies")
     @classmethod

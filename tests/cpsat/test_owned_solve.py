@@ -12,7 +12,6 @@ from cpplan.cpsat.owned_model import compile_owned, pool_columns
 from cpplan.cpsat.owned_solve import hint_plan, solve_owned
 from cpplan.cpsat.scaling import FINE_SCALING, KIB, Scaling
 from cpplan.planners.greedy import cached_greedy_plan
-from cpplan.plans.outcome import Status
 from cpplan.spec.profile import load_solver
 from cpplan.spec.topology import Topology
 from cpplan.spec.workload import Workload
@@ -36,7 +35,7 @@ def test_solving_leaves_the_model_as_built():
     _, plan, owned = _owned()
     assert hint_plan(owned, plan.waves, complete_work=1.0, params=PROFILE.cpsat)
     before = (len(owned.model.proto.constraints), list(owned.model.proto.solution_hint.values))
-    answer = solve_owned(owned, PROFILE.cpsat, time_limit_s=None, deterministic=True, tighten_work=1.0)
+    answer = solve_owned(owned, PROFILE.cpsat, time_limit_s=None, deterministic=True)
     assert answer.plan is not None
     assert (len(owned.model.proto.constraints), list(owned.model.proto.solution_hint.values)) == before
 
@@ -58,27 +57,9 @@ def test_every_solve_takes_the_profile_parameters(monkeypatch):
     params = PROFILE.cpsat.model_copy(update=update)
     _, plan, owned = _owned()
     assert hint_plan(owned, plan.waves, complete_work=1.0, params=params)
-    answer = solve_owned(owned, params, time_limit_s=None, deterministic=True, tighten_work=1.0)
+    answer = solve_owned(owned, params, time_limit_s=None, deterministic=True)
     assert answer.plan is not None
-    assert seen[:2] == [(7, 2, True), (7, 2, False)]
-    assert seen[2:] in ([], [(7, 2, True)])  # the re-solve runs only where the answer is not proved
-
-
-def test_a_proved_answer_is_not_re_solved(monkeypatch):
-    """An ownership answer whose objective meets its bound has no slack to remove: the slack-free
-    re-solve is not run and the objective reported is the answer's own, equal to the bound."""
-    import cpplan.cpsat.owned_solve as owned_solve
-
-    calls = []
-    tight = owned_solve._tight
-    monkeypatch.setattr(owned_solve, "_tight", lambda *args: calls.append(1) or tight(*args))
-    _, plan, owned = _owned(cp=1)
-    hint_plan(owned, plan.waves)
-    answer = solve_owned(owned, PROFILE.cpsat, time_limit_s=None, deterministic=True, tighten_work=1.0)
-    (outcome,) = answer.stats.outcomes
-    assert outcome.status is Status.OPTIMAL
-    assert calls == []
-    assert outcome.objective_s == outcome.bound_s
+    assert seen == [(7, 2, True), (7, 2, False)]
 
 
 def test_memory_rows_take_the_model_scaling():
