@@ -1,15 +1,16 @@
 """Wall seconds and cost of the CLI's default solver profile (``deterministic``) per case.
 
     python benchmarks/bench_default_profile.py [--cases readme,sharegpt400,suite] [--solver deterministic]
-        [--repeats 1] [--output ./cpplan-bench/bench_default_profile.json]
+        [--repeats 1] [--output ./cpplan-bench/bench_default_profile.json] [--compare OLD.json]
 
 Cases: ``readme`` is the README's first command (``examples/grpo.jsonl``, Qwen3.6-35B-A3B, 8 GiB) at
 CP 1, 2, 4 and 8, timed as a fresh ``cpplan plan`` process (start-up included) and in process;
 ``sharegpt400`` the first 400 ShareGPT conversations (the ``data`` extra) at CP1 with 20 GiB and CP2
-with 8 GiB; ``suite`` a sample of ``cpplan bench``'s instances (the suite's workloads and memories).
-In-process walls count from after a warm-up call (OR-Tools imported, CP-SAT warmed up). Old against new:
-run it once with ``PYTHONPATH`` at each checkout and compare the two JSON files (``cost_s`` and
-``digest``, a hash of the plan's waves, say which plans changed). Prints a table with the load average.
+with 8 GiB; ``suite`` every workload of ``cpplan bench --quick`` at CP 1, 2, 4 and 8 with 40 GiB (24
+instances). In-process walls count from after a warm-up call (OR-Tools imported, CP-SAT warmed up).
+Old against new: run it with ``PYTHONPATH`` at the old checkout, then at the new one with ``--compare``
+naming the old run's JSON: every case whose plan cost moved is printed (``digest``, a hash of the plan's
+waves, says which plans changed). Prints a table with the load average.
 """
 
 from __future__ import annotations
@@ -34,14 +35,9 @@ ROOT = Path(cpplan.__file__).resolve().parents[1]
 """The checkout whose cpplan is imported (its ``examples/``)."""
 README_WORKLOAD = ROOT / "examples" / "grpo.jsonl"
 MODEL = "qwen3.6-35b-a3b"
-SUITE_SAMPLE = (
-    ("grpo_g8_1to8", 2, "40GiB"),
-    ("grpo_g16_16to1", 4, "80GiB"),
-    ("agent_trees", 1, "40GiB"),
-    ("sharegpt", 8, "80GiB"),
-    ("long_tail", 2, "80GiB"),
-)
-"""Suite instances (case, CP, memory) small enough to plan in seconds on two cores."""
+SUITE_CPS = (1, 2, 4, 8)
+SUITE_MEMORY = "40GiB"
+"""The ``suite`` cases: every quick-suite workload at these CP sizes and this memory."""
 
 
 def plan_digest(result: cpplan.PlanResult) -> str:
@@ -108,13 +104,27 @@ def cases(names: set[str]) -> list[tuple[str, Callable[[], Workload], int, str]]
             for cp, mem in ((1, "20GiB"), (2, "8GiB"))
         ]
     if "suite" in names:
-        builders = {case.name: case.build for case in suite()}
         chosen += [
-            (f"{name} cp{cp} {mem}", builders[name], cp, mem)
-            for name, cp, mem in SUITE_SAMPLE
-            if name in builders
+            (f"{case.name} cp{cp} {SUITE_MEMORY}", case.build, cp, SUITE_MEMORY)
+            for case in suite(quick=True)
+            for cp in SUITE_CPS
         ]
     return chosen
+
+
+def compare(rows: list[dict], old_path: Path) -> list[str]:
+    """One line per case whose plan cost differs from the old run's (``old_path``), and a count."""
+    old = {row["case"]: row for row in json.loads(old_path.read_text())["rows"]}
+    lines, common = [], [row for row in rows if row["case"] in old]
+    for row in common:
+        before, after = old[row["case"]]["cost_s"], row["cost_s"]
+        if after != before:
+            word = "COSTLIER" if after > before else "cheaper"
+            change = (after - before) / before
+            lines.append(f"{row['case']:<28} {before:.6f} -> {after:.6f} s ({change:+.4%}) {word}")
+    costlier = sum("COSTLIER" in line for line in lines)
+    lines.append(f"{len(lines)} of {len(common)} cases moved, {costlier} costlier")
+    return lines
 
 
 def main() -> None:
@@ -124,6 +134,7 @@ def main() -> None:
     parser.add_argument("--solver", default="deterministic")
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--output", type=Path, default=Path("cpplan-bench/bench_default_profile.json"))
+    parser.add_argument("--compare", type=Path, default=None, help="an old run's JSON to compare costs with")
     args = parser.parse_args()
     load_before = os.getloadavg()
     cpplan.plan(Workload.from_jsonl(README_WORKLOAD), model=MODEL, memory_bytes="8GiB", solver=args.solver)
@@ -131,7 +142,9 @@ def main() -> None:
     print(f"{'case':<28} {'wall s':>8} {'cli s':>7} {'cost s':>12} {'strategy':>9} {'status':>9} digest")
     for name, build, cp, memory in cases(set(args.cases.split(","))):
         key = name.split(" cp")[0]
-        workload = workloads.setdefault(key, build())
+        if key not in workloads:
+            workloads[key] = build()
+        workload = workloads[key]
         row = {
             "case": name,
             "cp": cp,
@@ -149,6 +162,8 @@ def main() -> None:
         )
     load_after = os.getloadavg()
     print(f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f} (1 min)")
+    if args.compare is not None:
+        print("\n".join(compare(rows, args.compare)))
     report = {
         "benchmark": "default_profile",
         "solver": args.solver,

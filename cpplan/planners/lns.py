@@ -180,8 +180,9 @@ def _window_params(profile: SolverProfile, work_left: float | None, windows_left
         share = max(work_left / windows_left, profile.lns.min_window_share * profile.time_budget_s)
         if profile.lns.max_window_share is not None:
             share = min(share, profile.lns.max_window_share * profile.time_budget_s)
-    presolve = profile.lns.presolve or profile.cpsat.presolve
-    return profile.cpsat.model_copy(update={"deterministic_time_s": share, "presolve": presolve})
+    level = profile.lns.linearization_level
+    level = profile.cpsat.linearization_level if level is None else level
+    return profile.cpsat.model_copy(update={"deterministic_time_s": share, "linearization_level": level})
 
 
 def _window_deadline(

@@ -144,9 +144,10 @@ class LnsParams(BaseModel):
     """Under a deterministic profile, the most share of the budget one window's deterministic time
     limit gets (``None``: no cap beyond the pass's limit)."""
 
-    presolve: Literal["off", "light", "full"] | None = None
-    """CP-SAT's presolve effort on a window (``None``: ``cpsat.presolve``). A window starts from its
-    complete hint under a small deterministic limit, and its presolve is not bounded by that limit."""
+    linearization_level: Literal[0, 1, 2] | None = None
+    """CP-SAT's linear relaxation on a window (``None``: ``cpsat.linearization_level``). A window starts
+    from its complete hint under a small deterministic limit, where the relaxation's work leaves less
+    search."""
 
     @model_validator(mode="after")
     def _window_shares(self) -> LnsParams:
