@@ -364,13 +364,11 @@ class SolverProfile(BaseModel):
     time_budget_s: float = Field(gt=0, allow_inf_nan=False)
     """The one budget of a planning call (``--time-budget`` overrides it): wall-clock seconds from the
     call, or, under a deterministic profile, units of CP-SAT's deterministic time (its work counter;
-    the clock is never read). There it is a scale, not a cap on the call's work: each CP-SAT run's
-    deterministic limit is its stage's share of it (``joint.share``, ``ownership.share`` and its
-    ``complete_share`` and ``tighten_share``, ``schedule.share``; each pass of the joint model's
-    window search shares ``joint.share`` out among its windows, each at least ``lns.min_window_share``
-    and at most ``lns.max_window_share``),
-    and those limits apply again at every group size under dynamic CP and to every replica's share where
-    a step is partitioned."""
+    the clock is never read): each CP-SAT run's deterministic limit is its stage's share of it
+    (:meth:`stage_shares`, which add up to at most one; each pass of the joint model's window search
+    shares ``joint.share`` out among its windows, each at least ``lns.min_window_share`` and at most
+    ``lns.max_window_share``). Those limits apply again at every group size under dynamic CP and to
+    every replica's share where a step is partitioned."""
 
     deterministic: bool = False
     """Same inputs, same plan on any machine: no stage decides by the clock; CP-SAT stops on its

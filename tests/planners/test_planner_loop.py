@@ -62,6 +62,28 @@ def test_each_cpsat_stage_takes_its_share_of_a_deterministic_budget(problem, mon
     ]
 
 
+def test_the_ownership_model_takes_its_own_linearization_level(problem, monkeypatch):
+    """The joint model runs with ``cpsat.linearization_level`` and the ownership model with
+    ``ownership.linearization_level``, whatever ``[cpsat]`` says."""
+    seen = []
+    run = cpsat_solve.run_solver
+
+    def recording(model, params, **kwargs):
+        seen.append(params.linearization_level)
+        return run(model, params, **kwargs)
+
+    monkeypatch.setattr(cpsat_solve, "run_solver", recording)
+    monkeypatch.setattr(owned_solve, "run_solver", recording)
+    base = cpplan.load_solver("deterministic")
+    for joint_level, own_level in ((1, 0), (2, 1)):
+        seen.clear()
+        profile = _with(
+            base, cpsat={"linearization_level": joint_level}, ownership={"linearization_level": own_level}
+        )
+        cpplan.solve(problem, profile)
+        assert seen == [joint_level, own_level]
+
+
 def test_the_joint_stage_keeps_to_its_share_of_the_clock(problem, monkeypatch):
     """Under the clock the joint model is handed a deadline at most ``joint.share`` of the budget
     after it starts, and never past the time kept for the ownership stage."""
