@@ -84,6 +84,17 @@ def test_the_ownership_model_takes_its_own_linearization_level(problem, monkeypa
         assert seen == [joint_level, own_level]
 
 
+def test_under_the_clock_the_bound_needs_timing_bound_min_left_s(problem):
+    """Under the clock the bound over every plan is computed only with ``timing.bound_min_left_s`` of
+    search time left: with 2 s of budget it is at a threshold of 0 s and is not at one of 100 s."""
+    runtime = cpplan.load_solver("runtime").with_time_budget(2.0)
+    scopes = {}
+    for threshold in (0.0, 100.0):
+        profile = _with(runtime, timing={"bound_min_left_s": threshold})
+        scopes[threshold] = cpplan.solve(problem, profile).solver.bound_scope
+    assert scopes[0.0] is Scope.ALL_PLANS and scopes[100.0] is not Scope.ALL_PLANS
+
+
 def test_the_joint_stage_keeps_to_its_share_of_the_clock(problem, monkeypatch):
     """Under the clock the joint model is handed a deadline at most ``joint.share`` of the budget
     after it starts, and never past the time kept for the ownership stage."""
