@@ -19,6 +19,7 @@ import argparse
 import hashlib
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -52,18 +53,22 @@ def plan_digest(result: cpplan.PlanResult) -> str:
 
 
 def in_process(workload: Workload, cp: int, memory: str, solver: str, repeats: int) -> dict:
-    """Median wall seconds of planning ``workload`` in this process, the plan's cost and solver block."""
-    walls, result = [], None
+    """Median wall and CPU seconds of planning ``workload`` in this process (the planner runs on one
+    core, so on a busy machine its CPU seconds are what its wall would be on a quiet one), the plan's
+    cost and solver block."""
+    walls, cpus, result = [], [], None
     for _ in range(repeats):
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         result = cpplan.plan(
             workload, topology=Topology(cp=cp), model=MODEL, memory_bytes=memory, solver=solver
         )
         walls.append(time.perf_counter() - started)
+        cpus.append(time.process_time() - cpu)
     assert result is not None
     block = result.to_dict()["solver"]
     return {
         "wall_s": statistics.median(walls),
+        "cpu_s": statistics.median(cpus),
         "cost_s": result.plan.cost_s,
         "strategy": result.plan.strategy,
         "digest": plan_digest(result),
@@ -74,18 +79,21 @@ def in_process(workload: Workload, cp: int, memory: str, solver: str, repeats: i
     }
 
 
-def cli_wall(cp: int, solver: str, repeats: int) -> float:
-    """Median wall seconds of a fresh ``cpplan plan`` process on the README workload."""
-    walls = []
+def cli_wall(cp: int, solver: str, repeats: int) -> tuple[float, float]:
+    """Median wall and CPU seconds (user and system) of a fresh ``cpplan plan`` process on the README
+    workload."""
+    walls, cpus = [], []
     with tempfile.TemporaryDirectory() as scratch:
         for _ in range(repeats):
             args = ["-c", "from cpplan.cli import run; run()", "plan", str(README_WORKLOAD), "--model", MODEL]
             args += ["--topology", f"cp={cp}", "--memory", "8GiB", "--solver", solver]
             args += ["--output", str(Path(scratch) / "plan.json")]
-            started = time.perf_counter()
+            started, before = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
             subprocess.run([sys.executable, *args], check=True, capture_output=True, env=os.environ.copy())
             walls.append(time.perf_counter() - started)
-    return statistics.median(walls)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpus.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+    return statistics.median(walls), statistics.median(cpus)
 
 
 def cases(names: set[str]) -> list[tuple[str, Callable[[], Workload], int, str]]:
@@ -139,7 +147,8 @@ def main() -> None:
     load_before = os.getloadavg()
     cpplan.plan(Workload.from_jsonl(README_WORKLOAD), model=MODEL, memory_bytes="8GiB", solver=args.solver)
     rows, workloads = [], {}
-    print(f"{'case':<28} {'wall s':>8} {'cli s':>7} {'cost s':>12} {'strategy':>9} {'status':>9} digest")
+    header = f"{'case':<28} {'wall s':>7} {'cpu s':>6} {'cli wall/cpu':>11} {'cost s':>12}"
+    print(f"{header} {'strategy':>9} {'status':>9} digest")
     for name, build, cp, memory in cases(set(args.cases.split(","))):
         key = name.split(" cp")[0]
         if key not in workloads:
@@ -152,12 +161,12 @@ def main() -> None:
             **in_process(workload, cp, memory, args.solver, args.repeats),
         }
         if name.startswith("readme"):
-            row["cli_wall_s"] = cli_wall(cp, args.solver, args.repeats)
+            row["cli_wall_s"], row["cli_cpu_s"] = cli_wall(cp, args.solver, args.repeats)
         rows.append(row)
-        cli = f"{row['cli_wall_s']:.2f}" if "cli_wall_s" in row else "-"
+        cli = f"{row['cli_wall_s']:.2f} {row['cli_cpu_s']:.2f}" if "cli_wall_s" in row else "- -"
         print(
-            f"{name:<28} {row['wall_s']:>8.2f} {cli:>7} {row['cost_s']:>12.6f} {row['strategy']:>9} "
-            f"{row['status']:>9} {row['digest']}",
+            f"{name:<28} {row['wall_s']:>7.2f} {row['cpu_s']:>6.2f} {cli:>11} {row['cost_s']:>12.6f} "
+            f"{row['strategy']:>9} {row['status']:>9} {row['digest']}",
             flush=True,
         )
     load_after = os.getloadavg()
