@@ -68,9 +68,9 @@ def migrated_profile(data: Any) -> Any:
 
 
 class CpSatParams(BaseModel):
-    """CP-SAT's own parameters, the same for every model the planner runs (the ``[cpsat]`` table); the
-    ownership model's helper solves (completing a hint, re-solving its answer with the choices fixed)
-    take its workers and seed, but presolve fully and stop only at optimality
+    """CP-SAT's own parameters, the same for every model the planner runs (the ``[cpsat]`` table; the
+    ownership model and the window search may set their own ``linearization_level``); completing the
+    ownership model's hint takes its workers and seed, but presolves fully and stops only at optimality
     (:func:`cpplan.cpsat.solve.run_on_work`)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
