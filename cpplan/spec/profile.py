@@ -19,7 +19,6 @@ STRATEGIES = ("greedy", "full_sharing", "seeded", "cpsat")
 _MOVED = {
     ("cpsat", "max_items"): ("joint", "max_items"),
     ("cpsat", "schedule_max_items"): ("schedule", "max_items"),
-    ("cpsat", "max_extra_waves"): ("joint", "max_extra_waves"),
     ("cpsat", "hint"): ("joint", "hint"),
     ("cpsat", "ownership_columns"): ("ownership", "columns"),
     ("cpsat", "ownership_window_chunks"): ("ownership", "window_chunks"),
@@ -27,9 +26,10 @@ _MOVED = {
 }
 """Keys of the earlier profile layout and where they now stand."""
 
-_DROPPED = (("ownership", "tighten_share"),)
-"""Keys of earlier profiles that no setting stands for now (the ownership model's answer is no longer
-re-solved to remove slack from its reported objective)."""
+_DROPPED = (("ownership", "tighten_share"), ("joint", "max_extra_waves"), ("cpsat", "max_extra_waves"))
+"""Keys of earlier profiles that no setting stands for now: the ownership model's answer is no longer
+re-solved to remove slack from its reported objective, and the joint model has the greedy plan's wave
+count (no profile gave it more: a plan needing more waves never beat it)."""
 
 
 def migrated_profile(data: Any) -> Any:
@@ -114,9 +114,6 @@ class JointParams(BaseModel):
     max_items: int = Field(default=64, ge=1)
     """Above this many items the joint model is not built whole: its window search (``[lns]``)
     re-solves a few adjacent waves of the greedy plan at a time."""
-
-    max_extra_waves: int = Field(default=0, ge=0)
-    """Waves the model may use beyond the greedy plan's wave count."""
 
     hint: bool = True
     """Hand the joint model the greedy plan as a complete hint (every variable, the objective included)."""
