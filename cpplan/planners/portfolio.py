@@ -154,8 +154,7 @@ def propose_and_decide(
             found[name] = _skipped(name)
             continue
         if name == "seeded" and _too_many_to_seed(problem, profile):
-            note = f"not run: {problem.num_items} items, above seeded.max_items ({profile.seeded.max_items})"
-            found[name] = StrategyOutcome(strategy=name, ended=Ended.NO_PLAN, note=note)
+            found[name] = _not_seeded(problem, profile)
             continue
         found[name] = run_strategy(name, steps.get(name), problem, profile, budget.stage(1.0, by))
     if "cpsat" in profile.strategies:
@@ -170,6 +169,12 @@ def propose_and_decide(
 def _too_many_to_seed(problem: Problem, profile: SolverProfile) -> bool:
     """Whether the step has more items than the profile's ``seeded.max_items``."""
     return profile.seeded.max_items is not None and problem.num_items > profile.seeded.max_items
+
+
+def _not_seeded(problem: Problem, profile: SolverProfile) -> StrategyOutcome:
+    """The seeded proposer's outcome where the step has more items than ``seeded.max_items``."""
+    note = f"not run: {problem.num_items} items, above seeded.max_items ({profile.seeded.max_items})"
+    return StrategyOutcome(strategy="seeded", ended=Ended.NO_PLAN, note=note)
 
 
 _REGISTERED = dict(PLANNERS)
@@ -218,6 +223,9 @@ def on_the_pool(problem: Problem, budget: Budget, steps: Mapping[str, Strategy])
     for name in budget.profile.strategies:
         if name not in SELF_TIMED and _no_time_for_another(found, budget.verify_by):
             found.append(_skipped(name))
+            continue
+        if name == "seeded" and _too_many_to_seed(problem, budget.profile):
+            found.append(_not_seeded(problem, budget.profile))
             continue
         found.append(run_strategy(name, steps.get(name), problem, budget.profile, budget.verify_by))
     return found

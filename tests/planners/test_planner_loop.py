@@ -200,9 +200,11 @@ def test_a_proposer_error_is_recorded_as_failed(problem, monkeypatch):
     assert result.solver.deciding.model == "ownership" and result.solver.deciding.status.answered
 
 
-def test_the_seeded_proposer_is_not_run_above_its_max_items():
+@pytest.mark.parametrize("dp", [1, 2])
+def test_the_seeded_proposer_is_not_run_above_its_max_items(dp):
     """A profile's ``seeded.max_items`` keeps the seeded proposer from running on a step with more
-    items: its candidate has no plan and says why; at or below the limit it plans."""
+    items, on one CP group and on a pool of two: its candidate has no plan and says why; at or below
+    the limit it plans."""
     from pathlib import Path
 
     workload = cpplan.Workload.from_jsonl(Path(__file__).resolve().parents[2] / "examples" / "grpo.jsonl")
@@ -211,7 +213,10 @@ def test_the_seeded_proposer_is_not_run_above_its_max_items():
     for max_items in (len(workload.items) - 1, len(workload.items)):
         seeded = base.seeded.model_copy(update={"max_items": max_items})
         profile = base.model_copy(update={"seeded": seeded, "strategies": ("greedy", "seeded")})
-        result = cpplan.plan(workload, model="qwen3.6-35b-a3b", memory_bytes="8GiB", solver=profile)
+        topology = cpplan.Topology(cp=1, dp=dp)
+        result = cpplan.plan(
+            workload, topology=topology, model="qwen3.6-35b-a3b", memory_bytes="8GiB", solver=profile
+        )
         (candidate,) = [c for c in result.to_dict()["candidates"] if c["strategy"] == "seeded"]
         reasons[max_items] = (candidate["cost_s"], candidate["reason"])
     below, at = reasons[len(workload.items) - 1], reasons[len(workload.items)]
