@@ -184,10 +184,10 @@ class OwnershipParams(BaseModel):
     """The deterministic time limit of completing a ``complete`` hint, as a share of the budget."""
 
     linearization_level: Literal[0, 1, 2] = 0
-    """CP-SAT's linear relaxation on this model (``cpsat.linearization_level`` for the others): none.
-    On the ownership models of the README example and of the quick bench suite (CP 1 to 8, 28 models),
-    within the same deterministic limit, the relaxation never gave a cheaper answer, and without it more
-    were proved optimal and some answers were cheaper (``docs/planner_loop.md``)."""
+    """CP-SAT's linear relaxation on this model (``cpsat.linearization_level`` for the others): none by
+    default. On the ownership models measured (the README example and the quick bench suite at CP 1 to
+    8: CHANGELOG, 2026-12-04) the relaxation took most of the work without a stronger bound: without it
+    more answers were proved optimal within the same limit, and none was costlier."""
 
 
 class ScheduleParams(BaseModel):
