@@ -23,7 +23,7 @@ from cpplan.errors import InputError
 from cpplan.plans.result import PlanResult
 from cpplan.spec.card import ModelCard
 from cpplan.spec.correction import Correction
-from cpplan.spec.profile import SolverProfile
+from cpplan.spec.profile import SolverProfile, migrated_profile
 from cpplan.spec.quantities import QUANTITY_INDEX
 from cpplan.spec.settings import Settings, topology_from_json
 from cpplan.spec.shipped import data_dir
@@ -137,7 +137,7 @@ def read_state(path: str | Path) -> tuple[dict[str, Any], list[Observation]]:
     if missing:
         raise InputError(f"the header lacks {', '.join(missing)}", file=str(path), line=1, field=missing[0])
     try:
-        header["solver"] = SolverProfile.model_validate(header["solver"])
+        header["solver"] = SolverProfile.model_validate(migrated_profile(header["solver"]))
     except ValueError as exc:
         raise InputError(f"invalid solver profile: {exc}", file=str(path), line=1, field="solver") from None
     header["policy"] = policy_from_dict(header["policy"], file=str(path), line=1)

@@ -77,10 +77,11 @@ def solve_owned(
     *,
     time_limit_s: float | None,
     deterministic: bool,
-    tighten_work: float,
 ) -> OwnedAnswer:
-    """Run CP-SAT on ``owned``; a free column chosen is re-priced by the evaluator under its new split;
-    the objective reported is its choices' re-solved within ``tighten_work`` deterministic time."""
+    """Run CP-SAT on ``owned``; a free column chosen is re-priced by the evaluator under its new split.
+    The objective reported is the answer's own: where it is not proved optimal a time variable may sit
+    above what its rows require (slack), which overstates the objective and the model's gap, never the
+    plan's price (the evaluator's) or the bound."""
     solver, status, wall = run_solver(
         owned.model, params, time_limit_s=time_limit_s, deterministic=deterministic
     )
@@ -94,10 +95,7 @@ def solve_owned(
     stage_s["realize"] = time.perf_counter() - t0
     scaling = owned.scaling
     bound = scaling.seconds(max(math.floor(solver.best_objective_bound + 1e-9), cover_bound(owned)))
-    t0 = time.perf_counter()
-    tight = _tight(owned, solver, params, tighten_work)
-    objective = scaling.seconds(min(tight.objective_value, solver.objective_value))
-    stage_s["price"] = time.perf_counter() - t0
+    objective = scaling.seconds(solver.objective_value)
     outcome = ModelOutcome(
         model="ownership",
         status=name,
@@ -106,32 +104,16 @@ def solve_owned(
         bound_scope=Scope.PROPOSED_WAVES,
     )
     stats = run_stats(owned.model, solver, outcome, wall, stage_s)
-    stats = replace(stats, price_terms_s=price_terms(owned, tight, waves))
+    stats = replace(stats, price_terms_s=price_terms(owned, solver, waves))
     plan = Plan(strategy="cpsat", waves=tuple(sorted(waves, key=lambda w: min(w.items))))
     return OwnedAnswer(plan=plan, stats=stats)
 
 
-def _tight(
-    owned: OwnedModel, solver: cp_model.CpSolver, params: CpSatParams, work: float
-) -> cp_model.CpSolver:
-    """The model's price of the solver's plan with no slack left: on a copy of the model, its choices
-    fixed, the rest solved again with the profile's ``params`` (a feasible answer may leave a time
-    variable above what its constraints require). The model itself is left as it was."""
-    copy = owned.model.clone()
-    copy.clear_hints()
-    fixed = [lit for lit in (*owned.as_is, *owned.free) if lit is not None]
-    fixed += [var for fv in owned.free_vars if fv is not None for var in fv.split.y.values()]
-    for var in fixed:
-        copy.add(copy.get_bool_var_from_proto_index(var.index) == int(solver.boolean_value(var)))
-    again, status = run_on_work(copy, params, work)
-    assert answered(status), "a solution stays feasible with its choices fixed"
-    return again
-
-
 def price_terms(owned: OwnedModel, solved: cp_model.CpSolver, waves: Sequence[WavePlan]) -> dict[str, float]:
     """Per term, the evaluator's seconds for the chosen waves less the model's (each ``>= 0`` up to
-    float error): ``barriers`` and ``overhead`` (rounding down), ``handoff`` (rounding, and the rounds
-    mode's waiting-token bound); a column taken as is counts wholly in ``barriers``."""
+    float error where the answer is proved optimal; an unproved one's slack counts negative):
+    ``barriers`` and ``overhead`` (rounding down), ``handoff`` (rounding, and the rounds mode's
+    waiting-token bound); a column taken as is counts wholly in ``barriers``."""
     unit = owned.scaling.seconds_per_unit
     card = owned.problem.card
     terms = {"barriers": 0.0, "handoff": 0.0, "overhead": 0.0}

@@ -62,6 +62,7 @@ def parameters(
         "num_workers": workers,
         "random_seed": params.random_seed,
         "relative_gap_limit": params.relative_gap_limit,
+        "linearization_level": params.linearization_level,
         "log_search_progress": log,
         "log_to_stdout": False,
         "log_to_response": log,
@@ -156,8 +157,8 @@ def run_solver(
 
 
 def run_on_work(model: cp_model.CpModel, params: CpSatParams, work: float) -> tuple[cp_model.CpSolver, int]:
-    """A helper solve of ``model``, a model whose choices are fixed (completing a hint, re-solving an
-    answer without slack), with the profile's workers and seed, stopped by ``work`` units of
+    """A helper solve of ``model``, a model whose choices are fixed (completing a hint), with the
+    profile's workers and seed, stopped by ``work`` units of
     deterministic time alone, never the clock (the same answer on a busy machine). It presolves fully
     and stops only at optimality whatever the profile says of the search: with the choices fixed,
     presolve all but solves the model (a few milliseconds), where the search alone can spend the whole

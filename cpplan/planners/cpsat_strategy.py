@@ -90,11 +90,11 @@ def _share_mask(problem: Problem, name: str) -> np.ndarray:
 
 def compile_for(problem: Problem, profile: SolverProfile, greedy: Plan) -> tuple[LayoutSpace, CompiledModel]:
     """The decision space and the joint model for ``problem``: the greedy plan's (or any incumbent
-    plan's) wave count, plus the profile's extra waves, and its waves as exact columns."""
+    plan's) wave count, and its waves as exact columns."""
     from cpplan.cpsat import build_space, compile_model
 
     space = build_space(problem, extra_specs=tuple(profile.greedy.layouts))
-    num_waves = greedy.num_waves + profile.joint.max_extra_waves
+    num_waves = greedy.num_waves
     return space, compile_model(problem, space, num_waves, plan_columns(problem, space, num_waves, greedy))
 
 

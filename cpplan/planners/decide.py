@@ -31,11 +31,6 @@ if TYPE_CHECKING:
     from cpplan.bound import PlanBound
     from cpplan.cpsat.owned_model import OwnedColumn
 
-BOUND_MIN_LEFT_S = 0.5
-"""Search seconds left, at least, for a wall-clock profile to compute the bound over every plan
-(:mod:`cpplan.bound`: tens of milliseconds on a few hundred requests, up to about 0.1 s where it also
-prices its matching plan) before the ownership search; a deterministic profile always does."""
-
 
 @dataclass(frozen=True, kw_only=True, eq=False)
 class Pool:
@@ -96,8 +91,9 @@ def decide(problem: Problem, pool: Pool, budget: Budget, by: Deadline) -> tuple[
         outcome = ModelOutcome(model="ownership", status=status, detail=detail)
         return pool.proposed, _then(pool.proposer, outcome)
     t0 = time.perf_counter()
-    bound = PlanBound(bound_s=None, scope=PROPOSED_WAVES, why="no time for it")
-    if budget.deterministic or search_by.left_s() >= BOUND_MIN_LEFT_S:  # its time is the search's
+    why = f"no time for it (under {profile.timing.bound_min_left_s:g} s left: timing.bound_min_left_s)"
+    bound = PlanBound(bound_s=None, scope=PROPOSED_WAVES, why=why)
+    if search_by.can_finish(profile.timing.bound_min_left_s):  # its time is the search's
         bound = plan_bound(problem, pool.plans, layouts=profile.greedy.layouts)
         pool = pool.with_plans(bound.new_plans)  # the bound's own plan: its waves become columns too
         best = pool.cheapest
@@ -107,7 +103,9 @@ def decide(problem: Problem, pool: Pool, budget: Budget, by: Deadline) -> tuple[
     if columns is None:
         return _no_time(pool, "no time to build it")
     owned = compile_owned(problem, columns, window_chunks=settings.window_chunks)
-    params = budget.cpsat_params(settings.share)
+    params = budget.cpsat_params(settings.share).model_copy(
+        update={"linearization_level": settings.linearization_level}
+    )
     if settings.hint != "none":
         complete_work = (
             settings.complete_share * profile.time_budget_s if settings.hint == "complete" else None
@@ -121,7 +119,6 @@ def decide(problem: Problem, pool: Pool, budget: Budget, by: Deadline) -> tuple[
         params,
         time_limit_s=search_by.left_s(),
         deterministic=budget.deterministic,
-        tighten_work=settings.tighten_share * profile.time_budget_s,
     )
     stage_s = {
         **(pool.proposer.stage_s if pool.proposer else {}),

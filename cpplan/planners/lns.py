@@ -77,8 +77,9 @@ def _one_pass(
     work: float | None,
     tally: Counter,
 ) -> bool:
-    """One sweep of overlapping windows over ``waves`` (replaced in place); whether any improved."""
-    improved, start = False, 0
+    """One sweep of overlapping windows over ``waves`` (replaced in place); whether any improved. Under a
+    deterministic limit ``work`` each window gets an equal share of what the pass has not yet used."""
+    improved, start, spent = False, 0, tally["work"]
     depth = profile.lns.window_waves
     while start < len(waves):
         window = _window_at(waves, start, limit, depth)
@@ -87,7 +88,7 @@ def _one_pass(
             continue
         left = _windows_left(waves, start, limit, depth)
         size = window.size
-        params = _window_params(profile, work, left)
+        params = _window_params(profile, None if work is None else work - (tally["work"] - spent), left)
         better = _solve_window(problem, profile, waves[start : start + size], deadline, left, params, tally)
         if better is not None:
             waves[start : start + size] = better
@@ -154,6 +155,7 @@ def _solve_window(
     except CpplanError:
         return None
     _count(stats, tally)
+    tally["work"] += stats.deterministic_time or 0.0
     if plan is None or not plan.cost_s < incumbent.cost_s * (1 - 1e-9):
         tally["proved"] += plan is not None and stats.status == Status.OPTIMAL
         return None
@@ -169,14 +171,18 @@ def _solve_window(
     return [sub.to_parent(wave) for wave in plan.waves]
 
 
-def _window_params(profile: SolverProfile, work: float | None, windows_left: int) -> CpSatParams:
-    """CP-SAT's parameters for a window: the pass's deterministic limit ``work`` shared over the windows
-    left in it (at least ``lns.min_window_share`` of the budget), so one pass of a deterministic search
-    costs about the joint stage's limit; under the clock (``work`` is ``None``), none."""
+def _window_params(profile: SolverProfile, work_left: float | None, windows_left: int) -> CpSatParams:
+    """CP-SAT's parameters for a window: the deterministic time the pass has left, ``work_left``, divided
+    by the windows left in it, at least ``lns.min_window_share`` of the budget and at most
+    ``lns.max_window_share`` of it; under the clock (``work_left`` is ``None``), none."""
     share = None
-    if work is not None:
-        share = max(work / windows_left, profile.lns.min_window_share * profile.time_budget_s)
-    return profile.cpsat.model_copy(update={"deterministic_time_s": share})
+    if work_left is not None:
+        share = max(work_left / windows_left, profile.lns.min_window_share * profile.time_budget_s)
+        if profile.lns.max_window_share is not None:
+            share = min(share, profile.lns.max_window_share * profile.time_budget_s)
+    level = profile.lns.linearization_level
+    level = profile.cpsat.linearization_level if level is None else level
+    return profile.cpsat.model_copy(update={"deterministic_time_s": share, "linearization_level": level})
 
 
 def _window_deadline(

@@ -153,6 +153,9 @@ def propose_and_decide(
         if _no_time_for_another(found.values(), by):
             found[name] = _skipped(name)
             continue
+        if name == "seeded" and _too_many_to_seed(problem, profile):
+            found[name] = _not_seeded(problem, profile)
+            continue
         found[name] = run_strategy(name, steps.get(name), problem, profile, budget.stage(1.0, by))
     if "cpsat" in profile.strategies:
         if "cpsat" in overridden:
@@ -161,6 +164,17 @@ def propose_and_decide(
             plans = {name: o.plan for name, o in found.items()} | {"joint": joint[0]}
             found["cpsat"] = _decided(problem, Pool.of(plans, joint[1]), budget)
     return [found[name] for name in profile.strategies]
+
+
+def _too_many_to_seed(problem: Problem, profile: SolverProfile) -> bool:
+    """Whether the step has more items than the profile's ``seeded.max_items``."""
+    return profile.seeded.max_items is not None and problem.num_items > profile.seeded.max_items
+
+
+def _not_seeded(problem: Problem, profile: SolverProfile) -> StrategyOutcome:
+    """The seeded proposer's outcome where the step has more items than ``seeded.max_items``."""
+    note = f"not run: {problem.num_items} items, above seeded.max_items ({profile.seeded.max_items})"
+    return StrategyOutcome(strategy="seeded", ended=Ended.NO_PLAN, note=note)
 
 
 _REGISTERED = dict(PLANNERS)
@@ -209,6 +223,9 @@ def on_the_pool(problem: Problem, budget: Budget, steps: Mapping[str, Strategy])
     for name in budget.profile.strategies:
         if name not in SELF_TIMED and _no_time_for_another(found, budget.verify_by):
             found.append(_skipped(name))
+            continue
+        if name == "seeded" and _too_many_to_seed(problem, budget.profile):
+            found.append(_not_seeded(problem, budget.profile))
             continue
         found.append(run_strategy(name, steps.get(name), problem, budget.profile, budget.verify_by))
     return found

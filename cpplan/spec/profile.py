@@ -19,7 +19,6 @@ STRATEGIES = ("greedy", "full_sharing", "seeded", "cpsat")
 _MOVED = {
     ("cpsat", "max_items"): ("joint", "max_items"),
     ("cpsat", "schedule_max_items"): ("schedule", "max_items"),
-    ("cpsat", "max_extra_waves"): ("joint", "max_extra_waves"),
     ("cpsat", "hint"): ("joint", "hint"),
     ("cpsat", "ownership_columns"): ("ownership", "columns"),
     ("cpsat", "ownership_window_chunks"): ("ownership", "window_chunks"),
@@ -27,15 +26,25 @@ _MOVED = {
 }
 """Keys of the earlier profile layout and where they now stand."""
 
+_DROPPED = (("ownership", "tighten_share"), ("joint", "max_extra_waves"), ("cpsat", "max_extra_waves"))
+"""Keys of earlier profiles that no setting stands for now: the ownership model's answer is no longer
+re-solved to remove slack from its reported objective, and the joint model has the greedy plan's wave
+count (no profile gave it more: a plan needing more waves never beat it)."""
+
 
 def migrated_profile(data: Any) -> Any:
-    """``data`` (a profile's TOML table) with keys of the earlier layout moved to their stage's
-    section; its deterministic time limits (``cpsat.deterministic_time_s``,
+    """``data`` (the profile saved in an earlier planner state: read where such a state is read,
+    :func:`cpplan.calibration.planner_state.read_state`; a profile file takes the current keys only)
+    with keys of the earlier layout moved to their stage's section and keys no setting stands for now
+    dropped; its deterministic time limits (``cpsat.deterministic_time_s``,
     ``cpsat.ownership_deterministic_time_s``, ``timing.min_deterministic_s``) read as shares of the
     budget. Anything else is left for validation to judge."""
     if not isinstance(data, dict):
         return data
     data = {k: dict(v) if isinstance(v, dict) else v for k, v in data.items()}
+    for section, key in _DROPPED:
+        if isinstance(data.get(section), dict):
+            data[section].pop(key, None)
     if isinstance(data.get("cpsat"), dict) and "max_items" in data["cpsat"]:
         data["cpsat"].setdefault("schedule_max_items", data["cpsat"]["max_items"])
     if isinstance(data.get("cpsat"), dict) and "deterministic_time_s" in data["cpsat"]:
@@ -59,9 +68,9 @@ def migrated_profile(data: Any) -> Any:
 
 
 class CpSatParams(BaseModel):
-    """CP-SAT's own parameters, the same for every model the planner runs (the ``[cpsat]`` table); the
-    ownership model's helper solves (completing a hint, re-solving its answer with the choices fixed)
-    take its workers and seed, but presolve fully and stop only at optimality
+    """CP-SAT's own parameters, the same for every model the planner runs (the ``[cpsat]`` table; the
+    ownership model and the window search may set their own ``linearization_level``); completing the
+    ownership model's hint takes its workers and seed, but presolves fully and stops only at optimality
     (:func:`cpplan.cpsat.solve.run_on_work`)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
@@ -79,6 +88,12 @@ class CpSatParams(BaseModel):
     relative_gap_limit: float = Field(default=0.0, ge=0.0, le=1.0, allow_inf_nan=False)
     """Stop once the proven gap, (objective - bound) / objective, is at most this (``0``: search until
     optimal or out of time)."""
+
+    linearization_level: Literal[0, 1, 2] = 1
+    """How much of the model CP-SAT also solves as a linear relaxation while it searches: ``0`` none
+    (propagation alone), ``1`` CP-SAT's default, ``2`` more (cuts). More LP gives stronger bounds on
+    some models and costs work on every node; the ownership model takes its own
+    (``ownership.linearization_level``)."""
 
     deterministic_time_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     """A stage's deterministic time limit (CP-SAT's work counter, not the clock), set by the planner
@@ -99,9 +114,6 @@ class JointParams(BaseModel):
     max_items: int = Field(default=64, ge=1)
     """Above this many items the joint model is not built whole: its window search (``[lns]``)
     re-solves a few adjacent waves of the greedy plan at a time."""
-
-    max_extra_waves: int = Field(default=0, ge=0)
-    """Waves the model may use beyond the greedy plan's wave count."""
 
     hint: bool = True
     """Hand the joint model the greedy plan as a complete hint (every variable, the objective included)."""
@@ -124,6 +136,24 @@ class LnsParams(BaseModel):
     min_window_share: float = Field(default=0.005, gt=0, le=1, allow_inf_nan=False)
     """Under a deterministic profile, the least share of the budget one window's deterministic time
     limit gets (a pass shares the joint stage's limit among its windows)."""
+
+    max_window_share: float | None = Field(default=None, gt=0, le=1, allow_inf_nan=False)
+    """Under a deterministic profile, the most share of the budget one window's deterministic time
+    limit gets (``None``: no cap beyond the pass's limit)."""
+
+    linearization_level: Literal[0, 1, 2] | None = None
+    """CP-SAT's linear relaxation on a window (``None``: ``cpsat.linearization_level``). A window starts
+    from its complete hint under a small deterministic limit, where the relaxation's work leaves less
+    search."""
+
+    @model_validator(mode="after")
+    def _window_shares(self) -> LnsParams:
+        if self.max_window_share is not None and self.max_window_share < self.min_window_share:
+            raise ValueError(
+                f"lns.max_window_share ({self.max_window_share:g}) is below lns.min_window_share "
+                f"({self.min_window_share:g})"
+            )
+        return self
 
 
 class OwnershipParams(BaseModel):
@@ -153,10 +183,11 @@ class OwnershipParams(BaseModel):
     complete_share: float = Field(default=0.1, gt=0, le=1, allow_inf_nan=False)
     """The deterministic time limit of completing a ``complete`` hint, as a share of the budget."""
 
-    tighten_share: float = Field(default=0.5, gt=0, le=1, allow_inf_nan=False)
-    """The deterministic time limit of re-solving its answer with the choices fixed (so no slack is
-    reported in its objective), as a share of the budget; work, not the clock, so the same answer on
-    a busy machine."""
+    linearization_level: Literal[0, 1, 2] = 0
+    """CP-SAT's linear relaxation on this model (``cpsat.linearization_level`` for the others): none by
+    default. On the ownership models measured (the README example and the quick bench suite at CP 1 to
+    8: CHANGELOG, 2026-12-04) the relaxation took most of the work without a stronger bound: without it
+    more answers were proved optimal within the same limit, and none was costlier."""
 
 
 class ScheduleParams(BaseModel):
@@ -186,6 +217,12 @@ class SeededParams(BaseModel):
     share: float = Field(default=0.5, gt=0, le=1, allow_inf_nan=False)
     """Under the clock, the share of the proposers' time left that it may start seeds in (a
     deterministic profile runs every seed)."""
+
+    max_items: int | None = Field(default=None, ge=1)
+    """Above this many items the seeded proposer is not run (``None``: at any size). On a large step its
+    repairs (greedy re-planning each seed's waves that do not fit) take seconds, and on the 400
+    ShareGPT conversations of ``benchmarks/bench_default_profile.py`` its plan was the costliest
+    proposal and the plan chosen was the same without it."""
 
 
 class GreedyParams(BaseModel):
@@ -272,6 +309,13 @@ class TimingParams(BaseModel):
     """Pricings (at the last one's time) greedy's cut of a wave, its layouts and the plan's ending may
     take: with less time left, the fitting wave found is kept as it is."""
 
+    bound_min_left_s: float = Field(default=0.5, ge=0, allow_inf_nan=False)
+    """Search seconds left, at least, for the deciding stage to compute the bound over every plan
+    (:mod:`cpplan.bound`) before the ownership search: the bound takes tens of milliseconds on a few
+    hundred requests, up to about 0.1 s where it also prices its matching plan, whose waves then join
+    the ownership model as columns; a runtime budget keeps that time for the search, and its plan says
+    "no time for it" where the bound would stand."""
+
     regroup_time_factor: float = Field(default=2.0, ge=0, allow_inf_nan=False)
     """Greedy's regrouped pass starts only with this many times the first pass's time left (it also
     builds the regrouped problem, and a pass cut short packs the rest at once)."""
@@ -317,12 +361,11 @@ class SolverProfile(BaseModel):
     time_budget_s: float = Field(gt=0, allow_inf_nan=False)
     """The one budget of a planning call (``--time-budget`` overrides it): wall-clock seconds from the
     call, or, under a deterministic profile, units of CP-SAT's deterministic time (its work counter;
-    the clock is never read). There it is a scale, not a cap on the call's work: each CP-SAT run's
-    deterministic limit is its stage's share of it (``joint.share``, ``ownership.share`` and its
-    ``complete_share`` and ``tighten_share``, ``schedule.share``; each pass of the joint model's
-    window search shares ``joint.share`` out among its windows, each at least ``lns.min_window_share``),
-    and those limits apply again at every group size under dynamic CP and to every replica's share where
-    a step is partitioned."""
+    the clock is never read): each CP-SAT run's deterministic limit is its stage's share of it
+    (:meth:`stage_shares`, which add up to at most one; each pass of the joint model's window search
+    shares ``joint.share`` out among its windows, each at least ``lns.min_window_share`` and at most
+    ``lns.max_window_share``). Those limits apply again at every group size under dynamic CP and to
+    every replica's share where a step is partitioned."""
 
     deterministic: bool = False
     """Same inputs, same plan on any machine: no stage decides by the clock; CP-SAT stops on its
@@ -361,12 +404,26 @@ class SolverProfile(BaseModel):
     """The TOML file the profile was read from (``None`` when built in code); left out of the pack
     run's solver digest."""
 
-    @model_validator(mode="before")
-    @classmethod
-    def _earlier_keys(cls, data: Any) -> Any:
-        """Profiles written for the earlier layout (every CP-SAT setting under ``[cpsat]``, two shares
-        under ``[timing]``) read as the same settings in their stage's section."""
-        return migrated_profile(data)
+    @model_validator(mode="after")
+    def _one_budget(self) -> SolverProfile:
+        """The stages' shares of the budget add up to at most one (:meth:`stage_shares`)."""
+        shares = self.stage_shares()
+        total = sum(shares.values())
+        if total > 1 + 1e-9:
+            terms = " + ".join(f"{name} {share:g}" for name, share in shares.items())
+            raise ValueError(f"the stages' shares of the budget add up to {total:g} ({terms}), more than one")
+        return self
+
+    def stage_shares(self) -> dict[str, float]:
+        """The shares of the one budget the stages of a call at one CP size take in turn: the joint
+        model's, the ownership model's (and completing its hint, with ``ownership.hint = "complete"``)
+        and the schedule model's. The window search shares ``joint.share`` out among its windows, and
+        ``seeded.share`` is a share of the proposers' time, so neither adds to the sum."""
+        shares = {"joint.share": self.joint.share, "ownership.share": self.ownership.share}
+        if self.ownership.hint == "complete":
+            shares["ownership.complete_share"] = self.ownership.complete_share
+        shares["schedule.share"] = self.schedule.share
+        return shares
 
     @field_validator("strategies")
     @classmethod

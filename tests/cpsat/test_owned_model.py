@@ -127,7 +127,7 @@ def test_solver_decides_ownership_and_prices_its_plan(cp):
     columns = pool_columns(problem, [plan.waves], max_free=8)
     owned = compile_owned(problem, columns, window_chunks=32)
     hint_plan(owned, plan.waves)
-    answer = solve_owned(owned, PROFILE.cpsat, time_limit_s=None, deterministic=True, tighten_work=5.0)
+    answer = solve_owned(owned, PROFILE.cpsat, time_limit_s=None, deterministic=True)
     assert answer.plan is not None
     price = answer.plan.cost_s
     assert price <= plan.cost_s + 1e-9
@@ -165,6 +165,6 @@ def test_deterministic_plans_repeat():
         plan = cached_greedy_plan(problem, PROFILE.greedy.layouts)
         owned = compile_owned(problem, pool_columns(problem, [plan.waves], max_free=8), window_chunks=16)
         hint_plan(owned, plan.waves)
-        answer = solve_owned(owned, QUICK, time_limit_s=None, deterministic=True, tighten_work=5.0)
+        answer = solve_owned(owned, QUICK, time_limit_s=None, deterministic=True)
         owners.append([w.owner.tolist() for w in answer.plan.waves])
     assert owners[0] == owners[1]

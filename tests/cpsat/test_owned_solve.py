@@ -35,31 +35,37 @@ def test_solving_leaves_the_model_as_built():
     _, plan, owned = _owned()
     assert hint_plan(owned, plan.waves, complete_work=1.0, params=PROFILE.cpsat)
     before = (len(owned.model.proto.constraints), list(owned.model.proto.solution_hint.values))
-    answer = solve_owned(owned, PROFILE.cpsat, time_limit_s=None, deterministic=True, tighten_work=1.0)
+    answer = solve_owned(owned, PROFILE.cpsat, time_limit_s=None, deterministic=True)
     assert answer.plan is not None
     assert (len(owned.model.proto.constraints), list(owned.model.proto.solution_hint.values)) == before
 
 
 def test_every_solve_takes_the_profile_parameters(monkeypatch):
-    """Completing the hint, the search and the slack-free re-solve all run with the profile's seed and
-    workers (none with CP-SAT's defaults); the search with its presolve effort, the two helper solves
-    (their choices fixed) with full presolve, which all but solves them."""
+    """Completing the hint and the search both run with the profile's seed, workers and linear
+    relaxation (none with CP-SAT's defaults); the search with its presolve effort, the helper solve
+    (its choices fixed) with full presolve, which all but solves it."""
     seen = []
     solve = cp_model.CpSolver.solve
 
     def recording(self, model, *args, **kwargs):
         p = self.parameters
-        seen.append((p.random_seed, p.num_workers, p.cp_model_presolve))
+        seen.append((p.random_seed, p.num_workers, p.cp_model_presolve, p.linearization_level))
         return solve(self, model, *args, **kwargs)
 
     monkeypatch.setattr(cp_model.CpSolver, "solve", recording)
-    update = {"random_seed": 7, "num_workers": 2, "presolve": "off", "deterministic_time_s": 1.0}
+    update = {
+        "random_seed": 7,
+        "num_workers": 2,
+        "presolve": "off",
+        "deterministic_time_s": 1.0,
+        "linearization_level": 0,
+    }
     params = PROFILE.cpsat.model_copy(update=update)
     _, plan, owned = _owned()
     assert hint_plan(owned, plan.waves, complete_work=1.0, params=params)
-    answer = solve_owned(owned, params, time_limit_s=None, deterministic=True, tighten_work=1.0)
+    answer = solve_owned(owned, params, time_limit_s=None, deterministic=True)
     assert answer.plan is not None
-    assert seen == [(7, 2, True), (7, 2, False), (7, 2, True)]
+    assert seen == [(7, 2, True, 0), (7, 2, False, 0)]
 
 
 def test_memory_rows_take_the_model_scaling():

@@ -120,3 +120,51 @@ def test_sub_problem_waves_carry_over_unchanged(interleaved):
     assert mapped.cost_s == pytest.approx(direct.cost_s, rel=1e-12)
     back = sub.from_parent(mapped)
     assert back.items == inside.items and np.array_equal(back.layout.seg_src, inside.layout.seg_src)
+
+
+def test_a_window_limit_is_capped_by_max_window_share():
+    """Under a deterministic profile a window's deterministic limit is the pass's limit divided by the
+    windows left, capped at ``lns.max_window_share`` of the budget where the profile sets it."""
+    base = cpplan.load_solver("deterministic")
+    uncapped = base.model_copy(update={"lns": base.lns.model_copy(update={"max_window_share": None})})
+    capped = base.model_copy(update={"lns": base.lns.model_copy(update={"max_window_share": 0.001})})
+    assert lns_module._window_params(uncapped, 2.0, 4).deterministic_time_s == pytest.approx(0.5)
+    limit = lns_module._window_params(capped, 2.0, 4).deterministic_time_s
+    assert limit == pytest.approx(0.001 * base.time_budget_s)
+
+
+def test_a_pass_shares_its_limit_among_its_windows(interleaved, small_windows, monkeypatch):
+    """Without a cap, a window's deterministic limit is what the pass has not yet used divided by the
+    windows left in it, so the windows of a pass are given no more than the pass's limit in all (up to
+    what the least window share adds) and the last window of a pass gets what the others left."""
+    profile = small_windows.model_copy(
+        update={"lns": small_windows.lns.model_copy(update={"max_window_share": None, "max_passes": 1})}
+    )
+    limits, used = [], []
+    solve_window = lns_module.joint_plan
+
+    def recording(problem, profile_, incumbent, deadline, params, **kwargs):
+        limits.append(params.deterministic_time_s)
+        plan, stats = solve_window(problem, profile_, incumbent, deadline, params, **kwargs)
+        used.append(stats.deterministic_time or 0.0)
+        return plan, stats
+
+    monkeypatch.setattr(lns_module, "joint_plan", recording)
+    work = profile.joint.share * profile.time_budget_s
+    _, _ = _lns(interleaved, profile)[1]
+    assert len(limits) >= 2
+    assert limits[-1] == pytest.approx(
+        max(work - sum(used[:-1]), profile.lns.min_window_share * profile.time_budget_s)
+    )
+    assert sum(limits[:-1]) <= work + 1e-9
+
+
+def test_a_window_takes_the_lns_linearization_level():
+    """A window's CP-SAT parameters take ``lns.linearization_level`` where it is set, else
+    ``cpsat.linearization_level``."""
+    base = cpplan.load_solver("deterministic")
+    cpsat = base.cpsat.model_copy(update={"linearization_level": 2})
+    for level, expected in ((0, 0), (None, 2)):
+        lns = base.lns.model_copy(update={"linearization_level": level})
+        profile = base.model_copy(update={"lns": lns, "cpsat": cpsat})
+        assert lns_module._window_params(profile, 1.0, 2).linearization_level == expected

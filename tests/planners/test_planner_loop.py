@@ -13,7 +13,7 @@ import cpplan.planners.portfolio as portfolio
 from cpplan.plans.outcome import Scope, Status
 from cpplan.plans.plan_writer import plan_to_dict
 from cpplan.pricing.problem import Problem
-from cpplan.spec.profile import SolverProfile
+from cpplan.spec.profile import SolverProfile, migrated_profile
 from cpplan.spec.settings import Settings
 
 cpsat_solve = importlib.import_module("cpplan.cpsat.solve")  # the package exports a function of that name
@@ -51,16 +51,48 @@ def _limits_seen(monkeypatch) -> list[float | None]:
 @pytest.mark.parametrize("budget", [10.0, 4.0])
 def test_each_cpsat_stage_takes_its_share_of_a_deterministic_budget(problem, monkeypatch, budget):
     """Under the deterministic profile the joint model's deterministic limit is ``joint.share`` times
-    the budget, the ownership model's ``ownership.share`` times it and the re-solve of its answer
-    ``ownership.tighten_share`` times it, so ``--time-budget`` scales them all."""
+    the budget and the ownership model's ``ownership.share`` times it, so ``--time-budget`` scales them
+    all; nothing else runs CP-SAT at one CP size."""
     seen = _limits_seen(monkeypatch)
     profile = cpplan.load_solver("deterministic").with_time_budget(budget)
     cpplan.solve(problem, profile)
     assert seen == [
         pytest.approx(profile.joint.share * budget),
         pytest.approx(profile.ownership.share * budget),
-        pytest.approx(profile.ownership.tighten_share * budget),
     ]
+
+
+def test_the_ownership_model_takes_its_own_linearization_level(problem, monkeypatch):
+    """The joint model runs with ``cpsat.linearization_level`` and the ownership model with
+    ``ownership.linearization_level``, whatever ``[cpsat]`` says."""
+    seen = []
+    run = cpsat_solve.run_solver
+
+    def recording(model, params, **kwargs):
+        seen.append(params.linearization_level)
+        return run(model, params, **kwargs)
+
+    monkeypatch.setattr(cpsat_solve, "run_solver", recording)
+    monkeypatch.setattr(owned_solve, "run_solver", recording)
+    base = cpplan.load_solver("deterministic")
+    for joint_level, own_level in ((1, 0), (2, 1)):
+        seen.clear()
+        profile = _with(
+            base, cpsat={"linearization_level": joint_level}, ownership={"linearization_level": own_level}
+        )
+        cpplan.solve(problem, profile)
+        assert seen == [joint_level, own_level]
+
+
+def test_under_the_clock_the_bound_needs_timing_bound_min_left_s(problem):
+    """Under the clock the bound over every plan is computed only with ``timing.bound_min_left_s`` of
+    search time left: with 2 s of budget it is at a threshold of 0 s and is not at one of 100 s."""
+    runtime = cpplan.load_solver("runtime").with_time_budget(2.0)
+    scopes = {}
+    for threshold in (0.0, 100.0):
+        profile = _with(runtime, timing={"bound_min_left_s": threshold})
+        scopes[threshold] = cpplan.solve(problem, profile).solver.bound_scope
+    assert scopes[0.0] is Scope.ALL_PLANS and scopes[100.0] is not Scope.ALL_PLANS
 
 
 def test_the_joint_stage_keeps_to_its_share_of_the_clock(problem, monkeypatch):
@@ -111,23 +143,27 @@ def test_a_complete_hint_lets_the_ownership_model_answer_on_little_work(problem)
     assert outcome["complete"].status.answered and outcome["complete"].bound_scope is Scope.PROPOSED_WAVES
 
 
-def test_a_profile_of_the_earlier_layout_reads_as_the_same_settings():
-    """A profile written with every CP-SAT setting under ``[cpsat]`` (and deterministic time limits in
-    units) is read as the same settings in their stage's section, its limits as shares of its budget."""
+def test_a_saved_profile_of_the_earlier_layout_reads_as_the_same_settings():
+    """A profile saved with every CP-SAT setting under ``[cpsat]`` (and deterministic time limits in
+    units), as an earlier planner state holds it, is read as the same settings in their stage's section,
+    its limits as shares of its budget, and a key no setting stands for now is dropped."""
     earlier = SolverProfile.model_validate(
-        {
-            "name": "old",
-            "time_budget_s": 10.0,
-            "deterministic": True,
-            "cpsat": {
-                "max_items": 32,
-                "hint": False,
-                "deterministic_time_s": 2.0,
-                "ownership_columns": 4,
-                "ownership_deterministic_time_s": 0.5,
-            },
-            "timing": {"seeded_share": 0.25},
-        }
+        migrated_profile(
+            {
+                "name": "old",
+                "time_budget_s": 10.0,
+                "deterministic": True,
+                "cpsat": {
+                    "max_items": 32,
+                    "hint": False,
+                    "deterministic_time_s": 2.0,
+                    "ownership_columns": 4,
+                    "ownership_deterministic_time_s": 0.5,
+                },
+                "timing": {"seeded_share": 0.25},
+                "ownership": {"tighten_share": 0.5},
+            }
+        )
     )
     assert earlier.joint.max_items == 32 and earlier.joint.hint is False
     assert earlier.joint.share == pytest.approx(0.2) and earlier.ownership.share == pytest.approx(0.05)
@@ -162,3 +198,27 @@ def test_a_proposer_error_is_recorded_as_failed(problem, monkeypatch):
     assert joint.model == "joint" and joint.status is Status.FAILED
     assert "InputError" in joint.detail and "failed" in joint.words()
     assert result.solver.deciding.model == "ownership" and result.solver.deciding.status.answered
+
+
+@pytest.mark.parametrize("dp", [1, 2])
+def test_the_seeded_proposer_is_not_run_above_its_max_items(dp):
+    """A profile's ``seeded.max_items`` keeps the seeded proposer from running on a step with more
+    items, on one CP group and on a pool of two: its candidate has no plan and says why; at or below
+    the limit it plans."""
+    from pathlib import Path
+
+    workload = cpplan.Workload.from_jsonl(Path(__file__).resolve().parents[2] / "examples" / "grpo.jsonl")
+    base = cpplan.load_solver("deterministic")
+    reasons = {}
+    for max_items in (len(workload.items) - 1, len(workload.items)):
+        seeded = base.seeded.model_copy(update={"max_items": max_items})
+        profile = base.model_copy(update={"seeded": seeded, "strategies": ("greedy", "seeded")})
+        topology = cpplan.Topology(cp=1, dp=dp)
+        result = cpplan.plan(
+            workload, topology=topology, model="qwen3.6-35b-a3b", memory_bytes="8GiB", solver=profile
+        )
+        (candidate,) = [c for c in result.to_dict()["candidates"] if c["strategy"] == "seeded"]
+        reasons[max_items] = (candidate["cost_s"], candidate["reason"])
+    below, at = reasons[len(workload.items) - 1], reasons[len(workload.items)]
+    assert below[0] is None and "above seeded.max_items" in below[1]
+    assert at[0] is not None

@@ -40,6 +40,7 @@ def test_shipped_profiles_carry_the_measured_estimates():
         "seed_s_per_token": 1.2e-7,
         "finish_pricings": 8,
         "regroup_time_factor": 2.0,
+        "bound_min_left_s": 0.5,
     }
     for name in ("runtime", "offline", "deterministic"):
         assert load_solver(name).timing.model_dump() == measured
