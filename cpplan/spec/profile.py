@@ -64,6 +64,26 @@ def migrated_profile(data: Any) -> Any:
             limit = data[old].pop(key)
             if isinstance(limit, int | float) and isinstance(budget, int | float) and budget > 0:
                 data.setdefault(new, {}).setdefault(name, min(1.0, limit / budget))
+    return _within_one_budget(data)
+
+
+def _within_one_budget(data: dict) -> dict:
+    """``data`` with its schedule share lowered to what the other stages leave of the budget where an
+    earlier state's shares add up to more than one (the offline profile of that time: joint 0.6,
+    ownership 0.3, schedule 0.2; under the clock the schedule model takes what is left anyway)."""
+
+    def share(section: str, key: str, default: float) -> float:
+        value = data.get(section, {}).get(key, default) if isinstance(data.get(section), dict) else default
+        return float(value) if isinstance(value, int | float) else default
+
+    ownership = data.get("ownership") if isinstance(data.get("ownership"), dict) else {}
+    others = share("joint", "share", JointParams().share) + share(
+        "ownership", "share", OwnershipParams().share
+    )
+    if ownership.get("hint", OwnershipParams().hint) == "complete":
+        others += share("ownership", "complete_share", OwnershipParams().complete_share)
+    if others < 1 and others + share("schedule", "share", ScheduleParams().share) > 1:
+        data.setdefault("schedule", {})["share"] = round(1 - others, 12)
     return data
 
 

@@ -80,3 +80,18 @@ def test_shipped_profiles_state_only_what_differs_from_the_defaults():
                 default = defaults[key]
                 same = list(value) == list(default) if isinstance(default, tuple) else value == default
                 assert not same, f"{name}.toml restates the default {key} = {value!r}"
+
+
+def test_an_earlier_state_over_one_budget_reads_with_its_schedule_share_lowered():
+    """A profile saved by an earlier planner state whose shares added up to more than one (the offline
+    profile of that time: joint 0.6, ownership 0.3, schedule 0.2) still reads from the state, its schedule
+    share lowered to what the other stages leave; the other shares stay as saved."""
+    from cpplan.spec.profile import migrated_profile
+
+    saved = _profile(joint={"share": 0.6}, ownership={"share": 0.3}, schedule={"share": 0.2})
+    with pytest.raises(ValidationError, match="more than one"):
+        SolverProfile.model_validate(saved)
+    profile = SolverProfile.model_validate(migrated_profile(saved))
+    assert (profile.joint.share, profile.ownership.share) == (0.6, 0.3)
+    assert profile.schedule.share == pytest.approx(0.1)
+    assert saved["schedule"]["share"] == 0.2, "the saved data is not changed in place"
