@@ -22,18 +22,19 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from cpplan.bound.node_floors import (
-    memory_ranks,
-    node_floors,
-    per_copy_amounts,
-    unsplit_rank_floor_s,
-    whole_on_one_rank,
+from cpplan.bound.node_floors import memory_ranks, node_floors, whole_on_one_rank
+from cpplan.bound.wave_floors import (
+    copy_seconds,
+    crossing_floor_s,
+    head_parallel_floor_s,
+    item_level_floor_s,
+    one_wave_floor_s,
+    rows_floor_s,
 )
 from cpplan.plans.outcome import Scope
 from cpplan.plans.plan import Plan, SolverStats
 from cpplan.pricing.problem import Problem
 from cpplan.pricing.wave import best_wave
-from cpplan.spec.card import HandoffSeconds
 from cpplan.spec.quantities import QUANTITY_INDEX
 
 ALL_PLANS = Scope.ALL_PLANS
@@ -102,7 +103,7 @@ def plan_bound(problem: Problem, plans: Sequence[Plan] = (), *, layouts: Sequenc
     for name, seconds in zip(card.barrier_names, per_barrier.tolist(), strict=True):
         terms[name] = seconds
     if topology.cp > 1:
-        extra = crossing_terms_s(problem, num_waves, per_barrier, floors.totals[_TOKENS])
+        extra = crossing_terms_s(problem, num_waves, per_barrier)
         if extra > 0:
             terms["handoff_or_imbalance"] = extra
     total = math.fsum(terms.values()) * (1 - ROUND_DOWN)
@@ -152,66 +153,56 @@ def scoped_stats(stats: SolverStats, bound: PlanBound, cost_s: float) -> SolverS
     return replace(stats, bound_s=bound.bound_s, bound_scope=ALL_PLANS, gap=bound.gap(cost_s))
 
 
-def crossing_floor_s(seconds: HandoffSeconds, packed_tokens: float, cp: int) -> float:
-    """The least hand-off of a wave of at least ``packed_tokens`` packed tokens on ``cp > 1`` ranks
-    whose GDN states cross ranks at least once, in the cheapest mode the card offers: rounds (at least
-    two rounds and one handed-over state), parallel passing (one exchange, two states) or head-parallel
-    where offered (its all-to-alls' latency and, on the busiest rank, at least ``P (cp - 1) / cp²``
-    rows: :func:`~cpplan.pricing.head_parallel.moved_rows` at an even split); 0 where nothing is
-    priced."""
+def wave_crossing_floor_s(problem: Problem, packed_tokens: float, levels_s: float = 0.0) -> float:
+    """The least hand-off of a wave of at least ``packed_tokens`` packed tokens on ``cp > 1`` ranks whose
+    GDN states cross ranks at least once, in the cheapest mode the card offers: rounds or parallel
+    passing (:func:`~cpplan.bound.wave_floors.crossing_floor_s`) or head-parallel where offered (its
+    latency, an even split's rows and ``levels_s``, a floor of its levels and copies); 0 where nothing
+    is priced."""
+    seconds, cp = problem.card.handoff, problem.topology.cp
     if not seconds.priced:
         return 0.0
-    floor = seconds.round_s + seconds.state_s
+    floor = crossing_floor_s(seconds)
     if seconds.head_parallel_priced:
-        rows = packed_tokens * (cp - 1) / cp**2
-        floor = min(floor, seconds.head_collective_s + rows * seconds.head_s_per_token)
+        floor = min(floor, rows_floor_s(seconds, packed_tokens, cp) + levels_s)
     return floor
 
 
-def crossing_terms_s(problem: Problem, num_waves: int, average_s: np.ndarray, packed_tokens: float) -> float:
+def crossing_terms_s(problem: Problem, num_waves: int, average_s: np.ndarray) -> float:
     """What every plan of at least ``num_waves`` waves on ``cp > 1`` ranks pays beyond ``average_s``
     (per barrier, the bound's rank average over the plan) and ``num_waves`` overheads, for GDN states
-    crossing ranks. A wave whose states never cross keeps every request's whole path on one rank
-    (:func:`~cpplan.bound.node_floors.whole_on_one_rank`), so:
+    crossing ranks and ranks left unbalanced. A wave whose states never cross keeps every request's
+    whole path on one rank (:func:`~cpplan.bound.node_floors.whole_on_one_rank`), so:
 
+    - one wave: :func:`~cpplan.bound.wave_floors.one_wave_floor_s` (the least over the modes), where
+      some request cannot be whole on a rank its crossing floors only; or a second overhead;
     - where no request fits one rank whole, every wave crosses: each pays at least
-      :func:`crossing_floor_s` of its shortest possible request;
+      :func:`wave_crossing_floor_s` of its shortest possible request, and, head-parallel, the least
+      levels and copies of an item (:func:`~cpplan.bound.wave_floors.item_level_floor_s`);
     - where some request does not, the wave holding it crosses: at least one such floor;
-    - otherwise, with one wave, :func:`one_wave_floor_s`, or a second overhead; with more waves, either
-      some wave crosses or every request is whole on a rank, which needs
+    - otherwise either some wave crosses or every request is whole on a rank, which needs
       :func:`~cpplan.bound.node_floors.memory_ranks`' count of rank slots, ``cp`` per wave: where that
       is more than ``num_waves`` waves hold, a crossing or one more overhead.
     """
-    seconds, cp, overhead = problem.card.handoff, problem.topology.cp, problem.card.wave_overhead_s
+    seconds, overhead = problem.card.handoff, problem.card.wave_overhead_s
+    if not seconds.priced:
+        return 0.0
     whole = whole_on_one_rank(problem)
     lengths = problem.request_tokens.astype(np.float64)
-    if not whole.any():
-        return num_waves * crossing_floor_s(seconds, float(lengths.min()), cp)
-    if not whole.all():
-        shortest = float(lengths[~whole].min())
-        if num_waves == 1:  # the one wave crosses, or a second wave (and the one holding it) is paid
-            return min(
-                crossing_floor_s(seconds, packed_tokens, cp),
-                overhead + crossing_floor_s(seconds, shortest, cp),
-            )
-        return crossing_floor_s(seconds, shortest, cp)
+    copy_s = copy_seconds(problem)
+    item_levels = item_level_floor_s(problem, copy_s) if seconds.head_parallel_priced else 0.0
     if num_waves == 1:
-        return min(one_wave_floor_s(problem, average_s, packed_tokens), overhead)
+        everything = np.arange(problem.tree.num_requests, dtype=np.int64)
+        if whole.all():
+            return min(one_wave_floor_s(problem, float(average_s.sum()), copy_s), overhead)
+        crossing = min(crossing_floor_s(seconds), head_parallel_floor_s(problem, everything, copy_s))
+        shortest = float(lengths[~whole].min())
+        return min(crossing, overhead + wave_crossing_floor_s(problem, shortest, item_levels))
+    if not whole.any():
+        return num_waves * wave_crossing_floor_s(problem, float(lengths.min()), item_levels)
+    if not whole.all():
+        return wave_crossing_floor_s(problem, float(lengths[~whole].min()), item_levels)
     slots = memory_ranks(problem)
-    if slots is not None and slots[0] > cp * num_waves:
-        return min(crossing_floor_s(seconds, float(lengths.min()), cp), overhead)
+    if slots is not None and slots[0] > problem.topology.cp * num_waves:
+        return min(wave_crossing_floor_s(problem, float(lengths.min()), item_levels), overhead)
     return 0.0
-
-
-def one_wave_floor_s(problem: Problem, average_s: np.ndarray, packed_tokens: float) -> float:
-    """What a plan of one wave pays beyond ``average_s`` (per barrier, the bound's rank average): either
-    its states cross ranks (:func:`crossing_floor_s`) or none does, and then every request's whole path
-    is on one rank: the busiest rank's seconds (at least their sum over the barriers) are then at
-    least :func:`~cpplan.bound.node_floors.unsplit_rank_floor_s`."""
-    crossing = crossing_floor_s(problem.card.handoff, packed_tokens, problem.topology.cp)
-    if crossing <= 0:
-        return 0.0
-    barriers = np.asarray(problem.card.constants.barrier_coefficients, dtype=np.float64)
-    node_seconds = per_copy_amounts(problem) @ barriers.sum(axis=0)
-    unsplit = unsplit_rank_floor_s(problem, node_seconds)
-    return min(crossing, max(0.0, unsplit - float(average_s.sum())))

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from cpplan import Item, Request, Workload
 from cpplan.bound import ALL_PLANS, PROPOSED_WAVES, plan_bound
-from cpplan.bound.all_plans import crossing_floor_s
+from cpplan.bound.all_plans import wave_crossing_floor_s
 from cpplan.bound.node_floors import memory_ranks, node_floors, once_amounts, waves_needed, whole_on_one_rank
 from cpplan.errors import NoFitError
 from cpplan.planners.greedy import cached_greedy_plan
@@ -245,7 +245,7 @@ def test_requests_too_long_for_one_rank_cross_in_every_wave():
     assert not whole_on_one_rank(problem).any()
     bound = plan_bound(problem)
     best = optimum(problem)
-    each = crossing_floor_s(problem.card.handoff, 280.0, 2)
+    each = wave_crossing_floor_s(problem, 280.0)
     assert bound.num_waves == 3 and each > 0
     assert bound.terms_s["handoff_or_imbalance"] == pytest.approx(3 * each, rel=1e-6)
     assert all(w.handoff.seconds >= each for w in best[1])

@@ -1,0 +1,202 @@
+"""Floors on what one wave pays beyond its rank average: its GDN hand-off plus its ranks' imbalance,
+whatever its layout, ownership and the order of its packed requests, in each hand-off mode the card
+prices. A wave on ``cp > 1`` ranks runs in one of three ways:
+
+- *head-parallel* (where the card offers it): it pays the all-to-alls' latency, at least the rows a
+  perfectly balanced ownership moves (``P (cp - 1) / cp²`` per all-to-all, ``P`` its packed tokens)
+  and ``(levels - 1)`` times the level cost. A layout with fewer levels unshares prefix-tree nodes,
+  and every extra copy of a node adds its tokens and attended pairs to the ranks' sum and its rows to
+  the all-to-alls: :func:`level_floor_s` finds, by a dynamic program over the wave's prefix tree, the
+  least of levels and copies together (:func:`head_parallel_floor_s`);
+- *rounds or parallel passing* with some state crossing ranks: at least one extra round and one
+  handed-over state (:func:`crossing_floor_s`);
+- *no crossing*: every request's whole path sits on one rank, so the busiest rank holds whole
+  requests, an integral bin packing of them onto ``cp`` ranks (:func:`whole_requests_floor_s`), its
+  remote tokens included.
+
+The wave pays at least the least of the three (:func:`one_wave_floor_s`). Every floor is a lower
+bound computed in floats; the caller rounds the sum down.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from cpplan.bound.node_floors import per_copy_amounts, unsplit_rank_floor_s
+from cpplan.pricing.layout import path_counts
+from cpplan.pricing.problem import Problem
+from cpplan.spec.card import HandoffSeconds
+from cpplan.spec.quantities import QUANTITIES, QUANTITY_INDEX
+
+_TOKENS = QUANTITY_INDEX["tokens"]
+_SEGMENT_COLUMNS = [QUANTITY_INDEX[q.name] for q in QUANTITIES if q.count == "segment"]
+_REMOTE_COLUMNS = [QUANTITY_INDEX[q.name] for q in QUANTITIES if q.count == "remote"]
+
+LEVEL_CAP = 24
+"""Levels the dynamic program of :func:`level_floor_s` tells apart: a layout of more levels is counted
+as this many (a smaller level cost, and no copies: still a floor)."""
+
+
+def crossing_floor_s(seconds: HandoffSeconds) -> float:
+    """The least hand-off of a wave whose GDN states cross ranks in rounds (one extra round, one state)
+    or in parallel (one exchange, two states): ``round_s + state_s``."""
+    return seconds.round_s + seconds.state_s
+
+
+def rows_floor_s(seconds: HandoffSeconds, packed_tokens: float, cp: int) -> float:
+    """Head-parallel's latency and the rows an even split of ``packed_tokens`` moves: at least what any
+    ownership's busiest rank moves (:func:`~cpplan.pricing.head_parallel.moved_rows`)."""
+    return seconds.head_collective_s + packed_tokens * (cp - 1) / cp**2 * seconds.head_s_per_token
+
+
+def copy_seconds(problem: Problem) -> np.ndarray:
+    """Per prefix-tree node, the seconds one more copy of it adds at least to a wave on the average rank
+    (its per-copy amounts over the barriers, divided by ``cp``; a rank's remote tokens grow by the
+    copy's tokens on every other rank) and, under head-parallel, to the rows each all-to-all moves."""
+    cp = problem.topology.cp
+    barriers = np.asarray(problem.card.constants.barrier_coefficients, dtype=np.float64).sum(axis=0)
+    amounts = per_copy_amounts(problem)
+    for column in _REMOTE_COLUMNS:
+        amounts[:, column] = (cp - 1) * amounts[:, _TOKENS]
+    rows = amounts[:, _TOKENS] * (cp - 1) / cp**2 * problem.card.handoff.head_s_per_token
+    return amounts @ barriers / cp + rows
+
+
+def level_floor_s(problem: Problem, requests: np.ndarray, copy_s: np.ndarray) -> float:
+    """The least ``(levels - 1) · head_level_s`` plus extra copies' seconds (``copy_s``, per node) of any
+    layout of ``requests`` in one wave. A layout shares some nodes through which two or more of the
+    requests pass; a request's segments are the shared nodes on its path, and one more unless it ends
+    at a shared node. A node left unshared is stored once per shared node just below it on some path,
+    and once per request through it that meets none: at least its in-wave children plus the requests
+    ending at it. ``f_v(d)``, the least copies' seconds under ``v`` with every request through ``v``
+    in at most ``d`` segments from ``v`` down, is the cheaper of sharing ``v`` (children in ``d - 1``)
+    and not (children in ``d``, the copies paid), by a dynamic program bottom up."""
+    level_s = problem.card.handoff.head_level_s
+    tree = problem.tree
+    counts = path_counts(tree, np.asarray(requests, dtype=np.int64))
+    if level_s <= 0 or not (counts[1:] >= 2).any():
+        return 0.0
+    depth = LEVEL_CAP
+    parent = tree.node_parent
+    present = np.flatnonzero(counts > 0)
+    present = present[present > 0]
+    children = np.bincount(parent[present], minlength=tree.num_nodes)
+    ends = np.bincount(tree.request_leaf[requests], minlength=tree.num_nodes)
+    private = np.zeros(depth + 1)
+    private[0] = math.inf  # a request keeps at least one segment
+    tails = np.bincount(parent[present[counts[present] == 1]], minlength=tree.num_nodes)
+    below = {}  # per node: its shared children's summed f, at each depth
+    shared = present[counts[present] >= 2]
+    for v in shared[np.argsort(-tree.node_depth[shared], kind="stable")].tolist():
+        kids = below.pop(v, np.zeros(depth + 1)) + _tails(int(tails[v]), private)
+        share = np.concatenate([[math.inf], kids[:-1]])
+        share[depth] = kids[depth]  # beyond the cap: counted as the cap
+        unshare = kids + (int(children[v]) + int(ends[v]) - 1) * float(copy_s[v])
+        unshare[0] = math.inf
+        u = int(parent[v])
+        below[u] = below.get(u, np.zeros(depth + 1)) + np.minimum(share, unshare)
+    root = below.get(0, np.zeros(depth + 1)) + _tails(int(tails[0]), private)
+    levels = np.arange(depth + 1, dtype=np.float64)
+    return float(np.min((levels[1:] - 1) * level_s + root[1:]))
+
+
+def _tails(count: int, private: np.ndarray) -> np.ndarray:
+    """``count`` private tails' summed ``f`` (each needs a segment, costs no copy); zeros for none."""
+    return count * private if count else np.zeros_like(private)
+
+
+def head_parallel_floor_s(problem: Problem, requests: np.ndarray, copy_s: np.ndarray) -> float:
+    """The least head-parallel hand-off of one wave of ``requests`` beyond its rank average under full
+    sharing: :func:`rows_floor_s` of its full-sharing packed tokens plus :func:`level_floor_s` (infinity
+    where the card does not offer the mode)."""
+    seconds, cp = problem.card.handoff, problem.topology.cp
+    if not seconds.head_parallel_priced:
+        return math.inf
+    counts = path_counts(problem.tree, np.asarray(requests, dtype=np.int64))
+    packed = float(problem.tree.node_length[counts > 0].sum())
+    return rows_floor_s(seconds, packed, cp) + level_floor_s(problem, requests, copy_s)
+
+
+def whole_requests_floor_s(problem: Problem, requests: np.ndarray) -> float | None:
+    """A floor of the busiest rank's seconds (summed over the barriers) in one wave of ``requests``
+    whose GDN states never cross ranks, so every request's whole path sits on one rank: that rank
+    holds the union of its requests' paths (each node at least once, one piece) and its remote tokens
+    are at least the wave's nodes off that union. With ``w_v`` a node's seconds on a rank less its
+    remote-token price, a rank holding requests ``S`` costs at least ``base + Σ_{v ∈ ∪ paths(S)} w_v``
+    (``base``: the whole wave's tokens as remote, and a piece). Whole requests are indivisible: the
+    busiest rank holds the costliest request; among the ``cp + 1`` costliest, some rank holds two (the
+    cheapest pair's union); among any ``k cp + 1``, some rank holds ``k + 1``, their private nodes
+    (passed by no other request of the wave) disjoint. ``None`` where some ``w_v < 0`` (a union may
+    then cost less than a path in it)."""
+    tree, cp = problem.tree, problem.topology.cp
+    requests = np.asarray(requests, dtype=np.int64)
+    barriers = np.asarray(problem.card.constants.barrier_coefficients, dtype=np.float64).sum(axis=0)
+    remote_s = float(barriers[_REMOTE_COLUMNS].sum())
+    counts = path_counts(tree, requests)
+    weight = per_copy_amounts(problem) @ barriers - remote_s * tree.node_length
+    weight[counts == 0] = 0.0
+    if (weight < 0).any():
+        return None
+    base = remote_s * float(tree.node_length[counts > 0].sum()) + float(barriers[_SEGMENT_COLUMNS].sum())
+    paths = [tree.path(int(r)) for r in requests.tolist()]
+    path_w = np.array([weight[list(p)].sum() for p in paths])
+    single = weight * (counts == 1)
+    private = np.sort([single[list(p)].sum() for p in paths])[::-1]
+    best = float(path_w.max())
+    if requests.size > cp:
+        top = np.argsort(-path_w, kind="stable")[: cp + 1].tolist()
+        pairs = [
+            path_w[a] + path_w[b] - _common_weight(paths[a], paths[b], weight)
+            for i, a in enumerate(top)
+            for b in top[i + 1 :]
+        ]
+        best = max(best, float(min(pairs)))
+    for k in range(1, (requests.size - 1) // cp + 1):
+        most = k * cp + 1
+        best = max(best, float(private[most - k - 1 : most].sum()))
+    return base + best
+
+
+def _common_weight(a: tuple[int, ...], b: tuple[int, ...], weight: np.ndarray) -> float:
+    """The summed ``weight`` of the nodes two root-to-leaf paths share."""
+    total = 0.0
+    for u, v in zip(a, b, strict=False):
+        if u != v:
+            break
+        total += float(weight[u])
+    return total
+
+
+def one_wave_floor_s(problem: Problem, average_s: float, copy_s: np.ndarray | None = None) -> float:
+    """What one wave of every request on ``cp > 1`` ranks pays beyond ``average_s`` (the bound's rank
+    average of it, summed over the barriers): the least of :func:`head_parallel_floor_s`,
+    :func:`crossing_floor_s` and, with no crossing, the busiest rank's floor
+    (:func:`whole_requests_floor_s`, or the fractional
+    :func:`~cpplan.bound.node_floors.unsplit_rank_floor_s` where larger) over ``average_s``; 0 where the
+    card prices no hand-off."""
+    seconds = problem.card.handoff
+    if not seconds.priced:
+        return 0.0
+    requests = np.arange(problem.tree.num_requests, dtype=np.int64)
+    copy_s = copy_seconds(problem) if copy_s is None else copy_s
+    barriers = np.asarray(problem.card.constants.barrier_coefficients, dtype=np.float64)
+    unsplit = unsplit_rank_floor_s(problem, per_copy_amounts(problem) @ barriers.sum(axis=0))
+    whole = whole_requests_floor_s(problem, requests)
+    busiest = max(unsplit, whole if whole is not None else 0.0)
+    return min(
+        head_parallel_floor_s(problem, requests, copy_s),
+        crossing_floor_s(seconds),
+        max(0.0, busiest - average_s),
+    )
+
+
+def item_level_floor_s(problem: Problem, copy_s: np.ndarray) -> float:
+    """The least :func:`level_floor_s` of one item alone: every wave holds a whole item, and a wave's
+    floor is at least that of any of its parts (a layout of the wave, restricted to the part, has no
+    more levels and no more copies)."""
+    lengths = np.diff(problem.item_ptr)
+    if (lengths < 2).any():
+        return 0.0
+    return min(level_floor_s(problem, problem.item_requests([i]), copy_s) for i in range(problem.num_items))
