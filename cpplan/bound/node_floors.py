@@ -232,7 +232,7 @@ def apart_requests(
             if leaves[q] == leaves[r]:
                 fits_with = True
                 break
-            common = _common_node(path_r, tree.path(q))
+            common = common_node(path_r, tree.path(q))
             shared = path_bytes[common] if common else 0.0
             both = path_bytes[leaves[r]] + path_bytes[leaves[q]] - shared + 2 * piece_bytes
             if not (both > margin).any():
@@ -267,7 +267,7 @@ def paired_waves(
     common = np.zeros((n, n, capacity.size))
     for a in range(n):
         for b in range(a, n):
-            node = _common_node(paths[a], paths[b])
+            node = common_node(paths[a], paths[b])
             common[a, b] = common[b, a] = path_bytes[node] if node else 0.0
     own = path_bytes[leaves]  # (n, envelopes)
     distinct = leaves[:, None] != leaves[None, :]
@@ -295,7 +295,7 @@ def paired_waves(
     return n - len(matching), matching
 
 
-def _common_node(a: tuple[int, ...], b: tuple[int, ...]) -> int:
+def common_node(a: tuple[int, ...], b: tuple[int, ...]) -> int:
     """The deepest node two root-to-leaf paths share (0, the root, for none)."""
     common = 0
     for u, v in zip(a, b, strict=False):
@@ -365,7 +365,7 @@ def memory_ranks(problem: Problem) -> list[int] | None:
     quantities, remote tokens left out) stay within the budget; ``None`` where one request's path
     alone does not fit a rank."""
     tree = problem.tree
-    copy_bytes, path, piece_bytes, capacity = _one_rank_bytes(problem)
+    copy_bytes, path, piece_bytes, capacity = one_rank_bytes(problem)
     parent = tree.node_parent
     ends = np.zeros(tree.num_nodes)
     np.add.at(ends, np.unique(tree.request_leaf), 1.0)
@@ -398,7 +398,7 @@ def memory_ranks(problem: Problem) -> list[int] | None:
     return ranks
 
 
-def _one_rank_bytes(problem: Problem) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def one_rank_bytes(problem: Problem) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """On one rank (not the average): per node a copy's bytes and its path's (the node and its
     ancestors, one copy each), per envelope; a piece's bytes; and the capacity ``B / safety - static``."""
     tree, card = problem.tree, problem.card
@@ -419,6 +419,6 @@ def whole_on_one_rank(problem: Problem) -> np.ndarray:
     """Per request, whether its whole path (one copy of each node, one piece) can fit one rank's
     budget; where it cannot, every wave holding the request hands a GDN state across ranks (a
     request's path all on one rank is what a wave without crossings needs)."""
-    _, path, piece_bytes, capacity = _one_rank_bytes(problem)
+    _, path, piece_bytes, capacity = one_rank_bytes(problem)
     need = path[problem.tree.request_leaf] + piece_bytes
     return ~(need > capacity * (1 + RATIO_SLACK) + RATIO_SLACK).any(axis=1)

@@ -24,7 +24,13 @@ import math
 
 import numpy as np
 
-from cpplan.bound.node_floors import per_copy_amounts, unsplit_rank_floor_s
+from cpplan.bound.node_floors import (
+    RATIO_SLACK,
+    common_node,
+    one_rank_bytes,
+    per_copy_amounts,
+    unsplit_rank_floor_s,
+)
 from cpplan.pricing.layout import path_counts
 from cpplan.pricing.problem import Problem
 from cpplan.spec.card import HandoffSeconds
@@ -126,12 +132,15 @@ def whole_requests_floor_s(problem: Problem, requests: np.ndarray) -> float | No
     are at least the wave's nodes off that union. With ``w_v`` a node's seconds on a rank less its
     remote-token price, a rank holding requests ``S`` costs at least ``base + Σ_{v ∈ ∪ paths(S)} w_v``
     (``base``: the whole wave's tokens as remote, and a piece). Whole requests are indivisible: the
-    busiest rank holds the costliest request; among the ``cp + 1`` costliest, some rank holds two (the
-    cheapest pair's union); among any ``k cp + 1``, some rank holds ``k + 1``, their private nodes
-    (passed by no other request of the wave) disjoint. ``None`` where some ``w_v < 0`` (a union may
-    then cost less than a path in it)."""
+    busiest rank holds the costliest request; among the ``cp + 1`` costliest, some rank holds two
+    (:func:`pair_sums`: the cheapest pair); among any ``k cp + 1``, some rank holds ``k + 1``, their
+    private nodes (passed by no other request of the wave) disjoint. ``None`` where some ``w_v < 0`` (a
+    union may then cost less than a path in it); infinity where memory forbids it
+    (:func:`pairs_overflow`)."""
     tree, cp = problem.tree, problem.topology.cp
     requests = np.asarray(requests, dtype=np.int64)
+    if pairs_overflow(problem, requests):
+        return math.inf
     barriers = np.asarray(problem.card.constants.barrier_coefficients, dtype=np.float64).sum(axis=0)
     remote_s = float(barriers[_REMOTE_COLUMNS].sum())
     counts = path_counts(tree, requests)
@@ -140,33 +149,90 @@ def whole_requests_floor_s(problem: Problem, requests: np.ndarray) -> float | No
     if (weight < 0).any():
         return None
     base = remote_s * float(tree.node_length[counts > 0].sum()) + float(barriers[_SEGMENT_COLUMNS].sum())
-    paths = [tree.path(int(r)) for r in requests.tolist()]
-    path_w = np.array([weight[list(p)].sum() for p in paths])
-    single = weight * (counts == 1)
-    private = np.sort([single[list(p)].sum() for p in paths])[::-1]
+    sums = _PathSums(problem, counts, weight[:, None])
+    path_w = sums.path[tree.request_leaf[requests], 0]
     best = float(path_w.max())
     if requests.size > cp:
-        top = np.argsort(-path_w, kind="stable")[: cp + 1].tolist()
-        pairs = [
-            path_w[a] + path_w[b] - _common_weight(paths[a], paths[b], weight)
-            for i, a in enumerate(top)
-            for b in top[i + 1 :]
-        ]
-        best = max(best, float(min(pairs)))
+        top = requests[np.argsort(-path_w, kind="stable")[: cp + 1]]
+        best = max(best, min(float(sums.pair(a, b, 0.0)[0]) for a, b in _pairs(top)))
+    single = np.where(counts == 1, weight, 0.0)
+    private = np.sort([single[list(tree.path(int(r)))].sum() for r in requests.tolist()])[::-1]
     for k in range(1, (requests.size - 1) // cp + 1):
         most = k * cp + 1
         best = max(best, float(private[most - k - 1 : most].sum()))
     return base + best
 
 
-def _common_weight(a: tuple[int, ...], b: tuple[int, ...], weight: np.ndarray) -> float:
-    """The summed ``weight`` of the nodes two root-to-leaf paths share."""
-    total = 0.0
-    for u, v in zip(a, b, strict=False):
-        if u != v:
-            break
-        total += float(weight[u])
-    return total
+def pairs_overflow(problem: Problem, requests: np.ndarray) -> bool:
+    """Whether ``requests`` cannot sit whole on ``cp`` ranks within the budget: more than ``cp`` of them,
+    and every pair among the ``cp + 1`` largest (by their path's bytes on one rank) over some
+    envelope's capacity on one rank (:meth:`_PathSums.pair`, with a piece per distinct end, and the
+    wave's nodes off the pair's union as remote tokens where every node's own bytes outweigh its remote
+    bytes), beyond a relative margin (float error never separates a pair that fits): some rank would
+    hold a pair."""
+    tree, cp = problem.tree, problem.topology.cp
+    if requests.size <= cp:
+        return False
+    copy_bytes, _, piece_bytes, capacity = one_rank_bytes(problem)
+    counts = path_counts(tree, requests)
+    remote = problem.card.envelope_coefficients()[:, _REMOTE_COLUMNS].sum(axis=1)  # bytes per token
+    held = copy_bytes - tree.node_length[:, None] * remote[None, :]
+    if (held[counts > 0] >= 0).all():  # remote tokens: the wave's nodes off the rank's union
+        copy_bytes, piece_bytes = held, piece_bytes + remote * float(tree.node_length[counts > 0].sum())
+    sums = _PathSums(problem, counts, copy_bytes)
+    own = sums.path[tree.request_leaf[requests]] + piece_bytes
+    top = requests[np.argsort(-(own / capacity).max(axis=1), kind="stable")[: cp + 1]]
+    margin = capacity * (1 + RATIO_SLACK) + RATIO_SLACK
+    return all((sums.pair(a, b, piece_bytes) > margin).any() for a, b in _pairs(top))
+
+
+def _pairs(requests: np.ndarray):
+    """Every unordered pair of ``requests``."""
+    listed = requests.tolist()
+    return [(a, b) for i, a in enumerate(listed) for b in listed[i + 1 :]]
+
+
+class _PathSums:
+    """Sums of a per-node amount (``amount``, shape ``(nodes, k)``) over one wave's prefix tree (nodes
+    with ``counts > 0``): per node, over it and its ancestors (``path``) and over every wave node in its
+    subtree (``below``, itself excluded)."""
+
+    def __init__(self, problem: Problem, counts: np.ndarray, amount: np.ndarray) -> None:
+        tree = problem.tree
+        self.tree = tree
+        amount = np.where((counts > 0)[:, None], amount, 0.0)
+        parent = tree.node_parent
+        order = np.argsort(tree.node_depth, kind="stable")
+        self.path = amount.copy()
+        for v in order.tolist():
+            if v:
+                self.path[v] += self.path[parent[v]]
+        self.below = np.zeros_like(amount)
+        self.ends = np.zeros(tree.num_nodes)  # distinct request ends of the wave at or below a node
+        self.ends[tree.request_leaf[counts[tree.request_leaf] > 0]] = 1.0
+        self.ends[counts == 0] = 0.0
+        self.own_end = self.ends > 0
+        for v in order[::-1].tolist():
+            if v:
+                self.below[parent[v]] += self.below[v] + amount[v]
+                self.ends[parent[v]] += self.ends[v]
+
+    def pair(self, a: int, b: int, piece):
+        """The least amount on one rank holding requests ``a`` and ``b`` whole with no state crossing
+        ranks (plus ``piece`` per distinct end): where their deepest common node is shared, every
+        request through it sits on that rank too (the node's subtree, its path once, and a piece per
+        distinct end below it and for the node's own segment where none ends there); where it is not,
+        each holds its own copy of their common path (both paths)."""
+        tree = self.tree
+        leaf_a, leaf_b = int(tree.request_leaf[a]), int(tree.request_leaf[b])
+        common = common_node(tree.path(a), tree.path(b))
+        ends = 1 if leaf_a == leaf_b else 2
+        apart = self.path[leaf_a] + self.path[leaf_b] + ends * np.asarray(piece)
+        if not common:
+            return apart
+        pieces = self.ends[common] + (0 if self.own_end[common] else 1)  # its own segment, shared
+        together = self.path[common] + self.below[common] + pieces * np.asarray(piece)
+        return np.minimum(apart, together)
 
 
 def one_wave_floor_s(problem: Problem, average_s: float, copy_s: np.ndarray | None = None) -> float:

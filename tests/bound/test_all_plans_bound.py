@@ -258,7 +258,7 @@ def test_pairs_at_most_per_wave_count_by_matching():
     and never above a valid plan's count or price."""
     from cpplan.api import build_problem
     from cpplan.bench.suites import suite
-    from cpplan.bound.node_floors import _one_rank_bytes, apart_requests, paired_waves
+    from cpplan.bound.node_floors import apart_requests, one_rank_bytes, paired_waves
 
     case = next(c for c in suite(quick=True) if c.name == "grpo_g8_1to8")
     problem = build_problem(
@@ -269,7 +269,7 @@ def test_pairs_at_most_per_wave_count_by_matching():
     greedy = cached_greedy_plan(problem, load_solver("deterministic").greedy.layouts)
     assert bound.num_waves == floors.waves[0] <= greedy.num_waves
     assert bound.bound_s <= greedy.cost_s
-    _, path, piece, capacity = _one_rank_bytes(problem)  # at CP1 the average rank is the rank
+    _, path, piece, capacity = one_rank_bytes(problem)  # at CP1 the average rank is the rank
     paired, _ = paired_waves(problem, path, piece, capacity)
     assert paired > apart_requests(problem, path, piece, capacity).size
     assert bound.num_waves >= paired
