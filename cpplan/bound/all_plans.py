@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from cpplan.bound.node_floors import memory_ranks, node_floors, whole_on_one_rank
+from cpplan.bound.pool import pool_bound
 from cpplan.bound.wave_floors import (
     copy_seconds,
     crossing_floor_s,
@@ -82,12 +83,19 @@ def plan_bound(problem: Problem, plans: Sequence[Plan] = (), *, layouts: Sequenc
     pool of proposals, only name the cheapest (:attr:`PlanBound.best_plan_s`); with ``layouts``, the
     plan of the bound's matching where it found one (:attr:`PlanBound.new_plans`)."""
     best = min((p.cost_s for p in plans), default=None)
+    topology = problem.topology
+    if topology.dynamic_cp:
+        why = "waves of several CP group sizes share the pool: not bounded here"
+        return PlanBound(bound_s=None, scope=PROPOSED_WAVES, best_plan_s=best, why=why)
+    summed = waves_bound(problem, best, layouts)
+    return pool_bound(problem, summed) if topology.several_groups else summed
+
+
+def waves_bound(problem: Problem, best: float | None, layouts: Sequence[str]) -> PlanBound:
+    """:func:`plan_bound` of the waves' summed prices (a plan's price on one CP group; on a pool, what
+    its groups run together)."""
     card, topology = problem.card, problem.topology
     barriers = np.asarray(card.constants.barrier_coefficients, dtype=np.float64)
-    if topology.several_groups:
-        return PlanBound(
-            bound_s=None, scope=PROPOSED_WAVES, best_plan_s=best, why="a pool's price is a makespan"
-        )
     if (barriers < 0).any() or (card.envelope_coefficients() < 0).any() or card.wave_overhead_s < 0:
         return PlanBound(
             bound_s=None, scope=PROPOSED_WAVES, best_plan_s=best, why="a negative card coefficient"
@@ -151,6 +159,15 @@ def scoped_stats(stats: SolverStats, bound: PlanBound, cost_s: float) -> SolverS
     if bound.scope != ALL_PLANS or bound.bound_s is None:
         return stats
     return replace(stats, bound_s=bound.bound_s, bound_scope=ALL_PLANS, gap=bound.gap(cost_s))
+
+
+def pool_scoped_stats(problem: Problem, stats: SolverStats, cost_s: float) -> SolverStats:
+    """``stats`` of a pool's plan priced ``cost_s`` (its makespan) with the bound over every plan of the
+    pool in place of the schedule model's own, where one is proved (:func:`scoped_stats`); ``stats``
+    as they are where none is, or where the stats report no model run."""
+    if not stats.outcomes:
+        return stats
+    return scoped_stats(stats, plan_bound(problem), cost_s)
 
 
 def wave_crossing_floor_s(problem: Problem, packed_tokens: float, levels_s: float = 0.0) -> float:

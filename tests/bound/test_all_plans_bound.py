@@ -138,15 +138,16 @@ def test_summary_says_how_far_from_the_best_plan():
     assert f"no valid plan costs less than {bound_text(result.solver.bound_s)} s" in text
 
 
-def test_pool_of_cp_groups_keeps_the_proposed_waves_scope():
-    """Under ``dp > 1`` a plan's price is a makespan, which this bound does not cover: the scope says
-    so and no bound is given."""
+def test_dynamic_cp_pool_keeps_the_proposed_waves_scope():
+    """Under dynamic CP, waves of several group sizes share the pool, which this bound does not cover:
+    the scope says so and no bound is given."""
     problem = tiny_problem(CHUNKED, cp=1, chunk_tokens=128, room=1.0)
     pooled = dataclasses.replace(
-        problem, settings=dataclasses.replace(problem.settings, topology=Topology(cp=1, dp=2))
+        problem,
+        settings=dataclasses.replace(problem.settings, topology=Topology(cp=1, dp=2, dynamic_cp=True)),
     )
     bound = plan_bound(pooled)
-    assert bound.scope == PROPOSED_WAVES and bound.bound_s is None and "makespan" in bound.why
+    assert bound.scope == PROPOSED_WAVES and bound.bound_s is None and "group sizes" in bound.why
 
 
 @st.composite
