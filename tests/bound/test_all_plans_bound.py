@@ -309,3 +309,50 @@ def test_the_planner_takes_the_matching_columns():
     greedy = cached_greedy_plan(problem, profile.greedy.layouts)
     assert result.cost_s <= matched.cost_s * (1 + 1e-9) and result.cost_s < greedy.cost_s
     assert result.solver.bound_scope == ALL_PLANS and result.solver.gap <= 0.025
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_instances())
+def test_bound_never_above_the_planners_plans(instance):
+    """Over random prefix-tree workloads (each token widened to 32, so that 128-token chunks, what the
+    CP-SAT models count in, still spread them), CP sizes, cards and budgets: the bound is at most the
+    price of the plan ``cpplan.solve`` returns (the runtime profile's whole pipeline) and of greedy's
+    plan, on one group and on a pool of two."""
+    workload, cp, model, room, _, _ = instance
+    workload = _widened(workload, 32)
+    distinct = int(sum(len(r.tokens) for _, _, r in workload.requests()))
+    problem = tiny_problem(
+        workload, cp=min(cp, max(distinct // 128, 1)), chunk_tokens=128, room=room, model=model
+    )
+    pooled = dataclasses.replace(
+        problem,
+        settings=dataclasses.replace(problem.settings, topology=Topology(cp=problem.topology.cp, dp=2)),
+    )
+    for case in (problem, pooled):
+        bound = plan_bound(case)
+        if bound.scope != ALL_PLANS:
+            continue
+        prices = []
+        with contextlib.suppress(NoFitError):
+            prices.append(solve(case, load_solver("runtime")).cost_s)
+        with contextlib.suppress(NoFitError):
+            prices.append(cached_greedy_plan(case, LAYOUTS).cost_s)
+        for price in prices:
+            assert bound.bound_s <= price * (1 + 1e-12)
+
+
+def _widened(workload: Workload, width: int) -> Workload:
+    """``workload`` with every token ``t`` replaced by the ``width`` tokens ``t · width + k``: the same
+    prefix tree, every node ``width`` times longer."""
+    items = []
+    for item in workload.items:
+        requests = tuple(
+            Request(
+                tokens=(np.asarray(r.tokens)[:, None] * width + np.arange(width)).ravel(),
+                grad=r.grad,
+                output=r.output,
+            )
+            for r in item.requests
+        )
+        items.append(Item(id=item.id, requests=requests))
+    return Workload(items=tuple(items))
