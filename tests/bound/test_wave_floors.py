@@ -17,6 +17,7 @@ from cpplan.bound.wave_floors import (
     copy_seconds,
     crossing_floor_s,
     head_parallel_floor_s,
+    item_level_floor_s,
     level_floor_s,
     one_wave_floor_s,
     rows_floor_s,
@@ -192,3 +193,30 @@ def test_one_wave_bound_within_reach_of_the_optimum(workload, within):
     bound = plan_bound(problem)
     assert bound.bound_s <= best
     assert bound.bound_s >= (1 - within) * best
+
+
+def test_every_crossing_wave_pays_an_items_levels():
+    """Where no request fits one rank whole, every wave of a plan crosses; a wave holds a whole item, so
+    under head-parallel it pays at least one item's level floor (two requests behind a 300-token
+    prompt here): the bound adds, per counted wave, the latency, the shortest request's rows and that
+    floor, and stays at most the enumerated optimum (whose two waves run head-parallel, one level
+    each)."""
+    prompt = list(range(300))
+    other = [5000 + t for t in range(300)]
+    workload = _workload(
+        [*prompt, *range(1000, 1150)],
+        [*prompt, *range(2000, 2200)],
+        [*other, *range(3000, 3140)],
+        [*other, *range(4000, 4170)],
+        item_of=(0, 0, 1, 1),
+    )
+    problem = tiny_problem(workload, cp=2, chunk_tokens=128, room=0.62, model=MODEL)
+    bound = plan_bound(problem)
+    levels = item_level_floor_s(problem, copy_seconds(problem))
+    shortest = float(problem.request_tokens.min())
+    each = rows_floor_s(problem.card.handoff, shortest, 2) + levels
+    assert levels > 0 and bound.num_waves == 2
+    assert bound.terms_s["handoff_or_imbalance"] == pytest.approx(2 * each, rel=1e-6)
+    best, waves = optimum(problem)
+    assert bound.bound_s <= best
+    assert all(w.handoff.seconds >= each for w in waves)
