@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from cpplan.bound.node_floors import memory_ranks, node_floors, whole_on_one_rank
+from cpplan.bound.partitions import partition_bound_s
 from cpplan.bound.pool import pool_bound
 from cpplan.bound.wave_floors import (
     copy_seconds,
@@ -114,6 +115,9 @@ def waves_bound(problem: Problem, best: float | None, layouts: Sequence[str]) ->
         extra = crossing_terms_s(problem, num_waves, per_barrier)
         if extra > 0:
             terms["handoff_or_imbalance"] = extra
+    enumerated = partition_bound_s(problem)
+    if enumerated is not None and enumerated > math.fsum(terms.values()):
+        terms["enumerated_partitions"] = enumerated - math.fsum(terms.values())
     total = math.fsum(terms.values()) * (1 - ROUND_DOWN)
     terms = {k: round(v * (1 - ROUND_DOWN), 9) for k, v in terms.items()}
     matched = matching_plan(problem, floors.pairs, layouts) if floors.pairs and layouts else None

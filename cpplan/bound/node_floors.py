@@ -39,6 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from cpplan.pricing.amounts import span_amounts
+from cpplan.pricing.layout import path_counts
 from cpplan.pricing.ownership import chunk_stats
 from cpplan.pricing.problem import Problem
 from cpplan.spec.quantities import NUM_QUANTITIES, QUANTITIES, QUANTITY_INDEX
@@ -309,7 +310,9 @@ SPREAD_STEPS = 20
 """Bisection steps of :func:`unsplit_rank_floor_s`."""
 
 
-def unsplit_rank_floor_s(problem: Problem, node_seconds: np.ndarray) -> float:
+def unsplit_rank_floor_s(
+    problem: Problem, node_seconds: np.ndarray, requests: np.ndarray | None = None
+) -> float:
     """A floor of the busiest rank's seconds in one wave of every request whose GDN states never cross
     ranks, so that every request's whole path is on one rank (``node_seconds``: per node, one copy's
     seconds summed over the barriers, a lower bound of any rank's). The same argument as the waves
@@ -318,17 +321,21 @@ def unsplit_rank_floor_s(problem: Problem, node_seconds: np.ndarray) -> float:
     copies sum to at most ``cp · M``; and each rank's memory holds its requests' paths, so ``k_v`` is
     also at least :func:`memory_ranks`' count. The least ``M`` that admits ``k_0(M) <= cp`` is
     bisected; its lower end (a value refused) is returned, and infinity where the memory alone needs
-    more than ``cp`` ranks."""
+    more than ``cp`` ranks. With ``requests``, the wave of those requests only (its nodes, and no
+    memory count: :func:`memory_ranks` counts every request)."""
     tree = problem.tree
     cp = problem.topology.cp
     parent = tree.node_parent.tolist()
-    seconds = node_seconds.tolist()
-    bottom_up = [v for v in np.argsort(-tree.node_depth, kind="stable").tolist() if v]
+    in_wave = np.ones(tree.num_nodes, dtype=bool)
+    if requests is not None:
+        in_wave = path_counts(tree, np.asarray(requests, dtype=np.int64)) > 0
+    seconds = np.where(in_wave, node_seconds, 0.0).tolist()
+    bottom_up = [v for v in np.argsort(-tree.node_depth, kind="stable").tolist() if v and in_wave[v]]
     path = [0.0] * tree.num_nodes
     for v in reversed(bottom_up):
         path[v] = seconds[v] + path[parent[v]]
 
-    memory = memory_ranks(problem)
+    memory = memory_ranks(problem) if requests is None else [1] * tree.num_nodes
     if memory is None or memory[0] > cp:
         return math.inf  # the budget alone keeps the requests on more ranks than there are
 

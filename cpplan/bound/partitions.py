@@ -1,0 +1,100 @@
+"""A bound over every partition of a few items into waves: each set of items priced as one wave by
+its floors, the least sum over the partitions (a master over every wave column, solved exactly by
+dynamic programming over item subsets).
+
+A wave holding exactly the items ``S`` costs at least ``F(S)``: its overhead; per barrier, the
+average rank of its full-sharing totals (any layout stores each node of its requests at least once,
+at the same positions, with every flag some request through it carries; its ranks' pieces are at least
+its distinct request ends; every rank's remote tokens sum to ``(cp - 1)`` times its packed tokens);
+and, on ``cp > 1`` ranks, the least over the hand-off modes of what it pays beyond that average
+(:mod:`cpplan.bound.wave_floors`). Where the same average rank's memory exceeds some envelope's
+capacity, no wave holds ``S`` and ``F(S)`` is infinite. Every plan of whole items is a partition of
+the items into waves, so it costs at least ``min_P Σ_{S ∈ P} F(S)``; the split path (an item no wave
+holds) is left out by returning nothing where some item alone has no finite floor.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from cpplan.bound.node_floors import RATIO_SLACK, per_copy_amounts, unsplit_rank_floor_s, whole_on_one_rank
+from cpplan.bound.wave_floors import (
+    copy_seconds,
+    crossing_floor_s,
+    head_parallel_floor_s,
+    whole_requests_floor_s,
+)
+from cpplan.pricing.ownership import chunk_stats
+from cpplan.pricing.problem import Problem
+from cpplan.spec.quantities import QUANTITIES, QUANTITY_INDEX
+
+_TOKENS = QUANTITY_INDEX["tokens"]
+_SEGMENT_COLUMNS = [QUANTITY_INDEX[q.name] for q in QUANTITIES if q.count == "segment"]
+_REMOTE_COLUMNS = [QUANTITY_INDEX[q.name] for q in QUANTITIES if q.count == "remote"]
+
+ENUMERATED_ITEMS = 8
+"""The most items whose partitions :func:`partition_bound_s` enumerates (its subsets grow as ``2^n``
+and the dynamic program as ``3^n``)."""
+
+
+def wave_floor_s(
+    problem: Problem, items: tuple[int, ...], copy_s: np.ndarray, whole: np.ndarray, node_s: np.ndarray
+) -> float:
+    """``F(S)`` of the wave of ``items`` (see the module docstring; ``copy_s`` from
+    :func:`~cpplan.bound.wave_floors.copy_seconds`, ``whole`` from
+    :func:`~cpplan.bound.node_floors.whole_on_one_rank`, ``node_s`` per node one copy's seconds over the
+    barriers): infinity where no wave holds them. Without a crossing, the busiest rank is at least
+    both whole-request floors: the integral one and the node argument with copies
+    (:func:`~cpplan.bound.node_floors.unsplit_rank_floor_s` of the wave's requests)."""
+    card, cp = problem.card, problem.topology.cp
+    requests = problem.item_requests(list(items))
+    layout = problem.pack_requests(requests, "full")
+    totals = chunk_stats(layout, problem.chunk_tokens).amounts.sum(axis=0).astype(np.float64)
+    totals[_SEGMENT_COLUMNS] = float(np.unique(problem.tree.request_leaf[requests]).size)
+    totals[_REMOTE_COLUMNS] = (cp - 1) * totals[_TOKENS]
+    capacity = problem.memory_bytes / card.safety - np.asarray(card.envelope_static_bytes, dtype=np.float64)
+    if (card.envelope_coefficients() @ totals / cp > capacity * (1 + RATIO_SLACK) + RATIO_SLACK).any():
+        return math.inf
+    barriers = np.asarray(card.constants.barrier_coefficients, dtype=np.float64)
+    average = float((barriers @ totals).sum()) / cp
+    floor = card.wave_overhead_s + average
+    if cp == 1 or not card.handoff.priced:
+        return floor
+    extra = min(crossing_floor_s(card.handoff), head_parallel_floor_s(problem, requests, copy_s))
+    if whole[requests].all():
+        pairs = whole_requests_floor_s(problem, requests)
+        spread = unsplit_rank_floor_s(problem, node_s, requests)
+        busiest = max(spread, pairs if pairs is not None else 0.0)
+        extra = min(extra, max(0.0, busiest - average))
+    return floor + extra
+
+
+def partition_bound_s(problem: Problem) -> float | None:
+    """``min_P Σ_{S ∈ P} F(S)`` over every partition ``P`` of the items into waves (``None`` beyond
+    :data:`ENUMERATED_ITEMS` items, or where some item alone has no finite floor: the split path)."""
+    n = problem.num_items
+    if n > ENUMERATED_ITEMS:
+        return None
+    copy_s, whole = copy_seconds(problem), whole_on_one_rank(problem)
+    barriers = np.asarray(problem.card.constants.barrier_coefficients, dtype=np.float64).sum(axis=0)
+    node_s = per_copy_amounts(problem) @ barriers
+    floor = [0.0] * (1 << n)
+    for mask in range(1, 1 << n):
+        items = tuple(i for i in range(n) if mask >> i & 1)
+        floor[mask] = wave_floor_s(problem, items, copy_s, whole, node_s)
+    if any(math.isinf(floor[1 << i]) for i in range(n)):
+        return None
+    best = [0.0] + [math.inf] * ((1 << n) - 1)
+    for mask in range(1, 1 << n):
+        low = mask & -mask
+        sub = mask
+        while sub:
+            if sub & low:
+                best[mask] = min(best[mask], floor[sub] + best[mask ^ sub])
+            sub = (sub - 1) & mask
+    return best[(1 << n) - 1]
+
+
+__all__ = ["ENUMERATED_ITEMS", "partition_bound_s", "wave_floor_s"]
