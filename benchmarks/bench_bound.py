@@ -1,6 +1,7 @@
 """The lower bound over all plans beside the plan it bounds: per instance the plan's price, the bound
-before the per-wave floors (the module at ``--old-ref``) and now, the proven gap of each, and the
-bound's own time.
+before the per-wave floors (the module at ``--old-ref``) and now, the proven gap of each, what the plan
+pays in GDN hand-off and in imbalance (per barrier the slowest rank less the average, summed over its
+waves and barriers), and the bound's own time.
 
 Instances: the quick suite (``cpplan.bench.suites.suite(quick=True)``) at CP 1, 2, 4 and 8 and
 ``--memory`` per rank, each also on a pool of two CP2 groups (``dp=2,cp=2``), and six held-out-style
@@ -28,6 +29,8 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+import numpy as np
 
 import cpplan
 from cpplan.bench import synthetic
@@ -127,6 +130,10 @@ def measure(name, build, topology: str, memory: str, profile: str, old) -> dict:
     new = plan_bound(problem)
     bound_s = time.perf_counter() - started
     before = old.plan_bound(problem).bound_s if old is not None else None
+    barriers = np.asarray(problem.card.constants.barrier_coefficients, dtype=np.float64)
+    waves = result.plan.waves
+    average = sum(float((barriers @ w.quantities.sum(axis=0)).sum()) / w.cp for w in waves)
+    paid = sum(w.cost_s - problem.card.wave_overhead_s - w.handoff.seconds for w in waves)
     return {
         "instance": name,
         "topology": topology,
@@ -139,6 +146,9 @@ def measure(name, build, topology: str, memory: str, profile: str, old) -> dict:
         "new_terms_s": new.terms_s,
         "old_gap": None if before is None else max(0.0, (cost - before) / cost),
         "new_gap": new.gap(cost),
+        "plan_handoff_s": sum(w.handoff.seconds for w in waves),
+        "plan_imbalance_s": paid - average,
+        "plan_modes": sorted({w.gdn_handoff for w in waves}),
         "bound_time_s": bound_s,
         "planning_s": plan_s,
         "loadavg": os.getloadavg()[0],
@@ -147,7 +157,8 @@ def measure(name, build, topology: str, memory: str, profile: str, old) -> dict:
 
 HEADER = (
     f"{'instance':<18} {'topology':<10} {'memory':>6} {'waves':>5} {'plan s':>8} {'old bound':>9} "
-    f"{'new bound':>9} {'old gap':>7} {'new gap':>7} {'bound ms':>8} {'plan s':>6} load"
+    f"{'new bound':>9} {'old gap':>7} {'new gap':>7} {'handoff':>7} {'imbal.':>7} {'bound ms':>8} "
+    f"{'plan s':>6} load"
 )
 
 
@@ -164,7 +175,8 @@ def print_row(r: dict) -> None:
     print(
         f"{r['instance']:<18} {r['topology']:<10} {r['memory']:>6} {r['num_waves']:>5} {r['plan_s']:>8.4f} "
         f"{_num(r['old_bound_s']):>9} {_num(r['new_bound_s']):>9} {_pct(r['old_gap']):>7} "
-        f"{_pct(r['new_gap']):>7} {1e3 * r['bound_time_s']:>8.1f} {r['planning_s']:>6.1f} "
+        f"{_pct(r['new_gap']):>7} {r['plan_handoff_s']:>7.4f} {r['plan_imbalance_s']:>7.4f} "
+        f"{1e3 * r['bound_time_s']:>8.1f} {r['planning_s']:>6.1f} "
         f"{r['loadavg']:.2f}",
         flush=True,
     )
