@@ -34,6 +34,7 @@ not own).
 from __future__ import annotations
 
 import math
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -65,10 +66,31 @@ class NodeFloors:
     """Where :func:`paired_waves` counted the waves, its matching of requests (a plan to try)."""
 
 
+_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+"""Per problem, the arrays the floors read many times (read-only), dropped with the problem."""
+
+
+def cached_per_problem(problem: Problem, name: str, make):
+    """``make()`` for ``problem``, computed once per problem and name; arrays returned read-only."""
+    found = _CACHE.setdefault(problem, {})
+    if name not in found:
+        value = make()
+        for array in value if isinstance(value, tuple) else (value,):
+            array.setflags(write=False)
+        found[name] = value
+    return found[name]
+
+
 def per_copy_amounts(problem: Problem) -> np.ndarray:
     """Per node, shape ``(nodes, quantities)``: what every copy of the node carries in any layout (its
     tokens and attended pairs; its gradient and loss amounts when every request through it has the
-    flag, loss only without loss masks; zero elsewhere, and for the root)."""
+    flag, loss only without loss masks; zero elsewhere, and for the root); read-only, computed once per
+    problem."""
+    return cached_per_problem(problem, "per_copy_amounts", lambda: _per_copy_amounts(problem))
+
+
+def _per_copy_amounts(problem: Problem) -> np.ndarray:
+    """:func:`per_copy_amounts`, computed."""
     tree = problem.tree
     everyone = np.bincount(tree.path_nodes, minlength=tree.num_nodes)
     flagged = {}
@@ -407,7 +429,13 @@ def memory_ranks(problem: Problem) -> list[int] | None:
 
 def one_rank_bytes(problem: Problem) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """On one rank (not the average): per node a copy's bytes and its path's (the node and its
-    ancestors, one copy each), per envelope; a piece's bytes; and the capacity ``B / safety - static``."""
+    ancestors, one copy each), per envelope; a piece's bytes; and the capacity ``B / safety - static``
+    (read-only, computed once per problem)."""
+    return cached_per_problem(problem, "one_rank_bytes", lambda: _one_rank_bytes(problem))
+
+
+def _one_rank_bytes(problem: Problem) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`one_rank_bytes`, computed."""
     tree, card = problem.tree, problem.card
     coefficients = card.envelope_coefficients()
     capacity = problem.memory_bytes / card.safety - np.asarray(card.envelope_static_bytes, dtype=np.float64)

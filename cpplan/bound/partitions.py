@@ -19,13 +19,21 @@ import math
 
 import numpy as np
 
-from cpplan.bound.node_floors import RATIO_SLACK, per_copy_amounts, unsplit_rank_floor_s, whole_on_one_rank
+from cpplan.bound.node_floors import (
+    RATIO_SLACK,
+    cached_per_problem,
+    per_copy_amounts,
+    unsplit_rank_floor_s,
+    whole_on_one_rank,
+)
 from cpplan.bound.wave_floors import (
     copy_seconds,
     crossing_floor_s,
     head_parallel_floor_s,
     whole_requests_floor_s,
 )
+from cpplan.pricing.amounts import span_amounts
+from cpplan.pricing.layout import path_counts
 from cpplan.pricing.ownership import chunk_stats
 from cpplan.pricing.problem import Problem
 from cpplan.spec.quantities import QUANTITIES, QUANTITY_INDEX
@@ -50,8 +58,7 @@ def wave_floor_s(
     (:func:`~cpplan.bound.node_floors.unsplit_rank_floor_s` of the wave's requests)."""
     card, cp = problem.card, problem.topology.cp
     requests = problem.item_requests(list(items))
-    layout = problem.pack_requests(requests, "full")
-    totals = chunk_stats(layout, problem.chunk_tokens).amounts.sum(axis=0).astype(np.float64)
+    totals = full_sharing_totals(problem, requests)
     totals[_SEGMENT_COLUMNS] = float(np.unique(problem.tree.request_leaf[requests]).size)
     totals[_REMOTE_COLUMNS] = (cp - 1) * totals[_TOKENS]
     capacity = problem.memory_bytes / card.safety - np.asarray(card.envelope_static_bytes, dtype=np.float64)
@@ -69,6 +76,50 @@ def wave_floor_s(
         busiest = max(spread, pairs if pairs is not None else 0.0)
         extra = min(extra, max(0.0, busiest - average))
     return floor + extra
+
+
+def full_sharing_totals(problem: Problem, requests: np.ndarray) -> np.ndarray:
+    """The totals of one full-sharing wave of ``requests``: each node of their paths once, with every
+    flag some request through it carries (summed per node in closed form; packed and counted where
+    requests carry loss masks)."""
+    if problem.loss_positions is not None:
+        layout = problem.pack_requests(requests, "full")
+        return chunk_stats(layout, problem.chunk_tokens).amounts.sum(axis=0).astype(np.float64)
+    tree = problem.tree
+    counts = path_counts(tree, requests)
+    present = (counts > 0).astype(np.float64)
+    present[0] = 0.0
+    plain, with_grad, with_loss = cached_per_problem(problem, "node_amounts", lambda: _node_amounts(problem))
+    flagged = {}
+    for name, flags in (("grad", problem.request_grad), ("loss", problem.request_loss)):
+        weights = np.zeros(tree.num_requests)
+        weights[requests] = flags[requests]
+        flagged[name] = path_counts_weighted(tree, requests, weights) > 0
+    return present @ plain + (present * flagged["grad"]) @ with_grad + (present * flagged["loss"]) @ with_loss
+
+
+def path_counts_weighted(tree, requests: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """Per node, the summed ``weights`` (per tree request) of ``requests`` through it."""
+    starts, ends = tree.path_ptr[requests], tree.path_ptr[requests + 1]
+    lengths = ends - starts
+    offsets = np.cumsum(lengths) - lengths
+    entries = np.repeat(starts - offsets, lengths) + np.arange(int(lengths.sum()), dtype=np.int64)
+    owner = np.repeat(requests, lengths)
+    return np.bincount(tree.path_nodes[entries], weights=weights[owner], minlength=tree.num_nodes)
+
+
+def _node_amounts(problem: Problem) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per node, its amounts without flags, and what the gradient flag and the loss flag add."""
+    tree = problem.tree
+    yes, no = np.ones(tree.num_nodes, dtype=bool), np.zeros(tree.num_nodes, dtype=bool)
+
+    def amounts(grad, loss):
+        return span_amounts(tree.node_length, tree.node_start, {"grad": grad, "loss": loss}).astype(
+            np.float64
+        )
+
+    plain = amounts(no, no)
+    return plain, amounts(yes, no) - plain, amounts(no, yes) - plain
 
 
 def partition_bound_s(problem: Problem) -> float | None:

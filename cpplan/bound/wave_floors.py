@@ -63,7 +63,7 @@ def copy_seconds(problem: Problem) -> np.ndarray:
     copy's tokens on every other rank) and, under head-parallel, to the rows each all-to-all moves."""
     cp = problem.topology.cp
     barriers = np.asarray(problem.card.constants.barrier_coefficients, dtype=np.float64).sum(axis=0)
-    amounts = per_copy_amounts(problem)
+    amounts = per_copy_amounts(problem).copy()
     for column in _REMOTE_COLUMNS:
         amounts[:, column] = (cp - 1) * amounts[:, _TOKENS]
     rows = amounts[:, _TOKENS] * (cp - 1) / cp**2 * problem.card.handoff.head_s_per_token
@@ -149,7 +149,7 @@ def whole_requests_floor_s(problem: Problem, requests: np.ndarray) -> float | No
     if (weight < 0).any():
         return None
     base = remote_s * float(tree.node_length[counts > 0].sum()) + float(barriers[_SEGMENT_COLUMNS].sum())
-    sums = _PathSums(problem, counts, weight[:, None])
+    sums = _PathSums(problem, requests, counts, weight[:, None])
     path_w = sums.path[tree.request_leaf[requests], 0]
     best = float(path_w.max())
     if requests.size > cp:
@@ -179,7 +179,7 @@ def pairs_overflow(problem: Problem, requests: np.ndarray) -> bool:
     held = copy_bytes - tree.node_length[:, None] * remote[None, :]
     if (held[counts > 0] >= 0).all():  # remote tokens: the wave's nodes off the rank's union
         copy_bytes, piece_bytes = held, piece_bytes + remote * float(tree.node_length[counts > 0].sum())
-    sums = _PathSums(problem, counts, copy_bytes)
+    sums = _PathSums(problem, requests, counts, copy_bytes)
     own = sums.path[tree.request_leaf[requests]] + piece_bytes
     top = requests[np.argsort(-(own / capacity).max(axis=1), kind="stable")[: cp + 1]]
     margin = capacity * (1 + RATIO_SLACK) + RATIO_SLACK
@@ -193,29 +193,29 @@ def _pairs(requests: np.ndarray):
 
 
 class _PathSums:
-    """Sums of a per-node amount (``amount``, shape ``(nodes, k)``) over one wave's prefix tree (nodes
-    with ``counts > 0``): per node, over it and its ancestors (``path``) and over every wave node in its
-    subtree (``below``, itself excluded)."""
+    """Sums of a per-node amount (``amount``, shape ``(nodes, k)``) over the prefix tree of one wave of
+    ``requests`` (nodes with ``counts > 0``): per node, over it and its ancestors (``path``) and over
+    every wave node in its subtree (``below``, itself excluded); the distinct request ends of the wave
+    at or below each node (``ends``) and whether one is at the node itself (``own_end``)."""
 
-    def __init__(self, problem: Problem, counts: np.ndarray, amount: np.ndarray) -> None:
+    def __init__(
+        self, problem: Problem, requests: np.ndarray, counts: np.ndarray, amount: np.ndarray
+    ) -> None:
         tree = problem.tree
         self.tree = tree
         amount = np.where((counts > 0)[:, None], amount, 0.0)
-        parent = tree.node_parent
-        order = np.argsort(tree.node_depth, kind="stable")
+        parent, depth = tree.node_parent, tree.node_depth
+        levels = [np.flatnonzero(depth == d) for d in range(1, int(depth.max()) + 1)]
         self.path = amount.copy()
-        for v in order.tolist():
-            if v:
-                self.path[v] += self.path[parent[v]]
+        for nodes in levels:  # parents before children
+            self.path[nodes] += self.path[parent[nodes]]
         self.below = np.zeros_like(amount)
-        self.ends = np.zeros(tree.num_nodes)  # distinct request ends of the wave at or below a node
-        self.ends[tree.request_leaf[counts[tree.request_leaf] > 0]] = 1.0
-        self.ends[counts == 0] = 0.0
-        self.own_end = self.ends > 0
-        for v in order[::-1].tolist():
-            if v:
-                self.below[parent[v]] += self.below[v] + amount[v]
-                self.ends[parent[v]] += self.ends[v]
+        self.own_end = np.zeros(tree.num_nodes, dtype=bool)
+        self.own_end[tree.request_leaf[requests]] = True
+        self.ends = self.own_end.astype(np.float64)
+        for nodes in reversed(levels):  # children before parents
+            np.add.at(self.below, parent[nodes], self.below[nodes] + amount[nodes])
+            np.add.at(self.ends, parent[nodes], self.ends[nodes])
 
     def pair(self, a: int, b: int, piece):
         """The least amount on one rank holding requests ``a`` and ``b`` whole with no state crossing

@@ -130,7 +130,8 @@ def solve(
     ):
         from cpplan.bound import pool_scoped_stats
 
-        solver = pool_scoped_stats(problem, solver, winner.plan.cost_s)
+        cpsat = next((o.plan for o in found if o.strategy == "cpsat" and o.plan is not None), winner.plan)
+        solver = pool_scoped_stats(problem, solver, cpsat.cost_s)  # the gap of CP-SAT's plan, as on one group
     return PlanResult(
         problem=problem,
         plan=winner.plan,
