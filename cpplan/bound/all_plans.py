@@ -7,12 +7,15 @@ rank's quantities with coefficients ``>= 0``, so a wave costs at least
 ``overhead + Σ_b coef_b · Q_w / cp`` whatever its layout, ownership and hand-off mode, and a plan at
 least ``W · overhead + Σ_b coef_b · (Σ_w Q_w) / cp``: with :mod:`cpplan.bound.node_floors`'s least
 number of waves ``W_0`` and least totals, a bound over every wave partition, layout, ownership and
-hand-off mode (:data:`ALL_PLANS`). Every term is rounded toward a smaller bound.
+hand-off mode (:data:`ALL_PLANS`). On ``cp > 1`` ranks every wave also pays a hand-off or an imbalance
+(:mod:`cpplan.bound.wave_floors`; :func:`crossing_terms_s` says how many waves must); for a few items,
+every partition into waves is priced by those floors (:mod:`cpplan.bound.partitions`). On a pool of CP
+groups of one size the bound is of the makespan (:mod:`cpplan.bound.pool`). Every term is rounded
+toward a smaller bound.
 
-Where the argument does not hold (a card with a negative coefficient, a pool of CP groups, whose price
-is a makespan, or a problem where some request alone cannot fit) the bound has the scope
-:data:`PROPOSED_WAVES`: the caller's own bound over the proposed waves stands, this one says nothing.
-"""
+Where the argument does not hold (a card with a negative coefficient, a pool under dynamic CP, or a
+problem where some request alone cannot fit) the bound has the scope :data:`PROPOSED_WAVES`: the
+caller's own bound over the proposed waves stands, this one says nothing."""
 
 from __future__ import annotations
 
@@ -55,8 +58,10 @@ ROUND_DOWN = 1e-9
 class PlanBound:
     """A lower bound and its scope. ``bound_s``: seconds no plan in the scope costs less than (``None``
     where nothing is proved, scope :data:`PROPOSED_WAVES`); ``num_waves``: the least number of waves
-    of such a plan; ``terms_s``: the bound's parts (``overhead``, each barrier and, for one wave on
-    several ranks, ``handoff_or_imbalance``); ``best_plan_s``: the cheapest plan of the pool given, if
+    of such a plan; ``terms_s``: the bound's parts (``overhead``, each barrier, on several ranks
+    ``handoff_or_imbalance``, and ``enumerated_partitions`` where the partitions of the items lift the
+    sum; on a pool, ``summed_waves_over_groups`` and ``costliest_item_wave``, the larger the bound);
+    ``best_plan_s``: the cheapest plan of the pool given, if
     any (``gap(best_plan_s)`` is then the pool's proven distance to the best plan); ``why``: where the
     scope is :data:`PROPOSED_WAVES`, the reason; ``new_plans``: where the waves were counted by a
     matching of pairs and ``layouts`` were given, the plan of those pairs (and the other requests
