@@ -1,6 +1,6 @@
-"""A bound over every partition of a few items into waves: each set of items priced as one wave by
-its floors, the least sum over the partitions (a master over every wave column, solved exactly by
-dynamic programming over item subsets).
+"""A bound over every partition of a few items into waves: each set of items priced by its floors,
+the least sum over the partitions (a master over every wave column, solved exactly by dynamic
+programming over item subsets).
 
 A wave holding exactly the items ``S`` costs at least ``F(S)``: its overhead; per barrier, the
 average rank of its full-sharing totals (any layout stores each node of its requests at least once,
@@ -8,10 +8,15 @@ at the same positions, with every flag some request through it carries; its rank
 its distinct request ends; every rank's remote tokens sum to ``(cp - 1)`` times its packed tokens);
 and, on ``cp > 1`` ranks, the least over the hand-off modes of what it pays beyond that average
 (:mod:`cpplan.bound.wave_floors`). Where the same average rank's memory exceeds some envelope's
-capacity, no wave holds ``S`` and ``F(S)`` is infinite. Every plan of whole items is a partition of
-the items into waves, so it costs at least ``min_P Σ_{S ∈ P} F(S)``; the split path (an item no wave
-holds) is left out by returning nothing where some item alone has no finite floor.
-"""
+capacity, no wave holds ``S`` and ``F(S)`` is infinite. Two waves or more that together hold exactly
+the items ``S``, tied by an item split over them, pay at least two overheads, the same average (their
+totals sum to at least the full-sharing totals of ``S``) and the split item's common nodes once more
+(every request of the item passes them, and its requests lie in two waves or more): at least the
+least such copy over the items of ``S`` of more than one request (:func:`split_copies_s`; none can be
+split where every item is one request). So with ``G(S)`` the least of the two, every valid plan, split
+waves included, costs at least ``min_P Σ_{S ∈ P} G(S)``: group its waves into the runs an item split
+over several waves ties together; each run holds a set of whole items, and the runs partition the
+items."""
 
 from __future__ import annotations
 
@@ -48,13 +53,20 @@ and the dynamic program as ``3^n``)."""
 
 
 def wave_floor_s(
-    problem: Problem, items: tuple[int, ...], copy_s: np.ndarray, whole: np.ndarray, node_s: np.ndarray
+    problem: Problem,
+    items: tuple[int, ...],
+    copy_s: np.ndarray,
+    whole: np.ndarray,
+    node_s: np.ndarray,
+    split_s: float = math.inf,
 ) -> float:
-    """``F(S)`` of the wave of ``items`` (see the module docstring; ``copy_s`` from
+    """``G(S)`` of the items ``items`` (see the module docstring; ``copy_s`` from
     :func:`~cpplan.bound.wave_floors.copy_seconds`, ``whole`` from
     :func:`~cpplan.bound.node_floors.whole_on_one_rank`, ``node_s`` per node one copy's seconds over the
-    barriers): infinity where no wave holds them. Without a crossing, the busiest rank is at least
-    both whole-request floors: the integral one and the node argument with copies
+    barriers; ``split_s``: the least :func:`split_copies_s` of its items): the least of ``F(S)``
+    (infinite where no wave holds them) and what two waves or more holding exactly them pay at least,
+    two overheads, the average rank and ``split_s``. Without a crossing, the
+    busiest rank is at least both whole-request floors: the integral one and the node argument with copies
     (:func:`~cpplan.bound.node_floors.unsplit_rank_floor_s` of the wave's requests)."""
     card, cp = problem.card, problem.topology.cp
     requests = problem.item_requests(list(items))
@@ -62,10 +74,11 @@ def wave_floor_s(
     totals[_SEGMENT_COLUMNS] = float(np.unique(problem.tree.request_leaf[requests]).size)
     totals[_REMOTE_COLUMNS] = (cp - 1) * totals[_TOKENS]
     capacity = problem.memory_bytes / card.safety - np.asarray(card.envelope_static_bytes, dtype=np.float64)
-    if (card.envelope_coefficients() @ totals / cp > capacity * (1 + RATIO_SLACK) + RATIO_SLACK).any():
-        return math.inf
     barriers = np.asarray(card.constants.barrier_coefficients, dtype=np.float64)
     average = float((barriers @ totals).sum()) / cp
+    several = 2 * card.wave_overhead_s + average + split_s  # two waves or more, some item split
+    if (card.envelope_coefficients() @ totals / cp > capacity * (1 + RATIO_SLACK) + RATIO_SLACK).any():
+        return several
     floor = card.wave_overhead_s + average
     if cp == 1 or not card.handoff.priced:
         return floor
@@ -75,7 +88,28 @@ def wave_floor_s(
         spread = unsplit_rank_floor_s(problem, node_s, requests)
         busiest = max(spread, pairs if pairs is not None else 0.0)
         extra = min(extra, max(0.0, busiest - average))
-    return floor + extra
+    return min(floor + extra, several)
+
+
+def split_copies_s(problem: Problem) -> list[float]:
+    """Per item, what splitting it over two waves or more stores again at least: the nodes every one of
+    its requests passes through sit in each of those waves, one more copy each (their per-copy amounts
+    on the average rank, remote tokens included); infinity for an item of one request (never split)."""
+    cp = problem.topology.cp
+    barriers = np.asarray(problem.card.constants.barrier_coefficients, dtype=np.float64).sum(axis=0)
+    amounts = per_copy_amounts(problem).copy()
+    amounts[:, _REMOTE_COLUMNS] = (cp - 1) * amounts[:, [_TOKENS]]
+    seconds = amounts @ barriers / cp
+    found = []
+    for item in range(problem.num_items):
+        requests = problem.item_requests([item])
+        if requests.size < 2:
+            found.append(math.inf)
+            continue
+        counts = path_counts(problem.tree, requests)
+        common = np.flatnonzero(counts == requests.size)
+        found.append(float(seconds[common[common > 0]].sum()))
+    return found
 
 
 def full_sharing_totals(problem: Problem, requests: np.ndarray) -> np.ndarray:
@@ -123,20 +157,20 @@ def _node_amounts(problem: Problem) -> tuple[np.ndarray, np.ndarray, np.ndarray]
 
 
 def partition_bound_s(problem: Problem) -> float | None:
-    """``min_P Σ_{S ∈ P} F(S)`` over every partition ``P`` of the items into waves (``None`` beyond
-    :data:`ENUMERATED_ITEMS` items, or where some item alone has no finite floor: the split path)."""
+    """``min_P Σ_{S ∈ P} G(S)`` over every partition ``P`` of the items (``None`` beyond
+    :data:`ENUMERATED_ITEMS` items)."""
     n = problem.num_items
     if n > ENUMERATED_ITEMS:
         return None
     copy_s, whole = copy_seconds(problem), whole_on_one_rank(problem)
     barriers = np.asarray(problem.card.constants.barrier_coefficients, dtype=np.float64).sum(axis=0)
     node_s = per_copy_amounts(problem) @ barriers
+    split = split_copies_s(problem)
     floor = [0.0] * (1 << n)
     for mask in range(1, 1 << n):
         items = tuple(i for i in range(n) if mask >> i & 1)
-        floor[mask] = wave_floor_s(problem, items, copy_s, whole, node_s)
-    if any(math.isinf(floor[1 << i]) for i in range(n)):
-        return None
+        least = min(split[i] for i in items)
+        floor[mask] = wave_floor_s(problem, items, copy_s, whole, node_s, least)
     best = [0.0] + [math.inf] * ((1 << n) - 1)
     for mask in range(1, 1 << n):
         low = mask & -mask
