@@ -8,9 +8,10 @@ import math
 import numpy as np
 import pytest
 
+import cpplan
 from cpplan.bound import plan_bound
 from cpplan.bound.node_floors import per_copy_amounts, whole_on_one_rank
-from cpplan.bound.partitions import partition_bound_s, wave_floor_s
+from cpplan.bound.partitions import partition_bound_s, split_copies_s, wave_floor_s
 from cpplan.bound.wave_floors import copy_seconds
 from tests.bound.enumerated import cheapest_version, optimum, tiny_problem
 from tests.bound.test_all_plans_bound import CHUNKED
@@ -51,3 +52,21 @@ def test_partitions_lift_a_two_wave_bound():
     assert len(waves) == 2 and bound.terms_s["enumerated_partitions"] > 0
     assert bound.bound_s == pytest.approx(partition_bound_s(problem), rel=1e-8)
     assert 0.84 * best <= bound.bound_s <= best
+
+
+def test_split_plans_stay_above_the_bound():
+    """A plan that splits an item over two waves (the split path, valid for any item) is bounded too:
+    a run of waves tied by a split item pays two overheads and the item's common nodes again, so the
+    partition term stays at most the price of the planner's split plan; an item of one request cannot
+    be split, and an item whose requests share nodes pays them again."""
+    from tests.planners.test_split import CARD, PAIR_A, TOPOLOGY, WHOLE, WORKLOAD
+
+    result = cpplan.plan(
+        WORKLOAD, topology=TOPOLOGY, model=CARD, memory_bytes=(PAIR_A + WHOLE) // 2, num_layers=4
+    )
+    assert any(w.split for w in result.plan.waves)
+    bound = plan_bound(result.problem)
+    assert bound.bound_s <= result.cost_s
+    split = split_copies_s(result.problem)
+    sizes = np.diff(result.problem.item_ptr)
+    assert all(math.isinf(s) for s, k in zip(split, sizes, strict=True) if k == 1)
