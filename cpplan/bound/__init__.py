@@ -7,7 +7,16 @@ from cpplan.bound.all_plans import (
     PROPOSED_WAVES,
     PlanBound,
     plan_bound,
+    pool_scoped_stats,
     scoped_stats,
 )
 
-__all__ = ["ALL_PLANS", "BOUND_SCOPES", "PROPOSED_WAVES", "PlanBound", "plan_bound", "scoped_stats"]
+__all__ = [
+    "ALL_PLANS",
+    "BOUND_SCOPES",
+    "PROPOSED_WAVES",
+    "PlanBound",
+    "plan_bound",
+    "pool_scoped_stats",
+    "scoped_stats",
+]

@@ -7,12 +7,15 @@ rank's quantities with coefficients ``>= 0``, so a wave costs at least
 ``overhead + Σ_b coef_b · Q_w / cp`` whatever its layout, ownership and hand-off mode, and a plan at
 least ``W · overhead + Σ_b coef_b · (Σ_w Q_w) / cp``: with :mod:`cpplan.bound.node_floors`'s least
 number of waves ``W_0`` and least totals, a bound over every wave partition, layout, ownership and
-hand-off mode (:data:`ALL_PLANS`). Every term is rounded toward a smaller bound.
+hand-off mode (:data:`ALL_PLANS`). On ``cp > 1`` ranks every wave also pays a hand-off or an imbalance
+(:mod:`cpplan.bound.wave_floors`; :func:`crossing_terms_s` says how many waves must); for a few items,
+every partition into waves is priced by those floors (:mod:`cpplan.bound.partitions`). On a pool of CP
+groups of one size the bound is of the makespan (:mod:`cpplan.bound.pool`). Every term is rounded
+toward a smaller bound.
 
-Where the argument does not hold (a card with a negative coefficient, a pool of CP groups, whose price
-is a makespan, or a problem where some request alone cannot fit) the bound has the scope
-:data:`PROPOSED_WAVES`: the caller's own bound over the proposed waves stands, this one says nothing.
-"""
+Where the argument does not hold (a card with a negative coefficient, a pool under dynamic CP, or a
+problem where some request alone cannot fit) the bound has the scope :data:`PROPOSED_WAVES`: the
+caller's own bound over the proposed waves stands, this one says nothing."""
 
 from __future__ import annotations
 
@@ -22,18 +25,21 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from cpplan.bound.node_floors import (
-    memory_ranks,
-    node_floors,
-    per_copy_amounts,
-    unsplit_rank_floor_s,
-    whole_on_one_rank,
+from cpplan.bound.node_floors import memory_ranks, node_floors, whole_on_one_rank
+from cpplan.bound.partitions import partition_bound_s
+from cpplan.bound.pool import pool_bound
+from cpplan.bound.wave_floors import (
+    copy_seconds,
+    crossing_floor_s,
+    head_parallel_floor_s,
+    item_level_floor_s,
+    one_wave_floor_s,
+    rows_floor_s,
 )
 from cpplan.plans.outcome import Scope
 from cpplan.plans.plan import Plan, SolverStats
 from cpplan.pricing.problem import Problem
 from cpplan.pricing.wave import best_wave
-from cpplan.spec.card import HandoffSeconds
 from cpplan.spec.quantities import QUANTITY_INDEX
 
 ALL_PLANS = Scope.ALL_PLANS
@@ -52,8 +58,10 @@ ROUND_DOWN = 1e-9
 class PlanBound:
     """A lower bound and its scope. ``bound_s``: seconds no plan in the scope costs less than (``None``
     where nothing is proved, scope :data:`PROPOSED_WAVES`); ``num_waves``: the least number of waves
-    of such a plan; ``terms_s``: the bound's parts (``overhead``, each barrier and, for one wave on
-    several ranks, ``handoff_or_imbalance``); ``best_plan_s``: the cheapest plan of the pool given, if
+    of such a plan; ``terms_s``: the bound's parts (``overhead``, each barrier, on several ranks
+    ``handoff_or_imbalance``, and ``enumerated_partitions`` where the partitions of the items lift the
+    sum; on a pool, ``summed_waves_over_groups`` and ``costliest_item_wave``, the larger the bound);
+    ``best_plan_s``: the cheapest plan of the pool given, if
     any (``gap(best_plan_s)`` is then the pool's proven distance to the best plan); ``why``: where the
     scope is :data:`PROPOSED_WAVES`, the reason; ``new_plans``: where the waves were counted by a
     matching of pairs and ``layouts`` were given, the plan of those pairs (and the other requests
@@ -81,12 +89,19 @@ def plan_bound(problem: Problem, plans: Sequence[Plan] = (), *, layouts: Sequenc
     pool of proposals, only name the cheapest (:attr:`PlanBound.best_plan_s`); with ``layouts``, the
     plan of the bound's matching where it found one (:attr:`PlanBound.new_plans`)."""
     best = min((p.cost_s for p in plans), default=None)
+    topology = problem.topology
+    if topology.dynamic_cp:
+        why = "waves of several CP group sizes share the pool: not bounded here"
+        return PlanBound(bound_s=None, scope=PROPOSED_WAVES, best_plan_s=best, why=why)
+    summed = waves_bound(problem, best, layouts)
+    return pool_bound(problem, summed) if topology.several_groups else summed
+
+
+def waves_bound(problem: Problem, best: float | None, layouts: Sequence[str]) -> PlanBound:
+    """:func:`plan_bound` of the waves' summed prices (a plan's price on one CP group; on a pool, what
+    its groups run together)."""
     card, topology = problem.card, problem.topology
     barriers = np.asarray(card.constants.barrier_coefficients, dtype=np.float64)
-    if topology.several_groups:
-        return PlanBound(
-            bound_s=None, scope=PROPOSED_WAVES, best_plan_s=best, why="a pool's price is a makespan"
-        )
     if (barriers < 0).any() or (card.envelope_coefficients() < 0).any() or card.wave_overhead_s < 0:
         return PlanBound(
             bound_s=None, scope=PROPOSED_WAVES, best_plan_s=best, why="a negative card coefficient"
@@ -102,9 +117,12 @@ def plan_bound(problem: Problem, plans: Sequence[Plan] = (), *, layouts: Sequenc
     for name, seconds in zip(card.barrier_names, per_barrier.tolist(), strict=True):
         terms[name] = seconds
     if topology.cp > 1:
-        extra = crossing_terms_s(problem, num_waves, per_barrier, floors.totals[_TOKENS])
+        extra = crossing_terms_s(problem, num_waves, per_barrier)
         if extra > 0:
             terms["handoff_or_imbalance"] = extra
+    enumerated = partition_bound_s(problem)
+    if enumerated is not None and enumerated > math.fsum(terms.values()):
+        terms["enumerated_partitions"] = enumerated - math.fsum(terms.values())
     total = math.fsum(terms.values()) * (1 - ROUND_DOWN)
     terms = {k: round(v * (1 - ROUND_DOWN), 9) for k, v in terms.items()}
     matched = matching_plan(problem, floors.pairs, layouts) if floors.pairs and layouts else None
@@ -152,66 +170,65 @@ def scoped_stats(stats: SolverStats, bound: PlanBound, cost_s: float) -> SolverS
     return replace(stats, bound_s=bound.bound_s, bound_scope=ALL_PLANS, gap=bound.gap(cost_s))
 
 
-def crossing_floor_s(seconds: HandoffSeconds, packed_tokens: float, cp: int) -> float:
-    """The least hand-off of a wave of at least ``packed_tokens`` packed tokens on ``cp > 1`` ranks
-    whose GDN states cross ranks at least once, in the cheapest mode the card offers: rounds (at least
-    two rounds and one handed-over state), parallel passing (one exchange, two states) or head-parallel
-    where offered (its all-to-alls' latency and, on the busiest rank, at least ``P (cp - 1) / cp²``
-    rows: :func:`~cpplan.pricing.head_parallel.moved_rows` at an even split); 0 where nothing is
-    priced."""
+def pool_scoped_stats(problem: Problem, stats: SolverStats, cost_s: float) -> SolverStats:
+    """``stats`` of a pool's plan priced ``cost_s`` (its makespan) with the bound over every plan of the
+    pool in place of the schedule model's own, where one is proved (:func:`scoped_stats`); ``stats``
+    as they are where none is, or where the stats report no model run."""
+    if not stats.outcomes:
+        return stats
+    return scoped_stats(stats, plan_bound(problem), cost_s)
+
+
+def wave_crossing_floor_s(problem: Problem, packed_tokens: float, levels_s: float = 0.0) -> float:
+    """The least hand-off of a wave of at least ``packed_tokens`` packed tokens on ``cp > 1`` ranks whose
+    GDN states cross ranks at least once, in the cheapest mode the card offers: rounds or parallel
+    passing (:func:`~cpplan.bound.wave_floors.crossing_floor_s`) or head-parallel where offered (its
+    latency, an even split's rows and ``levels_s``, a floor of its levels and copies); 0 where nothing
+    is priced."""
+    seconds, cp = problem.card.handoff, problem.topology.cp
     if not seconds.priced:
         return 0.0
-    floor = seconds.round_s + seconds.state_s
+    floor = crossing_floor_s(seconds)
     if seconds.head_parallel_priced:
-        rows = packed_tokens * (cp - 1) / cp**2
-        floor = min(floor, seconds.head_collective_s + rows * seconds.head_s_per_token)
+        floor = min(floor, rows_floor_s(seconds, packed_tokens, cp) + levels_s)
     return floor
 
 
-def crossing_terms_s(problem: Problem, num_waves: int, average_s: np.ndarray, packed_tokens: float) -> float:
+def crossing_terms_s(problem: Problem, num_waves: int, average_s: np.ndarray) -> float:
     """What every plan of at least ``num_waves`` waves on ``cp > 1`` ranks pays beyond ``average_s``
     (per barrier, the bound's rank average over the plan) and ``num_waves`` overheads, for GDN states
-    crossing ranks. A wave whose states never cross keeps every request's whole path on one rank
-    (:func:`~cpplan.bound.node_floors.whole_on_one_rank`), so:
+    crossing ranks and ranks left unbalanced. A wave whose states never cross keeps every request's
+    whole path on one rank (:func:`~cpplan.bound.node_floors.whole_on_one_rank`), so:
 
+    - one wave: :func:`~cpplan.bound.wave_floors.one_wave_floor_s` (the least over the modes), where
+      some request cannot be whole on a rank its crossing floors only; or a second overhead;
     - where no request fits one rank whole, every wave crosses: each pays at least
-      :func:`crossing_floor_s` of its shortest possible request;
+      :func:`wave_crossing_floor_s` of its shortest possible request, and, head-parallel, the least
+      levels and copies of an item (:func:`~cpplan.bound.wave_floors.item_level_floor_s`);
     - where some request does not, the wave holding it crosses: at least one such floor;
-    - otherwise, with one wave, :func:`one_wave_floor_s`, or a second overhead; with more waves, either
-      some wave crosses or every request is whole on a rank, which needs
+    - otherwise either some wave crosses or every request is whole on a rank, which needs
       :func:`~cpplan.bound.node_floors.memory_ranks`' count of rank slots, ``cp`` per wave: where that
       is more than ``num_waves`` waves hold, a crossing or one more overhead.
     """
-    seconds, cp, overhead = problem.card.handoff, problem.topology.cp, problem.card.wave_overhead_s
+    seconds, overhead = problem.card.handoff, problem.card.wave_overhead_s
+    if not seconds.priced:
+        return 0.0
     whole = whole_on_one_rank(problem)
     lengths = problem.request_tokens.astype(np.float64)
-    if not whole.any():
-        return num_waves * crossing_floor_s(seconds, float(lengths.min()), cp)
-    if not whole.all():
-        shortest = float(lengths[~whole].min())
-        if num_waves == 1:  # the one wave crosses, or a second wave (and the one holding it) is paid
-            return min(
-                crossing_floor_s(seconds, packed_tokens, cp),
-                overhead + crossing_floor_s(seconds, shortest, cp),
-            )
-        return crossing_floor_s(seconds, shortest, cp)
+    copy_s = copy_seconds(problem)
+    item_levels = item_level_floor_s(problem, copy_s) if seconds.head_parallel_priced else 0.0
     if num_waves == 1:
-        return min(one_wave_floor_s(problem, average_s, packed_tokens), overhead)
+        everything = np.arange(problem.tree.num_requests, dtype=np.int64)
+        if whole.all():
+            return min(one_wave_floor_s(problem, float(average_s.sum()), copy_s), overhead)
+        crossing = min(crossing_floor_s(seconds), head_parallel_floor_s(problem, everything, copy_s))
+        shortest = float(lengths[~whole].min())
+        return min(crossing, overhead + wave_crossing_floor_s(problem, shortest, item_levels))
+    if not whole.any():
+        return num_waves * wave_crossing_floor_s(problem, float(lengths.min()), item_levels)
+    if not whole.all():
+        return wave_crossing_floor_s(problem, float(lengths[~whole].min()), item_levels)
     slots = memory_ranks(problem)
-    if slots is not None and slots[0] > cp * num_waves:
-        return min(crossing_floor_s(seconds, float(lengths.min()), cp), overhead)
+    if slots is not None and slots[0] > problem.topology.cp * num_waves:
+        return min(wave_crossing_floor_s(problem, float(lengths.min()), item_levels), overhead)
     return 0.0
-
-
-def one_wave_floor_s(problem: Problem, average_s: np.ndarray, packed_tokens: float) -> float:
-    """What a plan of one wave pays beyond ``average_s`` (per barrier, the bound's rank average): either
-    its states cross ranks (:func:`crossing_floor_s`) or none does, and then every request's whole path
-    is on one rank: the busiest rank's seconds (at least their sum over the barriers) are then at
-    least :func:`~cpplan.bound.node_floors.unsplit_rank_floor_s`."""
-    crossing = crossing_floor_s(problem.card.handoff, packed_tokens, problem.topology.cp)
-    if crossing <= 0:
-        return 0.0
-    barriers = np.asarray(problem.card.constants.barrier_coefficients, dtype=np.float64)
-    node_seconds = per_copy_amounts(problem) @ barriers.sum(axis=0)
-    unsplit = unsplit_rank_floor_s(problem, node_seconds)
-    return min(crossing, max(0.0, unsplit - float(average_s.sum())))

@@ -34,11 +34,13 @@ not own).
 from __future__ import annotations
 
 import math
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
 
 from cpplan.pricing.amounts import span_amounts
+from cpplan.pricing.layout import path_counts
 from cpplan.pricing.ownership import chunk_stats
 from cpplan.pricing.problem import Problem
 from cpplan.spec.quantities import NUM_QUANTITIES, QUANTITIES, QUANTITY_INDEX
@@ -64,10 +66,31 @@ class NodeFloors:
     """Where :func:`paired_waves` counted the waves, its matching of requests (a plan to try)."""
 
 
+_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+"""Per problem, the arrays the floors read many times (read-only), dropped with the problem."""
+
+
+def cached_per_problem(problem: Problem, name: str, make):
+    """``make()`` for ``problem``, computed once per problem and name; arrays returned read-only."""
+    found = _CACHE.setdefault(problem, {})
+    if name not in found:
+        value = make()
+        for array in value if isinstance(value, tuple) else (value,):
+            array.setflags(write=False)
+        found[name] = value
+    return found[name]
+
+
 def per_copy_amounts(problem: Problem) -> np.ndarray:
     """Per node, shape ``(nodes, quantities)``: what every copy of the node carries in any layout (its
     tokens and attended pairs; its gradient and loss amounts when every request through it has the
-    flag, loss only without loss masks; zero elsewhere, and for the root)."""
+    flag, loss only without loss masks; zero elsewhere, and for the root); read-only, computed once per
+    problem."""
+    return cached_per_problem(problem, "per_copy_amounts", lambda: _per_copy_amounts(problem))
+
+
+def _per_copy_amounts(problem: Problem) -> np.ndarray:
+    """:func:`per_copy_amounts`, computed."""
     tree = problem.tree
     everyone = np.bincount(tree.path_nodes, minlength=tree.num_nodes)
     flagged = {}
@@ -232,7 +255,7 @@ def apart_requests(
             if leaves[q] == leaves[r]:
                 fits_with = True
                 break
-            common = _common_node(path_r, tree.path(q))
+            common = common_node(path_r, tree.path(q))
             shared = path_bytes[common] if common else 0.0
             both = path_bytes[leaves[r]] + path_bytes[leaves[q]] - shared + 2 * piece_bytes
             if not (both > margin).any():
@@ -267,7 +290,7 @@ def paired_waves(
     common = np.zeros((n, n, capacity.size))
     for a in range(n):
         for b in range(a, n):
-            node = _common_node(paths[a], paths[b])
+            node = common_node(paths[a], paths[b])
             common[a, b] = common[b, a] = path_bytes[node] if node else 0.0
     own = path_bytes[leaves]  # (n, envelopes)
     distinct = leaves[:, None] != leaves[None, :]
@@ -295,7 +318,7 @@ def paired_waves(
     return n - len(matching), matching
 
 
-def _common_node(a: tuple[int, ...], b: tuple[int, ...]) -> int:
+def common_node(a: tuple[int, ...], b: tuple[int, ...]) -> int:
     """The deepest node two root-to-leaf paths share (0, the root, for none)."""
     common = 0
     for u, v in zip(a, b, strict=False):
@@ -309,7 +332,9 @@ SPREAD_STEPS = 20
 """Bisection steps of :func:`unsplit_rank_floor_s`."""
 
 
-def unsplit_rank_floor_s(problem: Problem, node_seconds: np.ndarray) -> float:
+def unsplit_rank_floor_s(
+    problem: Problem, node_seconds: np.ndarray, requests: np.ndarray | None = None
+) -> float:
     """A floor of the busiest rank's seconds in one wave of every request whose GDN states never cross
     ranks, so that every request's whole path is on one rank (``node_seconds``: per node, one copy's
     seconds summed over the barriers, a lower bound of any rank's). The same argument as the waves
@@ -318,17 +343,21 @@ def unsplit_rank_floor_s(problem: Problem, node_seconds: np.ndarray) -> float:
     copies sum to at most ``cp · M``; and each rank's memory holds its requests' paths, so ``k_v`` is
     also at least :func:`memory_ranks`' count. The least ``M`` that admits ``k_0(M) <= cp`` is
     bisected; its lower end (a value refused) is returned, and infinity where the memory alone needs
-    more than ``cp`` ranks."""
+    more than ``cp`` ranks. With ``requests``, the wave of those requests only (its nodes, and no
+    memory count: :func:`memory_ranks` counts every request)."""
     tree = problem.tree
     cp = problem.topology.cp
     parent = tree.node_parent.tolist()
-    seconds = node_seconds.tolist()
-    bottom_up = [v for v in np.argsort(-tree.node_depth, kind="stable").tolist() if v]
+    in_wave = np.ones(tree.num_nodes, dtype=bool)
+    if requests is not None:
+        in_wave = path_counts(tree, np.asarray(requests, dtype=np.int64)) > 0
+    seconds = np.where(in_wave, node_seconds, 0.0).tolist()
+    bottom_up = [v for v in np.argsort(-tree.node_depth, kind="stable").tolist() if v and in_wave[v]]
     path = [0.0] * tree.num_nodes
     for v in reversed(bottom_up):
         path[v] = seconds[v] + path[parent[v]]
 
-    memory = memory_ranks(problem)
+    memory = memory_ranks(problem) if requests is None else [1] * tree.num_nodes
     if memory is None or memory[0] > cp:
         return math.inf  # the budget alone keeps the requests on more ranks than there are
 
@@ -365,7 +394,7 @@ def memory_ranks(problem: Problem) -> list[int] | None:
     quantities, remote tokens left out) stay within the budget; ``None`` where one request's path
     alone does not fit a rank."""
     tree = problem.tree
-    copy_bytes, path, piece_bytes, capacity = _one_rank_bytes(problem)
+    copy_bytes, path, piece_bytes, capacity = one_rank_bytes(problem)
     parent = tree.node_parent
     ends = np.zeros(tree.num_nodes)
     np.add.at(ends, np.unique(tree.request_leaf), 1.0)
@@ -398,9 +427,15 @@ def memory_ranks(problem: Problem) -> list[int] | None:
     return ranks
 
 
-def _one_rank_bytes(problem: Problem) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def one_rank_bytes(problem: Problem) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """On one rank (not the average): per node a copy's bytes and its path's (the node and its
-    ancestors, one copy each), per envelope; a piece's bytes; and the capacity ``B / safety - static``."""
+    ancestors, one copy each), per envelope; a piece's bytes; and the capacity ``B / safety - static``
+    (read-only, computed once per problem)."""
+    return cached_per_problem(problem, "one_rank_bytes", lambda: _one_rank_bytes(problem))
+
+
+def _one_rank_bytes(problem: Problem) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`one_rank_bytes`, computed."""
     tree, card = problem.tree, problem.card
     coefficients = card.envelope_coefficients()
     capacity = problem.memory_bytes / card.safety - np.asarray(card.envelope_static_bytes, dtype=np.float64)
@@ -419,6 +454,6 @@ def whole_on_one_rank(problem: Problem) -> np.ndarray:
     """Per request, whether its whole path (one copy of each node, one piece) can fit one rank's
     budget; where it cannot, every wave holding the request hands a GDN state across ranks (a
     request's path all on one rank is what a wave without crossings needs)."""
-    _, path, piece_bytes, capacity = _one_rank_bytes(problem)
+    _, path, piece_bytes, capacity = one_rank_bytes(problem)
     need = path[problem.tree.request_leaf] + piece_bytes
     return ~(need > capacity * (1 + RATIO_SLACK) + RATIO_SLACK).any(axis=1)

@@ -51,12 +51,12 @@ def print_summary(result: PlanResult, console: Console | None = None) -> None:
     for table in wave_tables(result, console):
         console.print(table)
     console.print(candidate_table(result))
-    console.print(
-        f"chosen: {solver_line(result)}; planned in {result.wall_s * 1e3:.1f} ms (profile {result.profile})"
-    )
     bound = bound_sentence(result.solver, result.cost_s)
     if bound:
         console.print(bound)
+    console.print(
+        f"chosen: {solver_line(result)}; planned in {result.wall_s * 1e3:.1f} ms (profile {result.profile})"
+    )
     note = result.deadline_note()
     if note:
         console.print(f"note: {note}")

@@ -34,7 +34,7 @@ from cpplan.planners.budget import Budget
 from cpplan.planners.cpsat_planner import joint_proposal
 from cpplan.planners.cpsat_strategy import ensure_solver
 from cpplan.planners.deadline import NO_TIME, Deadline
-from cpplan.planners.decide import Pool, decide
+from cpplan.planners.decide import BOUND_MIN_LEFT_S, Pool, decide
 from cpplan.planners.greedy import cached_greedy_plan
 from cpplan.plans.outcome import ModelOutcome, Status
 from cpplan.plans.plan import Candidate, Plan, SolverStats
@@ -124,11 +124,19 @@ def solve(
         found = propose_and_decide(problem, budget, steps)
     found = verify(problem, found)
     winner = _winner(found)
+    solver = _solver_stats(found)
+    if problem.topology.several_groups and (
+        budget.deterministic or budget.deadline.left_s() >= BOUND_MIN_LEFT_S
+    ):
+        from cpplan.bound import pool_scoped_stats
+
+        cpsat = next((o.plan for o in found if o.strategy == "cpsat" and o.plan is not None), winner.plan)
+        solver = pool_scoped_stats(problem, solver, cpsat.cost_s)  # the gap of CP-SAT's plan, as on one group
     return PlanResult(
         problem=problem,
         plan=winner.plan,
         candidates=tuple(_candidate(o, winner) for o in found),
-        solver=_solver_stats(found),
+        solver=solver,
         profile=profile.name,
         wall_s=budget.deadline.elapsed_s(),
     )

@@ -110,6 +110,8 @@ class ModelOutcome:
             said = "proved its answer optimal"
             if self.bound_scope is Scope.MODEL:
                 said += " in its own (conservative) model"
+            elif self.bound_scope is Scope.PROPOSED_WAVES:
+                said += " among the proposed waves"
         elif self.status is Status.FEASIBLE:
             said = "answered"
             if self.gap is not None:

@@ -114,14 +114,17 @@ class PlanResult:
         )
 
     def summary(self, width: int = SUMMARY_WIDTH) -> str:
-        """A few lines, none wider than ``width``: strategy, waves, tokens, busiest rank, peak against
-        budget, seconds (a sentence too long for a line goes on in the next, indented)."""
+        """A few lines, none wider than ``width``: strategy, waves and seconds, the proven gap, what
+        decided, tokens, busiest rank, peak against budget (a sentence too long for a line goes on in
+        the next, indented)."""
         plan, budget = self.plan, self.problem.memory_bytes
         busiest = max(plan.waves, key=lambda w: w.peak_bytes)
         tokens = local_tokens(busiest)
+        bound = bound_sentence(self.solver, plan.cost_s)
         lines = [
             f"strategy {plan.strategy}: {plan.num_waves} wave(s), predicted {seconds_text(plan.cost_s)} s "
             f"(planned in {self.wall_s * 1e3:.1f} ms, profile {self.profile})",
+            *([bound] if bound else []),
             f"chosen: {self.decision()}",
             f"tokens: {plan.packed_tokens:,} packed of {plan.logical_tokens:,} logical "
             f"({plan.packed_tokens / max(plan.logical_tokens, 1):.1%})",
@@ -129,9 +132,8 @@ class PlanResult:
             f"{int(tokens[busiest.busiest_rank]):,} local tokens, peak {format_bytes(busiest.peak_bytes)} "
             f"of {format_bytes(budget)} ({busiest.peak_bytes / budget:.1%})",
         ]
-        bound = bound_sentence(self.solver, plan.cost_s)
         note = self.deadline_note()
-        said = lines + [line for line in (bound, note) if line]
+        said = [*lines, note] if note else lines
         return "\n".join(
             textwrap.fill(line, width, subsequent_indent="  ", break_on_hyphens=False) for line in said
         )
@@ -170,10 +172,10 @@ def bound_sentence(solver: SolverStats, cost_s: float) -> str | None:
     if solver.bound_scope is Scope.ALL_PLANS:
         floor = f"no valid plan costs less than {bound_text(bound)} s"
         if gap <= 1e-9:
-            return f"bound: this plan is the best possible under the cost model ({floor})"
+            return f"bound: proven gap 0%: {floor}, so this plan is the best possible under the cost model"
         return (
-            f"bound: the best possible plan under the cost model saves at most {gap:.2%} of this plan's "
-            f"time ({floor})"
+            f"bound: proven gap at most {gap:.2%}: {floor}, so the best possible plan under the cost model "
+            f"saves at most {gap:.2%} of this plan's time"
         )
     return (
         f"bound: at most {gap:.2%} from the best plan made of the waves the planners proposed (at least "

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from cpplan import Item, Request, Workload
 from cpplan.bound import ALL_PLANS, PROPOSED_WAVES, plan_bound
-from cpplan.bound.all_plans import crossing_floor_s
+from cpplan.bound.all_plans import wave_crossing_floor_s
 from cpplan.bound.node_floors import memory_ranks, node_floors, once_amounts, waves_needed, whole_on_one_rank
 from cpplan.errors import NoFitError
 from cpplan.planners.greedy import cached_greedy_plan
@@ -138,15 +138,16 @@ def test_summary_says_how_far_from_the_best_plan():
     assert f"no valid plan costs less than {bound_text(result.solver.bound_s)} s" in text
 
 
-def test_pool_of_cp_groups_keeps_the_proposed_waves_scope():
-    """Under ``dp > 1`` a plan's price is a makespan, which this bound does not cover: the scope says
-    so and no bound is given."""
+def test_dynamic_cp_pool_keeps_the_proposed_waves_scope():
+    """Under dynamic CP, waves of several group sizes share the pool, which this bound does not cover:
+    the scope says so and no bound is given."""
     problem = tiny_problem(CHUNKED, cp=1, chunk_tokens=128, room=1.0)
     pooled = dataclasses.replace(
-        problem, settings=dataclasses.replace(problem.settings, topology=Topology(cp=1, dp=2))
+        problem,
+        settings=dataclasses.replace(problem.settings, topology=Topology(cp=1, dp=2, dynamic_cp=True)),
     )
     bound = plan_bound(pooled)
-    assert bound.scope == PROPOSED_WAVES and bound.bound_s is None and "makespan" in bound.why
+    assert bound.scope == PROPOSED_WAVES and bound.bound_s is None and "group sizes" in bound.why
 
 
 @st.composite
@@ -245,7 +246,7 @@ def test_requests_too_long_for_one_rank_cross_in_every_wave():
     assert not whole_on_one_rank(problem).any()
     bound = plan_bound(problem)
     best = optimum(problem)
-    each = crossing_floor_s(problem.card.handoff, 280.0, 2)
+    each = wave_crossing_floor_s(problem, 280.0)
     assert bound.num_waves == 3 and each > 0
     assert bound.terms_s["handoff_or_imbalance"] == pytest.approx(3 * each, rel=1e-6)
     assert all(w.handoff.seconds >= each for w in best[1])
@@ -258,7 +259,7 @@ def test_pairs_at_most_per_wave_count_by_matching():
     and never above a valid plan's count or price."""
     from cpplan.api import build_problem
     from cpplan.bench.suites import suite
-    from cpplan.bound.node_floors import _one_rank_bytes, apart_requests, paired_waves
+    from cpplan.bound.node_floors import apart_requests, one_rank_bytes, paired_waves
 
     case = next(c for c in suite(quick=True) if c.name == "grpo_g8_1to8")
     problem = build_problem(
@@ -269,7 +270,7 @@ def test_pairs_at_most_per_wave_count_by_matching():
     greedy = cached_greedy_plan(problem, load_solver("deterministic").greedy.layouts)
     assert bound.num_waves == floors.waves[0] <= greedy.num_waves
     assert bound.bound_s <= greedy.cost_s
-    _, path, piece, capacity = _one_rank_bytes(problem)  # at CP1 the average rank is the rank
+    _, path, piece, capacity = one_rank_bytes(problem)  # at CP1 the average rank is the rank
     paired, _ = paired_waves(problem, path, piece, capacity)
     assert paired > apart_requests(problem, path, piece, capacity).size
     assert bound.num_waves >= paired
@@ -308,3 +309,50 @@ def test_the_planner_takes_the_matching_columns():
     greedy = cached_greedy_plan(problem, profile.greedy.layouts)
     assert result.cost_s <= matched.cost_s * (1 + 1e-9) and result.cost_s < greedy.cost_s
     assert result.solver.bound_scope == ALL_PLANS and result.solver.gap <= 0.025
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_instances())
+def test_bound_never_above_the_planners_plans(instance):
+    """Over random prefix-tree workloads (each token widened to 32, so that 128-token chunks, what the
+    CP-SAT models count in, still spread them), CP sizes, cards and budgets: the bound is at most the
+    price of the plan ``cpplan.solve`` returns (the runtime profile's whole pipeline) and of greedy's
+    plan, on one group and on a pool of two."""
+    workload, cp, model, room, _, _ = instance
+    workload = _widened(workload, 32)
+    distinct = int(sum(len(r.tokens) for _, _, r in workload.requests()))
+    problem = tiny_problem(
+        workload, cp=min(cp, max(distinct // 128, 1)), chunk_tokens=128, room=room, model=model
+    )
+    pooled = dataclasses.replace(
+        problem,
+        settings=dataclasses.replace(problem.settings, topology=Topology(cp=problem.topology.cp, dp=2)),
+    )
+    for case in (problem, pooled):
+        bound = plan_bound(case)
+        if bound.scope != ALL_PLANS:
+            continue
+        prices = []
+        with contextlib.suppress(NoFitError):
+            prices.append(solve(case, load_solver("runtime")).cost_s)
+        with contextlib.suppress(NoFitError):
+            prices.append(cached_greedy_plan(case, LAYOUTS).cost_s)
+        for price in prices:
+            assert bound.bound_s <= price * (1 + 1e-12)
+
+
+def _widened(workload: Workload, width: int) -> Workload:
+    """``workload`` with every token ``t`` replaced by the ``width`` tokens ``t · width + k``: the same
+    prefix tree, every node ``width`` times longer."""
+    items = []
+    for item in workload.items:
+        requests = tuple(
+            Request(
+                tokens=(np.asarray(r.tokens)[:, None] * width + np.arange(width)).ravel(),
+                grad=r.grad,
+                output=r.output,
+            )
+            for r in item.requests
+        )
+        items.append(Item(id=item.id, requests=requests))
+    return Workload(items=tuple(items))

@@ -226,10 +226,12 @@ def test_pool_greedy_cuts_one_wave_per_group_without_a_remainder(qwen36):
 
 def test_the_schedule_model_reports_its_own_gap():
     """Where the schedule model decides (``dp > 1``, the deterministic profile), the plan JSON's solver
-    block gives its gap over its own bound as ``model_gap`` too, as for every other model."""
+    block gives its gap over its own bound as ``model_gap``, as for every other model; ``gap`` is over
+    the bound over all plans of the pool."""
     workload = Workload.from_jsonl(Path(__file__).resolve().parents[2] / "examples" / "grpo.jsonl")
     kwargs = dict(topology=cpplan.Topology(dp=2, cp=2), model="qwen3.6-35b-a3b", memory_bytes="8GiB")
     result = cpplan.plan(workload, solver="deterministic", **kwargs)
     solver = result.to_dict()["solver"]
     assert result.solver.deciding.model == "schedule" and result.solver.deciding.status.answered
-    assert solver["gap"] is not None and solver["model_gap"] == solver["gap"]
+    assert solver["model_gap"] == pytest.approx(result.solver.deciding.gap)
+    assert solver["bound_scope"] == "all plans" and solver["gap"] is not None

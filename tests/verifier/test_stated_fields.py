@@ -204,9 +204,10 @@ def test_a_bound_over_all_plans_above_the_plans_cost_is_caught(cp2):
 
 
 def test_a_models_bound_above_its_objective_is_caught(dp2):
-    """A bound of the schedule model's own, set above that model's objective, is refused."""
+    """A bound of the schedule model's own (scope ``its model``), set above that model's objective, is
+    refused."""
     objective = dp2[1]["solver"]["objective_s"]
-    violations = edited(dp2, lambda d: d["solver"].update(bound_s=objective + 0.1))
+    violations = edited(dp2, lambda d: d["solver"].update(bound_s=objective + 0.1, bound_scope="its model"))
     assert (
         violations[0]
         == f"plan solver.bound_s {objective + 0.1} lies above its model's objective_s {objective}"

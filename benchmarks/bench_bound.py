@@ -1,0 +1,235 @@
+"""The lower bound over all plans beside the plan it bounds: per instance the plan's price, the bound
+before the per-wave floors (the module at ``--old-ref``) and now, the proven gap of each, what the plan
+pays in GDN hand-off and in imbalance (per barrier the slowest rank less the average, summed over its
+waves and barriers), and the bound's own time.
+
+Instances: the quick suite (``cpplan.bench.suites.suite(quick=True)``) at CP 1, 2, 4 and 8 and
+``--memory`` per rank, each also on a pool of two CP2 groups (``dp=2,cp=2``), and six held-out-style
+steps shaped like the bound issue's (GRPO groups, agent trees, a long tail, a wave of ten long unique
+requests: ``STEPS``). Each is planned by ``cpplan.plan`` under ``--profile`` (the CLI's default,
+``deterministic``); the old bound is ``plan_bound`` of ``cpplan/bound/all_plans.py`` as of ``--old-ref``
+(loaded beside the current package, reading its node floors), ``-`` where it does not load or proves
+nothing (pools). The table ends with the median and the largest gap, old and new, and the bound's
+median and largest time; the load average stands beside every row.
+
+Usage: ``python benchmarks/bench_bound.py [--quick] [--profile NAME] [--memory SIZE] [--old-ref REF]
+[--output PATH]`` (prints a table, writes JSON, default ``./cpplan-bench/bench_bound.json``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+import cpplan
+from cpplan.bench import synthetic
+from cpplan.bench.outputs import QUICK_FOLDER
+from cpplan.bench.suites import suite
+from cpplan.bound import plan_bound
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_OUTPUT = QUICK_FOLDER / "bench_bound.json"
+MODEL = "qwen3.6-35b-a3b"
+OLD_REF = "c546626"
+"""The commit whose bound the table calls old: the last before the per-wave floors."""
+CP_SIZES = (1, 2, 4, 8)
+POOL = "dp=2,cp=2"
+
+
+def _grpo() -> cpplan.Workload:
+    return synthetic.grpo(
+        num_prompts=2,
+        group_size=8,
+        system_tokens=2048,
+        prompt_tokens=8192,
+        completion_tokens=(256, 1024),
+        seed=11,
+    )
+
+
+def _trees() -> cpplan.Workload:
+    return synthetic.agent_trees(num_trees=4, depth=3, branching=3, turn_tokens=(1024, 4096), seed=7)
+
+
+def _tail() -> cpplan.Workload:
+    return synthetic.long_tail(num_items=16, median_tokens=4096, max_tokens=32768, seed=3)
+
+
+def _long_unique() -> cpplan.Workload:
+    return synthetic.long_tail(num_items=10, median_tokens=19500, max_tokens=24000, seed=5)
+
+
+STEPS: tuple[tuple[str, Callable[[], cpplan.Workload], str, str], ...] = (
+    ("step_grpo", _grpo, "cp=2", "20GiB"),
+    ("step_agent_trees", _trees, "cp=4", "20GiB"),
+    ("step_long_tail", _tail, "cp=4", "40GiB"),
+    ("step_grpo", _grpo, "cp=8", "20GiB"),
+    ("step_agent_trees", _trees, "cp=8", "40GiB"),
+    ("step_long_unique", _long_unique, "cp=8", "40GiB"),
+    ("step_grpo", _grpo, POOL, "20GiB"),
+)
+"""Held-out-style steps: (name, workload, topology, memory per rank)."""
+
+
+def old_bound_module(ref: str):
+    """``cpplan/bound/all_plans.py`` as of ``ref``, loaded as a module of its own (``None`` where git
+    or the ref is missing)."""
+    try:
+        text = subprocess.run(
+            ["git", "-C", str(ROOT), "show", f"{ref}:cpplan/bound/all_plans.py"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    path = Path(tempfile.mkdtemp()) / "old_all_plans.py"
+    path.write_text(text)
+    spec = importlib.util.spec_from_file_location("old_all_plans", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["old_all_plans"] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:  # an old module that no longer loads against today's package
+        print(f"old bound at {ref} does not load: {exc}", file=sys.stderr)
+        return None
+    return module
+
+
+def instances(quick: bool, memory: str):
+    """(name, workload builder, topology, memory) of every instance."""
+    found = []
+    for case in suite(quick=True):
+        for cp in (2, 8) if quick else CP_SIZES:
+            found.append((case.name, case.build, f"cp={cp}", memory))
+        found.append((case.name, case.build, POOL, memory))
+    return found + list(STEPS)
+
+
+def measure(name, build, topology: str, memory: str, profile: str, old) -> dict:
+    """One instance's plan, bounds, gaps and the bound's time."""
+    workload = build()
+    started = time.perf_counter()
+    result = cpplan.plan(
+        workload, topology=cpplan.Topology.parse(topology), model=MODEL, memory_bytes=memory, solver=profile
+    )
+    plan_s = time.perf_counter() - started
+    problem, cost = result.problem, result.cost_s
+    started = time.perf_counter()
+    new = plan_bound(problem)
+    bound_s = time.perf_counter() - started
+    before = old.plan_bound(problem).bound_s if old is not None else None
+    barriers = np.asarray(problem.card.constants.barrier_coefficients, dtype=np.float64)
+    waves = result.plan.waves
+    average = sum(float((barriers @ w.quantities.sum(axis=0)).sum()) / w.cp for w in waves)
+    paid = sum(w.cost_s - problem.card.wave_overhead_s - w.handoff.seconds for w in waves)
+    return {
+        "instance": name,
+        "topology": topology,
+        "memory": memory,
+        "num_waves": result.plan.num_waves,
+        "plan_s": cost,
+        "old_bound_s": before,
+        "new_bound_s": new.bound_s,
+        "new_scope": new.scope.value,
+        "new_terms_s": new.terms_s,
+        "old_gap": None if before is None else max(0.0, (cost - before) / cost),
+        "new_gap": new.gap(cost),
+        "plan_handoff_s": sum(w.handoff.seconds for w in waves),
+        "plan_imbalance_s": paid - average,
+        "plan_modes": sorted({w.gdn_handoff for w in waves}),
+        "bound_time_s": bound_s,
+        "planning_s": plan_s,
+        "loadavg": os.getloadavg()[0],
+    }
+
+
+HEADER = (
+    f"{'instance':<18} {'topology':<10} {'memory':>6} {'waves':>5} {'plan s':>8} {'old bound':>9} "
+    f"{'new bound':>9} {'old gap':>7} {'new gap':>7} {'handoff':>7} {'imbal.':>7} {'bound ms':>8} "
+    f"{'plan s':>6} load"
+)
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2%}"
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4f}"
+
+
+def print_row(r: dict) -> None:
+    """One table line."""
+    print(
+        f"{r['instance']:<18} {r['topology']:<10} {r['memory']:>6} {r['num_waves']:>5} {r['plan_s']:>8.4f} "
+        f"{_num(r['old_bound_s']):>9} {_num(r['new_bound_s']):>9} {_pct(r['old_gap']):>7} "
+        f"{_pct(r['new_gap']):>7} {r['plan_handoff_s']:>7.4f} {r['plan_imbalance_s']:>7.4f} "
+        f"{1e3 * r['bound_time_s']:>8.1f} {r['planning_s']:>6.1f} "
+        f"{r['loadavg']:.2f}",
+        flush=True,
+    )
+
+
+def summary(rows: list[dict]) -> dict:
+    """Median and largest gap, old and new (``None`` where no row has one; a row without a bound counts
+    as a gap of 100%), and the bound's median and largest time."""
+
+    def gaps(key: str) -> list[float]:
+        return [1.0 if r[key] is None else r[key] for r in rows]
+
+    found = {}
+    for key in ("old_gap", "new_gap"):
+        values = gaps(key)
+        found[key] = {"median": statistics.median(values), "max": max(values)}
+    times = [r["bound_time_s"] for r in rows]
+    found["bound_time_s"] = {"median": statistics.median(times), "max": max(times)}
+    return found
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Parse the options, run, print and write the JSON."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="the suite at CP 2 and 8 only")
+    parser.add_argument("--profile", default="deterministic", help="solver profile (default: deterministic)")
+    parser.add_argument("--memory", default="40GiB", help="memory per rank for the suite (default 40GiB)")
+    parser.add_argument("--old-ref", default=OLD_REF, help=f"git ref of the old bound (default {OLD_REF})")
+    parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help=f"default ./{DEFAULT_OUTPUT}")
+    args = parser.parse_args(argv)
+    old = old_bound_module(args.old_ref)
+    print(HEADER)
+    rows = []
+    for name, build, topology, memory in instances(args.quick, args.memory):
+        rows.append(measure(name, build, topology, memory, args.profile, old))
+        print_row(rows[-1])
+    found = summary(rows)
+    for key in ("old_gap", "new_gap"):
+        print(f"{key}: median {found[key]['median']:.2%}, max {found[key]['max']:.2%} (no bound: 100%)")
+    times = found["bound_time_s"]
+    print(f"bound time: median {1e3 * times['median']:.1f} ms, max {1e3 * times['max']:.1f} ms")
+    data = {
+        "model": MODEL,
+        "profile": args.profile,
+        "old_ref": args.old_ref,
+        "cpplan": cpplan.__file__,
+        "rows": rows,
+        "summary": found,
+    }
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(data, indent=1) + "\n")
+    print(f"wrote {args.output}")
+
+
+if __name__ == "__main__":
+    main()

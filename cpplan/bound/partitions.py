@@ -1,0 +1,185 @@
+"""A bound over every partition of a few items into waves: each set of items priced by its floors,
+the least sum over the partitions (a master over every wave column, solved exactly by dynamic
+programming over item subsets).
+
+A wave holding exactly the items ``S`` costs at least ``F(S)``: its overhead; per barrier, the
+average rank of its full-sharing totals (any layout stores each node of its requests at least once,
+at the same positions, with every flag some request through it carries; its ranks' pieces are at least
+its distinct request ends; every rank's remote tokens sum to ``(cp - 1)`` times its packed tokens);
+and, on ``cp > 1`` ranks, the least over the hand-off modes of what it pays beyond that average
+(:mod:`cpplan.bound.wave_floors`). Where the same average rank's memory exceeds some envelope's
+capacity, no wave holds ``S`` and ``F(S)`` is infinite. Two waves or more that together hold exactly
+the items ``S``, tied by an item split over them, pay at least two overheads, the same average (their
+totals sum to at least the full-sharing totals of ``S``) and the split item's common nodes once more
+(every request of the item passes them, and its requests lie in two waves or more): at least the
+least such copy over the items of ``S`` of more than one request (:func:`split_copies_s`; none can be
+split where every item is one request). So with ``G(S)`` the least of the two, every valid plan, split
+waves included, costs at least ``min_P Σ_{S ∈ P} G(S)``: group its waves into the runs an item split
+over several waves ties together; each run holds a set of whole items, and the runs partition the
+items."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from cpplan.bound.node_floors import (
+    RATIO_SLACK,
+    cached_per_problem,
+    per_copy_amounts,
+    unsplit_rank_floor_s,
+    whole_on_one_rank,
+)
+from cpplan.bound.wave_floors import (
+    copy_seconds,
+    crossing_floor_s,
+    head_parallel_floor_s,
+    whole_requests_floor_s,
+)
+from cpplan.pricing.amounts import span_amounts
+from cpplan.pricing.layout import path_counts
+from cpplan.pricing.ownership import chunk_stats
+from cpplan.pricing.problem import Problem
+from cpplan.spec.quantities import QUANTITIES, QUANTITY_INDEX
+
+_TOKENS = QUANTITY_INDEX["tokens"]
+_SEGMENT_COLUMNS = [QUANTITY_INDEX[q.name] for q in QUANTITIES if q.count == "segment"]
+_REMOTE_COLUMNS = [QUANTITY_INDEX[q.name] for q in QUANTITIES if q.count == "remote"]
+
+ENUMERATED_ITEMS = 8
+"""The most items whose partitions :func:`partition_bound_s` enumerates (its subsets grow as ``2^n``
+and the dynamic program as ``3^n``)."""
+
+
+def wave_floor_s(
+    problem: Problem,
+    items: tuple[int, ...],
+    copy_s: np.ndarray,
+    whole: np.ndarray,
+    node_s: np.ndarray,
+    split_s: float = math.inf,
+) -> float:
+    """``G(S)`` of the items ``items`` (see the module docstring; ``copy_s`` from
+    :func:`~cpplan.bound.wave_floors.copy_seconds`, ``whole`` from
+    :func:`~cpplan.bound.node_floors.whole_on_one_rank`, ``node_s`` per node one copy's seconds over the
+    barriers; ``split_s``: the least :func:`split_copies_s` of its items): the least of ``F(S)``
+    (infinite where no wave holds them) and what two waves or more holding exactly them pay at least,
+    two overheads, the average rank and ``split_s``. Without a crossing, the
+    busiest rank is at least both whole-request floors: the integral one and the node argument with copies
+    (:func:`~cpplan.bound.node_floors.unsplit_rank_floor_s` of the wave's requests)."""
+    card, cp = problem.card, problem.topology.cp
+    requests = problem.item_requests(list(items))
+    totals = full_sharing_totals(problem, requests)
+    totals[_SEGMENT_COLUMNS] = float(np.unique(problem.tree.request_leaf[requests]).size)
+    totals[_REMOTE_COLUMNS] = (cp - 1) * totals[_TOKENS]
+    capacity = problem.memory_bytes / card.safety - np.asarray(card.envelope_static_bytes, dtype=np.float64)
+    barriers = np.asarray(card.constants.barrier_coefficients, dtype=np.float64)
+    average = float((barriers @ totals).sum()) / cp
+    several = 2 * card.wave_overhead_s + average + split_s  # two waves or more, some item split
+    if (card.envelope_coefficients() @ totals / cp > capacity * (1 + RATIO_SLACK) + RATIO_SLACK).any():
+        return several
+    floor = card.wave_overhead_s + average
+    if cp == 1 or not card.handoff.priced:
+        return floor
+    extra = min(crossing_floor_s(card.handoff), head_parallel_floor_s(problem, requests, copy_s))
+    if whole[requests].all():
+        pairs = whole_requests_floor_s(problem, requests)
+        spread = unsplit_rank_floor_s(problem, node_s, requests)
+        busiest = max(spread, pairs if pairs is not None else 0.0)
+        extra = min(extra, max(0.0, busiest - average))
+    return min(floor + extra, several)
+
+
+def split_copies_s(problem: Problem) -> list[float]:
+    """Per item, what splitting it over two waves or more stores again at least: the nodes every one of
+    its requests passes through sit in each of those waves, one more copy each (their per-copy amounts
+    on the average rank, remote tokens included); infinity for an item of one request (never split)."""
+    cp = problem.topology.cp
+    barriers = np.asarray(problem.card.constants.barrier_coefficients, dtype=np.float64).sum(axis=0)
+    amounts = per_copy_amounts(problem).copy()
+    amounts[:, _REMOTE_COLUMNS] = (cp - 1) * amounts[:, [_TOKENS]]
+    seconds = amounts @ barriers / cp
+    found = []
+    for item in range(problem.num_items):
+        requests = problem.item_requests([item])
+        if requests.size < 2:
+            found.append(math.inf)
+            continue
+        counts = path_counts(problem.tree, requests)
+        common = np.flatnonzero(counts == requests.size)
+        found.append(float(seconds[common[common > 0]].sum()))
+    return found
+
+
+def full_sharing_totals(problem: Problem, requests: np.ndarray) -> np.ndarray:
+    """The totals of one full-sharing wave of ``requests``: each node of their paths once, with every
+    flag some request through it carries (summed per node in closed form; packed and counted where
+    requests carry loss masks)."""
+    if problem.loss_positions is not None:
+        layout = problem.pack_requests(requests, "full")
+        return chunk_stats(layout, problem.chunk_tokens).amounts.sum(axis=0).astype(np.float64)
+    tree = problem.tree
+    counts = path_counts(tree, requests)
+    present = (counts > 0).astype(np.float64)
+    present[0] = 0.0
+    plain, with_grad, with_loss = cached_per_problem(problem, "node_amounts", lambda: _node_amounts(problem))
+    flagged = {}
+    for name, flags in (("grad", problem.request_grad), ("loss", problem.request_loss)):
+        weights = np.zeros(tree.num_requests)
+        weights[requests] = flags[requests]
+        flagged[name] = path_counts_weighted(tree, requests, weights) > 0
+    return present @ plain + (present * flagged["grad"]) @ with_grad + (present * flagged["loss"]) @ with_loss
+
+
+def path_counts_weighted(tree, requests: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """Per node, the summed ``weights`` (per tree request) of ``requests`` through it."""
+    starts, ends = tree.path_ptr[requests], tree.path_ptr[requests + 1]
+    lengths = ends - starts
+    offsets = np.cumsum(lengths) - lengths
+    entries = np.repeat(starts - offsets, lengths) + np.arange(int(lengths.sum()), dtype=np.int64)
+    owner = np.repeat(requests, lengths)
+    return np.bincount(tree.path_nodes[entries], weights=weights[owner], minlength=tree.num_nodes)
+
+
+def _node_amounts(problem: Problem) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per node, its amounts without flags, and what the gradient flag and the loss flag add."""
+    tree = problem.tree
+    yes, no = np.ones(tree.num_nodes, dtype=bool), np.zeros(tree.num_nodes, dtype=bool)
+
+    def amounts(grad, loss):
+        return span_amounts(tree.node_length, tree.node_start, {"grad": grad, "loss": loss}).astype(
+            np.float64
+        )
+
+    plain = amounts(no, no)
+    return plain, amounts(yes, no) - plain, amounts(no, yes) - plain
+
+
+def partition_bound_s(problem: Problem) -> float | None:
+    """``min_P Σ_{S ∈ P} G(S)`` over every partition ``P`` of the items (``None`` beyond
+    :data:`ENUMERATED_ITEMS` items)."""
+    n = problem.num_items
+    if n > ENUMERATED_ITEMS:
+        return None
+    copy_s, whole = copy_seconds(problem), whole_on_one_rank(problem)
+    barriers = np.asarray(problem.card.constants.barrier_coefficients, dtype=np.float64).sum(axis=0)
+    node_s = per_copy_amounts(problem) @ barriers
+    split = split_copies_s(problem)
+    floor = [0.0] * (1 << n)
+    for mask in range(1, 1 << n):
+        items = tuple(i for i in range(n) if mask >> i & 1)
+        least = min(split[i] for i in items)
+        floor[mask] = wave_floor_s(problem, items, copy_s, whole, node_s, least)
+    best = [0.0] + [math.inf] * ((1 << n) - 1)
+    for mask in range(1, 1 << n):
+        low = mask & -mask
+        sub = mask
+        while sub:
+            if sub & low:
+                best[mask] = min(best[mask], floor[sub] + best[mask ^ sub])
+            sub = (sub - 1) & mask
+    return best[(1 << n) - 1]
+
+
+__all__ = ["ENUMERATED_ITEMS", "partition_bound_s", "wave_floor_s"]

@@ -1,0 +1,268 @@
+"""Floors on what one wave pays beyond its rank average: its GDN hand-off plus its ranks' imbalance,
+whatever its layout, ownership and the order of its packed requests, in each hand-off mode the card
+prices. A wave on ``cp > 1`` ranks runs in one of three ways:
+
+- *head-parallel* (where the card offers it): it pays the all-to-alls' latency, at least the rows a
+  perfectly balanced ownership moves (``P (cp - 1) / cp²`` per all-to-all, ``P`` its packed tokens)
+  and ``(levels - 1)`` times the level cost. A layout with fewer levels unshares prefix-tree nodes,
+  and every extra copy of a node adds its tokens and attended pairs to the ranks' sum and its rows to
+  the all-to-alls: :func:`level_floor_s` finds, by a dynamic program over the wave's prefix tree, the
+  least of levels and copies together (:func:`head_parallel_floor_s`);
+- *rounds or parallel passing* with some state crossing ranks: at least one extra round and one
+  handed-over state (:func:`crossing_floor_s`);
+- *no crossing*: every request's whole path sits on one rank, so the busiest rank holds whole
+  requests, an integral bin packing of them onto ``cp`` ranks (:func:`whole_requests_floor_s`), its
+  remote tokens included.
+
+The wave pays at least the least of the three (:func:`one_wave_floor_s`). Every floor is a lower
+bound computed in floats; the caller rounds the sum down.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from cpplan.bound.node_floors import (
+    RATIO_SLACK,
+    common_node,
+    one_rank_bytes,
+    per_copy_amounts,
+    unsplit_rank_floor_s,
+)
+from cpplan.pricing.layout import path_counts
+from cpplan.pricing.problem import Problem
+from cpplan.spec.card import HandoffSeconds
+from cpplan.spec.quantities import QUANTITIES, QUANTITY_INDEX
+
+_TOKENS = QUANTITY_INDEX["tokens"]
+_SEGMENT_COLUMNS = [QUANTITY_INDEX[q.name] for q in QUANTITIES if q.count == "segment"]
+_REMOTE_COLUMNS = [QUANTITY_INDEX[q.name] for q in QUANTITIES if q.count == "remote"]
+
+LEVEL_CAP = 24
+"""Levels the dynamic program of :func:`level_floor_s` tells apart: a layout of more levels is counted
+as this many (a smaller level cost, and no copies: still a floor)."""
+
+
+def crossing_floor_s(seconds: HandoffSeconds) -> float:
+    """The least hand-off of a wave whose GDN states cross ranks in rounds (one extra round, one state)
+    or in parallel (one exchange, two states): ``round_s + state_s``."""
+    return seconds.round_s + seconds.state_s
+
+
+def rows_floor_s(seconds: HandoffSeconds, packed_tokens: float, cp: int) -> float:
+    """Head-parallel's latency and the rows an even split of ``packed_tokens`` moves: at least what any
+    ownership's busiest rank moves (:func:`~cpplan.pricing.head_parallel.moved_rows`)."""
+    return seconds.head_collective_s + packed_tokens * (cp - 1) / cp**2 * seconds.head_s_per_token
+
+
+def copy_seconds(problem: Problem) -> np.ndarray:
+    """Per prefix-tree node, the seconds one more copy of it adds at least to a wave on the average rank
+    (its per-copy amounts over the barriers, divided by ``cp``; a rank's remote tokens grow by the
+    copy's tokens on every other rank) and, under head-parallel, to the rows each all-to-all moves."""
+    cp = problem.topology.cp
+    barriers = np.asarray(problem.card.constants.barrier_coefficients, dtype=np.float64).sum(axis=0)
+    amounts = per_copy_amounts(problem).copy()
+    for column in _REMOTE_COLUMNS:
+        amounts[:, column] = (cp - 1) * amounts[:, _TOKENS]
+    rows = amounts[:, _TOKENS] * (cp - 1) / cp**2 * problem.card.handoff.head_s_per_token
+    return amounts @ barriers / cp + rows
+
+
+def level_floor_s(problem: Problem, requests: np.ndarray, copy_s: np.ndarray) -> float:
+    """The least ``(levels - 1) · head_level_s`` plus extra copies' seconds (``copy_s``, per node) of any
+    layout of ``requests`` in one wave. A layout shares some nodes through which two or more of the
+    requests pass; a request's segments are the shared nodes on its path, and one more unless it ends
+    at a shared node. A node left unshared is stored once per shared node just below it on some path,
+    and once per request through it that meets none: at least its in-wave children plus the requests
+    ending at it. ``f_v(d)``, the least copies' seconds under ``v`` with every request through ``v``
+    in at most ``d`` segments from ``v`` down, is the cheaper of sharing ``v`` (children in ``d - 1``)
+    and not (children in ``d``, the copies paid), by a dynamic program bottom up."""
+    level_s = problem.card.handoff.head_level_s
+    tree = problem.tree
+    counts = path_counts(tree, np.asarray(requests, dtype=np.int64))
+    if level_s <= 0 or not (counts[1:] >= 2).any():
+        return 0.0
+    depth = LEVEL_CAP
+    parent = tree.node_parent
+    present = np.flatnonzero(counts > 0)
+    present = present[present > 0]
+    children = np.bincount(parent[present], minlength=tree.num_nodes)
+    ends = np.bincount(tree.request_leaf[requests], minlength=tree.num_nodes)
+    private = np.zeros(depth + 1)
+    private[0] = math.inf  # a request keeps at least one segment
+    tails = np.bincount(parent[present[counts[present] == 1]], minlength=tree.num_nodes)
+    below = {}  # per node: its shared children's summed f, at each depth
+    shared = present[counts[present] >= 2]
+    for v in shared[np.argsort(-tree.node_depth[shared], kind="stable")].tolist():
+        kids = below.pop(v, np.zeros(depth + 1)) + _tails(int(tails[v]), private)
+        share = np.concatenate([[math.inf], kids[:-1]])
+        share[depth] = kids[depth]  # beyond the cap: counted as the cap
+        unshare = kids + (int(children[v]) + int(ends[v]) - 1) * float(copy_s[v])
+        unshare[0] = math.inf
+        u = int(parent[v])
+        below[u] = below.get(u, np.zeros(depth + 1)) + np.minimum(share, unshare)
+    root = below.get(0, np.zeros(depth + 1)) + _tails(int(tails[0]), private)
+    levels = np.arange(depth + 1, dtype=np.float64)
+    return float(np.min((levels[1:] - 1) * level_s + root[1:]))
+
+
+def _tails(count: int, private: np.ndarray) -> np.ndarray:
+    """``count`` private tails' summed ``f`` (each needs a segment, costs no copy); zeros for none."""
+    return count * private if count else np.zeros_like(private)
+
+
+def head_parallel_floor_s(problem: Problem, requests: np.ndarray, copy_s: np.ndarray) -> float:
+    """The least head-parallel hand-off of one wave of ``requests`` beyond its rank average under full
+    sharing: :func:`rows_floor_s` of its full-sharing packed tokens plus :func:`level_floor_s` (infinity
+    where the card does not offer the mode)."""
+    seconds, cp = problem.card.handoff, problem.topology.cp
+    if not seconds.head_parallel_priced:
+        return math.inf
+    counts = path_counts(problem.tree, np.asarray(requests, dtype=np.int64))
+    packed = float(problem.tree.node_length[counts > 0].sum())
+    return rows_floor_s(seconds, packed, cp) + level_floor_s(problem, requests, copy_s)
+
+
+def whole_requests_floor_s(problem: Problem, requests: np.ndarray) -> float | None:
+    """A floor of the busiest rank's seconds (summed over the barriers) in one wave of ``requests``
+    whose GDN states never cross ranks, so every request's whole path sits on one rank: that rank
+    holds the union of its requests' paths (each node at least once, one piece) and its remote tokens
+    are at least the wave's nodes off that union. With ``w_v`` a node's seconds on a rank less its
+    remote-token price, a rank holding requests ``S`` costs at least ``base + Σ_{v ∈ ∪ paths(S)} w_v``
+    (``base``: the whole wave's tokens as remote, and a piece). Whole requests are indivisible: the
+    busiest rank holds the costliest request; among the ``cp + 1`` costliest, some rank holds two
+    (:func:`pair_sums`: the cheapest pair); among any ``k cp + 1``, some rank holds ``k + 1``, their
+    private nodes (passed by no other request of the wave) disjoint. ``None`` where some ``w_v < 0`` (a
+    union may then cost less than a path in it); infinity where memory forbids it
+    (:func:`pairs_overflow`)."""
+    tree, cp = problem.tree, problem.topology.cp
+    requests = np.asarray(requests, dtype=np.int64)
+    if pairs_overflow(problem, requests):
+        return math.inf
+    barriers = np.asarray(problem.card.constants.barrier_coefficients, dtype=np.float64).sum(axis=0)
+    remote_s = float(barriers[_REMOTE_COLUMNS].sum())
+    counts = path_counts(tree, requests)
+    weight = per_copy_amounts(problem) @ barriers - remote_s * tree.node_length
+    weight[counts == 0] = 0.0
+    if (weight < 0).any():
+        return None
+    base = remote_s * float(tree.node_length[counts > 0].sum()) + float(barriers[_SEGMENT_COLUMNS].sum())
+    sums = _PathSums(problem, requests, counts, weight[:, None])
+    path_w = sums.path[tree.request_leaf[requests], 0]
+    best = float(path_w.max())
+    if requests.size > cp:
+        top = requests[np.argsort(-path_w, kind="stable")[: cp + 1]]
+        best = max(best, min(float(sums.pair(a, b, 0.0)[0]) for a, b in _pairs(top)))
+    single = np.where(counts == 1, weight, 0.0)
+    private = np.sort([single[list(tree.path(int(r)))].sum() for r in requests.tolist()])[::-1]
+    for k in range(1, (requests.size - 1) // cp + 1):
+        most = k * cp + 1
+        best = max(best, float(private[most - k - 1 : most].sum()))
+    return base + best
+
+
+def pairs_overflow(problem: Problem, requests: np.ndarray) -> bool:
+    """Whether ``requests`` cannot sit whole on ``cp`` ranks within the budget: more than ``cp`` of them,
+    and every pair among the ``cp + 1`` largest (by their path's bytes on one rank) over some
+    envelope's capacity on one rank (:meth:`_PathSums.pair`, with a piece per distinct end, and the
+    wave's nodes off the pair's union as remote tokens where every node's own bytes outweigh its remote
+    bytes), beyond a relative margin (float error never separates a pair that fits): some rank would
+    hold a pair."""
+    tree, cp = problem.tree, problem.topology.cp
+    if requests.size <= cp:
+        return False
+    copy_bytes, _, piece_bytes, capacity = one_rank_bytes(problem)
+    counts = path_counts(tree, requests)
+    remote = problem.card.envelope_coefficients()[:, _REMOTE_COLUMNS].sum(axis=1)  # bytes per token
+    held = copy_bytes - tree.node_length[:, None] * remote[None, :]
+    if (held[counts > 0] >= 0).all():  # remote tokens: the wave's nodes off the rank's union
+        copy_bytes, piece_bytes = held, piece_bytes + remote * float(tree.node_length[counts > 0].sum())
+    sums = _PathSums(problem, requests, counts, copy_bytes)
+    own = sums.path[tree.request_leaf[requests]] + piece_bytes
+    top = requests[np.argsort(-(own / capacity).max(axis=1), kind="stable")[: cp + 1]]
+    margin = capacity * (1 + RATIO_SLACK) + RATIO_SLACK
+    return all((sums.pair(a, b, piece_bytes) > margin).any() for a, b in _pairs(top))
+
+
+def _pairs(requests: np.ndarray):
+    """Every unordered pair of ``requests``."""
+    listed = requests.tolist()
+    return [(a, b) for i, a in enumerate(listed) for b in listed[i + 1 :]]
+
+
+class _PathSums:
+    """Sums of a per-node amount (``amount``, shape ``(nodes, k)``) over the prefix tree of one wave of
+    ``requests`` (nodes with ``counts > 0``): per node, over it and its ancestors (``path``) and over
+    every wave node in its subtree (``below``, itself excluded); the distinct request ends of the wave
+    at or below each node (``ends``) and whether one is at the node itself (``own_end``)."""
+
+    def __init__(
+        self, problem: Problem, requests: np.ndarray, counts: np.ndarray, amount: np.ndarray
+    ) -> None:
+        tree = problem.tree
+        self.tree = tree
+        amount = np.where((counts > 0)[:, None], amount, 0.0)
+        parent, depth = tree.node_parent, tree.node_depth
+        levels = [np.flatnonzero(depth == d) for d in range(1, int(depth.max()) + 1)]
+        self.path = amount.copy()
+        for nodes in levels:  # parents before children
+            self.path[nodes] += self.path[parent[nodes]]
+        self.below = np.zeros_like(amount)
+        self.own_end = np.zeros(tree.num_nodes, dtype=bool)
+        self.own_end[tree.request_leaf[requests]] = True
+        self.ends = self.own_end.astype(np.float64)
+        for nodes in reversed(levels):  # children before parents
+            np.add.at(self.below, parent[nodes], self.below[nodes] + amount[nodes])
+            np.add.at(self.ends, parent[nodes], self.ends[nodes])
+
+    def pair(self, a: int, b: int, piece):
+        """The least amount on one rank holding requests ``a`` and ``b`` whole with no state crossing
+        ranks (plus ``piece`` per distinct end): where their deepest common node is shared, every
+        request through it sits on that rank too (the node's subtree, its path once, and a piece per
+        distinct end below it and for the node's own segment where none ends there); where it is not,
+        each holds its own copy of their common path (both paths)."""
+        tree = self.tree
+        leaf_a, leaf_b = int(tree.request_leaf[a]), int(tree.request_leaf[b])
+        common = common_node(tree.path(a), tree.path(b))
+        ends = 1 if leaf_a == leaf_b else 2
+        apart = self.path[leaf_a] + self.path[leaf_b] + ends * np.asarray(piece)
+        if not common:
+            return apart
+        pieces = self.ends[common] + (0 if self.own_end[common] else 1)  # its own segment, shared
+        together = self.path[common] + self.below[common] + pieces * np.asarray(piece)
+        return np.minimum(apart, together)
+
+
+def one_wave_floor_s(problem: Problem, average_s: float, copy_s: np.ndarray | None = None) -> float:
+    """What one wave of every request on ``cp > 1`` ranks pays beyond ``average_s`` (the bound's rank
+    average of it, summed over the barriers): the least of :func:`head_parallel_floor_s`,
+    :func:`crossing_floor_s` and, with no crossing, the busiest rank's floor
+    (:func:`whole_requests_floor_s`, or the fractional
+    :func:`~cpplan.bound.node_floors.unsplit_rank_floor_s` where larger) over ``average_s``; 0 where the
+    card prices no hand-off."""
+    seconds = problem.card.handoff
+    if not seconds.priced:
+        return 0.0
+    requests = np.arange(problem.tree.num_requests, dtype=np.int64)
+    copy_s = copy_seconds(problem) if copy_s is None else copy_s
+    barriers = np.asarray(problem.card.constants.barrier_coefficients, dtype=np.float64)
+    unsplit = unsplit_rank_floor_s(problem, per_copy_amounts(problem) @ barriers.sum(axis=0))
+    whole = whole_requests_floor_s(problem, requests)
+    busiest = max(unsplit, whole if whole is not None else 0.0)
+    return min(
+        head_parallel_floor_s(problem, requests, copy_s),
+        crossing_floor_s(seconds),
+        max(0.0, busiest - average_s),
+    )
+
+
+def item_level_floor_s(problem: Problem, copy_s: np.ndarray) -> float:
+    """The least :func:`level_floor_s` of one item alone: every wave holds a whole item, and a wave's
+    floor is at least that of any of its parts (a layout of the wave, restricted to the part, has no
+    more levels and no more copies)."""
+    lengths = np.diff(problem.item_ptr)
+    if (lengths < 2).any():
+        return 0.0
+    return min(level_floor_s(problem, problem.item_requests([i]), copy_s) for i in range(problem.num_items))

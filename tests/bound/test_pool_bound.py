@@ -1,0 +1,80 @@
+"""The bound of a pool's makespan (:mod:`cpplan.bound.pool`): ``dp`` CP groups of one size, each
+running its waves one after another. Never above a valid pool plan's makespan; each of its two floors
+binds somewhere."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from cpplan import Topology, Workload
+from cpplan.api import build_problem
+from cpplan.bound import ALL_PLANS, plan_bound
+from cpplan.bound.all_plans import waves_bound
+from cpplan.bound.pool import item_floor_s
+from cpplan.planners.greedy import cached_greedy_plan
+from cpplan.planners.portfolio import solve
+from cpplan.spec.profile import load_solver
+from tests.bound.enumerated import optimum, tiny_problem
+from tests.bound.test_all_plans_bound import CHUNKED
+
+EXAMPLE = "examples/grpo.jsonl"
+
+
+def _pooled(problem, dp: int):
+    topology = Topology(cp=problem.topology.cp, dp=dp)
+    return dataclasses.replace(problem, settings=dataclasses.replace(problem.settings, topology=topology))
+
+
+@pytest.mark.parametrize("dp, cp", [(2, 2), (4, 1)])
+def test_pool_plan_never_below_the_bound(dp, cp):
+    """On the README example (24 requests, 8 GiB per rank), the deterministic profile's pool plan
+    (a makespan over ``dp`` groups) costs at least the bound, which holds over all plans and is the
+    larger of the summed waves' bound over ``dp`` and the costliest item's own wave."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    problem = build_problem(
+        Workload.from_jsonl(root / EXAMPLE),
+        topology=Topology(cp=cp, dp=dp),
+        model="qwen3.6-35b-a3b",
+        memory_bytes="8GiB",
+    )
+    result = solve(problem, load_solver("deterministic"))
+    bound = plan_bound(problem)
+    assert bound.scope == ALL_PLANS
+    assert bound.bound_s <= result.cost_s
+    assert result.solver.bound_scope == ALL_PLANS and result.solver.bound_s == bound.bound_s
+    summed = waves_bound(problem, None, ())
+    assert bound.bound_s >= summed.bound_s / dp
+    assert bound.bound_s >= 0.75 * result.cost_s  # measured: 78% at dp2 x cp2, 84% at dp4 x cp1
+
+
+def test_costliest_item_bounds_a_wide_pool():
+    """With more groups than waves' worth of work, the summed share falls below the costliest item's
+    own wave, which then binds: the enumerated optimum of one group is at least it, and the pool
+    bound is at most the optimum of one group (a plan of the pool runs that item's wave somewhere)."""
+    problem = tiny_problem(CHUNKED, cp=1, chunk_tokens=128, room=1.0)
+    wide = _pooled(problem, 8)
+    bound = plan_bound(wide)
+    costliest = max(item_floor_s(wide, i) for i in range(wide.num_items))
+    assert bound.bound_s == pytest.approx(costliest, rel=1e-6)
+    assert bound.terms_s["costliest_item_wave"] > bound.terms_s["summed_waves_over_groups"]
+    best, waves = optimum(problem)
+    assert bound.bound_s <= min(w.cost_s for w in waves if any(i in w.items for i in range(wide.num_items)))
+    assert bound.bound_s <= best
+
+
+def test_summed_share_bounds_a_narrow_pool():
+    """With two groups and many waves, the summed waves' bound over two binds, above the costliest
+    item, and greedy's plan placed greedily on the two groups costs no less."""
+    problem = tiny_problem(CHUNKED, cp=1, chunk_tokens=128, room=0.65)
+    pooled = _pooled(problem, 2)
+    bound = plan_bound(pooled)
+    assert bound.terms_s["summed_waves_over_groups"] > bound.terms_s["costliest_item_wave"]
+    plan = cached_greedy_plan(problem, load_solver("deterministic").greedy.layouts)
+    loads = [0.0, 0.0]
+    for wave in sorted(plan.waves, key=lambda w: -w.cost_s):
+        loads[loads.index(min(loads))] += wave.cost_s
+    assert bound.bound_s <= max(loads)
