@@ -8,9 +8,9 @@ rank's quantities with coefficients ``>= 0``, so a wave costs at least
 least ``W · overhead + Σ_b coef_b · (Σ_w Q_w) / cp``: with :mod:`cpplan.bound.node_floors`'s least
 number of waves ``W_0`` and least totals, a bound over every wave partition, layout, ownership and
 hand-off mode (:data:`ALL_PLANS`). On ``cp > 1`` ranks every wave also pays a hand-off or an imbalance
-(:mod:`cpplan.bound.wave_floors`; :func:`crossing_terms_s` says how many waves must); for a few items,
+(:mod:`cpplan.bound.handoff_floors`; :func:`crossing_terms_s` says how many waves must); for a few items,
 every partition into waves is priced by those floors (:mod:`cpplan.bound.partitions`). On a pool of CP
-groups of one size the bound is of the makespan (:mod:`cpplan.bound.pool`). Every term is rounded
+groups of one size the bound is of the makespan (:mod:`cpplan.bound.pool_makespan`). Every term is rounded
 toward a smaller bound.
 
 Where the argument does not hold (a card with a negative coefficient, a pool under dynamic CP, or a
@@ -27,8 +27,8 @@ import numpy as np
 
 from cpplan.bound.node_floors import memory_ranks, node_floors, whole_on_one_rank
 from cpplan.bound.partitions import partition_bound_s
-from cpplan.bound.pool import pool_bound
-from cpplan.bound.wave_floors import (
+from cpplan.bound.pool_makespan import pool_bound
+from cpplan.bound.handoff_floors import (
     copy_seconds,
     crossing_floor_s,
     head_parallel_floor_s,
@@ -182,7 +182,7 @@ def pool_scoped_stats(problem: Problem, stats: SolverStats, cost_s: float) -> So
 def wave_crossing_floor_s(problem: Problem, packed_tokens: float, levels_s: float = 0.0) -> float:
     """The least hand-off of a wave of at least ``packed_tokens`` packed tokens on ``cp > 1`` ranks whose
     GDN states cross ranks at least once, in the cheapest mode the card offers: rounds or parallel
-    passing (:func:`~cpplan.bound.wave_floors.crossing_floor_s`) or head-parallel where offered (its
+    passing (:func:`~cpplan.bound.handoff_floors.crossing_floor_s`) or head-parallel where offered (its
     latency, an even split's rows and ``levels_s``, a floor of its levels and copies); 0 where nothing
     is priced."""
     seconds, cp = problem.card.handoff, problem.topology.cp
@@ -200,11 +200,11 @@ def crossing_terms_s(problem: Problem, num_waves: int, average_s: np.ndarray) ->
     crossing ranks and ranks left unbalanced. A wave whose states never cross keeps every request's
     whole path on one rank (:func:`~cpplan.bound.node_floors.whole_on_one_rank`), so:
 
-    - one wave: :func:`~cpplan.bound.wave_floors.one_wave_floor_s` (the least over the modes), where
+    - one wave: :func:`~cpplan.bound.handoff_floors.one_wave_floor_s` (the least over the modes), where
       some request cannot be whole on a rank its crossing floors only; or a second overhead;
     - where no request fits one rank whole, every wave crosses: each pays at least
       :func:`wave_crossing_floor_s` of its shortest possible request, and, head-parallel, the least
-      levels and copies of an item (:func:`~cpplan.bound.wave_floors.item_level_floor_s`);
+      levels and copies of an item (:func:`~cpplan.bound.handoff_floors.item_level_floor_s`);
     - where some request does not, the wave holding it crosses: at least one such floor;
     - otherwise either some wave crosses or every request is whole on a rank, which needs
       :func:`~cpplan.bound.node_floors.memory_ranks`' count of rank slots, ``cp`` per wave: where that

@@ -7,7 +7,7 @@ average rank of its full-sharing totals (any layout stores each node of its requ
 at the same positions, with every flag some request through it carries; its ranks' pieces are at least
 its distinct request ends; every rank's remote tokens sum to ``(cp - 1)`` times its packed tokens);
 and, on ``cp > 1`` ranks, the least over the hand-off modes of what it pays beyond that average
-(:mod:`cpplan.bound.wave_floors`). Where the same average rank's memory exceeds some envelope's
+(:mod:`cpplan.bound.handoff_floors`). Where the same average rank's memory exceeds some envelope's
 capacity, no wave holds ``S`` and ``F(S)`` is infinite. Two waves or more that together hold exactly
 the items ``S``, tied by an item split over them, pay at least two overheads, the same average (their
 totals sum to at least the full-sharing totals of ``S``) and the split item's common nodes once more
@@ -31,7 +31,7 @@ from cpplan.bound.node_floors import (
     unsplit_rank_floor_s,
     whole_on_one_rank,
 )
-from cpplan.bound.wave_floors import (
+from cpplan.bound.handoff_floors import (
     copy_seconds,
     crossing_floor_s,
     head_parallel_floor_s,
@@ -61,7 +61,7 @@ def wave_floor_s(
     split_s: float = math.inf,
 ) -> float:
     """``G(S)`` of the items ``items`` (see the module docstring; ``copy_s`` from
-    :func:`~cpplan.bound.wave_floors.copy_seconds`, ``whole`` from
+    :func:`~cpplan.bound.handoff_floors.copy_seconds`, ``whole`` from
     :func:`~cpplan.bound.node_floors.whole_on_one_rank`, ``node_s`` per node one copy's seconds over the
     barriers; ``split_s``: the least :func:`split_copies_s` of its items): the least of ``F(S)``
     (infinite where no wave holds them) and what two waves or more holding exactly them pay at least,

@@ -28,13 +28,14 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
+from cpplan.bound import pool_scoped_stats
 from cpplan.errors import CpplanError, NoFitError
 from cpplan.planners import PLANNERS, Strategy
 from cpplan.planners.budget import Budget
 from cpplan.planners.cpsat_planner import joint_proposal
 from cpplan.planners.cpsat_strategy import ensure_solver
 from cpplan.planners.deadline import NO_TIME, Deadline
-from cpplan.planners.decide import BOUND_MIN_LEFT_S, Pool, decide
+from cpplan.planners.decide import Pool, decide
 from cpplan.planners.greedy import cached_greedy_plan
 from cpplan.plans.outcome import ModelOutcome, Status
 from cpplan.plans.plan import Candidate, Plan, SolverStats
@@ -126,10 +127,8 @@ def solve(
     winner = _winner(found)
     solver = _solver_stats(found)
     if problem.topology.several_groups and (
-        budget.deterministic or budget.deadline.left_s() >= BOUND_MIN_LEFT_S
+        budget.deterministic or budget.deadline.left_s() >= profile.timing.bound_min_left_s
     ):
-        from cpplan.bound import pool_scoped_stats
-
         cpsat = next((o.plan for o in found if o.strategy == "cpsat" and o.plan is not None), winner.plan)
         solver = pool_scoped_stats(problem, solver, cpsat.cost_s)  # the gap of CP-SAT's plan, as on one group
     return PlanResult(

@@ -1,4 +1,4 @@
-"""The bound of a pool's makespan (:mod:`cpplan.bound.pool`): ``dp`` CP groups of one size, each
+"""The bound of a pool's makespan (:mod:`cpplan.bound.pool_makespan`): ``dp`` CP groups of one size, each
 running its waves one after another. Never above a valid pool plan's makespan; each of its two floors
 binds somewhere."""
 
@@ -12,7 +12,7 @@ from cpplan import Topology, Workload
 from cpplan.api import build_problem
 from cpplan.bound import ALL_PLANS, plan_bound
 from cpplan.bound.all_plans import waves_bound
-from cpplan.bound.pool import item_floor_s
+from cpplan.bound.pool_makespan import item_floor_s
 from cpplan.planners.greedy import cached_greedy_plan
 from cpplan.planners.portfolio import solve
 from cpplan.spec.profile import load_solver

@@ -1,4 +1,4 @@
-"""The per-wave floors of :mod:`cpplan.bound.wave_floors` against every version of small waves (each
+"""The per-wave floors of :mod:`cpplan.bound.handoff_floors` against every version of small waves (each
 sharing subset as the layout, each chunk-to-rank map as the ownership, each hand-off mode): never above
 what a version pays beyond the bound's rank average, and each floor needed (its removal or a rounding
 up makes a test fail)."""
@@ -13,7 +13,7 @@ import pytest
 
 from cpplan import Item, Request, Workload
 from cpplan.bound import plan_bound
-from cpplan.bound.wave_floors import (
+from cpplan.bound.handoff_floors import (
     copy_seconds,
     crossing_floor_s,
     head_parallel_floor_s,
