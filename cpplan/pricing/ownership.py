@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+import heapq
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -364,6 +365,53 @@ def _bisected_bottleneck(prefix: np.ndarray, lower: float, num_ranks: int, limit
         else:
             hi = mid
     return hi
+
+
+def balanced_owner(
+    weights: np.ndarray,
+    num_ranks: int,
+    *,
+    chunk_bytes: np.ndarray | None = None,
+    room_bytes: np.ndarray | None = None,
+) -> np.ndarray | None:
+    """Chunk owners balancing ``weights`` (non-negative) over ``num_ranks`` ranks with no range
+    constraint: chunks heaviest first (the lower index on ties), each to the least-loaded rank (the
+    lower rank on ties), so a rank's chunks need not be contiguous.
+
+    With ``chunk_bytes`` (per chunk, what it adds to each memory envelope, shape ``(chunks,
+    envelopes)``) and ``room_bytes`` (what each envelope may hold on a rank), a chunk goes to the
+    least-loaded rank whose envelopes stay within their room; ``None`` when some chunk fits no rank.
+    """
+    weights = np.asarray(weights, dtype=np.float64)
+    order = np.argsort(-weights, kind="stable").tolist()
+    if chunk_bytes is not None and room_bytes is not None:
+        return _balanced_within_room(weights, order, num_ranks, chunk_bytes, room_bytes)
+    owner = np.empty(weights.size, dtype=np.int64)
+    heap = [(0.0, r) for r in range(num_ranks)]
+    for chunk in order:
+        load, rank = heapq.heappop(heap)
+        owner[chunk] = rank
+        heapq.heappush(heap, (load + float(weights[chunk]), rank))
+    return owner
+
+
+def _balanced_within_room(
+    weights: np.ndarray, order: list[int], num_ranks: int, chunk_bytes: np.ndarray, room_bytes: np.ndarray
+) -> np.ndarray | None:
+    """:func:`balanced_owner` under memory room: each chunk, in ``order``, to the least-loaded rank it
+    leaves within ``room_bytes`` (``None`` when it fits none)."""
+    owner = np.empty(weights.size, dtype=np.int64)
+    loads = np.zeros(num_ranks)
+    sums = np.zeros((num_ranks, chunk_bytes.shape[1]))
+    for chunk in order:
+        fits = ((sums + chunk_bytes[chunk]) <= room_bytes).all(axis=1)
+        if not fits.any():
+            return None
+        rank = int(np.argmin(np.where(fits, loads, np.inf)))
+        owner[chunk] = rank
+        loads[rank] += weights[chunk]
+        sums[rank] += chunk_bytes[chunk]
+    return owner
 
 
 def owned_ranges(owner: np.ndarray, stats: ChunkStats, rank: int) -> list[tuple[int, int]]:

@@ -13,14 +13,15 @@ from cpplan.pricing.handoff_mode import ROUNDS, chosen_handoff
 from cpplan.pricing.layout import PackedLayout, path_counts
 from cpplan.pricing.ownership import (
     ChunkStats,
+    balanced_owner,
     chunk_stats,
+    general_quantities,
     owner_of_ranges,
     range_ends,
     range_quantities,
     rank_quantities,
 )
 from cpplan.pricing.problem import Problem
-from cpplan.spec.card import ResolvedCard
 from cpplan.spec.quantities import COUNTS, NUM_QUANTITIES, QUANTITIES, QUANTITY_INDEX, check_rules
 
 
@@ -69,59 +70,68 @@ class WavePlan:
 
 
 def ownership_candidates(problem: Problem, stats: ChunkStats) -> list[np.ndarray]:
-    """Contiguous ownerships to try: balanced by predicted seconds (attention work included), by token
-    count and, where the card has more than one barrier (:mod:`cpplan.pricing.evaluator`), by mixes of
-    the two costliest barriers' seconds, each normalized to its wave total (the best of
-    :data:`BARRIER_MIXES` by its barrier seconds): a wave costs the slowest rank
-    of each barrier, so the split balancing the total is rarely the cheapest (a long sequence's early
-    ranks hold more tokens, its late ranks more attended pairs)."""
+    """The ownerships a proposer's wave is priced under: the contiguous splits balanced by predicted
+    seconds (attention work included) and by token count (what :func:`edge_ownership` repairs at the
+    memory edge), and one balanced split free of ranges (:func:`balanced_ownership`), which evens out
+    causal attention where a contiguous split cannot (a long sequence's early ranks hold more tokens,
+    its late ranks more attended pairs) and loses where its extra pieces and hand-off crossings cost
+    more than it saves: the exact price decides."""
     return [owner for owner, _ in _candidates(problem, stats)]
 
 
 def _candidates(problem: Problem, stats: ChunkStats) -> list[tuple[np.ndarray, np.ndarray]]:
-    """:func:`ownership_candidates`, each with its rank quantities: every split's ranges are found
-    first, then all their quantities at once from the chunks' prefix sums."""
+    """:func:`ownership_candidates`, each with its rank quantities (the contiguous splits' from the
+    chunks' prefix sums, both at once), repeats left out."""
     cp = problem.topology.cp
     if cp == 1:
         owner = np.zeros(stats.num_chunks, dtype=np.int64)
         return [(owner, rank_quantities(stats, owner, cp))]
-    constants = problem.card.constants
     matrix = stats.quantity_matrix()
     splits = [
-        range_ends(matrix @ constants.time_coefficients, cp),
+        range_ends(matrix @ problem.card.constants.time_coefficients, cp),
         range_ends(stats.tokens.astype(np.float64), cp),
     ]
-    per_barrier = matrix @ constants.barrier_coefficients.T
-    totals = per_barrier.sum(axis=0)
-    largest = np.argsort(-totals, kind="stable")[:2]
-    mixed = largest.size == 2 and totals[largest[1]] > 0
-    if mixed:
-        normalized = per_barrier[:, largest] / totals[largest]
-        splits += [range_ends(normalized @ mix, cp) for mix in BARRIER_MIXES]
     quantities = range_quantities(stats, splits)
-    chosen = [0, 1]
-    if mixed:
-        seconds = barrier_seconds(problem.card, quantities[2:])
-        chosen.append(2 + min(range(len(BARRIER_MIXES)), key=seconds.__getitem__))
-    distinct: list[int] = []
-    for i in chosen:
-        if all(splits[i] != splits[j] for j in distinct):
-            distinct.append(i)
-    return [(owner_of_ranges(splits[i]), quantities[i]) for i in distinct]
+    found = [(owner_of_ranges(splits[0]), quantities[0])]
+    if splits[1] != splits[0]:
+        found.append((owner_of_ranges(splits[1]), quantities[1]))
+    balanced = _balanced(problem, stats, matrix)
+    if balanced is not None and not any(np.array_equal(balanced[0], owner) for owner, _ in found):
+        found.append(balanced)
+    return found
 
 
-BARRIER_MIXES = tuple(np.array([k / 4, 1 - k / 4]) for k in range(5))
-"""Weights of the two costliest barriers' normalized seconds that :func:`ownership_candidates` balances:
-each alone and three mixes between; the one whose ranks' barrier seconds sum lowest is priced exactly
-(with the total- and token-balanced splits), so a wave costs three pricings, not seven."""
+def balanced_ownership(problem: Problem, stats: ChunkStats) -> np.ndarray | None:
+    """One cheap balanced split free of ranges (:func:`~cpplan.pricing.ownership.balanced_owner`):
+    chunks heaviest first by predicted seconds, each to the least-loaded rank. Where that overfills a
+    rank, each chunk goes to the least-loaded rank that stays within its memory floors, counted with
+    every segment a chunk touches (at least the pieces the rank holds); ``None`` when some chunk then
+    fits no rank."""
+    found = _balanced(problem, stats, stats.quantity_matrix())
+    return None if found is None else found[0]
 
 
-def barrier_seconds(card: ResolvedCard, quantities: np.ndarray) -> list[float]:
-    """Per ownership of a wave, the sum over barriers of its slowest rank's seconds (no memory, no
-    hand-off: a screen), from its rank quantities: ``quantities`` of shape ``(ownerships, ranks,
-    NUM_QUANTITIES)``. One product for all, each ownership's the same numbers as its own product."""
-    per_rank = quantities @ card.constants.barrier_coefficients.T
-    return [float(seconds.max(axis=0).sum()) for seconds in per_rank]
+def _balanced(
+    problem: Problem, stats: ChunkStats, matrix: np.ndarray
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """:func:`balanced_ownership`, with its rank quantities; ``matrix``: the chunks'
+    :meth:`~cpplan.pricing.ownership.ChunkStats.quantity_matrix`."""
+    card, cp = problem.card, problem.topology.cp
+    weights = matrix @ card.constants.time_coefficients
+    owner = balanced_owner(weights, cp)
+    q = general_quantities(stats, owner, cp)
+    if (price(card, q).peak_bytes <= problem.memory_bytes).all():
+        return owner, q
+    per_chunk = matrix.copy()
+    per_chunk[:, _REMOTE] = -stats.tokens[:, None]  # a rank's remote count: the wave's tokens less its own
+    envelopes = card.envelope_coefficients()
+    baseline = card.envelope_static_bytes + stats.packed_tokens * envelopes[:, _REMOTE].sum(axis=1)
+    room = problem.memory_bytes / card.safety - baseline
+    owner = balanced_owner(weights, cp, chunk_bytes=per_chunk @ envelopes.T, room_bytes=room)
+    return None if owner is None else (owner, general_quantities(stats, owner, cp))
+
+
+_REMOTE = np.array([QUANTITY_INDEX[q.name] for q in QUANTITIES if q.count == "remote"])
 
 
 EDGE_STEPS = 12
@@ -172,8 +182,9 @@ def price_wave(
     *,
     split: bool = False,
 ) -> WavePlan:
-    """Price ``layout`` for ``items``: with ``owner`` given, that chunk ownership; otherwise the best
-    contiguous ownership (cheapest that fits, else the one with the lowest peak)."""
+    """Price ``layout`` for ``items``: with ``owner`` given, that chunk ownership; otherwise the best of
+    :func:`ownership_candidates` and the memory edge's repair (cheapest that fits, else the one with the
+    lowest peak)."""
     stats = chunk_stats(layout, problem.chunk_tokens)
     if owner is not None:
         owners = [(owner, rank_quantities(stats, owner, problem.topology.cp))]
