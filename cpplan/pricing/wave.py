@@ -13,6 +13,7 @@ from cpplan.pricing.handoff_mode import ROUNDS, chosen_handoff
 from cpplan.pricing.layout import PackedLayout, path_counts
 from cpplan.pricing.ownership import (
     ChunkStats,
+    MemoryRoom,
     balanced_owner,
     chunk_stats,
     general_quantities,
@@ -104,9 +105,9 @@ def _candidates(problem: Problem, stats: ChunkStats) -> list[tuple[np.ndarray, n
 def balanced_ownership(problem: Problem, stats: ChunkStats) -> np.ndarray | None:
     """One cheap balanced split free of ranges (:func:`~cpplan.pricing.ownership.balanced_owner`):
     chunks heaviest first by predicted seconds, each to the least-loaded rank. Where that overfills a
-    rank, each chunk goes to the least-loaded rank that stays within its memory floors, counted with
-    every segment a chunk touches (at least the pieces the rank holds); ``None`` when some chunk then
-    fits no rank."""
+    rank, each chunk goes to the least-loaded rank that stays within its memory floors (the rank's
+    pieces counted as they stand when the chunk is placed); ``None`` when some chunk then fits no
+    rank."""
     found = _balanced(problem, stats, stats.quantity_matrix())
     return None if found is None else found[0]
 
@@ -122,16 +123,23 @@ def _balanced(
     q = general_quantities(stats, owner, cp)
     if (price(card, q).peak_bytes <= problem.memory_bytes).all():
         return owner, q
+    envelopes = card.envelope_coefficients()
     per_chunk = matrix.copy()
     per_chunk[:, _REMOTE] = -stats.tokens[:, None]  # a rank's remote count: the wave's tokens less its own
-    envelopes = card.envelope_coefficients()
+    joined = np.zeros_like(matrix)
+    joined[:, _SEGMENTS] = stats.shared_edges[:, None]
     baseline = card.envelope_static_bytes + stats.packed_tokens * envelopes[:, _REMOTE].sum(axis=1)
-    room = problem.memory_bytes / card.safety - baseline
-    owner = balanced_owner(weights, cp, chunk_bytes=per_chunk @ envelopes.T, room_bytes=room)
+    room = MemoryRoom(
+        chunk_bytes=per_chunk @ envelopes.T,
+        joined_bytes=joined @ envelopes.T,
+        room_bytes=problem.memory_bytes / card.safety - baseline,
+    )
+    owner = balanced_owner(weights, cp, room=room)
     return None if owner is None else (owner, general_quantities(stats, owner, cp))
 
 
 _REMOTE = np.array([QUANTITY_INDEX[q.name] for q in QUANTITIES if q.count == "remote"])
+_SEGMENTS = np.array([QUANTITY_INDEX[q.name] for q in QUANTITIES if q.count == "segment"])
 
 
 EDGE_STEPS = 12
