@@ -24,8 +24,8 @@ TAPS = 3
 
 
 def _hand_plans(data, workload):
-    """A hand-built plan: CP 1-4, any layout, chunk owners at random or the contiguous split."""
-    cp = data.draw(st.sampled_from((1, 2, 4)), label="cp")
+    """A hand-built plan: CP 1-8, any layout, chunk owners at random or the contiguous split."""
+    cp = data.draw(st.sampled_from((1, 2, 4, 8)), label="cp")
     problem = build_problem(workload, cp=cp, chunk_tokens=data.draw(st.sampled_from((1, 3, 8))))
     return hand_plan(
         problem,
