@@ -70,19 +70,22 @@ class WavePlan:
         return bool((self.prices.peak_bytes <= memory_bytes).all())
 
 
-def ownership_candidates(problem: Problem, stats: ChunkStats) -> list[np.ndarray]:
+def ownership_candidates(problem: Problem, layout: PackedLayout, stats: ChunkStats) -> list[np.ndarray]:
     """The ownerships a proposer's wave is priced under: the contiguous splits balanced by predicted
     seconds (attention work included) and by token count (what :func:`edge_ownership` repairs at the
-    memory edge), and one balanced split free of ranges (:func:`balanced_ownership`), which evens out
-    causal attention where a contiguous split cannot (a long sequence's early ranks hold more tokens,
-    its late ranks more attended pairs) and loses where its extra pieces and hand-off crossings cost
-    more than it saves: the exact price decides."""
-    return [owner for owner, _ in _candidates(problem, stats)]
+    memory edge), the first with its cuts moved where little of the GDN recurrence waits
+    (:func:`cuts_where_little_waits`), and one balanced split free of ranges
+    (:func:`balanced_ownership`), which evens out causal attention where a contiguous split cannot (a
+    long sequence's early ranks hold more tokens, its late ranks more attended pairs) and loses where
+    its extra pieces and hand-off crossings cost more than it saves: the exact price decides."""
+    return [owner for owner, _ in _candidates(problem, layout, stats)]
 
 
-def _candidates(problem: Problem, stats: ChunkStats) -> list[tuple[np.ndarray, np.ndarray]]:
+def _candidates(
+    problem: Problem, layout: PackedLayout, stats: ChunkStats
+) -> list[tuple[np.ndarray, np.ndarray]]:
     """:func:`ownership_candidates`, each with its rank quantities (the contiguous splits' from the
-    chunks' prefix sums, both at once), repeats left out."""
+    chunks' prefix sums, all at once), repeats left out."""
     cp = problem.topology.cp
     if cp == 1:
         owner = np.zeros(stats.num_chunks, dtype=np.int64)
@@ -92,14 +95,42 @@ def _candidates(problem: Problem, stats: ChunkStats) -> list[tuple[np.ndarray, n
         range_ends(matrix @ problem.card.constants.time_coefficients, cp),
         range_ends(stats.tokens.astype(np.float64), cp),
     ]
+    splits.append(cuts_where_little_waits(layout, stats, splits[0]))
     quantities = range_quantities(stats, splits)
-    found = [(owner_of_ranges(splits[0]), quantities[0])]
-    if splits[1] != splits[0]:
-        found.append((owner_of_ranges(splits[1]), quantities[1]))
+    found: list[tuple[np.ndarray, np.ndarray]] = []
+    for i, ends in enumerate(splits):
+        if all(ends != splits[j] for j in range(i)):
+            found.append((owner_of_ranges(ends), quantities[i]))
     balanced = _balanced(problem, stats, matrix)
     if balanced is not None and not any(np.array_equal(balanced[0], owner) for owner, _ in found):
         found.append(balanced)
     return found
+
+
+def cuts_where_little_waits(layout: PackedLayout, stats: ChunkStats, ends: list[int]) -> list[int]:
+    """A contiguous split's ends, each moved by at most a sixteenth of a rank's chunks to where the
+    fewest tokens wait for the state handed over at the cut: none at a segment's start, else the cut
+    segment's tokens after the cut and every token below it in the prefix tree (a cut inside a leaf
+    waits for the leaf's rest, one inside a shared prompt for every completion after it); the nearest
+    such end on a tie."""
+    cp, num_chunks = len(ends), stats.num_chunks
+    below = layout.seg_length.astype(np.int64).copy()
+    for s in range(layout.num_segments - 1, -1, -1):  # parents come before their children
+        parent = int(layout.seg_parent[s])
+        if parent >= 0:
+            below[parent] += below[s]
+    reach = max(1, num_chunks // (16 * cp))
+    moved = list(ends)
+    for r in range(cp - 1):
+        low, high = max(moved[r - 1] + 1 if r else 1, ends[r] - reach), min(ends[r + 1] - 1, ends[r] + reach)
+        if low > high:
+            continue
+        at = np.arange(low, high + 1)
+        segment = stats.first_segment[at]
+        waiting = below[segment] - (at * stats.chunk_tokens - layout.seg_offset[segment])
+        waiting = np.where(stats.shared_edges[at] == 1, waiting, 0)
+        moved[r] = int(at[np.lexsort((np.abs(at - ends[r]), waiting))[0]])
+    return moved
 
 
 def balanced_ownership(problem: Problem, stats: ChunkStats) -> np.ndarray | None:
@@ -197,7 +228,7 @@ def price_wave(
     if owner is not None:
         owners = [(owner, rank_quantities(stats, owner, problem.topology.cp))]
     else:
-        owners = _candidates(problem, stats)
+        owners = _candidates(problem, layout, stats)
     versions = _Versions(
         problem=problem,
         items=tuple(items),

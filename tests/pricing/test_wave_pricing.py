@@ -179,7 +179,7 @@ def test_candidates_are_the_balanced_splits(qwen36):
                 layout = problem.pack(items, spec)
                 wave = price_wave(problem, items, layout, spec)
                 expected = _candidates_by_definition(problem, wave.stats)
-                found = ownership_candidates(problem, wave.stats)
+                found = ownership_candidates(problem, layout, wave.stats)
                 assert len(found) == len(expected)
                 assert all(np.array_equal(a, b) for a, b in zip(found, expected, strict=True))
                 costs = [price_wave(problem, items, layout, spec, owner=owner).cost_s for owner in found]
@@ -247,7 +247,7 @@ def test_balanced_split_free_of_ranges_wins_where_only_tokens_cross(qwen36):
     contiguous = min(
         (
             price_wave(problem, (0, 1), layout, "min_span:4096", owner=o)
-            for o in ownership_candidates(problem, wave.stats)[:2]
+            for o in ownership_candidates(problem, layout, wave.stats)[:2]
         ),
         key=lambda w: w.cost_s,
     )
