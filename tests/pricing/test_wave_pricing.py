@@ -8,11 +8,19 @@ import numpy as np
 
 from cpplan import Topology
 from cpplan.bench.synthetic import grpo
-from cpplan.pricing.ownership import MemoryRoom, balanced_owner, contiguous_split, rank_quantities
+from cpplan.pricing.handoff import handoff_modes
+from cpplan.pricing.ownership import (
+    MemoryRoom,
+    balanced_owner,
+    contiguous_split,
+    owner_of_ranges,
+    rank_quantities,
+)
 from cpplan.pricing.problem import Problem
 from cpplan.pricing.wave import (
     balanced_ownership,
     best_wave,
+    cuts_where_little_waits,
     edge_ownership,
     first_fitting,
     ownership_candidates,
@@ -136,15 +144,14 @@ def test_unshared_bound_never_rules_out_a_fitting_wave(qwen36):
     assert ruled_out > 0
 
 
-def _candidates_by_definition(problem: Problem, stats) -> list[np.ndarray]:
-    """ownership_candidates by its definition: the time- and token-balanced contiguous splits and the
-    balanced split free of ranges, repeats left out."""
+def _candidates_by_definition(problem: Problem, layout, stats) -> list[np.ndarray]:
+    """ownership_candidates by its definition: the time- and token-balanced contiguous splits, the first
+    with its cuts moved where little waits, and the balanced split free of ranges, repeats left out."""
     cp, constants = problem.topology.cp, problem.card.constants
     matrix = stats.quantity_matrix()
-    candidates = [
-        contiguous_split(matrix @ constants.time_coefficients, cp),
-        contiguous_split(stats.tokens.astype(np.float64), cp),
-    ]
+    by_time = contiguous_split(matrix @ constants.time_coefficients, cp)
+    moved = cuts_where_little_waits(layout, stats, np.searchsorted(by_time, np.arange(1, cp + 1)).tolist())
+    candidates = [by_time, contiguous_split(stats.tokens.astype(np.float64), cp), owner_of_ranges(moved)]
     balanced = balanced_ownership(problem, stats)
     if balanced is not None:
         candidates.append(balanced)
@@ -156,10 +163,10 @@ def _candidates_by_definition(problem: Problem, stats) -> list[np.ndarray]:
 
 
 def test_candidates_are_the_balanced_splits(qwen36):
-    """ownership_candidates gives exactly the time- and token-balanced contiguous splits and the
-    balanced split free of ranges, on random GRPO waves at CP 2, 4 and 8 under full and no sharing;
-    the priced wave is the cheapest of them (or the edge repair) and its quantities are its
-    ownership's."""
+    """ownership_candidates gives exactly the time- and token-balanced contiguous splits, the first with
+    its cuts moved where little waits, and the balanced split free of ranges, on random GRPO waves at
+    CP 2, 4 and 8 under full and no sharing; the priced wave is the cheapest of them and its
+    quantities are its ownership's."""
     rng = np.random.default_rng(5)
     for seed in range(6):
         workload = grpo(
@@ -178,7 +185,7 @@ def test_candidates_are_the_balanced_splits(qwen36):
             for spec in ("full", "none"):
                 layout = problem.pack(items, spec)
                 wave = price_wave(problem, items, layout, spec)
-                expected = _candidates_by_definition(problem, wave.stats)
+                expected = _candidates_by_definition(problem, layout, wave.stats)
                 found = ownership_candidates(problem, layout, wave.stats)
                 assert len(found) == len(expected)
                 assert all(np.array_equal(a, b) for a, b in zip(found, expected, strict=True))
@@ -278,3 +285,51 @@ def test_balanced_split_keeps_every_rank_within_its_floors(qwen36):
     assert owner is not None and not np.array_equal(owner, plain)
     assert price_wave(tight, (0, 1), layout, "min_span:4096", owner=owner).fits(budget)
     assert price_wave(tight, (0, 1), layout, "min_span:4096").fits(budget)
+
+
+def _waiting(layout, stats, end: int) -> int:
+    """Tokens that wait for the state handed over at a cut before chunk ``end``, by walking the tree:
+    none at a segment's start, else the cut segment's rest and all its descendants' tokens."""
+    start = end * stats.chunk_tokens
+    starts = layout.seg_offset.tolist()
+    if start in starts:
+        return 0
+    segment = int(np.searchsorted(layout.seg_offset, start, side="right")) - 1
+    total = int(layout.seg_offset[segment] + layout.seg_length[segment]) - start
+    below = [segment]
+    while below:
+        parent = below.pop()
+        children = np.flatnonzero(layout.seg_parent == parent).tolist()
+        total += int(layout.seg_length[children].sum())
+        below += children
+    return total
+
+
+def test_cuts_move_where_little_waits(qwen36):
+    """cuts_where_little_waits moves each cut of the time-balanced split, within a sixteenth of a rank's
+    chunks, to the chunk boundary where the fewest tokens wait (counted here by walking the tree), the
+    nearest on a tie; on GRPO groups of 8 (prompt:completion 16:1) at CP4 the moved cuts fall in
+    completions instead of prompts, and the wave in rounds waits fewer tokens and costs less."""
+    from cpplan.bench.suites import grpo_ratio
+
+    workload = grpo_ratio(group_size=8, ratio=(16, 1), num_prompts=8)
+    settings = Settings(topology=Topology(cp=4), model=qwen36, memory_bytes=80 * 2**30)
+    problem = Problem.build(workload, settings)
+    items = tuple(range(problem.num_items))
+    layout = problem.pack(items, "min_span:512")
+    stats = price_wave(problem, items, layout, "min_span:512").stats
+    by_time = contiguous_split(stats.quantity_matrix() @ problem.card.time_coefficients(), 4)
+    ends = np.searchsorted(by_time, np.arange(1, 5)).tolist()
+    moved = cuts_where_little_waits(layout, stats, ends)
+    reach = max(1, stats.num_chunks // 16 // 4)
+    for r in range(3):
+        window = range(ends[r] - reach, ends[r] + reach + 1)
+        least = min(_waiting(layout, stats, e) for e in window)
+        assert _waiting(layout, stats, moved[r]) == least
+        assert min(window, key=lambda e: (_waiting(layout, stats, e), abs(e - ends[r]))) == moved[r]
+    assert moved != ends
+    before = price_wave(problem, items, layout, "min_span:512", owner=by_time)
+    after = price_wave(problem, items, layout, "min_span:512", owner=owner_of_ranges(moved))
+    rounds = [handoff_modes(layout, w.owner, 128, 4, problem.card.handoff)["rounds"] for w in (before, after)]
+    assert rounds[1].wait_tokens < rounds[0].wait_tokens
+    assert after.cost_s < before.cost_s
