@@ -9,8 +9,6 @@ within 1e-9 absolute, every parameter's gradient within 1e-8 of its largest entr
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import pytest
 import transformers
@@ -27,7 +25,6 @@ from tests.support.hf_models import (
     max_rel_grad_diff,
     mixed_workload,
     one_thread,  # noqa: F401 (autouse fixture)
-    plan,
     scattered,
     slow_decay,
     tiny_model,
@@ -43,6 +40,16 @@ CP = 8
 def workload() -> cpplan.Workload:
     """GRPO groups, a multi-turn prefix chain with a duplicate, and a lone request (~2.6K packed)."""
     return mixed_workload(0)
+
+
+def _shared(workload) -> cpplan.Plan:
+    """Every item in one wave at CP 8 under full sharing (the system prompt and each group's prompt
+    stored once, children starting from their parents' states), priced by the proposers' pricing."""
+    problem = build_problem(workload, topology=cpplan.Topology(cp=CP), model=CARD, memory_bytes=80 * 2**30)
+    items = tuple(range(problem.num_items))
+    wave = price_wave(problem, items, problem.pack(items, "full"), "full")
+    assert (wave.layout.seg_parent >= 0).any()
+    return cpplan.Plan(strategy="full_sharing", waves=(wave,))
 
 
 def _scattered_pieces(result, workload) -> None:
@@ -70,14 +77,14 @@ def _check(model, result, workload) -> None:
 def test_random_ownership_in_each_state_passing_mode(workload, mode):
     """Chunks owned at random at CP 8 on the hybrid MoE model (GDN states decaying slowly enough to
     carry across pieces), states passed in rounds or in parallel: packed equals each request alone."""
-    result = scattered(plan(workload, CP), CP, seed=3)
+    result = scattered(_shared(workload), CP, seed=7)
     _scattered_pieces(result, workload)
     _check(slow_decay(tiny_model("qwen3_5_moe")), with_gdn_handoff(result, mode), workload)
 
 
 def test_random_ownership_attention_only(workload):
     """Chunks owned at random at CP 8 on the attention-only dense family: packed equals unpacked."""
-    result = scattered(plan(workload, CP), CP, seed=4)
+    result = scattered(_shared(workload), CP, seed=4)
     _scattered_pieces(result, workload)
     _check(tiny_model("qwen3"), result, workload)
 
@@ -93,7 +100,7 @@ def _eight_head_model():
 def test_random_ownership_head_parallel(workload):
     """Chunks owned at random at CP 8, GDN layers run head-parallel (one value head per rank): packed
     equals each request alone."""
-    result = scattered(plan(workload, CP), CP, seed=5)
+    result = scattered(_shared(workload), CP, seed=5)
     _scattered_pieces(result, workload)
     _check(_eight_head_model(), with_gdn_handoff(result, "head_parallel"), workload)
 
@@ -102,16 +109,14 @@ def test_balanced_split_free_of_ranges_runs_exactly(workload):
     """The wave under the proposers' balanced split free of ranges (longest first to the least-loaded
     rank) at CP 8, in the hand-off mode its pricing chooses and in the other two: packed equals each
     request alone."""
-    result = plan(workload, CP)
+    shared = _shared(workload)
+    wave = shared.waves[0]
     problem = build_problem(workload, topology=cpplan.Topology(cp=CP), model=CARD, memory_bytes=80 * 2**30)
-    wave = result.plan.waves[0]
     owner = balanced_ownership(problem, wave.stats)
     priced = price_wave(problem, wave.items, wave.layout, wave.layout_name, owner=owner)
-    balanced = cpplan.Plan(
-        strategy="balanced", waves=(dataclasses.replace(priced, layout_name=wave.layout_name),)
-    )
+    balanced = cpplan.Plan(strategy="balanced", waves=(priced,))
     _scattered_pieces(balanced, workload)
     model = _eight_head_model()
     _check(model, balanced, workload)
-    for mode in {"rounds", "parallel", "head_parallel"} - {priced.gdn_handoff}:
+    for mode in sorted({"rounds", "parallel", "head_parallel"} - {priced.gdn_handoff}):
         _check(model, with_gdn_handoff(balanced, mode), workload)

@@ -118,13 +118,13 @@ def zigzag(result: cpplan.PlanResult, cp: int) -> cpplan.Plan:
     return cpplan.Plan(strategy="zigzag", waves=tuple(waves))
 
 
-def scattered(result: cpplan.PlanResult, cp: int, seed: int = 0) -> cpplan.Plan:
+def scattered(result: cpplan.PlanResult | cpplan.Plan, cp: int, seed: int = 0) -> cpplan.Plan:
     """The same waves with every chunk owned by a rank drawn at random (``seed``), every rank owning at
     least one chunk where there are enough: ranks own chunks in no order, and segments cross ranks many
     times."""
     rng = np.random.default_rng(seed)
     waves = []
-    for wave in result.plan.waves:
+    for wave in (result.plan if isinstance(result, cpplan.PlanResult) else result).waves:
         owner = rng.integers(0, cp, wave.owner.size)
         owner[rng.permutation(wave.owner.size)[:cp]] = np.arange(min(cp, wave.owner.size))
         waves.append(dataclasses.replace(wave, owner=owner.astype(wave.owner.dtype)))
