@@ -34,6 +34,7 @@ from cpplan.cpsat.handoff_terms import HandoffVars, add_handoff
 from cpplan.cpsat.rank_split import RankSplit, boundary_windows, is_rank_ordered, seed_boundaries
 from cpplan.cpsat.scaling import FINE_SCALING, Scaling
 from cpplan.cpsat.split_tables import SplitTables, chunk_matrix, split_tables
+from cpplan.pricing.ownership import contiguous_split
 from cpplan.pricing.problem import Problem
 from cpplan.pricing.wave import WavePlan
 from cpplan.spec.quantities import QUANTITY_INDEX
@@ -97,8 +98,8 @@ def pool_columns(
 ) -> tuple[OwnedColumn, ...]:
     """The distinct waves of ``plans`` (none splitting an item: a pool's,
     :class:`~cpplan.planners.decide.Pool`) as columns: one per item set and packed layout, its cheapest
-    version priced, every rank-ordered ownership seen as a seed; the ``max_free`` costliest columns whose
-    layout has a rank-ordered seed may take a new split."""
+    version priced, every rank-ordered ownership seen as a seed (the time-balanced contiguous split where
+    none was seen); the ``max_free`` costliest columns may take a new split."""
     found: dict[tuple, list[WavePlan]] = {}
     for plan in plans:
         for wave in plan:
@@ -108,8 +109,11 @@ def pool_columns(
     for versions in found.values():
         best = min(versions, key=lambda w: w.cost_s)
         cp = problem.topology.cp
-        ordered = [w for w in versions if is_rank_ordered(w.owner)]
-        seeds = tuple(dict.fromkeys(tuple(seed_boundaries(w.owner, cp)) for w in ordered))
+        ordered = [w.owner for w in versions if is_rank_ordered(w.owner)]
+        if not ordered:  # priced under a split free of ranges: the window goes round the time-balanced one
+            weights = best.stats.quantity_matrix() @ problem.card.constants.time_coefficients
+            ordered = [contiguous_split(weights, cp)]
+        seeds = tuple(dict.fromkeys(tuple(seed_boundaries(owner, cp)) for owner in ordered))
         columns.append((best, seeds))
     ranked = sorted(range(len(columns)), key=lambda g: -columns[g][0].cost_s)
     chosen = set([g for g in ranked if columns[g][1]][:max_free])

@@ -1,13 +1,16 @@
 """The ``seeded`` portfolio strategy: the baselines' wave groupings, priced and repaired exactly.
 
 Each baseline packer (token budgets, no-sharing bins, zigzag, prefix groups) proposes which items run
-together. For every proposed wave this strategy keeps the cheaper of two fitting versions: the wave as
-the baseline laid it out and owned it, and the wave under cpplan's own candidate layouts with its
-balanced contiguous ownership. A wave that fits in neither version is split: its items are planned
-again by greedy as a problem of their own (an item too large for any wave takes the split path). The
-cheapest seeded plan is returned. Under a wall-clock budget (profiles that are not deterministic) it
-starts a seed only while the time left covers what the last one took (the runtime profile runs it
-last, with the time greedy and CP-SAT leave).
+together. For every proposed wave this strategy keeps the cheapest fitting version: the wave as the
+baseline laid it out and owned it, the same layout owned as every proposer's wave is
+(:func:`~cpplan.pricing.wave.ownership_candidates`: balanced splits, contiguous or not, the exact price
+deciding), and the wave under cpplan's own candidate layouts. The baseline's own ownership still wins
+where it keeps pieces whole that the balanced split scatters (Megatron's zigzag on the suite's long
+tail at CP4, 80 GiB: ``cpplan bench --cp 4 --memory 80GiB``). A wave that fits in none is split: its
+items are planned again by greedy as a problem of their own (an item too large for any wave takes the
+split path). The cheapest seeded plan is returned. Under a wall-clock budget (profiles that are not
+deterministic) it starts a seed only while the time left covers what the last one took (the runtime
+profile runs it last, with the time greedy and CP-SAT leave).
 
 So a baseline plan that fits the budget is never cheaper than what the portfolio chooses, and one
 that does not fit is turned into one that does instead of being run into an out-of-memory error.
@@ -26,7 +29,7 @@ from cpplan.planners.subproblem import SubProblem
 from cpplan.planners.widths import WidthSearch
 from cpplan.plans.plan import Plan
 from cpplan.pricing.problem import Problem
-from cpplan.pricing.wave import WavePlan, best_wave
+from cpplan.pricing.wave import WavePlan, best_wave, price_wave
 
 # Cheapest and most often useful first: a time-limited run keeps the seeds it reached.
 SEEDS: tuple[Baseline, ...] = (
@@ -46,7 +49,8 @@ def repair(
     *,
     deadline: Deadline | None = None,
 ) -> Plan | None:
-    """Every wave of ``proposal`` as its cheapest fitting version, split where none fits. ``cache``
+    """Every wave of ``proposal`` as its cheapest fitting version (as proposed, its layout under cpplan's
+    ownership candidates, or cpplan's layouts), split where none fits. ``cache``
     keeps cpplan's own pricing of item sets already seen (seeds often propose the same waves). ``None``
     when ``deadline`` expires before every wave is repaired."""
     memory_bytes = problem.memory_bytes
@@ -58,8 +62,8 @@ def repair(
         if wave.items not in cache:
             cache[wave.items] = best_wave(problem, wave.items, layouts)[0]
         own = cache[wave.items]
-        kept = wave if wave.fits(memory_bytes) else None
-        choices = [w for w in (kept, own) if w is not None]
+        theirs = price_wave(problem, wave.items, wave.layout, wave.layout_name, split=wave.split)
+        choices = [w for w in (wave, theirs, own) if w is not None and w.fits(memory_bytes)]
         if choices:
             waves.append(min(choices, key=lambda w: w.cost_s))
         else:

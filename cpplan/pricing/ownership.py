@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+import heapq
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -364,6 +365,67 @@ def _bisected_bottleneck(prefix: np.ndarray, lower: float, num_ranks: int, limit
         else:
             hi = mid
     return hi
+
+
+def balanced_owner(
+    weights: np.ndarray,
+    num_ranks: int,
+    *,
+    room: MemoryRoom | None = None,
+) -> np.ndarray | None:
+    """Chunk owners balancing ``weights`` (non-negative) over ``num_ranks`` ranks with no range
+    constraint: chunks heaviest first (the lower index on ties), each to the least-loaded rank (the
+    lower rank on ties), so a rank's chunks need not be contiguous. With ``room``, each chunk goes to
+    the least-loaded rank it leaves within the room; ``None`` when some chunk fits no rank."""
+    weights = np.asarray(weights, dtype=np.float64)
+    order = np.argsort(-weights, kind="stable").tolist()
+    if room is not None:
+        return _balanced_within_room(weights, order, num_ranks, room)
+    owner = np.empty(weights.size, dtype=np.int64)
+    heap = [(0.0, r) for r in range(num_ranks)]
+    for chunk in order:
+        load, rank = heapq.heappop(heap)
+        owner[chunk] = rank
+        heapq.heappush(heap, (load + float(weights[chunk]), rank))
+    return owner
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class MemoryRoom:
+    """What chunks add to a rank's memory envelopes and what the envelopes may hold: ``chunk_bytes``
+    (per chunk and envelope, its segments counted as pieces of their own), ``joined_bytes`` (per chunk,
+    what a rank saves when it also owns the chunk before it: the piece the two share), and
+    ``room_bytes`` (per envelope)."""
+
+    chunk_bytes: np.ndarray
+    joined_bytes: np.ndarray
+    room_bytes: np.ndarray
+
+
+def _balanced_within_room(
+    weights: np.ndarray, order: list[int], num_ranks: int, room: MemoryRoom
+) -> np.ndarray | None:
+    """:func:`balanced_owner` within ``room``: each chunk, in ``order``, to the least-loaded rank it
+    leaves within the room, its bytes on each rank exact (less a shared piece where the rank owns a
+    neighbouring chunk); ``None`` when it fits none."""
+    num_chunks = weights.size
+    owner = np.full(num_chunks, -1, dtype=np.int64)
+    loads = np.zeros(num_ranks)
+    sums = np.zeros((num_ranks, room.chunk_bytes.shape[1]))
+    for chunk in order:
+        added = np.repeat(room.chunk_bytes[chunk][None, :], num_ranks, axis=0)
+        if chunk > 0 and owner[chunk - 1] >= 0:
+            added[owner[chunk - 1]] -= room.joined_bytes[chunk]
+        if chunk + 1 < num_chunks and owner[chunk + 1] >= 0:
+            added[owner[chunk + 1]] -= room.joined_bytes[chunk + 1]
+        fits = ((sums + added) <= room.room_bytes).all(axis=1)
+        if not fits.any():
+            return None
+        rank = int(np.argmin(np.where(fits, loads, np.inf)))
+        owner[chunk] = rank
+        loads[rank] += weights[chunk]
+        sums[rank] += added[rank]
+    return owner
 
 
 def owned_ranges(owner: np.ndarray, stats: ChunkStats, rank: int) -> list[tuple[int, int]]:

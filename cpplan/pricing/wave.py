@@ -13,14 +13,16 @@ from cpplan.pricing.handoff_mode import ROUNDS, chosen_handoff
 from cpplan.pricing.layout import PackedLayout, path_counts
 from cpplan.pricing.ownership import (
     ChunkStats,
+    MemoryRoom,
+    balanced_owner,
     chunk_stats,
+    general_quantities,
     owner_of_ranges,
     range_ends,
     range_quantities,
     rank_quantities,
 )
 from cpplan.pricing.problem import Problem
-from cpplan.spec.card import ResolvedCard
 from cpplan.spec.quantities import COUNTS, NUM_QUANTITIES, QUANTITIES, QUANTITY_INDEX, check_rules
 
 
@@ -68,60 +70,116 @@ class WavePlan:
         return bool((self.prices.peak_bytes <= memory_bytes).all())
 
 
-def ownership_candidates(problem: Problem, stats: ChunkStats) -> list[np.ndarray]:
-    """Contiguous ownerships to try: balanced by predicted seconds (attention work included), by token
-    count and, where the card has more than one barrier (:mod:`cpplan.pricing.evaluator`), by mixes of
-    the two costliest barriers' seconds, each normalized to its wave total (the best of
-    :data:`BARRIER_MIXES` by its barrier seconds): a wave costs the slowest rank
-    of each barrier, so the split balancing the total is rarely the cheapest (a long sequence's early
-    ranks hold more tokens, its late ranks more attended pairs)."""
-    return [owner for owner, _ in _candidates(problem, stats)]
+def ownership_candidates(problem: Problem, layout: PackedLayout, stats: ChunkStats) -> list[np.ndarray]:
+    """The ownerships a proposer's wave is priced under: the contiguous splits balanced by predicted
+    seconds (attention work included) and by token count (what :func:`edge_ownership` repairs at the
+    memory edge), the first with its cuts moved where little of the GDN recurrence waits
+    (:func:`cuts_where_little_waits`), and one balanced split free of ranges
+    (:func:`balanced_ownership`), which evens out causal attention where a contiguous split cannot (a
+    long sequence's early ranks hold more tokens, its late ranks more attended pairs) and loses where
+    its extra pieces and hand-off crossings cost more than it saves: the exact price decides."""
+    return [owner for owner, _ in _candidates(problem, layout, stats)]
 
 
-def _candidates(problem: Problem, stats: ChunkStats) -> list[tuple[np.ndarray, np.ndarray]]:
-    """:func:`ownership_candidates`, each with its rank quantities: every split's ranges are found
-    first, then all their quantities at once from the chunks' prefix sums."""
+def _candidates(
+    problem: Problem, layout: PackedLayout, stats: ChunkStats
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """:func:`ownership_candidates`, each with its rank quantities (the contiguous splits' from the
+    chunks' prefix sums, all at once), repeats left out."""
     cp = problem.topology.cp
     if cp == 1:
         owner = np.zeros(stats.num_chunks, dtype=np.int64)
         return [(owner, rank_quantities(stats, owner, cp))]
-    constants = problem.card.constants
     matrix = stats.quantity_matrix()
     splits = [
-        range_ends(matrix @ constants.time_coefficients, cp),
+        range_ends(matrix @ problem.card.constants.time_coefficients, cp),
         range_ends(stats.tokens.astype(np.float64), cp),
     ]
-    per_barrier = matrix @ constants.barrier_coefficients.T
-    totals = per_barrier.sum(axis=0)
-    largest = np.argsort(-totals, kind="stable")[:2]
-    mixed = largest.size == 2 and totals[largest[1]] > 0
-    if mixed:
-        normalized = per_barrier[:, largest] / totals[largest]
-        splits += [range_ends(normalized @ mix, cp) for mix in BARRIER_MIXES]
+    splits.append(cuts_where_little_waits(layout, stats, splits[0]))
     quantities = range_quantities(stats, splits)
-    chosen = [0, 1]
-    if mixed:
-        seconds = barrier_seconds(problem.card, quantities[2:])
-        chosen.append(2 + min(range(len(BARRIER_MIXES)), key=seconds.__getitem__))
-    distinct: list[int] = []
-    for i in chosen:
-        if all(splits[i] != splits[j] for j in distinct):
-            distinct.append(i)
-    return [(owner_of_ranges(splits[i]), quantities[i]) for i in distinct]
+    found: list[tuple[np.ndarray, np.ndarray]] = []
+    for i, ends in enumerate(splits):
+        if all(ends != splits[j] for j in range(i)):
+            found.append((owner_of_ranges(ends), quantities[i]))
+    balanced = _balanced(problem, stats, matrix)
+    if balanced is not None and not any(np.array_equal(balanced[0], owner) for owner, _ in found):
+        found.append(balanced)
+    return found
 
 
-BARRIER_MIXES = tuple(np.array([k / 4, 1 - k / 4]) for k in range(5))
-"""Weights of the two costliest barriers' normalized seconds that :func:`ownership_candidates` balances:
-each alone and three mixes between; the one whose ranks' barrier seconds sum lowest is priced exactly
-(with the total- and token-balanced splits), so a wave costs three pricings, not seven."""
+def cuts_where_little_waits(layout: PackedLayout, stats: ChunkStats, ends: list[int]) -> list[int]:
+    """A contiguous split's ends, each moved by at most a sixteenth of a rank's chunks to where the
+    fewest tokens wait for the state handed over at the cut: none at a segment's start, else the cut
+    segment's tokens after the cut and every token below it in the prefix tree (a cut inside a leaf
+    waits for the leaf's rest, one inside a shared prompt for every completion after it); the nearest
+    such end on a tie."""
+    cp, num_chunks = len(ends), stats.num_chunks
+    below = layout.seg_length.astype(np.int64).copy()
+    for s in range(layout.num_segments - 1, -1, -1):  # parents come before their children
+        parent = int(layout.seg_parent[s])
+        if parent >= 0:
+            below[parent] += below[s]
+    reach = max(1, num_chunks // (16 * cp))
+    moved = list(ends)
+    for r in range(cp - 1):
+        low, high = max(moved[r - 1] + 1 if r else 1, ends[r] - reach), min(ends[r + 1] - 1, ends[r] + reach)
+        if low > high:
+            continue
+        at = np.arange(low, high + 1)
+        segment = stats.first_segment[at]
+        waiting = below[segment] - (at * stats.chunk_tokens - layout.seg_offset[segment])
+        waiting = np.where(stats.shared_edges[at] == 1, waiting, 0)
+        moved[r] = int(at[np.lexsort((np.abs(at - ends[r]), waiting))[0]])
+    return moved
 
 
-def barrier_seconds(card: ResolvedCard, quantities: np.ndarray) -> list[float]:
-    """Per ownership of a wave, the sum over barriers of its slowest rank's seconds (no memory, no
-    hand-off: a screen), from its rank quantities: ``quantities`` of shape ``(ownerships, ranks,
-    NUM_QUANTITIES)``. One product for all, each ownership's the same numbers as its own product."""
-    per_rank = quantities @ card.constants.barrier_coefficients.T
-    return [float(seconds.max(axis=0).sum()) for seconds in per_rank]
+def balanced_ownership(problem: Problem, stats: ChunkStats) -> np.ndarray | None:
+    """One cheap balanced split free of ranges (:func:`~cpplan.pricing.ownership.balanced_owner`):
+    chunks heaviest first by predicted seconds, each to the least-loaded rank. Where that overfills a
+    rank (by at most :data:`ROOM_OVERFLOW` of the budget), each chunk goes to the least-loaded rank that
+    stays within its memory floors (the rank's pieces counted as they stand when the chunk is placed);
+    ``None`` when some chunk then fits no rank, or the plain split is further over."""
+    found = _balanced(problem, stats, stats.quantity_matrix())
+    return None if found is None else found[0]
+
+
+def _balanced(
+    problem: Problem, stats: ChunkStats, matrix: np.ndarray
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """:func:`balanced_ownership`, with its rank quantities; ``matrix``: the chunks'
+    :meth:`~cpplan.pricing.ownership.ChunkStats.quantity_matrix`."""
+    card, cp = problem.card, problem.topology.cp
+    weights = matrix @ card.constants.time_coefficients
+    owner = balanced_owner(weights, cp)
+    q = general_quantities(stats, owner, cp)
+    peak_bytes = price(card, q).peak_bytes.max()
+    if peak_bytes <= problem.memory_bytes:
+        return owner, q
+    if peak_bytes > (1 + ROOM_OVERFLOW) * problem.memory_bytes:
+        return None
+    envelopes = card.envelope_coefficients()
+    per_chunk = matrix.copy()
+    per_chunk[:, _REMOTE] = -stats.tokens[:, None]  # a rank's remote count: the wave's tokens less its own
+    joined = np.zeros_like(matrix)
+    joined[:, _SEGMENTS] = stats.shared_edges[:, None]
+    baseline = card.envelope_static_bytes + stats.packed_tokens * envelopes[:, _REMOTE].sum(axis=1)
+    room = MemoryRoom(
+        chunk_bytes=per_chunk @ envelopes.T,
+        joined_bytes=joined @ envelopes.T,
+        room_bytes=problem.memory_bytes / card.safety - baseline,
+    )
+    owner = balanced_owner(weights, cp, room=room)
+    return None if owner is None else (owner, general_quantities(stats, owner, cp))
+
+
+ROOM_OVERFLOW = 0.1
+"""How far over the budget the plain balanced split's peak may be for :func:`balanced_ownership` to
+look for one within the memory floors (a pass per chunk over every rank): further over, a scattered
+split holds too many pieces' states for the room (a 5,543-chunk wave of 256 requests at CP8, 80 GiB:
+104 GiB plain, no split found, 0.28 s spent)."""
+
+_REMOTE = np.array([QUANTITY_INDEX[q.name] for q in QUANTITIES if q.count == "remote"])
+_SEGMENTS = np.array([QUANTITY_INDEX[q.name] for q in QUANTITIES if q.count == "segment"])
 
 
 EDGE_STEPS = 12
@@ -172,13 +230,14 @@ def price_wave(
     *,
     split: bool = False,
 ) -> WavePlan:
-    """Price ``layout`` for ``items``: with ``owner`` given, that chunk ownership; otherwise the best
-    contiguous ownership (cheapest that fits, else the one with the lowest peak)."""
+    """Price ``layout`` for ``items``: with ``owner`` given, that chunk ownership; otherwise the best of
+    :func:`ownership_candidates` and the memory edge's repair (cheapest that fits, else the one with the
+    lowest peak)."""
     stats = chunk_stats(layout, problem.chunk_tokens)
     if owner is not None:
         owners = [(owner, rank_quantities(stats, owner, problem.topology.cp))]
     else:
-        owners = _candidates(problem, stats)
+        owners = _candidates(problem, layout, stats)
     versions = _Versions(
         problem=problem,
         items=tuple(items),

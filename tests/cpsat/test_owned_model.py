@@ -15,7 +15,9 @@ from cpplan.cpsat.owned_model import compile_owned, pool_columns
 from cpplan.cpsat.owned_solve import hint_plan, solve_owned
 from cpplan.cpsat.rank_split import seed_boundaries
 from cpplan.planners.greedy import cached_greedy_plan
+from cpplan.plans.plan import Plan
 from cpplan.pricing.handoff import handoff_modes
+from cpplan.pricing.ownership import contiguous_split
 from cpplan.pricing.wave import price_wave
 from cpplan.spec.profile import load_solver
 from cpplan.spec.topology import Topology
@@ -29,6 +31,18 @@ QUICK = PROFILE.cpsat.model_copy(update={"deterministic_time_s": 0.5})
 def _problem(cp: int, memory: str = "8GiB"):
     workload = Workload.from_jsonl(EXAMPLE)
     return build_problem(workload, topology=Topology(cp=cp), model="qwen3.6-35b-a3b", memory_bytes=memory)
+
+
+def _contiguous_greedy(problem):
+    """Greedy's plan with every wave owned by the time-balanced contiguous split: the splits the model
+    expresses (greedy's own pricing may choose a split free of ranges)."""
+    plan = cached_greedy_plan(problem, PROFILE.greedy.layouts)
+    cp = problem.topology.cp
+    waves = []
+    for wave in plan.waves:
+        owner = contiguous_split(wave.stats.quantity_matrix() @ problem.card.time_coefficients(), cp)
+        waves.append(price_wave(problem, wave.items, wave.layout, wave.layout_name, owner=owner))
+    return Plan(strategy=plan.strategy, waves=tuple(waves))
 
 
 def _fixed_to_seeds(problem, plan):
@@ -51,7 +65,7 @@ def test_fixed_split_prices_as_the_evaluator(cp):
     the evaluator's per-barrier slowest rank and plan price within 0.1% and never above them: the
     barriers, the overhead and the hand-off are in the model."""
     problem = _problem(cp)
-    plan = cached_greedy_plan(problem, PROFILE.greedy.layouts)
+    plan = _contiguous_greedy(problem)
     columns, owned, solver = _fixed_to_seeds(problem, plan)
     for g, column in enumerate(columns):
         wave = column.wave
@@ -69,7 +83,7 @@ def test_handoff_term_is_the_evaluators():
     the parallel mode prices parallel state passing as the evaluator does: without the hand-off term the
     objective would fall short by the hand-off's seconds."""
     problem = _problem(2)
-    plan = cached_greedy_plan(problem, PROFILE.greedy.layouts)
+    plan = _contiguous_greedy(problem)
     columns, owned, solver = _fixed_to_seeds(problem, plan)
     for g, column in enumerate(columns):
         wave = column.wave
@@ -92,7 +106,7 @@ def test_memory_floor_refuses_an_over_budget_split():
     """A split the evaluator refuses (every chunk on one rank, over the budget) is infeasible in the
     model: the per-rank memory floors are rows over the rank's own chunks."""
     problem = _problem(2)
-    plan = cached_greedy_plan(problem, PROFILE.greedy.layouts)
+    plan = _contiguous_greedy(problem)
     columns = pool_columns(problem, [plan.waves], max_free=len(plan.waves))
     owned = compile_owned(problem, columns, window_chunks=10**6)
     g = max(range(len(columns)), key=lambda k: columns[k].wave.packed_tokens)

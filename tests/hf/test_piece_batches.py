@@ -2,7 +2,7 @@
 
 :mod:`cpplan.hf.piece_batches` groups pieces into padded batches; these tests check the grouping's
 own rules and that the batched tree attention equals attention computed piece by piece (float64, the
-explicit softmax over each piece's path), on zigzag-owned waves whose pieces have many shapes.
+explicit softmax over each piece's path), on zigzag- and randomly owned waves whose pieces have many shapes.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from cpplan.hf.geometry import WaveGeometry
 from cpplan.hf.piece_batches import SLACK, bucket_pieces, piece_batches
 from cpplan.integrations.rollout_items import RolloutRow, grouped_workload
 from cpplan.runtime.materialize import materialize_wave
-from tests.support.hf_models import mixed_workload, plan, zigzag
+from tests.support.hf_models import mixed_workload, plan, scattered, zigzag
 
 
 class _Heads:
@@ -32,9 +32,10 @@ def workload():
     return mixed_workload(0)
 
 
-def _geometry(workload, cp: int, *, chunked: bool) -> WaveGeometry:
+def _geometry(workload, cp: int, *, chunked: bool | str) -> WaveGeometry:
     result = plan(workload, cp)
-    return WaveGeometry.build(materialize_wave(zigzag(result, cp) if chunked else result, workload, wave=0))
+    owned = scattered(result, cp) if chunked == "scattered" else zigzag(result, cp) if chunked else result
+    return WaveGeometry.build(materialize_wave(owned, workload, wave=0))
 
 
 def test_every_piece_in_one_batch_within_slack():
@@ -66,7 +67,7 @@ def test_equal_completions_share_one_call():
     assert (geo.keys[0].num_pieces, len(found.batches)) == (18, 2)
 
 
-@pytest.mark.parametrize(("cp", "chunked"), [(1, False), (2, True), (4, True)])
+@pytest.mark.parametrize(("cp", "chunked"), [(1, False), (2, True), (4, True), (8, "scattered")])
 def test_batched_equals_piece_by_piece(workload, cp, chunked):
     """Batched tree attention gives every rank's queries the output of attention over their own piece's
     key path alone (causal, aligned bottom-right), to 1e-12 in float64."""

@@ -8,12 +8,19 @@ import numpy as np
 
 from cpplan import Topology
 from cpplan.bench.synthetic import grpo
-from cpplan.pricing.ownership import contiguous_split, rank_quantities
+from cpplan.pricing.handoff import handoff_modes
+from cpplan.pricing.ownership import (
+    MemoryRoom,
+    balanced_owner,
+    contiguous_split,
+    owner_of_ranges,
+    rank_quantities,
+)
 from cpplan.pricing.problem import Problem
 from cpplan.pricing.wave import (
-    BARRIER_MIXES,
-    barrier_seconds,
+    balanced_ownership,
     best_wave,
+    cuts_where_little_waits,
     edge_ownership,
     first_fitting,
     ownership_candidates,
@@ -137,41 +144,29 @@ def test_unshared_bound_never_rules_out_a_fitting_wave(qwen36):
     assert ruled_out > 0
 
 
-def _candidates_one_at_a_time(
-    problem: Problem, stats
-) -> tuple[list[np.ndarray], list[np.ndarray], list[float]]:
-    """ownership_candidates by its definition, one split and one rank-quantity product at a time: the
-    time- and token-balanced splits, and the barrier mix whose slowest ranks' barrier seconds sum
-    lowest, repeats left out; with every mix's split and seconds."""
+def _candidates_by_definition(problem: Problem, layout, stats) -> list[np.ndarray]:
+    """ownership_candidates by its definition: the time- and token-balanced contiguous splits, the first
+    with its cuts moved where little waits, and the balanced split free of ranges, repeats left out."""
     cp, constants = problem.topology.cp, problem.card.constants
     matrix = stats.quantity_matrix()
-    candidates = [
-        contiguous_split(matrix @ constants.time_coefficients, cp),
-        contiguous_split(stats.tokens.astype(np.float64), cp),
-    ]
-    per_barrier = matrix @ constants.barrier_coefficients.T
-    totals = per_barrier.sum(axis=0)
-    largest = np.argsort(-totals, kind="stable")[:2]
-    assert totals[largest[1]] > 0, "the card has two barriers with seconds: every mix is tried"
-    normalized = per_barrier[:, largest] / totals[largest]
-    mixes = [contiguous_split(normalized @ mix, cp) for mix in BARRIER_MIXES]
-    seconds = [
-        float((rank_quantities(stats, owner, cp) @ constants.barrier_coefficients.T).max(axis=0).sum())
-        for owner in mixes
-    ]
-    candidates.append(mixes[seconds.index(min(seconds))])
+    by_time = contiguous_split(matrix @ constants.time_coefficients, cp)
+    moved = cuts_where_little_waits(layout, stats, np.searchsorted(by_time, np.arange(1, cp + 1)).tolist())
+    candidates = [by_time, contiguous_split(stats.tokens.astype(np.float64), cp), owner_of_ranges(moved)]
+    balanced = balanced_ownership(problem, stats)
+    if balanced is not None:
+        candidates.append(balanced)
     distinct: list[np.ndarray] = []
     for owner in candidates:
         if not any(np.array_equal(owner, seen) for seen in distinct):
             distinct.append(owner)
-    return distinct, mixes, seconds
+    return distinct
 
 
-def test_candidates_all_at_once_are_the_ones_at_a_time(qwen36):
-    """ownership_candidates (every split's ranges first, then all their rank quantities and barrier
-    seconds in one product) gives exactly the candidates, and barrier_seconds exactly the seconds, of
-    the splits and products taken one at a time, on random GRPO waves at CP 2, 4 and 8 under full and
-    no sharing; the priced wave's quantities are its ownership's."""
+def test_candidates_are_the_balanced_splits(qwen36):
+    """ownership_candidates gives exactly the time- and token-balanced contiguous splits, the first with
+    its cuts moved where little waits, and the balanced split free of ranges, on random GRPO waves at
+    CP 2, 4 and 8 under full and no sharing; the priced wave is the cheapest of them and its
+    quantities are its ownership's."""
     rng = np.random.default_rng(5)
     for seed in range(6):
         workload = grpo(
@@ -188,11 +183,153 @@ def test_candidates_all_at_once_are_the_ones_at_a_time(qwen36):
             problem = Problem.build(workload, settings)
             items = sorted(rng.choice(problem.num_items, int(rng.integers(1, 13)), replace=False).tolist())
             for spec in ("full", "none"):
-                wave = price_wave(problem, items, problem.pack(items, spec), spec)
-                expected, mixes, seconds = _candidates_one_at_a_time(problem, wave.stats)
-                found = ownership_candidates(problem, wave.stats)
+                layout = problem.pack(items, spec)
+                wave = price_wave(problem, items, layout, spec)
+                expected = _candidates_by_definition(problem, layout, wave.stats)
+                found = ownership_candidates(problem, layout, wave.stats)
                 assert len(found) == len(expected)
                 assert all(np.array_equal(a, b) for a, b in zip(found, expected, strict=True))
-                stacked = np.stack([rank_quantities(wave.stats, owner, cp) for owner in mixes])
-                assert barrier_seconds(problem.card, stacked) == seconds
+                costs = [price_wave(problem, items, layout, spec, owner=owner).cost_s for owner in found]
+                assert wave.cost_s == min(costs)
                 assert np.array_equal(wave.quantities, rank_quantities(wave.stats, wave.owner, cp))
+
+
+def test_balanced_owner_is_longest_first_to_the_least_loaded():
+    """balanced_owner gives each chunk, heaviest first, to the rank with the least weight so far (the
+    lower rank on ties), whatever the chunks' order; within a memory room it skips a rank the chunk
+    would overfill, and gives None when a chunk fits no rank."""
+    rng = np.random.default_rng(11)
+    for _ in range(20):
+        weights = rng.random(int(rng.integers(1, 60)))
+        num_ranks = int(rng.integers(1, 9))
+        owner = balanced_owner(weights, num_ranks)
+        loads = np.zeros(num_ranks)
+        for chunk in np.argsort(-weights, kind="stable"):
+            assert owner[chunk] == int(np.argmin(loads))
+            loads[owner[chunk]] += weights[chunk]
+    weights = np.array([5.0, 4.0, 3.0, 2.0])
+    assert balanced_owner(weights, 2).tolist() == [0, 1, 1, 0]
+
+    def room(chunk_bytes, joined=None):
+        return MemoryRoom(
+            chunk_bytes=np.array(chunk_bytes, dtype=float)[:, None],
+            joined_bytes=np.array(joined or [0] * len(chunk_bytes), dtype=float)[:, None],
+            room_bytes=np.array([3.0]),
+        )
+
+    # the last chunk's 3 bytes overfill both ranks (1 and 2 bytes held)
+    assert balanced_owner(weights, 2, room=room([1, 1, 1, 3])) is None
+    assert balanced_owner(weights, 2, room=room([2, 1, 1, 1])).tolist() == [0, 1, 1, 0]
+    # rank 0 (less loaded) has no room for the last chunk
+    assert balanced_owner(weights, 2, room=room([2, 1, 0, 2])).tolist() == [0, 1, 1, 1]
+    # a chunk whose bytes fit no rank fits the rank owning its neighbour, when the piece they share
+    # saves a byte: the neighbour before it, or after it
+    three = np.array([3.0, 2.0, 1.0])
+    assert balanced_owner(three, 2, room=room([2, 2, 2], joined=[0, 0, 0])) is None
+    assert balanced_owner(three, 2, room=room([2, 2, 2], joined=[0, 0, 1])).tolist() == [0, 1, 1]
+    assert balanced_owner(three[::-1], 2, room=room([2, 2, 2], joined=[0, 0, 0])) is None
+    assert balanced_owner(three[::-1], 2, room=room([2, 2, 2], joined=[0, 1, 0])).tolist() == [1, 1, 0]
+
+
+def _grpo_step(qwen36, cp: int):
+    """The issue's one-wave GRPO step (2 prompts x 8 completions, 2,048-token system prompt, 8,192-token
+    prompts, 512-token completions; each prompt shared, the system prompt stored per prompt: 28,672
+    packed tokens) at 20 GiB."""
+    workload = grpo(
+        num_prompts=2, group_size=8, system_tokens=2048, prompt_tokens=8192, completion_tokens=512
+    )
+    settings = Settings(topology=Topology(cp=cp), model=qwen36, memory_bytes=20 * 2**30)
+    problem = Problem.build(workload, settings)
+    return problem, problem.pack((0, 1), "min_span:4096")
+
+
+def test_balanced_split_free_of_ranges_wins_where_only_tokens_cross(qwen36):
+    """On the GRPO step at CP8 (head-parallel GDN: the hand-off's price depends on per-rank tokens only)
+    the wave is priced under the balanced split free of ranges, non-contiguous, 6% cheaper than the
+    best contiguous split (0.4164 -> 0.3916 s) and fitting; at CP2 (rounds: its extra pieces cross
+    ranks) the contiguous split stays."""
+    problem, layout = _grpo_step(qwen36, 8)
+    assert layout.packed_tokens == 28672
+    wave = price_wave(problem, (0, 1), layout, "min_span:4096")
+    contiguous = min(
+        (
+            price_wave(problem, (0, 1), layout, "min_span:4096", owner=o)
+            for o in ownership_candidates(problem, layout, wave.stats)[:2]
+        ),
+        key=lambda w: w.cost_s,
+    )
+    assert wave.fits(problem.memory_bytes) and wave.gdn_handoff == "head_parallel"
+    assert (np.diff(wave.owner) < 0).any()
+    assert np.array_equal(wave.owner, balanced_ownership(problem, wave.stats))
+    assert round(contiguous.cost_s, 4) == 0.4164 and round(wave.cost_s, 4) == 0.3916
+    problem, layout = _grpo_step(qwen36, 2)
+    wave = price_wave(problem, (0, 1), layout, "min_span:4096")
+    assert (np.diff(wave.owner) >= 0).all()
+    balanced = balanced_ownership(problem, wave.stats)
+    assert price_wave(problem, (0, 1), layout, "min_span:4096", owner=balanced).cost_s > wave.cost_s
+
+
+def test_balanced_split_keeps_every_rank_within_its_floors(qwen36):
+    """Where the plain longest-first split overfills a rank, balanced_ownership assigns each chunk to
+    the least-loaded rank with room under the memory floors (a rank's pieces counted as they stand):
+    at a budget below the plain split's peak on the GRPO step at CP8 it gives another split, and that
+    one fits, exactly priced, and the wave priced under that budget still fits."""
+    problem, layout = _grpo_step(qwen36, 8)
+    stats = price_wave(problem, (0, 1), layout, "min_span:4096").stats
+    weights = stats.quantity_matrix() @ problem.card.constants.time_coefficients
+    plain = balanced_owner(weights, 8)
+    peaks = price_wave(problem, (0, 1), layout, "min_span:4096", owner=plain).prices.peak_bytes
+    budget = int(peaks.min() + 0.9 * (peaks.max() - peaks.min()))
+    tight = Problem.build(problem.workload, dataclasses.replace(problem.settings, memory_bytes=budget))
+    owner = balanced_ownership(tight, stats)
+    assert owner is not None and not np.array_equal(owner, plain)
+    assert price_wave(tight, (0, 1), layout, "min_span:4096", owner=owner).fits(budget)
+    assert price_wave(tight, (0, 1), layout, "min_span:4096").fits(budget)
+
+
+def _waiting(layout, stats, end: int) -> int:
+    """Tokens that wait for the state handed over at a cut before chunk ``end``, by walking the tree:
+    none at a segment's start, else the cut segment's rest and all its descendants' tokens."""
+    start = end * stats.chunk_tokens
+    starts = layout.seg_offset.tolist()
+    if start in starts:
+        return 0
+    segment = int(np.searchsorted(layout.seg_offset, start, side="right")) - 1
+    total = int(layout.seg_offset[segment] + layout.seg_length[segment]) - start
+    below = [segment]
+    while below:
+        parent = below.pop()
+        children = np.flatnonzero(layout.seg_parent == parent).tolist()
+        total += int(layout.seg_length[children].sum())
+        below += children
+    return total
+
+
+def test_cuts_move_where_little_waits(qwen36):
+    """cuts_where_little_waits moves each cut of the time-balanced split, within a sixteenth of a rank's
+    chunks, to the chunk boundary where the fewest tokens wait (counted here by walking the tree), the
+    nearest on a tie; on GRPO groups of 8 (prompt:completion 16:1) at CP4 the moved cuts fall in
+    completions instead of prompts, and the wave in rounds waits fewer tokens and costs less."""
+    from cpplan.bench.suites import grpo_ratio
+
+    workload = grpo_ratio(group_size=8, ratio=(16, 1), num_prompts=8)
+    settings = Settings(topology=Topology(cp=4), model=qwen36, memory_bytes=80 * 2**30)
+    problem = Problem.build(workload, settings)
+    items = tuple(range(problem.num_items))
+    layout = problem.pack(items, "min_span:512")
+    stats = price_wave(problem, items, layout, "min_span:512").stats
+    by_time = contiguous_split(stats.quantity_matrix() @ problem.card.time_coefficients(), 4)
+    ends = np.searchsorted(by_time, np.arange(1, 5)).tolist()
+    moved = cuts_where_little_waits(layout, stats, ends)
+    reach = max(1, stats.num_chunks // 16 // 4)
+    for r in range(3):
+        window = range(ends[r] - reach, ends[r] + reach + 1)
+        least = min(_waiting(layout, stats, e) for e in window)
+        assert _waiting(layout, stats, moved[r]) == least
+        assert min(window, key=lambda e: (_waiting(layout, stats, e), abs(e - ends[r]))) == moved[r]
+    assert moved != ends
+    before = price_wave(problem, items, layout, "min_span:512", owner=by_time)
+    after = price_wave(problem, items, layout, "min_span:512", owner=owner_of_ranges(moved))
+    rounds = [handoff_modes(layout, w.owner, 128, 4, problem.card.handoff)["rounds"] for w in (before, after)]
+    assert rounds[1].wait_tokens < rounds[0].wait_tokens
+    assert after.cost_s < before.cost_s

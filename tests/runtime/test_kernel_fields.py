@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 import cpplan
 from cpplan.runtime.attention_mask import TreeMask
-from tests.support.hf_models import mixed_workload, plan, zigzag
+from tests.support.hf_models import mixed_workload, plan, scattered, zigzag
 from tests.support.prefix_trees import LAYOUTS, build_problem, hand_plan, prefix_workloads
 
 SETTINGS = settings(max_examples=30, deadline=None)
@@ -24,8 +24,8 @@ TAPS = 3
 
 
 def _hand_plans(data, workload):
-    """A hand-built plan: CP 1-4, any layout, chunk owners at random or the contiguous split."""
-    cp = data.draw(st.sampled_from((1, 2, 4)), label="cp")
+    """A hand-built plan: CP 1-8, any layout, chunk owners at random or the contiguous split."""
+    cp = data.draw(st.sampled_from((1, 2, 4, 8)), label="cp")
     problem = build_problem(workload, cp=cp, chunk_tokens=data.draw(st.sampled_from((1, 3, 8))))
     return hand_plan(
         problem,
@@ -178,13 +178,17 @@ def test_kernel_fields_on_random_prefix_trees(workload, data):
     _check_recurrence(batches, workload)
 
 
-@pytest.mark.parametrize(("cp", "ownership"), [(1, "planned"), (2, "planned"), (2, "zigzag"), (4, "zigzag")])
+@pytest.mark.parametrize(
+    ("cp", "ownership"),
+    [(1, "planned"), (2, "planned"), (2, "zigzag"), (4, "zigzag"), (8, "planned"), (8, "scattered")],
+)
 def test_kernel_fields_on_planned_waves(cp, ownership):
     """The same two properties on the planner's own plans of a mixed workload (GRPO groups sharing
-    prompts, a prefix chain, a duplicate), planned or with chunks dealt in a zigzag."""
+    prompts, a prefix chain, a duplicate), planned or with chunks dealt in a zigzag or at random."""
     workload = mixed_workload(scale=0.3)
     result = plan(workload, cp)
-    result = zigzag(result, cp) if ownership == "zigzag" else result
+    owned = {"zigzag": zigzag, "scattered": scattered}
+    result = owned[ownership](result, cp) if ownership in owned else result
     batches = cpplan.materialize_wave(result, workload, wave=0)
     assert sum(int((b.state_source_rank >= 0).sum()) for b in batches) > 0
     _check_structure(batches)

@@ -41,7 +41,7 @@ TENSORS = (
 
 
 def _plans(data, workload):
-    cp = data.draw(st.integers(1, 4), label="cp")
+    cp = data.draw(st.integers(1, 8), label="cp")
     problem = build_problem(workload, cp=cp, chunk_tokens=data.draw(st.sampled_from((1, 4, 16))))
     plan = hand_plan(
         problem,

@@ -1,6 +1,7 @@
 """Shared helpers for the cpplan.hf tests: tiny random transformers models, prefix-tree workloads and
-plans (planned, or with chunks dealt to ranks in a zigzag), and exactness measurements (the models,
-the mixed workload and the measures live in :mod:`cpplan.gpu_check.tiny_models`, which ships)."""
+plans (planned, or with chunks dealt to ranks in a zigzag or at random), and exactness measurements
+(the models, the mixed workload and the measures live in :mod:`cpplan.gpu_check.tiny_models`, which
+ships)."""
 
 from __future__ import annotations
 
@@ -115,6 +116,19 @@ def zigzag(result: cpplan.PlanResult, cp: int) -> cpplan.Plan:
         owner = pattern[np.arange(wave.owner.size) % pattern.size]
         waves.append(dataclasses.replace(wave, owner=owner.astype(wave.owner.dtype)))
     return cpplan.Plan(strategy="zigzag", waves=tuple(waves))
+
+
+def scattered(result: cpplan.PlanResult | cpplan.Plan, cp: int, seed: int = 0) -> cpplan.Plan:
+    """The same waves with every chunk owned by a rank drawn at random (``seed``), every rank owning at
+    least one chunk where there are enough: ranks own chunks in no order, and segments cross ranks many
+    times."""
+    rng = np.random.default_rng(seed)
+    waves = []
+    for wave in (result.plan if isinstance(result, cpplan.PlanResult) else result).waves:
+        owner = rng.integers(0, cp, wave.owner.size)
+        owner[rng.permutation(wave.owner.size)[:cp]] = np.arange(min(cp, wave.owner.size))
+        waves.append(dataclasses.replace(wave, owner=owner.astype(wave.owner.dtype)))
+    return cpplan.Plan(strategy="scattered", waves=tuple(waves))
 
 
 def with_gdn_handoff(result, mode: str) -> cpplan.Plan:
