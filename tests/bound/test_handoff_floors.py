@@ -155,7 +155,7 @@ def test_whole_requests_cannot_share_ranks_evenly():
     floor is the cheapest pair of the three (above the costliest request alone and above the even
     split), what the best version without a crossing pays; where the budget lets no rank hold a pair,
     no version goes without a crossing and the floor is infinite."""
-    tight = tiny_problem(APART, cp=2, chunk_tokens=4, room=1.0, model=MODEL)
+    tight = tiny_problem(APART, cp=2, chunk_tokens=4, room=0.99, model=MODEL)  # every version crosses
     problem = _roomy(tight)
     requests = np.arange(problem.tree.num_requests)
     whole = whole_requests_floor_s(problem, requests)
