@@ -25,9 +25,6 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from cpplan.bound.node_floors import memory_ranks, node_floors, whole_on_one_rank
-from cpplan.bound.partitions import partition_bound_s
-from cpplan.bound.pool_makespan import pool_bound
 from cpplan.bound.handoff_floors import (
     copy_seconds,
     crossing_floor_s,
@@ -36,6 +33,9 @@ from cpplan.bound.handoff_floors import (
     one_wave_floor_s,
     rows_floor_s,
 )
+from cpplan.bound.node_floors import memory_ranks, node_floors, whole_on_one_rank
+from cpplan.bound.partitions import partition_bound_s
+from cpplan.bound.pool_makespan import pool_bound
 from cpplan.plans.outcome import Scope
 from cpplan.plans.plan import Plan, SolverStats
 from cpplan.pricing.problem import Problem

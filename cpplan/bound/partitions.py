@@ -24,18 +24,18 @@ import math
 
 import numpy as np
 
+from cpplan.bound.handoff_floors import (
+    copy_seconds,
+    crossing_floor_s,
+    head_parallel_floor_s,
+    whole_requests_floor_s,
+)
 from cpplan.bound.node_floors import (
     RATIO_SLACK,
     cached_per_problem,
     per_copy_amounts,
     unsplit_rank_floor_s,
     whole_on_one_rank,
-)
-from cpplan.bound.handoff_floors import (
-    copy_seconds,
-    crossing_floor_s,
-    head_parallel_floor_s,
-    whole_requests_floor_s,
 )
 from cpplan.pricing.amounts import span_amounts
 from cpplan.pricing.layout import path_counts

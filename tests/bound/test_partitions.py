@@ -10,9 +10,9 @@ import pytest
 
 import cpplan
 from cpplan.bound import plan_bound
+from cpplan.bound.handoff_floors import copy_seconds
 from cpplan.bound.node_floors import per_copy_amounts, whole_on_one_rank
 from cpplan.bound.partitions import partition_bound_s, split_copies_s, wave_floor_s
-from cpplan.bound.handoff_floors import copy_seconds
 from tests.bound.enumerated import cheapest_version, optimum, tiny_problem
 from tests.bound.test_all_plans_bound import CHUNKED
 
