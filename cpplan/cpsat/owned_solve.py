@@ -77,14 +77,19 @@ def solve_owned(
     *,
     time_limit_s: float | None,
     deterministic: bool,
+    relaxed: CpSatParams | None = None,
 ) -> OwnedAnswer:
     """Run CP-SAT on ``owned``; a free column chosen is re-priced by the evaluator under its new split.
+    With ``relaxed`` (a deterministic budget's second run, ``ownership.relaxation_share``) an answer not
+    proved optimal is searched on from, under those parameters, and the better answer kept.
     The objective reported is the answer's own: where it is not proved optimal a time variable may sit
     above what its rows require (slack), which overstates the objective and the model's gap, never the
     plan's price (the evaluator's) or the bound."""
     solver, status, wall = run_solver(
         owned.model, params, time_limit_s=time_limit_s, deterministic=deterministic
     )
+    if relaxed is not None and status == cp_model.FEASIBLE:
+        solver, status, wall = _search_on(owned, (solver, status, wall), relaxed)
     name = STATUSES.get(status, Status.UNKNOWN)
     stage_s = {"search": wall}
     if not name.answered:
@@ -107,6 +112,26 @@ def solve_owned(
     stats = replace(stats, price_terms_s=price_terms(owned, solver, waves))
     plan = Plan(strategy="cpsat", waves=tuple(sorted(waves, key=lambda w: min(w.items))))
     return OwnedAnswer(plan=plan, stats=stats)
+
+
+def _search_on(
+    owned: OwnedModel, first: tuple[cp_model.CpSolver, int, float], params: CpSatParams
+) -> tuple[cp_model.CpSolver, int, float]:
+    """A second deterministic run on a copy of ``owned``'s model hinted with the ``first`` run's whole
+    answer, under ``params``: its run where it answers at most as dear, else the first (the wall
+    seconds of both)."""
+    solver, _, wall = first
+    model = owned.model.clone()
+    model.clear_hints()
+    for index in range(len(model.proto.variables)):
+        model.add_hint(
+            model.get_int_var_from_proto_index(index),
+            solver.value(owned.model.get_int_var_from_proto_index(index)),
+        )
+    again, status, more = run_solver(model, params, time_limit_s=None, deterministic=True)
+    if status in (cp_model.OPTIMAL, cp_model.FEASIBLE) and again.objective_value <= solver.objective_value:
+        return again, status, wall + more
+    return first[0], first[1], wall + more
 
 
 def price_terms(owned: OwnedModel, solved: cp_model.CpSolver, waves: Sequence[WavePlan]) -> dict[str, float]:

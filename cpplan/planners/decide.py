@@ -103,9 +103,11 @@ def decide(problem: Problem, pool: Pool, budget: Budget, by: Deadline) -> tuple[
     if columns is None:
         return _no_time(pool, "no time to build it")
     owned = compile_owned(problem, columns, window_chunks=settings.window_chunks)
-    params = budget.cpsat_params(settings.share).model_copy(
+    relax = settings.relaxation_share if budget.deterministic else 0.0
+    params = budget.cpsat_params(settings.share * (1 - relax)).model_copy(
         update={"linearization_level": settings.linearization_level}
     )
+    relaxed = budget.cpsat_params(settings.share * relax).model_copy(update={"linearization_level": 1})
     if settings.hint != "none":
         complete_work = (
             settings.complete_share * profile.time_budget_s if settings.hint == "complete" else None
@@ -119,6 +121,7 @@ def decide(problem: Problem, pool: Pool, budget: Budget, by: Deadline) -> tuple[
         params,
         time_limit_s=search_by.left_s(),
         deterministic=budget.deterministic,
+        relaxed=relaxed if relax > 0 else None,
     )
     stage_s = {
         **(pool.proposer.stage_s if pool.proposer else {}),

@@ -209,6 +209,13 @@ class OwnershipParams(BaseModel):
     8: CHANGELOG, 2026-12-04) the relaxation took most of the work without a stronger bound: without it
     more answers were proved optimal within the same limit, and none was costlier."""
 
+    relaxation_share: float = Field(default=0.0, ge=0, lt=1, allow_inf_nan=False)
+    """Under a deterministic budget, the part of this stage's limit kept for a second run with CP-SAT's
+    linear relaxation (level 1), from the first run's answer, where that answer is not proved optimal;
+    the first run gets the rest (0: one run, the whole limit). Where the first run proves its answer
+    (most ownership models, within a fraction of the limit) the second never runs; at a memory edge the
+    relaxation finds what a search without it misses (long_tail CP8 40 GiB: CHANGELOG, 2026-12-04)."""
+
 
 class ScheduleParams(BaseModel):
     """The schedule model, which decides for CP-SAT where a plan's waves share a pool of CP groups

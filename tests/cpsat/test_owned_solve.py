@@ -79,3 +79,47 @@ def test_memory_rows_take_the_model_scaling():
         domains = [list(c.linear.domain) for c in owned.model.proto.constraints if c.enforcement_literal]
         rows.append(sum(d[-1] for d in domains if len(d) == 2 and d[0] == cp_model.INT_MIN))
     assert 0 < rows[1] < 0.75 * rows[0]
+
+
+def _solves(monkeypatch) -> list[tuple[int, int]]:
+    """Record every CP-SAT run: its linear relaxation level and how many variables it had hinted."""
+    seen = []
+    solve = cp_model.CpSolver.solve
+
+    def recording(self, model, *args, **kwargs):
+        seen.append((self.parameters.linearization_level, len(model.proto.solution_hint.vars)))
+        return solve(self, model, *args, **kwargs)
+
+    monkeypatch.setattr(cp_model.CpSolver, "solve", recording)
+    return seen
+
+
+def test_an_unproved_answer_is_searched_on_with_the_relaxation(monkeypatch):
+    """With ``relaxed`` parameters, an answer not proved optimal (the README example at CP4 after 0.01
+    units without the relaxation) is searched on by a second run with the linear relaxation, hinted
+    with the whole first answer, on a copy of the model; the answer kept is never dearer in the model
+    than the first run's."""
+    first = PROFILE.cpsat.model_copy(update={"deterministic_time_s": 0.01, "linearization_level": 0})
+    relaxed = PROFILE.cpsat.model_copy(update={"deterministic_time_s": 0.5, "linearization_level": 1})
+    _, plan, owned = _owned(cp=4)
+    hint_plan(owned, plan.waves)
+    alone = solve_owned(owned, first, time_limit_s=None, deterministic=True)
+    assert alone.stats.status == "feasible"
+    hinted = len(owned.model.proto.solution_hint.vars)
+    seen = _solves(monkeypatch)
+    answer = solve_owned(owned, first, time_limit_s=None, deterministic=True, relaxed=relaxed)
+    assert [level for level, _ in seen] == [0, 1]
+    assert seen[1][1] == len(owned.model.proto.variables) > hinted
+    assert len(owned.model.proto.solution_hint.vars) == hinted, "the model itself keeps its hint"
+    assert answer.stats.objective_s <= alone.stats.objective_s
+    assert answer.plan.cost_s <= alone.plan.cost_s
+
+
+def test_a_proved_answer_is_not_searched_on(monkeypatch):
+    """An answer proved optimal by the first run is kept without a second run."""
+    first = PROFILE.cpsat.model_copy(update={"deterministic_time_s": 1.0, "linearization_level": 0})
+    _, plan, owned = _owned(cp=2)
+    hint_plan(owned, plan.waves)
+    seen = _solves(monkeypatch)
+    answer = solve_owned(owned, first, time_limit_s=None, deterministic=True, relaxed=first)
+    assert answer.stats.status == "optimal" and len(seen) == 1
