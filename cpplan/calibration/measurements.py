@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from cpplan.errors import InputError
+from cpplan.pricing.ownership import chunk_stats, contiguous_split
 from cpplan.pricing.problem import Problem
 from cpplan.pricing.wave import WavePlan, price_wave
 from cpplan.spec.card import ModelCard, Phase
@@ -190,14 +191,17 @@ def predict(
     num_requests: int,
     total_tokens: int,
 ) -> WavePlan:
-    """Price ``num_requests`` unique requests of ``total_tokens`` tokens as one wave, as the planner
-    would: full-sharing packing and the planner's CP ownership, at ``num_layers`` and ``phase``."""
+    """Price ``num_requests`` unique requests of ``total_tokens`` tokens as one wave, as the reference
+    runs ran it: full-sharing packing, the ranks owning contiguous near-even token shares, at
+    ``num_layers`` and ``phase`` (the planner may choose another ownership, priced by the same card)."""
     settings = Settings(
         topology=topology, model=model, memory_bytes=UNBOUNDED_BYTES, num_layers=num_layers, phase=phase
     )
     problem = Problem.build(unique_workload(num_requests, total_tokens), settings)
     items = range(problem.num_items)
-    return price_wave(problem, items, problem.pack(items, "full"), "full")
+    layout = problem.pack(items, "full")
+    tokens = chunk_stats(layout, problem.chunk_tokens).tokens.astype(np.float64)
+    return price_wave(problem, items, layout, "full", owner=contiguous_split(tokens, topology.cp))
 
 
 def predict_row(model: ModelCard, row: Measurement, *, source: str | None = None) -> WavePlan:
