@@ -76,7 +76,9 @@ def wave_floor_s(
     capacity = problem.memory_bytes / card.safety - np.asarray(card.envelope_static_bytes, dtype=np.float64)
     barriers = np.asarray(card.constants.barrier_coefficients, dtype=np.float64)
     average = float((barriers @ totals).sum()) / cp
-    several = 2 * card.wave_overhead_s + average + split_s  # two waves or more, some item split
+    load = float((card.envelope_coefficients() @ totals / cp / np.maximum(capacity, 1.0)).max())
+    runs = max(2, math.ceil(load * (1 - RATIO_SLACK) - RATIO_SLACK))  # the waves' memory adds up to load
+    several = runs * card.wave_overhead_s + average + split_s  # two waves or more, some item split
     if (card.envelope_coefficients() @ totals / cp > capacity * (1 + RATIO_SLACK) + RATIO_SLACK).any():
         return several
     floor = card.wave_overhead_s + average
