@@ -149,10 +149,13 @@ def measure(name, build, topology: str, memory: str, profile: str, old) -> dict:
         before = old.get((name, topology, memory))
     else:
         before = old.plan_bound(problem).bound_s if old is not None else None
-    barriers = np.asarray(problem.card.constants.barrier_coefficients, dtype=np.float64)
     waves = result.plan.waves
-    average = sum(float((barriers @ w.quantities.sum(axis=0)).sum()) / w.cp for w in waves)
-    paid = sum(w.cost_s - problem.card.wave_overhead_s - w.handoff.seconds for w in waves)
+    cards = [problem.card.group_card(w.cp) for w in waves]  # a dynamic-CP wave's own group size
+    average = sum(
+        float((np.asarray(c.constants.barrier_coefficients) @ w.quantities.sum(axis=0)).sum()) / w.cp
+        for c, w in zip(cards, waves, strict=True)
+    )
+    paid = sum(w.cost_s - c.wave_overhead_s - w.handoff.seconds for c, w in zip(cards, waves, strict=True))
     return {
         "instance": name,
         "topology": topology,
@@ -201,9 +204,17 @@ def print_row(r: dict) -> None:
     )
 
 
+def _kind(topology: str) -> str:
+    """The class a row's gap is summarized in: ``cp=N`` on one group, ``pool`` or ``dynamic pool``."""
+    if "dynamic_cp" in topology:
+        return "dynamic pool"
+    return "pool" if "dp=" in topology else topology
+
+
 def summary(rows: list[dict]) -> dict:
     """Median and largest gap, old and new (``None`` where no row has one; a row without a bound counts
-    as a gap of 100%), and the bound's median and largest time."""
+    as a gap of 100%), overall and per class (:func:`_kind`), and the bound's median and largest
+    time."""
 
     def gaps(key: str) -> list[float]:
         return [1.0 if r[key] is None else r[key] for r in rows]
@@ -212,6 +223,13 @@ def summary(rows: list[dict]) -> dict:
     for key in ("old_gap", "new_gap"):
         values = gaps(key)
         found[key] = {"median": statistics.median(values), "max": max(values)}
+    for kind in sorted({_kind(r["topology"]) for r in rows}):
+        kept = [r for r in rows if _kind(r["topology"]) == kind]
+        found[kind] = {
+            key: {"median": statistics.median(g), "max": max(g)}
+            for key in ("old_gap", "new_gap")
+            for g in [[1.0 if r[key] is None else r[key] for r in kept]]
+        }
     times = [r["bound_time_s"] for r in rows]
     found["bound_time_s"] = {"median": statistics.median(times), "max": max(times)}
     return found
@@ -238,6 +256,13 @@ def main(argv: list[str] | None = None) -> None:
     found = summary(rows)
     for key in ("old_gap", "new_gap"):
         print(f"{key}: median {found[key]['median']:.2%}, max {found[key]['max']:.2%} (no bound: 100%)")
+    for kind, gaps in found.items():
+        if kind.startswith(("cp=", "pool", "dynamic")):
+            old_gap, new_gap = gaps["old_gap"], gaps["new_gap"]
+            print(
+                f"{kind}: median / max gap old {old_gap['median']:.2%} / {old_gap['max']:.2%}, "
+                f"new {new_gap['median']:.2%} / {new_gap['max']:.2%}"
+            )
     times = found["bound_time_s"]
     print(f"bound time: median {1e3 * times['median']:.1f} ms, max {1e3 * times['max']:.1f} ms")
     data = {
