@@ -305,7 +305,7 @@ def test_bound_never_above_the_planners_plans(instance):
     """Over random prefix-tree workloads (each token widened to 32, so that 128-token chunks, what the
     CP-SAT models count in, still spread them), CP sizes, cards and budgets: the bound is at most the
     price of the plan ``cpplan.solve`` returns (the runtime profile's whole pipeline) and of greedy's
-    plan, on one group and on a pool of two."""
+    plan, on one group, on a pool of two and on that pool under dynamic CP."""
     workload, cp, model, room, _, _ = instance
     workload = _widened(workload, 32)
     distinct = int(sum(len(r.tokens) for _, _, r in workload.requests()))
@@ -316,7 +316,13 @@ def test_bound_never_above_the_planners_plans(instance):
         problem,
         settings=dataclasses.replace(problem.settings, topology=Topology(cp=problem.topology.cp, dp=2)),
     )
-    for case in (problem, pooled):
+    dynamic = dataclasses.replace(
+        problem,
+        settings=dataclasses.replace(
+            problem.settings, topology=Topology(cp=problem.topology.cp, dp=2, dynamic_cp=True)
+        ),
+    )
+    for case in (problem, pooled, dynamic):
         bound = plan_bound(case)
         if bound.scope != ALL_PLANS:
             continue
