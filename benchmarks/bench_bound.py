@@ -4,16 +4,19 @@ pays in GDN hand-off and in imbalance (per barrier the slowest rank less the ave
 waves and barriers), and the bound's own time.
 
 Instances: the quick suite (``cpplan.bench.suites.suite(quick=True)``) at CP 1, 2, 4 and 8 and
-``--memory`` per rank, each also on a pool of two CP2 groups (``dp=2,cp=2``), and six held-out-style
-steps shaped like the bound issue's (GRPO groups, agent trees, a long tail, a wave of ten long unique
-requests: ``STEPS``). Each is planned by ``cpplan.plan`` under ``--profile`` (the CLI's default,
-``deterministic``); the old bound is ``plan_bound`` of ``cpplan/bound/all_plans.py`` as of ``--old-ref``
-(loaded beside the current package, reading its node floors), ``-`` where it does not load or proves
-nothing (pools). The table ends with the median and the largest gap, old and new, and the bound's
-median and largest time; the load average stands beside every row.
+``--memory`` per rank, each also on a pool of two CP2 groups (``dp=2,cp=2``) and on that pool under
+dynamic CP (``dp=2,cp=2,dynamic_cp=1``), and eight held-out-style steps shaped like the bound issue's
+(GRPO groups, agent trees, a long tail, a wave of ten long unique requests: ``STEPS``). Each is planned
+by ``cpplan.plan`` under ``--profile`` (the CLI's default, ``deterministic``); the old bound is
+``plan_bound`` of ``cpplan/bound/all_plans.py`` as of ``--old-ref`` (loaded beside the current package,
+reading its node floors), ``-`` where it does not load or proves nothing. ``--compare OLD.json`` takes
+the old bounds from an earlier run's JSON instead (its new bounds; an instance it lacks has none). The
+table ends with the median and the largest gap, old and new, and the bound's median and largest time;
+the load average stands beside every row.
 
 Usage: ``python benchmarks/bench_bound.py [--quick] [--profile NAME] [--memory SIZE] [--old-ref REF]
-[--output PATH]`` (prints a table, writes JSON, default ``./cpplan-bench/bench_bound.json``).
+[--compare OLD.json] [--output PATH]`` (prints a table, writes JSON, default
+``./cpplan-bench/bench_bound.json``).
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ OLD_REF = "c546626"
 """The commit whose bound the table calls old: the last before the per-wave floors."""
 CP_SIZES = (1, 2, 4, 8)
 POOL = "dp=2,cp=2"
+DYNAMIC_POOL = "dp=2,cp=2,dynamic_cp=1"
 
 
 def _grpo() -> cpplan.Workload:
@@ -78,6 +82,7 @@ STEPS: tuple[tuple[str, Callable[[], cpplan.Workload], str, str], ...] = (
     ("step_agent_trees", _trees, "cp=8", "40GiB"),
     ("step_long_unique", _long_unique, "cp=8", "40GiB"),
     ("step_grpo", _grpo, POOL, "20GiB"),
+    ("step_grpo", _grpo, DYNAMIC_POOL, "20GiB"),
 )
 """Held-out-style steps: (name, workload, topology, memory per rank)."""
 
@@ -114,11 +119,22 @@ def instances(quick: bool, memory: str):
         for cp in (2, 8) if quick else CP_SIZES:
             found.append((case.name, case.build, f"cp={cp}", memory))
         found.append((case.name, case.build, POOL, memory))
+        found.append((case.name, case.build, DYNAMIC_POOL, memory))
     return found + list(STEPS)
 
 
+def compared_bounds(path: Path | None) -> dict[tuple[str, str, str], float | None]:
+    """The bound of every instance of an earlier run's JSON (``--compare``), by (instance, topology,
+    memory): its new bound, which this run calls old; empty without a path."""
+    if path is None:
+        return {}
+    rows = json.loads(path.read_text())["rows"]
+    return {(r["instance"], r["topology"], r["memory"]): r["new_bound_s"] for r in rows}
+
+
 def measure(name, build, topology: str, memory: str, profile: str, old) -> dict:
-    """One instance's plan, bounds, gaps and the bound's time."""
+    """One instance's plan, bounds, gaps and the bound's time (``old``: a module with ``plan_bound``,
+    or a dict of an earlier run's bounds, :func:`compared_bounds`)."""
     workload = build()
     started = time.perf_counter()
     result = cpplan.plan(
@@ -129,11 +145,17 @@ def measure(name, build, topology: str, memory: str, profile: str, old) -> dict:
     started = time.perf_counter()
     new = plan_bound(problem)
     bound_s = time.perf_counter() - started
-    before = old.plan_bound(problem).bound_s if old is not None else None
-    barriers = np.asarray(problem.card.constants.barrier_coefficients, dtype=np.float64)
+    if isinstance(old, dict):
+        before = old.get((name, topology, memory))
+    else:
+        before = old.plan_bound(problem).bound_s if old is not None else None
     waves = result.plan.waves
-    average = sum(float((barriers @ w.quantities.sum(axis=0)).sum()) / w.cp for w in waves)
-    paid = sum(w.cost_s - problem.card.wave_overhead_s - w.handoff.seconds for w in waves)
+    cards = [problem.card.group_card(w.cp) for w in waves]  # a dynamic-CP wave's own group size
+    average = sum(
+        float((np.asarray(c.constants.barrier_coefficients) @ w.quantities.sum(axis=0)).sum()) / w.cp
+        for c, w in zip(cards, waves, strict=True)
+    )
+    paid = sum(w.cost_s - c.wave_overhead_s - w.handoff.seconds for c, w in zip(cards, waves, strict=True))
     return {
         "instance": name,
         "topology": topology,
@@ -182,9 +204,17 @@ def print_row(r: dict) -> None:
     )
 
 
+def _kind(topology: str) -> str:
+    """The class a row's gap is summarized in: ``cp=N`` on one group, ``pool`` or ``dynamic pool``."""
+    if "dynamic_cp" in topology:
+        return "dynamic pool"
+    return "pool" if "dp=" in topology else topology
+
+
 def summary(rows: list[dict]) -> dict:
     """Median and largest gap, old and new (``None`` where no row has one; a row without a bound counts
-    as a gap of 100%), and the bound's median and largest time."""
+    as a gap of 100%), overall and per class (:func:`_kind`), and the bound's median and largest
+    time."""
 
     def gaps(key: str) -> list[float]:
         return [1.0 if r[key] is None else r[key] for r in rows]
@@ -193,6 +223,13 @@ def summary(rows: list[dict]) -> dict:
     for key in ("old_gap", "new_gap"):
         values = gaps(key)
         found[key] = {"median": statistics.median(values), "max": max(values)}
+    for kind in sorted({_kind(r["topology"]) for r in rows}):
+        kept = [r for r in rows if _kind(r["topology"]) == kind]
+        found[kind] = {
+            key: {"median": statistics.median(g), "max": max(g)}
+            for key in ("old_gap", "new_gap")
+            for g in [[1.0 if r[key] is None else r[key] for r in kept]]
+        }
     times = [r["bound_time_s"] for r in rows]
     found["bound_time_s"] = {"median": statistics.median(times), "max": max(times)}
     return found
@@ -205,9 +242,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--profile", default="deterministic", help="solver profile (default: deterministic)")
     parser.add_argument("--memory", default="40GiB", help="memory per rank for the suite (default 40GiB)")
     parser.add_argument("--old-ref", default=OLD_REF, help=f"git ref of the old bound (default {OLD_REF})")
+    parser.add_argument(
+        "--compare", type=Path, default=None, help="an earlier run's JSON: its bounds are the old ones"
+    )
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help=f"default ./{DEFAULT_OUTPUT}")
     args = parser.parse_args(argv)
-    old = old_bound_module(args.old_ref)
+    old = compared_bounds(args.compare) if args.compare else old_bound_module(args.old_ref)
     print(HEADER)
     rows = []
     for name, build, topology, memory in instances(args.quick, args.memory):
@@ -216,12 +256,19 @@ def main(argv: list[str] | None = None) -> None:
     found = summary(rows)
     for key in ("old_gap", "new_gap"):
         print(f"{key}: median {found[key]['median']:.2%}, max {found[key]['max']:.2%} (no bound: 100%)")
+    for kind, gaps in found.items():
+        if kind.startswith(("cp=", "pool", "dynamic")):
+            old_gap, new_gap = gaps["old_gap"], gaps["new_gap"]
+            print(
+                f"{kind}: median / max gap old {old_gap['median']:.2%} / {old_gap['max']:.2%}, "
+                f"new {new_gap['median']:.2%} / {new_gap['max']:.2%}"
+            )
     times = found["bound_time_s"]
     print(f"bound time: median {1e3 * times['median']:.1f} ms, max {1e3 * times['max']:.1f} ms")
     data = {
         "model": MODEL,
         "profile": args.profile,
-        "old_ref": args.old_ref,
+        "old_ref": str(args.compare) if args.compare else args.old_ref,
         "cpplan": cpplan.__file__,
         "rows": rows,
         "summary": found,

@@ -13,9 +13,10 @@ every partition into waves is priced by those floors (:mod:`cpplan.bound.partiti
 groups of one size the bound is of the makespan (:mod:`cpplan.bound.pool_makespan`). Every term is rounded
 toward a smaller bound.
 
-Where the argument does not hold (a card with a negative coefficient, a pool under dynamic CP, or a
-problem where some request alone cannot fit) the bound has the scope :data:`PROPOSED_WAVES`: the
-caller's own bound over the proposed waves stands, this one says nothing."""
+Under dynamic CP the bound is of the makespan over every group size
+(:func:`~cpplan.bound.pool_makespan.dynamic_pool_bound`). Where the argument does not hold (a card with
+a negative coefficient, or a problem where some request alone cannot fit) the bound has the scope
+:data:`PROPOSED_WAVES`: the caller's own bound over the proposed waves stands, this one says nothing."""
 
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ from cpplan.bound.handoff_floors import (
 )
 from cpplan.bound.node_floors import memory_ranks, node_floors, whole_on_one_rank
 from cpplan.bound.partitions import partition_bound_s
-from cpplan.bound.pool_makespan import pool_bound
+from cpplan.bound.pool_makespan import dynamic_pool_bound, pool_bound
 from cpplan.plans.outcome import Scope
 from cpplan.plans.plan import Plan, SolverStats
 from cpplan.pricing.problem import Problem
@@ -91,10 +92,29 @@ def plan_bound(problem: Problem, plans: Sequence[Plan] = (), *, layouts: Sequenc
     best = min((p.cost_s for p in plans), default=None)
     topology = problem.topology
     if topology.dynamic_cp:
-        why = "waves of several CP group sizes share the pool: not bounded here"
-        return PlanBound(bound_s=None, scope=PROPOSED_WAVES, best_plan_s=best, why=why)
+        return dynamic_bound(problem, best)
     summed = waves_bound(problem, best, layouts)
     return pool_bound(problem, summed) if topology.several_groups else summed
+
+
+def dynamic_bound(problem: Problem, best: float | None) -> PlanBound:
+    """:func:`plan_bound` of a pool under dynamic CP: its makespan's
+    (:func:`~cpplan.bound.pool_makespan.dynamic_pool_bound`), where every group size's card has no
+    negative coefficient."""
+    cards = [problem.card.group_card(size) for size in problem.topology.group_sizes()]
+    if any(_negative(card) for card in cards):
+        return PlanBound(
+            bound_s=None, scope=PROPOSED_WAVES, best_plan_s=best, why="a negative card coefficient"
+        )
+    bound, terms = dynamic_pool_bound(problem)
+    return PlanBound(bound_s=bound, scope=ALL_PLANS, num_waves=1, terms_s=terms, best_plan_s=best)
+
+
+def _negative(card) -> bool:
+    """Whether ``card`` has a negative barrier, envelope or overhead coefficient (the bound's argument
+    needs none)."""
+    barriers = np.asarray(card.constants.barrier_coefficients, dtype=np.float64)
+    return bool((barriers < 0).any() or (card.envelope_coefficients() < 0).any() or card.wave_overhead_s < 0)
 
 
 def waves_bound(problem: Problem, best: float | None, layouts: Sequence[str]) -> PlanBound:
@@ -102,7 +122,7 @@ def waves_bound(problem: Problem, best: float | None, layouts: Sequence[str]) ->
     its groups run together)."""
     card, topology = problem.card, problem.topology
     barriers = np.asarray(card.constants.barrier_coefficients, dtype=np.float64)
-    if (barriers < 0).any() or (card.envelope_coefficients() < 0).any() or card.wave_overhead_s < 0:
+    if _negative(card):
         return PlanBound(
             bound_s=None, scope=PROPOSED_WAVES, best_plan_s=best, why="a negative card coefficient"
         )

@@ -133,7 +133,8 @@ def whole_requests_floor_s(problem: Problem, requests: np.ndarray) -> float | No
     remote-token price, a rank holding requests ``S`` costs at least ``base + Σ_{v ∈ ∪ paths(S)} w_v``
     (``base``: the whole wave's tokens as remote, and a piece). Whole requests are indivisible: the
     busiest rank holds the costliest request; among the ``cp + 1`` costliest, some rank holds two
-    (:func:`pair_sums`: the cheapest pair); among any ``k cp + 1``, some rank holds ``k + 1``, their
+    (:func:`pair_sums`: the cheapest pair); every rank that runs the wave holds the nodes common to all
+    its requests (:func:`common_nodes_floor`); among any ``k cp + 1``, some rank holds ``k + 1``, their
     private nodes (passed by no other request of the wave) disjoint. ``None`` where some ``w_v < 0`` (a
     union may then cost less than a path in it); infinity where memory forbids it
     (:func:`pairs_overflow`)."""
@@ -155,12 +156,26 @@ def whole_requests_floor_s(problem: Problem, requests: np.ndarray) -> float | No
     if requests.size > cp:
         top = requests[np.argsort(-path_w, kind="stable")[: cp + 1]]
         best = max(best, min(float(sums.pair(a, b, 0.0)[0]) for a, b in _pairs(top)))
+    best = max(best, common_nodes_floor(weight, counts, requests.size, cp))
     single = np.where(counts == 1, weight, 0.0)
     private = np.sort([single[list(tree.path(int(r)))].sum() for r in requests.tolist()])[::-1]
     for k in range(1, (requests.size - 1) // cp + 1):
         most = k * cp + 1
         best = max(best, float(private[most - k - 1 : most].sum()))
     return base + best
+
+
+def common_nodes_floor(weight: np.ndarray, counts: np.ndarray, num_requests: int, cp: int) -> float:
+    """A floor of the busiest rank's ``Σ w_v`` over the paths it holds, in a wave of ``num_requests``
+    requests (``counts``: per node, the wave's requests through it; ``weight``: ``w_v >= 0``) whose
+    states never cross: each of the ``m <= cp`` ranks holding anything holds a whole request, so every
+    node common to all the wave's requests (weight ``C``); the ranks' sums add to at least ``m C`` plus
+    every other node once (``W - C``), and the busiest is at least their mean, ``C + (W - C) / m >= C
+    + (W - C) / cp``: a prefix shared by the whole wave is stored on every rank that runs it."""
+    common = counts == num_requests
+    common[0] = False  # the root holds no tokens
+    shared = float(weight[common].sum())
+    return shared + (float(weight.sum()) - shared) / cp
 
 
 def pairs_overflow(problem: Problem, requests: np.ndarray) -> bool:

@@ -2,21 +2,22 @@
 the least sum over the partitions (a master over every wave column, solved exactly by dynamic
 programming over item subsets).
 
-A wave holding exactly the items ``S`` costs at least ``F(S)``: its overhead; per barrier, the
-average rank of its full-sharing totals (any layout stores each node of its requests at least once,
-at the same positions, with every flag some request through it carries; its ranks' pieces are at least
-its distinct request ends; every rank's remote tokens sum to ``(cp - 1)`` times its packed tokens);
-and, on ``cp > 1`` ranks, the least over the hand-off modes of what it pays beyond that average
+A wave holding exactly the items ``S`` costs at least ``F(S)``: its overhead; per barrier, the average
+rank of its full-sharing totals (any layout stores each node of its requests at least once, at the same
+positions, with every flag some request through it carries; its ranks' pieces are at least its distinct
+request ends; every rank's remote tokens sum to ``(cp - 1)`` times its packed tokens); and, on ``cp >
+1`` ranks, the least over the hand-off modes of what it pays beyond that average
 (:mod:`cpplan.bound.handoff_floors`). Where the same average rank's memory exceeds some envelope's
-capacity, no wave holds ``S`` and ``F(S)`` is infinite. Two waves or more that together hold exactly
-the items ``S``, tied by an item split over them, pay at least two overheads, the same average (their
-totals sum to at least the full-sharing totals of ``S``) and the split item's common nodes once more
-(every request of the item passes them, and its requests lie in two waves or more): at least the
-least such copy over the items of ``S`` of more than one request (:func:`split_copies_s`; none can be
-split where every item is one request). So with ``G(S)`` the least of the two, every valid plan, split
-waves included, costs at least ``min_P Σ_{S ∈ P} G(S)``: group its waves into the runs an item split
-over several waves ties together; each run holds a set of whole items, and the runs partition the
-items."""
+capacity, no wave holds ``S`` and ``F(S)`` is infinite. Two waves or more that together hold exactly the
+items ``S``, tied by an item split over them, pay at least an overhead per wave their memory needs (two,
+or more where ``S``'s average rank over some envelope's capacity adds up to more: each wave fits, and
+their totals sum to at least the full-sharing totals of ``S``), the same average and the split item's
+common nodes once more (every request of the item passes them, and its requests lie in two waves or
+more): at least the least such copy over the items of ``S`` of more than one request
+(:func:`split_copies_s`; none can be split where every item is one request). So with ``G(S)`` the least
+of the two, every valid plan, split waves included, costs at least ``min_P Σ_{S ∈ P} G(S)``: group its
+waves into the runs an item split over several waves ties together; each run holds a set of whole items,
+and the runs partition the items."""
 
 from __future__ import annotations
 
@@ -64,10 +65,11 @@ def wave_floor_s(
     :func:`~cpplan.bound.handoff_floors.copy_seconds`, ``whole`` from
     :func:`~cpplan.bound.node_floors.whole_on_one_rank`, ``node_s`` per node one copy's seconds over the
     barriers; ``split_s``: the least :func:`split_copies_s` of its items): the least of ``F(S)``
-    (infinite where no wave holds them) and what two waves or more holding exactly them pay at least,
-    two overheads, the average rank and ``split_s``. Without a crossing, the
-    busiest rank is at least both whole-request floors: the integral one and the node argument with copies
-    (:func:`~cpplan.bound.node_floors.unsplit_rank_floor_s` of the wave's requests)."""
+    (infinite where no wave holds them) and what two waves or more holding exactly them pay at least, an
+    overhead per wave their memory needs (at least two), the average rank and ``split_s``. Without a
+    crossing, the busiest rank is at least both whole-request floors: the integral one and the node
+    argument with copies (:func:`~cpplan.bound.node_floors.unsplit_rank_floor_s` of the wave's
+    requests)."""
     card, cp = problem.card, problem.topology.cp
     requests = problem.item_requests(list(items))
     totals = full_sharing_totals(problem, requests)
@@ -76,7 +78,9 @@ def wave_floor_s(
     capacity = problem.memory_bytes / card.safety - np.asarray(card.envelope_static_bytes, dtype=np.float64)
     barriers = np.asarray(card.constants.barrier_coefficients, dtype=np.float64)
     average = float((barriers @ totals).sum()) / cp
-    several = 2 * card.wave_overhead_s + average + split_s  # two waves or more, some item split
+    load = float((card.envelope_coefficients() @ totals / cp / np.maximum(capacity, 1.0)).max())
+    runs = max(2, math.ceil(load * (1 - RATIO_SLACK) - RATIO_SLACK))  # the waves' memory adds up to load
+    several = runs * card.wave_overhead_s + average + split_s  # two waves or more, some item split
     if (card.envelope_coefficients() @ totals / cp > capacity * (1 + RATIO_SLACK) + RATIO_SLACK).any():
         return several
     floor = card.wave_overhead_s + average

@@ -19,6 +19,7 @@ import dataclasses
 
 import numpy as np
 
+from cpplan.bound.partitions import full_sharing_totals
 from cpplan.pricing.ownership import chunk_stats
 from cpplan.pricing.problem import Problem
 from cpplan.spec.quantities import QUANTITIES, QUANTITY_INDEX
@@ -69,4 +70,28 @@ def pool_bound(problem: Problem, summed):
     )
 
 
-__all__ = ["ITEMS_TRIED", "item_floor_s", "pool_bound"]
+def dynamic_pool_bound(problem: Problem) -> tuple[float, dict[str, float]]:
+    """The makespan bound of a pool under dynamic CP (see the module docstring) and its terms
+    (``gpu_seconds_over_pool``, ``costliest_item_wave``), rounded toward a smaller bound."""
+    from cpplan.planners.dynamic_cp import group_problem  # planners import the bound: imported here
+
+    topology = problem.topology
+    sizes = topology.group_sizes()
+    groups = [group_problem(problem, size) for size in sizes]
+    barriers = np.min(
+        [np.asarray(g.card.constants.barrier_coefficients, dtype=np.float64) for g in groups], axis=0
+    )
+    overhead = min(g.card.wave_overhead_s for g in groups)
+    requests = np.arange(problem.tree.num_requests, dtype=np.int64)
+    totals = full_sharing_totals(problem, requests)
+    totals[_SEGMENT_COLUMNS] = float(np.unique(problem.tree.request_leaf[requests]).size)
+    totals[_REMOTE_COLUMNS] = 0.0
+    gpu_seconds = (overhead + float((barriers @ totals).sum())) / topology.pool
+    largest = np.argsort(-problem.item_full_tokens, kind="stable")[:ITEMS_TRIED].tolist()
+    costliest = max(min(item_floor_s(g, i) for g in groups) for i in largest)
+    terms = {"gpu_seconds_over_pool": gpu_seconds, "costliest_item_wave": costliest}
+    terms = {k: round(v * (1 - ROUND_DOWN), 9) for k, v in terms.items()}
+    return max(gpu_seconds, costliest) * (1 - ROUND_DOWN), terms
+
+
+__all__ = ["ITEMS_TRIED", "dynamic_pool_bound", "item_floor_s", "pool_bound"]

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cpplan import Item, Request, Workload
-from cpplan.bound import ALL_PLANS, PROPOSED_WAVES, plan_bound
+from cpplan.bound import ALL_PLANS, plan_bound
 from cpplan.bound.all_plans import wave_crossing_floor_s
 from cpplan.bound.node_floors import memory_ranks, node_floors, once_amounts, waves_needed, whole_on_one_rank
 from cpplan.errors import NoFitError
@@ -136,18 +136,6 @@ def test_summary_says_how_far_from_the_best_plan():
         "best possible plan under the cost model" in text or "the best possible under the cost model" in text
     )
     assert f"no valid plan costs less than {bound_text(result.solver.bound_s)} s" in text
-
-
-def test_dynamic_cp_pool_keeps_the_proposed_waves_scope():
-    """Under dynamic CP, waves of several group sizes share the pool, which this bound does not cover:
-    the scope says so and no bound is given."""
-    problem = tiny_problem(CHUNKED, cp=1, chunk_tokens=128, room=1.0)
-    pooled = dataclasses.replace(
-        problem,
-        settings=dataclasses.replace(problem.settings, topology=Topology(cp=1, dp=2, dynamic_cp=True)),
-    )
-    bound = plan_bound(pooled)
-    assert bound.scope == PROPOSED_WAVES and bound.bound_s is None and "group sizes" in bound.why
 
 
 @st.composite
@@ -317,7 +305,7 @@ def test_bound_never_above_the_planners_plans(instance):
     """Over random prefix-tree workloads (each token widened to 32, so that 128-token chunks, what the
     CP-SAT models count in, still spread them), CP sizes, cards and budgets: the bound is at most the
     price of the plan ``cpplan.solve`` returns (the runtime profile's whole pipeline) and of greedy's
-    plan, on one group and on a pool of two."""
+    plan, on one group, on a pool of two and on that pool under dynamic CP."""
     workload, cp, model, room, _, _ = instance
     workload = _widened(workload, 32)
     distinct = int(sum(len(r.tokens) for _, _, r in workload.requests()))
@@ -328,7 +316,13 @@ def test_bound_never_above_the_planners_plans(instance):
         problem,
         settings=dataclasses.replace(problem.settings, topology=Topology(cp=problem.topology.cp, dp=2)),
     )
-    for case in (problem, pooled):
+    dynamic = dataclasses.replace(
+        problem,
+        settings=dataclasses.replace(
+            problem.settings, topology=Topology(cp=problem.topology.cp, dp=2, dynamic_cp=True)
+        ),
+    )
+    for case in (problem, pooled, dynamic):
         bound = plan_bound(case)
         if bound.scope != ALL_PLANS:
             continue

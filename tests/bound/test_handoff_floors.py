@@ -14,6 +14,7 @@ import pytest
 from cpplan import Item, Request, Workload
 from cpplan.bound import plan_bound
 from cpplan.bound.handoff_floors import (
+    common_nodes_floor,
     copy_seconds,
     crossing_floor_s,
     head_parallel_floor_s,
@@ -23,7 +24,10 @@ from cpplan.bound.handoff_floors import (
     rows_floor_s,
     whole_requests_floor_s,
 )
+from cpplan.bound.node_floors import per_copy_amounts
 from cpplan.pricing.handoff import HEAD_PARALLEL, PARALLEL, ROUNDS, handoff_modes, layout_pieces
+from cpplan.pricing.layout import path_counts
+from cpplan.spec.quantities import QUANTITY_INDEX
 from tests.bound.enumerated import optimum, tiny_problem, wave_versions
 
 MODEL = "qwen3.6-35b-a3b"
@@ -220,3 +224,35 @@ def test_every_crossing_wave_pays_an_items_levels():
     best, waves = optimum(problem)
     assert bound.bound_s <= best
     assert all(w.handoff.seconds >= each for w in waves)
+
+
+FAN = _workload(*[[0, 1, 50 + k, 60 + k] for k in range(7)])
+"""Seven requests behind one short common prefix: without crossings on two ranks, every rank that runs
+the wave stores the prefix, and the busiest holds at least half of the tails."""
+
+
+def test_common_prefix_is_on_every_rank_without_crossings():
+    """Every version without a crossing (memory doubled, so copies fit) has a busiest rank of at least
+    the whole-request floor, which the common-prefix term sets here: at least the base plus the
+    prefix's weight plus half of the rest (:func:`common_nodes_floor`), above what the pair and
+    private-tail terms give alone."""
+    problem = tiny_problem(FAN, cp=2, chunk_tokens=4, room=1.0, model=MODEL)
+    problem = dataclasses.replace(
+        problem, settings=dataclasses.replace(problem.settings, memory_bytes=2 * problem.memory_bytes)
+    )
+    requests = np.arange(problem.tree.num_requests)
+    whole = whole_requests_floor_s(problem, requests)
+    barriers = np.asarray(problem.card.constants.barrier_coefficients, dtype=np.float64).sum(axis=0)
+    remote_s = float(barriers[[QUANTITY_INDEX["remote_tokens"]]].sum())
+    counts = path_counts(problem.tree, requests)
+    weight = per_copy_amounts(problem) @ barriers - remote_s * problem.tree.node_length
+    weight[counts == 0] = 0.0
+    base = remote_s * float(problem.tree.node_length[counts > 0].sum())
+    prefix = float(weight[1:][counts[1:] == requests.size].sum())
+    common = prefix + (float(weight.sum()) - prefix) / 2
+    assert prefix > 0 and common_nodes_floor(weight, counts, requests.size, 2) == pytest.approx(common)
+    assert whole == pytest.approx(base + common, rel=1e-9)
+    longest = max(float(weight[list(problem.tree.path(int(r)))].sum()) for r in requests)
+    assert base + common > base + 2 * longest  # above any pair of whole paths
+    no_crossing = [b for _, b, crosses in _extras(problem, _average_s(problem)) if not crosses]
+    assert no_crossing and min(no_crossing) >= whole * (1 - 1e-12)

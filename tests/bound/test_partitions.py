@@ -70,3 +70,22 @@ def test_split_plans_stay_above_the_bound():
     split = split_copies_s(result.problem)
     sizes = np.diff(result.problem.item_ptr)
     assert all(math.isinf(s) for s, k in zip(split, sizes, strict=True) if k == 1)
+
+
+def test_split_runs_pay_an_overhead_per_wave_their_memory_needs():
+    """On the README example at CP2 and 8 GiB (six GRPO items, no two waves' worth of them fits in one),
+    a run of waves tied by a split item holding many items pays an overhead for every wave its memory
+    adds up to, not two: the partition term then lifts the bound above the node floors' (without the
+    count, runs of all six items in "two" waves undercut it), and the deterministic plan stays above."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    result = cpplan.plan(
+        cpplan.Workload.from_jsonl(root / "examples/grpo.jsonl"),
+        topology=cpplan.Topology(cp=2),
+        model=MODEL,
+        memory_bytes="8GiB",
+    )
+    bound = plan_bound(result.problem)
+    assert bound.terms_s["enumerated_partitions"] > 0.03
+    assert bound.bound_s <= result.cost_s

@@ -12,7 +12,8 @@ from cpplan import Topology, Workload
 from cpplan.api import build_problem
 from cpplan.bound import ALL_PLANS, plan_bound
 from cpplan.bound.all_plans import waves_bound
-from cpplan.bound.pool_makespan import item_floor_s
+from cpplan.bound.pool_makespan import dynamic_pool_bound, item_floor_s
+from cpplan.planners.dynamic_cp import group_problem
 from cpplan.planners.greedy import cached_greedy_plan
 from cpplan.planners.portfolio import solve
 from cpplan.spec.profile import load_solver
@@ -78,3 +79,45 @@ def test_summed_share_bounds_a_narrow_pool():
     for wave in sorted(plan.waves, key=lambda w: -w.cost_s):
         loads[loads.index(min(loads))] += wave.cost_s
     assert bound.bound_s <= max(loads)
+
+
+@pytest.mark.parametrize("topology", ["dp=2,cp=2,dynamic_cp=1", "dp=4,cp=2,dynamic_cp=1"])
+def test_dynamic_cp_pool_plan_never_below_the_bound(topology):
+    """Under dynamic CP (waves of any group size on one pool) the bound holds over all plans: the
+    deterministic profile's plan of the README example (its makespan) costs at least it, and the CLI's
+    stats carry it; the pool's summed GPU-seconds over the pool binds there (a bound that forgot to
+    share the GPU-seconds over the pool would exceed the plan)."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    problem = build_problem(
+        Workload.from_jsonl(root / EXAMPLE),
+        topology=Topology.parse(topology),
+        model="qwen3.6-35b-a3b",
+        memory_bytes="8GiB",
+    )
+    result = solve(problem, load_solver("deterministic"))
+    bound = plan_bound(problem)
+    assert bound.scope == ALL_PLANS
+    assert 0 < bound.bound_s <= result.cost_s
+    assert bound.terms_s["gpu_seconds_over_pool"] > bound.terms_s["costliest_item_wave"]
+    assert result.solver.bound_scope == ALL_PLANS and result.solver.bound_s == bound.bound_s
+
+
+def test_dynamic_cp_costliest_item_at_its_cheapest_group_size():
+    """On a pool wider than the work, the costliest item's wave binds, priced at its cheapest group
+    size, and stays at most the enumerated optimum of one GPU (a plan of the pool may run every wave on
+    one GPU, so its makespan's floor is no more than that plan's waves)."""
+    problem = tiny_problem(CHUNKED, cp=1, chunk_tokens=128, room=1.0)
+    pool = dataclasses.replace(
+        problem,
+        settings=dataclasses.replace(problem.settings, topology=Topology(cp=1, dp=8, dynamic_cp=True)),
+    )
+    bound, terms = dynamic_pool_bound(pool)
+    sizes = pool.topology.group_sizes()
+    cheapest = max(min(item_floor_s(group_problem(pool, c), i) for c in sizes) for i in range(pool.num_items))
+    assert terms["costliest_item_wave"] == pytest.approx(cheapest, rel=1e-6)
+    assert bound == pytest.approx(max(terms.values()), rel=1e-6)
+    _, waves = optimum(problem)
+    assert bound <= max(w.cost_s for w in waves)
+    assert plan_bound(pool).scope == ALL_PLANS
