@@ -27,7 +27,6 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from enum import StrEnum
 from typing import Any
 
 from cpplan.bound import pool_scoped_stats
@@ -41,7 +40,7 @@ from cpplan.planners.decide import Pool, decide
 from cpplan.planners.dynamic_cp import group_problem, pool_padding_s
 from cpplan.planners.greedy import cached_greedy_plan
 from cpplan.planners.subproblem import SubProblem
-from cpplan.plans.outcome import ModelOutcome, Status
+from cpplan.plans.outcome import Ended, ModelOutcome, Status
 from cpplan.plans.plan import Candidate, Plan, SolverStats
 from cpplan.plans.plan_writer import plan_to_dict
 from cpplan.plans.pool_schedule import timed
@@ -53,24 +52,6 @@ from cpplan.verifier.plan_check import Verification, verify_plan
 
 DISAGREEMENT_TOLERANCE = 0.05
 """Relative gap between a solver's objective and the verified price above which the result notes it."""
-
-
-class Ended(StrEnum):
-    """How one strategy's run ended (the typed form of its note; the model runs inside a strategy have
-    their own :class:`~cpplan.plans.outcome.Status`)."""
-
-    PLANNED = "planned"
-    """It returned a plan (the verifier's verdict says whether it is valid)."""
-    NO_TIME = "no_time"
-    """Not started, or its deciding model not run: too little of the budget was left."""
-    UNAVAILABLE = "unavailable"
-    """No backend is registered under its name."""
-    REFUSED = "refused"
-    """It refused the problem (a :class:`NoFitError`: something does not fit)."""
-    FAILED = "failed"
-    """It raised an error, or returned a plan the verifier cannot read."""
-    NO_PLAN = "no_plan"
-    """It ran and returned no plan (its statistics say why)."""
 
 
 @dataclass(frozen=True, kw_only=True)
