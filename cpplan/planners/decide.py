@@ -95,6 +95,7 @@ def decide(
         return pool.proposed, _then(pool.proposer, outcome)
     t0 = time.perf_counter()
     why = f"no time for it (under {profile.timing.bound_min_left_s:g} s left: timing.bound_min_left_s)"
+    why = why if bounded else "not computed: a pool's plan is bounded as a makespan"
     bound = PlanBound(bound_s=None, scope=PROPOSED_WAVES, why=why)
     if bounded and search_by.can_finish(profile.timing.bound_min_left_s):  # its time is the search's
         bound = plan_bound(problem, pool.plans, layouts=profile.greedy.layouts)
