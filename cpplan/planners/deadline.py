@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 NO_TIME = "skipped: no time left"
 """The note (and candidate reason) of a strategy not started for lack of time (its outcome's
-:class:`~cpplan.planners.portfolio.Ended` is ``no_time``)."""
+:class:`~cpplan.plans.outcome.Ended` is ``no_time``)."""
 
 
 def verify_reserve_s(problem: Problem, timing: TimingParams) -> float:

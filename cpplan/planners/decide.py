@@ -72,9 +72,12 @@ def _proposals(plans: Iterable[Plan]) -> tuple[Plan, ...]:
     return tuple(plan for plan in plans if not plan.splits_an_item)
 
 
-def decide(problem: Problem, pool: Pool, budget: Budget, by: Deadline) -> tuple[Plan | None, SolverStats]:
+def decide(
+    problem: Problem, pool: Pool, budget: Budget, by: Deadline, *, bounded: bool = True
+) -> tuple[Plan | None, SolverStats]:
     """The ownership model over ``pool``, solved within the ownership stage's share of ``budget`` and
-    before ``by``: its plan and statistics (the joint model's outcome first, when it ran). Without a
+    before ``by``: its plan and statistics (the joint model's outcome first, when it ran), with the
+    bound over the proposed waves unless not ``bounded`` (a pool's plan is bounded as a makespan). Without a
     proposal to decide over, or without time for it, the joint model's own plan (or nothing) with an
     outcome saying why; where it gives no answer, or one priced above the cheapest proposal, that
     proposal."""
@@ -92,8 +95,9 @@ def decide(problem: Problem, pool: Pool, budget: Budget, by: Deadline) -> tuple[
         return pool.proposed, _then(pool.proposer, outcome)
     t0 = time.perf_counter()
     why = f"no time for it (under {profile.timing.bound_min_left_s:g} s left: timing.bound_min_left_s)"
+    why = why if bounded else "not computed: a pool's plan is bounded as a makespan"
     bound = PlanBound(bound_s=None, scope=PROPOSED_WAVES, why=why)
-    if search_by.can_finish(profile.timing.bound_min_left_s):  # its time is the search's
+    if bounded and search_by.can_finish(profile.timing.bound_min_left_s):  # its time is the search's
         bound = plan_bound(problem, pool.plans, layouts=profile.greedy.layouts)
         pool = pool.with_plans(bound.new_plans)  # the bound's own plan: its waves become columns too
         best = pool.cheapest

@@ -11,7 +11,9 @@ reads top to bottom:
    ``cpsat`` candidate;
 3. **schedule**: where a plan's waves share a pool of CP groups (``dp > 1`` or dynamic CP) every
    strategy forms and places its waves on the pool (:data:`~cpplan.planners.PLANNERS`, the schedule
-   model deciding for ``cpsat``) instead, and the cost is the makespan;
+   model deciding for ``cpsat``) instead, and the cost is the makespan; the ownership model then
+   decides the ownership of the ``cpsat`` plan's waves, each keeping its GPUs
+   (:func:`decided_on_the_pool`);
 4. **verify**: the independent verifier prices every candidate's plan once (identical plans share a
    verdict), and the cheapest valid one is chosen, every candidate's reason written from the outcomes.
 
@@ -25,7 +27,6 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from enum import StrEnum
 from typing import Any
 
 from cpplan.bound import pool_scoped_stats
@@ -36,35 +37,21 @@ from cpplan.planners.cpsat_planner import joint_proposal
 from cpplan.planners.cpsat_strategy import ensure_solver
 from cpplan.planners.deadline import NO_TIME, Deadline
 from cpplan.planners.decide import Pool, decide
+from cpplan.planners.dynamic_cp import group_problem, pool_padding_s
 from cpplan.planners.greedy import cached_greedy_plan
-from cpplan.plans.outcome import ModelOutcome, Status
+from cpplan.planners.subproblem import SubProblem
+from cpplan.plans.outcome import Ended, ModelOutcome, Status
 from cpplan.plans.plan import Candidate, Plan, SolverStats
 from cpplan.plans.plan_writer import plan_to_dict
+from cpplan.plans.pool_schedule import timed
 from cpplan.plans.result import PlanResult
 from cpplan.pricing.problem import Problem, check_static_floor
+from cpplan.pricing.wave import WavePlan
 from cpplan.spec.profile import SolverProfile
 from cpplan.verifier.plan_check import Verification, verify_plan
 
 DISAGREEMENT_TOLERANCE = 0.05
 """Relative gap between a solver's objective and the verified price above which the result notes it."""
-
-
-class Ended(StrEnum):
-    """How one strategy's run ended (the typed form of its note; the model runs inside a strategy have
-    their own :class:`~cpplan.plans.outcome.Status`)."""
-
-    PLANNED = "planned"
-    """It returned a plan (the verifier's verdict says whether it is valid)."""
-    NO_TIME = "no_time"
-    """Not started, or its deciding model not run: too little of the budget was left."""
-    UNAVAILABLE = "unavailable"
-    """No backend is registered under its name."""
-    REFUSED = "refused"
-    """It refused the problem (a :class:`NoFitError`: something does not fit)."""
-    FAILED = "failed"
-    """It raised an error, or returned a plan the verifier cannot read."""
-    NO_PLAN = "no_plan"
-    """It ran and returned no plan (its statistics say why)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -121,6 +108,8 @@ def solve(
     steps = {**PLANNERS, **(planners or {})}
     if problem.topology.several_groups:
         found = on_the_pool(problem, budget, steps)
+        if steps.get("cpsat") is _REGISTERED["cpsat"]:  # a replaced one stands for every CP-SAT stage
+            found = decided_on_the_pool(problem, budget, found)
     else:
         found = propose_and_decide(problem, budget, steps)
     found = verify(problem, found)
@@ -236,6 +225,56 @@ def on_the_pool(problem: Problem, budget: Budget, steps: Mapping[str, Strategy])
             continue
         found.append(run_strategy(name, steps.get(name), problem, budget.profile, budget.verify_by))
     return found
+
+
+def decided_on_the_pool(
+    problem: Problem, budget: Budget, found: list[StrategyOutcome]
+) -> list[StrategyOutcome]:
+    """Stage 2 on a pool: the ownership model decides the ownership of the ``cpsat`` plan's waves (those
+    splitting no item), one group size at a time; each wave keeps its place on the pool and takes the
+    decided ownership where that prices it lower, and the schedule is timed again (so the makespan never
+    grows). The ownership runs' outcomes come before the schedule model's, which places the waves (so
+    the plan JSON's ``solver.status`` stays the schedule model's); a fault is recorded, never raised."""
+    at = next((k for k, o in enumerate(found) if o.strategy == "cpsat" and o.plan is not None), None)
+    if at is None:
+        return found
+    outcome = found[at]
+    started = time.perf_counter()
+    waves, stats = list(outcome.plan.waves), outcome.stats or SolverStats()
+    decided: list[ModelOutcome] = []
+    try:
+        for size in sorted({w.cp for w in waves if not w.split and w.cp > 1}):
+            chosen = [k for k, w in enumerate(waves) if w.cp == size and not w.split]
+            decided_waves = _decided_waves(problem, budget, size, [waves[k] for k in chosen], decided)
+            for k, new in zip(chosen, decided_waves, strict=True):
+                waves[k] = new if new.cost_s < waves[k].cost_s else waves[k]
+    except Exception as exc:  # a faulty model costs time, never the plan
+        detail = f"raised {type(exc).__name__}: {exc}"
+        failed = ModelOutcome(model="ownership", status=Status.FAILED, detail=detail)
+        decided.append(failed)
+    stats = replace(stats, outcomes=(*stats.outcomes[:-1], *decided, *stats.outcomes[-1:]))
+    schedule = outcome.plan.schedule
+    assert schedule is not None, "a pool's plan is scheduled"
+    costs = [w.cost_s for w in waves]
+    timed_ = timed(costs, schedule.gpus, schedule.pool, pool_padding_s(problem))
+    plan = replace(outcome.plan, waves=tuple(waves), schedule=timed_)
+    wall_s = outcome.wall_s + time.perf_counter() - started
+    return [*found[:at], replace(outcome, plan=plan, stats=stats, wall_s=wall_s), *found[at + 1 :]]
+
+
+def _decided_waves(
+    problem: Problem, budget: Budget, size: int, waves: list[WavePlan], outcomes: list[ModelOutcome]
+) -> list[WavePlan]:
+    """``waves`` (of CP group ``size``, whole items) with the ownership model's decision over them, on
+    the sub-problem of their items (each wave as it was where the model gives none); its outcome is
+    appended to ``outcomes``."""
+    items = sorted(i for w in waves for i in w.items)
+    sub = SubProblem.of(group_problem(problem, size), items)
+    proposal = Plan(strategy="cpsat", waves=tuple(sub.from_parent(w) for w in waves))
+    plan, run = decide(sub.problem, Pool.of({"cpsat": proposal}), budget, budget.verify_by, bounded=False)
+    outcomes.append(run.outcomes[-1])
+    by_items = {w.items: w for w in (sub.to_parent(w) for w in (plan.waves if plan is not None else ()))}
+    return [by_items.get(w.items, w) for w in waves]
 
 
 def verify(problem: Problem, found: list[StrategyOutcome]) -> list[StrategyOutcome]:

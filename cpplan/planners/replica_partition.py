@@ -40,6 +40,7 @@ from functools import cached_property
 import numpy as np
 
 from cpplan.errors import InputError
+from cpplan.planners.subproblem import SubProblem, sub_workload
 from cpplan.plans.plan import Plan
 from cpplan.plans.pool_schedule import block, timed
 from cpplan.pricing.problem import Problem
@@ -451,33 +452,7 @@ def replica_workload(workload: Workload, items: Sequence[int], replica: int) -> 
             "replicas that need a share",
             field="replica",
         )
-    lines = None if workload.lines is None else tuple(workload.lines[i] for i in items)
-    return Workload(
-        items=tuple(workload.items[i] for i in items),
-        source=workload.source,
-        lines=lines,
-        token_ids=workload.token_ids,
-    )
-
-
-def to_step_wave(
-    wave: WavePlan, items: Sequence[int], item_ptr: np.ndarray, replica_ptr: np.ndarray
-) -> WavePlan:
-    """A replica's priced wave as the same wave of the whole step: its items mapped to workload indices
-    (``items``), its tree requests to the step's (a request is its item's first request plus its index
-    in the item: ``item_ptr`` of the step, ``replica_ptr`` of the replica's problem)."""
-    local = np.asarray(wave.items, dtype=np.int64)
-    step_items = np.asarray(items, dtype=np.int64)
-
-    def mapped(requests: np.ndarray) -> np.ndarray:
-        requests = np.asarray(requests, dtype=np.int64)
-        owner = np.searchsorted(replica_ptr, requests, side="right") - 1
-        return item_ptr[step_items[owner]] + (requests - replica_ptr[owner])
-
-    layout = replace(
-        wave.layout, request_ids=mapped(wave.layout.request_ids), seg_src=mapped(wave.layout.seg_src)
-    )
-    return replace(wave, items=tuple(step_items[local].tolist()), layout=layout)
+    return sub_workload(workload, items)
 
 
 def assemble(
@@ -493,7 +468,7 @@ def assemble(
     notes: list[str] = []
     for k, (plan, sub) in enumerate(zip(plans, replica_problems, strict=True)):
         items = partition.items(k)
-        waves.extend(to_step_wave(w, items, step.item_ptr, sub.item_ptr) for w in plan.waves)
+        waves.extend(map(SubProblem.over(step, sub, items).to_parent, plan.waves))
         gpus.extend([block(cp, k)] * plan.num_waves)
         notes.extend(f"replica {k}: {note}" for note in plan.notes)
     padding_s = step.card.wave_overhead_s if step.topology.needs_equal_waves else None

@@ -36,20 +36,14 @@ class SubProblem:
         chosen = (
             np.asarray(items, dtype=np.int64) if keep_order else np.unique(np.asarray(items, dtype=np.int64))
         )
-        workload = parent.workload
-        lines = None if workload.lines is None else tuple(workload.lines[i] for i in chosen.tolist())
-        sub = Workload(
-            items=tuple(workload.items[i] for i in chosen.tolist()),
-            source=workload.source,
-            lines=lines,
-            token_ids=workload.token_ids,
-        )
-        return cls(
-            parent=parent,
-            problem=Problem.build(sub, parent.settings),
-            items=chosen,
-            requests=parent.item_requests(chosen),
-        )
+        sub = sub_workload(parent.workload, chosen.tolist())
+        return cls.over(parent, Problem.build(sub, parent.settings), chosen)
+
+    @classmethod
+    def over(cls, parent: Problem, problem: Problem, items: Sequence[int]) -> SubProblem:
+        """``problem``, already built over ``items`` of ``parent`` (in that order), as its sub-problem."""
+        chosen = np.asarray(items, dtype=np.int64)
+        return cls(parent=parent, problem=problem, items=chosen, requests=parent.item_requests(chosen))
 
     def to_parent(self, wave: WavePlan) -> WavePlan:
         """``wave`` of the sub-problem as the same priced wave of the parent."""
@@ -61,6 +55,17 @@ class SubProblem:
         items = _inverse(self.items, np.asarray(wave.items, dtype=np.int64))
         assert np.array_equal(self.items[items], wave.items), "the wave holds items outside the window"
         return _mapped(wave, items, lambda ids: _inverse(self.requests, ids))
+
+
+def sub_workload(workload: Workload, items: Sequence[int]) -> Workload:
+    """The workload of ``items`` (indices into ``workload``, in the order given), source lines kept."""
+    lines = None if workload.lines is None else tuple(workload.lines[i] for i in items)
+    return Workload(
+        items=tuple(workload.items[i] for i in items),
+        source=workload.source,
+        lines=lines,
+        token_ids=workload.token_ids,
+    )
 
 
 def _inverse(values: np.ndarray, wanted: np.ndarray) -> np.ndarray:

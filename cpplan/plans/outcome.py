@@ -1,4 +1,5 @@
-"""Typed outcomes of the planner's CP-SAT stages: one record per model run, not a string.
+"""Typed outcomes of the planner: how each strategy's run ended (:class:`Ended`) and one record per
+CP-SAT model run (:class:`ModelOutcome`), not strings.
 
 Every stage that runs a model (the joint model, its large-neighbourhood search, the ownership model, the
 schedule model) leaves a :class:`ModelOutcome`: which model, a :class:`Status`, the objective and the
@@ -39,6 +40,24 @@ class Status(StrEnum):
     def answered(self) -> bool:
         """Whether the run produced an answer."""
         return self in (Status.OPTIMAL, Status.FEASIBLE)
+
+
+class Ended(StrEnum):
+    """How one strategy's run ended (the typed form of its note; the model runs inside a strategy have
+    their own :class:`Status`)."""
+
+    PLANNED = "planned"
+    """It returned a plan (the verifier's verdict says whether it is valid)."""
+    NO_TIME = "no_time"
+    """Not started, or its deciding model not run: too little of the budget was left."""
+    UNAVAILABLE = "unavailable"
+    """No backend is registered under its name."""
+    REFUSED = "refused"
+    """It refused the problem (a :class:`NoFitError`: something does not fit)."""
+    FAILED = "failed"
+    """It raised an error, or returned a plan the verifier cannot read."""
+    NO_PLAN = "no_plan"
+    """It ran and returned no plan (its statistics say why)."""
 
 
 class Scope(StrEnum):
@@ -160,4 +179,4 @@ def _number(value: object) -> float | None:
     return None if value is None else float(value)  # type: ignore[arg-type]
 
 
-__all__ = ["MODEL_NAMES", "ModelOutcome", "Scope", "Status"]
+__all__ = ["MODEL_NAMES", "Ended", "ModelOutcome", "Scope", "Status"]

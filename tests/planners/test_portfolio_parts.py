@@ -10,7 +10,8 @@ import pytest
 from cpplan import NoFitError, Settings, Topology
 from cpplan.planners import PLANNERS
 from cpplan.planners.deadline import Deadline
-from cpplan.planners.portfolio import Ended, StrategyOutcome, run_strategy
+from cpplan.planners.portfolio import StrategyOutcome, run_strategy
+from cpplan.plans.outcome import Ended
 from cpplan.pricing.problem import Problem
 from cpplan.spec.profile import load_solver
 

@@ -1,0 +1,48 @@
+"""The ownership model decides on a pool too: at dp > 1 the ``cpsat`` candidate's waves take the
+ownership model's decision (one group size at a time) before the schedule places them, and the plan is
+never costlier than the schedule model's own."""
+
+from __future__ import annotations
+
+import pytest
+
+import cpplan
+from cpplan.bench.suites import suite
+from cpplan.planners import PLANNERS
+from cpplan.planners.portfolio import solve
+from cpplan.pricing.problem import Problem
+from cpplan.spec.profile import load_solver
+from cpplan.spec.settings import Settings
+
+
+@pytest.fixture(scope="module")
+def pool_problem(qwen36) -> Problem:
+    """The quick suite's GRPO step (16 completions a prompt) on two CP2 groups with 40 GiB a rank: a
+    step whose scheduled waves the balanced split leaves imbalanced."""
+    case = next(c for c in suite(quick=True) if c.name == "grpo_g8_16to1")
+    settings = Settings.from_user(topology=cpplan.Topology(dp=2, cp=2), model=qwen36, memory_bytes="40GiB")
+    return Problem.build(case.build(), settings)
+
+
+def _schedule_only(problem, profile, deadline):
+    """The registered ``cpsat`` strategy under another identity: it stands for every CP-SAT stage, so
+    the loop runs no ownership model after it."""
+    return PLANNERS["cpsat"](problem, profile, deadline)
+
+
+def test_pool_plan_is_decided_by_the_ownership_model(pool_problem):
+    """At dp = 2 the ownership model runs on the pool's ``cpsat`` plan (its outcome before the schedule
+    model's, so ``solver.status`` stays the schedule's), the plan is valid, and it is cheaper than the
+    schedule model's plan without it, wave for wave no costlier and on the same GPUs."""
+    profile = load_solver("deterministic")
+    decided = solve(pool_problem, profile)
+    placed = solve(pool_problem, profile, planners={"cpsat": _schedule_only})
+    models = [o.model for o in decided.solver.outcomes]
+    assert models[-1] == "schedule" and "ownership" in models
+    assert decided.solver.status == placed.solver.status
+    cpsat = next(c for c in decided.candidates if c.strategy == "cpsat")
+    assert cpsat.valid
+    assert decided.plan.cost_s < placed.plan.cost_s
+    assert decided.plan.schedule.gpus == placed.plan.schedule.gpus
+    for new, old in zip(decided.plan.waves, placed.plan.waves, strict=True):
+        assert new.items == old.items and new.cost_s <= old.cost_s
