@@ -21,13 +21,10 @@ from cpplan.cpsat.memory import MemoryRows
 from cpplan.cpsat.solve import Solution
 from cpplan.cpsat.space import LayoutSpace
 from cpplan.plans.plan import Plan
-from cpplan.pricing.amounts import span_amounts
 from cpplan.pricing.layout import PackedLayout
-from cpplan.pricing.loss_positions import layout_totals
 from cpplan.pricing.ownership import ChunkStats, chunk_stats
 from cpplan.pricing.problem import Problem
 from cpplan.pricing.wave import WavePlan, price_wave
-from cpplan.spec.quantities import COUNTS, QUANTITIES, QUANTITY_INDEX, check_rules
 
 LAYOUT_NAME = "cpsat"
 
@@ -85,17 +82,16 @@ def capped_owner(
     problem: Problem, space: LayoutSpace, rows: MemoryRows, solution: Solution, w: int, layout: PackedLayout
 ) -> np.ndarray:
     """Chunk owners of wave ``w`` within the model's per-rank bounds: contiguous ranges balancing
-    predicted seconds, each of at most the widest chunk cap (or, in the weighted mode, chunk weight)
-    the integer memory rows admit for the packed wave, never below the solver's."""
+    predicted seconds, each of at most the solver's chunk cap (or, in the weighted mode, chunk weight)
+    of the wave, so the memory rows it solved hold for the packed wave."""
     cp = problem.topology.cp
     stats = chunk_stats(layout, problem.chunk_tokens)
     time_weights = stats.quantity_matrix() @ problem.card.time_coefficients()
     if solution.weighted and solution.weighted[w]:
-        cap_kib = max(solution.weight_cap[w], widest_weight_cap(rows, layout))
         weights = chunk_weights(rows, layout, stats)
-        return weight_capped_split(time_weights, weights, cp, space.scaling.bytes_per_unit * cap_kib)
-    cap = max(solution.cap[w], widest_cap(rows, layout, stats.num_chunks, cp))
-    return capped_split(time_weights, cp, min(cap, stats.num_chunks))
+        cap_bytes = space.scaling.bytes_per_unit * solution.weight_cap[w]
+        return weight_capped_split(time_weights, weights, cp, cap_bytes)
+    return capped_split(time_weights, cp, min(solution.cap[w], stats.num_chunks))
 
 
 def chunk_weights(rows: MemoryRows, layout: PackedLayout, stats: ChunkStats) -> np.ndarray:
@@ -103,44 +99,3 @@ def chunk_weights(rows: MemoryRows, layout: PackedLayout, stats: ChunkStats) -> 
     per-segment bytes of any envelope."""
     starts = np.bincount(layout.seg_offset // stats.chunk_tokens, minlength=stats.num_chunks)
     return rows.weight_token_bytes * stats.tokens + rows.weight_start_bytes * starts[: stats.num_chunks]
-
-
-def widest_weight_cap(rows: MemoryRows, layout: PackedLayout) -> int:
-    """The largest weight cap (KiB) the weighted rows admit for a packed wave (other quantities
-    bounded by the wave's totals)."""
-    values = _wave_totals(layout)
-    return min(rows.memory_kib - rows.rank_kib_weighted(e, 0, values) for e in range(len(rows.static_kib)))
-
-
-def _wave_totals(layout: PackedLayout) -> dict[str, int]:
-    """Every quantity at its bound for one rank of a packed wave: the wave's totals (all of its segments;
-    every packed token gathered)."""
-    flags = {"grad": layout.seg_grad, "loss": layout.seg_loss}
-    amounts = layout_totals(span_amounts(layout.seg_length, layout.seg_position, flags).sum(axis=0), layout)
-    return {q.name: int(_WAVE_TOTAL[q.count](amounts, layout, q.name)) for q in QUANTITIES}
-
-
-_WAVE_TOTAL = {
-    "token": lambda amounts, layout, name: amounts[QUANTITY_INDEX[name]],
-    "pair": lambda amounts, layout, name: amounts[QUANTITY_INDEX[name]],
-    "segment": lambda amounts, layout, name: layout.num_segments,
-    "remote": lambda amounts, layout, name: layout.packed_tokens,
-}
-check_rules("cpsat.realize", _WAVE_TOTAL, COUNTS)
-
-
-def widest_cap(rows: MemoryRows, layout, num_chunks: int, cp: int) -> int:
-    """The largest chunks-per-rank cap the integer rows admit for a packed wave (every other local
-    quantity bounded by the wave's total), or 0 when none does."""
-    if cp == 1:
-        return num_chunks
-    values = _wave_totals(layout)
-    best = num_chunks
-    for e in range(len(rows.static_kib)):
-        rest = rows.rank_kib(e, 0, values)
-        per_chunk = rows.per_chunk_kib[e]
-        if per_chunk > 0:
-            best = min(best, (rows.memory_kib - rest) // per_chunk)
-        elif rest > rows.memory_kib:
-            return 0
-    return max(best, 0)
