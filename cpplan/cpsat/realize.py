@@ -4,11 +4,11 @@ Each used wave is packed with :meth:`Problem.pack` under the chosen share mask (
 solver shared them, local decision nodes as the item's chosen local layout) and priced exactly by
 :func:`cpplan.pricing.wave.price_wave` under the proposers' one balanced split. Where that split breaks
 a rank's memory, :func:`capped_owner` assigns the chunks within the model's per-rank bounds
-(:func:`~cpplan.cpsat.chunk_caps.capped_split` with the largest per-rank cap the integer memory rows
-still admit for the realized wave, never below the solver's cap, or the weighted mode's split), so the
-wave fits. A wave that took an exact column (:mod:`cpplan.cpsat.columns`) is not re-packed or re-split:
-it is the column's own priced wave. The ownership model then decides which rank owns every chunk; the
-portfolio verifies the result like any other candidate.
+(:func:`~cpplan.cpsat.chunk_caps.capped_split` within the solver's chunk cap, or the weighted mode's
+split within its weight cap), so the wave fits. A wave that took an exact column
+(:mod:`cpplan.cpsat.columns`) is not re-packed or re-split: it is the column's own priced wave. The
+ownership model then decides which rank owns every chunk; the portfolio verifies the result like any
+other candidate.
 """
 
 from __future__ import annotations
