@@ -77,8 +77,6 @@ class CompiledModel:
     objective: ObjectiveVars
     columns: tuple[Column, ...]
     column_vars: ColumnVars
-    needed: frozenset[str]
-    folded: frozenset[str]
 
     @property
     def num_ranks(self) -> int:
@@ -201,8 +199,6 @@ def compile_model(
         objective=objective,
         columns=columns,
         column_vars=column_vars,
-        needed=needed,
-        folded=folded,
     )
 
 

@@ -1,13 +1,14 @@
 """From a solution to a priced :class:`~cpplan.plans.plan.Plan`: pack each wave, assign chunks, price.
 
 Each used wave is packed with :meth:`Problem.pack` under the chosen share mask (cross nodes as the
-solver shared them, local decision nodes as the item's chosen local layout). Its chunks go to ranks by
-:func:`~cpplan.cpsat.chunk_caps.capped_split`, with the largest per-rank cap the integer memory rows
-still admit for the realized wave (never below the solver's cap), and the wave is priced exactly by
-:func:`cpplan.pricing.wave.price_wave`; an uncapped balanced ownership replaces it when that fits and is
-cheaper. A wave that took an exact column (:mod:`cpplan.cpsat.columns`) is not re-packed or re-split:
-it is the column's own priced wave; a modelled wave whose items are exactly a column's is replaced by
-the column's wave when that is cheaper. The portfolio verifies the result like any other candidate.
+solver shared them, local decision nodes as the item's chosen local layout) and priced exactly by
+:func:`cpplan.pricing.wave.price_wave` under the proposers' one balanced split. Where that split breaks
+a rank's memory, :func:`capped_owner` assigns the chunks within the model's per-rank bounds
+(:func:`~cpplan.cpsat.chunk_caps.capped_split` within the solver's chunk cap, or the weighted mode's
+split within its weight cap), so the wave fits. A wave that took an exact column
+(:mod:`cpplan.cpsat.columns`) is not re-packed or re-split: it is the column's own priced wave. The
+ownership model then decides which rank owns every chunk; the portfolio verifies the result like any
+other candidate.
 """
 
 from __future__ import annotations
@@ -15,18 +16,15 @@ from __future__ import annotations
 import numpy as np
 
 from cpplan.cpsat.chunk_caps import capped_split, weight_capped_split
-from cpplan.cpsat.columns import Column, columns_with_items
+from cpplan.cpsat.columns import Column
 from cpplan.cpsat.memory import MemoryRows
 from cpplan.cpsat.solve import Solution
 from cpplan.cpsat.space import LayoutSpace
 from cpplan.plans.plan import Plan
-from cpplan.pricing.amounts import span_amounts
 from cpplan.pricing.layout import PackedLayout
-from cpplan.pricing.loss_positions import layout_totals
 from cpplan.pricing.ownership import ChunkStats, chunk_stats
 from cpplan.pricing.problem import Problem
 from cpplan.pricing.wave import WavePlan, price_wave
-from cpplan.spec.quantities import COUNTS, QUANTITIES, QUANTITY_INDEX, check_rules
 
 LAYOUT_NAME = "cpsat"
 
@@ -55,19 +53,10 @@ def realize(
     rows: MemoryRows,
     solution: Solution,
     *,
-    alternatives: bool = True,
     columns: tuple[Column, ...] = (),
 ) -> Plan:
     """The solution as a plan of exactly priced waves; a wave that took an exact column is that
-    column's priced wave, unchanged (``columns`` are the compiled model's).
-
-    The capped split always respects the model's per-rank bounds. With ``alternatives`` the
-    uncapped contiguous ownerships of :func:`cpplan.pricing.wave.price_wave` are priced too, and one of them
-    replaces the capped split when it fits and is cheaper (the model prices a wave by its rank average,
-    so the exact evaluator is the better judge of balance); so does a column holding exactly the wave's
-    items."""
-    cp = problem.topology.cp
-    time_coef = problem.card.time_coefficients()
+    column's priced wave, unchanged (``columns`` are the compiled model's)."""
     waves: list[WavePlan] = []
     for w, (items, mask) in wave_masks(problem, space, solution).items():
         g = solution.column(w)
@@ -76,28 +65,33 @@ def realize(
             waves.append(columns[g].wave)
             continue
         layout = problem.pack(items, mask)
-        stats = chunk_stats(layout, problem.chunk_tokens)
-        time_weights = stats.quantity_matrix() @ time_coef
-        if solution.weighted and solution.weighted[w]:
-            cap_kib = max(solution.weight_cap[w], widest_weight_cap(rows, layout))
-            owner = weight_capped_split(
-                time_weights, chunk_weights(rows, layout, stats), cp, space.scaling.bytes_per_unit * cap_kib
+        wave = price_wave(problem, items, layout, LAYOUT_NAME)
+        if not wave.fits(problem.memory_bytes):
+            wave = price_wave(
+                problem,
+                items,
+                layout,
+                LAYOUT_NAME,
+                owner=capped_owner(problem, space, rows, solution, w, layout),
             )
-        else:
-            cap = max(solution.cap[w], widest_cap(rows, layout, stats.num_chunks, cp))
-            owner = capped_split(time_weights, cp, min(cap, stats.num_chunks))
-        wave = price_wave(problem, items, layout, LAYOUT_NAME, owner=owner)
-        if alternatives and cp > 1:
-            other = price_wave(problem, items, layout, LAYOUT_NAME)
-            if other.fits(problem.memory_bytes) and (
-                not wave.fits(problem.memory_bytes) or other.cost_s < wave.cost_s
-            ):
-                wave = other
-        for g in columns_with_items(columns, items) if alternatives else ():  # same items, known wave
-            if not wave.fits(problem.memory_bytes) or columns[g].wave.cost_s < wave.cost_s:
-                wave = columns[g].wave
         waves.append(wave)
     return Plan(strategy="cpsat", waves=tuple(waves))
+
+
+def capped_owner(
+    problem: Problem, space: LayoutSpace, rows: MemoryRows, solution: Solution, w: int, layout: PackedLayout
+) -> np.ndarray:
+    """Chunk owners of wave ``w`` within the model's per-rank bounds: contiguous ranges balancing
+    predicted seconds, each of at most the solver's chunk cap (or, in the weighted mode, chunk weight)
+    of the wave, so the memory rows it solved hold for the packed wave."""
+    cp = problem.topology.cp
+    stats = chunk_stats(layout, problem.chunk_tokens)
+    time_weights = stats.quantity_matrix() @ problem.card.time_coefficients()
+    if solution.weighted and solution.weighted[w]:
+        weights = chunk_weights(rows, layout, stats)
+        cap_bytes = space.scaling.bytes_per_unit * solution.weight_cap[w]
+        return weight_capped_split(time_weights, weights, cp, cap_bytes)
+    return capped_split(time_weights, cp, min(solution.cap[w], stats.num_chunks))
 
 
 def chunk_weights(rows: MemoryRows, layout: PackedLayout, stats: ChunkStats) -> np.ndarray:
@@ -105,44 +99,3 @@ def chunk_weights(rows: MemoryRows, layout: PackedLayout, stats: ChunkStats) -> 
     per-segment bytes of any envelope."""
     starts = np.bincount(layout.seg_offset // stats.chunk_tokens, minlength=stats.num_chunks)
     return rows.weight_token_bytes * stats.tokens + rows.weight_start_bytes * starts[: stats.num_chunks]
-
-
-def widest_weight_cap(rows: MemoryRows, layout: PackedLayout) -> int:
-    """The largest weight cap (KiB) the weighted rows admit for a packed wave (other quantities
-    bounded by the wave's totals)."""
-    values = _wave_totals(layout)
-    return min(rows.memory_kib - rows.rank_kib_weighted(e, 0, values) for e in range(len(rows.static_kib)))
-
-
-def _wave_totals(layout: PackedLayout) -> dict[str, int]:
-    """Every quantity at its bound for one rank of a packed wave: the wave's totals (all of its segments;
-    every packed token gathered)."""
-    flags = {"grad": layout.seg_grad, "loss": layout.seg_loss}
-    amounts = layout_totals(span_amounts(layout.seg_length, layout.seg_position, flags).sum(axis=0), layout)
-    return {q.name: int(_WAVE_TOTAL[q.count](amounts, layout, q.name)) for q in QUANTITIES}
-
-
-_WAVE_TOTAL = {
-    "token": lambda amounts, layout, name: amounts[QUANTITY_INDEX[name]],
-    "pair": lambda amounts, layout, name: amounts[QUANTITY_INDEX[name]],
-    "segment": lambda amounts, layout, name: layout.num_segments,
-    "remote": lambda amounts, layout, name: layout.packed_tokens,
-}
-check_rules("cpsat.realize", _WAVE_TOTAL, COUNTS)
-
-
-def widest_cap(rows: MemoryRows, layout, num_chunks: int, cp: int) -> int:
-    """The largest chunks-per-rank cap the integer rows admit for a packed wave (every other local
-    quantity bounded by the wave's total), or 0 when none does."""
-    if cp == 1:
-        return num_chunks
-    values = _wave_totals(layout)
-    best = num_chunks
-    for e in range(len(rows.static_kib)):
-        rest = rows.rank_kib(e, 0, values)
-        per_chunk = rows.per_chunk_kib[e]
-        if per_chunk > 0:
-            best = min(best, (rows.memory_kib - rest) // per_chunk)
-        elif rest > rows.memory_kib:
-            return 0
-    return max(best, 0)

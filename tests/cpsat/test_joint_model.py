@@ -17,7 +17,7 @@ from cpplan.cpsat import CompiledModel, build_space, compile_model, realize, sol
 from cpplan.cpsat.chunk_caps import folded_quantities
 from cpplan.cpsat.columns import columns_with_items
 from cpplan.cpsat.memory import memory_rows
-from cpplan.cpsat.realize import chunk_weights, widest_weight_cap
+from cpplan.cpsat.realize import capped_owner, chunk_weights, wave_masks
 from cpplan.cpsat.scaling import SCALING
 from cpplan.cpsat.solve import Solution
 from cpplan.planners.cpsat_planner import cpsat_planner
@@ -28,6 +28,7 @@ from cpplan.plans.plan_writer import plan_to_dict
 from cpplan.pricing.evaluator import price
 from cpplan.pricing.ownership import CHUNK_TOKENS
 from cpplan.pricing.problem import Problem
+from cpplan.pricing.wave import price_wave
 from cpplan.spec.quantities import NUM_QUANTITIES, QUANTITY_INDEX
 from cpplan.spec.settings import Settings
 from cpplan.verifier import verify_plan
@@ -210,9 +211,8 @@ def test_integer_rows_never_admit_what_the_evaluator_refuses(cp):
 @pytest.mark.parametrize("cp", [1, 2, 4])
 def test_realized_plans_stay_within_the_model_bounds(cp):
     """Each wave realized with the capped split packs at most the tokens and segment starts the model
-    counted for it, owns at most the solver's per-rank chunk cap per rank or a wider cap the KiB rows
-    still admit for the realized wave, and fits exactly: the model's per-rank quantities bound the
-    realized ones."""
+    counted for it, owns at most the solver's per-rank chunk cap per rank, and fits exactly: the model's
+    per-rank quantities bound the realized ones."""
     workload = long_tail(num_items=10, median_tokens=1500, max_tokens=4000, seed=cp)
     problem = problem_of(workload, cp=cp, memory_bytes=6 * GIB)
     space = build_space(problem)
@@ -222,24 +222,27 @@ def test_realized_plans_stay_within_the_model_bounds(cp):
     )
     assert solution is not None
     values = compiled.evaluate(solution.assignment, set(solution.shared))
-    plan = realize(problem, space, compiled.memory, solution, alternatives=False)
-    used = [w for w, u in enumerate(values.used) if u]
-    assert len(plan.waves) == len(used) >= (3 if cp == 1 else 1)
     rows = compiled.memory
-    for w, wave in zip(used, plan.waves, strict=True):
+    capped = capped_waves(problem, space, rows, solution)
+    used = [w for w, u in enumerate(values.used) if u]
+    assert sorted(capped) == used and len(used) >= (3 if cp == 1 else 1)
+    for w, wave in capped.items():
         assert wave.packed_tokens <= values.totals[w]["tokens"]
         assert wave.layout.num_segments <= values.totals[w]["segments"]
         cap = math.ceil(wave.quantities[:, QUANTITY_INDEX["tokens"]].max() / CHUNK_TOKENS)
-        realized = {
-            "tokens": wave.packed_tokens,
-            "segments": wave.layout.num_segments,
-            "remote_tokens": wave.packed_tokens if cp > 1 else 0,
-            "attn_pairs": 0,
-            "grad_attn_pairs": 0,
-        }
-        if cap > solution.cap[w]:
-            assert all(rows.rank_kib(e, cap, realized) <= rows.memory_kib for e in range(3))
+        assert cap <= solution.cap[w]
         assert wave.fits(problem.memory_bytes)
+
+
+def capped_waves(problem, space, rows, solution) -> dict:
+    """Per used wave of ``solution``, the wave priced under :func:`capped_owner` (the split within the
+    model's per-rank bounds), whether or not the balanced split would fit."""
+    waves = {}
+    for w, (items, mask) in wave_masks(problem, space, solution).items():
+        layout = problem.pack(items, mask)
+        owner = capped_owner(problem, space, rows, solution, w, layout)
+        waves[w] = price_wave(problem, items, layout, "cpsat", owner=owner)
+    return waves
 
 
 def random_shared_workload(rng: np.random.Generator) -> Workload:
@@ -381,13 +384,12 @@ def test_weighted_waves_stay_within_their_weight_cap():
         )
         assert solution is not None
         rows = compiled.memory
-        plan = realize(problem, space, rows, solution, alternatives=False)
-        for w, wave in enumerate(plan.waves):
+        for w, wave in capped_waves(problem, space, rows, solution).items():
             assert wave.fits(problem.memory_bytes)
             if not solution.weighted[w]:
                 continue
             num_checked += 1
-            cap_kib = max(solution.weight_cap[w], widest_weight_cap(rows, wave.layout))
+            cap_kib = solution.weight_cap[w]
             weights = chunk_weights(rows, wave.layout, wave.stats)
             starts = np.bincount(wave.layout.seg_offset // CHUNK_TOKENS, minlength=wave.stats.num_chunks)
             for rank in range(problem.topology.cp):
