@@ -34,11 +34,11 @@ from cpplan.bound.node_floors import (
 from cpplan.pricing.layout import path_counts
 from cpplan.pricing.problem import Problem
 from cpplan.spec.card import HandoffSeconds
-from cpplan.spec.quantities import QUANTITIES, QUANTITY_INDEX
+from cpplan.spec.quantities import QUANTITY_INDEX, REMOTE_COLUMNS, SEGMENT_COLUMNS
 
 _TOKENS = QUANTITY_INDEX["tokens"]
-_SEGMENT_COLUMNS = [QUANTITY_INDEX[q.name] for q in QUANTITIES if q.count == "segment"]
-_REMOTE_COLUMNS = [QUANTITY_INDEX[q.name] for q in QUANTITIES if q.count == "remote"]
+_SEGMENT_COLUMNS = list(SEGMENT_COLUMNS)
+_REMOTE_COLUMNS = list(REMOTE_COLUMNS)
 
 LEVEL_CAP = 24
 """Levels the dynamic program of :func:`level_floor_s` tells apart: a layout of more levels is counted

@@ -43,11 +43,11 @@ from cpplan.pricing.amounts import span_amounts
 from cpplan.pricing.layout import path_counts
 from cpplan.pricing.ownership import chunk_stats
 from cpplan.pricing.problem import Problem
-from cpplan.spec.quantities import NUM_QUANTITIES, QUANTITIES, QUANTITY_INDEX
+from cpplan.spec.quantities import NUM_QUANTITIES, QUANTITY_INDEX, REMOTE_COLUMNS, SEGMENT_COLUMNS
 
 _TOKENS = QUANTITY_INDEX["tokens"]
-_SEGMENT_COLUMNS = [QUANTITY_INDEX[q.name] for q in QUANTITIES if q.count == "segment"]
-_REMOTE_COLUMNS = [QUANTITY_INDEX[q.name] for q in QUANTITIES if q.count == "remote"]
+_SEGMENT_COLUMNS = list(SEGMENT_COLUMNS)
+_REMOTE_COLUMNS = list(REMOTE_COLUMNS)
 
 RATIO_SLACK = 1e-9
 """Relative slack taken off a wave-count ratio before rounding it up: float error never adds a wave."""

@@ -42,11 +42,11 @@ from cpplan.pricing.amounts import span_amounts
 from cpplan.pricing.layout import path_counts
 from cpplan.pricing.ownership import chunk_stats
 from cpplan.pricing.problem import Problem
-from cpplan.spec.quantities import QUANTITIES, QUANTITY_INDEX
+from cpplan.spec.quantities import QUANTITY_INDEX, REMOTE_COLUMNS, SEGMENT_COLUMNS
 
 _TOKENS = QUANTITY_INDEX["tokens"]
-_SEGMENT_COLUMNS = [QUANTITY_INDEX[q.name] for q in QUANTITIES if q.count == "segment"]
-_REMOTE_COLUMNS = [QUANTITY_INDEX[q.name] for q in QUANTITIES if q.count == "remote"]
+_SEGMENT_COLUMNS = list(SEGMENT_COLUMNS)
+_REMOTE_COLUMNS = list(REMOTE_COLUMNS)
 
 ENUMERATED_ITEMS = 8
 """The most items whose partitions :func:`partition_bound_s` enumerates (its subsets grow as ``2^n``

@@ -22,11 +22,11 @@ import numpy as np
 from cpplan.bound.partitions import full_sharing_totals
 from cpplan.pricing.ownership import chunk_stats
 from cpplan.pricing.problem import Problem
-from cpplan.spec.quantities import QUANTITIES, QUANTITY_INDEX
+from cpplan.spec.quantities import QUANTITY_INDEX, REMOTE_COLUMNS, SEGMENT_COLUMNS
 
 _TOKENS = QUANTITY_INDEX["tokens"]
-_SEGMENT_COLUMNS = [QUANTITY_INDEX[q.name] for q in QUANTITIES if q.count == "segment"]
-_REMOTE_COLUMNS = [QUANTITY_INDEX[q.name] for q in QUANTITIES if q.count == "remote"]
+_SEGMENT_COLUMNS = list(SEGMENT_COLUMNS)
+_REMOTE_COLUMNS = list(REMOTE_COLUMNS)
 
 ITEMS_TRIED = 16
 """The items (the largest by full-sharing packed tokens) whose own wave floor :func:`item_floor_s`

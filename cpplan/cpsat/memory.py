@@ -23,7 +23,7 @@ from cpplan.cpsat.chunk_caps import OwnershipVars
 from cpplan.cpsat.scaling import Scaling
 from cpplan.pricing.ownership import CHUNK_TOKENS
 from cpplan.spec.card import ResolvedCard
-from cpplan.spec.quantities import QUANTITIES, QUANTITY_INDEX, QUANTITY_NAMES
+from cpplan.spec.quantities import QUANTITIES, QUANTITY_INDEX, QUANTITY_NAMES, SEGMENT_COLUMNS
 
 _SEGMENT_COUNTS = frozenset(q.name for q in QUANTITIES if q.count == "segment")
 """Quantities the weighted mode charges through the chunk weight's segment starts."""
@@ -123,7 +123,7 @@ def _weighted_rows(
     token_bytes = max(
         sum(float(coef[e, QUANTITY_INDEX[n]]) for n in folded) for e in range(card.num_envelopes)
     )
-    start_bytes = float(coef[:, [QUANTITY_INDEX[q.name] for q in QUANTITIES if q.count == "segment"]].max())
+    start_bytes = float(coef[:, list(SEGMENT_COLUMNS)].max())
     every_token_count_folded = all(q.name in folded for q in QUANTITIES if q.count == "token")
     return {
         "weighted": card.topology.cp > 1 and every_token_count_folded,

@@ -19,6 +19,7 @@ from cpplan.spec.quantities import (
     NUM_QUANTITIES,
     QUANTITIES,
     QUANTITY_INDEX,
+    SEGMENT_COLUMNS,
     check_rules,
 )
 
@@ -151,7 +152,7 @@ def general_quantities(stats: ChunkStats, owner: np.ndarray, num_ranks: int) -> 
 
 
 _ADDITIVE_COLUMNS = np.array([QUANTITY_INDEX[q.name] for q in QUANTITIES if q.count in ("token", "pair")])
-_SEGMENT_COLUMNS = np.array([QUANTITY_INDEX[q.name] for q in QUANTITIES if q.count == "segment"])
+_SEGMENT_COLUMNS = np.array(SEGMENT_COLUMNS)
 _REMOTE_COLUMNS = np.array([QUANTITY_INDEX[q.name] for q in QUANTITIES if q.count == "remote"])
 _TOKENS = QUANTITY_INDEX["tokens"]
 

@@ -23,7 +23,14 @@ from cpplan.pricing.ownership import (
     rank_quantities,
 )
 from cpplan.pricing.problem import Problem
-from cpplan.spec.quantities import COUNTS, NUM_QUANTITIES, QUANTITIES, QUANTITY_INDEX, check_rules
+from cpplan.spec.quantities import (
+    COUNTS,
+    NUM_QUANTITIES,
+    QUANTITIES,
+    QUANTITY_INDEX,
+    SEGMENT_COLUMNS,
+    check_rules,
+)
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -179,7 +186,7 @@ split holds too many pieces' states for the room (a 5,543-chunk wave of 256 requ
 104 GiB plain, no split found, 0.28 s spent)."""
 
 _REMOTE = np.array([QUANTITY_INDEX[q.name] for q in QUANTITIES if q.count == "remote"])
-_SEGMENTS = np.array([QUANTITY_INDEX[q.name] for q in QUANTITIES if q.count == "segment"])
+_SEGMENTS = np.array(SEGMENT_COLUMNS)
 
 
 EDGE_STEPS = 12

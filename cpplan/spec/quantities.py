@@ -131,6 +131,10 @@ QUANTITIES: tuple[Quantity, ...] = (
 QUANTITY_NAMES: tuple[str, ...] = tuple(q.name for q in QUANTITIES)
 QUANTITY_INDEX: dict[str, int] = {name: i for i, name in enumerate(QUANTITY_NAMES)}
 NUM_QUANTITIES = len(QUANTITIES)
+SEGMENT_COLUMNS: tuple[int, ...] = tuple(QUANTITY_INDEX[q.name] for q in QUANTITIES if q.count == "segment")
+"""The columns of the quantities counted per piece (``count == "segment"``)."""
+REMOTE_COLUMNS: tuple[int, ...] = tuple(QUANTITY_INDEX[q.name] for q in QUANTITIES if q.count == "remote")
+"""The columns of the quantities counted per remote token (``count == "remote"``)."""
 ADDITIVE: tuple[Quantity, ...] = tuple(q for q in QUANTITIES if q.additive)
 """The quantities that sum over owned tokens, in registry order."""
 

@@ -319,8 +319,9 @@ def test_bound_never_above_the_planners_plans(instance):
     dynamic = dataclasses.replace(
         problem,
         settings=dataclasses.replace(
-            problem.settings, topology=Topology(cp=problem.topology.cp, dp=2, dynamic_cp=True)
-        ),
+            problem.settings,
+            topology=Topology(cp=1 << (problem.topology.cp.bit_length() - 1), dp=2, dynamic_cp=True),
+        ),  # a dynamic pool's size is a power of two
     )
     for case in (problem, pooled, dynamic):
         bound = plan_bound(case)
