@@ -493,7 +493,7 @@ OTHER_DOC_FIGURES = (
             what=what,
         )
         for cited, stated, read, what in (
-            ("`gap` 0.134", "0.134", lambda d: f"{d['solver']['gap']:.3f}", "README example at CP2: gap"),
+            ("`gap` 0.101", "0.101", lambda d: f"{d['solver']['gap']:.3f}", "README example at CP2: gap"),
             (
                 "`model_gap` 0.0",
                 "0.0",
@@ -501,8 +501,8 @@ OTHER_DOC_FIGURES = (
                 "README example: model gap",
             ),
             (
-                "costs less than 1.0326 s",
-                "1.0326",
+                "costs less than 1.0723 s",
+                "1.0723",
                 lambda d: f"{d['solver']['bound_s']:.4f}",
                 "README example: bound",
             ),

@@ -34,13 +34,13 @@ not own).
 from __future__ import annotations
 
 import math
-import weakref
 from dataclasses import dataclass
 
 import numpy as np
 
 from cpplan.pricing.amounts import span_amounts
 from cpplan.pricing.layout import path_counts
+from cpplan.pricing.memo import memoized
 from cpplan.pricing.ownership import chunk_stats
 from cpplan.pricing.problem import Problem
 from cpplan.spec.quantities import NUM_QUANTITIES, QUANTITY_INDEX, REMOTE_COLUMNS, SEGMENT_COLUMNS
@@ -66,19 +66,17 @@ class NodeFloors:
     """Where :func:`paired_waves` counted the waves, its matching of requests (a plan to try)."""
 
 
-_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-"""Per problem, the arrays the floors read many times (read-only), dropped with the problem."""
-
-
 def cached_per_problem(problem: Problem, name: str, make):
-    """``make()`` for ``problem``, computed once per problem and name; arrays returned read-only."""
-    found = _CACHE.setdefault(problem, {})
-    if name not in found:
+    """``make()`` for ``problem``, computed once per problem and name (in the problem's memo, under
+    ``("bound", name)``: a pure function of the problem); arrays returned read-only."""
+
+    def read_only():
         value = make()
         for array in value if isinstance(value, tuple) else (value,):
             array.setflags(write=False)
-        found[name] = value
-    return found[name]
+        return value
+
+    return memoized(problem.memo.planned, ("bound", name), read_only)
 
 
 def per_copy_amounts(problem: Problem) -> np.ndarray:

@@ -73,7 +73,7 @@ def pool_bound(problem: Problem, summed):
 def dynamic_pool_bound(problem: Problem) -> tuple[float, dict[str, float]]:
     """The makespan bound of a pool under dynamic CP (see the module docstring) and its terms
     (``gpu_seconds_over_pool``, ``costliest_item_wave``), rounded toward a smaller bound."""
-    from cpplan.planners.dynamic_cp import group_problem  # planners import the bound: imported here
+    from cpplan.pricing.problem import group_problem
 
     topology = problem.topology
     sizes = topology.group_sizes()

@@ -41,20 +41,8 @@ from cpplan.planners.split import widest
 from cpplan.plans.plan import Plan, balanced
 from cpplan.pricing.memo import memoized
 from cpplan.pricing.ownership import contiguous_split
-from cpplan.pricing.problem import Problem
+from cpplan.pricing.problem import Problem, group_problem
 from cpplan.pricing.wave import WavePlan, best_wave
-
-
-def group_problem(problem: Problem, size: int) -> Problem:
-    """``problem`` priced for waves of CP group ``size`` (same workload, tree and pool; ``cp = size``),
-    made once per problem and size; the problem itself at its own ``cp``."""
-    if size == problem.topology.cp:
-        return problem
-    groups = problem.memo.group_problems
-    if size not in groups:
-        settings = dataclasses.replace(problem.settings, topology=problem.topology.group(size))
-        groups[size] = dataclasses.replace(problem, settings=settings)
-    return groups[size]
 
 
 def pool_padding_s(problem: Problem) -> float | None:

@@ -29,7 +29,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from cpplan.bound import pool_scoped_stats
+import numpy as np
+
 from cpplan.errors import CpplanError, NoFitError
 from cpplan.planners import PLANNERS, Strategy
 from cpplan.planners.budget import Budget
@@ -118,6 +119,8 @@ def solve(
     if problem.topology.several_groups and (
         budget.deterministic or budget.deadline.left_s() >= profile.timing.bound_min_left_s
     ):
+        from cpplan.bound import pool_scoped_stats  # the bound imports the planners: imported here
+
         cpsat = next((o.plan for o in found if o.strategy == "cpsat" and o.plan is not None), winner.plan)
         solver = pool_scoped_stats(problem, solver, cpsat.cost_s)  # the gap of CP-SAT's plan, as on one group
     return PlanResult(
@@ -266,14 +269,16 @@ def _decided_waves(
     problem: Problem, budget: Budget, size: int, waves: list[WavePlan], outcomes: list[ModelOutcome]
 ) -> list[WavePlan]:
     """``waves`` (of CP group ``size``, whole items) with the ownership model's decision over them, on
-    the sub-problem of their items (each wave as it was where the model gives none); its outcome is
-    appended to ``outcomes``."""
+    the sub-problem of their items (each wave as it was where the model gives none, or leaves a rank of
+    the group without a chunk: execution runs every rank of a group on tokens of its own); its outcome
+    is appended to ``outcomes``."""
     items = sorted(i for w in waves for i in w.items)
     sub = SubProblem.of(group_problem(problem, size), items)
     proposal = Plan(strategy="cpsat", waves=tuple(sub.from_parent(w) for w in waves))
     plan, run = decide(sub.problem, Pool.of({"cpsat": proposal}), budget, budget.verify_by, bounded=False)
     outcomes.append(run.outcomes[-1])
-    by_items = {w.items: w for w in (sub.to_parent(w) for w in (plan.waves if plan is not None else ()))}
+    decided = (sub.to_parent(w) for w in (plan.waves if plan is not None else ()))
+    by_items = {w.items: w for w in decided if np.bincount(w.owner, minlength=size).all()}
     return [by_items.get(w.items, w) for w in waves]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -260,3 +261,15 @@ def _check_item(workload: Workload, i: int, settings: Settings) -> None:
     check_context(item, settings.card.max_context, field_prefix=f"items[{i}].", **where)
     if workload.token_ids:
         check_vocabulary(item, settings.model.geometry.vocab, field_prefix=f"items[{i}].", **where)
+
+
+def group_problem(problem: Problem, size: int) -> Problem:
+    """``problem`` priced for waves of CP group ``size`` (same workload, tree and pool; ``cp = size``),
+    made once per problem and size; the problem itself at its own ``cp``."""
+    if size == problem.topology.cp:
+        return problem
+    groups = problem.memo.group_problems
+    if size not in groups:
+        settings = dataclasses.replace(problem.settings, topology=problem.topology.group(size))
+        groups[size] = dataclasses.replace(problem, settings=settings)
+    return groups[size]

@@ -46,3 +46,21 @@ def test_pool_plan_is_decided_by_the_ownership_model(pool_problem):
     assert decided.plan.schedule.gpus == placed.plan.schedule.gpus
     for new, old in zip(decided.plan.waves, placed.plan.waves, strict=True):
         assert new.items == old.items and new.cost_s <= old.cost_s
+
+
+def test_a_decided_pool_wave_leaves_no_rank_of_its_group_without_a_chunk(qwen36):
+    """On the mixed workload of the FSDP2 test (dp 2 x cp 2, its 6.2 GB budget), where the ownership
+    model prices a wave cheapest with every chunk on one rank, the plan keeps a wave's ownership only
+    where every rank of the group owns a chunk: execution runs each rank of a group on its own tokens."""
+    from cpplan.gpu_check.tiny_models import mixed_workload
+
+    result = cpplan.plan(
+        mixed_workload(0),
+        topology=cpplan.Topology(dp=2, cp=2),
+        model=qwen36,
+        memory_bytes=6_227_702_579,
+        solver=load_solver("deterministic"),
+    )
+    assert result.plan.num_waves >= 2
+    for wave in result.plan.waves:
+        assert sorted(set(wave.owner.tolist())) == [0, 1], wave.owner
