@@ -811,6 +811,16 @@ def _runtime(cited: str, stated: str, run: str, read, what: str) -> Figure:
     return Figure(doc=RUNTIME_DOC, cited=cited, stated=stated, run=run, read=read, what=what)
 
 
+def _quiet_and_busy(cited: str, stated: tuple[str, str], read, what: str) -> tuple[Figure, ...]:
+    """A docs/runtime.md sentence's two figures: the quiet fixed-share run's and the busy one's, each
+    read by ``read(data, label)``."""
+    runs = (("fixed_share", "fixed_share"), ("fixed_share_busy", BUSY_LABEL))
+    return tuple(
+        _runtime(cited, value, run, lambda d, label=label: read(d, label), f"{what}, {label}")
+        for value, (run, label) in zip(stated, runs, strict=True)
+    )
+
+
 RUNTIME_FIGURES = (
     *table_figures(
         RUNTIME_DOC,
@@ -922,32 +932,18 @@ RUNTIME_FIGURES = (
         )
         for n, dp, stated in ((2048, 16, "136"), (16384, 128, "1,450"))
     ),
-    *(
-        _runtime(
-            "(cp 8: p95 at most 85 ms quiet, 108 ms busy,",
-            stated,
-            run,
-            lambda d, label=label: f"{1e3 * worst_p95_s(d, label, cp=8):,.0f}",
-            f"replica call p95 ms at cp 8, worst, {label}",
-        )
-        for stated, run, label in (
-            ("85", "fixed_share", "fixed_share"),
-            ("108", "fixed_share_busy", BUSY_LABEL),
-        )
+    *_quiet_and_busy(
+        "(cp 8: p95 at most 85 ms quiet, 108 ms busy,",
+        ("85", "108"),
+        lambda d, label: f"{1e3 * worst_p95_s(d, label, cp=8):,.0f}",
+        "replica call p95 ms at cp 8, worst",
     ),
-    *(
-        _runtime(
-            "the worst p95 is 1.04 times the budget quiet (the agent step at cp 8) and 1.10 beside the busy"
-            " processes",
-            stated,
-            run,
-            lambda d, label=label: f"{max(r['rank']['p95_over_budget'] for r in d[label]['rows']):.2f}",
-            f"replica call p95 over the budget, worst, {label}",
-        )
-        for stated, run, label in (
-            ("1.04", "fixed_share", "fixed_share"),
-            ("1.10", "fixed_share_busy", BUSY_LABEL),
-        )
+    *_quiet_and_busy(
+        "the worst p95 is 1.04 times the budget quiet (the agent step at cp 8) and 1.10 beside the busy"
+        " processes",
+        ("1.04", "1.10"),
+        lambda d, label: f"{max(r['rank']['p95_over_budget'] for r in d[label]['rows']):.2f}",
+        "replica call p95 over the budget, worst",
     ),
     *(
         _runtime(
