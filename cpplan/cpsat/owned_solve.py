@@ -123,11 +123,8 @@ def _search_on(
     solver, _, wall = first
     model = owned.model.clone()
     model.clear_hints()
-    for index in range(len(model.proto.variables)):
-        model.add_hint(
-            model.get_int_var_from_proto_index(index),
-            solver.value(owned.model.get_int_var_from_proto_index(index)),
-        )
+    for index, value in enumerate(solver.response_proto.solution):
+        model.add_hint(model.get_int_var_from_proto_index(index), value)
     again, status, more = run_solver(model, params, time_limit_s=None, deterministic=True)
     if status in (cp_model.OPTIMAL, cp_model.FEASIBLE) and again.objective_value <= solver.objective_value:
         return again, status, wall + more
