@@ -66,6 +66,17 @@ class NodeFloors:
     """Where :func:`paired_waves` counted the waves, its matching of requests (a plan to try)."""
 
 
+def with_wave_counts(
+    problem: Problem, requests: np.ndarray, totals: np.ndarray, *, remote_ranks: int
+) -> np.ndarray:
+    """``totals`` (a wave's additive amounts, changed in place and returned) with its segment columns
+    the wave's distinct request ends (the fewest pieces any ownership holds) and its remote columns
+    ``remote_ranks`` per packed token."""
+    totals[_SEGMENT_COLUMNS] = float(np.unique(problem.tree.request_leaf[requests]).size)
+    totals[_REMOTE_COLUMNS] = remote_ranks * totals[_TOKENS]
+    return totals
+
+
 def cached_per_problem(problem: Problem, name: str, make):
     """``make()`` for ``problem``, computed once per problem and name (in the problem's memo, under
     ``("bound", name)``: a pure function of the problem); arrays returned read-only."""

@@ -37,15 +37,15 @@ from cpplan.bound.node_floors import (
     per_copy_amounts,
     unsplit_rank_floor_s,
     whole_on_one_rank,
+    with_wave_counts,
 )
 from cpplan.pricing.amounts import span_amounts
 from cpplan.pricing.layout import path_counts
 from cpplan.pricing.ownership import chunk_stats
 from cpplan.pricing.problem import Problem
-from cpplan.spec.quantities import QUANTITY_INDEX, REMOTE_COLUMNS, SEGMENT_COLUMNS
+from cpplan.spec.quantities import QUANTITY_INDEX, REMOTE_COLUMNS
 
 _TOKENS = QUANTITY_INDEX["tokens"]
-_SEGMENT_COLUMNS = list(SEGMENT_COLUMNS)
 _REMOTE_COLUMNS = list(REMOTE_COLUMNS)
 
 ENUMERATED_ITEMS = 8
@@ -72,9 +72,7 @@ def wave_floor_s(
     requests)."""
     card, cp = problem.card, problem.topology.cp
     requests = problem.item_requests(list(items))
-    totals = full_sharing_totals(problem, requests)
-    totals[_SEGMENT_COLUMNS] = float(np.unique(problem.tree.request_leaf[requests]).size)
-    totals[_REMOTE_COLUMNS] = (cp - 1) * totals[_TOKENS]
+    totals = with_wave_counts(problem, requests, full_sharing_totals(problem, requests), remote_ranks=cp - 1)
     capacity = problem.memory_bytes / card.safety - np.asarray(card.envelope_static_bytes, dtype=np.float64)
     barriers = np.asarray(card.constants.barrier_coefficients, dtype=np.float64)
     average = float((barriers @ totals).sum()) / cp

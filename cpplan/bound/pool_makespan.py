@@ -19,14 +19,10 @@ import dataclasses
 
 import numpy as np
 
+from cpplan.bound.node_floors import with_wave_counts
 from cpplan.bound.partitions import full_sharing_totals
 from cpplan.pricing.ownership import chunk_stats
 from cpplan.pricing.problem import Problem
-from cpplan.spec.quantities import QUANTITY_INDEX, REMOTE_COLUMNS, SEGMENT_COLUMNS
-
-_TOKENS = QUANTITY_INDEX["tokens"]
-_SEGMENT_COLUMNS = list(SEGMENT_COLUMNS)
-_REMOTE_COLUMNS = list(REMOTE_COLUMNS)
 
 ITEMS_TRIED = 16
 """The items (the largest by full-sharing packed tokens) whose own wave floor :func:`item_floor_s`
@@ -44,8 +40,7 @@ def item_floor_s(problem: Problem, item: int) -> float:
     requests = problem.item_requests([item])
     layout = problem.pack_requests(requests, "full")
     totals = chunk_stats(layout, problem.chunk_tokens).amounts.sum(axis=0).astype(np.float64)
-    totals[_SEGMENT_COLUMNS] = float(np.unique(problem.tree.request_leaf[requests]).size)
-    totals[_REMOTE_COLUMNS] = (cp - 1) * totals[_TOKENS]
+    totals = with_wave_counts(problem, requests, totals, remote_ranks=cp - 1)
     barriers = np.asarray(problem.card.constants.barrier_coefficients, dtype=np.float64)
     return problem.card.wave_overhead_s + float((barriers @ totals).sum()) / cp
 
@@ -83,9 +78,7 @@ def dynamic_pool_bound(problem: Problem) -> tuple[float, dict[str, float]]:
     )
     overhead = min(g.card.wave_overhead_s for g in groups)
     requests = np.arange(problem.tree.num_requests, dtype=np.int64)
-    totals = full_sharing_totals(problem, requests)
-    totals[_SEGMENT_COLUMNS] = float(np.unique(problem.tree.request_leaf[requests]).size)
-    totals[_REMOTE_COLUMNS] = 0.0
+    totals = with_wave_counts(problem, requests, full_sharing_totals(problem, requests), remote_ranks=0)
     gpu_seconds = (overhead + float((barriers @ totals).sum())) / topology.pool
     largest = np.argsort(-problem.item_full_tokens, kind="stable")[:ITEMS_TRIED].tolist()
     costliest = max(min(item_floor_s(g, i) for g in groups) for i in largest)
