@@ -1,18 +1,9 @@
-"""The joint model as the CP-SAT proposer: the wave / layout model of :mod:`cpplan.cpsat` (each item's
-wave and layout, per-wave chunk counts and per-rank chunk caps) with an incumbent plan's waves (the
-greedy plan's) as exact columns (:mod:`cpplan.cpsat.columns`) and, taken as those columns, as the
-complete hint; solved within its stage's deadline (:func:`joint_plan`), realized and priced. The
-incumbent is therefore always a solution of the model, whatever its conservative per-rank bounds say
-about waves at the memory edge. Its plan is a proposal: the ownership model
-(:mod:`cpplan.planners.decide`) decides which proposed waves run and which rank owns every chunk.
-
-Stages (reported in ``SolverStats.stage_s``): ``build`` (decision space, model and hint), ``presolve``
-and ``search`` (CP-SAT), ``verify`` (its answer re-evaluated in plain Python,
-:func:`cpplan.cpsat.solve.solve`), ``realize`` (packing, chunk ownership and exact pricing of the
-solution). Without the time to build and search the model
-(:meth:`~cpplan.spec.profile.TimingParams.joint_needs_s`, after keeping :func:`reserve_s` back from the
-deadline) it is not run and its outcome says so (``no_time``); a deterministic deadline always leaves
-the time. :func:`ensure_solver` warms CP-SAT up once per process, before any budget starts.
+"""The joint model as the CP-SAT proposer: the wave / layout model of :mod:`cpplan.cpsat` with an
+incumbent plan's waves as exact columns and complete hint, solved within its stage's deadline
+(:func:`joint_plan`), realized and priced; so the incumbent is always a solution of the model. Stages
+reported: ``build``, ``presolve``, ``search``, ``verify`` and ``realize``; without the time to build and
+search (:meth:`~cpplan.spec.profile.TimingParams.joint_needs_s`) it is not run (``no_time``).
+:func:`ensure_solver` warms CP-SAT up once per process, before any budget starts.
 """
 
 from __future__ import annotations

@@ -1,29 +1,13 @@
 """Dynamic CP: every wave chooses its CP group size from the pool, and the step's cost is its makespan.
 
-Under ``Topology(dp=..., cp=..., dynamic_cp=True)`` the ``dp * cp`` GPUs of a TP group form one pool; a
-wave of group size ``g`` (a power of two up to the pool) runs on an aligned block of ``g`` pool ranks.
-This module is a layer over the exact single-size pricing: for each group size it prices waves on a
-*group problem* (the same workload and prefix tree under ``cp = g``, :func:`group_problem`), so every
-memory row and time of a ``g``-wave comes from the same card terms as a fixed-CP plan at ``g``.
-
-The greedy dynamic planner (:func:`dynamic_greedy_plan`) tries a few plans and keeps the one with the
-smallest makespan (ties to the earlier):
-
-- the fixed-CP plan at every group size (the fixed-CP greedy of that group problem, prefix groups
-  regrouped and waves cut where the least is shared, its waves balanced over the pool's blocks): the
-  topology's own ``cp`` first, so a dynamic plan is never worse than it;
-- every item at one size, in order, in waves of at most a token cap (none, one or two waves per group
-  of the pool), and cut into exactly one or two waves per group of about equal tokens, for balance;
-- for each *floor* ``f`` among the group sizes, every item at the larger of ``f`` and the smallest group
-  it fits in alone, the items of each size packed in order into the widest fitting waves, and all the
-  waves balanced over the pool (:func:`~cpplan.plans.pool_schedule.place`).
-
-Under equal waves (:func:`pool_padding_s`) every candidate's makespan counts the padding waves, so the
-choice among them (and the placement) weighs a GPU's missing waves at the fixed per-wave cost.
-
-An item that fits no group alone, not even the whole pool, takes the split path at the pool size, which
-refuses it (naming the item, request, rank and bytes at the largest group) only when one of its requests
-cannot fit alone.
+A wave of group size ``g`` (a power of two up to the pool) runs on an aligned block of ``g`` pool ranks
+and is priced on the *group problem* at ``cp = g`` (:func:`group_problem`): the same card terms as a
+fixed-CP plan at ``g``. The greedy dynamic planner (:func:`dynamic_greedy_plan`) keeps the candidate of
+least makespan (ties to the earlier; padding waves counted under equal waves, :func:`pool_padding_s`):
+the fixed-CP greedy plan at every group size (the topology's ``cp`` first), then per group-size
+assignment of :func:`item_sizes` the waves of :func:`sized_plans` (in order under token caps, or cut
+into one or two waves per group), balanced over the pool. An item that fits no group alone takes the
+split path at the pool size (docs/dynamic_cp.md).
 """
 
 from __future__ import annotations

@@ -1,21 +1,12 @@
 """Large-neighbourhood search: the joint model re-solves a few adjacent waves at a time.
 
-Above the profile's ``max_items`` the joint model of the whole workload is too large for its budget,
-so the CP-SAT strategy improves the greedy plan window by window instead of skipping: a window is two
-or three adjacent waves (at most ``lns.window_waves`` waves and ``lns.window_items_per_max_items`` ×
-``joint.max_items`` items, none split;
-one wave alone where even two are too many: its layout and ownership are still re-solved),
-its items become a sub-problem (:class:`~cpplan.planners.subproblem.SubProblem`), the joint model
-solves it with the window's waves as exact columns and complete hint
-(:func:`~cpplan.planners.cpsat_strategy.joint_plan`), and the answer replaces the window only when the
-independent verifier accepts it, as a plan of the sub-problem, and prices it lower. Windows overlap by
-one wave, so items can move along the plan; passes repeat while one improves and time is left.
-
-Each window gets an equal share of the time left for the windows still to come in the pass, less what
-verifying its answer takes; a window whose model cannot be built and searched in the time left
-(the profile's ``timing.joint_needs_s``) is not started. Under a deterministic deadline every
-window of every pass runs (each CP-SAT call on its deterministic limit), so the answer is the same on
-every machine.
+Above ``joint.max_items`` the CP-SAT proposer improves the greedy plan window by window: a window is one
+to ``lns.window_waves`` adjacent waves (at most ``lns.window_items_per_max_items`` × ``joint.max_items``
+items, none split), solved as a sub-problem (:class:`~cpplan.planners.subproblem.SubProblem`) by
+:func:`~cpplan.planners.cpsat_strategy.joint_plan` with its waves as exact columns and hint; the answer
+replaces the window only when the independent verifier accepts it and prices it lower. Windows overlap
+by one wave; passes repeat while one improves and time is left. Each window gets an equal share of the
+time left for the pass; under a deterministic deadline every window of every pass runs.
 """
 
 from __future__ import annotations

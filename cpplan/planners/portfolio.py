@@ -1,25 +1,11 @@
-"""The planner's loop: propose, decide, schedule, verify once, within one budget.
+"""The planner's loop: propose, decide, schedule, verify once, within one budget (docs/planner_loop.md).
 
-:func:`solve` is a free function over an already built problem (the model is PyVRP's ``solve``) and
-reads top to bottom:
-
-1. **propose**: the proposers of the profile (greedy, full sharing, seeded, and CP-SAT's joint model
-   warm-started from the greedy plan, with its window search for large steps) run in the profile's
-   order, each within its share of the budget, until the time kept for deciding and verifying;
-2. **decide**: every proposal goes, in one pool passed explicitly (:class:`~cpplan.planners.decide.Pool`,
-   in a fixed order), to the ownership model, the one stage that decides ownership; its answer is the
-   ``cpsat`` candidate;
-3. **schedule**: where a plan's waves share a pool of CP groups (``dp > 1`` or dynamic CP) every
-   strategy forms and places its waves on the pool (:data:`~cpplan.planners.PLANNERS`, the schedule
-   model deciding for ``cpsat``) instead, and the cost is the makespan; the ownership model then
-   decides the ownership of the ``cpsat`` plan's waves, each keeping its GPUs
-   (:func:`decided_on_the_pool`);
-4. **verify**: the independent verifier prices every candidate's plan once (identical plans share a
-   verdict), and the cheapest valid one is chosen, every candidate's reason written from the outcomes.
-
-Every fault of a stage (a refusal, an error, an unreadable plan) is recorded as its outcome, never
-raised: a faulty backend costs time, never the plan. The budget (:class:`~cpplan.planners.budget.Budget`)
-is seconds under the clock and CP-SAT's deterministic time under a deterministic profile.
+:func:`solve` runs the profile's proposers in order, each within its share of the budget; hands every
+proposal, in one :class:`~cpplan.planners.decide.Pool`, to the ownership model (the ``cpsat``
+candidate); where the waves share a pool of CP groups, lets every strategy place its waves on the pool
+and the ownership model re-decide the ``cpsat`` plan's waves (:func:`decided_on_the_pool`); then
+verifies every candidate once and keeps the cheapest valid one. Every fault of a stage is recorded as
+its outcome, never raised: a faulty backend costs time, never the plan.
 """
 
 from __future__ import annotations
