@@ -12,7 +12,6 @@ split path at the pool size (docs/dynamic_cp.md).
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Callable, Iterator, Sequence
 
@@ -115,9 +114,7 @@ def token_caps(problem: Problem, items: Sequence[int], size: int) -> list[int | 
     return [None, -(-total // groups), -(-total // (2 * groups))]
 
 
-def sized_plans(
-    problem: Problem, sizes: Sequence[int], layouts: Sequence[str], strategy: str
-) -> Iterator[Plan]:
+def sized_plans(problem: Problem, sizes: Sequence[int], layouts: Sequence[str]) -> Iterator[Plan]:
     """Every item ``i`` in waves of group size ``sizes[i]`` (the items of one size in order), all the
     waves balanced over the pool: one plan per token cap of :func:`token_caps`, lazily (no cap
     first)."""
@@ -127,14 +124,14 @@ def sized_plans(
         for size, items in classes.items():
             cap = token_caps(problem, items, size)[k]
             waves.extend(packed_waves(group_problem(problem, size), items, layouts, max_tokens=cap))
-        plan = Plan(strategy=strategy, waves=tuple(waves))
+        plan = Plan(strategy="greedy", waves=tuple(waves))
         yield balanced(plan, problem.topology.pool, pool_padding_s(problem))
     for per_group in (1, 2):
         waves = []
         for size, items in classes.items():
             count = per_group * (problem.topology.pool // size)
             waves.extend(split_waves(group_problem(problem, size), items, layouts, count))
-        plan = Plan(strategy=strategy, waves=tuple(waves))
+        plan = Plan(strategy="greedy", waves=tuple(waves))
         yield balanced(plan, problem.topology.pool, pool_padding_s(problem))
 
 
@@ -201,36 +198,26 @@ def spread_sizes(
     return found
 
 
-def fixed_greedy_plan(
-    problem: Problem, size: int, layouts: Sequence[str], strategy: str, deadline: Deadline | None
-) -> Plan:
-    """The fixed-CP greedy plan at group ``size`` (:func:`~cpplan.planners.greedy.cached_greedy_plan`
-    of the group problem: prefix groups regrouped, waves cut where the least is shared), its waves
-    balanced over the pool."""
-    plan = cached_greedy_plan(group_problem(problem, size), layouts, deadline)
-    return balanced(
-        dataclasses.replace(plan, strategy=strategy), problem.topology.pool, pool_padding_s(problem)
-    )
-
-
 def dynamic_greedy_plan(
     problem: Problem,
     layouts: Sequence[str],
     *,
     deadline: Deadline | None = None,
-    strategy: str = "greedy",
     allowed: Sequence[int] | None = None,
 ) -> Plan:
     """The smallest-makespan plan of the candidates in this module's docstring (the topology's own
     ``cp`` plans first and always; the others while ``deadline`` allows), over the group sizes in
     ``allowed`` (default: all). Raises :class:`NoFitError` when a request fits no group, not even the
     largest."""
-    candidates, refusal = at_each_size(
-        problem, lambda size: fixed_greedy_plan(problem, size, layouts, strategy, deadline), deadline, allowed
-    )
+
+    def fixed(size: int) -> Plan:  # the fixed-CP greedy plan of the group problem, balanced over the pool
+        plan = cached_greedy_plan(group_problem(problem, size), layouts, deadline)
+        return balanced(plan, problem.topology.pool, pool_padding_s(problem))
+
+    candidates, refusal = at_each_size(problem, fixed, deadline, allowed)
     for assignment in item_sizes(problem, layouts, allowed):
         try:
-            for plan in sized_plans(problem, assignment, layouts, strategy):
+            for plan in sized_plans(problem, assignment, layouts):
                 candidates.append(plan)
                 if deadline is not None and deadline.expired():
                     break

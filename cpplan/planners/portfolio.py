@@ -47,26 +47,19 @@ class StrategyOutcome:
 
     strategy: str
     """The strategy's name, as the profile lists it."""
-
     ended: Ended
     """How its run ended; :attr:`note` says it in words."""
-
     plan: Plan | None = None
     """The plan it returned and the verifier could read (``None``: it produced none)."""
-
     verdict: Verification | None = None
     """The independent verifier's verdict on :attr:`plan` (``None`` when there is no plan)."""
-
     stats: SolverStats | None = None
     """Statistics the strategy reported (the CP-SAT strategy reports them), verification time added."""
-
     note: str = ""
     """Why there is no plan, in words (``"refused: ..."``, ``"failed: ..."``, ...: :attr:`ended` is the
     typed form), or, for a verified plan, a solver/evaluator disagreement (empty when there is none)."""
-
     wall_s: float = 0.0
     """Seconds the strategy and the verification of its plan took."""
-
     refusal: NoFitError | None = field(default=None, repr=False)
     """The strategy's refusal, raised by :func:`solve` when no strategy yields a valid plan."""
 
@@ -135,13 +128,8 @@ def propose_and_decide(
             if "cpsat" not in overridden:
                 joint = _joint(problem, budget, found, by)
             continue
-        if _no_time_for_another(found.values(), by):
-            found[name] = _skipped(name)
-            continue
-        if name == "seeded" and _too_many_to_seed(problem, profile):
-            found[name] = _not_seeded(problem, profile)
-            continue
-        found[name] = run_strategy(name, steps.get(name), problem, profile, budget.stage(1.0, by))
+        held = _held_back(name, problem, profile, list(found.values()), by)
+        found[name] = held or run_strategy(name, steps.get(name), problem, profile, budget.stage(1.0, by))
     if "cpsat" in profile.strategies:
         if "cpsat" in overridden:
             found["cpsat"] = run_strategy("cpsat", steps["cpsat"], problem, profile, budget.verify_by)
@@ -151,15 +139,20 @@ def propose_and_decide(
     return [found[name] for name in profile.strategies]
 
 
-def _too_many_to_seed(problem: Problem, profile: SolverProfile) -> bool:
-    """Whether the step has more items than the profile's ``seeded.max_items``."""
-    return profile.seeded.max_items is not None and problem.num_items > profile.seeded.max_items
-
-
-def _not_seeded(problem: Problem, profile: SolverProfile) -> StrategyOutcome:
-    """The seeded proposer's outcome where the step has more items than ``seeded.max_items``."""
-    note = f"not run: {problem.num_items} items, above seeded.max_items ({profile.seeded.max_items})"
-    return StrategyOutcome(strategy="seeded", ended=Ended.NO_PLAN, note=note)
+def _held_back(
+    name: str, problem: Problem, profile: SolverProfile, found: list[StrategyOutcome], by: Deadline
+) -> StrategyOutcome | None:
+    """Why strategy ``name`` is not started, or ``None``: with a plan in hand, less time left before ``by``
+    than the quickest strategy with a plan took (a :data:`SELF_TIMED` one excepted); or more items than
+    the profile's ``seeded.max_items`` for the seeded proposer."""
+    done = [o.wall_s for o in found if o.plan is not None]
+    if name not in SELF_TIMED and done and by.left_s() < min(done):
+        return StrategyOutcome(strategy=name, ended=Ended.NO_TIME, note=NO_TIME)
+    limit = profile.seeded.max_items
+    if name == "seeded" and limit is not None and problem.num_items > limit:
+        note = f"not run: {problem.num_items} items, above seeded.max_items ({limit})"
+        return StrategyOutcome(strategy="seeded", ended=Ended.NO_PLAN, note=note)
+    return None
 
 
 _REGISTERED = dict(PLANNERS)
@@ -206,13 +199,8 @@ def on_the_pool(problem: Problem, budget: Budget, steps: Mapping[str, Strategy])
     could not finish before the search deadline is not started once a plan is in hand."""
     found: list[StrategyOutcome] = []
     for name in budget.profile.strategies:
-        if name not in SELF_TIMED and _no_time_for_another(found, budget.verify_by):
-            found.append(_skipped(name))
-            continue
-        if name == "seeded" and _too_many_to_seed(problem, budget.profile):
-            found.append(_not_seeded(problem, budget.profile))
-            continue
-        found.append(run_strategy(name, steps.get(name), problem, budget.profile, budget.verify_by))
+        held = _held_back(name, problem, budget.profile, found, budget.verify_by)
+        found.append(held or run_strategy(name, steps.get(name), problem, budget.profile, budget.verify_by))
     return found
 
 
@@ -315,19 +303,6 @@ SELF_TIMED = frozenset({"cpsat"})
 """Strategies that keep their own time (CP-SAT builds and searches only what fits before the
 deadline), so the portfolio does not hold them back; the others are whole passes, started only when
 they can finish."""
-
-
-def _no_time_for_another(outcomes, search_by: Deadline) -> bool:
-    """With a plan in hand, whether the time left is shorter than the quickest strategy with a plan
-    took: another one would overrun the deadline (a strategy stopped at its deadline still finishes its
-    plan)."""
-    done = [o.wall_s for o in outcomes if o.plan is not None]
-    return bool(done) and search_by.left_s() < min(done)
-
-
-def _skipped(strategy: str) -> StrategyOutcome:
-    """A strategy not started because the deadline has passed and a plan is in hand."""
-    return StrategyOutcome(strategy=strategy, ended=Ended.NO_TIME, note=NO_TIME)
 
 
 def _failed(
