@@ -158,25 +158,10 @@ def compile_model(
         max_starts_per_chunk=space.max_starts_per_chunk,
     )
     weights = (rows.weight_chunk_kib, rows.weight_start_kib, rows.weight_max_kib) if rows.weighted else None
-    ownership = add_ownership(
-        model,
-        waves,
-        layout.totals,
-        cp,
-        folded=folded,
-        needed=needed,
-        weights=weights,
-    )
+    ownership = add_ownership(model, waves, layout.totals, cp, folded=folded, needed=needed, weights=weights)
     rounding = add_memory(model, rows, ownership, waves.used, column_vars.col)
     objective = add_objective(
-        model,
-        space,
-        waves,
-        layout.totals,
-        cp,
-        space.scaling.time(card.wave_overhead_s),
-        columns,
-        column_vars,
+        model, space, waves, layout.totals, cp, space.scaling.time(card.wave_overhead_s), columns, column_vars
     )
     return CompiledModel(
         problem=problem,

@@ -102,11 +102,7 @@ def solve_owned(
     bound = scaling.seconds(max(math.floor(solver.best_objective_bound + 1e-9), cover_bound(owned)))
     objective = scaling.seconds(solver.objective_value)
     outcome = ModelOutcome(
-        model="ownership",
-        status=name,
-        objective_s=objective,
-        bound_s=bound,
-        bound_scope=Scope.PROPOSED_WAVES,
+        model="ownership", status=name, objective_s=objective, bound_s=bound, bound_scope=Scope.PROPOSED_WAVES
     )
     stats = run_stats(owned.model, solver, outcome, wall, stage_s)
     stats = replace(stats, price_terms_s=price_terms(owned, solver, waves))

@@ -102,10 +102,7 @@ def reaches(
 
 
 def least_threshold(
-    load: RunLoad,
-    length: np.ndarray,
-    runs: np.ndarray,
-    other: tuple[RunLoad, np.ndarray] | None = None,
+    load: RunLoad, length: np.ndarray, runs: np.ndarray, other: tuple[RunLoad, np.ndarray] | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """``(lower, upper)``: a bracket of the least budget of ``load`` with which ``runs`` runs cover the
     path (within ``other``'s group and budget, if given); ``upper`` is ``inf`` where none does."""

@@ -1,15 +1,11 @@
 """The deciding stage: the ownership model over the pool of proposals, the one place that decides which
-proposed waves run and which CP rank owns every chunk of each.
+proposed waves run and which CP rank owns every chunk of each (docs/cpsat.md, "The ownership model").
 
-Every proposer (greedy, full sharing, seeded, the joint model) hands its plan to the pool; each distinct
-proposed wave is a column of the ownership model (:mod:`cpplan.cpsat.owned_model`), whose objective is
-the evaluator's price (less rounding and the bound stated in :mod:`cpplan.cpsat.handoff_terms`). It
-starts from the cheapest proposal as its hint, so its plan is never costlier in the model than any
-proposal; where its answer prices above that hint (only where the rounds mode's waiting tokens are a
-bound) or it gives none, the cheapest proposal is kept and the outcome says so. Under the clock the
-profile's estimate (:meth:`~cpplan.spec.profile.TimingParams.ownership_needs_s`) decides, before the
-build, how many columns may take a new split (the costliest first) or whether the model can be built and
-searched at all (outcome ``no_time``).
+Each distinct proposed wave is a column of the model (:mod:`cpplan.cpsat.owned_model`); the cheapest
+proposal is its hint, and where the model's answer prices above it or there is none, that proposal is
+kept and the outcome says so. Under the clock the profile's estimate
+(:meth:`~cpplan.spec.profile.TimingParams.ownership_needs_s`) decides, before the build, how many columns
+may take a new split (the costliest first), or that there is no time (outcome ``no_time``).
 """
 
 from __future__ import annotations

@@ -1,14 +1,8 @@
 """The CP-SAT strategy where a plan's waves share a pool of CP groups (``dp > 1`` or dynamic CP): the
-schedule model of :mod:`cpplan.cpsat.schedule_model`, warm-started from the greedy pool plan
-(:func:`~cpplan.planners.dynamic_cp.cached_dynamic_plan`, or the hint handed in), solved by
-:func:`~cpplan.cpsat.schedule_model.solve_schedule` (under a deterministic profile on the schedule
-stage's share of the budget, under the clock until the deadline less the time kept for realizing) and
-realized by replay.
-
-Each placement unit of the greedy plan (a wave, or a split item's waves) is a block whose alternatives
-are its own waves and its items repacked at every other group size they fit (:func:`alternatives`):
-the model chooses each block's group size and every job's place and start, minimizing the makespan
-(under equal waves, with every GPU's padding waves in it).
+schedule model of :mod:`cpplan.cpsat.schedule_model` over every placement unit of the greedy pool plan
+(:func:`~cpplan.planners.dynamic_cp.cached_dynamic_plan`, or the hint handed in), whose alternatives are
+its own waves and its items repacked at every other group size they fit (:func:`alternatives`), warm
+started from that plan, solved within the schedule stage's share and realized by replay.
 """
 
 from __future__ import annotations
