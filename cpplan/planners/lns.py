@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from dataclasses import dataclass
 
 from cpplan.errors import CpplanError
 from cpplan.planners.cpsat_strategy import joint_plan
@@ -26,14 +25,6 @@ from cpplan.pricing.problem import Problem
 from cpplan.pricing.wave import WavePlan
 from cpplan.spec.profile import CpSatParams, SolverProfile, TimingParams
 from cpplan.verifier.plan_check import verify_plan
-
-
-@dataclass(frozen=True, kw_only=True)
-class _Window:
-    """Waves ``start .. start + size - 1`` of the current plan."""
-
-    start: int
-    size: int
 
 
 def lns_plan(
@@ -73,12 +64,11 @@ def _one_pass(
     improved, start, spent = False, 0, tally["work"]
     depth = profile.lns.window_waves
     while start < len(waves):
-        window = _window_at(waves, start, limit, depth)
-        if window is None:
+        size = _window_at(waves, start, limit, depth)
+        if not size:
             start += 1
             continue
         left = _windows_left(waves, start, limit, depth)
-        size = window.size
         params = _window_params(profile, None if work is None else work - (tally["work"] - spent), left)
         better = _solve_window(problem, profile, waves[start : start + size], deadline, left, params, tally)
         if better is not None:
@@ -96,25 +86,25 @@ def _advance(start: int, size: int, num_waves: int) -> int:
     return start + size if size == 1 or start + size >= num_waves else start + size - 1
 
 
-def _window_at(waves: list[WavePlan], start: int, limit: int, depth: int) -> _Window | None:
-    """The widest window of up to ``depth`` waves from ``start`` within ``limit`` items and without a
-    split wave: two or more waves, or the wave alone when the next one does not fit with it (``None``
-    when the wave itself is split or over the limit)."""
+def _window_at(waves: list[WavePlan], start: int, limit: int, depth: int) -> int:
+    """How many waves the widest window from ``start`` holds: up to ``depth`` waves within ``limit``
+    items and without a split wave, or the wave alone when the next one does not fit with it (0 when the
+    wave itself is split or over the limit)."""
     size, items = 0, 0
     for wave in waves[start : start + depth]:
         if wave.split or items + len(wave.items) > limit:
             break
         size, items = size + 1, items + len(wave.items)
-    return _Window(start=start, size=size) if size >= 1 else None
+    return size
 
 
 def _windows_left(waves: list[WavePlan], start: int, limit: int, depth: int) -> int:
     """How many windows this pass still has from ``start`` on (for sharing out the time)."""
     count, at = 0, start
     while at < len(waves):
-        window = _window_at(waves, at, limit, depth)
-        count += window is not None
-        at = at + 1 if window is None else _advance(at, window.size, len(waves))
+        size = _window_at(waves, at, limit, depth)
+        count += size > 0
+        at = _advance(at, size, len(waves)) if size else at + 1
     return max(1, count)
 
 

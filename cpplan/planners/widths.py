@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 import numpy as np
@@ -44,15 +44,7 @@ class WidthSearch:
 
     def moved_to(self, problem: Problem) -> WidthSearch:
         """A search over ``problem`` (the next window of items) that starts from this one's peak model."""
-        return WidthSearch(
-            problem=problem,
-            layouts=self.layouts,
-            slope=self.slope,
-            slope_tokens=self.slope_tokens,
-            last_width=self.last_width,
-            num_priced=self.num_priced,
-            test_s=self.test_s,
-        )
+        return replace(self, problem=problem)  # the problem's cached estimates are not carried over
 
     @cached_property
     def _static_bytes(self) -> float:
