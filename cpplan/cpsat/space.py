@@ -1,19 +1,11 @@
 """The decision space of the CP-SAT model, precomputed from the prefix tree (plain Python, no solver).
 
-Nodes of the prefix tree fall in three classes:
-
-- **cross** nodes are passed through by requests of two or more items. Their sharing decision and
-  their number of copies depend on which items share a wave, so they are per-wave model variables.
-- **local decision** nodes are passed through by two or more requests of one item only. An item runs
-  in exactly one wave, so their sharing decisions are the item's own: each item gets a short list of
-  candidate *local layouts* (every mask over its local decision nodes when there are few, named
-  specs otherwise), with the constants each implies, and Pareto-dominated candidates are dropped.
-- **single** nodes carry one request: always exactly one copy.
-
-Copies under a share mask (the semantics of :func:`cpplan.pricing.layout.pack`): a shared node present in the
-wave has one copy; an unshared node has one copy per child copy plus one per request ending at it.
-Segment starts (a conservative count of the packed segments): a node copy starts a segment when its
-parent is the root or is shared; a copy under an unshared parent continues its parent's segment.
+**Cross** nodes are passed through by requests of two or more items: their sharing and copies are
+per-wave model variables. **Local decision** nodes are passed through by two or more requests of one
+item only, so their sharing is the item's own: each item gets a short list of candidate *local layouts*
+(every mask when it has at most :data:`MAX_ENUMERATED_NODES` such nodes, :data:`NAMED_SPECS` otherwise)
+with the constants each implies, Pareto-dominated ones dropped. **Single** nodes carry one request: one
+copy. Copies and segment starts follow :func:`cpplan.pricing.layout.pack` (:mod:`cpplan.cpsat.sharing`).
 """
 
 from __future__ import annotations
