@@ -56,10 +56,6 @@ class LocalLayout:
     root_copies: tuple[int, ...]
     barrier_units: tuple[int, ...] = ()
 
-    def amount(self, name: str) -> int:
-        """The local amount of quantity ``name``."""
-        return self.amounts[QUANTITY_INDEX[name]]
-
     def key(self) -> tuple[int, ...]:
         """Everything the model reads from this candidate (lower is better in every entry)."""
         additive = (self.amounts[QUANTITY_INDEX[q.name]] for q in ADDITIVE)
@@ -105,10 +101,6 @@ class CrossNode:
     amounts: tuple[int, ...]
     time_units: int
     barrier_units: tuple[int, ...] = ()
-
-    def amount(self, name: str) -> int:
-        """One copy's amount of quantity ``name``."""
-        return self.amounts[QUANTITY_INDEX[name]]
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)

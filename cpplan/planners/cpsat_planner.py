@@ -11,12 +11,12 @@ its pool, and the ownership model (:mod:`cpplan.planners.decide`) decides.
 from __future__ import annotations
 
 from cpplan.planners.budget import Budget
-from cpplan.planners.cpsat_strategy import joint_plan
+from cpplan.planners.cpsat_strategy import joint_plan, not_run
 from cpplan.planners.deadline import Deadline
 from cpplan.planners.decide import Pool, decide
 from cpplan.planners.greedy import cached_greedy_plan
 from cpplan.planners.lns import lns_plan
-from cpplan.plans.outcome import ModelOutcome, Status
+from cpplan.plans.outcome import Status
 from cpplan.plans.plan import Plan, SolverStats
 from cpplan.pricing.problem import Problem
 from cpplan.spec.profile import SolverProfile
@@ -34,7 +34,7 @@ def joint_proposal(
         return lns_plan(problem, profile, greedy, deadline, work)
     if greedy.splits_an_item:
         why = "the greedy plan splits an item (not modelled)"
-        return None, SolverStats(outcomes=(ModelOutcome(model="joint", status=Status.SKIPPED, detail=why),))
+        return None, not_run("joint", Status.SKIPPED, why)
     return joint_plan(problem, profile, greedy, deadline, budget.cpsat_params(profile.joint.share))
 
 

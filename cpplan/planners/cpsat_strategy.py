@@ -112,14 +112,14 @@ def joint_plan(
     timing = profile.timing
     search_by = deadline.less(reserve_s(problem, timing))
     if not search_by.can_finish(timing.joint_needs_s(problem.num_items)):
-        return None, _no_time(model, 0.0)
+        return None, not_run(model, Status.NO_TIME, build_s=0.0)
     space, compiled = compile_for(problem, profile, incumbent)
     if profile.joint.hint:
         compiled.add_hint(greedy_values(compiled, space, incumbent))
     build_s = time.perf_counter() - started
     left = search_by.left_s()
     if left < timing.min_search_s:
-        return None, _no_time(model, build_s)
+        return None, not_run(model, Status.NO_TIME, build_s=build_s)
     solution, stats = solve(
         compiled, params, time_limit_s=left, deterministic=profile.deterministic, build_s=build_s, model=model
     )
@@ -132,7 +132,7 @@ def joint_plan(
     return plan, replace(stats, wall_s=time.perf_counter() - started, stage_s=stage_s)
 
 
-def _no_time(model: str, build_s: float) -> SolverStats:
-    return SolverStats(
-        outcomes=(ModelOutcome(model=model, status=Status.NO_TIME),), stage_s={"build": build_s}
-    )
+def not_run(model: str, status: Status, detail: str = "", build_s: float | None = None) -> SolverStats:
+    """The statistics of a model run that did not search: its outcome, and its build seconds when given."""
+    stage_s = {} if build_s is None else {"build": build_s}
+    return SolverStats(outcomes=(ModelOutcome(model=model, status=status, detail=detail),), stage_s=stage_s)

@@ -21,7 +21,7 @@ from cpplan.errors import CpplanError, NoFitError
 from cpplan.planners import PLANNERS, Strategy
 from cpplan.planners.budget import Budget
 from cpplan.planners.cpsat_planner import joint_proposal
-from cpplan.planners.cpsat_strategy import ensure_solver
+from cpplan.planners.cpsat_strategy import ensure_solver, not_run
 from cpplan.planners.deadline import NO_TIME, Deadline
 from cpplan.planners.decide import Pool, decide
 from cpplan.planners.dynamic_cp import group_problem, pool_padding_s
@@ -173,7 +173,7 @@ def _joint(
         plan, stats = joint_proposal(problem, budget, greedy, budget.stage(profile.joint.share, by))
     except CpplanError as exc:
         why = f"{type(exc).__name__}: {exc}"
-        return None, SolverStats(outcomes=(ModelOutcome(model="joint", status=Status.FAILED, detail=why),))
+        return None, not_run("joint", Status.FAILED, why)
     return plan, replace(stats, wall_s=time.perf_counter() - started)
 
 
@@ -268,10 +268,9 @@ def _solver_stats(found: list[StrategyOutcome]) -> SolverStats:
     stats = next((o.stats for o in reversed(found) if o.stats is not None), None)
     if stats is not None:
         return stats
-    no_time = any(o.ended is Ended.NO_TIME for o in found)
-    if not no_time:
+    if not any(o.ended is Ended.NO_TIME for o in found):
         return SolverStats()
-    return SolverStats(outcomes=(ModelOutcome(model="ownership", status=Status.NO_TIME),))
+    return not_run("ownership", Status.NO_TIME)
 
 
 def run_strategy(
