@@ -1,11 +1,8 @@
-"""CP-SAT's two stages as the planner runs them: the joint model's proposal, and, as a strategy of its
-own, proposal and decision together.
-
-:func:`joint_proposal` is the CP-SAT proposer: the joint model warm-started from the greedy plan, or,
-above ``joint.max_items``, its window search over the greedy plan's waves (:mod:`cpplan.planners.lns`).
-:func:`cpsat_planner` is the registered ``cpsat`` strategy used on its own (outside the planner's loop,
-which hands the ownership model every proposer's plan): the greedy plan and the joint model's plan are
-its pool, and the ownership model (:mod:`cpplan.planners.decide`) decides.
+"""CP-SAT's two stages as the planner runs them: :func:`joint_proposal`, the CP-SAT proposer (the joint
+model warm-started from the greedy plan, or above ``joint.max_items`` its window search,
+:mod:`cpplan.planners.lns`); and :func:`cpsat_planner`, the registered ``cpsat`` strategy on its own
+(outside the planner's loop): the ownership model (:mod:`cpplan.planners.decide`) over the greedy and
+joint plans.
 """
 
 from __future__ import annotations

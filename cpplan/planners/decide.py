@@ -52,10 +52,6 @@ class Pool:
         kept = _proposals(plan for _, plan in ranked if plan is not None)
         return cls(plans=kept, proposer=proposer, proposed=plans.get("joint"))
 
-    def with_plans(self, plans: tuple[Plan, ...]) -> Pool:
-        """The pool with ``plans`` added after its own (those splitting an item left out)."""
-        return replace(self, plans=(*self.plans, *_proposals(plans)))
-
     @property
     def cheapest(self) -> Plan | None:
         """The cheapest proposal (the first of equal ones)."""
@@ -95,7 +91,7 @@ def decide(
     bound = PlanBound(bound_s=None, scope=PROPOSED_WAVES, why=why)
     if bounded and search_by.can_finish(profile.timing.bound_min_left_s):  # its time is the search's
         bound = plan_bound(problem, pool.plans, layouts=profile.greedy.layouts)
-        pool = pool.with_plans(bound.new_plans)  # the bound's own plan: its waves become columns too
+        pool = replace(pool, plans=(*pool.plans, *_proposals(bound.new_plans)))  # its waves become columns
         best = pool.cheapest
     bound_s = time.perf_counter() - t0
     columns = pool_columns(problem, [p.waves for p in pool.plans], max_free=settings.columns)
