@@ -25,18 +25,9 @@ from cpplan.pricing.problem import Problem
 from cpplan.spec.quantities import ADDITIVE, COUNTS, QUANTITIES, QUANTITY_INDEX, check_rules
 
 MAX_ENUMERATED_NODES = 6
-NAMED_SPECS = (
-    "full",
-    "none",
-    "min_span:64",
-    "min_span:256",
-    "min_span:1024",
-    "min_span:4096",
-    "min_span:16384",
-    "depth:1",
-    "depth:2",
-    "depth:3",
-)
+NAMED_SPECS = ("full", "none", *(f"min_span:{4**k}" for k in range(3, 8)), *(f"depth:{d}" for d in (1, 2, 3)))
+"""The local layouts an item with more decision nodes than :data:`MAX_ENUMERATED_NODES` tries: full and
+no sharing, shared spans of at least 64 to 16,384 tokens (powers of four), shared depths 1 to 3."""
 
 
 @dataclass(frozen=True, kw_only=True)
