@@ -171,6 +171,7 @@ def test_quick_price_reads_one_request_pair_per_item():
     from cpplan.planners.replica_partition import StepRequests, step_prices_s
 
     def item_prices_s(workload: Workload, card, cp: int) -> np.ndarray:
+        """The partition's quick price of every item of ``workload``."""
         return step_prices_s(StepRequests.of(workload), card, cp)
 
     wl = step(num_prompts=6, seed=4)
