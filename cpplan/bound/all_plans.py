@@ -36,6 +36,7 @@ from cpplan.bound.handoff_floors import (
 )
 from cpplan.bound.node_floors import memory_ranks, node_floors, whole_on_one_rank
 from cpplan.bound.partitions import partition_bound_s
+from cpplan.bound.passing_floors import passing_floor_s
 from cpplan.bound.pool_makespan import dynamic_pool_bound, pool_bound
 from cpplan.plans.outcome import Scope
 from cpplan.plans.plan import Plan, SolverStats
@@ -240,8 +241,9 @@ def crossing_terms_s(problem: Problem, num_waves: int, average_s: np.ndarray) ->
     if num_waves == 1:
         everything = np.arange(problem.tree.num_requests, dtype=np.int64)
         if whole.all():
-            return min(one_wave_floor_s(problem, float(average_s.sum()), copy_s), overhead)
-        crossing = min(crossing_floor_s(seconds), head_parallel_floor_s(problem, everything, copy_s))
+            return min(one_wave_floor_s(problem, average_s, copy_s), overhead)
+        passing = passing_floor_s(problem, everything, average_s)
+        crossing = min(passing, head_parallel_floor_s(problem, everything, copy_s))
         shortest = float(lengths[~whole].min())
         return min(crossing, overhead + wave_crossing_floor_s(problem, shortest, item_levels))
     if not whole.any():

@@ -27,7 +27,6 @@ import numpy as np
 
 from cpplan.bound.handoff_floors import (
     copy_seconds,
-    crossing_floor_s,
     head_parallel_floor_s,
     whole_requests_floor_s,
 )
@@ -39,6 +38,7 @@ from cpplan.bound.node_floors import (
     whole_on_one_rank,
     with_wave_counts,
 )
+from cpplan.bound.passing_floors import passing_floor_s
 from cpplan.pricing.amounts import span_amounts
 from cpplan.pricing.layout import path_counts
 from cpplan.pricing.ownership import chunk_stats
@@ -84,7 +84,8 @@ def wave_floor_s(
     floor = card.wave_overhead_s + average
     if cp == 1 or not card.handoff.priced:
         return floor
-    extra = min(crossing_floor_s(card.handoff), head_parallel_floor_s(problem, requests, copy_s))
+    passing = passing_floor_s(problem, requests, barriers @ totals / cp)
+    extra = min(passing, head_parallel_floor_s(problem, requests, copy_s))
     if whole[requests].all():
         pairs = whole_requests_floor_s(problem, requests)
         spread = unsplit_rank_floor_s(problem, node_s, requests)
