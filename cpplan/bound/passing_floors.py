@@ -14,8 +14,9 @@ wave's full-sharing packed tokens):
   that many rounds less one, and as many handed-over states;
 - *rounds*: the waiting tokens are ``Σ_k max_r W[r, k] - M``, and in every round the longest request's
   tokens of that round sit on one rank, so ``Σ_k max_r W[r, k] >= L``: at least ``L - M`` wait;
-- *parallel*: the waiting tokens are ``max_r before_r + max_r after_r - M``, at least the two means,
-  ``(P + N_s) / cp - M``, where ``N_s`` counts the tokens that run twice before the exchange: a token
+- *parallel*: the waiting tokens are ``max_r before_r + max_r after_r - M``, at least the two means:
+  every token runs before the exchange (from zero) or after it (rerun), and the tokens ``N_s`` of pieces
+  with a source and a successor run twice before it and once after, so ``(P + 2 N_s) / cp - M``. A token
   at position ``p >= M`` is in no root segment's first piece (that piece starts at position 0 and holds
   at most ``M`` tokens), and a token at ``p < L_v - M`` (``L_v`` the longest request through its node)
   has a successor on that request's path (its piece, at most ``M`` tokens, ends before the request
@@ -70,7 +71,7 @@ def passing_floor_s(problem: Problem, requests: np.ndarray, average_s: np.ndarra
     runs = np.maximum(2.0, np.ceil(longest / hi * (1 - CEIL_SLACK)))
     rounds = (runs - 1) * base + seconds.wait_s_per_token * np.maximum(0.0, longest - hi)
     twice = twice_run_tokens(problem, requests, counts, hi)
-    waits = np.maximum(0.0, (packed + twice) / problem.topology.cp - hi)
+    waits = np.maximum(0.0, (packed + 2 * twice) / problem.topology.cp - hi)
     parallel = seconds.round_s + 2 * (runs - 1) * seconds.state_s + seconds.wait_s_per_token * waits
     beyond = base + imbalance_s(problem, counts, packed, average_s, np.array([longest]))[0]
     return float(min(beyond, (imbalance + np.minimum(rounds, parallel)).min()))
