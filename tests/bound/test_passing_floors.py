@@ -22,7 +22,8 @@ MODEL = "qwen3.6-35b-a3b"
 
 
 def _workload(*sequences: list[int]) -> Workload:
-    return Workload(items=tuple(Item(id=f"i{k}", requests=(Request(tokens=s),)) for k, s in enumerate(sequences)))
+    items = (Item(id=f"i{k}", requests=(Request(tokens=s),)) for k, s in enumerate(sequences))
+    return Workload(items=tuple(items))
 
 
 LONG = _workload(list(range(24)), list(range(100, 104)), list(range(200, 204)))
