@@ -5,6 +5,8 @@ and one state it replaces where a request is longer than the ranks' average shar
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -15,6 +17,7 @@ from cpplan.bound import plan_bound
 from cpplan.bound.handoff_floors import crossing_floor_s
 from cpplan.bound.passing_floors import imbalance_s, passing_floor_s, twice_run_tokens
 from cpplan.pricing.handoff import PARALLEL, ROUNDS, handoff_modes, layout_pieces
+from cpplan.pricing.head_parallel import owned_tokens
 from cpplan.pricing.layout import path_counts
 from tests.bound.enumerated import tiny_problem, wave_versions
 
@@ -129,3 +132,30 @@ def test_floor_never_above_a_crossing_version(workload):
     floor = passing_floor_s(problem, np.arange(problem.tree.num_requests), average)
     for extra in _crossing_extras(problem, average):
         assert extra >= floor * (1 - 1e-12)
+
+
+def test_each_version_pays_the_runs_and_waits_of_its_busiest_rank():
+    """The inequalities the floor stands on, version by version of a wave of a 12,288-token request
+    beside two of 2,048 on three ranks (2,048-token chunks), with ``M`` the version's busiest rank's
+    tokens: rounds at least ``⌈L / M⌉`` and waiting tokens at least ``L - M`` in rounds (both attained by
+    some version), and in parallel at least ``(P + 2 N_s(M)) / cp - M``."""
+    scale = 256
+    short = [list(range(k * 10**5, k * 10**5 + 8 * scale)) for k in (1, 2)]
+    workload = _workload(list(range(48 * scale)), *short)
+    problem = tiny_problem(workload, cp=3, chunk_tokens=2048, room=1.0, model=MODEL)
+    requests = np.arange(problem.tree.num_requests)
+    counts = path_counts(problem.tree, requests)
+    longest = float(problem.request_tokens.max())
+    slack = {"rounds": [], "wait": [], "parallel": []}
+    for wave in wave_versions(problem, (0, 1, 2)):
+        chunk, packed = problem.chunk_tokens, float(wave.layout.packed_tokens)
+        if layout_pieces(wave.layout.links, wave.owner, chunk).num_crossings == 0:
+            continue
+        modes = handoff_modes(wave.layout, wave.owner, chunk, 3, problem.card.handoff)
+        busiest = float(owned_tokens(wave.owner, chunk, int(packed), 3).max())
+        twice = float(twice_run_tokens(problem, requests, counts, np.array([busiest]))[0])
+        slack["rounds"].append(modes[ROUNDS].rounds - math.ceil(longest / busiest))
+        slack["wait"].append(modes[ROUNDS].wait_tokens - (longest - busiest))
+        slack["parallel"].append(modes[PARALLEL].wait_tokens - ((packed + 2 * twice) / 3 - busiest))
+    assert min(slack["rounds"]) == 0 and min(slack["wait"]) == 0
+    assert min(slack["parallel"]) >= -1e-9
