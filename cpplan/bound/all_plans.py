@@ -222,7 +222,8 @@ def crossing_terms_s(problem: Problem, num_waves: int, average_s: np.ndarray) ->
     whole path on one rank (:func:`~cpplan.bound.node_floors.whole_on_one_rank`), so:
 
     - one wave: :func:`~cpplan.bound.handoff_floors.one_wave_floor_s` (the least over the modes), where
-      some request cannot be whole on a rank its crossing floors only; or a second overhead;
+      some request cannot be whole on a rank its crossing floors only (head-parallel's and
+      :func:`~cpplan.bound.passing_floors.passing_floor_s`); or a second overhead;
     - where no request fits one rank whole, every wave crosses: each pays at least
       :func:`wave_crossing_floor_s` of its shortest possible request, and, head-parallel, the least
       levels and copies of an item (:func:`~cpplan.bound.handoff_floors.item_level_floor_s`);

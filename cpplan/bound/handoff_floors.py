@@ -9,7 +9,9 @@ prices. A wave on ``cp > 1`` ranks runs in one of three ways:
   the all-to-alls: :func:`level_floor_s` finds, by a dynamic program over the wave's prefix tree, the
   least of levels and copies together (:func:`head_parallel_floor_s`);
 - *rounds or parallel passing* with some state crossing ranks: at least one extra round and one
-  handed-over state (:func:`crossing_floor_s`);
+  handed-over state (:func:`crossing_floor_s`), and, given the wave's rank average, the runs, waits,
+  reruns and imbalance a crossing forces
+  (:func:`~cpplan.bound.passing_floors.passing_floor_s`);
 - *no crossing*: every request's whole path sits on one rank, so the busiest rank holds whole
   requests, an integral bin packing of them onto ``cp`` ranks (:func:`whole_requests_floor_s`), its
   remote tokens included.
