@@ -38,11 +38,12 @@ import numpy as np
 from cpplan.bound.node_floors import per_copy_amounts
 from cpplan.pricing.layout import path_counts
 from cpplan.pricing.problem import Problem
-from cpplan.spec.quantities import QUANTITY_INDEX, REMOTE_COLUMNS
+from cpplan.spec.quantities import QUANTITY_INDEX, REMOTE_COLUMNS, SEGMENT_COLUMNS
 
 _TOKENS = QUANTITY_INDEX["tokens"]
 _GRAD = QUANTITY_INDEX["grad_tokens"]
 _REMOTE_COLUMNS = list(REMOTE_COLUMNS)
+_SEGMENT_COLUMNS = list(SEGMENT_COLUMNS)
 
 GRID_POINTS = 96
 """Geometric grid points between ``P / cp`` and ``L`` (beside every ``L / k``) the floor is taken over."""
@@ -71,8 +72,14 @@ def passing_floor_s(problem: Problem, requests: np.ndarray, average_s: np.ndarra
     runs = np.maximum(2.0, np.ceil(longest / hi * (1 - CEIL_SLACK)))
     rounds = (runs - 1) * base + seconds.wait_s_per_token * np.maximum(0.0, longest - hi)
     twice = twice_run_tokens(problem, requests, counts, hi)
-    waits = np.maximum(0.0, (packed + 2 * twice) / problem.topology.cp - hi)
-    parallel = seconds.round_s + 2 * (runs - 1) * seconds.state_s + seconds.wait_s_per_token * waits
+    waits = (packed + 2 * twice) / problem.topology.cp - hi
+    passing = seconds.round_s + 2 * (runs - 1) * seconds.state_s
+    parallel = passing + seconds.wait_s_per_token * np.maximum(0.0, waits)
+    if average_s is not None:
+        shared = shared_prefix_s(problem, requests, counts, lo, hi)
+        parallel = np.maximum(
+            parallel, passing + np.maximum(0.0, seconds.wait_s_per_token * waits + shared) - imbalance
+        )
     beyond = base + imbalance_s(problem, counts, packed, average_s, np.array([longest]))[0]
     return float(min(beyond, (imbalance + np.minimum(rounds, parallel)).min()))
 
@@ -116,13 +123,7 @@ def twice_run_tokens(
     M`` (``L_v``: the longest of ``requests`` through the node): under parallel passing each runs in a
     piece that neither starts from a zero state nor ends its request, so twice before the exchange."""
     tree = problem.tree
-    steps = np.diff(tree.path_ptr)
-    in_wave = np.zeros(tree.num_requests, dtype=bool)
-    in_wave[np.asarray(requests, dtype=np.int64)] = True
-    along = np.repeat(in_wave, steps)
-    longest = np.zeros(tree.num_nodes)
-    lengths = np.repeat(problem.request_tokens.astype(np.float64), steps)
-    np.maximum.at(longest, tree.path_nodes[along], lengths[along])
+    longest = _longest_through(problem, requests)
     present = np.flatnonzero(counts > 0)
     present = present[present > 0]
     start = tree.node_start[present].astype(np.float64)
@@ -130,3 +131,67 @@ def twice_run_tokens(
     m = np.asarray(busiest, dtype=np.float64)[:, None]
     span = np.minimum(end[None, :], longest[present][None, :] - m) - np.maximum(start[None, :], m)
     return np.maximum(span, 0.0).sum(axis=1)
+
+
+def shared_prefix_s(
+    problem: Problem, requests: np.ndarray, counts: np.ndarray, lo: np.ndarray, hi: np.ndarray
+) -> np.ndarray:
+    """Per interval ``[lo, hi]`` of the busiest rank's tokens ``M``, what the tokens below position ``M``
+    add at least under parallel passing, beside :func:`twice_run_tokens`: a node below a node ``u``
+    through which two or more of ``requests`` pass lies in no root segment where ``u`` is shared, so its
+    tokens at ``p < L_v - M`` run twice there too; left unshared, ``u`` is stored once per in-wave child
+    and request end, each extra copy on the average rank (less one piece, which the bound's branch term
+    may have counted). Per deepest such ``u``, the cheaper: ``Σ_u min(copies_u, 2 wait_s low_u / cp)``,
+    the tokens at ``p < min(lo, L_v - hi)``."""
+    tree, cp = problem.tree, problem.topology.cp
+    parent = tree.node_parent
+    present = np.flatnonzero(counts > 0)
+    present = present[present > 0]
+    above = np.zeros(tree.num_nodes, dtype=np.int64)  # the deepest proper ancestor two requests pass
+    for v in present[np.argsort(tree.node_depth[present], kind="stable")].tolist():
+        u = int(parent[v])
+        above[v] = u if u > 0 and counts[u] >= 2 else above[u]
+    under = present[above[present] > 0]
+    if under.size == 0:
+        return np.zeros_like(lo)
+    longest = _longest_through(problem, requests)
+    start = tree.node_start[under].astype(np.float64)
+    end = start + tree.node_length[under]
+    stop = np.minimum(lo[:, None], longest[under][None, :] - hi[:, None])
+    low = np.maximum(0.0, np.minimum(end[None, :], stop) - start[None, :])  # (intervals, nodes)
+    grouped = np.zeros((tree.num_nodes, lo.size))
+    np.add.at(grouped, above[under], low.T)
+    groups = np.unique(above[under])
+    copies = _copies_s(problem, requests, counts)[groups]
+    twice_s = 2 * problem.card.handoff.wait_s_per_token * grouped[groups] / cp
+    return np.minimum(copies[:, None], twice_s).sum(axis=0)
+
+
+def _longest_through(problem: Problem, requests: np.ndarray) -> np.ndarray:
+    """Per node, the longest of ``requests`` through it (0 where none passes)."""
+    tree = problem.tree
+    steps = np.diff(tree.path_ptr)
+    in_wave = np.zeros(tree.num_requests, dtype=bool)
+    in_wave[np.asarray(requests, dtype=np.int64)] = True
+    along = np.repeat(in_wave, steps)
+    longest = np.zeros(tree.num_nodes)
+    lengths = np.repeat(problem.request_tokens.astype(np.float64), steps)
+    np.maximum.at(longest, tree.path_nodes[along], lengths[along])
+    return longest
+
+
+def _copies_s(problem: Problem, requests: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Per node, what leaving it unshared in a wave of ``requests`` adds at least to the average rank:
+    one copy per in-wave child and request end beyond the first (per-copy amounts over the barriers,
+    remote tokens on the other ranks), less one piece's seconds; never below zero."""
+    tree, cp = problem.tree, problem.topology.cp
+    barriers = np.asarray(problem.card.constants.barrier_coefficients, dtype=np.float64).sum(axis=0)
+    amounts = per_copy_amounts(problem).copy()
+    amounts[:, _REMOTE_COLUMNS] = (cp - 1) * amounts[:, [_TOKENS]]
+    present = np.flatnonzero(counts > 0)
+    present = present[present > 0]
+    children = np.bincount(tree.node_parent[present], minlength=tree.num_nodes)
+    ends = np.bincount(tree.request_leaf[np.asarray(requests, dtype=np.int64)], minlength=tree.num_nodes)
+    extra = np.maximum(children + ends - 1, 0)
+    piece = float(barriers[_SEGMENT_COLUMNS].sum())
+    return np.maximum(0.0, extra * (amounts @ barriers) / cp - piece)

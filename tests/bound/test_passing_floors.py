@@ -13,12 +13,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cpplan import Item, Request, Workload
-from cpplan.bound import plan_bound
+from cpplan.bound import passing_floors, plan_bound
 from cpplan.bound.handoff_floors import crossing_floor_s
-from cpplan.bound.passing_floors import imbalance_s, passing_floor_s, twice_run_tokens
+from cpplan.bound.node_floors import per_copy_amounts
+from cpplan.bound.passing_floors import imbalance_s, passing_floor_s, shared_prefix_s, twice_run_tokens
 from cpplan.pricing.handoff import PARALLEL, ROUNDS, handoff_modes, layout_pieces
 from cpplan.pricing.head_parallel import owned_tokens
 from cpplan.pricing.layout import path_counts
+from cpplan.spec.quantities import QUANTITY_INDEX
 from tests.bound.enumerated import tiny_problem, wave_versions
 
 MODEL = "qwen3.6-35b-a3b"
@@ -159,3 +161,35 @@ def test_each_version_pays_the_runs_and_waits_of_its_busiest_rank():
         slack["parallel"].append(modes[PARALLEL].wait_tokens - ((packed + 2 * twice) / 3 - busiest))
     assert min(slack["rounds"]) == 0 and min(slack["wait"]) == 0
     assert min(slack["parallel"]) >= -1e-9
+
+
+PREFIXED = _workload(
+    [*range(2048), *range(10**5, 10**5 + 10240)], [*range(2048), *range(2 * 10**5, 2 * 10**5 + 2048)]
+)
+"""A 2,048-token prefix shared by a 12,288-token request and a 4,096-token one: on three ranks the long
+one's tokens past the prefix sit in a child segment unless the prefix is copied."""
+
+
+def test_a_shared_prefix_makes_its_childrens_low_tokens_run_twice(monkeypatch):
+    """Under parallel passing, tokens below position ``M`` under a prefix two requests share run twice
+    where the prefix is shared, or the prefix is copied: per interval the cheaper,
+    ``min(copy, 2 wait_s low / cp)``, with ``low`` the tokens at ``2048 <= p < min(M, L - M)``. The
+    floor with it stays below every crossing version of the wave (both layouts, every ownership) and
+    lies above the floor without it."""
+    problem = tiny_problem(PREFIXED, cp=3, chunk_tokens=2048, room=1.0, model=MODEL)
+    requests = np.arange(problem.tree.num_requests)
+    counts = path_counts(problem.tree, requests)
+    busiest = np.array([4779.0])
+    found = shared_prefix_s(problem, requests, counts, busiest, busiest)
+    prefix = int(np.flatnonzero(counts == 2)[-1])
+    barriers = np.asarray(problem.card.constants.barrier_coefficients).sum(axis=0)
+    amounts = per_copy_amounts(problem)[prefix].copy()
+    amounts[QUANTITY_INDEX["remote_tokens"]] = 2 * amounts[QUANTITY_INDEX["tokens"]]
+    copy = float(amounts @ barriers) / 3
+    twice = 2 * problem.card.handoff.wait_s_per_token * (4779 - 2048) / 3
+    assert found.tolist() == pytest.approx([min(copy, twice)], rel=1e-9)
+    average = _average(problem)
+    floor = passing_floor_s(problem, requests, average)
+    assert min(_crossing_extras(problem, average)) >= floor * (1 - 1e-12)
+    monkeypatch.setattr(passing_floors, "shared_prefix_s", lambda *args: np.zeros_like(args[3]))
+    assert floor > passing_floor_s(problem, requests, average) * (1 + 1e-6)
