@@ -62,7 +62,8 @@ class PlanBound:
     where nothing is proved, scope :data:`PROPOSED_WAVES`); ``num_waves``: the least number of waves
     of such a plan; ``terms_s``: the bound's parts (``overhead``, each barrier, on several ranks
     ``handoff_or_imbalance``, and ``enumerated_partitions`` where the partitions of the items lift the
-    sum; on a pool, ``summed_waves_over_groups`` and ``costliest_item_wave``, the larger the bound);
+    sum; on a pool, ``summed_waves_over_groups``, ``costliest_item_wave`` and, for a few items,
+    ``enumerated_groups``, the largest the bound);
     ``best_plan_s``: the cheapest plan of the pool given, if
     any (``gap(best_plan_s)`` is then the pool's proven distance to the best plan); ``why``: where the
     scope is :data:`PROPOSED_WAVES`, the reason; ``new_plans``: where the waves were counted by a
