@@ -36,6 +36,7 @@ from cpplan.bound.handoff_floors import (
 )
 from cpplan.bound.node_floors import memory_ranks, node_floors, whole_on_one_rank
 from cpplan.bound.partitions import partition_bound_s
+from cpplan.bound.passing_floors import passing_floor_s
 from cpplan.bound.pool_makespan import dynamic_pool_bound, pool_bound
 from cpplan.plans.outcome import Scope
 from cpplan.plans.plan import Plan, SolverStats
@@ -61,7 +62,8 @@ class PlanBound:
     where nothing is proved, scope :data:`PROPOSED_WAVES`); ``num_waves``: the least number of waves
     of such a plan; ``terms_s``: the bound's parts (``overhead``, each barrier, on several ranks
     ``handoff_or_imbalance``, and ``enumerated_partitions`` where the partitions of the items lift the
-    sum; on a pool, ``summed_waves_over_groups`` and ``costliest_item_wave``, the larger the bound);
+    sum; on a pool, ``summed_waves_over_groups``, ``costliest_item_wave`` and, for a few items,
+    ``enumerated_groups``, the largest the bound);
     ``best_plan_s``: the cheapest plan of the pool given, if
     any (``gap(best_plan_s)`` is then the pool's proven distance to the best plan); ``why``: where the
     scope is :data:`PROPOSED_WAVES`, the reason; ``new_plans``: where the waves were counted by a
@@ -221,7 +223,8 @@ def crossing_terms_s(problem: Problem, num_waves: int, average_s: np.ndarray) ->
     whole path on one rank (:func:`~cpplan.bound.node_floors.whole_on_one_rank`), so:
 
     - one wave: :func:`~cpplan.bound.handoff_floors.one_wave_floor_s` (the least over the modes), where
-      some request cannot be whole on a rank its crossing floors only; or a second overhead;
+      some request cannot be whole on a rank its crossing floors only (head-parallel's and
+      :func:`~cpplan.bound.passing_floors.passing_floor_s`); or a second overhead;
     - where no request fits one rank whole, every wave crosses: each pays at least
       :func:`wave_crossing_floor_s` of its shortest possible request, and, head-parallel, the least
       levels and copies of an item (:func:`~cpplan.bound.handoff_floors.item_level_floor_s`);
@@ -240,8 +243,9 @@ def crossing_terms_s(problem: Problem, num_waves: int, average_s: np.ndarray) ->
     if num_waves == 1:
         everything = np.arange(problem.tree.num_requests, dtype=np.int64)
         if whole.all():
-            return min(one_wave_floor_s(problem, float(average_s.sum()), copy_s), overhead)
-        crossing = min(crossing_floor_s(seconds), head_parallel_floor_s(problem, everything, copy_s))
+            return min(one_wave_floor_s(problem, average_s, copy_s), overhead)
+        passing = passing_floor_s(problem, everything, average_s)
+        crossing = min(passing, head_parallel_floor_s(problem, everything, copy_s))
         shortest = float(lengths[~whole].min())
         return min(crossing, overhead + wave_crossing_floor_s(problem, shortest, item_levels))
     if not whole.any():

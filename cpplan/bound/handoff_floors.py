@@ -9,7 +9,9 @@ prices. A wave on ``cp > 1`` ranks runs in one of three ways:
   the all-to-alls: :func:`level_floor_s` finds, by a dynamic program over the wave's prefix tree, the
   least of levels and copies together (:func:`head_parallel_floor_s`);
 - *rounds or parallel passing* with some state crossing ranks: at least one extra round and one
-  handed-over state (:func:`crossing_floor_s`);
+  handed-over state (:func:`crossing_floor_s`), and, given the wave's rank average, the runs, waits,
+  reruns and imbalance a crossing forces
+  (:func:`~cpplan.bound.passing_floors.passing_floor_s`);
 - *no crossing*: every request's whole path sits on one rank, so the busiest rank holds whole
   requests, an integral bin packing of them onto ``cp`` ranks (:func:`whole_requests_floor_s`), its
   remote tokens included.
@@ -31,6 +33,7 @@ from cpplan.bound.node_floors import (
     per_copy_amounts,
     unsplit_rank_floor_s,
 )
+from cpplan.bound.passing_floors import passing_floor_s
 from cpplan.pricing.layout import path_counts
 from cpplan.pricing.problem import Problem
 from cpplan.spec.card import HandoffSeconds
@@ -250,13 +253,13 @@ class _PathSums:
         return np.minimum(apart, together)
 
 
-def one_wave_floor_s(problem: Problem, average_s: float, copy_s: np.ndarray | None = None) -> float:
+def one_wave_floor_s(problem: Problem, average_s: np.ndarray, copy_s: np.ndarray | None = None) -> float:
     """What one wave of every request on ``cp > 1`` ranks pays beyond ``average_s`` (the bound's rank
-    average of it, summed over the barriers): the least of :func:`head_parallel_floor_s`,
-    :func:`crossing_floor_s` and, with no crossing, the busiest rank's floor
-    (:func:`whole_requests_floor_s`, or the fractional
-    :func:`~cpplan.bound.node_floors.unsplit_rank_floor_s` where larger) over ``average_s``; 0 where the
-    card prices no hand-off."""
+    average of it, per barrier): the least of :func:`head_parallel_floor_s`, the rounds and parallel
+    floor (:func:`~cpplan.bound.passing_floors.passing_floor_s`) and, with no crossing, the busiest
+    rank's floor (:func:`whole_requests_floor_s`, or the fractional
+    :func:`~cpplan.bound.node_floors.unsplit_rank_floor_s` where larger) over the summed average; 0
+    where the card prices no hand-off."""
     seconds = problem.card.handoff
     if not seconds.priced:
         return 0.0
@@ -266,10 +269,11 @@ def one_wave_floor_s(problem: Problem, average_s: float, copy_s: np.ndarray | No
     unsplit = unsplit_rank_floor_s(problem, per_copy_amounts(problem) @ barriers.sum(axis=0))
     whole = whole_requests_floor_s(problem, requests)
     busiest = max(unsplit, whole if whole is not None else 0.0)
+    average_s = np.asarray(average_s, dtype=np.float64)
     return min(
         head_parallel_floor_s(problem, requests, copy_s),
-        crossing_floor_s(seconds),
-        max(0.0, busiest - average_s),
+        passing_floor_s(problem, requests, average_s),
+        max(0.0, busiest - float(average_s.sum())),
     )
 
 

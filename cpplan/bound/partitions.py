@@ -27,7 +27,6 @@ import numpy as np
 
 from cpplan.bound.handoff_floors import (
     copy_seconds,
-    crossing_floor_s,
     head_parallel_floor_s,
     whole_requests_floor_s,
 )
@@ -39,6 +38,7 @@ from cpplan.bound.node_floors import (
     whole_on_one_rank,
     with_wave_counts,
 )
+from cpplan.bound.passing_floors import passing_floor_s
 from cpplan.pricing.amounts import span_amounts
 from cpplan.pricing.layout import path_counts
 from cpplan.pricing.ownership import chunk_stats
@@ -53,23 +53,22 @@ ENUMERATED_ITEMS = 8
 and the dynamic program as ``3^n``)."""
 
 
-def wave_floor_s(
+def wave_floor_parts_s(
     problem: Problem,
     items: tuple[int, ...],
     copy_s: np.ndarray,
     whole: np.ndarray,
     node_s: np.ndarray,
     split_s: float = math.inf,
-) -> float:
-    """``G(S)`` of the items ``items`` (see the module docstring; ``copy_s`` from
-    :func:`~cpplan.bound.handoff_floors.copy_seconds`, ``whole`` from
-    :func:`~cpplan.bound.node_floors.whole_on_one_rank`, ``node_s`` per node one copy's seconds over the
-    barriers; ``split_s``: the least :func:`split_copies_s` of its items): the least of ``F(S)``
-    (infinite where no wave holds them) and what two waves or more holding exactly them pay at least, an
-    overhead per wave their memory needs (at least two), the average rank and ``split_s``. Without a
-    crossing, the busiest rank is at least both whole-request floors: the integral one and the node
-    argument with copies (:func:`~cpplan.bound.node_floors.unsplit_rank_floor_s` of the wave's
-    requests)."""
+) -> tuple[float, float]:
+    """``F(S)`` and the floor of two waves or more holding exactly the items ``items`` (see the module
+    docstring; ``G(S)`` is the smaller; ``copy_s`` from :func:`~cpplan.bound.handoff_floors.copy_seconds`,
+    ``whole`` from :func:`~cpplan.bound.node_floors.whole_on_one_rank`, ``node_s`` per node one copy's
+    seconds over the barriers; ``split_s``: the least :func:`split_copies_s` of its items). ``F(S)`` is
+    infinite where no wave holds them; two waves or more pay at least an overhead per wave their memory
+    needs (at least two), the average rank and ``split_s``. Without a crossing, the busiest rank is at
+    least both whole-request floors: the integral one and the node argument with copies
+    (:func:`~cpplan.bound.node_floors.unsplit_rank_floor_s` of the wave's requests)."""
     card, cp = problem.card, problem.topology.cp
     requests = problem.item_requests(list(items))
     totals = with_wave_counts(problem, requests, full_sharing_totals(problem, requests), remote_ranks=cp - 1)
@@ -80,17 +79,30 @@ def wave_floor_s(
     runs = max(2, math.ceil(load * (1 - RATIO_SLACK) - RATIO_SLACK))  # the waves' memory adds up to load
     several = runs * card.wave_overhead_s + average + split_s  # two waves or more, some item split
     if (card.envelope_coefficients() @ totals / cp > capacity * (1 + RATIO_SLACK) + RATIO_SLACK).any():
-        return several
+        return math.inf, several
     floor = card.wave_overhead_s + average
     if cp == 1 or not card.handoff.priced:
-        return floor
-    extra = min(crossing_floor_s(card.handoff), head_parallel_floor_s(problem, requests, copy_s))
+        return floor, several
+    passing = passing_floor_s(problem, requests, barriers @ totals / cp)
+    extra = min(passing, head_parallel_floor_s(problem, requests, copy_s))
     if whole[requests].all():
         pairs = whole_requests_floor_s(problem, requests)
         spread = unsplit_rank_floor_s(problem, node_s, requests)
         busiest = max(spread, pairs if pairs is not None else 0.0)
         extra = min(extra, max(0.0, busiest - average))
-    return min(floor + extra, several)
+    return floor + extra, several
+
+
+def wave_floor_s(
+    problem: Problem,
+    items: tuple[int, ...],
+    copy_s: np.ndarray,
+    whole: np.ndarray,
+    node_s: np.ndarray,
+    split_s: float = math.inf,
+) -> float:
+    """``G(S)`` of the items ``items``: the smaller of :func:`wave_floor_parts_s`."""
+    return min(wave_floor_parts_s(problem, items, copy_s, whole, node_s, split_s))
 
 
 def split_copies_s(problem: Problem) -> list[float]:
@@ -158,30 +170,89 @@ def _node_amounts(problem: Problem) -> tuple[np.ndarray, np.ndarray, np.ndarray]
     return plain, amounts(yes, no) - plain, amounts(no, yes) - plain
 
 
-def partition_bound_s(problem: Problem) -> float | None:
-    """``min_P Σ_{S ∈ P} G(S)`` over every partition ``P`` of the items (``None`` beyond
-    :data:`ENUMERATED_ITEMS` items)."""
-    n = problem.num_items
-    if n > ENUMERATED_ITEMS:
+def set_floors_s(problem: Problem) -> tuple[np.ndarray, np.ndarray] | None:
+    """Per set of items (a bit mask), ``G(S)`` and the floor of two waves or more holding exactly
+    them (:func:`wave_floor_parts_s`); ``None`` beyond :data:`ENUMERATED_ITEMS` items. Computed once
+    per problem."""
+    if problem.num_items > ENUMERATED_ITEMS:
         return None
+    return cached_per_problem(problem, "set_floors", lambda: _set_floors_s(problem))
+
+
+def _set_floors_s(problem: Problem) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`set_floors_s`, computed."""
+    n = problem.num_items
     copy_s, whole = copy_seconds(problem), whole_on_one_rank(problem)
     barriers = np.asarray(problem.card.constants.barrier_coefficients, dtype=np.float64).sum(axis=0)
     node_s = per_copy_amounts(problem) @ barriers
     split = split_copies_s(problem)
-    floor = [0.0] * (1 << n)
+    least, several = np.zeros(1 << n), np.full(1 << n, math.inf)
     for mask in range(1, 1 << n):
         items = tuple(i for i in range(n) if mask >> i & 1)
-        least = min(split[i] for i in items)
-        floor[mask] = wave_floor_s(problem, items, copy_s, whole, node_s, least)
-    best = [0.0] + [math.inf] * ((1 << n) - 1)
-    for mask in range(1, 1 << n):
-        low = mask & -mask
-        sub = mask
-        while sub:
-            if sub & low:
-                best[mask] = min(best[mask], floor[sub] + best[mask ^ sub])
-            sub = (sub - 1) & mask
-    return best[(1 << n) - 1]
+        one, more = wave_floor_parts_s(problem, items, copy_s, whole, node_s, min(split[i] for i in items))
+        least[mask], several[mask] = min(one, more), more
+    return least, several
 
 
-__all__ = ["ENUMERATED_ITEMS", "partition_bound_s", "wave_floor_s"]
+def _subsets(mask: int, low: bool = True):
+    """The non-empty subsets of ``mask`` (those holding its lowest item where ``low``)."""
+    first = mask & -mask
+    sub = mask
+    while sub:
+        if not low or sub & first:
+            yield sub
+        sub = (sub - 1) & mask
+
+
+def _partitions_s(least: np.ndarray) -> list[float]:
+    """Per set of items, ``min_P Σ_{S ∈ P} least[S]`` over its partitions."""
+    best = [0.0] + [math.inf] * (least.size - 1)
+    for mask in range(1, least.size):
+        best[mask] = min(float(least[sub]) + best[mask ^ sub] for sub in _subsets(mask))
+    return best
+
+
+def partition_bound_s(problem: Problem) -> float | None:
+    """``min_P Σ_{S ∈ P} G(S)`` over every partition ``P`` of the items (``None`` beyond
+    :data:`ENUMERATED_ITEMS` items)."""
+    floors = set_floors_s(problem)
+    return None if floors is None else _partitions_s(floors[0])[-1]
+
+
+def pool_partition_bound_s(problem: Problem) -> float | None:
+    """A floor of the makespan of a pool of ``dp`` groups of one CP size over every plan of its few
+    items (``None`` beyond :data:`ENUMERATED_ITEMS`). Group a plan's waves into the runs split items tie
+    together: each run holds exactly a set ``S`` of items and costs at least ``G(S)``. Where no run
+    spans two groups, every group holds a set of items whose runs partition it, and runs at least its
+    partition bound: the makespan is at least the least, over the assignments of the items to ``dp``
+    groups, of the largest group's. Where a run spans two groups it has two waves or more, so the plan's
+    waves cost at least the partition bound with some set priced as two waves or more, and the busiest
+    group a ``1 / dp`` share of it. The smaller of the two."""
+    floors = set_floors_s(problem)
+    if floors is None:
+        return None
+    least, several = floors
+    best = _partitions_s(least)
+    spread = list(best)  # one group
+    for _ in range(min(problem.topology.dp, problem.num_items) - 1):
+        spread = [
+            min([spread[mask]] + [max(best[sub], spread[mask ^ sub]) for sub in _subsets(mask, low=False)])
+            for mask in range(least.size)
+        ]
+    split = [math.inf] * least.size
+    for mask in range(1, least.size):
+        split[mask] = min(
+            min(float(several[sub]) + best[mask ^ sub], float(least[sub]) + split[mask ^ sub])
+            for sub in _subsets(mask)
+        )
+    return min(spread[-1], split[-1] / problem.topology.dp)
+
+
+__all__ = [
+    "ENUMERATED_ITEMS",
+    "partition_bound_s",
+    "pool_partition_bound_s",
+    "set_floors_s",
+    "wave_floor_parts_s",
+    "wave_floor_s",
+]

@@ -10,7 +10,8 @@ its requests, a piece per distinct request end, every other rank's tokens remote
 item is a floor too (:func:`item_floor_s`). The makespan is at least the larger of the two. Where
 every GPU must run the same number of waves, a plan of at least ``W`` waves runs at least
 ``ceil(W / dp)`` on every group, the missing ones as padding waves of one overhead each: the summed
-share counts ``(-W) mod dp`` of them too.
+share counts ``(-W) mod dp`` of them too. For a few items, every assignment of them to the groups is
+priced by the partition floors (:func:`~cpplan.bound.partitions.pool_partition_bound_s`): a third floor.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import dataclasses
 import numpy as np
 
 from cpplan.bound.node_floors import with_wave_counts
-from cpplan.bound.partitions import full_sharing_totals
+from cpplan.bound.partitions import full_sharing_totals, pool_partition_bound_s
 from cpplan.pricing.ownership import chunk_stats
 from cpplan.pricing.problem import Problem
 
@@ -59,7 +60,10 @@ def pool_bound(problem: Problem, summed):
         padding = -summed.num_waves % dp
         share += padding * problem.card.wave_overhead_s / dp
     terms = {"summed_waves_over_groups": share, "costliest_item_wave": costliest}
-    bound = max(share, costliest * (1 - ROUND_DOWN))
+    enumerated = pool_partition_bound_s(problem)
+    if enumerated is not None:
+        terms["enumerated_groups"] = enumerated
+    bound = max(share, max(v for k, v in terms.items() if k != "summed_waves_over_groups") * (1 - ROUND_DOWN))
     return dataclasses.replace(
         summed, bound_s=bound, terms_s={k: round(v, 9) for k, v in terms.items()}, new_plans=()
     )

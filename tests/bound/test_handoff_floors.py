@@ -16,7 +16,6 @@ from cpplan.bound import plan_bound
 from cpplan.bound.handoff_floors import (
     common_nodes_floor,
     copy_seconds,
-    crossing_floor_s,
     head_parallel_floor_s,
     item_level_floor_s,
     level_floor_s,
@@ -25,6 +24,7 @@ from cpplan.bound.handoff_floors import (
     whole_requests_floor_s,
 )
 from cpplan.bound.node_floors import per_copy_amounts
+from cpplan.bound.passing_floors import passing_floor_s
 from cpplan.pricing.handoff import HEAD_PARALLEL, PARALLEL, ROUNDS, handoff_modes, layout_pieces
 from cpplan.pricing.layout import path_counts
 from cpplan.spec.quantities import QUANTITY_INDEX
@@ -72,16 +72,21 @@ def _extras(problem, average_s: float):
 
 
 def _average_s(problem) -> float:
+    return math.fsum(_per_barrier(problem).tolist())
+
+
+def _per_barrier(problem) -> np.ndarray:
+    """The bound's rank average of the one-wave plan, per barrier."""
     bound = plan_bound(problem)
     assert bound.num_waves == 1
-    return math.fsum(bound.terms_s[name] for name in problem.card.barrier_names)
+    return np.array([bound.terms_s[name] for name in problem.card.barrier_names])
 
 
 @pytest.mark.parametrize("workload", [BRANCHY, DEEP, APART], ids=["branchy", "deep", "apart"])
 def test_each_mode_pays_at_least_its_floor(workload):
     """Over every version of a one-wave plan on two ranks: head-parallel pays at least its floor
     (latency, balanced rows, levels traded against copies) beyond the rank average; a version whose
-    states cross pays at least the crossing floor in rounds and in parallel; one whose states never
+    states cross pays at least the rounds and parallel floor (the passing floor); one whose states never
     cross has a busiest rank of at least the whole-request floor; every version pays at least the
     one-wave floor."""
     problem = tiny_problem(workload, cp=2, chunk_tokens=4, room=1.0, model=MODEL)
@@ -89,9 +94,9 @@ def test_each_mode_pays_at_least_its_floor(workload):
     requests = np.arange(problem.tree.num_requests)
     copy_s = copy_seconds(problem)
     heads = head_parallel_floor_s(problem, requests, copy_s)
-    crossing = crossing_floor_s(problem.card.handoff)
+    crossing = passing_floor_s(problem, requests, _per_barrier(problem))
     whole = whole_requests_floor_s(problem, requests)
-    overall = one_wave_floor_s(problem, average)
+    overall = one_wave_floor_s(problem, _per_barrier(problem))
     for extra, barriers, crosses in _extras(problem, average):
         assert extra[HEAD_PARALLEL] >= heads * (1 - 1e-12)
         if crosses:

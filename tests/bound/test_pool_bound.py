@@ -5,6 +5,7 @@ binds somewhere."""
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import pytest
 
@@ -121,3 +122,30 @@ def test_dynamic_cp_costliest_item_at_its_cheapest_group_size():
     _, waves = optimum(problem)
     assert bound <= max(w.cost_s for w in waves)
     assert plan_bound(pool).scope == ALL_PLANS
+
+
+def test_assignments_of_few_items_to_groups_bound_the_pool():
+    """For a few items every assignment of them to the groups is priced by the partition floors: on two
+    CP1 groups the floor binds above the summed share and the costliest item, and stays at most the best
+    makespan of plans that give each group a set of items and run it optimally (every partition,
+    layout and ownership enumerated per set)."""
+    from cpplan import Problem
+
+    problem = tiny_problem(CHUNKED, cp=1, chunk_tokens=128, room=0.65)
+    pooled = _pooled(problem, 2)
+    bound = plan_bound(pooled)
+    terms = bound.terms_s
+    assert terms["enumerated_groups"] > max(terms["summed_waves_over_groups"], terms["costliest_item_wave"])
+    assert bound.bound_s == pytest.approx(terms["enumerated_groups"], rel=1e-6)
+    n = problem.num_items
+
+    def best(mask: int) -> float:
+        if mask == 0:
+            return 0.0
+        items = tuple(problem.workload.items[i] for i in range(n) if mask >> i & 1)
+        sub = Problem.build(Workload(items=items), problem.settings)
+        found = optimum(dataclasses.replace(sub, chunk_tokens=problem.chunk_tokens))
+        return math.inf if found is None else found[0]
+
+    makespans = [max(best(mask), best((1 << n) - 1 ^ mask)) for mask in range(1 << n)]
+    assert bound.bound_s <= min(makespans) * (1 + 1e-12)

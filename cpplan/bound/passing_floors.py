@@ -1,0 +1,197 @@
+"""A floor on what one wave pays beyond its rank average when its GDN states cross ranks in rounds or in
+parallel (:mod:`cpplan.pricing.handoff`), whatever its layout, ownership and order of packed requests.
+
+The argument is parametric in ``M``, the busiest rank's owned tokens (at least ``P / cp``, ``P`` the
+wave's full-sharing packed tokens):
+
+- *imbalance*: per barrier the slowest rank costs at least the rank owning ``M`` tokens, each token at
+  least the barrier's least per-token seconds ``w_b`` (its token and, where every request through the
+  node takes gradients, gradient-token coefficient) and every token it does not own at the remote
+  price ``ρ_b``: ``(w_b - ρ_b) M + ρ_b P``; beyond the bound's average ``A_b`` of that barrier, the
+  positive part (:func:`imbalance_s`);
+- *runs*: along a request's path, the pieces on one rank between two crossings hold at most ``M``
+  tokens, so the longest request (``L`` tokens) runs on at least ``⌈L / M⌉`` ranks in turn: at least
+  that many rounds less one, and as many handed-over states;
+- *rounds*: the waiting tokens are ``Σ_k max_r W[r, k] - M``, and in every round the longest request's
+  tokens of that round sit on one rank, so ``Σ_k max_r W[r, k] >= L``: at least ``L - M`` wait;
+- *parallel*: the waiting tokens are ``max_r before_r + max_r after_r - M``, at least the two means:
+  every token runs before the exchange (from zero) or after it (rerun), and the tokens ``N_s`` of pieces
+  with a source and a successor run twice before it and once after, so ``(P + 2 N_s) / cp - M``. A token
+  at position ``p >= M`` is in no root segment's first piece (that piece starts at position 0 and holds
+  at most ``M`` tokens), and a token at ``p < L_v - M`` (``L_v`` the longest request through its node)
+  has a successor on that request's path (its piece, at most ``M`` tokens, ends before the request
+  does). Every node is stored at least once, so ``N_s`` is at least the node tokens with ``M <= p <
+  L_v - M`` (:func:`twice_run_tokens`).
+
+Every term is non-increasing in ``M`` but the imbalance, which is non-decreasing, so over an interval
+``[M_j, M_{j+1}]`` the floor is at least the imbalance at ``M_j`` plus the rest at ``M_{j+1}``; the floor
+is the least of these over a grid from ``P / cp`` to ``L`` (beyond ``L``: one crossing, the imbalance at
+``L``), and, over the two modes, the smaller (:func:`passing_floor_s`). Rounding goes toward a smaller
+floor (the caller rounds the sum down)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from cpplan.bound.node_floors import per_copy_amounts
+from cpplan.pricing.layout import path_counts
+from cpplan.pricing.problem import Problem
+from cpplan.spec.quantities import QUANTITY_INDEX, REMOTE_COLUMNS, SEGMENT_COLUMNS
+
+_TOKENS = QUANTITY_INDEX["tokens"]
+_GRAD = QUANTITY_INDEX["grad_tokens"]
+_REMOTE_COLUMNS = list(REMOTE_COLUMNS)
+_SEGMENT_COLUMNS = list(SEGMENT_COLUMNS)
+
+GRID_POINTS = 96
+"""Geometric grid points between ``P / cp`` and ``L`` (beside every ``L / k``) the floor is taken over."""
+CEIL_SLACK = 1e-9
+"""Relative margin taken off a ratio before it is rounded up: float error never adds a run."""
+
+
+def passing_floor_s(problem: Problem, requests: np.ndarray, average_s: np.ndarray | None) -> float:
+    """The least a wave of ``requests`` on ``cp > 1`` ranks pays beyond ``average_s`` (per barrier, a
+    floor of its rank average; ``None``: unknown, no imbalance counted) when some GDN state crosses
+    ranks, in rounds or in parallel: the smaller of the two modes' floors (see the module docstring),
+    at least ``round_s + state_s``."""
+    seconds = problem.card.handoff
+    base = seconds.round_s + seconds.state_s
+    requests = np.asarray(requests, dtype=np.int64)
+    lengths = problem.request_tokens[requests].astype(np.float64)
+    longest = float(lengths.max())
+    counts = path_counts(problem.tree, requests)
+    packed = float(problem.tree.node_length[counts > 0].sum())
+    low = packed / problem.topology.cp
+    if low >= longest:
+        return base + imbalance_s(problem, counts, packed, average_s, np.array([low]))[0]
+    grid = _grid(low, longest)
+    lo, hi = grid[:-1], grid[1:]
+    imbalance = imbalance_s(problem, counts, packed, average_s, lo)
+    runs = np.maximum(2.0, np.ceil(longest / hi * (1 - CEIL_SLACK)))
+    rounds = (runs - 1) * base + seconds.wait_s_per_token * np.maximum(0.0, longest - hi)
+    twice = twice_run_tokens(problem, requests, counts, hi)
+    waits = (packed + 2 * twice) / problem.topology.cp - hi
+    passing = seconds.round_s + 2 * (runs - 1) * seconds.state_s
+    parallel = passing + seconds.wait_s_per_token * np.maximum(0.0, waits)
+    if average_s is not None:
+        shared = shared_prefix_s(problem, requests, counts, lo, hi)
+        parallel = np.maximum(
+            parallel, passing + np.maximum(0.0, seconds.wait_s_per_token * waits + shared) - imbalance
+        )
+    beyond = base + imbalance_s(problem, counts, packed, average_s, np.array([longest]))[0]
+    return float(min(beyond, (imbalance + np.minimum(rounds, parallel)).min()))
+
+
+def _grid(low: float, high: float) -> np.ndarray:
+    """Points from ``low`` to ``high``: a geometric grid and every ``high / k`` between."""
+    ks = np.arange(1, math.floor(high / low) + 1, dtype=np.float64)
+    points = np.concatenate([np.geomspace(low, high, GRID_POINTS), high / ks, [low, high]])
+    return np.unique(points[(points >= low) & (points <= high)])
+
+
+def imbalance_s(
+    problem: Problem, counts: np.ndarray, packed: float, average_s: np.ndarray | None, busiest: np.ndarray
+) -> np.ndarray:
+    """Per value of ``busiest`` (the busiest rank's owned tokens ``M``), what the slowest ranks pay at
+    least beyond ``average_s`` summed over the barriers: ``Σ_b max(0, (w_b - ρ_b) M + ρ_b P - A_b)``
+    (``w_b``: the barrier's least seconds per owned token over the wave's nodes, ``ρ_b``: per remote
+    token, ``P``: ``packed``); zeros where ``average_s`` is ``None``."""
+    busiest = np.asarray(busiest, dtype=np.float64)
+    if average_s is None:
+        return np.zeros_like(busiest)
+    barriers = np.asarray(problem.card.constants.barrier_coefficients, dtype=np.float64)
+    amounts = per_copy_amounts(problem)
+    present = np.flatnonzero(counts > 0)
+    present = present[present > 0]
+    all_grad = amounts[present, _GRAD] >= amounts[present, _TOKENS]
+    per_token = barriers[:, [_TOKENS]] + barriers[:, [_GRAD]] * all_grad[None, :]  # (barriers, nodes)
+    least = per_token.min(axis=1)
+    remote = barriers[:, _REMOTE_COLUMNS].sum(axis=1)
+    slope = least - remote
+    found = np.zeros_like(busiest)
+    for b in np.flatnonzero(slope > 0).tolist():
+        found += np.maximum(0.0, slope[b] * busiest + remote[b] * packed - float(average_s[b]))
+    return found
+
+
+def twice_run_tokens(
+    problem: Problem, requests: np.ndarray, counts: np.ndarray, busiest: np.ndarray
+) -> np.ndarray:
+    """Per value of ``busiest`` (``M``), the wave's node tokens at positions ``p`` with ``M <= p < L_v -
+    M`` (``L_v``: the longest of ``requests`` through the node): under parallel passing each runs in a
+    piece that neither starts from a zero state nor ends its request, so twice before the exchange."""
+    tree = problem.tree
+    longest = _longest_through(problem, requests)
+    present = np.flatnonzero(counts > 0)
+    present = present[present > 0]
+    start = tree.node_start[present].astype(np.float64)
+    end = start + tree.node_length[present]
+    m = np.asarray(busiest, dtype=np.float64)[:, None]
+    span = np.minimum(end[None, :], longest[present][None, :] - m) - np.maximum(start[None, :], m)
+    return np.maximum(span, 0.0).sum(axis=1)
+
+
+def shared_prefix_s(
+    problem: Problem, requests: np.ndarray, counts: np.ndarray, lo: np.ndarray, hi: np.ndarray
+) -> np.ndarray:
+    """Per interval ``[lo, hi]`` of the busiest rank's tokens ``M``, what the tokens below position ``M``
+    add at least under parallel passing, beside :func:`twice_run_tokens`: a node below a node ``u``
+    through which two or more of ``requests`` pass lies in no root segment where ``u`` is shared, so its
+    tokens at ``p < L_v - M`` run twice there too; left unshared, ``u`` is stored once per in-wave child
+    and request end, each extra copy on the average rank (less one piece, which the bound's branch term
+    may have counted). Per deepest such ``u``, the cheaper: ``Σ_u min(copies_u, 2 wait_s low_u / cp)``,
+    the tokens at ``p < min(lo, L_v - hi)``."""
+    tree, cp = problem.tree, problem.topology.cp
+    parent = tree.node_parent
+    present = np.flatnonzero(counts > 0)
+    present = present[present > 0]
+    above = np.zeros(tree.num_nodes, dtype=np.int64)  # the deepest proper ancestor two requests pass
+    for v in present[np.argsort(tree.node_depth[present], kind="stable")].tolist():
+        u = int(parent[v])
+        above[v] = u if u > 0 and counts[u] >= 2 else above[u]
+    under = present[above[present] > 0]
+    if under.size == 0:
+        return np.zeros_like(lo)
+    longest = _longest_through(problem, requests)
+    start = tree.node_start[under].astype(np.float64)
+    end = start + tree.node_length[under]
+    stop = np.minimum(lo[:, None], longest[under][None, :] - hi[:, None])
+    low = np.maximum(0.0, np.minimum(end[None, :], stop) - start[None, :])  # (intervals, nodes)
+    grouped = np.zeros((tree.num_nodes, lo.size))
+    np.add.at(grouped, above[under], low.T)
+    groups = np.unique(above[under])
+    copies = _copies_s(problem, requests, counts)[groups]
+    twice_s = 2 * problem.card.handoff.wait_s_per_token * grouped[groups] / cp
+    return np.minimum(copies[:, None], twice_s).sum(axis=0)
+
+
+def _longest_through(problem: Problem, requests: np.ndarray) -> np.ndarray:
+    """Per node, the longest of ``requests`` through it (0 where none passes)."""
+    tree = problem.tree
+    steps = np.diff(tree.path_ptr)
+    in_wave = np.zeros(tree.num_requests, dtype=bool)
+    in_wave[np.asarray(requests, dtype=np.int64)] = True
+    along = np.repeat(in_wave, steps)
+    longest = np.zeros(tree.num_nodes)
+    lengths = np.repeat(problem.request_tokens.astype(np.float64), steps)
+    np.maximum.at(longest, tree.path_nodes[along], lengths[along])
+    return longest
+
+
+def _copies_s(problem: Problem, requests: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Per node, what leaving it unshared in a wave of ``requests`` adds at least to the average rank:
+    one copy per in-wave child and request end beyond the first (per-copy amounts over the barriers,
+    remote tokens on the other ranks), less one piece's seconds; never below zero."""
+    tree, cp = problem.tree, problem.topology.cp
+    barriers = np.asarray(problem.card.constants.barrier_coefficients, dtype=np.float64).sum(axis=0)
+    amounts = per_copy_amounts(problem).copy()
+    amounts[:, _REMOTE_COLUMNS] = (cp - 1) * amounts[:, [_TOKENS]]
+    present = np.flatnonzero(counts > 0)
+    present = present[present > 0]
+    children = np.bincount(tree.node_parent[present], minlength=tree.num_nodes)
+    ends = np.bincount(tree.request_leaf[np.asarray(requests, dtype=np.int64)], minlength=tree.num_nodes)
+    extra = np.maximum(children + ends - 1, 0)
+    piece = float(barriers[_SEGMENT_COLUMNS].sum())
+    return np.maximum(0.0, extra * (amounts @ barriers) / cp - piece)

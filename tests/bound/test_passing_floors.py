@@ -1,0 +1,195 @@
+"""The rounds and parallel floor of :mod:`cpplan.bound.passing_floors` against every version of small
+waves (each sharing subset as the layout, each chunk-to-rank map as the ownership): never above what a
+version whose states cross pays beyond the bound's rank average in either mode, and above the one round
+and one state it replaces where a request is longer than the ranks' average share."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from cpplan import Item, Request, Workload
+from cpplan.bound import passing_floors, plan_bound
+from cpplan.bound.handoff_floors import crossing_floor_s
+from cpplan.bound.node_floors import per_copy_amounts
+from cpplan.bound.passing_floors import imbalance_s, passing_floor_s, shared_prefix_s, twice_run_tokens
+from cpplan.pricing.handoff import PARALLEL, ROUNDS, handoff_modes, layout_pieces
+from cpplan.pricing.head_parallel import owned_tokens
+from cpplan.pricing.layout import path_counts
+from cpplan.spec.quantities import QUANTITY_INDEX
+from tests.bound.enumerated import tiny_problem, wave_versions
+
+MODEL = "qwen3.6-35b-a3b"
+
+
+def _workload(*sequences: list[int]) -> Workload:
+    items = (Item(id=f"i{k}", requests=(Request(tokens=s),)) for k, s in enumerate(sequences))
+    return Workload(items=tuple(items))
+
+
+LONG = _workload(list(range(24)), list(range(100, 104)), list(range(200, 204)))
+"""A request of 24 tokens beside two of 4: on two ranks, longer than a rank's even share (16)."""
+SHARED_LONG = _workload([*range(8), *range(40, 56)], [*range(8), 60, 61, 62, 63])
+"""Two requests behind an 8-token prefix, one running 16 tokens beyond it."""
+
+
+def _average(problem) -> np.ndarray:
+    """The bound's rank average of the one-wave plan, per barrier."""
+    bound = plan_bound(problem)
+    assert bound.num_waves == 1
+    return np.array([bound.terms_s[name] for name in problem.card.barrier_names])
+
+
+def _crossing_extras(problem, average: np.ndarray):
+    """Per version of the one wave that fits and whose states cross: what it pays beyond ``average`` in
+    rounds and in parallel, the smaller."""
+    overhead = problem.card.wave_overhead_s
+    for wave in wave_versions(problem, tuple(range(problem.num_items))):
+        if not wave.fits(problem.memory_bytes):
+            continue
+        cp, chunk = problem.topology.cp, problem.chunk_tokens
+        if layout_pieces(wave.layout.links, wave.owner, chunk).num_crossings == 0:
+            continue
+        barriers = wave.cost_s - overhead - wave.handoff.seconds
+        modes = handoff_modes(wave.layout, wave.owner, chunk, cp, problem.card.handoff)
+        yield barriers - float(average.sum()) + min(modes[ROUNDS].seconds, modes[PARALLEL].seconds)
+
+
+@pytest.mark.parametrize(
+    "workload, cp", [(LONG, 2), (SHARED_LONG, 2), (LONG, 3)], ids=["long-cp2", "shared-cp2", "long-cp3"]
+)
+def test_every_crossing_version_pays_at_least_the_floor(workload, cp):
+    """Every version of the wave whose states cross pays, beyond the bound's average, at least the
+    passing floor in rounds and in parallel; the floor lies above one round and one state (the longest
+    request runs on two ranks in turn, its tail waits) and within 2% of the cheapest such version."""
+    problem = tiny_problem(workload, cp=cp, chunk_tokens=4, room=1.0, model=MODEL)
+    average = _average(problem)
+    requests = np.arange(problem.tree.num_requests)
+    floor = passing_floor_s(problem, requests, average)
+    extras = list(_crossing_extras(problem, average))
+    assert extras
+    cheapest = min(extras)
+    assert cheapest >= floor * (1 - 1e-12)
+    assert floor > crossing_floor_s(problem.card.handoff) * (1 + 1e-6)
+    assert floor >= 0.98 * cheapest
+
+
+def test_without_an_average_only_one_round_and_one_state_remain():
+    """Runs and waits fall as the busiest rank grows, and only the imbalance grows with it: without the
+    rank average (no imbalance counted) a busiest rank holding the longest request whole leaves one
+    round and one state, the floor it replaces."""
+    problem = tiny_problem(LONG, cp=2, chunk_tokens=4, room=1.0, model=MODEL)
+    requests = np.arange(problem.tree.num_requests)
+    base = crossing_floor_s(problem.card.handoff)
+    assert passing_floor_s(problem, requests, None) == pytest.approx(base, rel=1e-12)
+    assert passing_floor_s(problem, requests, _average(problem)) > base * (1 + 1e-6)
+
+
+def test_twice_run_tokens_are_the_middle_positions():
+    """A token runs twice before the parallel exchange when it sits at a position ``p`` with ``M <= p <
+    L - M``: for a 24-token request and ``M = 6``, positions 6 to 17 (12 tokens), none at ``M = 12``."""
+    problem = tiny_problem(LONG, cp=2, chunk_tokens=4, room=1.0, model=MODEL)
+    requests = np.arange(problem.tree.num_requests)
+    counts = path_counts(problem.tree, requests)
+    twice = twice_run_tokens(problem, requests, counts, np.array([6.0, 12.0]))
+    assert twice.tolist() == [12.0, 0.0]
+
+
+def test_imbalance_is_the_busiest_ranks_tokens_over_the_average():
+    """The busiest rank's ``M`` tokens cost at least the least per-token seconds each, per barrier, less
+    the remote tokens it does not hold: zero at the average (or below it), growing with ``M``."""
+    problem = tiny_problem(LONG, cp=2, chunk_tokens=4, room=1.0, model=MODEL)
+    requests = np.arange(problem.tree.num_requests)
+    counts = path_counts(problem.tree, requests)
+    average = _average(problem)
+    found = imbalance_s(problem, counts, 32.0, average, np.array([8.0, 16.0, 24.0, 32.0]))
+    assert found[0] == 0.0
+    assert (np.diff(found[1:]) > 0).all()
+    assert imbalance_s(problem, counts, 32.0, None, np.array([32.0])).tolist() == [0.0]
+
+
+@st.composite
+def _waves(draw):
+    """Two or three unrelated or prefix-sharing requests of 4 to 20 tokens, on two ranks."""
+    prefix = list(range(draw(st.sampled_from([0, 4, 8]))))
+    tails = draw(st.lists(st.integers(1, 4), min_size=2, max_size=3))
+    sequences = [prefix + list(range(100 * (k + 1), 100 * (k + 1) + 4 * n)) for k, n in enumerate(tails)]
+    return _workload(*sequences)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_waves())
+def test_floor_never_above_a_crossing_version(workload):
+    """On random small waves on two ranks, no version whose states cross pays less than the floor beyond
+    the bound's average."""
+    problem = tiny_problem(workload, cp=2, chunk_tokens=4, room=1.0, model=MODEL)
+    bound = plan_bound(problem)
+    if bound.num_waves != 1:
+        return
+    average = _average(problem)
+    floor = passing_floor_s(problem, np.arange(problem.tree.num_requests), average)
+    for extra in _crossing_extras(problem, average):
+        assert extra >= floor * (1 - 1e-12)
+
+
+def test_each_version_pays_the_runs_and_waits_of_its_busiest_rank():
+    """The inequalities the floor stands on, version by version of a wave of a 12,288-token request
+    beside two of 2,048 on three ranks (2,048-token chunks), with ``M`` the version's busiest rank's
+    tokens: rounds at least ``⌈L / M⌉`` and waiting tokens at least ``L - M`` in rounds (both attained by
+    some version), and in parallel at least ``(P + 2 N_s(M)) / cp - M``."""
+    scale = 256
+    short = [list(range(k * 10**5, k * 10**5 + 8 * scale)) for k in (1, 2)]
+    workload = _workload(list(range(48 * scale)), *short)
+    problem = tiny_problem(workload, cp=3, chunk_tokens=2048, room=1.0, model=MODEL)
+    requests = np.arange(problem.tree.num_requests)
+    counts = path_counts(problem.tree, requests)
+    longest = float(problem.request_tokens.max())
+    slack = {"rounds": [], "wait": [], "parallel": []}
+    for wave in wave_versions(problem, (0, 1, 2)):
+        chunk, packed = problem.chunk_tokens, float(wave.layout.packed_tokens)
+        if layout_pieces(wave.layout.links, wave.owner, chunk).num_crossings == 0:
+            continue
+        modes = handoff_modes(wave.layout, wave.owner, chunk, 3, problem.card.handoff)
+        busiest = float(owned_tokens(wave.owner, chunk, int(packed), 3).max())
+        twice = float(twice_run_tokens(problem, requests, counts, np.array([busiest]))[0])
+        slack["rounds"].append(modes[ROUNDS].rounds - math.ceil(longest / busiest))
+        slack["wait"].append(modes[ROUNDS].wait_tokens - (longest - busiest))
+        slack["parallel"].append(modes[PARALLEL].wait_tokens - ((packed + 2 * twice) / 3 - busiest))
+    assert min(slack["rounds"]) == 0 and min(slack["wait"]) == 0
+    assert min(slack["parallel"]) >= -1e-9
+
+
+PREFIXED = _workload(
+    [*range(2048), *range(10**5, 10**5 + 10240)], [*range(2048), *range(2 * 10**5, 2 * 10**5 + 2048)]
+)
+"""A 2,048-token prefix shared by a 12,288-token request and a 4,096-token one: on three ranks the long
+one's tokens past the prefix sit in a child segment unless the prefix is copied."""
+
+
+def test_a_shared_prefix_makes_its_childrens_low_tokens_run_twice(monkeypatch):
+    """Under parallel passing, tokens below position ``M`` under a prefix two requests share run twice
+    where the prefix is shared, or the prefix is copied: per interval the cheaper,
+    ``min(copy, 2 wait_s low / cp)``, with ``low`` the tokens at ``2048 <= p < min(M, L - M)``. The
+    floor with it stays below every crossing version of the wave (both layouts, every ownership) and
+    lies above the floor without it."""
+    problem = tiny_problem(PREFIXED, cp=3, chunk_tokens=2048, room=1.0, model=MODEL)
+    requests = np.arange(problem.tree.num_requests)
+    counts = path_counts(problem.tree, requests)
+    busiest = np.array([4779.0])
+    found = shared_prefix_s(problem, requests, counts, busiest, busiest)
+    prefix = int(np.flatnonzero(counts == 2)[-1])
+    barriers = np.asarray(problem.card.constants.barrier_coefficients).sum(axis=0)
+    amounts = per_copy_amounts(problem)[prefix].copy()
+    amounts[QUANTITY_INDEX["remote_tokens"]] = 2 * amounts[QUANTITY_INDEX["tokens"]]
+    copy = float(amounts @ barriers) / 3
+    twice = 2 * problem.card.handoff.wait_s_per_token * (4779 - 2048) / 3
+    assert found.tolist() == pytest.approx([min(copy, twice)], rel=1e-9)
+    average = _average(problem)
+    floor = passing_floor_s(problem, requests, average)
+    assert min(_crossing_extras(problem, average)) >= floor * (1 - 1e-12)
+    monkeypatch.setattr(passing_floors, "shared_prefix_s", lambda *args: np.zeros_like(args[3]))
+    assert floor > passing_floor_s(problem, requests, average) * (1 + 1e-6)
