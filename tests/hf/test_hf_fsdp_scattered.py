@@ -16,6 +16,7 @@ collective; its loss share and gradient contribution are zero (docs/hf.md, "A ra
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import shutil
 
 import numpy as np
@@ -75,8 +76,9 @@ def _with_owners(base: cpplan.Plan, owners: list[np.ndarray]) -> cpplan.Plan:
 def cp4_plans(workload: cpplan.Workload) -> tuple[cpplan.pricing.problem.Problem, dict[str, cpplan.Plan]]:
     """The step's one CP4 wave re-priced (``price_wave``, which chooses the GDN hand-off) with chunks
     dealt round-robin (``interleaved``), drawn at random, under the balanced split, or (``idle``) dealt
-    to ranks 1 and 2 only, so that ranks 0 and 3 own no token; ``idle_head_parallel`` is ``idle`` with
-    the GDN layers head-parallel (the idle ranks run heads of the others' tokens)."""
+    to ranks 1 and 2 only, so that ranks 0 and 3 own no token; and, beside the priced ones, ``random``
+    and ``idle`` with their GDN states handed over in rounds and in parallel (``*_rounds``,
+    ``*_parallel``)."""
     problem = build_problem(workload, topology=cpplan.Topology(cp=4), model=CARD, memory_bytes=MEMORY_BYTES)
     wave = plan(workload, 4).plan.waves[0]
     chunks = wave.owner.size
@@ -93,7 +95,8 @@ def cp4_plans(workload: cpplan.Workload) -> tuple[cpplan.pricing.problem.Problem
         )
         for name, owner in owners.items()
     }
-    plans["idle_head_parallel"] = with_gdn_handoff(plans["idle"], "head_parallel")
+    for name, mode in itertools.product(("random", "idle"), ("rounds", "parallel")):
+        plans[f"{name}_{mode}"] = with_gdn_handoff(plans[name], mode)
     return problem, plans
 
 
@@ -125,7 +128,7 @@ def reference(tmp_path_factory):
 def spawned(reference, tmp_path_factory):
     """Every rank's record of one job (``pool``: :func:`pool_plans` on the dp=2 x cp=2 mesh; ``cp4``:
     :func:`cp4_plans` on the 1x4 mesh; ``idle`` or not: the plans leaving a rank without tokens run in
-    their own processes), each job run once for the module."""
+    their own processes, under FSDP2 and DDP), each job run once for the module."""
     cache: dict[tuple[str, bool], tuple[dict, list[dict]]] = {}
 
     def get(job: str, idle: bool) -> tuple[dict, list[dict]]:
@@ -135,7 +138,8 @@ def spawned(reference, tmp_path_factory):
             plans = {name: p for name, p in found.items() if name.startswith("idle") == idle}
             folder = tmp_path_factory.mktemp(f"{job}_idle" if idle else job)
             shutil.copy(reference[0], folder / "model.pt")
-            worker.write_job(folder, dp=dp, cp=cp, plans=plans)
+            wrappers = worker.WRAPPERS if idle else ("fsdp",)
+            worker.write_job(folder, dp=dp, cp=cp, plans=plans, wrappers=wrappers)
             records = spawn_ranks(worker.run, dp * cp, folder, preload=["tests.hf.scattered_fsdp_worker"])
             cache[job, idle] = plans, records
         return cache[job, idle]
@@ -143,17 +147,18 @@ def spawned(reference, tmp_path_factory):
     return get
 
 
-def _check(reference, run, name: str, replicas: list[int]) -> None:
+def _check(reference, run, name: str, replicas: list[int], wrapper: str = "fsdp") -> None:
     """Every rank ran its pool rank's waves; the replicas' losses sum to the unpacked loss; every rank's
     full gradient (each parameter's, none left without one) is the unpacked gradient."""
     _, want_loss, want_grads = reference
     plans, records = run
+    key = (wrapper, name)
     for g, record in enumerate(records):
-        assert record[name]["waves"] == [wave for wave, _ in cpplan.pool_waves(plans[name], g)]
-    replica_losses = [sum(records[g][name]["losses"]) for g in replicas]
+        assert record[key]["waves"] == [wave for wave, _ in cpplan.pool_waves(plans[name], g)]
+    replica_losses = [sum(records[g][key]["losses"]) for g in replicas]
     torch.testing.assert_close(sum(replica_losses), want_loss, rtol=1e-12, atol=0)
     for record in records:
-        grads = record[name]["grads"]
+        grads = record[key]["grads"]
         assert grads.keys() == want_grads.keys()
         assert all(float(g.abs().max()) > 0 for g in grads.values())
         assert max_rel_grad_diff(grads, want_grads) <= GRADS
@@ -169,28 +174,33 @@ def test_fsdp2_pool_with_scattered_ownership_equals_unpacked(reference, spawned,
 
 
 @pytest.mark.slow
-def test_fsdp2_pool_gpu_without_tokens_equals_unpacked(reference, spawned):
-    """On the dp=2 x cp=2 pool under FSDP2, with GPU 1 owning no token of wave 0 and GPU 0 none of wave
-    3 (each still joins every collective): the losses sum to the unpacked step's loss and every rank's
-    full gradient equals the unpacked gradient (no rank hangs: the run is bounded)."""
-    _check(reference, spawned("pool", idle=True), "idle", replicas=[0, 2])
+@pytest.mark.parametrize("wrapper", worker.WRAPPERS)
+def test_pool_gpu_without_tokens_equals_unpacked(reference, spawned, wrapper):
+    """On the dp=2 x cp=2 pool under FSDP2 and under DDP, with GPU 1 owning no token of wave 0 and GPU 0
+    none of wave 3 (head-parallel waves: each still joins every collective and runs its heads): the
+    losses sum to the unpacked step's loss and every rank's full gradient equals the unpacked gradient
+    (no rank hangs: the run is bounded)."""
+    _check(reference, spawned("pool", idle=True), "idle", [0, 2], wrapper)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["interleaved", "random", "balanced"])
+@pytest.mark.parametrize("name", ["interleaved", "random", "balanced", "random_rounds", "random_parallel"])
 def test_fsdp2_cp4_with_scattered_ownership_equals_unpacked(reference, spawned, name):
-    """On a 1x4 gloo mesh under FSDP2, the CP4 wave with interleaved, random or balanced chunks: the
-    loss is the unpacked step's loss and every rank's full gradient equals the unpacked gradient."""
+    """On a 1x4 gloo mesh under FSDP2, the CP4 wave with interleaved, random or balanced chunks (GDN
+    states handed over as priced; random chunks also in rounds and in parallel): the loss is the
+    unpacked step's loss and every rank's full gradient equals the unpacked gradient."""
     _check(reference, spawned("cp4", idle=False), name, replicas=[0])
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["idle", "idle_head_parallel"])
-def test_fsdp2_cp4_ranks_without_tokens_equal_unpacked(reference, spawned, name):
-    """On the 1x4 mesh under FSDP2, the CP4 wave with ranks 0 and 3 owning no token (GDN states handed
-    over as priced, or head-parallel, where the idle ranks run heads of the others' tokens): the loss is
-    the unpacked step's loss and every rank's full gradient equals the unpacked gradient."""
-    _check(reference, spawned("cp4", idle=True), name, replicas=[0])
+@pytest.mark.parametrize("wrapper", worker.WRAPPERS)
+@pytest.mark.parametrize("name", ["idle", "idle_rounds", "idle_parallel"])
+def test_cp4_ranks_without_tokens_equal_unpacked(reference, spawned, name, wrapper):
+    """On the 1x4 mesh under FSDP2 and under DDP, the CP4 wave with ranks 0 and 3 owning no token (GDN
+    states handed over as priced, head-parallel, where the idle ranks run heads of the others' tokens;
+    in rounds; in parallel, where they run no recurrence): the loss is the unpacked step's loss and every
+    rank's full gradient equals the unpacked gradient."""
+    _check(reference, spawned("cp4", idle=True), name, [0], wrapper)
 
 
 def test_plans_scatter_chunks_or_idle_a_rank_and_the_verifier_accepts_them():
