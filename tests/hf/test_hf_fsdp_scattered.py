@@ -3,14 +3,17 @@ scattered chunks (zigzag, interleaved, drawn at random, the proposers' balanced 
 ranks owning no chunk of a wave at all.
 
 Two pools: a dp=2 x cp=2 mesh running the four waves of the step's pool plan (two per replica), and a 1x4
-mesh running the step's one CP4 wave. FSDP2 shards the tiny hybrid MoE model over the flattened mesh
-with sum reduction; every rank runs its pool rank's waves and backpropagates the token-mean policy loss
-over the step's counted tokens. The losses summed over the replicas are the unpacked single-process
-step's loss, and every rank's full gradient its gradient (float64 internals: losses within 1e-12
-relative, gradients within 1e-8 of each parameter's largest entry, as tests/hf/test_hf_fsdp.py).
+mesh running the step's one CP4 wave (GDN states handed over as priced, head-parallel, and in rounds and
+in parallel). FSDP2 shards the tiny hybrid MoE model over the flattened mesh with sum reduction; every
+rank runs its pool rank's waves and backpropagates the token-mean policy loss over the step's counted
+tokens. The losses summed over the replicas are the unpacked single-process step's loss, and every
+rank's full gradient its gradient (float64 internals: losses within 1e-12 relative, gradients within
+1e-8 of each parameter's largest entry, as tests/hf/test_hf_fsdp.py).
 
 A rank that owns no token of a wave still calls every module on its zero rows and joins every
-collective; its loss share and gradient contribution are zero (docs/hf.md, "A rank without tokens").
+collective; its loss share and gradient contribution are zero, under FSDP2 and under DDP (docs/hf.md,
+"Any ownership, and a rank without tokens"). Those plans run in processes of their own, so that a hang
+there fails only their tests.
 """
 
 from __future__ import annotations
