@@ -30,6 +30,7 @@ import cpplan
 from cpplan.api import build_problem
 from cpplan.hf import float64_internals, unpacked_logprobs
 from cpplan.plans.plan_writer import plan_to_dict
+from cpplan.pricing.problem import Problem
 from cpplan.pricing.wave import balanced_ownership, price_wave
 from tests.hf import scattered_fsdp_worker as worker
 from tests.support import hf_fsdp_worker
@@ -76,7 +77,7 @@ def _with_owners(base: cpplan.Plan, owners: list[np.ndarray]) -> cpplan.Plan:
     return dataclasses.replace(base, waves=waves)
 
 
-def cp4_plans(workload: cpplan.Workload) -> tuple[cpplan.pricing.problem.Problem, dict[str, cpplan.Plan]]:
+def cp4_plans(workload: cpplan.Workload) -> tuple[Problem, dict[str, cpplan.Plan]]:
     """The step's one CP4 wave re-priced (``price_wave``, which chooses the GDN hand-off) with chunks
     dealt round-robin (``interleaved``), drawn at random, under the balanced split, or (``idle``) dealt
     to ranks 1 and 2 only, so that ranks 0 and 3 own no token; and, beside the priced ones, ``random``
