@@ -1,30 +1,14 @@
-"""CP ownership, decomposed: per-rank chunk caps in the joint model, exact chunk owners afterwards.
+"""CP ownership in the joint model: per-rank chunk caps while the model chooses waves, exact owners after.
 
-Chunk ownership needs the packed sequence, and the packed sequence depends on the wave's items and
-layout, which the joint model is still choosing. So the joint model decides, per wave, the number of
-128-token chunks ``chunks[w] = ceil(packed[w] / 128)`` and a per-rank cap ``K[w]`` with
-``cp · K[w] ≥ chunks[w]``, and bounds every rank's local quantities from above:
-
-- tokens ``≤ 128 · K`` (at CP1: exactly the packed tokens); gradient / loss tokens ``≤ min(tokens
-  bound, wave total)``;
-- segments touched ``≤`` the wave's segment starts (conservative: a rank may touch them all);
-- attention pairs ``≤`` the wave total; gathered (remote) tokens ``≤`` the wave's packed tokens.
-
-Ranks are symmetric under these bounds, so one memory constraint per wave and envelope covers them
-all.
-
-A second, *weighted* mode (CP > 1, every request taking gradients and reading its loss) charges each
-rank its own segments rather than all of the wave's: each chunk weighs ``A · tokens + B · segment
-starts`` (``A``, ``B`` the largest per-token and per-segment bytes of any envelope), and ranks get
-contiguous ranges of at most ``weight_cap`` each, with ``cp · (weight_cap - heaviest chunk) ≥`` the
-wave's total weight (so a greedy fill always covers the wave). A rank then costs at most
-``weight_cap + B`` (one segment continuing into its range) plus its other terms. The solver picks the
-mode per wave (``weighted[w]``).
-
-Once the model is solved and the wave packed, :func:`capped_split` (or, in the weighted mode,
-:func:`weight_capped_split`) assigns chunks exactly: contiguous ranges within the cap, balancing
-predicted seconds. The realized quantities are therefore never above the model's bounds, which is
-what makes the KiB rounding meaningful.
+Per wave the model decides ``chunks[w] = ceil(packed[w] / 128)`` and a per-rank cap ``K[w]`` with
+``cp · K[w] ≥ chunks[w]``, and bounds every rank's local quantities from above (tokens ``≤ 128 · K``;
+gradient / loss tokens ``≤ min(that, wave total)``; segments touched ``≤`` the wave's segment starts;
+pairs and gathered tokens ``≤`` the wave's), so one memory row per wave and envelope covers every rank.
+Under CP a wave may instead take the *weighted* mode (``weighted[w]``; every request taking gradients
+and reading its loss): chunks weigh ``A · tokens + B · segment starts`` and ranks get contiguous ranges
+of at most ``weight_cap`` with ``cp · (weight_cap - heaviest chunk) ≥`` the wave's weight, so a rank is
+charged its own segments. :func:`capped_split` (or :func:`weight_capped_split`) then assigns chunks
+within the cap, balancing predicted seconds, so realized quantities never exceed the model's bounds.
 """
 
 from __future__ import annotations

@@ -1,31 +1,13 @@
 """Exact wave columns: known-feasible priced waves the joint model may take as they are.
 
-The joint model's per-rank memory bounds are conservative (whole chunks, every segment a rank might
-touch), so a wave the exact evaluator accepts at the very edge of memory can be infeasible in them.
-A *column* is such a wave, already priced exactly (a :class:`~cpplan.pricing.wave.WavePlan` that fits): its
-items, layout, chunk ownership, per-rank quantities, peaks and time are known.
-
-A column comes from a plan, and its slot is its position in that plan (waves ordered by their lowest
-item, so the slot never exceeds its lowest item: the model's symmetry breaking holds). For every
-column g and each of its slots w, a boolean ``take[w, g]`` says "wave w is exactly column g". (Letting
-every column take any slot up to its lowest item would admit more mixed plans, but its relaxation
-after presolve is far weaker: on agent trees at CP2 and 40 GiB the proven bound fell from 8.67 s to
-6.04 s.) Columns enter the model as a set partition, not as a switch on the conservative rows (which
-would relax them by big-M terms and ruin the proven bound):
-
-- every item is covered exactly once: by one ``x[i, w, l]`` (:mod:`~cpplan.cpsat.waves`) or by one
-  ``take[w, g]`` of a column holding it;
-- ``col[w] = Σ_g take[w, g] ≤ 1``; a slot taking a column holds no ``x`` item, so its layout totals,
-  chunks and rank-average time are zero (its ``cp - 1`` boundary segments are charged only to slots
-  without a column), and its conservative memory rows are not enforced (:mod:`~cpplan.cpsat.memory`);
-- the objective adds ``Σ take[w, g] · time[g]``: the column's exact time (per barrier its slowest
-  rank, summed, plus its GDN hand-off in the mode the wave runs), rounded up to time units so the
-  model never under-states it; the slot's ``used[w]`` adds the wave overhead as for any wave.
-
-Realization (:func:`~cpplan.cpsat.realize.realize`) emits a slot's column as its own priced wave,
-unchanged. So every plan made of columns (the greedy plan among them) is a feasible solution of the
-model, priced no lower than its exact cost, and the proven bound is a lower bound of a model that
-contains it.
+The joint model's per-rank memory bounds are conservative, so a wave the exact evaluator accepts at the
+memory edge can break them. A *column* is such a wave, already priced (a fitting
+:class:`~cpplan.pricing.wave.WavePlan`), at its slot in its plan (waves by lowest item). ``take[w, g]``
+says "wave w is exactly column g"; every item is covered once, by an ``x[i, w, l]`` or a taken column; a
+slot taking a column holds no ``x`` item and is exempt from the conservative rows; the objective adds
+the column's exact time, rounded up. So every plan made of columns (greedy's among them) is a solution
+of the model, and the proven bound is a lower bound of a model that contains it (docs/cpsat.md, "Exact
+columns", says why columns take their own slot only).
 """
 
 from __future__ import annotations

@@ -1,34 +1,14 @@
 """The GDN hand-off of one column in the ownership model: every mode the card prices (rounds, parallel,
-head-parallel), the cheaper one taken.
+head-parallel), the cheaper one taken (one of three booleans), so the model never prices a hand-off
+above the evaluator's (:mod:`cpplan.pricing.handoff`).
 
-Under a contiguous rank-ordered split (:mod:`~cpplan.cpsat.rank_split`) a piece's predecessor is
-never on a later rank, so a crossing is ``owner(b) > owner(a)`` for two chunks ``a < b``: a boolean
-per chunk pair, exact (:func:`crossing`). With it (see :mod:`cpplan.pricing.handoff` for the prices):
-
-- *crossings* (distinct source pieces): every boundary that cuts a segment and crosses, plus, per parent
-  segment, whether its last chunk and its last child's first chunk lie on different ranks: exact;
-- *rounds*: one more than the most crossings on any request's path: exact;
-- *parallel state passing*: per rank its tokens ``T``, tokens of pieces that start from zero ``Z`` (root
-  segments' tokens on the rank less the part of a root segment continued from the rank before) and
-  tokens of last pieces of leaf segments that do not start from zero ``X``; ``before = 2T - Z - 2X``,
-  ``after = T - Z``; the wait is ``max before + max after - max T``: exact (each "part of the segment
-  cut at a boundary" is a minimum of two linear terms, modelled with one boolean);
-- *rounds' waiting tokens*, ``Σ_k max_r W[r, k] - max_r T_r`` (``W[r, k]``: rank r's tokens in round
-  k), is the one part that stays a bound. A token is in round 0 exactly when its prefix tree's root
-  starts on its own rank, so ``W[r, 0] >= T_r - (tokens on r of trees rooted before r's start)`` and
-  ``Σ_{k>0} W[r, k] >=`` the unbroken run of such tokens from r's start, and ``>=`` all of them after
-  r's start less the tokens of the ranks after r (exact on the last rank); the model counts
-  ``max(longest request path, max_a (that first bound) + max_b (that run)) - max_r T_r``
-  (``Σ_k max_r W[r, k] >= max_a W[a, 0] + max_b Σ_{k>0} W[b, k]``). Where prefix trees are contiguous
-  in the packed order and a wave has at most two rounds this is exact; otherwise a lower bound.
-
-*Head-parallel* GDN (where the card offers it): its latency, the busiest rank's rows moved per
-all-to-all (a maximum over ranks of linear terms) and one serial call per tree level beyond the first:
-exact.
-
-The column's hand-off is at least the chosen mode's price, the mode one of three booleans: so the model
-never prices a hand-off above the evaluator's (which takes the cheapest mode), and equals it except for
-the rounds bound above.
+Under a contiguous rank-ordered split (:mod:`~cpplan.cpsat.rank_split`) a piece's predecessor is never
+on a later rank, so a crossing is ``owner(b) > owner(a)`` for chunks ``a < b`` (:func:`crossing`).
+Crossings, rounds, the parallel mode's ``max before + max after - max T`` and the head-parallel mode are
+exact; the rounds mode's waiting tokens ``Σ_k max_r W[r, k] - max_r T_r`` are a lower bound,
+``max(longest request path, max_a W0_a + max_b L_b) - max_r T_r`` (``W0_a``: at most rank a's round-0
+tokens; ``L_b``: at most rank b's later-round tokens), exact with at most two rounds where prefix trees
+are contiguous (docs/cpsat.md, "The GDN hand-off").
 """
 
 from __future__ import annotations

@@ -1,18 +1,10 @@
-"""The compiled CP-SAT model: every family added to one ``CpModel``, plus the values of a plan in it.
+"""The compiled CP-SAT joint model: every family added to one ``CpModel``, plus the values of a plan in it.
 
-:func:`compile_model` states the joint model over ``num_waves`` candidate waves:
-:mod:`~cpplan.cpsat.waves` (which item runs where, with which local layout),
-:mod:`~cpplan.cpsat.sharing` (per-wave sharing of cross nodes, copies, segment starts, wave totals),
-:mod:`~cpplan.cpsat.chunk_caps` (chunks and per-rank chunk caps; per-rank bounds),
-:mod:`~cpplan.cpsat.memory` (every wave, envelope and rank within budget, in KiB) and
-:mod:`~cpplan.cpsat.objective` (overhead per used wave plus the slowest rank's time).
-
-:meth:`CompiledModel.evaluate` computes, in plain Python, the value every variable takes for a given
-assignment and cross-node sharing (the least values the constraints allow), the objective and
-whether every memory row holds: the complete hint, and the reference the tests check the solver by.
-
-Each slot may instead take one of the exact ``columns`` (:mod:`~cpplan.cpsat.columns`): known
-priced waves that fit, taken as they are, so that the greedy plan is always a solution of the model.
+:func:`compile_model` states the model over ``num_waves`` candidate waves (:mod:`~cpplan.cpsat.waves`,
+:mod:`~cpplan.cpsat.sharing`, :mod:`~cpplan.cpsat.chunk_caps`, :mod:`~cpplan.cpsat.memory`,
+:mod:`~cpplan.cpsat.objective`, exact :mod:`~cpplan.cpsat.columns`). :meth:`CompiledModel.evaluate`
+computes in plain Python the least values the constraints allow for an assignment and cross-node
+sharing, the objective and whether every memory row holds: the complete hint, and the tests' reference.
 """
 
 from __future__ import annotations
@@ -166,25 +158,10 @@ def compile_model(
         max_starts_per_chunk=space.max_starts_per_chunk,
     )
     weights = (rows.weight_chunk_kib, rows.weight_start_kib, rows.weight_max_kib) if rows.weighted else None
-    ownership = add_ownership(
-        model,
-        waves,
-        layout.totals,
-        cp,
-        folded=folded,
-        needed=needed,
-        weights=weights,
-    )
+    ownership = add_ownership(model, waves, layout.totals, cp, folded=folded, needed=needed, weights=weights)
     rounding = add_memory(model, rows, ownership, waves.used, column_vars.col)
     objective = add_objective(
-        model,
-        space,
-        waves,
-        layout.totals,
-        cp,
-        space.scaling.time(card.wave_overhead_s),
-        columns,
-        column_vars,
+        model, space, waves, layout.totals, cp, space.scaling.time(card.wave_overhead_s), columns, column_vars
     )
     return CompiledModel(
         problem=problem,

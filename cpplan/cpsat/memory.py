@@ -1,15 +1,11 @@
 """Memory floors: for every wave and envelope, ``static + Σ coef · rank bound ≤ B / safety``, in KiB.
 
-The coefficients are the card's own (:meth:`ResolvedCard.envelope_coefficients`,
-``envelope_static_bytes``, ``safety``), the numbers the numpy evaluator prices with. Scaling follows
-:mod:`cpplan.cpsat.scaling`: coefficients and statics round up, the budget rounds down. A quantity
-bounded through the per-rank chunk cap (tokens, and gradient / loss tokens when they equal the
-tokens) is priced per chunk (``ceil(128 · bytes per token / 1 KiB)``), so rounding costs at most one
-KiB per 128 tokens. Ranks are symmetric under the bounds of :mod:`cpplan.cpsat.chunk_caps`, so one
-constraint per (wave, envelope) stands for every rank. A wave in the weighted mode uses the other form
-of its rows: ``static + weight_cap + (one segment) + Σ coef · (other bounds) ≤ B / safety``.
-A wave that takes an exact column (:mod:`cpplan.cpsat.columns`) is known to fit already: its rows
-are not enforced.
+The coefficients are the card's own, the numbers the numpy evaluator prices with, rounded as
+:mod:`cpplan.cpsat.scaling` says. A quantity bounded through the per-rank chunk cap is priced per chunk
+(at most one KiB of rounding per 128 tokens). Ranks are symmetric under the bounds of
+:mod:`cpplan.cpsat.chunk_caps`, so one row per (wave, envelope) stands for every rank; a wave in the
+weighted mode uses ``static + weight_cap + (one segment) + Σ coef · (other bounds) ≤ B / safety``; the
+rows of a wave that takes an exact column are not enforced.
 """
 
 from __future__ import annotations

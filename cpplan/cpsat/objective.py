@@ -1,19 +1,11 @@
 """Objective: ``Σ_w (overhead · used[w] + T[w]) + Σ_{w,g} take[w, g] · time[g]`` in time units.
 
-``T[w]`` bounds a modelled wave's rank-dependent seconds from below. Ranks are symmetric in the joint
-model (:func:`cpplan.cpsat.chunk_caps.capped_split` realizes ownership after the solve), so its first
-bound is the rank average, ``cp · T[w] ≥`` the wave's time summed over ranks: linear in node copies
-(every copy's tokens, gradient tokens, loss tokens, attention pairs and the tokens the other
-``cp - 1`` ranks gather, plus segment time for each segment start and for each of the ``cp - 1``
-segments a rank boundary may split).
-
-Under CP a wave costs, per barrier (layer kind), its slowest rank, summed over barriers; the items'
-floors (:mod:`cpplan.cpsat.wave_floors`) say what their longest requests cost at least. So, where
-they are known, one max variable per barrier, ``M[b, w]``, is at least that barrier's rank average
-(``cp · M[b, w] ≥`` its time summed over ranks) and every present item's floor in it, and
-``T[w] ≥ Σ_b M[b, w]`` and ``T[w] ≥`` every present item's wave floor (barriers and least hand-off).
-A wave that takes an exact column (:mod:`cpplan.cpsat.columns`) holds no modelled item (``T[w] = 0``)
-and adds ``Σ_g take[w, g] · time[g]`` instead: the column's exact time, rounded up.
+Ranks are symmetric in the joint model, so ``cp · T[w] ≥`` the wave's time summed over ranks (every node
+copy's amounts, the tokens the other ``cp - 1`` ranks gather, and segment time). Under CP, where the
+items' floors (:mod:`cpplan.cpsat.wave_floors`) are known, one variable per barrier ``M[b, w]`` is at
+least that barrier's rank average and every present item's floor in it, ``T[w] ≥ Σ_b M[b, w]`` and
+``T[w] ≥`` every present item's wave floor. A wave that takes an exact column (:mod:`cpplan.cpsat.columns`)
+has ``T[w] = 0`` and adds the column's exact time, rounded up.
 """
 
 from __future__ import annotations

@@ -1,24 +1,13 @@
 """The ownership model: which priced waves run, and which CP rank owns every chunk of each, in one model
-whose objective is the evaluator's price.
+whose objective is the evaluator's price (docs/cpsat.md, "The ownership model").
 
-Decomposition (stated). The joint model (:mod:`~cpplan.cpsat.joint_model`) and the other strategies
-propose waves; each distinct proposed wave (items and packed layout) is a *column*. This model chooses a
-set of columns that covers every item exactly once and, for each chosen column, either its known
-ownership as priced (*as is*: the evaluator's exact price, rounded down) or a new ownership (*free*): a
-contiguous rank-ordered split of its chunks (:mod:`~cpplan.cpsat.rank_split`), inside a window around
-the known ones, under which
-
-- every rank's memory floor is the card's envelopes over the rank's own quantities, in KiB, each chunk's
-  bytes rounded up, the budget down (:mod:`~cpplan.cpsat.scaling`): never more permissive than the
-  evaluator;
-- every barrier's time is the slowest rank's linear sum (a variable at least each rank's), each chunk's
-  seconds rounded down;
-- the GDN hand-off is modelled per mode (:mod:`~cpplan.cpsat.handoff_terms`; what remains a bound is
-  said there).
-
-So the objective of a plan is the evaluator's price less rounding and less the hand-off's one bound,
-never above it, and the proven bound is a lower bound of every plan made of the columns (every
-candidate of the portfolio, whose waves are columns as is).
+Each distinct proposed wave (items and packed layout) is a *column*. The model covers every item with
+chosen columns, each either *as is* (its known ownership, the evaluator's price rounded down) or *free*:
+a contiguous rank-ordered split of its chunks (:mod:`~cpplan.cpsat.rank_split`) inside a window around
+the known ones, with per-rank memory floors in KiB (never more permissive than the evaluator:
+:mod:`~cpplan.cpsat.scaling`), per-barrier slowest-rank times rounded down, and the GDN hand-off per
+mode (:mod:`~cpplan.cpsat.handoff_terms`). So a plan's objective is never above its price, and the
+proven bound holds for every plan made of the columns.
 """
 
 from __future__ import annotations

@@ -33,12 +33,10 @@ def hint_plan(
     complete_work: float | None = None,
     params: CpSatParams | None = None,
 ) -> bool:
-    """Hint the plan made of ``waves`` (each a column's version, as is); each free column's split is
-    hinted at its first known one when the column is built. With ``complete_work`` (a deterministic
-    time limit: profiles without presolve, where CP-SAT cannot finish a partial hint within a runtime
-    budget) every variable gets a value: a copy of the model with those choices fixed is solved with
-    the profile's ``params`` (propagation, milliseconds); where it finds none, the choices alone stay
-    hinted. Returns whether the hint is complete."""
+    """Hint the plan made of ``waves`` (each a column's version, as is; a free column's split at its first
+    known one). With ``complete_work`` (a deterministic limit, for profiles without presolve) every
+    variable gets a value: a copy of the model with those choices fixed is solved with ``params``; where
+    it finds none, the choices alone stay hinted. Returns whether the hint is complete."""
     keys = {layout_key(w) for w in waves}
     choices = {}
     for g, column in enumerate(owned.columns):
@@ -81,10 +79,9 @@ def solve_owned(
 ) -> OwnedAnswer:
     """Run CP-SAT on ``owned``; a free column chosen is re-priced by the evaluator under its new split.
     With ``relaxed`` (a deterministic budget's second run, ``ownership.relaxation_share``) an answer not
-    proved optimal is searched on from, under those parameters, and the better answer kept.
-    The objective reported is the answer's own: where it is not proved optimal a time variable may sit
-    above what its rows require (slack), which overstates the objective and the model's gap, never the
-    plan's price (the evaluator's) or the bound."""
+    proved optimal is searched on from, and the better kept. The objective reported is the answer's own:
+    unproved, a time variable may keep slack, which overstates it and the model's gap, never the plan's
+    price or the bound."""
     solver, status, wall = run_solver(
         owned.model, params, time_limit_s=time_limit_s, deterministic=deterministic
     )
@@ -102,11 +99,7 @@ def solve_owned(
     bound = scaling.seconds(max(math.floor(solver.best_objective_bound + 1e-9), cover_bound(owned)))
     objective = scaling.seconds(solver.objective_value)
     outcome = ModelOutcome(
-        model="ownership",
-        status=name,
-        objective_s=objective,
-        bound_s=bound,
-        bound_scope=Scope.PROPOSED_WAVES,
+        model="ownership", status=name, objective_s=objective, bound_s=bound, bound_scope=Scope.PROPOSED_WAVES
     )
     stats = run_stats(owned.model, solver, outcome, wall, stage_s)
     stats = replace(stats, price_terms_s=price_terms(owned, solver, waves))

@@ -1,22 +1,14 @@
 """The least time one request's path can cost a wave under any contiguous CP split: a lower bound.
 
-A wave's rank-dependent seconds are, per barrier (:mod:`cpplan.pricing.evaluator`), its slowest rank
-summed over barriers. A contiguous ownership of the packed sequence splits each request's path into
-at most ``cp`` runs, one per rank, and every rank's quantities in the wave are at least those of its
-run of the path (the path's tokens, attended pairs and the path tokens it gathers from other ranks).
-So the least, over splits of the path alone, of the path's per-barrier slowest-rank sum bounds the
-wave's from below.
-
-Two relaxations keep it a bound and cheap: the path is a continuum (a run ``[s, e)`` owns ``e - s``
-tokens and ``(e² - s²) / 2`` attended pairs, no more than the ``Σ (p + 1)`` it owns, and its splits
-include the discrete ones), and barriers are merged into two groups (a slowest rank per group is no
-more than the sum of the slowest per barrier). Each group's load of a run is
-``token_s · (e - s) + pair_s · (e² - s²) / 2 + offset_s``. With thresholds on both groups, the greedy
-that lets each run reach as far as both allow decides feasibility exactly (loads only grow with a run);
-bisection returns the lower end of its bracket; and the least over the first group's threshold ``τ``
-of ``τ + G*(τ)`` (``G*``: the second group's least feasible threshold) is bounded on a grid with
-``τ_k + G*(τ_{k+1})`` per interval (``G*`` does not increase with ``τ``), refined where it is lowest.
-Everything runs on arrays, one entry per (path, number of runs).
+A contiguous ownership splits the path into at most ``cp`` runs, and every rank's quantities in the wave
+are at least its run's, so the least, over splits of the path alone, of the per-barrier slowest-rank
+sum bounds the wave's from below. The path is relaxed to a continuum (a run ``[s, e)`` owns ``e - s``
+tokens and ``(e² - s²) / 2`` pairs) and the barriers are merged into two groups, each run's load in a
+group ``token_s · (e - s) + pair_s · (e² - s²) / 2 + offset_s``: both only lower the bound. With
+thresholds on both groups a greedy decides feasibility exactly, bisection keeps the lower end of its
+bracket, and the least of ``τ + G*(τ)`` over the first group's threshold is bounded on a grid by
+``τ_k + G*(τ_{k+1})`` per interval, refined where lowest (docs/time_model.md). Everything runs on
+arrays, one entry per (path, number of runs).
 """
 
 from __future__ import annotations
@@ -102,10 +94,7 @@ def reaches(
 
 
 def least_threshold(
-    load: RunLoad,
-    length: np.ndarray,
-    runs: np.ndarray,
-    other: tuple[RunLoad, np.ndarray] | None = None,
+    load: RunLoad, length: np.ndarray, runs: np.ndarray, other: tuple[RunLoad, np.ndarray] | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """``(lower, upper)``: a bracket of the least budget of ``load`` with which ``runs`` runs cover the
     path (within ``other``'s group and budget, if given); ``upper`` is ``inf`` where none does."""

@@ -1,15 +1,11 @@
 """A contiguous, rank-ordered split of one wave's chunks as CP-SAT variables (the order encoding).
 
 ``y[r][c]`` (``1 <= r < cp``) is 1 when chunk ``c``'s owner is at least ``r``: non-decreasing in ``c``
-(ranks own contiguous ranges, in rank order, which breaks the rank symmetry) and non-increasing in
-``r``. Rank ``r`` owns chunk ``c`` exactly when ``y[r][c] - y[r + 1][c] = 1`` (``y[0] = 1``,
-``y[cp] = 0``), so for any per-chunk constant ``a`` the rank's sum ``Σ_c a[c] · owns(r, c)`` is the
-difference of two linear sums (:meth:`RankSplit.owned`), and a per-boundary constant ``f`` read where
-rank ``r``'s range starts is ``Σ_c f[c] · (y[r][c] - y[r][c - 1])`` (:meth:`RankSplit.at_start`).
-
-Each boundary ``r`` moves inside a window (:func:`boundary_windows`): ``[lo_r, hi_r]`` around the
-boundaries of the wave's known ownerships; outside it ``y[r][c]`` is a constant, so a constraint's
-coefficients are those of the window's chunks only (far below 2^31).
+and non-increasing in ``r``. Rank ``r`` owns chunk ``c`` when ``y[r][c] - y[r + 1][c] = 1``, so a rank's
+sum of a per-chunk constant is a difference of two linear sums (:meth:`RankSplit.owned`), and a constant
+read where rank ``r``'s range starts is ``Σ_c f[c] · (y[r][c] - y[r][c - 1])``
+(:meth:`RankSplit.at_start`). Each boundary moves inside a window around the known ownerships'
+(:func:`boundary_windows`); outside it ``y`` is a constant, so coefficients stay far below 2^31.
 """
 
 from __future__ import annotations

@@ -1,14 +1,7 @@
-"""From a solution to a priced :class:`~cpplan.plans.plan.Plan`: pack each wave, assign chunks, price.
-
-Each used wave is packed with :meth:`Problem.pack` under the chosen share mask (cross nodes as the
-solver shared them, local decision nodes as the item's chosen local layout) and priced exactly by
-:func:`cpplan.pricing.wave.price_wave` under the proposers' one balanced split. Where that split breaks
-a rank's memory, :func:`capped_owner` assigns the chunks within the model's per-rank bounds
-(:func:`~cpplan.cpsat.chunk_caps.capped_split` within the solver's chunk cap, or the weighted mode's
-split within its weight cap), so the wave fits. A wave that took an exact column
-(:mod:`cpplan.cpsat.columns`) is not re-packed or re-split: it is the column's own priced wave. The
-ownership model then decides which rank owns every chunk; the portfolio verifies the result like any
-other candidate.
+"""From a joint-model solution to a priced :class:`~cpplan.plans.plan.Plan`: each used wave packed with
+the chosen share mask and priced by :func:`~cpplan.pricing.wave.price_wave` under the proposers'
+balanced split, or, where that split breaks a rank's memory, within the model's per-rank bounds
+(:func:`capped_owner`); a wave that took an exact column is the column's own priced wave, unchanged.
 """
 
 from __future__ import annotations

@@ -1,19 +1,13 @@
 """Integer scaling: the one place the CP-SAT model's units and rounding directions are decided.
 
-CP-SAT works in integers. Memory is counted in KiB and time in microseconds. Every rounding is taken
-in the direction that keeps the integer model *no more permissive* than the exact evaluator:
-
-- memory coefficients (bytes per unit of a quantity, or per chunk) and static bytes round **up**;
-- the per-rank budget ``B / safety`` rounds **down**, less a relative margin far above float error;
-- time coefficients round **up** (the model never under-prices a node copy it counts);
-- time floors (the least a request can cost a wave, :mod:`cpplan.cpsat.wave_floors`) round **down**
-  (a floor never claims more than its exact value);
-- in the ownership model (:mod:`cpplan.cpsat.owned_model`), whose objective is a price and whose bound
-  must bound every plan, every time coefficient rounds **down** (each chunk's seconds, the hand-off's
-  prices, the overhead) while memory still rounds up.
-
-So when ``static_kib + Σ coef_kib · q ≤ memory_kib`` holds for integer quantities ``q`` that bound the
-realized ones from above, the evaluator's ``ceil(safety · (static + Σ coef · q)) ≤ B`` holds too.
+Memory is counted in KiB and time in microseconds, every rounding in the direction that keeps the
+integer model *no more permissive* than the exact evaluator: memory coefficients and statics round
+**up**, the per-rank budget ``B / safety`` **down** (less a margin far above float error); the joint
+model's time coefficients round **up** and its time floors (:mod:`cpplan.cpsat.wave_floors`) **down**;
+in the ownership model (:mod:`cpplan.cpsat.owned_model`), whose objective is a price and whose bound must
+bound every plan, every time coefficient rounds **down** while memory still rounds up. So when
+``static_kib + Σ coef_kib · q ≤ memory_kib`` holds for integer bounds ``q`` of the realized quantities,
+the evaluator's ``ceil(safety · (static + Σ coef · q)) ≤ B`` holds too.
 """
 
 from __future__ import annotations

@@ -1,29 +1,14 @@
 """The dynamic-CP schedule model: each block of items chooses its group size, each wave its place and
-start on the pool, and the objective is the makespan.
+start on the pool, and the objective is the makespan (docs/dynamic_cp.md).
 
-Decomposition (stated here, built by :func:`compile_schedule`): the greedy dynamic plan's waves, taken
-in placement units (a split item's waves stay one unit), are *blocks* of items. Every block has
-*alternatives*: its items priced exactly as waves of another group size (packed in order into the
-widest fitting waves), its own waves first. An alternative is a list of *jobs*: one wave, or a split
-item's waves back to back. Variables and constraints:
-
-- ``y[k, a]``: block ``k`` runs alternative ``a``; exactly one per block;
-- per job ``j`` of ``(k, a)``: a start ``s_j`` and, per aligned pool block ``b`` of the job's group size,
-  ``x[j, b]`` with ``sum_b x[j, b] = y[k, a]``, and an optional interval ``[s_j, s_j + d_j)`` present
-  with ``x[j, b]``; ``d_j`` is the job's exact seconds (the evaluator's, summed over its waves), rounded
-  up to microseconds;
-- per GPU, no two present intervals of blocks holding it overlap;
-- ``makespan >= s_j + d_j`` for every chosen job; minimize ``makespan``;
-- under equal waves (every GPU runs as many waves as the busiest; ``padding_us``, the fixed per-wave
-  cost rounded up, per empty padding wave): per GPU ``g`` its wave count ``n_g = sum x[j, b] * |j|``
-  over the placements holding it, ``most >= n_g``, its end ``e_g >= s_j + d_j`` for each of those
-  placements, and ``makespan >= e_g + padding_us * (most - n_g)``: the padding is in the objective.
-
-Every duration is a priced wave, so the model's objective is the plan's makespan up to the microsecond
-rounding, which only lengthens jobs: :func:`realize` orders the chosen jobs by start and replays them
-(each as soon as its GPUs are free), so the realized makespan never exceeds the model's (the same
-placements, so the same wave counts and padding). The greedy plan is the complete hint, so the model
-always holds it.
+The greedy dynamic plan's placement units are *blocks*; each has *alternatives* (its items as waves of
+another group size, its own waves first), each a list of *jobs* (a wave, or a split item's waves back
+to back). ``y[k, a]``: block k runs alternative a (exactly one); per job a start ``s_j`` and per aligned
+pool block ``b`` of its size ``x[j, b]`` (``Σ_b x[j, b] = y[k, a]``) with an optional interval of the
+job's exact seconds rounded up to microseconds; per GPU no two intervals overlap; ``makespan ≥ s_j +
+d_j``; under equal waves, per GPU ``makespan ≥ e_g + padding_us · (most - n_g)``. :func:`realize`
+replays the chosen jobs by start, so the realized makespan never exceeds the model's; the greedy plan
+is the complete hint.
 """
 
 from __future__ import annotations

@@ -1,21 +1,12 @@
 """Layout: per-wave sharing of cross nodes, their copies, and each wave's totals.
 
-For a cross node v (see :mod:`cpplan.cpsat.space`) and wave w:
-
-- ``n[v, w]`` (node present) is the OR of the presence of v's items;
-- ``s[v, w]`` (shared) is the sharing decision;
-- ``c[v, w]`` (copies) ``≥ n``, and when not shared ``≥`` the copies of v's children in w plus the
-  requests ending at v: the copies :func:`cpplan.pricing.layout.pack` makes (sharing a node present once in a
-  wave is harmless: it has one copy either way);
-- ``st[v, w]`` (segment starts) ``≥ c[v, w]`` when v's parent is the root or shared, else ``≥ 0``.
-
-Local layouts of the items supply their own constants (:class:`~cpplan.cpsat.space.LocalLayout`);
-their local roots under a cross parent p start ``z ≥ copies`` segments when p is shared.
-
-Wave totals, linear in these variables: every additive quantity of the registry (packed tokens,
-gradient and loss tokens, attention pairs, ...), segment starts (an upper bound of the packed segments)
-and time units (every node copy's seconds summed over ranks, plus segment time; a wave that takes an
-exact column counts nothing here).
+For a cross node v (:mod:`cpplan.cpsat.space`) and wave w: ``n[v, w]`` (present) is the OR of its items'
+presence; ``s[v, w]`` (shared) the decision; ``c[v, w]`` (copies) ``≥ n`` and, when not shared, ``≥``
+its children's copies in w plus the requests ending at v (the copies
+:func:`cpplan.pricing.layout.pack` makes); ``st[v, w]`` (segment starts) ``≥ c[v, w]`` when v's parent
+is the root or shared. Items' local roots under a shared cross parent start ``z ≥ copies`` segments.
+Wave totals are linear in these: every additive quantity, segment starts (an upper bound of the packed
+segments) and time units (a wave that takes an exact column counts nothing here).
 """
 
 from __future__ import annotations

@@ -91,13 +91,11 @@ def solve(
     model: str = "joint",
 ) -> tuple[Solution | None, SolverStats]:
     """Run CP-SAT on ``compiled``: the solution (``None`` when there is none, or it was rejected) and
-    the run's statistics (``wall_s`` is the solver's own time; objective, bound and gap are the
-    model's, its bound of scope ``its model``). With ``deterministic`` the wall-clock limit is not set
-    (only the deterministic one), so the same model and parameters give the same answer on any machine.
-
-    Stages: ``build`` (passed in), ``presolve`` and ``search`` (from the solver's log), ``verify``:
-    the answer re-evaluated by :meth:`CompiledModel.evaluate` in plain Python, which must pass every
-    memory row and price no higher than the solver's objective; otherwise it is rejected."""
+    the run's statistics (``wall_s`` the solver's; objective, bound and gap the model's; ``deterministic``:
+    no wall-clock limit, so the same answer on any machine). Stages: ``build`` (passed in), ``presolve``
+    and ``search`` (from the solver's log), ``verify``: the answer re-evaluated by
+    :meth:`CompiledModel.evaluate`, which must pass every memory row and price no higher than the
+    solver's objective, else it is rejected."""
     solver, status, wall = run_solver(
         compiled.model, params, time_limit_s=time_limit_s, deterministic=deterministic
     )

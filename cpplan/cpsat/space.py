@@ -1,19 +1,11 @@
 """The decision space of the CP-SAT model, precomputed from the prefix tree (plain Python, no solver).
 
-Nodes of the prefix tree fall in three classes:
-
-- **cross** nodes are passed through by requests of two or more items. Their sharing decision and
-  their number of copies depend on which items share a wave, so they are per-wave model variables.
-- **local decision** nodes are passed through by two or more requests of one item only. An item runs
-  in exactly one wave, so their sharing decisions are the item's own: each item gets a short list of
-  candidate *local layouts* (every mask over its local decision nodes when there are few, named
-  specs otherwise), with the constants each implies, and Pareto-dominated candidates are dropped.
-- **single** nodes carry one request: always exactly one copy.
-
-Copies under a share mask (the semantics of :func:`cpplan.pricing.layout.pack`): a shared node present in the
-wave has one copy; an unshared node has one copy per child copy plus one per request ending at it.
-Segment starts (a conservative count of the packed segments): a node copy starts a segment when its
-parent is the root or is shared; a copy under an unshared parent continues its parent's segment.
+**Cross** nodes are passed through by requests of two or more items: their sharing and copies are
+per-wave model variables. **Local decision** nodes are passed through by two or more requests of one
+item only, so their sharing is the item's own: each item gets a short list of candidate *local layouts*
+(every mask when it has at most :data:`MAX_ENUMERATED_NODES` such nodes, :data:`NAMED_SPECS` otherwise)
+with the constants each implies, Pareto-dominated ones dropped. **Single** nodes carry one request: one
+copy. Copies and segment starts follow :func:`cpplan.pricing.layout.pack` (:mod:`cpplan.cpsat.sharing`).
 """
 
 from __future__ import annotations
@@ -33,18 +25,9 @@ from cpplan.pricing.problem import Problem
 from cpplan.spec.quantities import ADDITIVE, COUNTS, QUANTITIES, QUANTITY_INDEX, check_rules
 
 MAX_ENUMERATED_NODES = 6
-NAMED_SPECS = (
-    "full",
-    "none",
-    "min_span:64",
-    "min_span:256",
-    "min_span:1024",
-    "min_span:4096",
-    "min_span:16384",
-    "depth:1",
-    "depth:2",
-    "depth:3",
-)
+NAMED_SPECS = ("full", "none", *(f"min_span:{4**k}" for k in range(3, 8)), *(f"depth:{d}" for d in (1, 2, 3)))
+"""The local layouts an item with more decision nodes than :data:`MAX_ENUMERATED_NODES` tries: full and
+no sharing, shared spans of at least 64 to 16,384 tokens (powers of four), shared depths 1 to 3."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -63,10 +46,6 @@ class LocalLayout:
     fixed_starts: int
     root_copies: tuple[int, ...]
     barrier_units: tuple[int, ...] = ()
-
-    def amount(self, name: str) -> int:
-        """The local amount of quantity ``name``."""
-        return self.amounts[QUANTITY_INDEX[name]]
 
     def key(self) -> tuple[int, ...]:
         """Everything the model reads from this candidate (lower is better in every entry)."""
@@ -113,10 +92,6 @@ class CrossNode:
     amounts: tuple[int, ...]
     time_units: int
     barrier_units: tuple[int, ...] = ()
-
-    def amount(self, name: str) -> int:
-        """One copy's amount of quantity ``name``."""
-        return self.amounts[QUANTITY_INDEX[name]]
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)

@@ -1,15 +1,10 @@
 """Per item, what its longest request costs any wave it joins at least (seconds; the model's floors).
 
-Two floors per item under CP (:mod:`cpplan.cpsat.path_floor`, zero at one rank):
-
-- per barrier, the least slowest rank of that barrier over splits of the path into at most ``cp`` runs;
-- for the wave, the least over ``m = 1 .. cp`` runs of the per-barrier slowest-rank sum plus the least
-  GDN hand-off ``m`` runs need: ``m - 1`` crossings, so round by round ``m - 1`` extra rounds, in
-  parallel one exchange, each crossing's state (or map) sent once; the tokens that wait count zero.
-
-A request's run on a rank owns its tokens and pairs, takes gradients and needs logits as the request
-does (a wave's shared tokens take at least as much), and gathers the path tokens it does not own. With
-loss masks the loss tokens count zero: a bound needs no more.
+Under CP (:mod:`cpplan.cpsat.path_floor`; zero at one rank): per barrier, the least slowest rank over
+splits of the path into at most ``cp`` runs; for the wave, the least over ``m = 1 .. cp`` runs of the
+per-barrier slowest-rank sum plus the least GDN hand-off ``m`` runs need (``m - 1`` crossings; waiting
+tokens count zero). A run owns its tokens and pairs, takes gradients and needs logits as the request
+does, and gathers the path tokens it does not own; with loss masks the loss tokens count zero.
 """
 
 from __future__ import annotations

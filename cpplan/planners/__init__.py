@@ -107,11 +107,8 @@ PLANNERS: dict[str, Strategy] = {
     "seeded": at_every_size(placed(_seeded)),
     "cpsat": at_every_size(placed(_cpsat), placed(_dynamic_cpsat)),
 }
-"""Every strategy a profile may name, in the order of :data:`cpplan.spec.profile.STRATEGIES`. When the
-pool holds several CP groups (``dp > 1`` or dynamic CP) the cost is the makespan: ``greedy`` and
-``cpsat`` then form waves for balance (:mod:`cpplan.planners.dynamic_cp`, the schedule model of
-:mod:`cpplan.planners.schedule_strategy`) and every plan's waves are balanced over the pool. Under
-dynamic CP, ``greedy`` and ``cpsat`` choose each wave's group size, and every strategy also runs as the
-fixed-CP strategy of each group size (:func:`at_every_size`), so the dynamic portfolio holds the fixed
-portfolio of every size. Under equal waves every plan's makespan counts its padding waves
-(:func:`~cpplan.planners.dynamic_cp.pool_padding_s`), a group size's plan repriced with the pool's."""
+"""Every strategy a profile may name, in the order of :data:`cpplan.spec.profile.STRATEGIES`. Where the
+pool holds several CP groups the cost is the makespan: ``greedy`` and ``cpsat`` form and place waves for
+it (:mod:`cpplan.planners.dynamic_cp`, :mod:`cpplan.planners.schedule_strategy`), every plan is balanced
+over the pool, and under dynamic CP every strategy also runs at each fixed group size
+(:func:`at_every_size`), padding waves counted under equal waves."""

@@ -1,22 +1,19 @@
-"""CP-SAT's two stages as the planner runs them: the joint model's proposal, and, as a strategy of its
-own, proposal and decision together.
-
-:func:`joint_proposal` is the CP-SAT proposer: the joint model warm-started from the greedy plan, or,
-above ``joint.max_items``, its window search over the greedy plan's waves (:mod:`cpplan.planners.lns`).
-:func:`cpsat_planner` is the registered ``cpsat`` strategy used on its own (outside the planner's loop,
-which hands the ownership model every proposer's plan): the greedy plan and the joint model's plan are
-its pool, and the ownership model (:mod:`cpplan.planners.decide`) decides.
+"""CP-SAT's two stages as the planner runs them: :func:`joint_proposal`, the CP-SAT proposer (the joint
+model warm-started from the greedy plan, or above ``joint.max_items`` its window search,
+:mod:`cpplan.planners.lns`); and :func:`cpsat_planner`, the registered ``cpsat`` strategy on its own
+(outside the planner's loop): the ownership model (:mod:`cpplan.planners.decide`) over the greedy and
+joint plans.
 """
 
 from __future__ import annotations
 
 from cpplan.planners.budget import Budget
-from cpplan.planners.cpsat_strategy import joint_plan
+from cpplan.planners.cpsat_strategy import joint_plan, not_run
 from cpplan.planners.deadline import Deadline
 from cpplan.planners.decide import Pool, decide
 from cpplan.planners.greedy import cached_greedy_plan
 from cpplan.planners.lns import lns_plan
-from cpplan.plans.outcome import ModelOutcome, Status
+from cpplan.plans.outcome import Status
 from cpplan.plans.plan import Plan, SolverStats
 from cpplan.pricing.problem import Problem
 from cpplan.spec.profile import SolverProfile
@@ -34,7 +31,7 @@ def joint_proposal(
         return lns_plan(problem, profile, greedy, deadline, work)
     if greedy.splits_an_item:
         why = "the greedy plan splits an item (not modelled)"
-        return None, SolverStats(outcomes=(ModelOutcome(model="joint", status=Status.SKIPPED, detail=why),))
+        return None, not_run("joint", Status.SKIPPED, why)
     return joint_plan(problem, profile, greedy, deadline, budget.cpsat_params(profile.joint.share))
 
 

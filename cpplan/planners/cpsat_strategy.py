@@ -1,18 +1,9 @@
-"""The joint model as the CP-SAT proposer: the wave / layout model of :mod:`cpplan.cpsat` (each item's
-wave and layout, per-wave chunk counts and per-rank chunk caps) with an incumbent plan's waves (the
-greedy plan's) as exact columns (:mod:`cpplan.cpsat.columns`) and, taken as those columns, as the
-complete hint; solved within its stage's deadline (:func:`joint_plan`), realized and priced. The
-incumbent is therefore always a solution of the model, whatever its conservative per-rank bounds say
-about waves at the memory edge. Its plan is a proposal: the ownership model
-(:mod:`cpplan.planners.decide`) decides which proposed waves run and which rank owns every chunk.
-
-Stages (reported in ``SolverStats.stage_s``): ``build`` (decision space, model and hint), ``presolve``
-and ``search`` (CP-SAT), ``verify`` (its answer re-evaluated in plain Python,
-:func:`cpplan.cpsat.solve.solve`), ``realize`` (packing, chunk ownership and exact pricing of the
-solution). Without the time to build and search the model
-(:meth:`~cpplan.spec.profile.TimingParams.joint_needs_s`, after keeping :func:`reserve_s` back from the
-deadline) it is not run and its outcome says so (``no_time``); a deterministic deadline always leaves
-the time. :func:`ensure_solver` warms CP-SAT up once per process, before any budget starts.
+"""The joint model as the CP-SAT proposer: the wave / layout model of :mod:`cpplan.cpsat` with an
+incumbent plan's waves as exact columns and complete hint, solved within its stage's deadline
+(:func:`joint_plan`), realized and priced; so the incumbent is always a solution of the model. Stages
+reported: ``build``, ``presolve``, ``search``, ``verify`` and ``realize``; without the time to build and
+search (:meth:`~cpplan.spec.profile.TimingParams.joint_needs_s`) it is not run (``no_time``).
+:func:`ensure_solver` warms CP-SAT up once per process, before any budget starts.
 """
 
 from __future__ import annotations
@@ -121,14 +112,14 @@ def joint_plan(
     timing = profile.timing
     search_by = deadline.less(reserve_s(problem, timing))
     if not search_by.can_finish(timing.joint_needs_s(problem.num_items)):
-        return None, _no_time(model, 0.0)
+        return None, not_run(model, Status.NO_TIME, build_s=0.0)
     space, compiled = compile_for(problem, profile, incumbent)
     if profile.joint.hint:
         compiled.add_hint(greedy_values(compiled, space, incumbent))
     build_s = time.perf_counter() - started
     left = search_by.left_s()
     if left < timing.min_search_s:
-        return None, _no_time(model, build_s)
+        return None, not_run(model, Status.NO_TIME, build_s=build_s)
     solution, stats = solve(
         compiled, params, time_limit_s=left, deterministic=profile.deterministic, build_s=build_s, model=model
     )
@@ -141,7 +132,7 @@ def joint_plan(
     return plan, replace(stats, wall_s=time.perf_counter() - started, stage_s=stage_s)
 
 
-def _no_time(model: str, build_s: float) -> SolverStats:
-    return SolverStats(
-        outcomes=(ModelOutcome(model=model, status=Status.NO_TIME),), stage_s={"build": build_s}
-    )
+def not_run(model: str, status: Status, detail: str = "", build_s: float | None = None) -> SolverStats:
+    """The statistics of a model run that did not search: its outcome, and its build seconds when given."""
+    stage_s = {} if build_s is None else {"build": build_s}
+    return SolverStats(outcomes=(ModelOutcome(model=model, status=status, detail=detail),), stage_s=stage_s)

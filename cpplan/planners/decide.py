@@ -1,15 +1,11 @@
 """The deciding stage: the ownership model over the pool of proposals, the one place that decides which
-proposed waves run and which CP rank owns every chunk of each.
+proposed waves run and which CP rank owns every chunk of each (docs/cpsat.md, "The ownership model").
 
-Every proposer (greedy, full sharing, seeded, the joint model) hands its plan to the pool; each distinct
-proposed wave is a column of the ownership model (:mod:`cpplan.cpsat.owned_model`), whose objective is
-the evaluator's price (less rounding and the bound stated in :mod:`cpplan.cpsat.handoff_terms`). It
-starts from the cheapest proposal as its hint, so its plan is never costlier in the model than any
-proposal; where its answer prices above that hint (only where the rounds mode's waiting tokens are a
-bound) or it gives none, the cheapest proposal is kept and the outcome says so. Under the clock the
-profile's estimate (:meth:`~cpplan.spec.profile.TimingParams.ownership_needs_s`) decides, before the
-build, how many columns may take a new split (the costliest first) or whether the model can be built and
-searched at all (outcome ``no_time``).
+Each distinct proposed wave is a column of the model (:mod:`cpplan.cpsat.owned_model`); the cheapest
+proposal is its hint, and where the model's answer prices above it or there is none, that proposal is
+kept and the outcome says so. Under the clock the profile's estimate
+(:meth:`~cpplan.spec.profile.TimingParams.ownership_needs_s`) decides, before the build, how many columns
+may take a new split (the costliest first), or that there is no time (outcome ``no_time``).
 """
 
 from __future__ import annotations
@@ -56,10 +52,6 @@ class Pool:
         kept = _proposals(plan for _, plan in ranked if plan is not None)
         return cls(plans=kept, proposer=proposer, proposed=plans.get("joint"))
 
-    def with_plans(self, plans: tuple[Plan, ...]) -> Pool:
-        """The pool with ``plans`` added after its own (those splitting an item left out)."""
-        return replace(self, plans=(*self.plans, *_proposals(plans)))
-
     @property
     def cheapest(self) -> Plan | None:
         """The cheapest proposal (the first of equal ones)."""
@@ -99,7 +91,7 @@ def decide(
     bound = PlanBound(bound_s=None, scope=PROPOSED_WAVES, why=why)
     if bounded and search_by.can_finish(profile.timing.bound_min_left_s):  # its time is the search's
         bound = plan_bound(problem, pool.plans, layouts=profile.greedy.layouts)
-        pool = pool.with_plans(bound.new_plans)  # the bound's own plan: its waves become columns too
+        pool = replace(pool, plans=(*pool.plans, *_proposals(bound.new_plans)))  # its waves become columns
         best = pool.cheapest
     bound_s = time.perf_counter() - t0
     columns = pool_columns(problem, [p.waves for p in pool.plans], max_free=settings.columns)

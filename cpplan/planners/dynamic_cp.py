@@ -1,34 +1,17 @@
 """Dynamic CP: every wave chooses its CP group size from the pool, and the step's cost is its makespan.
 
-Under ``Topology(dp=..., cp=..., dynamic_cp=True)`` the ``dp * cp`` GPUs of a TP group form one pool; a
-wave of group size ``g`` (a power of two up to the pool) runs on an aligned block of ``g`` pool ranks.
-This module is a layer over the exact single-size pricing: for each group size it prices waves on a
-*group problem* (the same workload and prefix tree under ``cp = g``, :func:`group_problem`), so every
-memory row and time of a ``g``-wave comes from the same card terms as a fixed-CP plan at ``g``.
-
-The greedy dynamic planner (:func:`dynamic_greedy_plan`) tries a few plans and keeps the one with the
-smallest makespan (ties to the earlier):
-
-- the fixed-CP plan at every group size (the fixed-CP greedy of that group problem, prefix groups
-  regrouped and waves cut where the least is shared, its waves balanced over the pool's blocks): the
-  topology's own ``cp`` first, so a dynamic plan is never worse than it;
-- every item at one size, in order, in waves of at most a token cap (none, one or two waves per group
-  of the pool), and cut into exactly one or two waves per group of about equal tokens, for balance;
-- for each *floor* ``f`` among the group sizes, every item at the larger of ``f`` and the smallest group
-  it fits in alone, the items of each size packed in order into the widest fitting waves, and all the
-  waves balanced over the pool (:func:`~cpplan.plans.pool_schedule.place`).
-
-Under equal waves (:func:`pool_padding_s`) every candidate's makespan counts the padding waves, so the
-choice among them (and the placement) weighs a GPU's missing waves at the fixed per-wave cost.
-
-An item that fits no group alone, not even the whole pool, takes the split path at the pool size, which
-refuses it (naming the item, request, rank and bytes at the largest group) only when one of its requests
-cannot fit alone.
+A wave of group size ``g`` (a power of two up to the pool) runs on an aligned block of ``g`` pool ranks
+and is priced on the *group problem* at ``cp = g`` (:func:`group_problem`): the same card terms as a
+fixed-CP plan at ``g``. The greedy dynamic planner (:func:`dynamic_greedy_plan`) keeps the candidate of
+least makespan (ties to the earlier; padding waves counted under equal waves, :func:`pool_padding_s`):
+the fixed-CP greedy plan at every group size (the topology's ``cp`` first), then per group-size
+assignment of :func:`item_sizes` the waves of :func:`sized_plans` (in order under token caps, or cut
+into one or two waves per group), balanced over the pool. An item that fits no group alone takes the
+split path at the pool size (docs/dynamic_cp.md).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Callable, Iterator, Sequence
 
@@ -131,9 +114,7 @@ def token_caps(problem: Problem, items: Sequence[int], size: int) -> list[int | 
     return [None, -(-total // groups), -(-total // (2 * groups))]
 
 
-def sized_plans(
-    problem: Problem, sizes: Sequence[int], layouts: Sequence[str], strategy: str
-) -> Iterator[Plan]:
+def sized_plans(problem: Problem, sizes: Sequence[int], layouts: Sequence[str]) -> Iterator[Plan]:
     """Every item ``i`` in waves of group size ``sizes[i]`` (the items of one size in order), all the
     waves balanced over the pool: one plan per token cap of :func:`token_caps`, lazily (no cap
     first)."""
@@ -143,14 +124,14 @@ def sized_plans(
         for size, items in classes.items():
             cap = token_caps(problem, items, size)[k]
             waves.extend(packed_waves(group_problem(problem, size), items, layouts, max_tokens=cap))
-        plan = Plan(strategy=strategy, waves=tuple(waves))
+        plan = Plan(strategy="greedy", waves=tuple(waves))
         yield balanced(plan, problem.topology.pool, pool_padding_s(problem))
     for per_group in (1, 2):
         waves = []
         for size, items in classes.items():
             count = per_group * (problem.topology.pool // size)
             waves.extend(split_waves(group_problem(problem, size), items, layouts, count))
-        plan = Plan(strategy=strategy, waves=tuple(waves))
+        plan = Plan(strategy="greedy", waves=tuple(waves))
         yield balanced(plan, problem.topology.pool, pool_padding_s(problem))
 
 
@@ -217,36 +198,26 @@ def spread_sizes(
     return found
 
 
-def fixed_greedy_plan(
-    problem: Problem, size: int, layouts: Sequence[str], strategy: str, deadline: Deadline | None
-) -> Plan:
-    """The fixed-CP greedy plan at group ``size`` (:func:`~cpplan.planners.greedy.cached_greedy_plan`
-    of the group problem: prefix groups regrouped, waves cut where the least is shared), its waves
-    balanced over the pool."""
-    plan = cached_greedy_plan(group_problem(problem, size), layouts, deadline)
-    return balanced(
-        dataclasses.replace(plan, strategy=strategy), problem.topology.pool, pool_padding_s(problem)
-    )
-
-
 def dynamic_greedy_plan(
     problem: Problem,
     layouts: Sequence[str],
     *,
     deadline: Deadline | None = None,
-    strategy: str = "greedy",
     allowed: Sequence[int] | None = None,
 ) -> Plan:
     """The smallest-makespan plan of the candidates in this module's docstring (the topology's own
     ``cp`` plans first and always; the others while ``deadline`` allows), over the group sizes in
     ``allowed`` (default: all). Raises :class:`NoFitError` when a request fits no group, not even the
     largest."""
-    candidates, refusal = at_each_size(
-        problem, lambda size: fixed_greedy_plan(problem, size, layouts, strategy, deadline), deadline, allowed
-    )
+
+    def fixed(size: int) -> Plan:  # the fixed-CP greedy plan of the group problem, balanced over the pool
+        plan = cached_greedy_plan(group_problem(problem, size), layouts, deadline)
+        return balanced(plan, problem.topology.pool, pool_padding_s(problem))
+
+    candidates, refusal = at_each_size(problem, fixed, deadline, allowed)
     for assignment in item_sizes(problem, layouts, allowed):
         try:
-            for plan in sized_plans(problem, assignment, layouts, strategy):
+            for plan in sized_plans(problem, assignment, layouts):
                 candidates.append(plan)
                 if deadline is not None and deadline.expired():
                     break

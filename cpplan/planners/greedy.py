@@ -1,22 +1,14 @@
 """The greedy exact planner and the full-sharing fallback, both anytime.
 
 Items are taken in order. Each wave is the widest run of items from the first unplanned one that fits
-(:class:`~cpplan.planners.widths.WidthSearch`: a peak model proposes widths, every candidate wave is
-priced exactly), cut back to the boundary in its back half where the fewest tokens are shared
-(:func:`~cpplan.planners.widths.cheapest_cut`: a prefix group stays whole rather than storing its
-prompt in two waves), and kept in the cheapest of the given layouts that fits, with its contiguous CP
-ownership (at the memory edge, the time-balanced split repaired until it fits:
-:func:`~cpplan.pricing.wave.edge_ownership`). When the rest fits in one more wave, the last two
-waves are split at the cheapest boundary near the middle if that costs less (:func:`last_two_waves`).
-No wave is admitted whose priced peak exceeds the budget on any rank. Above :data:`WINDOW_ITEMS`
-items the same runs window by window (:func:`windowed_waves`), so its time grows linearly.
-
-Under a wall-clock deadline the search stops when only the time the floor needs is left (the last
-candidate's pricing time per wave still to plan, :meth:`WidthSearch.floor_s`; or when the deadline
-passes mid-wave: that wave keeps the widest width found), and the items left are packed by
-:func:`hurried_waves` (full sharing, the memory-minimal layout, at the peak model's width cut where
-the least is shared, halved until it fits: about one pricing per wave), so a complete plan is always
-returned, about on time, and its notes say where the search stopped.
+(:class:`~cpplan.planners.widths.WidthSearch`), cut back to where the fewest tokens are shared
+(:func:`~cpplan.planners.widths.cheapest_cut`), in the cheapest given layout that fits (its ownership:
+:func:`~cpplan.pricing.wave.edge_ownership`); the last two waves are re-split near the middle when that
+costs less (:func:`last_two_waves`). No wave is admitted whose priced peak exceeds the budget on any
+rank. Above :data:`WINDOW_ITEMS` items the same runs window by window (:func:`windowed_waves`). Under a
+wall-clock deadline the search stops when only the time the floor needs is left, and the items left are
+packed by :func:`hurried_waves` (full sharing, about one pricing per wave), so a complete plan is always
+returned, about on time, its notes saying where the search stopped.
 """
 
 from __future__ import annotations

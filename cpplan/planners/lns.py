@@ -1,28 +1,18 @@
 """Large-neighbourhood search: the joint model re-solves a few adjacent waves at a time.
 
-Above the profile's ``max_items`` the joint model of the whole workload is too large for its budget,
-so the CP-SAT strategy improves the greedy plan window by window instead of skipping: a window is two
-or three adjacent waves (at most ``lns.window_waves`` waves and ``lns.window_items_per_max_items`` ×
-``joint.max_items`` items, none split;
-one wave alone where even two are too many: its layout and ownership are still re-solved),
-its items become a sub-problem (:class:`~cpplan.planners.subproblem.SubProblem`), the joint model
-solves it with the window's waves as exact columns and complete hint
-(:func:`~cpplan.planners.cpsat_strategy.joint_plan`), and the answer replaces the window only when the
-independent verifier accepts it, as a plan of the sub-problem, and prices it lower. Windows overlap by
-one wave, so items can move along the plan; passes repeat while one improves and time is left.
-
-Each window gets an equal share of the time left for the windows still to come in the pass, less what
-verifying its answer takes; a window whose model cannot be built and searched in the time left
-(the profile's ``timing.joint_needs_s``) is not started. Under a deterministic deadline every
-window of every pass runs (each CP-SAT call on its deterministic limit), so the answer is the same on
-every machine.
+Above ``joint.max_items`` the CP-SAT proposer improves the greedy plan window by window: a window is one
+to ``lns.window_waves`` adjacent waves (at most ``lns.window_items_per_max_items`` × ``joint.max_items``
+items, none split), solved as a sub-problem (:class:`~cpplan.planners.subproblem.SubProblem`) by
+:func:`~cpplan.planners.cpsat_strategy.joint_plan` with its waves as exact columns and hint; the answer
+replaces the window only when the independent verifier accepts it and prices it lower. Windows overlap
+by one wave; passes repeat while one improves and time is left. Each window gets an equal share of the
+time left for the pass; under a deterministic deadline every window of every pass runs.
 """
 
 from __future__ import annotations
 
 import time
 from collections import Counter
-from dataclasses import dataclass
 
 from cpplan.errors import CpplanError
 from cpplan.planners.cpsat_strategy import joint_plan
@@ -35,14 +25,6 @@ from cpplan.pricing.problem import Problem
 from cpplan.pricing.wave import WavePlan
 from cpplan.spec.profile import CpSatParams, SolverProfile, TimingParams
 from cpplan.verifier.plan_check import verify_plan
-
-
-@dataclass(frozen=True, kw_only=True)
-class _Window:
-    """Waves ``start .. start + size - 1`` of the current plan."""
-
-    start: int
-    size: int
 
 
 def lns_plan(
@@ -82,12 +64,11 @@ def _one_pass(
     improved, start, spent = False, 0, tally["work"]
     depth = profile.lns.window_waves
     while start < len(waves):
-        window = _window_at(waves, start, limit, depth)
-        if window is None:
+        size = _window_at(waves, start, limit, depth)
+        if not size:
             start += 1
             continue
         left = _windows_left(waves, start, limit, depth)
-        size = window.size
         params = _window_params(profile, None if work is None else work - (tally["work"] - spent), left)
         better = _solve_window(problem, profile, waves[start : start + size], deadline, left, params, tally)
         if better is not None:
@@ -105,25 +86,25 @@ def _advance(start: int, size: int, num_waves: int) -> int:
     return start + size if size == 1 or start + size >= num_waves else start + size - 1
 
 
-def _window_at(waves: list[WavePlan], start: int, limit: int, depth: int) -> _Window | None:
-    """The widest window of up to ``depth`` waves from ``start`` within ``limit`` items and without a
-    split wave: two or more waves, or the wave alone when the next one does not fit with it (``None``
-    when the wave itself is split or over the limit)."""
+def _window_at(waves: list[WavePlan], start: int, limit: int, depth: int) -> int:
+    """How many waves the widest window from ``start`` holds: up to ``depth`` waves within ``limit``
+    items and without a split wave, or the wave alone when the next one does not fit with it (0 when the
+    wave itself is split or over the limit)."""
     size, items = 0, 0
     for wave in waves[start : start + depth]:
         if wave.split or items + len(wave.items) > limit:
             break
         size, items = size + 1, items + len(wave.items)
-    return _Window(start=start, size=size) if size >= 1 else None
+    return size
 
 
 def _windows_left(waves: list[WavePlan], start: int, limit: int, depth: int) -> int:
     """How many windows this pass still has from ``start`` on (for sharing out the time)."""
     count, at = 0, start
     while at < len(waves):
-        window = _window_at(waves, at, limit, depth)
-        count += window is not None
-        at = at + 1 if window is None else _advance(at, window.size, len(waves))
+        size = _window_at(waves, at, limit, depth)
+        count += size > 0
+        at = _advance(at, size, len(waves)) if size else at + 1
     return max(1, count)
 
 

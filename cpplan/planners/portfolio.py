@@ -1,25 +1,11 @@
-"""The planner's loop: propose, decide, schedule, verify once, within one budget.
+"""The planner's loop: propose, decide, schedule, verify once, within one budget (docs/planner_loop.md).
 
-:func:`solve` is a free function over an already built problem (the model is PyVRP's ``solve``) and
-reads top to bottom:
-
-1. **propose**: the proposers of the profile (greedy, full sharing, seeded, and CP-SAT's joint model
-   warm-started from the greedy plan, with its window search for large steps) run in the profile's
-   order, each within its share of the budget, until the time kept for deciding and verifying;
-2. **decide**: every proposal goes, in one pool passed explicitly (:class:`~cpplan.planners.decide.Pool`,
-   in a fixed order), to the ownership model, the one stage that decides ownership; its answer is the
-   ``cpsat`` candidate;
-3. **schedule**: where a plan's waves share a pool of CP groups (``dp > 1`` or dynamic CP) every
-   strategy forms and places its waves on the pool (:data:`~cpplan.planners.PLANNERS`, the schedule
-   model deciding for ``cpsat``) instead, and the cost is the makespan; the ownership model then
-   decides the ownership of the ``cpsat`` plan's waves, each keeping its GPUs
-   (:func:`decided_on_the_pool`);
-4. **verify**: the independent verifier prices every candidate's plan once (identical plans share a
-   verdict), and the cheapest valid one is chosen, every candidate's reason written from the outcomes.
-
-Every fault of a stage (a refusal, an error, an unreadable plan) is recorded as its outcome, never
-raised: a faulty backend costs time, never the plan. The budget (:class:`~cpplan.planners.budget.Budget`)
-is seconds under the clock and CP-SAT's deterministic time under a deterministic profile.
+:func:`solve` runs the profile's proposers in order, each within its share of the budget; hands every
+proposal, in one :class:`~cpplan.planners.decide.Pool`, to the ownership model (the ``cpsat``
+candidate); where the waves share a pool of CP groups, lets every strategy place its waves on the pool
+and the ownership model re-decide the ``cpsat`` plan's waves (:func:`decided_on_the_pool`); then
+verifies every candidate once and keeps the cheapest valid one. Every fault of a stage is recorded as
+its outcome, never raised: a faulty backend costs time, never the plan.
 """
 
 from __future__ import annotations
@@ -35,7 +21,7 @@ from cpplan.errors import CpplanError, NoFitError
 from cpplan.planners import PLANNERS, Strategy
 from cpplan.planners.budget import Budget
 from cpplan.planners.cpsat_planner import joint_proposal
-from cpplan.planners.cpsat_strategy import ensure_solver
+from cpplan.planners.cpsat_strategy import ensure_solver, not_run
 from cpplan.planners.deadline import NO_TIME, Deadline
 from cpplan.planners.decide import Pool, decide
 from cpplan.planners.dynamic_cp import group_problem, pool_padding_s
@@ -61,26 +47,19 @@ class StrategyOutcome:
 
     strategy: str
     """The strategy's name, as the profile lists it."""
-
     ended: Ended
     """How its run ended; :attr:`note` says it in words."""
-
     plan: Plan | None = None
     """The plan it returned and the verifier could read (``None``: it produced none)."""
-
     verdict: Verification | None = None
     """The independent verifier's verdict on :attr:`plan` (``None`` when there is no plan)."""
-
     stats: SolverStats | None = None
     """Statistics the strategy reported (the CP-SAT strategy reports them), verification time added."""
-
     note: str = ""
     """Why there is no plan, in words (``"refused: ..."``, ``"failed: ..."``, ...: :attr:`ended` is the
     typed form), or, for a verified plan, a solver/evaluator disagreement (empty when there is none)."""
-
     wall_s: float = 0.0
     """Seconds the strategy and the verification of its plan took."""
-
     refusal: NoFitError | None = field(default=None, repr=False)
     """The strategy's refusal, raised by :func:`solve` when no strategy yields a valid plan."""
 
@@ -149,13 +128,8 @@ def propose_and_decide(
             if "cpsat" not in overridden:
                 joint = _joint(problem, budget, found, by)
             continue
-        if _no_time_for_another(found.values(), by):
-            found[name] = _skipped(name)
-            continue
-        if name == "seeded" and _too_many_to_seed(problem, profile):
-            found[name] = _not_seeded(problem, profile)
-            continue
-        found[name] = run_strategy(name, steps.get(name), problem, profile, budget.stage(1.0, by))
+        held = _held_back(name, problem, profile, list(found.values()), by)
+        found[name] = held or run_strategy(name, steps.get(name), problem, profile, budget.stage(1.0, by))
     if "cpsat" in profile.strategies:
         if "cpsat" in overridden:
             found["cpsat"] = run_strategy("cpsat", steps["cpsat"], problem, profile, budget.verify_by)
@@ -165,15 +139,20 @@ def propose_and_decide(
     return [found[name] for name in profile.strategies]
 
 
-def _too_many_to_seed(problem: Problem, profile: SolverProfile) -> bool:
-    """Whether the step has more items than the profile's ``seeded.max_items``."""
-    return profile.seeded.max_items is not None and problem.num_items > profile.seeded.max_items
-
-
-def _not_seeded(problem: Problem, profile: SolverProfile) -> StrategyOutcome:
-    """The seeded proposer's outcome where the step has more items than ``seeded.max_items``."""
-    note = f"not run: {problem.num_items} items, above seeded.max_items ({profile.seeded.max_items})"
-    return StrategyOutcome(strategy="seeded", ended=Ended.NO_PLAN, note=note)
+def _held_back(
+    name: str, problem: Problem, profile: SolverProfile, found: list[StrategyOutcome], by: Deadline
+) -> StrategyOutcome | None:
+    """Why strategy ``name`` is not started, or ``None``: with a plan in hand, less time left before ``by``
+    than the quickest strategy with a plan took (a :data:`SELF_TIMED` one excepted); or more items than
+    the profile's ``seeded.max_items`` for the seeded proposer."""
+    done = [o.wall_s for o in found if o.plan is not None]
+    if name not in SELF_TIMED and done and by.left_s() < min(done):
+        return StrategyOutcome(strategy=name, ended=Ended.NO_TIME, note=NO_TIME)
+    limit = profile.seeded.max_items
+    if name == "seeded" and limit is not None and problem.num_items > limit:
+        note = f"not run: {problem.num_items} items, above seeded.max_items ({limit})"
+        return StrategyOutcome(strategy="seeded", ended=Ended.NO_PLAN, note=note)
+    return None
 
 
 _REGISTERED = dict(PLANNERS)
@@ -194,7 +173,7 @@ def _joint(
         plan, stats = joint_proposal(problem, budget, greedy, budget.stage(profile.joint.share, by))
     except CpplanError as exc:
         why = f"{type(exc).__name__}: {exc}"
-        return None, SolverStats(outcomes=(ModelOutcome(model="joint", status=Status.FAILED, detail=why),))
+        return None, not_run("joint", Status.FAILED, why)
     return plan, replace(stats, wall_s=time.perf_counter() - started)
 
 
@@ -220,13 +199,8 @@ def on_the_pool(problem: Problem, budget: Budget, steps: Mapping[str, Strategy])
     could not finish before the search deadline is not started once a plan is in hand."""
     found: list[StrategyOutcome] = []
     for name in budget.profile.strategies:
-        if name not in SELF_TIMED and _no_time_for_another(found, budget.verify_by):
-            found.append(_skipped(name))
-            continue
-        if name == "seeded" and _too_many_to_seed(problem, budget.profile):
-            found.append(_not_seeded(problem, budget.profile))
-            continue
-        found.append(run_strategy(name, steps.get(name), problem, budget.profile, budget.verify_by))
+        held = _held_back(name, problem, budget.profile, found, budget.verify_by)
+        found.append(held or run_strategy(name, steps.get(name), problem, budget.profile, budget.verify_by))
     return found
 
 
@@ -294,10 +268,9 @@ def _solver_stats(found: list[StrategyOutcome]) -> SolverStats:
     stats = next((o.stats for o in reversed(found) if o.stats is not None), None)
     if stats is not None:
         return stats
-    no_time = any(o.ended is Ended.NO_TIME for o in found)
-    if not no_time:
+    if not any(o.ended is Ended.NO_TIME for o in found):
         return SolverStats()
-    return SolverStats(outcomes=(ModelOutcome(model="ownership", status=Status.NO_TIME),))
+    return not_run("ownership", Status.NO_TIME)
 
 
 def run_strategy(
@@ -329,19 +302,6 @@ SELF_TIMED = frozenset({"cpsat"})
 """Strategies that keep their own time (CP-SAT builds and searches only what fits before the
 deadline), so the portfolio does not hold them back; the others are whole passes, started only when
 they can finish."""
-
-
-def _no_time_for_another(outcomes, search_by: Deadline) -> bool:
-    """With a plan in hand, whether the time left is shorter than the quickest strategy with a plan
-    took: another one would overrun the deadline (a strategy stopped at its deadline still finishes its
-    plan)."""
-    done = [o.wall_s for o in outcomes if o.plan is not None]
-    return bool(done) and search_by.left_s() < min(done)
-
-
-def _skipped(strategy: str) -> StrategyOutcome:
-    """A strategy not started because the deadline has passed and a plan is in hand."""
-    return StrategyOutcome(strategy=strategy, ended=Ended.NO_TIME, note=NO_TIME)
 
 
 def _failed(

@@ -1,31 +1,12 @@
 """Partition first: items assigned to DP replicas before packing, so each rank plans only its own share.
 
-Under ``dp > 1`` every DP replica (a CP group of ``cp`` ranks) runs its own waves. Planning the whole
-step jointly costs every rank the whole step's search; instead :func:`partition_items` assigns items to
-replicas from the workload alone, deterministically and cheaply, and each replica's share is then a
-``dp = 1`` problem at the same ``cp`` (:func:`replica_settings`), planned on its own. Every rank that
-partitions the same workload gets the same assignment (nothing depends on the clock, the process or
-Python's string hashing), so a rank can plan its share and know that the others plan theirs from the
-same split.
-
-The partition:
-
-- **price**: every item gets a quick price in seconds (:func:`item_prices_s`): its packed tokens and
-  attention pairs under full sharing of its own requests' common prefixes, times the card's per-token
-  and per-pair seconds, over ``cp`` ranks. No prefix tree is built: each item's second request is
-  compared with its first on every :data:`PREFIX_STRIDE`-th token, all items in one vectorized pass
-  over the requests gathered once (:class:`StepRequests`);
-- **prefix groups**: items whose first requests share a prefix (detected by prefix hashes at the
-  lengths of :data:`PREFIX_LEVELS`, longest first) are kept in one replica while the group's price stays
-  within :data:`GROUP_SHARE` of one replica's even share; a prefix shared more widely (a system prompt
-  of every item) is stored once per replica instead;
-- **balance**: groups by decreasing price (ties by smallest item id), each to the replica with the
-  least price so far (ties to the lowest replica): longest processing time first. Items are compared
-  by id, so the assignment of ids to replicas does not depend on the order items arrive in.
-
-:func:`assemble` puts the replicas' plans back together as the step's plan: replica ``k``'s waves on
-pool ranks ``k * cp .. k * cp + cp - 1``, every GPU padded to the busiest replica's wave count under
-equal waves (FSDP's equal-collectives rule), priced as a makespan.
+:func:`partition_items` assigns items to replicas from the workload alone, deterministically (nothing
+depends on the clock, the process or Python's string hashing), and each replica's share is then a
+``dp = 1`` problem at the same ``cp`` (:func:`replica_settings`): every item gets a quick price
+(:func:`step_prices_s`); items whose first requests share a prefix (hashes at :data:`PREFIX_LEVELS`)
+stay in one replica while the group's price is within :data:`GROUP_SHARE` of an even share; groups go,
+dearest first (ties by smallest id), to the least-loaded replica. :func:`assemble` puts the replicas'
+plans back together as the step's plan, priced as a makespan (docs/runtime.md, "partition first").
 """
 
 from __future__ import annotations
@@ -71,7 +52,7 @@ class ReplicaPartition:
     replica_of_item: tuple[int, ...]
     """Per workload item (in workload order), the replica that plans it."""
     item_price_s: tuple[float, ...]
-    """Per workload item, its quick price in seconds (:func:`item_prices_s`)."""
+    """Per workload item, its quick price in seconds (:func:`step_prices_s`)."""
     num_groups: int
     """Prefix groups the items formed (each kept whole in one replica)."""
 
@@ -180,8 +161,8 @@ class StepRequests:
 
     def common_prefixes(self, owner: np.ndarray, index: np.ndarray) -> np.ndarray:
         """For request ``index[j]`` of item ``owner[j]`` (never an item's first), the length of the
-        prefix it shares with its item's first request, as :func:`sampled_prefixes` finds it: the samples
-        of both compared in one vectorized pass."""
+        prefix it shares with its item's first request, found on every :data:`PREFIX_STRIDE`-th
+        token (within half a stride of the exact one), the samples of both compared in one pass."""
         first_len = self.first_lengths[owner]
         requests = self.request_ptr[owner] + index
         span = np.minimum(self.lengths[requests], first_len)
@@ -207,20 +188,13 @@ def _offsets(counts: np.ndarray) -> np.ndarray:
     return offsets
 
 
-def item_prices_s(workload: Workload, card: ResolvedCard, cp: int) -> np.ndarray:
+def step_prices_s(step: StepRequests, card: ResolvedCard, cp: int) -> np.ndarray:
     """Per item, quick seconds: ``(a * tokens + b * pairs) / cp`` with ``tokens`` the item's packed
     tokens when each request shares a prefix with the item's first request, ``pairs`` the attention
     pairs of those tokens (a token at position ``p`` attends ``p + 1`` keys), and ``a`` / ``b`` the card's
-    seconds per owned token / pair (every per-token and per-pair term, as if every token took gradients
-    and loss: a balance price, not the evaluator's). Only each item's second request is compared with
-    its first (:func:`sampled_prefixes`); every later request is taken to share as much (at most its own
-    length), as a GRPO group's completions share their prompt and an agent's turns their history. So
-    the token reads are one per item, and a request costs only its length."""
-    return step_prices_s(StepRequests.of(workload), card, cp)
-
-
-def step_prices_s(step: StepRequests, card: ResolvedCard, cp: int) -> np.ndarray:
-    """:func:`item_prices_s` from the workload's gathered requests."""
+    seconds per owned token / pair (a balance price, not the evaluator's). Only each item's second
+    request is compared with its first (:meth:`StepRequests.common_prefixes`); every later request is
+    taken to share as much (at most its own length), as a GRPO group's completions share their prompt."""
     coefficients = card.constants.time_coefficients
     per_token = math.fsum(float(coefficients[k]) for k, q in enumerate(QUANTITIES) if q.count == "token")
     per_pair = math.fsum(float(coefficients[k]) for k, q in enumerate(QUANTITIES) if q.count == "pair")
@@ -239,47 +213,11 @@ def step_prices_s(step: StepRequests, card: ResolvedCard, cp: int) -> np.ndarray
     return (per_token * tokens + per_pair * pairs) / cp
 
 
-def sampled_prefixes(
-    workload: Workload, *, max_requests: int | None = None
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """For every request but each item's first (``max_requests``: of each item's first that many only):
-    its item, its length, and the length of the prefix it shares with its item's first request, found on
-    every :data:`PREFIX_STRIDE`-th token in one vectorized pass over the workload. For requests that
-    share a prefix and then go their own ways the answer is within half a stride of the exact one (the
-    middle of the stride where they part); two that differ only between sampled tokens count as sharing
-    them."""
-    step = StepRequests.of(workload)
-    index = step.request_index
-    wanted = np.flatnonzero(index > 0 if max_requests is None else (index > 0) & (index < max_requests))
-    owner = step.request_item[wanted]
-    return owner, step.lengths[wanted], step.common_prefixes(owner, index[wanted])
-
-
-def prefix_hashes(tokens: np.ndarray, levels: Sequence[int]) -> dict[int, int]:
-    """A 64-bit hash of ``tokens[:L]`` for every ``L`` of ``levels`` (multiples of
-    :data:`PREFIX_STRIDE`) that ``tokens`` reaches: the sum of every :data:`PREFIX_STRIDE`-th token times
-    a fixed pseudo-random multiplier of its place, modulo ``2**64`` (the same in every process)."""
-    reach = [level for level in levels if level <= tokens.size]
-    if not reach:
-        return {}
-    sampled = tokens[: max(reach) : PREFIX_STRIDE]
-    sums = np.cumsum(sampled.astype(np.uint64) * _multipliers()[: sampled.size], dtype=np.uint64)
-    return {level: int(sums[level // PREFIX_STRIDE - 1]) for level in reach}
-
-
-def level_hashes(firsts: Sequence[np.ndarray], lengths: np.ndarray) -> np.ndarray:
-    """Per item (row) and level of :data:`PREFIX_LEVELS` (column), :func:`prefix_hashes` of its first
-    request, from ``firsts`` (every :data:`PREFIX_STRIDE`-th token of each item's first request) and
-    ``lengths`` (their full lengths); ``0`` where the request does not reach the level."""
-    counts = np.array([f.size for f in firsts], dtype=np.int64)
-    sampled = np.concatenate(firsts) if firsts else np.zeros(0, dtype=np.int64)
-    return sampled_level_hashes(sampled, _offsets(counts), np.asarray(lengths, dtype=np.int64))
-
-
 def sampled_level_hashes(sampled: np.ndarray, ptr: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """:func:`level_hashes` of the items whose samples are ``sampled[ptr[i] : ptr[i + 1]]``, in one
-    vectorized pass: the per-item hash sums are differences of one running sum, modulo ``2**64`` (a
-    sample past the longest level enters no difference, whatever its multiplier)."""
+    """Per item (row) and level of :data:`PREFIX_LEVELS` (column), a 64-bit hash of the item's first
+    request's prefix of that length (``0`` where it does not reach it): the sum of its samples
+    (``sampled[ptr[i] : ptr[i + 1]]``) times a fixed multiplier of their place, modulo ``2**64``, all items
+    as differences of one running sum."""
     multipliers = _multipliers()
     place = np.repeat(ptr[:-1], np.diff(ptr))
     np.subtract(np.arange(sampled.size, dtype=np.int64), place, out=place)
@@ -303,16 +241,12 @@ def _multipliers() -> np.ndarray:
     return rng.integers(0, 2**63, size, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
 
 
-def prefix_groups(
-    workload: Workload, prices: np.ndarray, cap_s: float, hashes: np.ndarray | None = None
-) -> list[list[int]]:
+def prefix_groups(workload: Workload, prices: np.ndarray, cap_s: float) -> list[list[int]]:
     """Items (workload indices) grouped by shared prefix of their first requests: at every level of
     :data:`PREFIX_LEVELS`, longest first, the groups of items with one prefix hash merge when their
-    prices sum to at most ``cap_s``. Groups are listed by smallest item id, each in id order.
-    ``hashes``: :func:`level_hashes` of the items (computed here when not given)."""
+    prices sum to at most ``cap_s``. Groups are listed by smallest item id, each in id order."""
     step = StepRequests.of(workload)
-    if hashes is None:
-        hashes = sampled_level_hashes(step.first_sampled, step.sampled_ptr, step.first_lengths)
+    hashes = sampled_level_hashes(step.first_sampled, step.sampled_ptr, step.first_lengths)
     return _grouped(_id_ranks(workload), step.first_lengths, hashes, prices, cap_s)
 
 

@@ -1,14 +1,8 @@
 """The CP-SAT strategy where a plan's waves share a pool of CP groups (``dp > 1`` or dynamic CP): the
-schedule model of :mod:`cpplan.cpsat.schedule_model`, warm-started from the greedy pool plan
-(:func:`~cpplan.planners.dynamic_cp.cached_dynamic_plan`, or the hint handed in), solved by
-:func:`~cpplan.cpsat.schedule_model.solve_schedule` (under a deterministic profile on the schedule
-stage's share of the budget, under the clock until the deadline less the time kept for realizing) and
-realized by replay.
-
-Each placement unit of the greedy plan (a wave, or a split item's waves) is a block whose alternatives
-are its own waves and its items repacked at every other group size they fit (:func:`alternatives`):
-the model chooses each block's group size and every job's place and start, minimizing the makespan
-(under equal waves, with every GPU's padding waves in it).
+schedule model of :mod:`cpplan.cpsat.schedule_model` over every placement unit of the greedy pool plan
+(:func:`~cpplan.planners.dynamic_cp.cached_dynamic_plan`, or the hint handed in), whose alternatives are
+its own waves and its items repacked at every other group size they fit (:func:`alternatives`), warm
+started from that plan, solved within the schedule stage's share and realized by replay.
 """
 
 from __future__ import annotations
@@ -20,7 +14,7 @@ from dataclasses import replace
 from cpplan.cpsat.schedule_model import Job, add_hint, compile_schedule, hint_placements, solve_schedule
 from cpplan.errors import NoFitError
 from cpplan.planners.budget import Budget
-from cpplan.planners.cpsat_strategy import reserve_s
+from cpplan.planners.cpsat_strategy import not_run, reserve_s
 from cpplan.planners.deadline import Deadline
 from cpplan.planners.dynamic_cp import (
     cached_dynamic_plan,
@@ -29,18 +23,12 @@ from cpplan.planners.dynamic_cp import (
     packed_waves,
     pool_padding_s,
 )
-from cpplan.plans.outcome import ModelOutcome, Status
+from cpplan.plans.outcome import Status
 from cpplan.plans.plan import Plan, SolverStats
 from cpplan.plans.pool_schedule import units
 from cpplan.pricing.problem import Problem
 from cpplan.pricing.wave import WavePlan
 from cpplan.spec.profile import SolverProfile
-
-
-def _not_run(status: Status, detail: str = "", *, build_s: float = 0.0) -> SolverStats:
-    return SolverStats(
-        outcomes=(ModelOutcome(model="schedule", status=status, detail=detail),), stage_s={"build": build_s}
-    )
 
 
 def jobs_of(waves: Sequence[WavePlan]) -> tuple[Job, ...]:
@@ -92,11 +80,12 @@ def dynamic_cpsat_planner(
     budget = Budget.start(problem, profile, deadline)
     params, limit = budget.cpsat_params(profile.schedule.share), profile.schedule.max_items
     if problem.num_items > limit:
-        return None, _not_run(Status.SKIPPED, f"{problem.num_items} items > schedule.max_items {limit}")
+        why = f"{problem.num_items} items > schedule.max_items {limit}"
+        return None, not_run("schedule", Status.SKIPPED, why, 0.0)
     search_by = deadline.less(reserve_s(problem, profile.timing))
     greedy = hint or cached_dynamic_plan(problem, profile.greedy.layouts, deadline=deadline)
     if search_by.left_s() < profile.timing.min_search_s:
-        return None, _not_run(Status.NO_TIME)
+        return None, not_run("schedule", Status.NO_TIME, build_s=0.0)
     alts = alternatives(problem, greedy, profile.greedy.layouts, allowed)
     compiled = compile_schedule(alts, problem.topology.pool, pool_padding_s(problem))
     if profile.joint.hint:
@@ -104,7 +93,7 @@ def dynamic_cpsat_planner(
     build_s = time.perf_counter() - started
     left = search_by.left_s()
     if left < profile.timing.min_search_s:
-        return None, _not_run(Status.NO_TIME, build_s=build_s)
+        return None, not_run("schedule", Status.NO_TIME, build_s=build_s)
     plan, stats = solve_schedule(
         compiled, params, time_limit_s=left, deterministic=profile.deterministic, strategy="cpsat"
     )

@@ -1,19 +1,13 @@
 """The ``seeded`` portfolio strategy: the baselines' wave groupings, priced and repaired exactly.
 
 Each baseline packer (token budgets, no-sharing bins, zigzag, prefix groups) proposes which items run
-together. For every proposed wave this strategy keeps the cheapest fitting version: the wave as the
-baseline laid it out and owned it, the same layout owned as every proposer's wave is
-(:func:`~cpplan.pricing.wave.ownership_candidates`: balanced splits, contiguous or not, the exact price
-deciding), and the wave under cpplan's own candidate layouts. The baseline's own ownership still wins
-where it keeps pieces whole that the balanced split scatters (Megatron's zigzag on the suite's long
-tail at CP4, 80 GiB: ``cpplan bench --cp 4 --memory 80GiB``). A wave that fits in none is split: its
-items are planned again by greedy as a problem of their own (an item too large for any wave takes the
-split path). The cheapest seeded plan is returned. Under a wall-clock budget (profiles that are not
-deterministic) it starts a seed only while the time left covers what the last one took (the runtime
-profile runs it last, with the time greedy and CP-SAT leave).
-
-So a baseline plan that fits the budget is never cheaper than what the portfolio chooses, and one
-that does not fit is turned into one that does instead of being run into an out-of-memory error.
+together; every proposed wave becomes its cheapest fitting version: as the baseline laid it out and
+owned it (Megatron's zigzag keeps pieces whole that the balanced split scatters), its layout under
+:func:`~cpplan.pricing.wave.price_wave`'s ownership, or cpplan's own layouts. A wave that fits in none
+is planned again by greedy. The cheapest seeded plan is returned; under a wall-clock budget a seed
+starts only while the time left covers what the last one took. So a baseline plan that fits is never
+cheaper than the portfolio's choice, and one that does not fit is repaired instead of running out of
+memory.
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
-"""The split path's pieces: an item too large for any wave is split along its prefix tree into
-consecutive waves (:func:`cpplan.planners.greedy.split_item` plans them).
-
-The item's requests are ordered by their paths in the prefix tree (lexicographically by node), so the
-requests below any tree node are adjacent and each piece keeps as much of its shared prefixes as it
-can. Pieces are then planned as greedy plans waves (the requests as the items of a problem of their
-own, :func:`request_problem`: widest fitting runs, cut where the least is shared), each priced exactly
-under the given layouts and marked ``split`` (:func:`as_piece`). The item is refused, naming the
-request, the rank, the bytes and the budget, only when one request alone does not fit
-(:func:`request_refusal`).
+"""The split path's pieces: an item too large for any wave is split along its prefix tree into consecutive
+waves (:func:`cpplan.planners.greedy.split_item` plans them). Its requests, ordered by their tree paths
+so that those below a node stay adjacent, become the items of a problem of their own
+(:func:`request_problem`), planned as greedy plans waves and marked ``split`` (:func:`as_piece`); the
+item is refused only when one request alone does not fit (:func:`request_refusal`).
 """
 
 from __future__ import annotations

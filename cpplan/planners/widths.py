@@ -1,25 +1,19 @@
 """How wide the greedy planner's next wave is: the widest fitting width, then where to cut.
 
 :class:`WidthSearch` finds the widest run of items from a start that fits, pricing as few candidate
-waves as it can. A wave's busiest-rank peak grows about linearly with its packed tokens, so the search
-keeps a linear model ``peak ≈ static + slope · tokens`` (tokens estimated per item under full sharing,
-:attr:`~cpplan.pricing.problem.Problem.item_full_tokens` less what it shares with the item before it),
-refits the slope on every wave it prices and jumps to the width the model says fits; the model only
-proposes, every answer is an exactly priced wave, and a proposal outside the bracket of known fitting
-and failing widths falls back to bisection. Widths are tested with
-:func:`~cpplan.pricing.wave.first_fitting` (layouts priced until one fits). Usually two pricings settle a
-wave (the width fits, one more does not), where doubling and binary search take a dozen.
-
-:func:`cheapest_cut` then moves the cut back to where the fewest tokens are shared across it (a GRPO
-group or an agent task boundary), when that costs at most half the wave: a group split between waves
-stores its prompt twice.
+waves as it can: a linear model ``peak ≈ static + slope · tokens`` (refitted on every priced wave)
+proposes the width, every answer is an exactly priced wave
+(:func:`~cpplan.pricing.wave.first_fitting`), and a proposal outside the bracket of known fitting and
+failing widths falls back to bisection; usually two pricings settle a wave. :func:`cheapest_cut` then
+moves the cut back to where the fewest tokens are shared (a GRPO group or agent task boundary), when
+that costs at most half the wave.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 import numpy as np
@@ -50,15 +44,7 @@ class WidthSearch:
 
     def moved_to(self, problem: Problem) -> WidthSearch:
         """A search over ``problem`` (the next window of items) that starts from this one's peak model."""
-        return WidthSearch(
-            problem=problem,
-            layouts=self.layouts,
-            slope=self.slope,
-            slope_tokens=self.slope_tokens,
-            last_width=self.last_width,
-            num_priced=self.num_priced,
-            test_s=self.test_s,
-        )
+        return replace(self, problem=problem)  # the problem's cached estimates are not carried over
 
     @cached_property
     def _static_bytes(self) -> float:

@@ -128,7 +128,8 @@ def test_two_ranks_compute_the_same_partition_and_default_plan():
 def test_vectorized_level_hashes_are_each_items_prefix_hashes():
     """The one-pass prefix hashes of every item equal the per-item hash at every level the item's first
     request reaches (0 where it does not), on items sharing prefixes at several levels."""
-    from cpplan.planners.replica_partition import PREFIX_LEVELS, PREFIX_STRIDE, level_hashes, prefix_hashes
+    from cpplan.planners.replica_partition import PREFIX_LEVELS, PREFIX_STRIDE, _offsets, sampled_level_hashes
+    from tests.support.prefix_samples import prefix_hashes
 
     rng = np.random.default_rng(3)
     system = rng.integers(0, 1000, 2048)
@@ -136,7 +137,9 @@ def test_vectorized_level_hashes_are_each_items_prefix_hashes():
         np.concatenate([system[: rng.integers(0, 2048)], rng.integers(0, 1000, n)]) for n in (5, 300, 40_000)
     ]
     firsts += [firsts[1].copy(), np.concatenate([firsts[2][:20_000], rng.integers(0, 1000, 10)])]
-    got = level_hashes([f[::PREFIX_STRIDE] for f in firsts], np.array([f.size for f in firsts]))
+    samples = [f[::PREFIX_STRIDE] for f in firsts]
+    ptr = _offsets(np.array([f.size for f in samples]))
+    got = sampled_level_hashes(np.concatenate(samples), ptr, np.array([f.size for f in firsts]))
     for row, first in enumerate(firsts):
         want = prefix_hashes(first, PREFIX_LEVELS)
         assert {level: int(got[row, c]) for c, level in enumerate(PREFIX_LEVELS) if level in want} == want
@@ -146,12 +149,13 @@ def test_vectorized_level_hashes_are_each_items_prefix_hashes():
 
 def every_request_price(workload: Workload, card, cp: int) -> np.ndarray:
     """The quick price with every request compared with its item's first (the rule before one pair)."""
-    from cpplan.planners.replica_partition import sampled_prefixes
     from cpplan.spec.quantities import QUANTITIES
 
     coefficients = card.constants.time_coefficients
     per_token = sum(float(coefficients[k]) for k, q in enumerate(QUANTITIES) if q.count == "token")
     per_pair = sum(float(coefficients[k]) for k, q in enumerate(QUANTITIES) if q.count == "pair")
+    from tests.support.prefix_samples import sampled_prefixes
+
     owners, lengths, common = sampled_prefixes(workload)
     n, c = lengths.astype(float), common.astype(float)
     first = np.array([item.requests[0].tokens.size for item in workload.items], dtype=float)
@@ -164,7 +168,11 @@ def test_quick_price_reads_one_request_pair_per_item():
     """The quick price compares only each item's second request with its first: on GRPO groups
     (completions sharing their prompt) it equals the price comparing every request; on an item whose
     third request shares less than the second, the third is priced as sharing what the second does."""
-    from cpplan.planners.replica_partition import item_prices_s
+    from cpplan.planners.replica_partition import StepRequests, step_prices_s
+
+    def item_prices_s(workload: Workload, card, cp: int) -> np.ndarray:
+        """The partition's quick price of every item of ``workload``."""
+        return step_prices_s(StepRequests.of(workload), card, cp)
 
     wl = step(num_prompts=6, seed=4)
     card = planner("trainer").card

@@ -47,7 +47,7 @@ def sized(mixed, qwen36):
     short ones at 1 (the cheapest of the token caps)."""
     problem = _problem(mixed, cpplan.Topology(dp=2, cp=4, dynamic_cp=True), qwen36)
     sizes = [8 if item.num_tokens > 10_000 else 1 for item in mixed.items]
-    return problem, min(sized_plans(problem, sizes, LAYOUTS, "greedy"), key=lambda p: p.cost_s)
+    return problem, min(sized_plans(problem, sizes, LAYOUTS), key=lambda p: p.cost_s)
 
 
 def _problem(workload: Workload, topology: cpplan.Topology, model, memory: str = "8GiB") -> Problem:
@@ -102,7 +102,7 @@ def test_dynamic_greedy_is_at_most_each_uniform_size(mixed, qwen36):
     problem = _problem(mixed, cpplan.Topology(dp=2, cp=4, dynamic_cp=True), qwen36)
     plan = dynamic_greedy_plan(problem, LAYOUTS)
     for size in (4, 8):
-        uniform = min(sized_plans(problem, [size] * problem.num_items, LAYOUTS, "g"), key=lambda p: p.cost_s)
+        uniform = min(sized_plans(problem, [size] * problem.num_items, LAYOUTS), key=lambda p: p.cost_s)
         assert plan.cost_s <= uniform.cost_s
 
 

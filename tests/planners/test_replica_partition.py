@@ -20,13 +20,12 @@ from cpplan.planners.replica_partition import (
     PREFIX_STRIDE,
     partition_items,
     prefix_groups,
-    prefix_hashes,
-    sampled_prefixes,
 )
 from cpplan.plans.plan_writer import plan_to_dict, strip_timing
 from cpplan.spec.profile import load_solver
 from cpplan.spec.workload import Workload
 from cpplan.verifier import verify_plan
+from tests.support.prefix_samples import prefix_hashes, sampled_prefixes
 
 MODEL = "qwen3.6-35b-a3b"
 ROOT = Path(__file__).resolve().parents[2]
