@@ -14,6 +14,12 @@ each token mixer's (cpplan's tree attention or Gated DeltaNet with state hand-of
 transformers' own gradient checkpointing of the decoder layers is switched off for the call: its
 recomputation in backward would run after the mixers' forwards are restored (so the wave keeps all
 activations, as the planner prices them).
+
+A CP rank that owns no token of the wave still runs every module on its zero rows and joins every
+collective. So that it gives every parameter a real wave trains a gradient (exactly zero), as FSDP2's
+reduce-scatters and DDP's all-reduces need the same parameters on every rank, its token mixers and MLP
+or MoE blocks add a zero-weighted touch of their parameters (:func:`zero_touch`) to their empty outputs:
+a MoE block routes no token to any expert, a Gated DeltaNet layer runs no recurrence.
 """
 
 from __future__ import annotations
@@ -55,9 +61,36 @@ def local_split(x: torch.Tensor, geo, comm, dim: int = 0) -> dict[int, torch.Ten
     return dict(zip(comm.ranks, torch.split(x, sizes, dim=dim), strict=True))
 
 
+def zero_touch(block: nn.Module) -> torch.Tensor:
+    """A scalar zero that depends on one entry of each trainable parameter of ``block`` (called inside
+    the block's forward, where FSDP2 has its parameters unsharded): added to an output, it changes no
+    value and gives each of them a gradient of exactly zero."""
+    touched = [p.reshape(-1)[0].float() for p in block.parameters() if p.requires_grad]
+    return torch.stack(touched).sum() * 0.0 if touched else torch.zeros(())
+
+
+def _touched(out, block: nn.Module):
+    """``out`` (a tensor, or a tuple whose first entry is one) plus :func:`zero_touch` of ``block``."""
+    first = out[0] if isinstance(out, tuple) else out
+    first = first + zero_touch(block).to(device=first.device, dtype=first.dtype)
+    return (first, *out[1:]) if isinstance(out, tuple) else first
+
+
+def idle_forward(block: nn.Module) -> Callable:
+    """For a rank that owns no token of the wave: ``block``'s own forward (on its zero rows), its output
+    touching every trainable parameter of the block (:func:`zero_touch`)."""
+    own = block.forward
+
+    def forward(*args, **kwargs):
+        return _touched(own(*args, **kwargs), block)
+
+    return forward
+
+
 def mixer_forward(layer, wave) -> Callable:
     """The forward that replaces ``layer.mixer.forward`` for one wave: the normed states of all local
-    ranks in, the mixer output of each token out, in the form the decoder layer unpacks."""
+    ranks in, the mixer output of each token out, in the form the decoder layer unpacks (touching every
+    parameter of the mixer where the local ranks own no token: :func:`zero_touch`)."""
 
     def forward(hidden_states: torch.Tensor, *args, **kwargs):
         hs = local_split(hidden_states[0], wave.geo, wave.comm)
@@ -68,9 +101,11 @@ def mixer_forward(layer, wave) -> Callable:
         else:
             mixed = gdn_layer(layer, hs, wave.geo, wave.comm, kernels=wave.kernels, handoff=wave.handoff)
         out = torch.cat([mixed[r] for r in wave.comm.ranks])[None]
+        if wave.idle:
+            out = _touched(out, layer.mixer)
         return (out, None) if layer.kind == "attention" else out
 
     return forward
 
 
-__all__ = ["local_split", "mixer_forward", "replaced_attributes"]
+__all__ = ["idle_forward", "local_split", "mixer_forward", "replaced_attributes", "zero_touch"]

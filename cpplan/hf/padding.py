@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from cpplan.hf.decoder_routing import adapt
-from cpplan.hf.module_calls import replaced_attributes
+from cpplan.hf.module_calls import replaced_attributes, zero_touch
 
 
 def padding_wave(model: nn.Module) -> torch.Tensor:
@@ -86,9 +86,7 @@ def _touch_forward(block: nn.Module, pair: bool):
     (``pair``: as ``(output, None)``, the form the decoder layer unpacks from an attention mixer)."""
 
     def forward(hidden_states: torch.Tensor, *args, **kwargs):
-        touched = [p.reshape(-1)[0].float() for p in block.parameters() if p.requires_grad]
-        weight = torch.stack(touched).sum() if touched else hidden_states.new_zeros(())
-        out = hidden_states * 0 + (weight * 0.0).to(hidden_states.dtype)
+        out = hidden_states * 0 + zero_touch(block).to(device=hidden_states.device, dtype=hidden_states.dtype)
         return (out, None) if pair else out
 
     return forward

@@ -16,7 +16,7 @@ from cpplan.hf.attention import WaveMasks
 from cpplan.hf.decoder_routing import adapt
 from cpplan.hf.delta_rule import compute_dtype
 from cpplan.hf.geometry import WaveGeometry
-from cpplan.hf.module_calls import local_split, mixer_forward, replaced_attributes
+from cpplan.hf.module_calls import idle_forward, local_split, mixer_forward, replaced_attributes
 from cpplan.plans.plan import Plan
 from cpplan.plans.plan_reader import read_plan_file, wave_gdn_handoff
 from cpplan.plans.result import PlanResult
@@ -164,12 +164,14 @@ def process_group(group) -> dist.ProcessGroup | None:
 
 class _WaveRun:
     """One wave's forward through the model's own module calls (see :mod:`cpplan.hf.module_calls`):
-    the overriding forwards of the causal LM, its decoder stack and each token mixer."""
+    the overriding forwards of the causal LM, its decoder stack and each token mixer (and, where the
+    local ranks own no token, ``idle``, each MLP or MoE block's own forward touching its parameters)."""
 
     def __init__(self, lm, batches, geo, comm, kernels: str, counted, head: _Head, handoff: str) -> None:
         self.lm, self.geo, self.comm, self.kernels, self.handoff = lm, geo, comm, kernels, handoff
         self.counted, self.head = counted, head
         self.masks = WaveMasks(geo)
+        self.idle = not any(geo.counts[r] for r in comm.ranks)
         device = lm.lm_head.weight.device
         self.input_ids = torch.cat([batches[r].input_ids for r in comm.ranks]).to(device)
         self.position_ids = torch.cat([batches[r].position_ids for r in comm.ranks]).to(device)
@@ -179,11 +181,13 @@ class _WaveRun:
         """(module, attribute, value) to install for the wave: the forwards, and no layer checkpointing."""
         mixers = [(layer.mixer, "forward", mixer_forward(layer, self)) for layer in self.lm.layers]
         unchecked = [(layer.module, "gradient_checkpointing", False) for layer in self.lm.layers]
+        idle = [(layer.mlp, "forward", idle_forward(layer.mlp)) for layer in self.lm.layers if self.idle]
         return [
             (self.lm.base, "forward", self.causal_lm_forward),
             (self.lm.inner, "forward", self.stack_forward),
             *mixers,
             *unchecked,
+            *idle,
         ]
 
     def causal_lm_forward(self, *args, **kwargs) -> tuple[dict[Key, torch.Tensor], ...]:
@@ -275,7 +279,9 @@ def _target_logprobs(
 ) -> tuple[torch.Tensor, ...]:
     """``log p(targets[i] | rows[i])`` (and the entropy, a second tensor) for each pair of normed final
     states: the LM head on ``head.chunk_tokens`` of them at a time, recomputed in backward (only the
-    chosen values are kept)."""
+    chosen values are kept). With no pair the head still runs once, on zero rows, so that the values
+    depend on the final states and the head (a zero gradient: every rank's backward reaches the same
+    modules, as FSDP2 and DDP need)."""
     chunk_tokens = head.chunk_tokens
     device = hidden.device
     normed = hidden[torch.as_tensor(rows, device=device, dtype=torch.long)]
@@ -290,10 +296,8 @@ def _target_logprobs(
             head.entropy,
             use_reentrant=False,
         )
-        for s in range(0, len(rows), chunk_tokens)
+        for s in range(0, max(len(rows), 1), chunk_tokens)
     ]
-    if not parts:
-        return tuple(normed.new_zeros(0, dtype=compute_dtype(normed.dtype)) for _ in range(head.width))
     return tuple(torch.cat(column) for column in zip(*parts, strict=True))
 
 
