@@ -15,8 +15,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-import numpy as np
-
 from cpplan.errors import CpplanError, NoFitError
 from cpplan.planners import PLANNERS, Strategy
 from cpplan.planners.budget import Budget
@@ -243,16 +241,15 @@ def _decided_waves(
     problem: Problem, budget: Budget, size: int, waves: list[WavePlan], outcomes: list[ModelOutcome]
 ) -> list[WavePlan]:
     """``waves`` (of CP group ``size``, whole items) with the ownership model's decision over them, on
-    the sub-problem of their items (each wave as it was where the model gives none, or leaves a rank of
-    the group without a chunk: execution runs every rank of a group on tokens of its own); its outcome
-    is appended to ``outcomes``."""
+    the sub-problem of their items (each wave as it was where the model gives none; a rank of the group
+    may own no chunk: execution runs it exactly on no token); its outcome is appended to ``outcomes``."""
     items = sorted(i for w in waves for i in w.items)
     sub = SubProblem.of(group_problem(problem, size), items)
     proposal = Plan(strategy="cpsat", waves=tuple(sub.from_parent(w) for w in waves))
     plan, run = decide(sub.problem, Pool.of({"cpsat": proposal}), budget, budget.verify_by, bounded=False)
     outcomes.append(run.outcomes[-1])
     decided = (sub.to_parent(w) for w in (plan.waves if plan is not None else ()))
-    by_items = {w.items: w for w in decided if np.bincount(w.owner, minlength=size).all()}
+    by_items = {w.items: w for w in decided}
     return [by_items.get(w.items, w) for w in waves]
 
 

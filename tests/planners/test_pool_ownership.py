@@ -48,10 +48,11 @@ def test_pool_plan_is_decided_by_the_ownership_model(pool_problem):
         assert new.items == old.items and new.cost_s <= old.cost_s
 
 
-def test_a_decided_pool_wave_leaves_no_rank_of_its_group_without_a_chunk(qwen36):
-    """On the mixed workload of the FSDP2 test (dp 2 x cp 2, its 6.2 GB budget), where the ownership
-    model prices a wave cheapest with every chunk on one rank, the plan keeps a wave's ownership only
-    where every rank of the group owns a chunk: execution runs each rank of a group on its own tokens."""
+def test_a_decided_pool_wave_may_leave_a_rank_of_its_group_idle(qwen36):
+    """On the mixed workload of the FSDP2 test (dp 2 x cp 2, its 6.2 GB budget), the ownership model
+    prices a wave cheapest with every chunk on one rank, and the plan keeps that decision: a rank that
+    owns no token of a wave runs exactly (tests/hf/test_hf_fsdp_scattered.py), so no guard makes the
+    plan dearer."""
     from cpplan.gpu_check.tiny_models import mixed_workload
 
     result = cpplan.plan(
@@ -62,5 +63,4 @@ def test_a_decided_pool_wave_leaves_no_rank_of_its_group_without_a_chunk(qwen36)
         solver=load_solver("deterministic"),
     )
     assert result.plan.num_waves >= 2
-    for wave in result.plan.waves:
-        assert sorted(set(wave.owner.tolist())) == [0, 1], wave.owner
+    assert any(len(set(wave.owner.tolist())) < 2 for wave in result.plan.waves)
