@@ -7,6 +7,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from cpplan.errors import InputError
 from cpplan.pricing.evaluator import RankPrices, price, wave_cost_s
 from cpplan.pricing.handoff import NO_HANDOFF, Handoff
 from cpplan.pricing.handoff_mode import ROUNDS, chosen_handoff
@@ -23,6 +24,16 @@ from cpplan.pricing.ownership import (
     rank_quantities,
 )
 from cpplan.pricing.problem import Problem
+from cpplan.pricing.whole_requests import (
+    align_ranks,
+    chunk_group_quantities,
+    chunk_groups,
+    compute_s,
+    group_loads,
+    pack_groups,
+    segment_units,
+    unit_quantities,
+)
 from cpplan.spec.quantities import (
     COUNTS,
     NUM_QUANTITIES,
@@ -84,7 +95,9 @@ def ownership_candidates(problem: Problem, layout: PackedLayout, stats: ChunkSta
     (:func:`cuts_where_little_waits`), and one balanced split free of ranges
     (:func:`balanced_ownership`), which evens out causal attention where a contiguous split cannot (a
     long sequence's early ranks hold more tokens, its late ranks more attended pairs) and loses where
-    its extra pieces and hand-off crossings cost more than it saves: the exact price decides."""
+    its extra pieces and hand-off crossings cost more than it saves, and the whole-request split
+    (:func:`whole_request_ownership`: ranks hold whole root subtrees, nothing crosses): the exact price
+    decides."""
     return [owner for owner, _ in _candidates(problem, layout, stats)]
 
 
@@ -108,9 +121,9 @@ def _candidates(
     for i, ends in enumerate(splits):
         if all(ends != splits[j] for j in range(i)):
             found.append((owner_of_ranges(ends), quantities[i]))
-    balanced = _balanced(problem, stats, matrix)
-    if balanced is not None and not any(np.array_equal(balanced[0], owner) for owner, _ in found):
-        found.append(balanced)
+    for extra in (_balanced(problem, stats, matrix), _whole(problem, layout, stats, matrix)):
+        if extra is not None and not any(np.array_equal(extra[0], owner) for owner, _ in found):
+            found.append(extra)
     return found
 
 
@@ -179,6 +192,32 @@ def _balanced(
     return None if owner is None else (owner, general_quantities(stats, owner, cp))
 
 
+def whole_request_ownership(problem: Problem, layout: PackedLayout, stats: ChunkStats) -> np.ndarray | None:
+    """Chunk owners under which every rank holds whole root subtrees of the wave's prefix tree (whole
+    :func:`~cpplan.pricing.whole_requests.chunk_groups`), bin-packed onto ranks by predicted seconds
+    within every rank's memory floors (:func:`~cpplan.pricing.whole_requests.pack_groups`); ``None``
+    when the wave is one group or some group fits no rank."""
+    found = _whole(problem, layout, stats, stats.quantity_matrix())
+    return None if found is None else found[0]
+
+
+def _whole(
+    problem: Problem, layout: PackedLayout, stats: ChunkStats, matrix: np.ndarray
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """:func:`whole_request_ownership`, with its rank quantities; ``matrix``: the chunks'
+    :meth:`~cpplan.pricing.ownership.ChunkStats.quantity_matrix`."""
+    cp = problem.topology.cp
+    groups = chunk_groups(layout, stats)
+    if groups.max() < 1:
+        return None
+    per_group = chunk_group_quantities(stats, matrix, groups)
+    rank_of = pack_groups(group_loads(problem, per_group, stats.packed_tokens), cp)
+    if rank_of is None:
+        return None
+    owner = rank_of[groups]
+    return owner, general_quantities(stats, owner, cp)
+
+
 ROOM_OVERFLOW = 0.1
 """How far over the budget the plain balanced split's peak may be for :func:`balanced_ownership` to
 look for one within the memory floors (a pass per chunk over every rank): further over, a scattered
@@ -187,6 +226,7 @@ split holds too many pieces' states for the room (a 5,543-chunk wave of 256 requ
 
 _REMOTE = np.array([QUANTITY_INDEX[q.name] for q in QUANTITIES if q.count == "remote"])
 _SEGMENTS = np.array(SEGMENT_COLUMNS)
+_TOKENS = QUANTITY_INDEX["tokens"]
 
 
 EDGE_STEPS = 12
@@ -275,7 +315,54 @@ def price_wave(
             wave = versions.wave(*repaired)
             if _better(wave, best, problem.memory_bytes):
                 best = wave
+    if owner is None and not split and problem.topology.cp > 1:
+        reordered = _reordered_wave(versions, best)
+        if reordered is not None and _better(reordered, best, problem.memory_bytes):
+            best = reordered
     return best
+
+
+def _reordered_wave(versions: _Versions, best: WavePlan) -> WavePlan | None:
+    """The wave with its items reordered so that every rank holds whole units (root subtrees joined by
+    items, :func:`~cpplan.pricing.whole_requests.segment_units`) and every rank's block but the last
+    ends on a chunk boundary, so nothing crosses ranks: units bin-packed onto ranks by predicted seconds
+    within the memory floors, then exchanged until the blocks align
+    (:func:`~cpplan.pricing.whole_requests.align_ranks`). ``None`` when the wave is one unit, no such
+    split is found, its predicted cost (exact without loss masks) does not beat ``best`` (which fits),
+    or the layout's name is no layout spec to pack the new order with."""
+    problem, layout, items = versions.problem, versions.layout, np.asarray(versions.items, dtype=np.int64)
+    cp, chunk_tokens = problem.topology.cp, problem.chunk_tokens
+    item_unit, segment_unit = segment_units(
+        layout, (problem.item_ptr[items + 1] - problem.item_ptr[items]).tolist()
+    )
+    if item_unit.max() < 1:
+        return None
+    per_unit = unit_quantities(layout, segment_unit)
+    loads = group_loads(problem, per_unit, layout.packed_tokens)
+    unit_tokens = per_unit[:, _TOKENS].astype(np.int64)
+    packed = pack_groups(loads, cp)
+    rank_of = None if packed is None else align_ranks(loads, unit_tokens, packed, cp, chunk_tokens)
+    if rank_of is None:
+        return None
+    remote_s = layout.packed_tokens * problem.card.constants.barrier_coefficients[:, _REMOTE].sum()
+    estimate_s = compute_s(loads, rank_of, cp) + remote_s + problem.card.wave_overhead_s
+    if best.fits(problem.memory_bytes) and estimate_s >= best.cost_s:
+        return None
+    try:
+        mask = problem.share_mask(versions.layout_name)
+    except InputError:
+        return None
+    order = np.lexsort((np.arange(items.size), item_unit, rank_of[item_unit]))
+    reordered = problem.pack(items[order], mask)
+    if reordered.packed_tokens != layout.packed_tokens or reordered.num_segments != layout.num_segments:
+        return None
+    stats = chunk_stats(reordered, chunk_tokens)
+    ends = np.cumsum(np.bincount(rank_of, weights=unit_tokens, minlength=cp)).astype(np.int64)
+    assert (ends[:-1] % chunk_tokens == 0).all(), "every rank's block but the last ends on a chunk boundary"
+    owner = np.searchsorted(ends, np.arange(stats.num_chunks) * chunk_tokens, side="right")
+    q = general_quantities(stats, owner, cp)
+    moved = replace(versions, items=tuple(items[order].tolist()), layout=reordered, stats=stats)
+    return moved.wave(owner, q, price(problem.card, q))
 
 
 def _cannot_win(problem: Problem, best: WavePlan, prices: RankPrices) -> bool:
