@@ -24,13 +24,11 @@ from cpplan.pricing.ownership import (
     rank_quantities,
 )
 from cpplan.pricing.problem import Problem
+from cpplan.pricing.rank_exchanges import align_ranks, compute_s, pack_groups
 from cpplan.pricing.whole_requests import (
-    align_ranks,
     chunk_group_quantities,
     chunk_groups,
-    compute_s,
     group_loads,
-    pack_groups,
     segment_units,
     unit_quantities,
 )
@@ -322,7 +320,25 @@ def price_wave(
     return best
 
 
-def _reordered_wave(versions: _Versions, best: WavePlan) -> WavePlan | None:
+def whole_request_wave(
+    problem: Problem, items: Sequence[int], layout: PackedLayout, layout_name: str
+) -> WavePlan | None:
+    """``items`` packed as ``layout_name`` (``layout``: in their given order) with the items reordered
+    so that every rank holds whole units and nothing crosses ranks (:func:`_reordered_wave`), priced;
+    ``None`` where no such split is found."""
+    versions = _Versions(
+        problem=problem,
+        items=tuple(items),
+        layout=layout,
+        layout_name=layout_name,
+        stats=chunk_stats(layout, problem.chunk_tokens),
+        split=False,
+        logical_tokens=problem.logical_tokens(items),
+    )
+    return _reordered_wave(versions, None)
+
+
+def _reordered_wave(versions: _Versions, best: WavePlan | None) -> WavePlan | None:
     """The wave with its items reordered so that every rank holds whole units (root subtrees joined by
     items, :func:`~cpplan.pricing.whole_requests.segment_units`) and every rank's block but the last
     ends on a chunk boundary, so nothing crosses ranks: units bin-packed onto ranks by predicted seconds
@@ -346,7 +362,7 @@ def _reordered_wave(versions: _Versions, best: WavePlan) -> WavePlan | None:
         return None
     remote_s = layout.packed_tokens * problem.card.constants.barrier_coefficients[:, _REMOTE].sum()
     estimate_s = compute_s(loads, rank_of, cp) + remote_s + problem.card.wave_overhead_s
-    if best.fits(problem.memory_bytes) and estimate_s >= best.cost_s:
+    if best is not None and best.fits(problem.memory_bytes) and estimate_s >= best.cost_s:
         return None
     try:
         mask = problem.share_mask(versions.layout_name)
