@@ -6,13 +6,16 @@ number of chunks. Every step is deterministic (the first candidate wins ties).""
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass
 
 import numpy as np
 
 IMPROVING_STEPS = 64
 """The most improving exchanges :func:`pack_groups` makes after the longest-first placement."""
+
+ALIGN_SLACK = 1e-3
+"""How much dearer (relative) than before an exchange of one group may leave a wave's compute seconds
+while aligning a rank for :func:`align_ranks` to take it without pricing exchanges of two."""
 
 ALIGNED_STEPS = 16
 """The most improving exchanges :func:`align_ranks` makes after aligning each rank."""
@@ -67,9 +70,10 @@ def align_ranks(
     """A copy of ``rank_of`` under which every rank but the last owns a whole number of chunks of tokens
     (``tokens``: per group), so that ranks' blocks of whole groups, laid out rank after rank, meet on
     chunk boundaries; ``None`` when none is found. Each rank in turn may be the one left unaligned
-    (ranks relabelled so it is the last), keeping the least compute seconds (the first on ties)."""
+    (ranks relabelled so it is the last), keeping the least compute seconds (the first on ties), until
+    one costs at most :data:`ALIGN_SLACK` more than ``rank_of``."""
     best: np.ndarray | None = None
-    best_s = np.inf
+    best_s, unaligned_s = np.inf, compute_s(loads, rank_of, num_ranks)
     for free in range(num_ranks - 1, -1, -1):
         label = np.array([r for r in range(num_ranks) if r != free] + [free], dtype=np.int64)
         trial = np.argsort(label)[rank_of]  # rank ``label[k]`` becomes rank k
@@ -77,6 +81,8 @@ def align_ranks(
             seconds = compute_s(loads, trial, num_ranks)
             if seconds < best_s:
                 best, best_s = trial, seconds
+            if best_s <= unaligned_s * (1 + ALIGN_SLACK):
+                break
     return best
 
 
@@ -101,14 +107,19 @@ class _Exchanges:
         rank_of[self.back[k][self.back[k] >= 0]] = self.rank
 
 
-def _subsets(groups: np.ndarray, sizes: tuple[int, ...]) -> list[tuple[int, ...]]:
-    """Every subset of ``groups`` of each size in ``sizes``, padded with ``-1`` to the largest size."""
-    width = max(sizes)
-    found = []
+def _subsets(groups: np.ndarray, sizes: tuple[int, ...]) -> np.ndarray:
+    """Every subset of ``groups`` of each size in ``sizes`` (at most two), as rows of two padded with
+    ``-1``."""
+    rows = []
     for size in sizes:
-        for combo in itertools.combinations(groups.tolist(), size):
-            found.append((*combo, *([-1] * (width - size))))
-    return found
+        if size == 0:
+            rows.append(np.full((1, 2), -1, dtype=np.int64))
+        elif size == 1:
+            rows.append(np.stack([groups, np.full(groups.size, -1)], axis=1))
+        else:
+            first, second = np.triu_indices(groups.size, k=1)
+            rows.append(np.stack([groups[first], groups[second]], axis=1))
+    return np.concatenate(rows).astype(np.int64).reshape(-1, 2)
 
 
 def _exchanges(
@@ -117,19 +128,21 @@ def _exchanges(
     """The exchanges between ``rank`` and each of ``partners`` of the given ``shapes`` (pairs of subset
     sizes going out and coming back; the empty exchange left out)."""
     partner, out, back = [], [], []
+    mine = np.flatnonzero(rank_of == rank)
     for other in partners:
-        mine, theirs = np.flatnonzero(rank_of == rank), np.flatnonzero(rank_of == other)
+        theirs = np.flatnonzero(rank_of == other)
         for out_sizes, back_sizes in shapes:
-            for a, b in itertools.product(_subsets(mine, out_sizes), _subsets(theirs, back_sizes)):
-                if max(a) >= 0 or max(b) >= 0:
-                    partner.append(other)
-                    out.append((*a, -1, -1)[:2])
-                    back.append((*b, -1, -1)[:2])
+            a, b = _subsets(mine, out_sizes), _subsets(theirs, back_sizes)
+            a, b = np.repeat(a, b.shape[0], axis=0), np.tile(b, (a.shape[0], 1))
+            moving = (a[:, 0] >= 0) | (b[:, 0] >= 0)
+            partner.append(np.full(int(moving.sum()), other, dtype=np.int64))
+            out.append(a[moving])
+            back.append(b[moving])
     return _Exchanges(
         rank=rank,
-        partner=np.array(partner, dtype=np.int64),
-        out=np.array(out, dtype=np.int64).reshape(-1, 2),
-        back=np.array(back, dtype=np.int64).reshape(-1, 2),
+        partner=np.concatenate([np.zeros(0, dtype=np.int64), *partner]),
+        out=np.concatenate([np.zeros((0, 2), dtype=np.int64), *out]),
+        back=np.concatenate([np.zeros((0, 2), dtype=np.int64), *back]),
     )
 
 
@@ -195,20 +208,39 @@ def _align(
     keep = _Residues(tokens=tokens, chunk_tokens=chunk_tokens, aligned=np.zeros(num_ranks, dtype=bool))
     for rank in range(num_ranks - 1):
         held = int(tokens[rank_of == rank].sum())
-        if held % chunk_tokens:
-            ex = _exchanges(rank_of, rank, list(range(rank + 1, num_ranks)), SINGLE + DOUBLE)
-            if ex.partner.size == 0:
-                return False
-            trial = _trials(loads, rank_of, num_ranks, ex)
-            trial = np.where((held - ex.sums(tokens)) % chunk_tokens == 0, trial, np.inf)
-            k = int(np.argmin(trial))
-            if not np.isfinite(trial[k]):
-                return False
-            ex.apply(rank_of, k)
+        if held % chunk_tokens and not _aligning(loads, tokens, rank_of, num_ranks, rank, chunk_tokens):
+            return False
         keep.aligned[rank] = True
         for _ in range(ALIGNED_STEPS):
             if not _improve(loads, rank_of, num_ranks, keep):
                 break
+    return True
+
+
+def _aligning(
+    loads: GroupLoads, tokens: np.ndarray, rank_of: np.ndarray, num_ranks: int, rank: int, chunk_tokens: int
+) -> bool:
+    """Apply the exchange between ``rank`` and a later rank that leaves ``rank``'s tokens a whole number
+    of chunks at the least compute seconds within the room: a :data:`SINGLE` one where it costs no more
+    than :data:`ALIGN_SLACK` over the seconds before, else the better of it and the best
+    :data:`DOUBLE` one; whether one was found. ``rank_of`` changes in place."""
+    before = compute_s(loads, rank_of, num_ranks)
+    held = int(tokens[rank_of == rank].sum())
+    best: tuple[float, _Exchanges, int] | None = None
+    for shapes in (SINGLE, DOUBLE):
+        ex = _exchanges(rank_of, rank, list(range(rank + 1, num_ranks)), shapes)
+        if ex.partner.size == 0:
+            continue
+        trial = _trials(loads, rank_of, num_ranks, ex)
+        trial = np.where((held - ex.sums(tokens)) % chunk_tokens == 0, trial, np.inf)
+        k = int(np.argmin(trial))
+        if np.isfinite(trial[k]) and (best is None or trial[k] < best[0]):
+            best = (float(trial[k]), ex, k)
+        if best is not None and best[0] <= before * (1 + ALIGN_SLACK):
+            break
+    if best is None:
+        return False
+    best[1].apply(rank_of, best[2])
     return True
 
 

@@ -356,13 +356,14 @@ def _reordered_wave(versions: _Versions, best: WavePlan | None) -> WavePlan | No
     per_unit = unit_quantities(layout, segment_unit)
     loads = group_loads(problem, per_unit, layout.packed_tokens)
     unit_tokens = per_unit[:, _TOKENS].astype(np.int64)
-    packed = pack_groups(loads, cp)
-    rank_of = None if packed is None else align_ranks(loads, unit_tokens, packed, cp, chunk_tokens)
-    if rank_of is None:
-        return None
     remote_s = layout.packed_tokens * problem.card.constants.barrier_coefficients[:, _REMOTE].sum()
-    estimate_s = compute_s(loads, rank_of, cp) + remote_s + problem.card.wave_overhead_s
-    if best is not None and best.fits(problem.memory_bytes) and estimate_s >= best.cost_s:
+    beat_s = np.inf if best is None or not best.fits(problem.memory_bytes) else best.cost_s
+    beat_s -= remote_s + problem.card.wave_overhead_s
+    packed = pack_groups(loads, cp)
+    if packed is None or compute_s(loads, packed, cp) >= beat_s:
+        return None  # aligning the blocks seldom makes a packing cheaper
+    rank_of = align_ranks(loads, unit_tokens, packed, cp, chunk_tokens)
+    if rank_of is None or compute_s(loads, rank_of, cp) >= beat_s:
         return None
     try:
         mask = problem.share_mask(versions.layout_name)
