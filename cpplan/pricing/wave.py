@@ -90,7 +90,8 @@ def ownership_candidates(problem: Problem, layout: PackedLayout, stats: ChunkSta
     """The ownerships a proposer's wave is priced under: the contiguous splits balanced by predicted
     seconds (attention work included) and by token count (what :func:`edge_ownership` repairs at the
     memory edge), the first with its cuts moved where little of the GDN recurrence waits
-    (:func:`cuts_where_little_waits`), and one balanced split free of ranges
+    (:func:`cuts_where_little_waits`) and where each barrier is balanced (:func:`barrier_balanced_ends`),
+    one balanced split free of ranges
     (:func:`balanced_ownership`), which evens out causal attention where a contiguous split cannot (a
     long sequence's early ranks hold more tokens, its late ranks more attended pairs) and loses where
     its extra pieces and hand-off crossings cost more than it saves, and the whole-request split
@@ -114,6 +115,8 @@ def _candidates(
         range_ends(stats.tokens.astype(np.float64), cp),
     ]
     splits.append(cuts_where_little_waits(layout, stats, splits[0]))
+    chunk_barrier_s = matrix @ problem.card.constants.barrier_coefficients.T
+    splits.append(barrier_balanced_ends(chunk_barrier_s, cp))
     quantities = range_quantities(stats, splits)
     found: list[tuple[np.ndarray, np.ndarray]] = []
     for i, ends in enumerate(splits):
@@ -123,6 +126,29 @@ def _candidates(
         if extra is not None and not any(np.array_equal(extra[0], owner) for owner, _ in found):
             found.append(extra)
     return found
+
+
+BARRIER_WEIGHTS = (0.0, 0.25, 0.5, 0.75, 1.0)
+"""Weights of the costliest barrier against the second in :func:`barrier_balanced_ends`'s splits."""
+
+
+def barrier_balanced_ends(chunk_barrier_s: np.ndarray, num_ranks: int) -> list[int]:
+    """The contiguous split, among those balancing a mix of the two costliest barriers' seconds (each
+    over its wave total; ``chunk_barrier_s``: per chunk and barrier) in the proportions of
+    :data:`BARRIER_WEIGHTS`, whose compute seconds (per barrier the slowest rank, summed) are least
+    (the first on ties): a split balanced in total seconds leaves each rank slowest in a different
+    barrier."""
+    totals = chunk_barrier_s.sum(axis=0)
+    largest = np.argsort(-totals, kind="stable")[:2]
+    if largest.size < 2 or totals[largest[1]] <= 0:
+        return range_ends(chunk_barrier_s.sum(axis=1), num_ranks)
+    normalized = chunk_barrier_s[:, largest] / totals[largest]
+    splits = [range_ends(normalized @ np.array([w, 1 - w]), num_ranks) for w in BARRIER_WEIGHTS]
+    prefix = np.concatenate([np.zeros((1, totals.size)), np.cumsum(chunk_barrier_s, axis=0)])
+    ends = np.asarray(splits, dtype=np.int64)
+    starts = np.concatenate([np.zeros((ends.shape[0], 1), dtype=np.int64), ends[:, :-1]], axis=1)
+    seconds = (prefix[ends] - prefix[starts]).max(axis=1).sum(axis=1)
+    return splits[int(np.argmin(seconds))]
 
 
 def cuts_where_little_waits(layout: PackedLayout, stats: ChunkStats, ends: list[int]) -> list[int]:
