@@ -154,13 +154,17 @@ DOUBLE = (((2,), (0, 1)), ((0, 1), (2,)))
 
 
 def _trials(loads: GroupLoads, rank_of: np.ndarray, num_ranks: int, ex: _Exchanges) -> np.ndarray:
-    """The compute seconds after each exchange (infinite where it leaves a rank over its room)."""
+    """The compute seconds after each exchange (infinite where it leaves a rank over its room or without
+    a group: every rank of a group runs its own tokens)."""
     rank_s = _rank_sums(loads.barrier_s, rank_of, num_ranks)
     rank_bytes = _rank_sums(loads.bytes, rank_of, num_ranks)
     moved, moved_bytes = ex.sums(loads.barrier_s), ex.sums(loads.bytes)
     fits = ((rank_bytes[ex.partner] + moved_bytes <= loads.room_bytes).all(axis=1)) & (
         (rank_bytes[ex.rank] - moved_bytes <= loads.room_bytes).all(axis=1)
     )
+    counts = np.bincount(rank_of, minlength=num_ranks)
+    moved_count = (ex.out >= 0).sum(axis=1) - (ex.back >= 0).sum(axis=1)
+    fits &= (counts[ex.rank] - moved_count > 0) & (counts[ex.partner] + moved_count > 0)
     rest = np.array([_max_without(rank_s, ex.rank, b) for b in range(num_ranks)])
     after = np.maximum(rank_s[ex.rank] - moved, rank_s[ex.partner] + moved)
     return np.where(fits, np.maximum(rest[ex.partner], after).sum(axis=1), np.inf)

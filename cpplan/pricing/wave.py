@@ -219,8 +219,8 @@ def _balanced(
 def whole_request_ownership(problem: Problem, layout: PackedLayout, stats: ChunkStats) -> np.ndarray | None:
     """Chunk owners under which every rank holds whole root subtrees of the wave's prefix tree (whole
     :func:`~cpplan.pricing.whole_requests.chunk_groups`), bin-packed onto ranks by predicted seconds
-    within every rank's memory floors (:func:`~cpplan.pricing.whole_requests.pack_groups`); ``None``
-    when the wave is one group or some group fits no rank."""
+    within every rank's memory floors (:func:`~cpplan.pricing.rank_exchanges.pack_groups`); ``None``
+    when the wave is one group, some group fits no rank, or some rank would own no chunk."""
     found = _whole(problem, layout, stats, stats.quantity_matrix())
     return None if found is None else found[0]
 
@@ -239,6 +239,8 @@ def _whole(
     if rank_of is None:
         return None
     owner = rank_of[groups]
+    if np.bincount(owner, minlength=cp).min() == 0:
+        return None  # every rank of a group runs its own tokens
     return owner, general_quantities(stats, owner, cp)
 
 
@@ -369,9 +371,9 @@ def _reordered_wave(versions: _Versions, best: WavePlan | None) -> WavePlan | No
     items, :func:`~cpplan.pricing.whole_requests.segment_units`) and every rank's block but the last
     ends on a chunk boundary, so nothing crosses ranks: units bin-packed onto ranks by predicted seconds
     within the memory floors, then exchanged until the blocks align
-    (:func:`~cpplan.pricing.whole_requests.align_ranks`). ``None`` when the wave is one unit, no such
-    split is found, its predicted cost (exact without loss masks) does not beat ``best`` (which fits),
-    or the layout's name is no layout spec to pack the new order with."""
+    (:func:`~cpplan.pricing.rank_exchanges.align_ranks`). ``None`` when the wave is one unit, no such
+    split is found, some rank would own nothing, its predicted cost (exact without loss masks) does not
+    beat ``best`` (which fits), or the layout's name is no layout spec to pack the new order with."""
     problem, layout, items = versions.problem, versions.layout, np.asarray(versions.items, dtype=np.int64)
     cp, chunk_tokens = problem.topology.cp, problem.chunk_tokens
     item_unit, segment_unit = segment_units(
@@ -391,6 +393,8 @@ def _reordered_wave(versions: _Versions, best: WavePlan | None) -> WavePlan | No
     rank_of = align_ranks(loads, unit_tokens, packed, cp, chunk_tokens)
     if rank_of is None or compute_s(loads, rank_of, cp) >= beat_s:
         return None
+    if np.bincount(rank_of, minlength=cp).min() == 0:
+        return None  # every rank of a group runs its own tokens
     try:
         mask = problem.share_mask(versions.layout_name)
     except InputError:
