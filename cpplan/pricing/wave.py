@@ -7,6 +7,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from cpplan.errors import InputError
 from cpplan.pricing.evaluator import RankPrices, price, wave_cost_s
 from cpplan.pricing.handoff import NO_HANDOFF, Handoff
 from cpplan.pricing.handoff_mode import ROUNDS, chosen_handoff
@@ -23,6 +24,14 @@ from cpplan.pricing.ownership import (
     rank_quantities,
 )
 from cpplan.pricing.problem import Problem
+from cpplan.pricing.rank_exchanges import align_ranks, compute_s, pack_groups
+from cpplan.pricing.whole_requests import (
+    chunk_group_quantities,
+    chunk_groups,
+    group_loads,
+    segment_units,
+    unit_quantities,
+)
 from cpplan.spec.quantities import (
     COUNTS,
     NUM_QUANTITIES,
@@ -81,10 +90,13 @@ def ownership_candidates(problem: Problem, layout: PackedLayout, stats: ChunkSta
     """The ownerships a proposer's wave is priced under: the contiguous splits balanced by predicted
     seconds (attention work included) and by token count (what :func:`edge_ownership` repairs at the
     memory edge), the first with its cuts moved where little of the GDN recurrence waits
-    (:func:`cuts_where_little_waits`), and one balanced split free of ranges
+    (:func:`cuts_where_little_waits`) and where each barrier is balanced (:func:`barrier_balanced_ends`),
+    one balanced split free of ranges
     (:func:`balanced_ownership`), which evens out causal attention where a contiguous split cannot (a
     long sequence's early ranks hold more tokens, its late ranks more attended pairs) and loses where
-    its extra pieces and hand-off crossings cost more than it saves: the exact price decides."""
+    its extra pieces and hand-off crossings cost more than it saves, and the whole-request split
+    (:func:`whole_request_ownership`: ranks hold whole root subtrees, nothing crosses): the exact price
+    decides."""
     return [owner for owner, _ in _candidates(problem, layout, stats)]
 
 
@@ -103,15 +115,40 @@ def _candidates(
         range_ends(stats.tokens.astype(np.float64), cp),
     ]
     splits.append(cuts_where_little_waits(layout, stats, splits[0]))
+    chunk_barrier_s = matrix @ problem.card.constants.barrier_coefficients.T
+    splits.append(barrier_balanced_ends(chunk_barrier_s, cp))
     quantities = range_quantities(stats, splits)
     found: list[tuple[np.ndarray, np.ndarray]] = []
     for i, ends in enumerate(splits):
         if all(ends != splits[j] for j in range(i)):
             found.append((owner_of_ranges(ends), quantities[i]))
-    balanced = _balanced(problem, stats, matrix)
-    if balanced is not None and not any(np.array_equal(balanced[0], owner) for owner, _ in found):
-        found.append(balanced)
+    for extra in (_balanced(problem, stats, matrix), _whole(problem, layout, stats, matrix)):
+        if extra is not None and not any(np.array_equal(extra[0], owner) for owner, _ in found):
+            found.append(extra)
     return found
+
+
+BARRIER_WEIGHTS = (0.0, 0.25, 0.5, 0.75, 1.0)
+"""Weights of the costliest barrier against the second in :func:`barrier_balanced_ends`'s splits."""
+
+
+def barrier_balanced_ends(chunk_barrier_s: np.ndarray, num_ranks: int) -> list[int]:
+    """The contiguous split, among those balancing a mix of the two costliest barriers' seconds (each
+    over its wave total; ``chunk_barrier_s``: per chunk and barrier) in the proportions of
+    :data:`BARRIER_WEIGHTS`, whose compute seconds (per barrier the slowest rank, summed) are least
+    (the first on ties): a split balanced in total seconds leaves each rank slowest in a different
+    barrier."""
+    totals = chunk_barrier_s.sum(axis=0)
+    largest = np.argsort(-totals, kind="stable")[:2]
+    if largest.size < 2 or totals[largest[1]] <= 0:
+        return range_ends(chunk_barrier_s.sum(axis=1), num_ranks)
+    normalized = chunk_barrier_s[:, largest] / totals[largest]
+    splits = [range_ends(normalized @ np.array([w, 1 - w]), num_ranks) for w in BARRIER_WEIGHTS]
+    prefix = np.concatenate([np.zeros((1, totals.size)), np.cumsum(chunk_barrier_s, axis=0)])
+    ends = np.asarray(splits, dtype=np.int64)
+    starts = np.concatenate([np.zeros((ends.shape[0], 1), dtype=np.int64), ends[:, :-1]], axis=1)
+    seconds = (prefix[ends] - prefix[starts]).max(axis=1).sum(axis=1)
+    return splits[int(np.argmin(seconds))]
 
 
 def cuts_where_little_waits(layout: PackedLayout, stats: ChunkStats, ends: list[int]) -> list[int]:
@@ -179,6 +216,34 @@ def _balanced(
     return None if owner is None else (owner, general_quantities(stats, owner, cp))
 
 
+def whole_request_ownership(problem: Problem, layout: PackedLayout, stats: ChunkStats) -> np.ndarray | None:
+    """Chunk owners under which every rank holds whole root subtrees of the wave's prefix tree (whole
+    :func:`~cpplan.pricing.whole_requests.chunk_groups`), bin-packed onto ranks by predicted seconds
+    within every rank's memory floors (:func:`~cpplan.pricing.rank_exchanges.pack_groups`); ``None``
+    when the wave is one group, some group fits no rank, or some rank would own no chunk."""
+    found = _whole(problem, layout, stats, stats.quantity_matrix())
+    return None if found is None else found[0]
+
+
+def _whole(
+    problem: Problem, layout: PackedLayout, stats: ChunkStats, matrix: np.ndarray
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """:func:`whole_request_ownership`, with its rank quantities; ``matrix``: the chunks'
+    :meth:`~cpplan.pricing.ownership.ChunkStats.quantity_matrix`."""
+    cp = problem.topology.cp
+    groups = chunk_groups(layout, stats)
+    if groups.max() < 1:
+        return None
+    per_group = chunk_group_quantities(stats, matrix, groups)
+    rank_of = pack_groups(group_loads(problem, per_group, stats.packed_tokens), cp)
+    if rank_of is None:
+        return None
+    owner = rank_of[groups]
+    if np.bincount(owner, minlength=cp).min() == 0:
+        return None  # every rank of a group runs its own tokens
+    return owner, general_quantities(stats, owner, cp)
+
+
 ROOM_OVERFLOW = 0.1
 """How far over the budget the plain balanced split's peak may be for :func:`balanced_ownership` to
 look for one within the memory floors (a pass per chunk over every rank): further over, a scattered
@@ -187,6 +252,7 @@ split holds too many pieces' states for the room (a 5,543-chunk wave of 256 requ
 
 _REMOTE = np.array([QUANTITY_INDEX[q.name] for q in QUANTITIES if q.count == "remote"])
 _SEGMENTS = np.array(SEGMENT_COLUMNS)
+_TOKENS = QUANTITY_INDEX["tokens"]
 
 
 EDGE_STEPS = 12
@@ -275,7 +341,75 @@ def price_wave(
             wave = versions.wave(*repaired)
             if _better(wave, best, problem.memory_bytes):
                 best = wave
+    if owner is None and not split and problem.topology.cp > 1:
+        reordered = _reordered_wave(versions, best)
+        if reordered is not None and _better(reordered, best, problem.memory_bytes):
+            best = reordered
     return best
+
+
+def whole_request_wave(
+    problem: Problem, items: Sequence[int], layout: PackedLayout, layout_name: str
+) -> WavePlan | None:
+    """``items`` packed as ``layout_name`` (``layout``: in their given order) with the items reordered
+    so that every rank holds whole units and nothing crosses ranks (:func:`_reordered_wave`), priced;
+    ``None`` where no such split is found."""
+    versions = _Versions(
+        problem=problem,
+        items=tuple(items),
+        layout=layout,
+        layout_name=layout_name,
+        stats=chunk_stats(layout, problem.chunk_tokens),
+        split=False,
+        logical_tokens=problem.logical_tokens(items),
+    )
+    return _reordered_wave(versions, None)
+
+
+def _reordered_wave(versions: _Versions, best: WavePlan | None) -> WavePlan | None:
+    """The wave with its items reordered so that every rank holds whole units (root subtrees joined by
+    items, :func:`~cpplan.pricing.whole_requests.segment_units`) and every rank's block but the last
+    ends on a chunk boundary, so nothing crosses ranks: units bin-packed onto ranks by predicted seconds
+    within the memory floors, then exchanged until the blocks align
+    (:func:`~cpplan.pricing.rank_exchanges.align_ranks`). ``None`` when the wave is one unit, no such
+    split is found, some rank would own nothing, its predicted cost (exact without loss masks) does not
+    beat ``best`` (which fits), or the layout's name is no layout spec to pack the new order with."""
+    problem, layout, items = versions.problem, versions.layout, np.asarray(versions.items, dtype=np.int64)
+    cp, chunk_tokens = problem.topology.cp, problem.chunk_tokens
+    item_unit, segment_unit = segment_units(
+        layout, (problem.item_ptr[items + 1] - problem.item_ptr[items]).tolist()
+    )
+    if item_unit.max() < 1:
+        return None
+    per_unit = unit_quantities(layout, segment_unit)
+    loads = group_loads(problem, per_unit, layout.packed_tokens)
+    unit_tokens = per_unit[:, _TOKENS].astype(np.int64)
+    remote_s = layout.packed_tokens * problem.card.constants.barrier_coefficients[:, _REMOTE].sum()
+    beat_s = np.inf if best is None or not best.fits(problem.memory_bytes) else best.cost_s
+    beat_s -= remote_s + problem.card.wave_overhead_s
+    packed = pack_groups(loads, cp)
+    if packed is None or compute_s(loads, packed, cp) >= beat_s:
+        return None  # aligning the blocks seldom makes a packing cheaper
+    rank_of = align_ranks(loads, unit_tokens, packed, cp, chunk_tokens)
+    if rank_of is None or compute_s(loads, rank_of, cp) >= beat_s:
+        return None
+    if np.bincount(rank_of, minlength=cp).min() == 0:
+        return None  # every rank of a group runs its own tokens
+    try:
+        mask = problem.share_mask(versions.layout_name)
+    except InputError:
+        return None
+    order = np.lexsort((np.arange(items.size), item_unit, rank_of[item_unit]))
+    reordered = problem.pack(items[order], mask)
+    if reordered.packed_tokens != layout.packed_tokens or reordered.num_segments != layout.num_segments:
+        return None
+    stats = chunk_stats(reordered, chunk_tokens)
+    ends = np.cumsum(np.bincount(rank_of, weights=unit_tokens, minlength=cp)).astype(np.int64)
+    assert (ends[:-1] % chunk_tokens == 0).all(), "every rank's block but the last ends on a chunk boundary"
+    owner = np.searchsorted(ends, np.arange(stats.num_chunks) * chunk_tokens, side="right")
+    q = general_quantities(stats, owner, cp)
+    moved = replace(versions, items=tuple(items[order].tolist()), layout=reordered, stats=stats)
+    return moved.wave(owner, q, price(problem.card, q))
 
 
 def _cannot_win(problem: Problem, best: WavePlan, prices: RankPrices) -> bool:

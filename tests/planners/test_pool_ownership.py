@@ -17,10 +17,10 @@ from cpplan.spec.settings import Settings
 
 @pytest.fixture(scope="module")
 def pool_problem(qwen36) -> Problem:
-    """The quick suite's GRPO step (16 completions a prompt) on two CP2 groups with 40 GiB a rank: a
-    step whose scheduled waves the balanced split leaves imbalanced."""
+    """The quick suite's GRPO step (16 completions a prompt) on two CP4 groups with 40 GiB a rank: a
+    step whose scheduled waves the proposers' own splits leave imbalanced."""
     case = next(c for c in suite(quick=True) if c.name == "grpo_g8_16to1")
-    settings = Settings.from_user(topology=cpplan.Topology(dp=2, cp=2), model=qwen36, memory_bytes="40GiB")
+    settings = Settings.from_user(topology=cpplan.Topology(dp=2, cp=4), model=qwen36, memory_bytes="40GiB")
     return Problem.build(case.build(), settings)
 
 

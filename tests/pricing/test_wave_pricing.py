@@ -12,6 +12,7 @@ from cpplan.pricing.handoff import handoff_modes
 from cpplan.pricing.ownership import (
     MemoryRoom,
     balanced_owner,
+    chunk_stats,
     contiguous_split,
     owner_of_ranges,
     rank_quantities,
@@ -25,6 +26,8 @@ from cpplan.pricing.wave import (
     first_fitting,
     ownership_candidates,
     price_wave,
+    whole_request_ownership,
+    whole_request_wave,
 )
 from cpplan.spec.settings import Settings
 
@@ -144,17 +147,38 @@ def test_unshared_bound_never_rules_out_a_fitting_wave(qwen36):
     assert ruled_out > 0
 
 
+def _barrier_balanced(chunk_barrier_s: np.ndarray, cp: int) -> np.ndarray:
+    """Of the contiguous splits balancing 0, 1/4, ..., 1 of the costliest barrier's seconds against the
+    second's (each over its total), the one whose per-barrier slowest ranks sum least."""
+    totals = chunk_barrier_s.sum(axis=0)
+    first, second = np.argsort(-totals, kind="stable")[:2]
+    best, best_s = None, np.inf
+    for w in (0.0, 0.25, 0.5, 0.75, 1.0):
+        weights = (
+            w * chunk_barrier_s[:, first] / totals[first]
+            + (1 - w) * chunk_barrier_s[:, second] / totals[second]
+        )
+        owner = contiguous_split(weights, cp)
+        per_rank = np.stack([chunk_barrier_s[owner == r].sum(axis=0) for r in range(cp)])
+        seconds = per_rank.max(axis=0).sum()
+        if seconds < best_s:
+            best, best_s = owner, seconds
+    return best
+
+
 def _candidates_by_definition(problem: Problem, layout, stats) -> list[np.ndarray]:
     """ownership_candidates by its definition: the time- and token-balanced contiguous splits, the first
-    with its cuts moved where little waits, and the balanced split free of ranges, repeats left out."""
+    with its cuts moved where little waits, the barrier-balanced contiguous split, the balanced split
+    free of ranges and the whole-request split, repeats left out."""
     cp, constants = problem.topology.cp, problem.card.constants
     matrix = stats.quantity_matrix()
     by_time = contiguous_split(matrix @ constants.time_coefficients, cp)
     moved = cuts_where_little_waits(layout, stats, np.searchsorted(by_time, np.arange(1, cp + 1)).tolist())
     candidates = [by_time, contiguous_split(stats.tokens.astype(np.float64), cp), owner_of_ranges(moved)]
+    candidates.append(_barrier_balanced(matrix @ constants.barrier_coefficients.T, cp))
     balanced = balanced_ownership(problem, stats)
-    if balanced is not None:
-        candidates.append(balanced)
+    whole = whole_request_ownership(problem, layout, stats)
+    candidates.extend(owner for owner in (balanced, whole) if owner is not None)
     distinct: list[np.ndarray] = []
     for owner in candidates:
         if not any(np.array_equal(owner, seen) for seen in distinct):
@@ -164,9 +188,10 @@ def _candidates_by_definition(problem: Problem, layout, stats) -> list[np.ndarra
 
 def test_candidates_are_the_balanced_splits(qwen36):
     """ownership_candidates gives exactly the time- and token-balanced contiguous splits, the first with
-    its cuts moved where little waits, and the balanced split free of ranges, on random GRPO waves at
-    CP 2, 4 and 8 under full and no sharing; the priced wave is the cheapest of them and its
-    quantities are its ownership's."""
+    its cuts moved where little waits, the barrier-balanced contiguous split, the balanced split free
+    of ranges and the whole-request split, on random GRPO waves at CP 2, 4 and 8 under full and no
+    sharing; the priced wave is the cheapest of them and of the wave reordered so ranks hold whole
+    requests, and its quantities are its ownership's."""
     rng = np.random.default_rng(5)
     for seed in range(6):
         workload = grpo(
@@ -185,11 +210,14 @@ def test_candidates_are_the_balanced_splits(qwen36):
             for spec in ("full", "none"):
                 layout = problem.pack(items, spec)
                 wave = price_wave(problem, items, layout, spec)
-                expected = _candidates_by_definition(problem, layout, wave.stats)
-                found = ownership_candidates(problem, layout, wave.stats)
+                stats = chunk_stats(layout, problem.chunk_tokens)
+                expected = _candidates_by_definition(problem, layout, stats)
+                found = ownership_candidates(problem, layout, stats)
                 assert len(found) == len(expected)
                 assert all(np.array_equal(a, b) for a, b in zip(found, expected, strict=True))
                 costs = [price_wave(problem, items, layout, spec, owner=owner).cost_s for owner in found]
+                whole = whole_request_wave(problem, items, layout, spec)
+                costs += [] if whole is None else [whole.cost_s]
                 assert wave.cost_s == min(costs)
                 assert np.array_equal(wave.quantities, rank_quantities(wave.stats, wave.owner, cp))
 

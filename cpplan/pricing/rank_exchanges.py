@@ -1,0 +1,261 @@
+"""Bin packing of indivisible groups of chunks onto CP ranks by predicted seconds, within every rank's
+memory room: longest first to the least-loaded rank that fits, then exchanges of groups between ranks,
+each the one that lowers the wave's compute seconds (per barrier the slowest rank, summed) most; and,
+for blocks laid out rank after rank, exchanges that make every rank's tokens but the last's a whole
+number of chunks. Every step is deterministic (the first candidate wins ties)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+IMPROVING_STEPS = 64
+"""The most improving exchanges :func:`pack_groups` makes after the longest-first placement."""
+
+ALIGN_SLACK = 1e-3
+"""How much dearer (relative) than before an exchange of one group may leave a wave's compute seconds
+while aligning a rank for :func:`align_ranks` to take it without pricing exchanges of two."""
+
+ALIGNED_STEPS = 16
+"""The most improving exchanges :func:`align_ranks` makes after aligning each rank."""
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class GroupLoads:
+    """What each group adds to the rank that owns it: ``barrier_s`` (seconds within each barrier of the
+    card, shape ``(groups, barriers)``), ``bytes`` (per memory envelope, shape ``(groups, envelopes)``),
+    and what every rank's envelopes may hold, ``room_bytes``."""
+
+    barrier_s: np.ndarray
+    bytes: np.ndarray
+    room_bytes: np.ndarray
+
+    @property
+    def num_groups(self) -> int:
+        """Number of groups."""
+        return int(self.barrier_s.shape[0])
+
+
+def pack_groups(loads: GroupLoads, num_ranks: int) -> np.ndarray | None:
+    """Each group's rank: longest first (predicted seconds; the lower index on ties) to the least-loaded
+    rank it leaves within the room (the lower rank on ties), then up to :data:`IMPROVING_STEPS` moves
+    or swaps out of the slowest rank; ``None`` when some group fits no rank."""
+    seconds = loads.barrier_s.sum(axis=1)
+    rank_of = np.full(loads.num_groups, -1, dtype=np.int64)
+    rank_s = np.zeros(num_ranks)
+    rank_bytes = np.zeros((num_ranks, loads.bytes.shape[1]))
+    for g in np.argsort(-seconds, kind="stable").tolist():
+        fits = ((rank_bytes + loads.bytes[g]) <= loads.room_bytes).all(axis=1)
+        if not fits.any():
+            return None
+        rank = int(np.argmin(np.where(fits, rank_s, np.inf)))
+        rank_of[g] = rank
+        rank_s[rank] += seconds[g]
+        rank_bytes[rank] += loads.bytes[g]
+    for _ in range(IMPROVING_STEPS):
+        if not _improve(loads, rank_of, num_ranks, None):
+            break
+    return rank_of
+
+
+def compute_s(loads: GroupLoads, rank_of: np.ndarray, num_ranks: int) -> float:
+    """The compute seconds of a group-to-rank map: per barrier the slowest rank, summed."""
+    return float(_rank_sums(loads.barrier_s, rank_of, num_ranks).max(axis=0).sum())
+
+
+def align_ranks(
+    loads: GroupLoads, tokens: np.ndarray, rank_of: np.ndarray, num_ranks: int, chunk_tokens: int
+) -> np.ndarray | None:
+    """A copy of ``rank_of`` under which every rank but the last owns a whole number of chunks of tokens
+    (``tokens``: per group), so that ranks' blocks of whole groups, laid out rank after rank, meet on
+    chunk boundaries; ``None`` when none is found. Each rank in turn may be the one left unaligned
+    (ranks relabelled so it is the last), keeping the least compute seconds (the first on ties), until
+    one costs at most :data:`ALIGN_SLACK` more than ``rank_of``."""
+    best: np.ndarray | None = None
+    best_s, unaligned_s = np.inf, compute_s(loads, rank_of, num_ranks)
+    for free in range(num_ranks - 1, -1, -1):
+        label = np.array([r for r in range(num_ranks) if r != free] + [free], dtype=np.int64)
+        trial = np.argsort(label)[rank_of]  # rank ``label[k]`` becomes rank k
+        if _align(loads, tokens, trial, num_ranks, chunk_tokens):
+            seconds = compute_s(loads, trial, num_ranks)
+            if seconds < best_s:
+                best, best_s = trial, seconds
+            if best_s <= unaligned_s * (1 + ALIGN_SLACK):
+                break
+    return best
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class _Exchanges:
+    """Exchanges between rank ``rank`` and others: per exchange the ``partner`` rank, the groups going
+    ``out`` of ``rank`` to it and those coming ``back`` (rows padded with ``-1``)."""
+
+    rank: int
+    partner: np.ndarray
+    out: np.ndarray
+    back: np.ndarray
+
+    def sums(self, values: np.ndarray) -> np.ndarray:
+        """Per exchange, what ``rank`` gives up of a per-group ``values`` (rows: groups)."""
+        padded = np.concatenate([values, np.zeros((1, *values.shape[1:]))])
+        return padded[self.out].sum(axis=1) - padded[self.back].sum(axis=1)
+
+    def apply(self, rank_of: np.ndarray, k: int) -> None:
+        """Carry out exchange ``k`` on ``rank_of``."""
+        rank_of[self.out[k][self.out[k] >= 0]] = self.partner[k]
+        rank_of[self.back[k][self.back[k] >= 0]] = self.rank
+
+
+def _subsets(groups: np.ndarray, sizes: tuple[int, ...]) -> np.ndarray:
+    """Every subset of ``groups`` of each size in ``sizes`` (at most two), as rows of two padded with
+    ``-1``."""
+    rows = []
+    for size in sizes:
+        if size == 0:
+            rows.append(np.full((1, 2), -1, dtype=np.int64))
+        elif size == 1:
+            rows.append(np.stack([groups, np.full(groups.size, -1)], axis=1))
+        else:
+            first, second = np.triu_indices(groups.size, k=1)
+            rows.append(np.stack([groups[first], groups[second]], axis=1))
+    return np.concatenate(rows).astype(np.int64).reshape(-1, 2)
+
+
+def _exchanges(
+    rank_of: np.ndarray, rank: int, partners: list[int], shapes: tuple[tuple[tuple[int, ...], ...], ...]
+) -> _Exchanges:
+    """The exchanges between ``rank`` and each of ``partners`` of the given ``shapes`` (pairs of subset
+    sizes going out and coming back; the empty exchange left out)."""
+    partner, out, back = [], [], []
+    mine = np.flatnonzero(rank_of == rank)
+    for other in partners:
+        theirs = np.flatnonzero(rank_of == other)
+        for out_sizes, back_sizes in shapes:
+            a, b = _subsets(mine, out_sizes), _subsets(theirs, back_sizes)
+            a, b = np.repeat(a, b.shape[0], axis=0), np.tile(b, (a.shape[0], 1))
+            moving = (a[:, 0] >= 0) | (b[:, 0] >= 0)
+            partner.append(np.full(int(moving.sum()), other, dtype=np.int64))
+            out.append(a[moving])
+            back.append(b[moving])
+    return _Exchanges(
+        rank=rank,
+        partner=np.concatenate([np.zeros(0, dtype=np.int64), *partner]),
+        out=np.concatenate([np.zeros((0, 2), dtype=np.int64), *out]),
+        back=np.concatenate([np.zeros((0, 2), dtype=np.int64), *back]),
+    )
+
+
+SINGLE = (((0, 1), (0, 1)),)
+"""Exchange shapes: a move either way or a swap of one group for one."""
+
+DOUBLE = (((2,), (0, 1)), ((0, 1), (2,)))
+"""Exchange shapes: two groups one way, at most one the other."""
+
+
+def _trials(loads: GroupLoads, rank_of: np.ndarray, num_ranks: int, ex: _Exchanges) -> np.ndarray:
+    """The compute seconds after each exchange (infinite where it leaves a rank over its room or without
+    a group: every rank of a group runs its own tokens)."""
+    rank_s = _rank_sums(loads.barrier_s, rank_of, num_ranks)
+    rank_bytes = _rank_sums(loads.bytes, rank_of, num_ranks)
+    moved, moved_bytes = ex.sums(loads.barrier_s), ex.sums(loads.bytes)
+    fits = ((rank_bytes[ex.partner] + moved_bytes <= loads.room_bytes).all(axis=1)) & (
+        (rank_bytes[ex.rank] - moved_bytes <= loads.room_bytes).all(axis=1)
+    )
+    counts = np.bincount(rank_of, minlength=num_ranks)
+    moved_count = (ex.out >= 0).sum(axis=1) - (ex.back >= 0).sum(axis=1)
+    fits &= (counts[ex.rank] - moved_count > 0) & (counts[ex.partner] + moved_count > 0)
+    rest = np.array([_max_without(rank_s, ex.rank, b) for b in range(num_ranks)])
+    after = np.maximum(rank_s[ex.rank] - moved, rank_s[ex.partner] + moved)
+    return np.where(fits, np.maximum(rest[ex.partner], after).sum(axis=1), np.inf)
+
+
+def _improve(loads: GroupLoads, rank_of: np.ndarray, num_ranks: int, keep: _Residues | None) -> bool:
+    """Apply the move or swap out of the slowest rank that lowers :func:`compute_s` most within the room
+    and keeps ``keep``'s aligned ranks aligned; whether one did. ``rank_of`` changes in place."""
+    rank_s = _rank_sums(loads.barrier_s, rank_of, num_ranks)
+    slowest = int(np.argmax(rank_s.sum(axis=1)))
+    ex = _exchanges(rank_of, slowest, [r for r in range(num_ranks) if r != slowest], SINGLE)
+    if ex.partner.size == 0:
+        return False
+    trial = _trials(loads, rank_of, num_ranks, ex)
+    if keep is not None:
+        trial = np.where(keep.kept(ex), trial, np.inf)
+    k = int(np.argmin(trial))
+    if not trial[k] < float(rank_s.max(axis=0).sum()) * (1 - 1e-12):
+        return False
+    ex.apply(rank_of, k)
+    return True
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class _Residues:
+    """Ranks whose tokens must stay a whole number of chunks (``aligned``, a mask over ranks)."""
+
+    tokens: np.ndarray
+    chunk_tokens: int
+    aligned: np.ndarray
+
+    def kept(self, ex: _Exchanges) -> np.ndarray:
+        """Per exchange, whether it leaves every aligned rank aligned."""
+        whole = ex.sums(self.tokens) % self.chunk_tokens == 0
+        return whole | ~(self.aligned[ex.rank] | self.aligned[ex.partner])
+
+
+def _align(
+    loads: GroupLoads, tokens: np.ndarray, rank_of: np.ndarray, num_ranks: int, chunk_tokens: int
+) -> bool:
+    """Rank by rank but the last: the exchange with a later rank (:data:`SINGLE` or :data:`DOUBLE`) that
+    leaves the rank's tokens a whole number of chunks at the least compute seconds within the room,
+    then improving exchanges that keep the aligned ranks aligned; whether every rank was aligned.
+    ``rank_of`` changes in place."""
+    keep = _Residues(tokens=tokens, chunk_tokens=chunk_tokens, aligned=np.zeros(num_ranks, dtype=bool))
+    for rank in range(num_ranks - 1):
+        held = int(tokens[rank_of == rank].sum())
+        if held % chunk_tokens and not _aligning(loads, tokens, rank_of, num_ranks, rank, chunk_tokens):
+            return False
+        keep.aligned[rank] = True
+        for _ in range(ALIGNED_STEPS):
+            if not _improve(loads, rank_of, num_ranks, keep):
+                break
+    return True
+
+
+def _aligning(
+    loads: GroupLoads, tokens: np.ndarray, rank_of: np.ndarray, num_ranks: int, rank: int, chunk_tokens: int
+) -> bool:
+    """Apply the exchange between ``rank`` and a later rank that leaves ``rank``'s tokens a whole number
+    of chunks at the least compute seconds within the room: a :data:`SINGLE` one where it costs no more
+    than :data:`ALIGN_SLACK` over the seconds before, else the better of it and the best
+    :data:`DOUBLE` one; whether one was found. ``rank_of`` changes in place."""
+    before = compute_s(loads, rank_of, num_ranks)
+    held = int(tokens[rank_of == rank].sum())
+    best: tuple[float, _Exchanges, int] | None = None
+    for shapes in (SINGLE, DOUBLE):
+        ex = _exchanges(rank_of, rank, list(range(rank + 1, num_ranks)), shapes)
+        if ex.partner.size == 0:
+            continue
+        trial = _trials(loads, rank_of, num_ranks, ex)
+        trial = np.where((held - ex.sums(tokens)) % chunk_tokens == 0, trial, np.inf)
+        k = int(np.argmin(trial))
+        if np.isfinite(trial[k]) and (best is None or trial[k] < best[0]):
+            best = (float(trial[k]), ex, k)
+        if best is not None and best[0] <= before * (1 + ALIGN_SLACK):
+            break
+    if best is None:
+        return False
+    best[1].apply(rank_of, best[2])
+    return True
+
+
+def _rank_sums(values: np.ndarray, rank_of: np.ndarray, num_ranks: int) -> np.ndarray:
+    sums = np.zeros((num_ranks, *values.shape[1:]))
+    np.add.at(sums, rank_of, values)
+    return sums
+
+
+def _max_without(rank_s: np.ndarray, a: int, b: int) -> np.ndarray:
+    """Per barrier, the slowest rank's seconds among ranks other than ``a`` and ``b`` (zero if none)."""
+    keep = np.ones(rank_s.shape[0], dtype=bool)
+    keep[[a, b]] = False
+    return rank_s[keep].max(axis=0) if keep.any() else np.zeros(rank_s.shape[1])

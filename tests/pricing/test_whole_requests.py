@@ -1,0 +1,164 @@
+"""Whole-request ownership: ranks hold whole root subtrees, nothing crosses ranks, every rank within its
+memory floors, and the candidate is the one priced when it is the cheapest."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+import cpplan
+from cpplan import Topology
+from cpplan.plans.plan import Plan
+from cpplan.plans.plan_writer import plan_to_dict
+from cpplan.pricing.problem import Problem
+from cpplan.pricing.rank_exchanges import GroupLoads, pack_groups
+from cpplan.pricing.wave import (
+    ownership_candidates,
+    price_wave,
+    whole_request_ownership,
+    whole_request_wave,
+)
+from cpplan.pricing.whole_requests import chunk_groups, segment_units
+from cpplan.spec.settings import Settings
+from cpplan.verifier import verify_plan
+
+
+def _problem(qwen36, lengths, *, cp, memory_bytes=80 * 2**30, num_layers=None) -> Problem:
+    """Independent requests of ``lengths`` tokens (no shared prefix), one item each."""
+    rng = np.random.default_rng(0)
+    items = tuple(
+        cpplan.Item(id=f"r{k}", requests=(cpplan.Request(tokens=rng.integers(0, 50_000, n)),))
+        for k, n in enumerate(lengths)
+    )
+    settings = Settings(
+        topology=Topology(cp=cp), model=qwen36, memory_bytes=memory_bytes, num_layers=num_layers
+    )
+    return Problem.build(cpplan.Workload(items=items), settings)
+
+
+def _owners_per_request(wave) -> list[set[int]]:
+    """The ranks holding each request's tokens in ``wave``."""
+    token_owner = np.repeat(wave.owner, wave.stats.tokens)
+    return [set(token_owner[wave.layout.readback(k)].tolist()) for k in range(len(wave.items))]
+
+
+def test_chunk_groups_join_root_subtrees_that_share_a_chunk(qwen36):
+    """Requests of 128, 100, 28 and 256 tokens: the second and third share chunk 1, so they form one
+    group; the first and last end on chunk boundaries and stand alone. Requests of 100, 200 and 84
+    tokens: the first shares chunk 0 with the second, which shares chunk 2 with the third: one group.
+    Reordering units are the requests themselves (no shared prefix)."""
+    problem = _problem(qwen36, [128, 100, 28, 256], cp=2)
+    layout = problem.pack(range(4), "full")
+    stats = price_wave(problem, range(4), layout, "full").stats
+    assert chunk_groups(layout, stats).tolist() == [0, 1, 2, 2]
+    chained = _problem(qwen36, [100, 200, 84], cp=2)
+    joined = chained.pack(range(3), "full")
+    assert chunk_groups(joined, price_wave(chained, range(3), joined, "full").stats).tolist() == [0, 0, 0]
+    item_unit, _ = segment_units(layout, [1, 1, 1, 1])
+    assert item_unit.tolist() == [0, 1, 2, 3]
+
+
+def test_whole_request_wave_never_crosses_and_verifies(qwen36):
+    """Twenty requests of uneven lengths at CP4: reordered so that every rank's block but the last ends
+    on a chunk boundary, every rank owns chunks, every request sits on one rank, no GDN state is
+    handed over, the plan JSON of
+    the wave is accepted by the independent verifier at the price the evaluator gave it."""
+    lengths = [5000, 300, 7100, 1250, 2900, 640, 3333, 4100, 999, 2222, 6000, 150]
+    lengths += [1777, 2500, 820, 3100, 450, 1900, 2750, 600]
+    problem = _problem(qwen36, lengths, cp=4)
+    items = tuple(range(len(lengths)))
+    wave = whole_request_wave(problem, items, problem.pack(items, "full"), "full")
+    assert wave is not None
+    assert sorted(wave.items) == list(items) and wave.items != items
+    assert all(len(ranks) == 1 for ranks in _owners_per_request(wave))
+    assert wave.handoff.seconds == 0.0
+    assert (np.bincount(wave.owner, minlength=4) > 0).all()
+    data = plan_to_dict(problem, Plan(strategy="greedy", waves=(wave,)))
+    verdict = verify_plan(data, problem.workload, problem.card, problem.memory_bytes)
+    assert verdict.valid, verdict.violations
+    assert verdict.cost_s == pytest.approx(wave.cost_s, rel=1e-12)
+
+
+def test_fixed_order_candidate_keeps_groups_whole(qwen36):
+    """Requests whose lengths are whole chunks, in their given order: :func:`ownership_candidates`
+    includes the whole-request split, which scatters requests over both ranks (not one range each),
+    gives every request to one rank, and whose hand-off prices zero."""
+    lengths = [1024, 256, 768, 512, 1280, 384]
+    problem = _problem(qwen36, lengths, cp=2)
+    items = tuple(range(len(lengths)))
+    layout = problem.pack(items, "full")
+    stats = price_wave(problem, items, layout, "full").stats
+    whole = whole_request_ownership(problem, layout, stats)
+    assert whole is not None and not (np.diff(whole) >= 0).all()
+    assert any(np.array_equal(owner, whole) for owner in ownership_candidates(problem, layout, stats))
+    wave = price_wave(problem, items, layout, "full", owner=whole)
+    assert all(len(ranks) == 1 for ranks in _owners_per_request(wave))
+    assert wave.handoff.seconds == 0.0
+
+
+def test_pack_groups_respects_the_room():
+    """Four groups on two ranks, one envelope of room 10 bytes: without the room, balancing seconds puts
+    more than 10 bytes on a rank; with it, every rank's bytes stay within the room; groups three times
+    as large fit no rank."""
+    seconds = np.array([[6.0], [5.0], [4.0], [3.0]])
+    group_bytes = np.array([[4.0], [6.0], [5.0], [3.0]])
+    loads = GroupLoads(barrier_s=seconds, bytes=group_bytes, room_bytes=np.array([10.0]))
+    rank_of = pack_groups(loads, 2)
+    assert rank_of is not None
+    per_rank = np.bincount(rank_of, weights=group_bytes[:, 0], minlength=2)
+    assert (per_rank <= 10.0).all()
+    plain = GroupLoads(barrier_s=seconds, bytes=group_bytes, room_bytes=np.array([np.inf]))
+    assert (np.bincount(pack_groups(plain, 2), weights=group_bytes[:, 0], minlength=2) > 10.0).any()
+    too_big = GroupLoads(barrier_s=seconds, bytes=group_bytes * 3, room_bytes=np.array([10.0]))
+    assert pack_groups(too_big, 2) is None
+
+
+def test_whole_request_split_respects_memory_floors(qwen36):
+    """One 12,288-token request and 48 of 256 at CP2 (8 layers): balanced by seconds, the rank of short
+    requests holds more tokens and peaks higher. Under a budget 2% below that peak the whole-request
+    split moves short requests to the long one's rank: every rank fits, at a higher price, and still
+    nothing crosses."""
+    lengths = [12288] + [256] * 48
+    items = tuple(range(len(lengths)))
+    roomy = _problem(qwen36, lengths, cp=2, num_layers=8)
+    free = whole_request_wave(roomy, items, roomy.pack(items, "full"), "full")
+    assert free is not None
+    budget = int(free.peak_bytes * 0.98)
+    tight = _problem(qwen36, lengths, cp=2, memory_bytes=budget, num_layers=8)
+    wave = whole_request_wave(tight, items, tight.pack(items, "full"), "full")
+    assert not free.fits(budget)
+    assert wave is not None and wave.fits(budget)
+    assert wave.cost_s > free.cost_s
+    assert all(len(ranks) == 1 for ranks in _owners_per_request(wave))
+
+
+def test_picked_where_cheapest_by_enumeration(qwen36):
+    """Eight requests at CP2 whose given order joins them into two uneven groups (their boundaries fall
+    inside chunks): every assignment of requests to ranks whose first block ends on a chunk boundary,
+    each laid out rank after rank, is priced; :func:`price_wave` with no ownership given returns a
+    wave that holds every request whole and is no dearer than the cheapest of them, nor than any
+    candidate in the given order."""
+    lengths = np.array([1000, 700, 1048, 836, 300, 1500, 212, 548])
+    problem = _problem(qwen36, lengths.tolist(), cp=2)
+    items = tuple(range(lengths.size))
+    layout = problem.pack(items, "full")
+    chosen = price_wave(problem, items, layout, "full")
+    cheapest = np.inf
+    for ranks in itertools.product((0, 1), repeat=lengths.size):
+        if lengths[np.array(ranks) == 0].sum() % 128:
+            continue
+        order = tuple(sorted(items, key=lambda k: (ranks[k], k)))
+        first = int(lengths[np.array(ranks) == 0].sum()) // 128
+        owner = (np.arange(-(-int(lengths.sum()) // 128)) >= first).astype(np.int64)
+        priced = price_wave(problem, order, problem.pack(order, "full"), "full", owner=owner)
+        cheapest = min(cheapest, priced.cost_s)
+    stats = price_wave(problem, items, layout, "full", owner=np.zeros(48, dtype=np.int64)).stats
+    others = [
+        price_wave(problem, items, layout, "full", owner=owner).cost_s
+        for owner in ownership_candidates(problem, layout, stats)
+    ]
+    assert all(len(ranks) == 1 for ranks in _owners_per_request(chosen))
+    assert chosen.cost_s <= cheapest * (1 + 1e-12)
+    assert chosen.cost_s < min(others)
