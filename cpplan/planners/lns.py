@@ -69,7 +69,10 @@ def _one_pass(
             start += 1
             continue
         left = _windows_left(waves, start, limit, depth)
-        params = _window_params(profile, None if work is None else work - (tally["work"] - spent), left)
+        work_left = None if work is None else work - (tally["work"] - spent)
+        params = _window_params(
+            profile, work_left, left, capped=problem.num_items >= profile.lns.capped_from_items
+        )
         better = _solve_window(problem, profile, waves[start : start + size], deadline, left, params, tally)
         if better is not None:
             waves[start : start + size] = better
@@ -152,14 +155,16 @@ def _solve_window(
     return [sub.to_parent(wave) for wave in plan.waves]
 
 
-def _window_params(profile: SolverProfile, work_left: float | None, windows_left: int) -> CpSatParams:
+def _window_params(
+    profile: SolverProfile, work_left: float | None, windows_left: int, *, capped: bool
+) -> CpSatParams:
     """CP-SAT's parameters for a window: the deterministic time the pass has left, ``work_left``, divided
-    by the windows left in it, at least ``lns.min_window_share`` of the budget and at most
-    ``lns.max_window_share`` of it; under the clock (``work_left`` is ``None``), none."""
+    by the windows left in it, at least ``lns.min_window_share`` of the budget and, when ``capped``, at
+    most ``lns.max_window_share`` of it; under the clock (``work_left`` is ``None``), none."""
     share = None
     if work_left is not None:
         share = max(work_left / windows_left, profile.lns.min_window_share * profile.time_budget_s)
-        if profile.lns.max_window_share is not None:
+        if capped and profile.lns.max_window_share is not None:
             share = min(share, profile.lns.max_window_share * profile.time_budget_s)
     level = profile.lns.linearization_level
     level = profile.cpsat.linearization_level if level is None else level

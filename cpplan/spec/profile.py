@@ -159,7 +159,11 @@ class LnsParams(BaseModel):
 
     max_window_share: float | None = Field(default=None, gt=0, le=1, allow_inf_nan=False)
     """Under a deterministic profile, the most share of the budget one window's deterministic time
-    limit gets (``None``: no cap beyond the pass's limit)."""
+    limit gets (``None``: no cap beyond the pass's limit), on steps of at least ``capped_from_items``."""
+
+    capped_from_items: int = Field(default=1, ge=1)
+    """The least items a step holds for ``max_window_share`` to cap its windows (smaller steps' windows
+    share the pass's limit uncapped: they are few, and the cap would cost them plan quality)."""
 
     linearization_level: Literal[0, 1, 2] | None = None
     """CP-SAT's linear relaxation on a window (``None``: ``cpsat.linearization_level``). A window starts

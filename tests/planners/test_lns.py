@@ -128,9 +128,33 @@ def test_a_window_limit_is_capped_by_max_window_share():
     base = cpplan.load_solver("deterministic")
     uncapped = base.model_copy(update={"lns": base.lns.model_copy(update={"max_window_share": None})})
     capped = base.model_copy(update={"lns": base.lns.model_copy(update={"max_window_share": 0.001})})
-    assert lns_module._window_params(uncapped, 2.0, 4).deterministic_time_s == pytest.approx(0.5)
-    limit = lns_module._window_params(capped, 2.0, 4).deterministic_time_s
+    assert lns_module._window_params(uncapped, 2.0, 4, capped=True).deterministic_time_s == pytest.approx(0.5)
+    limit = lns_module._window_params(capped, 2.0, 4, capped=True).deterministic_time_s
     assert limit == pytest.approx(0.001 * base.time_budget_s)
+
+
+@pytest.mark.parametrize(("capped_from_items", "capped"), [(32, True), (33, False)])
+def test_the_window_cap_holds_on_steps_from_capped_from_items(
+    interleaved, small_windows, monkeypatch, capped_from_items, capped
+):
+    """``lns.max_window_share`` caps the windows of a step of at least ``lns.capped_from_items`` items
+    (the 32-item step at 32) and leaves a smaller step's windows the pass's share (at 33)."""
+    lns = small_windows.lns.model_copy(
+        update={"max_window_share": 0.001, "capped_from_items": capped_from_items, "max_passes": 1}
+    )
+    profile = small_windows.model_copy(update={"lns": lns})
+    limits = []
+    solve_window = lns_module.joint_plan
+
+    def recording(problem, profile_, incumbent, deadline, params, **kwargs):
+        limits.append(params.deterministic_time_s)
+        return solve_window(problem, profile_, incumbent, deadline, params, **kwargs)
+
+    monkeypatch.setattr(lns_module, "joint_plan", recording)
+    _lns(interleaved, profile)
+    assert interleaved.num_items == 32 and limits
+    cap = 0.001 * profile.time_budget_s
+    assert all((limit == pytest.approx(cap)) is capped for limit in limits)
 
 
 def test_a_pass_shares_its_limit_among_its_windows(interleaved, small_windows, monkeypatch):
@@ -167,4 +191,4 @@ def test_a_window_takes_the_lns_linearization_level():
     for level, expected in ((0, 0), (None, 2)):
         lns = base.lns.model_copy(update={"linearization_level": level})
         profile = base.model_copy(update={"lns": lns, "cpsat": cpsat})
-        assert lns_module._window_params(profile, 1.0, 2).linearization_level == expected
+        assert lns_module._window_params(profile, 1.0, 2, capped=True).linearization_level == expected
