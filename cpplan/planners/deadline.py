@@ -24,6 +24,18 @@ NO_TIME = "skipped: no time left"
 :class:`~cpplan.plans.outcome.Ended` is ``no_time``)."""
 
 
+def slowed(timing: TimingParams, cpu_share: float) -> TimingParams:
+    """``timing`` for a call that gets ``cpu_share`` of a CPU (its thread's CPU seconds over wall
+    seconds, at most 1): every wall-time estimate (a field in seconds, whole or per unit) divided by it,
+    so that where the estimates were measured on a quiet CPU every stage keeps back and expects that much
+    more wall time; counts and factors as they are. ``timing`` itself at a share of 1."""
+    assert 0 < cpu_share <= 1, cpu_share
+    if cpu_share == 1:
+        return timing
+    seconds = (name for name in type(timing).model_fields if name.endswith("_s") or "_s_per_" in name)
+    return timing.model_copy(update={name: getattr(timing, name) / cpu_share for name in seconds})
+
+
 def verify_reserve_s(problem: Problem, timing: TimingParams) -> float:
     """Seconds to keep back from a deadline for verifying (and serializing) one plan of ``problem``."""
     return timing.verify_reserve_s(problem.logical_tokens(range(problem.num_items)))

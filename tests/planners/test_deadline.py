@@ -74,3 +74,21 @@ def test_cpsat_strategy_skips_without_time_left(small_grpo, settings):
     assert reasons["cpsat"] == reasons["seeded"] == reasons["full_sharing"] == "skipped: no time left"
     assert result.strategy == "greedy" and "deadline reached" in reasons["greedy"]
     assert result.solver.status == Status.NO_TIME
+
+
+def test_slowed_timing_divides_every_estimate_in_seconds_by_the_cpu_share():
+    """``slowed(timing, share)`` divides every wall-time estimate (a field in seconds, whole or per
+    unit) by the CPU share and leaves counts and factors alone; at a share of 1 it is ``timing`` itself."""
+    from cpplan.planners.deadline import slowed
+    from cpplan.spec.profile import TimingParams
+
+    timing = TimingParams()
+    half = slowed(timing, 0.5)
+    seconds = [n for n in TimingParams.model_fields if n.endswith("_s") or "_s_per_" in n]
+    assert {"verify_s", "realize_s_per_token", "ownership_build_s_per_chunk", "min_search_s"} <= set(seconds)
+    for name in seconds:
+        assert getattr(half, name) == pytest.approx(2 * getattr(timing, name)), name
+    assert half.finish_pricings == timing.finish_pricings
+    assert half.regroup_time_factor == timing.regroup_time_factor
+    assert half.joint_needs_s(10) == pytest.approx(2 * timing.joint_needs_s(10))
+    assert slowed(timing, 1.0) is timing
