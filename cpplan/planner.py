@@ -31,6 +31,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Literal
 
+import numpy as np
+
 from cpplan.calibration.online import OnlineCalibration, Verdict, write_log
 from cpplan.calibration.planner_state import (
     corrected_settings,
@@ -211,15 +213,17 @@ class Planner:
     def _aimed(self, profile: SolverProfile) -> SolverProfile:
         """``profile`` with the budget this call aims at: under the clock, the budget less how late the
         recent calls of one problem (a replica's share, or the whole step unpartitioned) ended past the
-        budget they aimed at (the median of the last :data:`LATE_WINDOW`, so that one hiccup does not cut
-        the next calls short; a call later than
+        budget they aimed at (the :data:`AIM_PERCENTILE` th percentile of the last :data:`LATE_WINDOW`,
+        so that a call ends in time where a quarter of them ended late, and one hiccup does not cut the
+        next calls short; a call later than
         :data:`MAX_AIM_SHARE` of the budget is not counted: its floor, not the aim, made it late), so
         that on a busy machine, where the ``[timing]`` estimates run short, a call still ends within its
         budget; its estimates are those of :meth:`_slowed`. A deterministic profile as it is."""
         profile = self._slowed(profile)
         if profile.deterministic or not self._late_s:
             return profile
-        early_s = min(max(statistics.median(self._late_s), 0.0), MAX_AIM_SHARE * profile.time_budget_s)
+        late_s = float(np.percentile(self._late_s, AIM_PERCENTILE))
+        early_s = min(max(late_s, 0.0), MAX_AIM_SHARE * profile.time_budget_s)
         return profile if early_s == 0.0 else profile.with_time_budget(profile.time_budget_s - early_s)
 
     def _cpu_share(self) -> float:
@@ -498,7 +502,11 @@ def _no_collection_under(profile: SolverProfile) -> Iterator[None]:
 
 
 LATE_WINDOW = 8
-"""Recent calls whose lateness :meth:`Planner._aimed` reads (their median sets the aim)."""
+"""Recent calls whose lateness :meth:`Planner._aimed` reads (a percentile of it sets the aim)."""
+
+AIM_PERCENTILE = 75
+"""The percentile of the recent calls' lateness a call aims early by (the 95th percentile of the calls'
+time is what a budget bounds; of 8 calls, one hiccup alone does not move it)."""
 
 MAX_AIM_SHARE = 0.5
 """A call aims at most this share of its budget early, however late the recent calls ended."""
