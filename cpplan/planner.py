@@ -238,15 +238,16 @@ class Planner:
     def _slowed(self, profile: SolverProfile) -> SolverProfile:
         """``profile`` with its ``[timing]`` estimates in the wall seconds of this machine now: the
         estimates hold up to a call getting :data:`ESTIMATED_CPU_SHARE` of a CPU (they were measured
-        beside busy processes), so where :meth:`_cpu_share` is less each is multiplied by how much less
-        (:func:`~cpplan.planners.deadline.slowed`): every stage expects its work to take longer, keeps
-        more back for realizing and verifying, and takes up only what it can finish (the ownership model
-        fewer free columns) instead of building what it then has no time to search. A deterministic
-        profile as it is (its estimates are never read)."""
+        beside busy processes), so where :meth:`_cpu_share` is less, what work needs is multiplied by how
+        much less (:func:`~cpplan.planners.deadline.slowed`; the reserves for realizing and verifying
+        as they are: :meth:`_aimed` corrects where they run short): every stage expects its work to take
+        longer and takes up only what it can finish (the ownership model fewer free columns, the
+        proposers stopping earlier to leave it that), instead of building what it then has no time to
+        search. A deterministic profile as it is (its estimates are never read)."""
         share = self._cpu_share() / ESTIMATED_CPU_SHARE
         if profile.deterministic or share >= 1.0:
             return profile
-        return profile.model_copy(update={"timing": slowed(profile.timing, share)})
+        return profile.model_copy(update={"timing": slowed(profile.timing, 1.0 / share)})
 
     def plan_async(
         self,

@@ -88,9 +88,10 @@ def _idle_spy(seen: list[SolverProfile], idle_s: float):
 
 def test_a_call_that_got_little_cpu_makes_the_next_expect_its_work_to_take_longer():
     """After calls whose thread got well under half a CPU (they waited on the clock, as beside busy
-    processes), the next call's ``[timing]`` estimates are larger by how much less than half a CPU they
-    got (at most five-fold), so every stage aims earlier; before any call, and under a deterministic
-    profile whatever the calls got, the estimates are the profile's own."""
+    processes), the next call's estimates of what work needs are larger by how much less than half a
+    CPU they got (at most five-fold), so every stage takes up only what it can finish, and its reserves
+    are the profile's; before any call, and under a deterministic profile whatever the calls got, the
+    estimates are the profile's own."""
     planner = cpplan.Planner(model="qwen3.6-35b-a3b", topology="cp=2", memory_bytes="8GiB", solver="runtime")
     seen: list[SolverProfile] = []
     for _ in range(3):
@@ -99,7 +100,8 @@ def test_a_call_that_got_little_cpu_makes_the_next_expect_its_work_to_take_longe
     assert seen[0].timing == shipped
     later = seen[-1].timing
     assert 1.5 * shipped.ownership_build_s <= later.ownership_build_s <= 5 * shipped.ownership_build_s
-    assert later.verify_s / shipped.verify_s == pytest.approx(later.build_s / shipped.build_s)
+    assert later.min_search_s / shipped.min_search_s == pytest.approx(later.build_s / shipped.build_s)
+    assert later.verify_s == shipped.verify_s and later.realize_s == shipped.realize_s
     assert later.finish_pricings == shipped.finish_pricings
     steady = cpplan.Planner(model="qwen3.6-35b-a3b", topology="cp=2", memory_bytes="8GiB", solver="trainer")
     fixed: list[SolverProfile] = []
@@ -146,3 +148,24 @@ def test_a_partitioned_step_keeps_the_floors_of_the_shares_still_to_plan():
     )
     quick.plan(step, BUDGET_S, planners={"greedy": _share_spy(budgets, 0.0)})
     assert all(b > BUDGET_S / 5 for b in budgets) and len(budgets) == 4
+
+
+def test_a_call_aims_early_where_a_quarter_of_the_recent_calls_ended_late():
+    """Of the last 8 calls, 3 ended 40 ms past their budget and 5 in time: the next call aims at least
+    40 ms early (the 75th percentile of their lateness; their median, in time, would not move it)."""
+    budget_s = 0.3
+    planner = cpplan.Planner(model="qwen3.6-35b-a3b", topology="cp=2", memory_bytes="8GiB", solver="runtime")
+    seen: list[float] = []
+
+    def spy(late_s: float):
+        def strategy(problem: Problem, profile: SolverProfile, deadline: Deadline):
+            seen.append(profile.time_budget_s)
+            time.sleep(max(0.0, deadline.start_s + budget_s + late_s - time.perf_counter()))
+            return PLANNERS["greedy"](problem, profile, deadline)
+
+        return strategy
+
+    for late_s in [-budget_s] * 5 + [0.04] * 3:
+        planner.plan(_step(), budget_s, planners={"greedy": spy(late_s)})
+    planner.plan(_step(), budget_s, planners={"greedy": spy(-budget_s)})
+    assert budget_s - seen[-1] >= 0.04
