@@ -113,9 +113,9 @@ def test_the_proposers_leave_the_ownership_stage_what_its_smallest_model_needs(s
     start = Deadline.of_profile(profile)
     budget = Budget.start(problem, profile, start)
     share_s = profile.ownership.share * profile.time_budget_s
-    assert budget.proposers_by().end_s == pytest.approx(budget.verify_by.end_s - share_s)
+    assert budget.verify_by.end_s - budget.proposers_by().end_s == pytest.approx(share_s)
     busy = profile.model_copy(update={"timing": slowed(profile.timing, 5.0)})
     budget = Budget.start(problem, busy, start)
     least_s = busy.timing.ownership_needs_s(0, 0) + budget.realize_s
     assert least_s > share_s and budget.realize_s > 0
-    assert budget.proposers_by().end_s == pytest.approx(budget.verify_by.end_s - least_s)
+    assert budget.verify_by.end_s - budget.proposers_by().end_s == pytest.approx(least_s)
