@@ -29,6 +29,9 @@ class Budget:
     verify_by: Deadline
     """Until when the stages may search: the deadline less what verifying a plan takes."""
 
+    realize_s: float = 0.0
+    """What realizing the ownership stage's answer keeps back (the profile's ``[timing]`` estimate)."""
+
     @classmethod
     def start(cls, problem: Problem, profile: SolverProfile, deadline: Deadline | None = None) -> Budget:
         """The budget of planning ``problem`` under ``profile`` from now (or from ``deadline``'s start,
@@ -44,9 +47,6 @@ class Budget:
     def deterministic(self) -> bool:
         """Whether no stage reads the clock."""
         return self.deadline.deterministic
-
-    realize_s: float = 0.0
-    """What realizing the ownership stage's answer keeps back (the profile's ``[timing]`` estimate)."""
 
     def proposers_by(self) -> Deadline:
         """Until when the proposers may run: the search deadline less the time kept for the ownership
