@@ -512,13 +512,13 @@ time is what a budget bounds; of 8 calls, one hiccup alone does not move it)."""
 MAX_AIM_SHARE = 0.5
 """A call aims at most this share of its budget early, however late the recent calls ended."""
 
-MIN_CPU_SHARE = 0.1
+MIN_CPU_SHARE = 0.15
 """The least share of a CPU :meth:`Planner._cpu_share` reports (the estimates grow at most five-fold)."""
 
-ESTIMATED_CPU_SHARE = 0.5
-"""The share of a CPU up to which the profile's ``[timing]`` estimates hold as written: they were
-measured at the load of two busy processes on the 2-core machine (about half a CPU), with room to spare;
-a call getting less scales them (:meth:`Planner._slowed`)."""
+ESTIMATED_CPU_SHARE = 0.75
+"""The share of a CPU down to which the profile's ``[timing]`` estimates hold as written (measured on
+the 2-core machine with room to spare: the tightest, the ownership model's build on the agent step at
+cp 8, is about 1.6 times its CPU time); a call getting less scales them (:meth:`Planner._slowed`)."""
 
 _MIN_SHARE_S = 1e-3
 """The least budget a replica's share gets in a partitioned step under the clock (with less, its greedy

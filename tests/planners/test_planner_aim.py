@@ -87,9 +87,9 @@ def _idle_spy(seen: list[SolverProfile], idle_s: float):
 
 
 def test_a_call_that_got_little_cpu_makes_the_next_expect_its_work_to_take_longer():
-    """After calls whose thread got well under half a CPU (they waited on the clock, as beside busy
-    processes), the next call's estimates of what work needs are larger by how much less than half a
-    CPU they got (at most five-fold), so every stage takes up only what it can finish, and its reserves
+    """After calls whose thread got well under three quarters of a CPU (they waited on the clock, as
+    beside busy processes), the next call's estimates of what work needs are larger by how much less
+    they got (at most five-fold), so every stage takes up only what it can finish, and its reserves
     are the profile's; before any call, and under a deterministic profile whatever the calls got, the
     estimates are the profile's own."""
     planner = cpplan.Planner(model="qwen3.6-35b-a3b", topology="cp=2", memory_bytes="8GiB", solver="runtime")
