@@ -517,8 +517,8 @@ MIN_CPU_SHARE = 0.15
 
 ESTIMATED_CPU_SHARE = 0.75
 """The share of a CPU down to which the profile's ``[timing]`` estimates hold as written (measured on
-the 2-core machine with room to spare: the tightest, the ownership model's build on the agent step at
-cp 8, is about 1.6 times its CPU time); a call getting less scales them (:meth:`Planner._slowed`)."""
+the 2-core machine with room to spare: the tightest, the ownership model's build on the agent step, is
+about one and a half times its CPU time); a call getting less scales them (:meth:`Planner._slowed`)."""
 
 _MIN_SHARE_S = 1e-3
 """The least budget a replica's share gets in a partitioned step under the clock (with less, its greedy
