@@ -404,12 +404,15 @@ class CallRecord:
         self.cpsat: list[float] = []
         self.hurried: list[bool] = []
         self.costs_s: list[float] = []
+        self.cpu_shares: list[float] = []
 
     def add(self, call, workload: Workload, k: int | None) -> None:
-        """Time ``call(workload, k)`` and record what it returned."""
-        t0 = time.perf_counter()
+        """Time ``call(workload, k)`` (its wall, and its thread's CPU time over it: the share of a CPU
+        it got) and record what it returned."""
+        t0, cpu0 = time.perf_counter(), time.thread_time()
         result = call(workload, k)
         self.walls_s.append(time.perf_counter() - t0)
+        self.cpu_shares.append((time.thread_time() - cpu0) / self.walls_s[-1])
         self.loads.append(os.getloadavg()[0])
         self.cpsat.append(float(np.mean([c.strategy == "cpsat" for c in _winners(result)])))
         reasons = [c.reason for c in result.candidates] + list(result.plan.notes)
@@ -432,6 +435,7 @@ class CallRecord:
             "hurried_share": float(np.mean(self.hurried)),
             "cost_s": cost,
             "over_reference": None if reference_s is None else cost / reference_s,
+            "cpu_share_p50": float(np.median(self.cpu_shares)),
         }
 
 
@@ -571,10 +575,11 @@ def run_fixed_share(args: argparse.Namespace) -> None:
 
 def print_share(rows: list[dict]) -> None:
     """The fixed-share table: the replica call's p50 / p95 and p95 over the budget, CP-SAT's share of
-    calls, the default call's p95 and its plan over the deterministic one, the load average."""
+    calls, the default call's p95 and its plan over the deterministic one, the median share of a CPU the
+    replica calls got (their thread's CPU time over their wall), the load average."""
     print(
         f"{'workload':>8} {'compl':>6} {'dp x cp':>8} {'rank p50':>8} {'p95':>6} {'p95/b':>5} {'cpsat':>5} "
-        f"{'hurry':>5} {'dflt p50':>8} {'p95':>6} {'dflt/det':>8} {'load':>9}"
+        f"{'hurry':>5} {'dflt p50':>8} {'p95':>6} {'dflt/det':>8} {'cpu':>4} {'load':>9}"
     )
     for r in rows:
         a, d = r["rank"], r["default"]
@@ -586,7 +591,7 @@ def print_share(rows: list[dict]) -> None:
             f"{1e3 * a['wall_p50_s']:>8.0f} "
             f"{1e3 * a['wall_p95_s']:>6.0f} {a['p95_over_budget']:>5.2f} {a['cpsat_share']:>5.0%} "
             f"{a['hurried_share']:>5.0%} {dflt[0]:>8} {dflt[1]:>6} {ratio:>8} "
-            f"{min(loads):>4.1f}-{max(loads):<4.1f}"
+            f"{a.get('cpu_share_p50', 0.0):>4.2f} {min(loads):>4.1f}-{max(loads):<4.1f}"
         )
 
 

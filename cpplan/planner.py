@@ -20,6 +20,7 @@ returns a :class:`concurrent.futures.Future`, so a trainer plans step k + 1 whil
 from __future__ import annotations
 
 import gc
+import math
 import statistics
 import threading
 import time
@@ -29,6 +30,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Literal
+
+import numpy as np
 
 from cpplan.calibration.online import OnlineCalibration, Verdict, write_log
 from cpplan.calibration.planner_state import (
@@ -42,7 +45,7 @@ from cpplan.calibration.planner_state import (
 from cpplan.errors import InputError
 from cpplan.planners import Strategy
 from cpplan.planners.cpsat_strategy import ensure_solver
-from cpplan.planners.deadline import Deadline
+from cpplan.planners.deadline import Deadline, slowed
 from cpplan.planners.portfolio import solve
 from cpplan.planners.replica_partition import (
     ReplicaPartition,
@@ -129,6 +132,13 @@ class Planner:
         """The (corrected) settings last planned with and their one-replica form."""
         self._late_s: deque[float] = deque(maxlen=LATE_WINDOW)
         """How late each recent call under the clock ended past the budget it aimed at (:meth:`_aimed`)."""
+        self._share_floor_s = 0.0
+        """The floor of a replica's share on this machine: the least time a share of this planner's last
+        partitioned step under the clock took until its greedy plan was verified, the problem's build
+        included (0 before any; :func:`_share_budget_s`)."""
+        self._cpu_shares: deque[float] = deque(maxlen=LATE_WINDOW)
+        """The share of a CPU each recent call under the clock got: its thread's CPU seconds over its wall
+        seconds (:meth:`_cpu_share`)."""
         self._worker: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
         if "cpsat" in self.profile.strategies:
@@ -157,7 +167,8 @@ class Planner:
         assembled from them, over the whole workload, within the one budget (:meth:`_plan_step`).
         ``None`` is ``"all"`` where :meth:`partitions` says so (``dp > 1`` under the runtime and trainer
         profiles), else the whole step planned jointly."""
-        started = time.perf_counter() if started_s is None else started_s
+        wall_0, cpu_0 = time.perf_counter(), time.thread_time()
+        started = wall_0 if started_s is None else started_s
         if not isinstance(workload, Workload):
             raise InputError(
                 "must be a cpplan.Workload (read a file with Workload.from_jsonl), "
@@ -167,7 +178,11 @@ class Planner:
         profile = self._profile_for(time_budget_s)
         k = None if replica is None or replica == "all" else check_replica(replica, self.settings.topology)
         with _no_collection_under(profile):
-            return self._plan_now(workload, profile, k, replica, planners, started)
+            result = self._plan_now(workload, profile, k, replica, planners, started)
+        wall_s = time.perf_counter() - wall_0
+        if not profile.deterministic and wall_s > 0:
+            self._cpu_shares.append(min((time.thread_time() - cpu_0) / wall_s, 1.0))
+        return result
 
     def _plan_now(
         self,
@@ -181,7 +196,7 @@ class Planner:
         """:meth:`plan` once its arguments are checked: replica ``k``'s share, the partitioned step, or
         the whole step planned jointly."""
         if k is None and (replica == "all" or self.partitions(workload, profile)):
-            return self._plan_step(workload, profile, planners, started)
+            return self._plan_step(workload, self._slowed(profile), planners, started)
         aimed = self._aimed(profile)
         if k is not None:
             result = self._plan_replica(workload, self.partition(workload), k, aimed, planners, started)
@@ -198,15 +213,41 @@ class Planner:
     def _aimed(self, profile: SolverProfile) -> SolverProfile:
         """``profile`` with the budget this call aims at: under the clock, the budget less how late the
         recent calls of one problem (a replica's share, or the whole step unpartitioned) ended past the
-        budget they aimed at (the median of the last :data:`LATE_WINDOW`, so that one hiccup does not cut
-        the next calls short; a call later than
+        budget they aimed at (the :data:`AIM_PERCENTILE` th percentile of the last :data:`LATE_WINDOW`,
+        so that a call ends in time where a quarter of them ended late, and one hiccup does not cut the
+        next calls short; a call later than
         :data:`MAX_AIM_SHARE` of the budget is not counted: its floor, not the aim, made it late), so
         that on a busy machine, where the ``[timing]`` estimates run short, a call still ends within its
-        budget; a deterministic profile as it is."""
+        budget; its estimates are those of :meth:`_slowed`. A deterministic profile as it is."""
+        profile = self._slowed(profile)
         if profile.deterministic or not self._late_s:
             return profile
-        early_s = min(max(statistics.median(self._late_s), 0.0), MAX_AIM_SHARE * profile.time_budget_s)
+        late_s = float(np.percentile(self._late_s, AIM_PERCENTILE))
+        early_s = min(max(late_s, 0.0), MAX_AIM_SHARE * profile.time_budget_s)
         return profile if early_s == 0.0 else profile.with_time_budget(profile.time_budget_s - early_s)
+
+    def _cpu_share(self) -> float:
+        """The share of a CPU this planner's calls get: the median over the last :data:`LATE_WINDOW`
+        calls under the clock of their thread's CPU seconds over their wall seconds (1 before any; at
+        least :data:`MIN_CPU_SHARE`). On a quiet machine it is about 1; beside busy processes, or beside
+        a trainer's threads holding the interpreter lock, less."""
+        if not self._cpu_shares:
+            return 1.0
+        return max(statistics.median(self._cpu_shares), MIN_CPU_SHARE)
+
+    def _slowed(self, profile: SolverProfile) -> SolverProfile:
+        """``profile`` with its ``[timing]`` estimates in the wall seconds of this machine now: the
+        estimates hold up to a call getting :data:`ESTIMATED_CPU_SHARE` of a CPU (they were measured
+        beside busy processes), so where :meth:`_cpu_share` is less, what work needs is multiplied by how
+        much less (:func:`~cpplan.planners.deadline.slowed`; the reserves for realizing and verifying
+        as they are: :meth:`_aimed` corrects where they run short): every stage expects its work to take
+        longer and takes up only what it can finish (the ownership model fewer free columns, the
+        proposers stopping earlier to leave it that), instead of building what it then has no time to
+        search. A deterministic profile as it is (its estimates are never read)."""
+        share = self._cpu_share() / ESTIMATED_CPU_SHARE
+        if profile.deterministic or share >= 1.0:
+            return profile
+        return profile.model_copy(update={"timing": slowed(profile.timing, 1.0 / share)})
 
     def plan_async(
         self,
@@ -306,20 +347,25 @@ class Planner:
         started: float,
     ) -> PlanResult:
         """Every replica's share planned as :meth:`_plan_replica` plans it, assembled into the step's
-        plan over the whole workload, within one budget counted from ``started``: under the clock each
-        share gets an even part of the time left when it starts (the step's problem is built first);
-        under a deterministic profile each share gets the whole budget, so its waves are ``replica=k``'s."""
+        plan over the whole workload, within one budget counted from ``started`` (the step's problem is
+        built first): under the clock each share gets the time :meth:`_share_budget_s` gives it; under a
+        deterministic profile each share gets the whole budget, so its waves are ``replica=k``'s."""
         partition = self.partition(workload)
         step = Problem.build(workload, self._settings_now(), tree_now=False)
         end_s = started + profile.time_budget_s
-        results = []
+        results, floors_s = [], []
         for k in range(partition.num_replicas):
-            share = profile
+            share, share_started = profile, time.perf_counter()
             if not profile.deterministic:
-                even_s = (end_s - time.perf_counter()) / (partition.num_replicas - k)
-                share = profile.with_time_budget(max(even_s, _MIN_SHARE_S))
-            args = (workload, partition, k, share, planners, time.perf_counter())
+                floor_s = min(floors_s, default=self._share_floor_s)
+                budget_s = _share_budget_s(end_s - share_started, partition.num_replicas - k, floor_s)
+                share = profile.with_time_budget(budget_s)
+            args = (workload, partition, k, share, planners, share_started)
             results.append(self._plan_replica(*args, checked=True))
+            searched_s = math.fsum(c.wall_s for c in results[-1].candidates if c.strategy != "greedy")
+            floors_s.append(time.perf_counter() - share_started - searched_s)  # until greedy's plan
+        if not profile.deterministic:
+            self._share_floor_s = min(floors_s)
         plan = assemble(step, partition, [r.plan for r in results], [r.problem for r in results])
         candidates = tuple(
             Candidate(
@@ -437,6 +483,7 @@ class Planner:
 
 
 _KEPT_RESULTS = 16
+"""Plans whose step numbers the planner remembers (by identity) for :meth:`Planner.observe`."""
 
 
 @contextmanager
@@ -456,15 +503,38 @@ def _no_collection_under(profile: SolverProfile) -> Iterator[None]:
 
 
 LATE_WINDOW = 8
-"""Recent calls whose lateness :meth:`Planner._aimed` reads (their median sets the aim)."""
+"""Recent calls whose lateness :meth:`Planner._aimed` reads (a percentile of it sets the aim)."""
+
+AIM_PERCENTILE = 75
+"""The percentile of the recent calls' lateness a call aims early by (the 95th percentile of the calls'
+time is what a budget bounds; of 8 calls, one hiccup alone does not move it)."""
 
 MAX_AIM_SHARE = 0.5
 """A call aims at most this share of its budget early, however late the recent calls ended."""
-"""Plans whose step numbers the planner remembers (by identity) for :meth:`Planner.observe`."""
+
+MIN_CPU_SHARE = 0.15
+"""The least share of a CPU :meth:`Planner._cpu_share` reports (the estimates grow at most five-fold)."""
+
+ESTIMATED_CPU_SHARE = 0.75
+"""The share of a CPU down to which the profile's ``[timing]`` estimates hold as written (measured on
+the 2-core machine with room to spare: the tightest, the ownership model's build on the agent step, is
+about one and a half times its CPU time); a call getting less scales them (:meth:`Planner._slowed`)."""
 
 _MIN_SHARE_S = 1e-3
 """The least budget a replica's share gets in a partitioned step under the clock (with less, its greedy
 packs the share at once with full sharing)."""
+
+
+def _share_budget_s(left_s: float, num_left: int, floor_s: float) -> float:
+    """The budget of the next of ``num_left`` replica shares of a partitioned step under the clock,
+    ``left_s`` before the step's end: an even part of it where every share still to plan can have its
+    floor (``floor_s``: the least time a share took until its greedy plan was verified, in this step,
+    else in the planner's last one), else none beyond the floor (:data:`_MIN_SHARE_S`: greedy packs the
+    share at once and the later stages are skipped), so that no share spends on search the time the
+    floors of the shares after it need."""
+    if left_s < num_left * floor_s:
+        return _MIN_SHARE_S
+    return max(left_s / num_left, _MIN_SHARE_S)
 
 
 def resolve_profile(solver: SolverProfile | str | Path | None) -> SolverProfile:

@@ -29,6 +29,9 @@ class Budget:
     verify_by: Deadline
     """Until when the stages may search: the deadline less what verifying a plan takes."""
 
+    realize_s: float = 0.0
+    """What realizing the ownership stage's answer keeps back (the profile's ``[timing]`` estimate)."""
+
     @classmethod
     def start(cls, problem: Problem, profile: SolverProfile, deadline: Deadline | None = None) -> Budget:
         """The budget of planning ``problem`` under ``profile`` from now (or from ``deadline``'s start,
@@ -37,7 +40,8 @@ class Budget:
             deadline = Deadline.of_profile(profile)
         deadline = replace(deadline, timing=profile.timing)  # every stage decides by the profile's
         verify_by = deadline.less(verify_reserve_s(problem, profile.timing))
-        return cls(profile=profile, deadline=deadline, verify_by=verify_by)
+        realize_s = profile.timing.realize_reserve_s(problem.logical_tokens(range(problem.num_items)))
+        return cls(profile=profile, deadline=deadline, verify_by=verify_by, realize_s=realize_s)
 
     @property
     def deterministic(self) -> bool:
@@ -45,11 +49,14 @@ class Budget:
         return self.deadline.deterministic
 
     def proposers_by(self) -> Deadline:
-        """Until when the proposers may run: the search deadline less the ownership stage's share
-        (kept for it when the profile runs CP-SAT)."""
+        """Until when the proposers may run: the search deadline less the time kept for the ownership
+        stage when the profile runs CP-SAT: its share, and at least what its model without free columns
+        needs to be built, searched and realized (the ``[timing]`` estimates: where they have grown on a
+        busy machine, the proposers stop earlier rather than leave the deciding stage no time)."""
         if "cpsat" not in self.profile.strategies:
             return self.verify_by
-        return self.verify_by.less(self.profile.ownership.share * self.profile.time_budget_s)
+        least_s = self.profile.timing.ownership_needs_s(0, 0) + self.realize_s
+        return self.verify_by.less(max(self.profile.ownership.share * self.profile.time_budget_s, least_s))
 
     def stage(self, share: float, by: Deadline) -> Deadline:
         """A stage's deadline: ``share`` of the budget from now, and never past ``by``."""

@@ -74,3 +74,48 @@ def test_cpsat_strategy_skips_without_time_left(small_grpo, settings):
     assert reasons["cpsat"] == reasons["seeded"] == reasons["full_sharing"] == "skipped: no time left"
     assert result.strategy == "greedy" and "deadline reached" in reasons["greedy"]
     assert result.solver.status == Status.NO_TIME
+
+
+def test_slowed_timing_multiplies_what_work_needs_and_keeps_the_reserves():
+    """``slowed(timing, factor)`` multiplies every estimate of what work needs before it starts (a field
+    in seconds, whole or per unit) by the factor and leaves the reserves for realizing and verifying,
+    counts and factors alone; at a factor of 1 it is ``timing`` itself."""
+    from cpplan.planners.deadline import RESERVES, slowed
+    from cpplan.spec.profile import TimingParams
+
+    timing = TimingParams()
+    twice = slowed(timing, 2.0)
+    seconds = [n for n in TimingParams.model_fields if n.endswith("_s") or "_s_per_" in n]
+    assert {"ownership_build_s_per_chunk", "min_search_s", "seed_s_per_token"} <= set(seconds)
+    for name in seconds:
+        expected = getattr(timing, name) * (1 if name in RESERVES else 2)
+        assert getattr(twice, name) == pytest.approx(expected), name
+    assert twice.verify_reserve_s(10**6) == timing.verify_reserve_s(10**6)
+    assert twice.joint_needs_s(10) == pytest.approx(2 * timing.joint_needs_s(10))
+    assert twice.finish_pricings == timing.finish_pricings
+    assert twice.regroup_time_factor == timing.regroup_time_factor
+    assert slowed(timing, 1.0) is timing
+
+
+def test_the_proposers_leave_the_ownership_stage_what_its_smallest_model_needs(settings):
+    """The proposers stop the ownership stage's share of the budget before the search deadline, or,
+    where the ``[timing]`` estimates have grown (a busy machine), early enough to leave what the
+    ownership model without free columns needs to be built, searched and realized."""
+    from cpplan.bench.synthetic import grpo
+    from cpplan.planners.budget import Budget
+    from cpplan.planners.deadline import slowed
+
+    step = grpo(
+        num_prompts=2, group_size=4, system_tokens=0, prompt_tokens=(64, 128), completion_tokens=(16, 32)
+    )
+    problem = Problem.build(step, settings)
+    profile = load_solver("runtime")
+    start = Deadline.of_profile(profile)
+    budget = Budget.start(problem, profile, start)
+    share_s = profile.ownership.share * profile.time_budget_s
+    assert budget.verify_by.end_s - budget.proposers_by().end_s == pytest.approx(share_s)
+    busy = profile.model_copy(update={"timing": slowed(profile.timing, 5.0)})
+    budget = Budget.start(problem, busy, start)
+    least_s = busy.timing.ownership_needs_s(0, 0) + budget.realize_s
+    assert least_s > share_s and budget.realize_s > 0
+    assert budget.verify_by.end_s - budget.proposers_by().end_s == pytest.approx(least_s)
