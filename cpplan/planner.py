@@ -45,7 +45,7 @@ from cpplan.calibration.planner_state import (
 from cpplan.errors import InputError
 from cpplan.planners import Strategy
 from cpplan.planners.cpsat_strategy import ensure_solver
-from cpplan.planners.deadline import Deadline, slowed
+from cpplan.planners.deadline import Deadline
 from cpplan.planners.portfolio import solve
 from cpplan.planners.replica_partition import (
     ReplicaPartition,
@@ -239,7 +239,7 @@ class Planner:
         """``profile`` with its ``[timing]`` estimates in the wall seconds of this machine now: the
         estimates hold up to a call getting :data:`ESTIMATED_CPU_SHARE` of a CPU (they were measured
         beside busy processes), so where :meth:`_cpu_share` is less, what work needs is multiplied by how
-        much less (:func:`~cpplan.planners.deadline.slowed`; the reserves for realizing and verifying
+        much less (:meth:`~cpplan.spec.profile.TimingParams.slowed`; the reserves for realizing and verifying
         as they are: :meth:`_aimed` corrects where they run short): every stage expects its work to take
         longer and takes up only what it can finish (the ownership model fewer free columns, the
         proposers stopping earlier to leave it that), instead of building what it then has no time to
@@ -247,7 +247,7 @@ class Planner:
         share = self._cpu_share() / ESTIMATED_CPU_SHARE
         if profile.deterministic or share >= 1.0:
             return profile
-        return profile.model_copy(update={"timing": slowed(profile.timing, 1.0 / share)})
+        return profile.model_copy(update={"timing": profile.timing.slowed(1.0 / share)})
 
     def plan_async(
         self,

@@ -24,26 +24,6 @@ NO_TIME = "skipped: no time left"
 :class:`~cpplan.plans.outcome.Ended` is ``no_time``)."""
 
 
-def slowed(timing: TimingParams, factor: float) -> TimingParams:
-    """``timing`` for a call whose work takes ``factor`` (at least 1) times as long as it was estimated
-    (a busy machine): every estimate of what work needs before it starts (a field in seconds, whole or
-    per unit: the builds, the least search, a seed, the bound) multiplied by it; the reserves kept back
-    for realizing and verifying (:data:`RESERVES`, estimates with room to spare, which the planner's aim
-    corrects where they run short), counts and factors as they are. ``timing`` itself at a factor of 1."""
-    assert factor >= 1, factor
-    if factor == 1:
-        return timing
-    names = (
-        n for n in type(timing).model_fields if (n.endswith("_s") or "_s_per_" in n) and n not in RESERVES
-    )
-    return timing.model_copy(update={name: getattr(timing, name) * factor for name in names})
-
-
-RESERVES = ("verify_s", "verify_s_per_token", "realize_s", "realize_s_per_token")
-"""The ``[timing]`` fields kept back after a search (realizing and verifying its plan), which
-:func:`slowed` leaves as they are."""
-
-
 def verify_reserve_s(problem: Problem, timing: TimingParams) -> float:
     """Seconds to keep back from a deadline for verifying (and serializing) one plan of ``problem``."""
     return timing.verify_reserve_s(problem.logical_tokens(range(problem.num_items)))

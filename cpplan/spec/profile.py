@@ -351,6 +351,19 @@ class TimingParams(BaseModel):
     """Greedy's regrouped pass starts only with this many times the first pass's time left (it also
     builds the regrouped problem, and a pass cut short packs the rest at once)."""
 
+    def slowed(self, factor: float) -> TimingParams:
+        """These estimates for a call whose work takes ``factor`` (at least 1) times as long (a busy
+        machine): every estimate of what work needs before it starts (a field in seconds, whole or per
+        unit) multiplied by it; the reserves kept back for realizing and verifying (:data:`RESERVES`,
+        with room to spare, which a kept Planner's aim corrects), counts and factors as they are."""
+        assert factor >= 1, factor
+        if factor == 1:
+            return self
+        names = (
+            n for n in type(self).model_fields if (n.endswith("_s") or "_s_per_" in n) and n not in RESERVES
+        )
+        return self.model_copy(update={name: getattr(self, name) * factor for name in names})
+
     def verify_reserve_s(self, logical_tokens: int) -> float:
         """Seconds to keep back for verifying (and serializing) a plan of ``logical_tokens``."""
         return self.verify_s + self.verify_s_per_token * logical_tokens
@@ -375,6 +388,11 @@ class TimingParams(BaseModel):
         free = self.ownership_build_s_per_column * num_free_columns
         per_chunk = self.ownership_build_s_per_chunk * num_free_chunks
         return self.ownership_build_s + free + per_chunk + self.min_search_s
+
+
+RESERVES = ("verify_s", "verify_s_per_token", "realize_s", "realize_s_per_token")
+"""The ``[timing]`` fields kept back after a search (realizing and verifying its plan), which
+:meth:`TimingParams.slowed` leaves as they are."""
 
 
 class SolverProfile(BaseModel):

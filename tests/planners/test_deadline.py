@@ -77,14 +77,13 @@ def test_cpsat_strategy_skips_without_time_left(small_grpo, settings):
 
 
 def test_slowed_timing_multiplies_what_work_needs_and_keeps_the_reserves():
-    """``slowed(timing, factor)`` multiplies every estimate of what work needs before it starts (a field
+    """``timing.slowed(factor)`` multiplies every estimate of what work needs before it starts (a field
     in seconds, whole or per unit) by the factor and leaves the reserves for realizing and verifying,
     counts and factors alone; at a factor of 1 it is ``timing`` itself."""
-    from cpplan.planners.deadline import RESERVES, slowed
-    from cpplan.spec.profile import TimingParams
+    from cpplan.spec.profile import RESERVES, TimingParams
 
     timing = TimingParams()
-    twice = slowed(timing, 2.0)
+    twice = timing.slowed(2.0)
     seconds = [n for n in TimingParams.model_fields if n.endswith("_s") or "_s_per_" in n]
     assert {"ownership_build_s_per_chunk", "min_search_s", "seed_s_per_token"} <= set(seconds)
     for name in seconds:
@@ -94,7 +93,7 @@ def test_slowed_timing_multiplies_what_work_needs_and_keeps_the_reserves():
     assert twice.joint_needs_s(10) == pytest.approx(2 * timing.joint_needs_s(10))
     assert twice.finish_pricings == timing.finish_pricings
     assert twice.regroup_time_factor == timing.regroup_time_factor
-    assert slowed(timing, 1.0) is timing
+    assert timing.slowed(1.0) is timing
 
 
 def test_the_proposers_leave_the_ownership_stage_what_its_smallest_model_needs(settings):
@@ -103,7 +102,6 @@ def test_the_proposers_leave_the_ownership_stage_what_its_smallest_model_needs(s
     ownership model without free columns needs to be built, searched and realized."""
     from cpplan.bench.synthetic import grpo
     from cpplan.planners.budget import Budget
-    from cpplan.planners.deadline import slowed
 
     step = grpo(
         num_prompts=2, group_size=4, system_tokens=0, prompt_tokens=(64, 128), completion_tokens=(16, 32)
@@ -114,7 +112,7 @@ def test_the_proposers_leave_the_ownership_stage_what_its_smallest_model_needs(s
     budget = Budget.start(problem, profile, start)
     share_s = profile.ownership.share * profile.time_budget_s
     assert budget.verify_by.end_s - budget.proposers_by().end_s == pytest.approx(share_s)
-    busy = profile.model_copy(update={"timing": slowed(profile.timing, 5.0)})
+    busy = profile.model_copy(update={"timing": profile.timing.slowed(5.0)})
     budget = Budget.start(problem, busy, start)
     least_s = busy.timing.ownership_needs_s(0, 0) + budget.realize_s
     assert least_s > share_s and budget.realize_s > 0
