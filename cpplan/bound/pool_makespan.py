@@ -98,8 +98,8 @@ def dynamic_pool_bound(problem: Problem) -> tuple[float, dict[str, float]]:
     terms = {"gpu_seconds_over_pool": gpu_seconds, "costliest_item_wave": costliest}
     if problem.num_items <= ENUMERATED_ITEMS:
         terms["enumerated_runs"] = dynamic_runs_bound_s(problem, groups, barriers)
-    terms = {k: round(v * (1 - ROUND_DOWN), 9) for k, v in terms.items()}
-    return max(terms.values()), terms
+    bound = max(terms.values()) * (1 - ROUND_DOWN)
+    return bound, {k: round(v * (1 - ROUND_DOWN), 9) for k, v in terms.items()}
 
 
 def run_options_s(
