@@ -104,8 +104,13 @@ def dynamic_pool_bound(problem: Problem) -> tuple[float, dict[str, float]]:
     largest = np.argsort(-problem.item_full_tokens, kind="stable")[:ITEMS_TRIED].tolist()
     costliest = max(min(item_floor_s(g, i) for g in groups) for i in largest)
     terms = {"gpu_seconds_over_pool": gpu_seconds, "costliest_item_wave": costliest}
-    if problem.num_items <= DYNAMIC_ENUMERATED_ITEMS:
-        terms["enumerated_runs"] = dynamic_runs_bound_s(problem, groups, barriers)
+    runs = (
+        dynamic_runs_bound_s(problem, groups, barriers)
+        if problem.num_items <= DYNAMIC_ENUMERATED_ITEMS
+        else 0.0
+    )
+    if math.isfinite(runs) and runs > 0:  # infinite: some item fits no wave (nothing to bound)
+        terms["enumerated_runs"] = runs
     bound = max(terms.values()) * (1 - ROUND_DOWN)
     return bound, {k: round(v * (1 - ROUND_DOWN), 9) for k, v in terms.items()}
 
