@@ -105,15 +105,21 @@ def wave_floor_s(
     return min(wave_floor_parts_s(problem, items, copy_s, whole, node_s, split_s))
 
 
-def split_copies_s(problem: Problem) -> list[float]:
+def split_copies_s(problem: Problem, barriers: np.ndarray | None = None) -> list[float]:
     """Per item, what splitting it over two waves or more stores again at least: the nodes every one of
     its requests passes through sit in each of those waves, one more copy each (their per-copy amounts
-    on the average rank, remote tokens included); infinity for an item of one request (never split)."""
+    on the average rank, remote tokens included); infinity for an item of one request (never split).
+    With ``barriers`` (per quantity, summed over the barriers): those seconds per unit over all ranks
+    instead, remote tokens counted as none (a copy's GPU-seconds under dynamic CP)."""
     cp = problem.topology.cp
-    barriers = np.asarray(problem.card.constants.barrier_coefficients, dtype=np.float64).sum(axis=0)
     amounts = per_copy_amounts(problem).copy()
-    amounts[:, _REMOTE_COLUMNS] = (cp - 1) * amounts[:, [_TOKENS]]
-    seconds = amounts @ barriers / cp
+    if barriers is None:
+        barriers = np.asarray(problem.card.constants.barrier_coefficients, dtype=np.float64).sum(axis=0)
+        amounts[:, _REMOTE_COLUMNS] = (cp - 1) * amounts[:, [_TOKENS]]
+        seconds = amounts @ barriers / cp
+    else:
+        amounts[:, _REMOTE_COLUMNS] = 0.0
+        seconds = amounts @ barriers
     found = []
     for item in range(problem.num_items):
         requests = problem.item_requests([item])
@@ -172,26 +178,35 @@ def _node_amounts(problem: Problem) -> tuple[np.ndarray, np.ndarray, np.ndarray]
 
 def set_floors_s(problem: Problem) -> tuple[np.ndarray, np.ndarray] | None:
     """Per set of items (a bit mask), ``G(S)`` and the floor of two waves or more holding exactly
-    them (:func:`wave_floor_parts_s`); ``None`` beyond :data:`ENUMERATED_ITEMS` items. Computed once
-    per problem."""
+    them (:func:`wave_floor_parts_s`); ``None`` beyond :data:`ENUMERATED_ITEMS` items."""
+    parts = set_floor_parts_s(problem)
+    return None if parts is None else (np.minimum(*parts), parts[1])
+
+
+def set_floor_parts_s(problem: Problem) -> tuple[np.ndarray, np.ndarray] | None:
+    """Per set of items (a bit mask), ``F(S)`` (one wave holding exactly them) and the floor of two
+    waves or more (:func:`wave_floor_parts_s`); ``None`` beyond :data:`ENUMERATED_ITEMS` items.
+    Computed once per problem."""
     if problem.num_items > ENUMERATED_ITEMS:
         return None
-    return cached_per_problem(problem, "set_floors", lambda: _set_floors_s(problem))
+    return cached_per_problem(problem, "set_floors", lambda: _set_floor_parts_s(problem))
 
 
-def _set_floors_s(problem: Problem) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`set_floors_s`, computed."""
+def _set_floor_parts_s(problem: Problem) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`set_floor_parts_s`, computed."""
     n = problem.num_items
     copy_s, whole = copy_seconds(problem), whole_on_one_rank(problem)
     barriers = np.asarray(problem.card.constants.barrier_coefficients, dtype=np.float64).sum(axis=0)
     node_s = per_copy_amounts(problem) @ barriers
     split = split_copies_s(problem)
-    least, several = np.zeros(1 << n), np.full(1 << n, math.inf)
+    one, several = np.full(1 << n, math.inf), np.full(1 << n, math.inf)
+    one[0] = 0.0
     for mask in range(1, 1 << n):
         items = tuple(i for i in range(n) if mask >> i & 1)
-        one, more = wave_floor_parts_s(problem, items, copy_s, whole, node_s, min(split[i] for i in items))
-        least[mask], several[mask] = min(one, more), more
-    return least, several
+        one[mask], several[mask] = wave_floor_parts_s(
+            problem, items, copy_s, whole, node_s, min(split[i] for i in items)
+        )
+    return one, several
 
 
 def _subsets(mask: int, low: bool = True):
@@ -204,7 +219,7 @@ def _subsets(mask: int, low: bool = True):
         sub = (sub - 1) & mask
 
 
-def _partitions_s(least: np.ndarray) -> list[float]:
+def partitions_s(least: np.ndarray) -> list[float]:
     """Per set of items, ``min_P Σ_{S ∈ P} least[S]`` over its partitions."""
     best = [0.0] + [math.inf] * (least.size - 1)
     for mask in range(1, least.size):
@@ -216,7 +231,7 @@ def partition_bound_s(problem: Problem) -> float | None:
     """``min_P Σ_{S ∈ P} G(S)`` over every partition ``P`` of the items (``None`` beyond
     :data:`ENUMERATED_ITEMS` items)."""
     floors = set_floors_s(problem)
-    return None if floors is None else _partitions_s(floors[0])[-1]
+    return None if floors is None else partitions_s(floors[0])[-1]
 
 
 def pool_partition_bound_s(problem: Problem) -> float | None:
@@ -232,7 +247,7 @@ def pool_partition_bound_s(problem: Problem) -> float | None:
     if floors is None:
         return None
     least, several = floors
-    best = _partitions_s(least)
+    best = partitions_s(least)
     spread = list(best)  # one group
     for _ in range(min(problem.topology.dp, problem.num_items) - 1):
         spread = [
@@ -251,7 +266,9 @@ def pool_partition_bound_s(problem: Problem) -> float | None:
 __all__ = [
     "ENUMERATED_ITEMS",
     "partition_bound_s",
+    "partitions_s",
     "pool_partition_bound_s",
+    "set_floor_parts_s",
     "set_floors_s",
     "wave_floor_parts_s",
     "wave_floor_s",

@@ -12,22 +12,38 @@ every GPU must run the same number of waves, a plan of at least ``W`` waves runs
 ``ceil(W / dp)`` on every group, the missing ones as padding waves of one overhead each: the summed
 share counts ``(-W) mod dp`` of them too. For a few items, every assignment of them to the groups is
 priced by the partition floors (:func:`~cpplan.bound.partitions.pool_partition_bound_s`): a third floor.
+
+Under dynamic CP (:func:`dynamic_pool_bound`) a wave of group size ``c`` holds ``c`` GPUs for its
+price: the makespan is at least the waves' GPU-seconds over the pool, and at least each wave's price.
+For a few items, every partition of them into the runs split items tie together is priced, each run one
+wave at some group size or split waves at any sizes (:func:`dynamic_runs_bound_s`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 
 from cpplan.bound.node_floors import with_wave_counts
-from cpplan.bound.partitions import full_sharing_totals, pool_partition_bound_s
+from cpplan.bound.partitions import (
+    full_sharing_totals,
+    partitions_s,
+    pool_partition_bound_s,
+    set_floor_parts_s,
+    split_copies_s,
+)
 from cpplan.pricing.ownership import chunk_stats
 from cpplan.pricing.problem import Problem
 
 ITEMS_TRIED = 16
 """The items (the largest by full-sharing packed tokens) whose own wave floor :func:`item_floor_s`
 prices: the costliest item is almost always among them, and any item's floor is a valid bound."""
+
+DYNAMIC_ENUMERATED_ITEMS = 4
+"""The most items whose runs :func:`dynamic_runs_bound_s` enumerates: it prices every set of items at
+every group size (about 0.35 s at five items and 1.5 s at eight on four GPUs, on a busy machine)."""
 
 ROUND_DOWN = 1e-9
 """Relative margin taken off the bound (as :data:`cpplan.bound.all_plans.ROUND_DOWN`)."""
@@ -71,7 +87,8 @@ def pool_bound(problem: Problem, summed):
 
 def dynamic_pool_bound(problem: Problem) -> tuple[float, dict[str, float]]:
     """The makespan bound of a pool under dynamic CP (see the module docstring) and its terms
-    (``gpu_seconds_over_pool``, ``costliest_item_wave``), rounded toward a smaller bound."""
+    (``gpu_seconds_over_pool``, ``costliest_item_wave`` and, for a few items, ``enumerated_runs``),
+    rounded toward a smaller bound."""
     from cpplan.pricing.problem import group_problem
 
     topology = problem.topology
@@ -87,8 +104,81 @@ def dynamic_pool_bound(problem: Problem) -> tuple[float, dict[str, float]]:
     largest = np.argsort(-problem.item_full_tokens, kind="stable")[:ITEMS_TRIED].tolist()
     costliest = max(min(item_floor_s(g, i) for g in groups) for i in largest)
     terms = {"gpu_seconds_over_pool": gpu_seconds, "costliest_item_wave": costliest}
-    terms = {k: round(v * (1 - ROUND_DOWN), 9) for k, v in terms.items()}
-    return max(gpu_seconds, costliest) * (1 - ROUND_DOWN), terms
+    runs = (
+        dynamic_runs_bound_s(problem, groups, barriers)
+        if problem.num_items <= DYNAMIC_ENUMERATED_ITEMS
+        else 0.0
+    )
+    if math.isfinite(runs) and runs > 0:  # infinite: some item fits no wave (nothing to bound)
+        terms["enumerated_runs"] = runs
+    bound = max(terms.values()) * (1 - ROUND_DOWN)
+    return bound, {k: round(v * (1 - ROUND_DOWN), 9) for k, v in terms.items()}
 
 
-__all__ = ["ITEMS_TRIED", "dynamic_pool_bound", "item_floor_s", "pool_bound"]
+def run_options_s(
+    problem: Problem, groups: list[Problem], barriers: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per set of items ``S`` (a bit mask) and per way to run
+    exactly them under dynamic CP, the least seconds one GPU is held (``solo``) and the least
+    GPU-seconds (``gpu``), shape ``(sets, ways)`` (at most :data:`~cpplan.bound.partitions.ENUMERATED_ITEMS`
+    items). One wave on a group of ``c`` GPUs: its price, at
+    least ``F_c(S)`` (:func:`~cpplan.bound.partitions.set_floor_parts_s` of the size's problem), held
+    by ``c`` GPUs. Two waves or more, tied by an item split over them, at any sizes (they may run at
+    once on different groups: ``solo`` 0): each wave's ``c`` times its price is at least its size's
+    ``c`` times overhead plus, per barrier, the least coefficient over the sizes times its totals
+    (``barriers``; remote tokens as none), and the waves' totals sum to at least the full-sharing
+    totals of ``S`` and the split item's common nodes once more (``split_copies_s`` at ``barriers``)."""
+    n = problem.num_items
+    ones = [set_floor_parts_s(g)[0] for g in groups]
+    solo = np.stack([*ones, np.zeros(1 << n)], axis=1)
+    gpu = np.stack([g.topology.cp * one for g, one in zip(groups, ones, strict=True)], axis=1)
+    overhead = min(g.topology.cp * g.card.wave_overhead_s for g in groups)
+    split = split_copies_s(problem, barriers.sum(axis=0))
+    several = np.full(1 << n, math.inf)
+    for mask in range(1, 1 << n):
+        items = [i for i in range(n) if mask >> i & 1]
+        least = min(split[i] for i in items)
+        if math.isfinite(least):
+            requests = problem.item_requests(items)
+            totals = with_wave_counts(
+                problem, requests, full_sharing_totals(problem, requests), remote_ranks=0
+            )
+            several[mask] = 2 * overhead + float((barriers @ totals).sum()) + least
+    return solo, np.concatenate([gpu, several[:, None]], axis=1)
+
+
+def dynamic_runs_bound_s(problem: Problem, groups: list[Problem], barriers: np.ndarray) -> float:
+    """A floor of the makespan under dynamic CP over every plan of a few items: group a plan's waves into
+    the runs split items tie together; each run holds exactly a set of items, in one of the ways of
+    :func:`run_options_s`. The pool's GPUs hold the waves' GPU-seconds one at a time, so the makespan is
+    at least their sum over the pool, and at least every ``solo``: at least ``min_T max(T, D(T) /
+    pool)`` with ``D(T)`` the least summed ``gpu`` over the partitions of the items into sets, each run
+    a way whose ``solo`` is at most ``T`` (dynamic programming over item subsets; ``D`` falls as ``T``
+    grows, so a binary search over the ``solo`` values finds the least)."""
+    solo, gpu = run_options_s(problem, groups, barriers)
+    thresholds = np.unique(solo[np.isfinite(solo)])
+    pool = problem.topology.pool
+
+    def summed(limit: float) -> float:
+        return partitions_s(np.where(solo <= limit, gpu, math.inf).min(axis=1))[-1] / pool
+
+    lo, hi = 0, thresholds.size  # the first threshold at or above its own summed share
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if thresholds[mid] >= summed(float(thresholds[mid])):
+            hi = mid
+        else:
+            lo = mid + 1
+    below = summed(float(thresholds[lo - 1])) if lo > 0 else math.inf
+    return min(below, float(thresholds[lo])) if lo < thresholds.size else below
+
+
+__all__ = [
+    "DYNAMIC_ENUMERATED_ITEMS",
+    "ITEMS_TRIED",
+    "dynamic_pool_bound",
+    "dynamic_runs_bound_s",
+    "item_floor_s",
+    "pool_bound",
+    "run_options_s",
+]

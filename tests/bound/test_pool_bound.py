@@ -149,3 +149,88 @@ def test_assignments_of_few_items_to_groups_bound_the_pool():
 
     makespans = [max(best(mask), best((1 << n) - 1 ^ mask)) for mask in range(1 << n)]
     assert bound.bound_s <= min(makespans) * (1 + 1e-12)
+
+
+def _grpo_dynamic_pool():
+    """The bench's held-out GRPO step (two groups of eight behind a 10k-token prefix) on a pool of four
+    GPUs under dynamic CP, 20 GiB each."""
+    from cpplan.bench import synthetic
+
+    workload = synthetic.grpo(
+        num_prompts=2,
+        group_size=8,
+        system_tokens=2048,
+        prompt_tokens=8192,
+        completion_tokens=(256, 1024),
+        seed=11,
+    )
+    return build_problem(
+        workload,
+        topology=Topology.parse("dp=2,cp=2,dynamic_cp=1"),
+        model="qwen3.6-35b-a3b",
+        memory_bytes="20GiB",
+    )
+
+
+def test_dynamic_cp_runs_of_few_items_bound_the_pool():
+    """Under dynamic CP, for a few items every partition into runs (one wave at some group size, or
+    waves tied by a split item at any sizes) is priced: on the GRPO step of two items on four GPUs the
+    floor binds above the summed GPU-seconds (which lets both items run on single GPUs with the other
+    two idle) and the costliest item, and is what the bound reports."""
+    problem = _grpo_dynamic_pool()
+    bound = plan_bound(problem)
+    terms = bound.terms_s
+    assert terms["enumerated_runs"] > 1.2 * max(terms["gpu_seconds_over_pool"], terms["costliest_item_wave"])
+    assert bound.bound_s == pytest.approx(terms["enumerated_runs"], rel=1e-6)
+
+
+def test_dynamic_cp_runs_search_finds_the_least_threshold():
+    """The binary search over the ``solo`` thresholds gives ``min_T max(T, D(T) / pool)`` exactly as
+    trying every threshold does (``D(T)``: the least summed GPU-seconds of the partitions whose runs each
+    hold one GPU at most ``T``)."""
+    import numpy as np
+
+    from cpplan.bound.partitions import partitions_s
+    from cpplan.bound.pool_makespan import dynamic_runs_bound_s, run_options_s
+
+    problem = _grpo_dynamic_pool()
+    groups = [group_problem(problem, c) for c in problem.topology.group_sizes()]
+    barriers = np.min([np.asarray(g.card.constants.barrier_coefficients) for g in groups], axis=0)
+    solo, gpu = run_options_s(problem, groups, barriers)
+    every = []
+    for limit in np.unique(solo[np.isfinite(solo)]).tolist():
+        summed = partitions_s(np.where(solo <= limit, gpu, math.inf).min(axis=1))[-1] / problem.topology.pool
+        every.append(max(limit, summed))
+    assert dynamic_runs_bound_s(problem, groups, barriers) == pytest.approx(min(every), rel=1e-12)
+
+
+@pytest.mark.parametrize("model", ["qwen3-8b", "qwen3.6-35b-a3b"])
+def test_dynamic_cp_runs_floor_at_most_enumerated_pool_plans(model):
+    """On a tiny problem on two GPUs under dynamic CP, the bound (its enumerated runs included) is at
+    most the makespan of every plan that gives each GPU a set of items run optimally alone (every
+    partition, layout and ownership enumerated per set), of the optimum of every wave on both GPUs
+    (group size 2), and of the deterministic profile's plan."""
+    from cpplan import Problem
+
+    problem = tiny_problem(CHUNKED, cp=1, chunk_tokens=128, room=0.65, model=model)
+    pool = dataclasses.replace(
+        problem,
+        settings=dataclasses.replace(problem.settings, topology=Topology(cp=1, dp=2, dynamic_cp=True)),
+    )
+    bound = plan_bound(pool)
+    assert "enumerated_runs" in bound.terms_s
+    n = problem.num_items
+
+    def best(mask: int) -> float:
+        if mask == 0:
+            return 0.0
+        items = tuple(problem.workload.items[i] for i in range(n) if mask >> i & 1)
+        sub = Problem.build(Workload(items=items), problem.settings)
+        found = optimum(dataclasses.replace(sub, chunk_tokens=problem.chunk_tokens))
+        return math.inf if found is None else found[0]
+
+    makespans = [max(best(mask), best((1 << n) - 1 ^ mask)) for mask in range(1 << n)]
+    wide = optimum(dataclasses.replace(group_problem(pool, 2), chunk_tokens=problem.chunk_tokens))
+    makespans += [wide[0]] if wide is not None else []
+    makespans.append(solve(pool, load_solver("deterministic")).cost_s)
+    assert bound.bound_s <= min(makespans) * (1 + 1e-12)
