@@ -115,29 +115,59 @@ def _subsets(groups: np.ndarray, sizes: tuple[int, ...]) -> np.ndarray:
         if size == 0:
             rows.append(np.full((1, 2), -1, dtype=np.int64))
         elif size == 1:
-            rows.append(np.stack([groups, np.full(groups.size, -1)], axis=1))
+            single = np.full((groups.size, 2), -1, dtype=np.int64)
+            single[:, 0] = groups
+            rows.append(single)
         else:
             first, second = np.triu_indices(groups.size, k=1)
-            rows.append(np.stack([groups[first], groups[second]], axis=1))
-    return np.concatenate(rows).astype(np.int64).reshape(-1, 2)
+            pairs = np.empty((first.size, 2), dtype=np.int64)
+            pairs[:, 0], pairs[:, 1] = groups[first], groups[second]
+            rows.append(pairs)
+    return rows[0] if len(rows) == 1 else np.concatenate(rows)
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class _Whole:
+    """Which exchanges to keep: those after which rank ``rank`` holds a whole number of chunks of
+    ``tokens`` (per group; ``held``: what it holds now), where ``binding[partner]`` says it must."""
+
+    tokens: np.ndarray
+    chunk_tokens: int
+    held: int
+    binding: np.ndarray
+
+    def residues(self, subsets: np.ndarray) -> np.ndarray:
+        """Per row of ``subsets``, its tokens modulo a chunk."""
+        padded = np.append(self.tokens, 0)
+        return padded[subsets].sum(axis=1) % self.chunk_tokens
 
 
 def _exchanges(
-    rank_of: np.ndarray, rank: int, partners: list[int], shapes: tuple[tuple[tuple[int, ...], ...], ...]
+    rank_of: np.ndarray,
+    rank: int,
+    partners: list[int],
+    shapes: tuple[tuple[tuple[int, ...], ...], ...],
+    whole: _Whole | None = None,
 ) -> _Exchanges:
     """The exchanges between ``rank`` and each of ``partners`` of the given ``shapes`` (pairs of subset
-    sizes going out and coming back; the empty exchange left out)."""
+    sizes going out and coming back; the empty exchange left out), in order: partner, shape, then
+    out-subset, then back-subset; with ``whole`` given only those it keeps."""
     partner, out, back = [], [], []
     mine = np.flatnonzero(rank_of == rank)
+    outs = [_subsets(mine, out_sizes) for out_sizes, _ in shapes]
+    out_residues = [whole.residues(a) for a in outs] if whole is not None else []
     for other in partners:
         theirs = np.flatnonzero(rank_of == other)
-        for out_sizes, back_sizes in shapes:
-            a, b = _subsets(mine, out_sizes), _subsets(theirs, back_sizes)
-            a, b = np.repeat(a, b.shape[0], axis=0), np.tile(b, (a.shape[0], 1))
-            moving = (a[:, 0] >= 0) | (b[:, 0] >= 0)
-            partner.append(np.full(int(moving.sum()), other, dtype=np.int64))
-            out.append(a[moving])
-            back.append(b[moving])
+        for s, (_, back_sizes) in enumerate(shapes):
+            a, b = outs[s], _subsets(theirs, back_sizes)
+            keep = (a[:, 0] >= 0)[:, None] | (b[:, 0] >= 0)[None, :]
+            if whole is not None and whole.binding[other]:
+                given = out_residues[s][:, None] - whole.residues(b)[None, :]
+                keep &= (whole.held - given) % whole.chunk_tokens == 0
+            rows, cols = np.nonzero(keep)
+            partner.append(np.full(rows.size, other, dtype=np.int64))
+            out.append(a[rows])
+            back.append(b[cols])
     return _Exchanges(
         rank=rank,
         partner=np.concatenate([np.zeros(0, dtype=np.int64), *partner]),
@@ -165,7 +195,7 @@ def _trials(loads: GroupLoads, rank_of: np.ndarray, num_ranks: int, ex: _Exchang
     counts = np.bincount(rank_of, minlength=num_ranks)
     moved_count = (ex.out >= 0).sum(axis=1) - (ex.back >= 0).sum(axis=1)
     fits &= (counts[ex.rank] - moved_count > 0) & (counts[ex.partner] + moved_count > 0)
-    rest = np.array([_max_without(rank_s, ex.rank, b) for b in range(num_ranks)])
+    rest = _max_without(rank_s, ex.rank)
     after = np.maximum(rank_s[ex.rank] - moved, rank_s[ex.partner] + moved)
     return np.where(fits, np.maximum(rest[ex.partner], after).sum(axis=1), np.inf)
 
@@ -175,12 +205,11 @@ def _improve(loads: GroupLoads, rank_of: np.ndarray, num_ranks: int, keep: _Resi
     and keeps ``keep``'s aligned ranks aligned; whether one did. ``rank_of`` changes in place."""
     rank_s = _rank_sums(loads.barrier_s, rank_of, num_ranks)
     slowest = int(np.argmax(rank_s.sum(axis=1)))
-    ex = _exchanges(rank_of, slowest, [r for r in range(num_ranks) if r != slowest], SINGLE)
+    whole = None if keep is None else keep.whole(slowest)
+    ex = _exchanges(rank_of, slowest, [r for r in range(num_ranks) if r != slowest], SINGLE, whole)
     if ex.partner.size == 0:
         return False
     trial = _trials(loads, rank_of, num_ranks, ex)
-    if keep is not None:
-        trial = np.where(keep.kept(ex), trial, np.inf)
     k = int(np.argmin(trial))
     if not trial[k] < float(rank_s.max(axis=0).sum()) * (1 - 1e-12):
         return False
@@ -196,10 +225,14 @@ class _Residues:
     chunk_tokens: int
     aligned: np.ndarray
 
-    def kept(self, ex: _Exchanges) -> np.ndarray:
-        """Per exchange, whether it leaves every aligned rank aligned."""
-        whole = ex.sums(self.tokens) % self.chunk_tokens == 0
-        return whole | ~(self.aligned[ex.rank] | self.aligned[ex.partner])
+    def whole(self, rank: int) -> _Whole:
+        """The exchanges of ``rank`` that leave every aligned rank aligned."""
+        return _Whole(
+            tokens=self.tokens,
+            chunk_tokens=self.chunk_tokens,
+            held=0,
+            binding=self.aligned | self.aligned[rank],
+        )
 
 
 def _align(
@@ -231,12 +264,14 @@ def _aligning(
     before = compute_s(loads, rank_of, num_ranks)
     held = int(tokens[rank_of == rank].sum())
     best: tuple[float, _Exchanges, int] | None = None
+    whole = _Whole(
+        tokens=tokens, chunk_tokens=chunk_tokens, held=held, binding=np.ones(num_ranks, dtype=bool)
+    )
     for shapes in (SINGLE, DOUBLE):
-        ex = _exchanges(rank_of, rank, list(range(rank + 1, num_ranks)), shapes)
+        ex = _exchanges(rank_of, rank, list(range(rank + 1, num_ranks)), shapes, whole)
         if ex.partner.size == 0:
             continue
         trial = _trials(loads, rank_of, num_ranks, ex)
-        trial = np.where((held - ex.sums(tokens)) % chunk_tokens == 0, trial, np.inf)
         k = int(np.argmin(trial))
         if np.isfinite(trial[k]) and (best is None or trial[k] < best[0]):
             best = (float(trial[k]), ex, k)
@@ -254,8 +289,11 @@ def _rank_sums(values: np.ndarray, rank_of: np.ndarray, num_ranks: int) -> np.nd
     return sums
 
 
-def _max_without(rank_s: np.ndarray, a: int, b: int) -> np.ndarray:
-    """Per barrier, the slowest rank's seconds among ranks other than ``a`` and ``b`` (zero if none)."""
-    keep = np.ones(rank_s.shape[0], dtype=bool)
-    keep[[a, b]] = False
-    return rank_s[keep].max(axis=0) if keep.any() else np.zeros(rank_s.shape[1])
+def _max_without(rank_s: np.ndarray, a: int) -> np.ndarray:
+    """Per rank ``b`` and barrier, the slowest rank's seconds among ranks other than ``a`` and ``b``
+    (zero if none), shape ``(ranks, barriers)``."""
+    num_ranks = rank_s.shape[0]
+    left = ~np.eye(num_ranks, dtype=bool)
+    left[:, a] = False
+    rest = np.where(left[:, :, None], rank_s[None, :, :], -np.inf).max(axis=1)
+    return np.where(left.any(axis=1)[:, None], rest, 0.0)
