@@ -7,6 +7,7 @@ number of chunks. Every step is deterministic (the first candidate wins ties).""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import combinations
 
 import numpy as np
 
@@ -16,6 +17,10 @@ IMPROVING_STEPS = 64
 ALIGN_SLACK = 1e-3
 """How much dearer (relative) than before an exchange of one group may leave a wave's compute seconds
 while aligning a rank for :func:`align_ranks` to take it without pricing exchanges of two."""
+
+LISTED_ROWS = 512
+"""Up to this many candidate exchanges (before filtering) :func:`_exchanges` lists them one by one in
+Python, which is faster than numpy's per-call overhead on so few; above it, it builds them as arrays."""
 
 ALIGNED_STEPS = 16
 """The most improving exchanges :func:`align_ranks` makes after aligning each rank."""
@@ -136,6 +141,10 @@ class _Whole:
     held: int
     binding: np.ndarray
 
+    def residue(self, row: tuple[int, int], tokens: list[int]) -> int:
+        """The tokens of one subset ``row`` (padded with ``-1``; ``tokens`` as a list) modulo a chunk."""
+        return sum(tokens[g] for g in row if g >= 0) % self.chunk_tokens
+
     def residues(self, subsets: np.ndarray) -> np.ndarray:
         """Per row of ``subsets``, its tokens modulo a chunk."""
         padded = np.append(self.tokens, 0)
@@ -152,6 +161,67 @@ def _exchanges(
     """The exchanges between ``rank`` and each of ``partners`` of the given ``shapes`` (pairs of subset
     sizes going out and coming back; the empty exchange left out), in order: partner, shape, then
     out-subset, then back-subset; with ``whole`` given only those it keeps."""
+    members: list[list[int]] = [[] for _ in range(max(int(rank_of.max()), rank, *partners) + 1)]
+    for g, r in enumerate(rank_of.tolist()):
+        members[r].append(g)
+    num_rows = sum(
+        _num_subsets(len(members[rank]), out_sizes) * _num_subsets(len(members[p]), back_sizes)
+        for p in partners
+        for out_sizes, back_sizes in shapes
+    )
+    if num_rows > LISTED_ROWS:
+        return _array_exchanges(rank_of, rank, partners, shapes, whole)
+    outs = [_subset_rows(members[rank], out_sizes) for out_sizes, _ in shapes]
+    partner, out, back = [], [], []
+    tokens = whole.tokens.tolist() if whole is not None else []
+    for other in partners:
+        for s, (_, back_sizes) in enumerate(shapes):
+            backs = _subset_rows(members[other], back_sizes)
+            bound = whole is not None and bool(whole.binding[other])
+            for a in outs[s]:
+                given = whole.residue(a, tokens) if bound else 0
+                for b in backs:
+                    if a[0] < 0 and b[0] < 0:
+                        continue
+                    if bound and (whole.held - given + whole.residue(b, tokens)) % whole.chunk_tokens:
+                        continue
+                    partner.append(other)
+                    out.append(a)
+                    back.append(b)
+    return _Exchanges(
+        rank=rank,
+        partner=np.array(partner, dtype=np.int64),
+        out=np.array(out, dtype=np.int64).reshape(-1, 2),
+        back=np.array(back, dtype=np.int64).reshape(-1, 2),
+    )
+
+
+def _num_subsets(num_groups: int, sizes: tuple[int, ...]) -> int:
+    """How many rows :func:`_subsets` gives for ``num_groups`` groups."""
+    return sum((1, num_groups, num_groups * (num_groups - 1) // 2)[size] for size in sizes)
+
+
+def _subset_rows(groups: list[int], sizes: tuple[int, ...]) -> list[tuple[int, int]]:
+    """:func:`_subsets` as a list of pairs."""
+    rows: list[tuple[int, int]] = []
+    for size in sizes:
+        if size == 0:
+            rows.append((-1, -1))
+        elif size == 1:
+            rows.extend((g, -1) for g in groups)
+        else:
+            rows.extend(combinations(groups, 2))
+    return rows
+
+
+def _array_exchanges(
+    rank_of: np.ndarray,
+    rank: int,
+    partners: list[int],
+    shapes: tuple[tuple[tuple[int, ...], ...], ...],
+    whole: _Whole | None,
+) -> _Exchanges:
+    """:func:`_exchanges`, built as arrays."""
     partner, out, back = [], [], []
     mine = np.flatnonzero(rank_of == rank)
     outs = [_subsets(mine, out_sizes) for out_sizes, _ in shapes]
