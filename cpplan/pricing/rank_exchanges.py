@@ -178,16 +178,17 @@ def _exchanges(
         for s, (_, back_sizes) in enumerate(shapes):
             backs = _subset_rows(members[other], back_sizes)
             bound = whole is not None and bool(whole.binding[other])
+            taken = [whole.residue(b, tokens) for b in backs] if bound else [0] * len(backs)
             for a in outs[s]:
-                given = whole.residue(a, tokens) if bound else 0
-                for b in backs:
+                left = whole.held - whole.residue(a, tokens) if bound else 0
+                for b, b_residue in zip(backs, taken, strict=True):
                     if a[0] < 0 and b[0] < 0:
                         continue
-                    if bound and (whole.held - given + whole.residue(b, tokens)) % whole.chunk_tokens:
+                    if bound and (left + b_residue) % whole.chunk_tokens:
                         continue
                     partner.append(other)
-                    out.append(a)
-                    back.append(b)
+                    out.extend(a)
+                    back.extend(b)
     return _Exchanges(
         rank=rank,
         partner=np.array(partner, dtype=np.int64),
