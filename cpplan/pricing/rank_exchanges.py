@@ -143,7 +143,10 @@ class _Whole:
 
     def residue(self, row: tuple[int, int], tokens: list[int]) -> int:
         """The tokens of one subset ``row`` (padded with ``-1``; ``tokens`` as a list) modulo a chunk."""
-        return sum(tokens[g] for g in row if g >= 0) % self.chunk_tokens
+        first, second = row
+        return (
+            (tokens[first] if first >= 0 else 0) + (tokens[second] if second >= 0 else 0)
+        ) % self.chunk_tokens
 
     def residues(self, subsets: np.ndarray) -> np.ndarray:
         """Per row of ``subsets``, its tokens modulo a chunk."""
@@ -174,13 +177,15 @@ def _exchanges(
     outs = [_subset_rows(members[rank], out_sizes) for out_sizes, _ in shapes]
     partner, out, back = [], [], []
     tokens = whole.tokens.tolist() if whole is not None else []
+    lefts = (
+        [[whole.held - whole.residue(a, tokens) for a in rows] for rows in outs] if whole is not None else []
+    )
     for other in partners:
         for s, (_, back_sizes) in enumerate(shapes):
             backs = _subset_rows(members[other], back_sizes)
             bound = whole is not None and bool(whole.binding[other])
             taken = [whole.residue(b, tokens) for b in backs] if bound else [0] * len(backs)
-            for a in outs[s]:
-                left = whole.held - whole.residue(a, tokens) if bound else 0
+            for a, left in zip(outs[s], lefts[s] if bound else [0] * len(outs[s]), strict=True):
                 for b, b_residue in zip(backs, taken, strict=True):
                     if a[0] < 0 and b[0] < 0:
                         continue
