@@ -133,8 +133,9 @@ def _subsets(groups: np.ndarray, sizes: tuple[int, ...]) -> np.ndarray:
 
 @dataclass(frozen=True, kw_only=True, eq=False)
 class _Whole:
-    """Which exchanges to keep: those after which rank ``rank`` holds a whole number of chunks of
-    ``tokens`` (per group; ``held``: what it holds now), where ``binding[partner]`` says it must."""
+    """Which exchanges :func:`_exchanges` keeps: with a partner that ``binding`` marks, only those after
+    which the exchanging rank holds a whole number of chunks of ``tokens`` (per group; ``held``: what it
+    holds now, taken as ``0`` where only the exchanged tokens must be whole chunks)."""
 
     tokens: np.ndarray
     chunk_tokens: int
