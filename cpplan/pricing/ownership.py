@@ -382,13 +382,14 @@ def balanced_owner(
     order = np.argsort(-weights, kind="stable").tolist()
     if room is not None:
         return _balanced_within_room(weights, order, num_ranks, room)
-    owner = np.empty(weights.size, dtype=np.int64)
+    owner = [0] * weights.size
+    values = weights.tolist()
     heap = [(0.0, r) for r in range(num_ranks)]
     for chunk in order:
-        load, rank = heapq.heappop(heap)
+        load, rank = heap[0]
         owner[chunk] = rank
-        heapq.heappush(heap, (load + float(weights[chunk]), rank))
-    return owner
+        heapq.heapreplace(heap, (load + values[chunk], rank))
+    return np.array(owner, dtype=np.int64)
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)

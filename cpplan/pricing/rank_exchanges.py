@@ -7,6 +7,7 @@ number of chunks. Every step is deterministic (the first candidate wins ties).""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import combinations
 
 import numpy as np
 
@@ -16,6 +17,10 @@ IMPROVING_STEPS = 64
 ALIGN_SLACK = 1e-3
 """How much dearer (relative) than before an exchange of one group may leave a wave's compute seconds
 while aligning a rank for :func:`align_ranks` to take it without pricing exchanges of two."""
+
+LISTED_ROWS = 512
+"""Up to this many candidate exchanges (before filtering) :func:`_exchanges` lists them one by one in
+Python, which is faster than numpy's per-call overhead on so few; above it, it builds them as arrays."""
 
 ALIGNED_STEPS = 16
 """The most improving exchanges :func:`align_ranks` makes after aligning each rank."""
@@ -115,29 +120,131 @@ def _subsets(groups: np.ndarray, sizes: tuple[int, ...]) -> np.ndarray:
         if size == 0:
             rows.append(np.full((1, 2), -1, dtype=np.int64))
         elif size == 1:
-            rows.append(np.stack([groups, np.full(groups.size, -1)], axis=1))
+            single = np.full((groups.size, 2), -1, dtype=np.int64)
+            single[:, 0] = groups
+            rows.append(single)
         else:
             first, second = np.triu_indices(groups.size, k=1)
-            rows.append(np.stack([groups[first], groups[second]], axis=1))
-    return np.concatenate(rows).astype(np.int64).reshape(-1, 2)
+            pairs = np.empty((first.size, 2), dtype=np.int64)
+            pairs[:, 0], pairs[:, 1] = groups[first], groups[second]
+            rows.append(pairs)
+    return rows[0] if len(rows) == 1 else np.concatenate(rows)
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class _Whole:
+    """Which exchanges :func:`_exchanges` keeps: with a partner that ``binding`` marks, only those after
+    which the exchanging rank holds a whole number of chunks of ``tokens`` (per group; ``held``: what it
+    holds now, taken as ``0`` where only the exchanged tokens must be whole chunks)."""
+
+    tokens: np.ndarray
+    chunk_tokens: int
+    held: int
+    binding: np.ndarray
+
+    def residue(self, row: tuple[int, int], tokens: list[int]) -> int:
+        """The tokens of one subset ``row`` (padded with ``-1``; ``tokens`` as a list) modulo a chunk."""
+        first, second = row
+        return (
+            (tokens[first] if first >= 0 else 0) + (tokens[second] if second >= 0 else 0)
+        ) % self.chunk_tokens
+
+    def residues(self, subsets: np.ndarray) -> np.ndarray:
+        """Per row of ``subsets``, its tokens modulo a chunk."""
+        padded = np.append(self.tokens, 0)
+        return padded[subsets].sum(axis=1) % self.chunk_tokens
 
 
 def _exchanges(
-    rank_of: np.ndarray, rank: int, partners: list[int], shapes: tuple[tuple[tuple[int, ...], ...], ...]
+    rank_of: np.ndarray,
+    rank: int,
+    partners: list[int],
+    shapes: tuple[tuple[tuple[int, ...], ...], ...],
+    whole: _Whole | None = None,
 ) -> _Exchanges:
     """The exchanges between ``rank`` and each of ``partners`` of the given ``shapes`` (pairs of subset
-    sizes going out and coming back; the empty exchange left out)."""
+    sizes going out and coming back; the empty exchange left out), in order: partner, shape, then
+    out-subset, then back-subset; with ``whole`` given only those it keeps."""
+    members: list[list[int]] = [[] for _ in range(max(int(rank_of.max()), rank, *partners) + 1)]
+    for g, r in enumerate(rank_of.tolist()):
+        members[r].append(g)
+    num_rows = sum(
+        _num_subsets(len(members[rank]), out_sizes) * _num_subsets(len(members[p]), back_sizes)
+        for p in partners
+        for out_sizes, back_sizes in shapes
+    )
+    if num_rows > LISTED_ROWS:
+        return _array_exchanges(rank_of, rank, partners, shapes, whole)
+    outs = [_subset_rows(members[rank], out_sizes) for out_sizes, _ in shapes]
+    partner, out, back = [], [], []
+    tokens = whole.tokens.tolist() if whole is not None else []
+    lefts = (
+        [[whole.held - whole.residue(a, tokens) for a in rows] for rows in outs] if whole is not None else []
+    )
+    for other in partners:
+        for s, (_, back_sizes) in enumerate(shapes):
+            backs = _subset_rows(members[other], back_sizes)
+            bound = whole is not None and bool(whole.binding[other])
+            taken = [whole.residue(b, tokens) for b in backs] if bound else [0] * len(backs)
+            for a, left in zip(outs[s], lefts[s] if bound else [0] * len(outs[s]), strict=True):
+                for b, b_residue in zip(backs, taken, strict=True):
+                    if a[0] < 0 and b[0] < 0:
+                        continue
+                    if bound and (left + b_residue) % whole.chunk_tokens:
+                        continue
+                    partner.append(other)
+                    out.extend(a)
+                    back.extend(b)
+    return _Exchanges(
+        rank=rank,
+        partner=np.array(partner, dtype=np.int64),
+        out=np.array(out, dtype=np.int64).reshape(-1, 2),
+        back=np.array(back, dtype=np.int64).reshape(-1, 2),
+    )
+
+
+def _num_subsets(num_groups: int, sizes: tuple[int, ...]) -> int:
+    """How many rows :func:`_subsets` gives for ``num_groups`` groups."""
+    return sum((1, num_groups, num_groups * (num_groups - 1) // 2)[size] for size in sizes)
+
+
+def _subset_rows(groups: list[int], sizes: tuple[int, ...]) -> list[tuple[int, int]]:
+    """:func:`_subsets` as a list of pairs."""
+    rows: list[tuple[int, int]] = []
+    for size in sizes:
+        if size == 0:
+            rows.append((-1, -1))
+        elif size == 1:
+            rows.extend((g, -1) for g in groups)
+        else:
+            rows.extend(combinations(groups, 2))
+    return rows
+
+
+def _array_exchanges(
+    rank_of: np.ndarray,
+    rank: int,
+    partners: list[int],
+    shapes: tuple[tuple[tuple[int, ...], ...], ...],
+    whole: _Whole | None,
+) -> _Exchanges:
+    """:func:`_exchanges`, built as arrays."""
     partner, out, back = [], [], []
     mine = np.flatnonzero(rank_of == rank)
+    outs = [_subsets(mine, out_sizes) for out_sizes, _ in shapes]
+    out_residues = [whole.residues(a) for a in outs] if whole is not None else []
     for other in partners:
         theirs = np.flatnonzero(rank_of == other)
-        for out_sizes, back_sizes in shapes:
-            a, b = _subsets(mine, out_sizes), _subsets(theirs, back_sizes)
-            a, b = np.repeat(a, b.shape[0], axis=0), np.tile(b, (a.shape[0], 1))
-            moving = (a[:, 0] >= 0) | (b[:, 0] >= 0)
-            partner.append(np.full(int(moving.sum()), other, dtype=np.int64))
-            out.append(a[moving])
-            back.append(b[moving])
+        for s, (_, back_sizes) in enumerate(shapes):
+            a, b = outs[s], _subsets(theirs, back_sizes)
+            keep = (a[:, 0] >= 0)[:, None] | (b[:, 0] >= 0)[None, :]
+            if whole is not None and whole.binding[other]:
+                given = out_residues[s][:, None] - whole.residues(b)[None, :]
+                keep &= (whole.held - given) % whole.chunk_tokens == 0
+            rows, cols = np.nonzero(keep)
+            partner.append(np.full(rows.size, other, dtype=np.int64))
+            out.append(a[rows])
+            back.append(b[cols])
     return _Exchanges(
         rank=rank,
         partner=np.concatenate([np.zeros(0, dtype=np.int64), *partner]),
@@ -165,7 +272,7 @@ def _trials(loads: GroupLoads, rank_of: np.ndarray, num_ranks: int, ex: _Exchang
     counts = np.bincount(rank_of, minlength=num_ranks)
     moved_count = (ex.out >= 0).sum(axis=1) - (ex.back >= 0).sum(axis=1)
     fits &= (counts[ex.rank] - moved_count > 0) & (counts[ex.partner] + moved_count > 0)
-    rest = np.array([_max_without(rank_s, ex.rank, b) for b in range(num_ranks)])
+    rest = _max_without(rank_s, ex.rank)
     after = np.maximum(rank_s[ex.rank] - moved, rank_s[ex.partner] + moved)
     return np.where(fits, np.maximum(rest[ex.partner], after).sum(axis=1), np.inf)
 
@@ -175,12 +282,11 @@ def _improve(loads: GroupLoads, rank_of: np.ndarray, num_ranks: int, keep: _Resi
     and keeps ``keep``'s aligned ranks aligned; whether one did. ``rank_of`` changes in place."""
     rank_s = _rank_sums(loads.barrier_s, rank_of, num_ranks)
     slowest = int(np.argmax(rank_s.sum(axis=1)))
-    ex = _exchanges(rank_of, slowest, [r for r in range(num_ranks) if r != slowest], SINGLE)
+    whole = None if keep is None else keep.whole(slowest)
+    ex = _exchanges(rank_of, slowest, [r for r in range(num_ranks) if r != slowest], SINGLE, whole)
     if ex.partner.size == 0:
         return False
     trial = _trials(loads, rank_of, num_ranks, ex)
-    if keep is not None:
-        trial = np.where(keep.kept(ex), trial, np.inf)
     k = int(np.argmin(trial))
     if not trial[k] < float(rank_s.max(axis=0).sum()) * (1 - 1e-12):
         return False
@@ -196,10 +302,14 @@ class _Residues:
     chunk_tokens: int
     aligned: np.ndarray
 
-    def kept(self, ex: _Exchanges) -> np.ndarray:
-        """Per exchange, whether it leaves every aligned rank aligned."""
-        whole = ex.sums(self.tokens) % self.chunk_tokens == 0
-        return whole | ~(self.aligned[ex.rank] | self.aligned[ex.partner])
+    def whole(self, rank: int) -> _Whole:
+        """The exchanges of ``rank`` that leave every aligned rank aligned."""
+        return _Whole(
+            tokens=self.tokens,
+            chunk_tokens=self.chunk_tokens,
+            held=0,
+            binding=self.aligned | self.aligned[rank],
+        )
 
 
 def _align(
@@ -231,12 +341,14 @@ def _aligning(
     before = compute_s(loads, rank_of, num_ranks)
     held = int(tokens[rank_of == rank].sum())
     best: tuple[float, _Exchanges, int] | None = None
+    whole = _Whole(
+        tokens=tokens, chunk_tokens=chunk_tokens, held=held, binding=np.ones(num_ranks, dtype=bool)
+    )
     for shapes in (SINGLE, DOUBLE):
-        ex = _exchanges(rank_of, rank, list(range(rank + 1, num_ranks)), shapes)
+        ex = _exchanges(rank_of, rank, list(range(rank + 1, num_ranks)), shapes, whole)
         if ex.partner.size == 0:
             continue
         trial = _trials(loads, rank_of, num_ranks, ex)
-        trial = np.where((held - ex.sums(tokens)) % chunk_tokens == 0, trial, np.inf)
         k = int(np.argmin(trial))
         if np.isfinite(trial[k]) and (best is None or trial[k] < best[0]):
             best = (float(trial[k]), ex, k)
@@ -254,8 +366,11 @@ def _rank_sums(values: np.ndarray, rank_of: np.ndarray, num_ranks: int) -> np.nd
     return sums
 
 
-def _max_without(rank_s: np.ndarray, a: int, b: int) -> np.ndarray:
-    """Per barrier, the slowest rank's seconds among ranks other than ``a`` and ``b`` (zero if none)."""
-    keep = np.ones(rank_s.shape[0], dtype=bool)
-    keep[[a, b]] = False
-    return rank_s[keep].max(axis=0) if keep.any() else np.zeros(rank_s.shape[1])
+def _max_without(rank_s: np.ndarray, a: int) -> np.ndarray:
+    """Per rank ``b`` and barrier, the slowest rank's seconds among ranks other than ``a`` and ``b``
+    (zero if none), shape ``(ranks, barriers)``."""
+    num_ranks = rank_s.shape[0]
+    left = ~np.eye(num_ranks, dtype=bool)
+    left[:, a] = False
+    rest = np.where(left[:, :, None], rank_s[None, :, :], -np.inf).max(axis=1)
+    return np.where(left.any(axis=1)[:, None], rest, 0.0)

@@ -158,11 +158,11 @@ def cuts_where_little_waits(layout: PackedLayout, stats: ChunkStats, ends: list[
     waits for the leaf's rest, one inside a shared prompt for every completion after it); the nearest
     such end on a tie."""
     cp, num_chunks = len(ends), stats.num_chunks
-    below = layout.seg_length.astype(np.int64).copy()
+    below_list, parents = layout.seg_length.astype(np.int64).tolist(), layout.seg_parent.tolist()
     for s in range(layout.num_segments - 1, -1, -1):  # parents come before their children
-        parent = int(layout.seg_parent[s])
-        if parent >= 0:
-            below[parent] += below[s]
+        if parents[s] >= 0:
+            below_list[parents[s]] += below_list[s]
+    below = np.array(below_list, dtype=np.int64)
     reach = max(1, num_chunks // (16 * cp))
     moved = list(ends)
     for r in range(cp - 1):

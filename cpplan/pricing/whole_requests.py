@@ -50,8 +50,8 @@ def chunk_groups(layout: PackedLayout, stats: ChunkStats) -> np.ndarray:
     chunk_tokens = stats.chunk_tokens
     for s in np.flatnonzero(layout.seg_offset[1:] % chunk_tokens != 0).tolist():
         joined.union(int(root[s]), int(root[s + 1]))  # a chunk holds the end of s and the start of s + 1
-    first_root = root[stats.first_segment]
-    return _numbered(np.array([joined.find(int(r)) for r in first_root.tolist()], dtype=np.int64))
+    roots, at = np.unique(root[stats.first_segment], return_inverse=True)
+    return _numbered(np.array([joined.find(r) for r in roots.tolist()], dtype=np.int64)[at.reshape(-1)])
 
 
 def segment_units(layout: PackedLayout, num_requests: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:

@@ -162,3 +162,50 @@ def test_picked_where_cheapest_by_enumeration(qwen36):
     assert all(len(ranks) == 1 for ranks in _owners_per_request(chosen))
     assert chosen.cost_s <= cheapest * (1 + 1e-12)
     assert chosen.cost_s < min(others)
+
+
+def _exchanges_by_hand(rank_of, rank, partners, tokens, held, chunk_tokens):
+    """Every move or swap of at most one group each way, then two out / at most one back, then at most
+    one out / two back, per partner, kept where ``rank`` ends whole; as (partner, out, back) rows."""
+    rows = []
+    mine = [g for g in range(rank_of.size) if rank_of[g] == rank]
+    for other in partners:
+        theirs = [g for g in range(rank_of.size) if rank_of[g] == other]
+        for outs, backs in (
+            ([()] + [(g,) for g in mine], [()] + [(g,) for g in theirs]),
+            (list(itertools.combinations(mine, 2)), [()] + [(g,) for g in theirs]),
+            ([()] + [(g,) for g in mine], list(itertools.combinations(theirs, 2))),
+        ):
+            for a, b in itertools.product(outs, backs):
+                given = sum(tokens[g] for g in a) - sum(tokens[g] for g in b)
+                if (a or b) and (held - given) % chunk_tokens == 0:
+                    rows.append((other, tuple(a) + (-1,) * (2 - len(a)), tuple(b) + (-1,) * (2 - len(b))))
+    return rows
+
+
+@pytest.mark.parametrize("listed_rows", [0, 10**9])
+def test_exchanges_listed_or_built_keep_exactly_the_whole_ones(monkeypatch, listed_rows):
+    """The exchanges a rank may make while aligning, listed one by one (few) or built as arrays (many),
+    are exactly those that leave the rank a whole number of chunks, in the same order."""
+    from cpplan.pricing import rank_exchanges as rx
+
+    monkeypatch.setattr(rx, "LISTED_ROWS", listed_rows)
+    rng = np.random.default_rng(7)
+    for _ in range(40):
+        num_ranks = int(rng.integers(2, 5))
+        rank_of = rng.integers(0, num_ranks, int(rng.integers(2, 12)))
+        tokens = rng.integers(1, 9, rank_of.size) * 32
+        rank = int(rng.integers(0, num_ranks - 1))
+        held = int(tokens[rank_of == rank].sum())
+        whole = rx._Whole(tokens=tokens, chunk_tokens=128, held=held, binding=np.ones(num_ranks, dtype=bool))
+        partners = list(range(rank + 1, num_ranks))
+        found = []
+        for shapes in (rx.SINGLE, rx.DOUBLE):
+            ex = rx._exchanges(rank_of, rank, partners, shapes, whole)
+            found += [
+                (p, tuple(o), tuple(b))
+                for p, o, b in zip(ex.partner.tolist(), ex.out.tolist(), ex.back.tolist(), strict=True)
+            ]
+        by_partner = sorted(found, key=lambda row: row[0])  # stable: each shape's rows stay in order
+        expected = _exchanges_by_hand(rank_of, rank, partners, tokens.tolist(), held, 128)
+        assert by_partner == expected
