@@ -549,7 +549,7 @@ DYNAMIC_FIGURES = (
     ),
 )
 
-LEARNING_CITED = "| next plan | 6 | 1.922 s | 27,122 | 1.11859 | 1.24 |"
+LEARNING_CITED = "| next plan | 6 | 1.895 s | 27,122 | 1.11859 | 1.24 |"
 LEARNING_FIGURES = (
     Figure(
         doc="docs/learning.md",
@@ -562,7 +562,7 @@ LEARNING_FIGURES = (
     Figure(
         doc="docs/learning.md",
         cited=LEARNING_CITED,
-        stated="1.922",
+        stated="1.895",
         run="proportionate_learning",
         read=lambda d: f"{d['next']['cost_s']:.3f}",
         what="README example, one observation: the next plan's predicted step",
@@ -789,8 +789,8 @@ def pack_s(data: dict, profile: str) -> str:
 SWEEP_CITED = "greedy +0.38%, the deterministic profile +0.83%, the runtime profile +3.25%"
 PACK_CITED = "one process): 24.6 s with the default `offline` profile and 19.6 s with `deterministic`"
 PARTITION_CITED = "0.9 ms at 1,024 completions (dp 8), 10.0 ms at 8,192 (dp 64), 18.4 ms at 16,384 (dp 128)"
-DEFAULT_CALL_CITED = "p50 136 ms at 2,048 completions on dp 16, 1,450 ms at 16,384 on dp 128"
-DEFAULT_RATIO_CITED = "(0.974× and 0.982× at 1,024 completions on dp 8 × cp 8 and dp 16 × cp 4)"
+DEFAULT_CALL_CITED = "p50 270 ms at 2,048 completions on dp 16, 2,042 ms at 16,384 on dp 128"
+DEFAULT_RATIO_CITED = "(0.969× and 0.959× at 1,024 completions on dp 8 × cp 8 and dp 16 × cp 4)"
 
 
 def _runtime(cited: str, stated: str, run: str, read, what: str) -> Figure:
@@ -891,7 +891,7 @@ RUNTIME_FIGURES = (
             lambda d, dp=dp: f"{fixed_share_row(d, 1024, dp)['default']['over_reference']:.3f}",
             f"default call over the deterministic plan, dp {dp}",
         )
-        for dp, stated in ((8, "0.974"), (16, "0.982"))
+        for dp, stated in ((8, "0.969"), (16, "0.959"))
     ),
     *(
         _runtime(
@@ -904,8 +904,8 @@ RUNTIME_FIGURES = (
             f"default call p95 ms, dp {dp}, {label}",
         )
         for cited, run, label, stated_by_dp in (
-            ("on the quiet machine (p95 101 and 88 ms)", "fixed_share", "fixed_share", ("101", "88")),
-            ("processes its p95 is 149 and 218 ms", "fixed_share_busy", BUSY_LABEL, ("149", "218")),
+            ("on the quiet machine (p95 108 and 114 ms)", "fixed_share", "fixed_share", ("108", "114")),
+            ("processes its p95 is 213 and 207 ms", "fixed_share_busy", BUSY_LABEL, ("213", "207")),
         )
         for dp, stated in zip((8, 16), stated_by_dp, strict=True)
     ),
@@ -917,34 +917,34 @@ RUNTIME_FIGURES = (
             lambda d, n=n, dp=dp: f"{1e3 * fixed_share_row(d, n, dp)['default']['wall_p50_s']:,.0f}",
             f"default call p50 ms, dp {dp}",
         )
-        for n, dp, stated in ((2048, 16, "136"), (16384, 128, "1,450"))
+        for n, dp, stated in ((2048, 16, "270"), (16384, 128, "2,042"))
     ),
     *_quiet_and_busy(
-        "(cp 8: p95 at most 85 ms quiet, 108 ms busy,",
-        ("85", "108"),
+        "(cp 8: p95 at most 50 ms quiet, 89 ms busy,",
+        ("50", "89"),
         lambda d, label: f"{1e3 * worst_p95_s(d, label, cp=8):,.0f}",
         "replica call p95 ms at cp 8, worst",
     ),
     *_quiet_and_busy(
-        "the worst p95 is 1.04 times the budget quiet (the agent step at cp 8) and 1.10 beside the busy"
+        "the worst p95 is 0.91 times the budget quiet (the agent step at cp 8) and 0.97 beside the busy"
         " processes",
-        ("1.04", "1.10"),
+        ("0.91", "0.97"),
         lambda d, label: f"{max(r['rank']['p95_over_budget'] for r in d[label]['rows']):.2f}",
         "replica call p95 over the budget, worst",
     ),
     *(
         _runtime(
-            "sizes): 0.32 (p50) and 0.39 (p95) on the quiet machine, 0.38 and 0.33 beside the busy processes",
+            "sizes): 0.18 (p50) and 0.21 (p95) on the quiet machine, 0.25 and 0.26 beside the busy processes",
             stated,
             run,
             lambda d, k=key, label=label: f"{d[label]['growth_exponents'][k]:.2f}".replace("-", "−"),
             f"growth exponent, {key}, {label}",
         )
         for key, stated, run, label in (
-            ("wall_p50_s", "0.32", "fixed_share", "fixed_share"),
-            ("wall_p95_s", "0.39", "fixed_share", "fixed_share"),
-            ("wall_p50_s", "0.38", "fixed_share_busy", BUSY_LABEL),
-            ("wall_p95_s", "0.33", "fixed_share_busy", BUSY_LABEL),
+            ("wall_p50_s", "0.18", "fixed_share", "fixed_share"),
+            ("wall_p95_s", "0.21", "fixed_share", "fixed_share"),
+            ("wall_p50_s", "0.25", "fixed_share_busy", BUSY_LABEL),
+            ("wall_p95_s", "0.26", "fixed_share_busy", BUSY_LABEL),
         )
     ),
 )
@@ -1036,7 +1036,7 @@ TIME_FIGURES = (
 )
 
 
-HELD_OUT_CITED = "long tail 0.86 / 0.77 / 0.72, agent trees 0.86 / 0.85 / 0.77, ShareGPT 0.88 / 0.87 / 0.82"
+HELD_OUT_CITED = "long tail 0.86 / 0.82 / 0.73, agent trees 0.86 / 0.85 / 0.79, ShareGPT 0.89 / 0.89 / 0.86"
 
 
 def held_out(data: dict, workload: str) -> str:
@@ -1054,9 +1054,9 @@ HELD_OUT_FIGURES = tuple(
         what=f"held-out {workload}: CP efficiency at CP 2 / 4 / 8",
     )
     for workload, stated in (
-        ("long_tail", "0.86 / 0.77 / 0.72"),
-        ("agent_trees", "0.86 / 0.85 / 0.77"),
-        ("sharegpt", "0.88 / 0.87 / 0.82"),
+        ("long_tail", "0.86 / 0.82 / 0.73"),
+        ("agent_trees", "0.86 / 0.85 / 0.79"),
+        ("sharegpt", "0.89 / 0.89 / 0.86"),
     )
 )
 
@@ -1495,34 +1495,34 @@ def _gdn(cited: str, stated: str, read: Callable[[dict], str], what: str) -> Fig
 
 
 GDN_FIGURES = (
-    _gdn("waves head-parallel (ratios 0.86–0.98)", "0.86–0.98", gdn_cp8_range, "CP 8 head-parallel steps"),
+    _gdn("a wave head-parallel (ratios 0.83–0.98)", "0.83–0.98", gdn_cp8_range, "CP 8 head-parallel steps"),
     _gdn(
-        "the long tail runs 4 of 7 waves head-parallel at CP 2 and 1 of 3 at CP 4",
-        "4 of 7",
+        "(0 of 4 at CP 2 and 0 of 2 at CP 4",
+        "0 of 4",
         lambda d: long_tail_waves(d, "2"),
         "long tail CP 2: head-parallel waves",
     ),
     _gdn(
-        "the long tail runs 4 of 7 waves head-parallel at CP 2 and 1 of 3 at CP 4",
-        "1 of 3",
+        "(0 of 4 at CP 2 and 0 of 2 at CP 4",
+        "0 of 2",
         lambda d: long_tail_waves(d, "4"),
         "long tail CP 4: head-parallel waves",
     ),
     _gdn(
-        "10 of 33 case×CP rows choose it at least once",
-        "10 of 33",
+        "5 of 33 case×CP rows choose it at least once",
+        "5 of 33",
         lambda d: gdn_counts(d)[0],
         "rows choosing head-parallel",
     ),
     _gdn(
-        "6 of 33 rows cost more than on the card without it (worst +2.9%",
-        "6 of 33",
+        "1 of 33 rows costs more than on the card without it (worst +0.0%",
+        "1 of 33",
         lambda d: gdn_counts(d)[1],
         "rows costlier with head-parallel offered",
     ),
     _gdn(
-        "6 of 33 rows cost more than on the card without it (worst +2.9%",
-        "+2.9%",
+        "1 of 33 rows costs more than on the card without it (worst +0.0%",
+        "+0.0%",
         lambda d: gdn_counts(d)[2],
         "worst increase with head-parallel offered",
     ),
@@ -1631,9 +1631,9 @@ RUNTIME_INPUTS = tuple(
         "its last 8 calls",
         "a core each on the 2-core machine, started 5 s before the first call",
         "| beside 2 busy processes |",
-        "At 1,024 completions it stays within 110 ms",
+        "At 1,024 completions it takes about 110 ms",
+        "on the 256-completion one-node steps",
         "up to 16,384 completions",
-        "(dp 16 × cp 4, one-node steps)",
         "--share-rows 1024x8x8,8192x64x8,16384x128x8",
         "at the fixed share (cp 8, five sizes)",
         "medians of 3 (JSON",
