@@ -81,6 +81,29 @@ def test_whole_request_wave_never_crosses_and_verifies(qwen36):
     assert verdict.cost_s == pytest.approx(wave.cost_s, rel=1e-12)
 
 
+@pytest.mark.parametrize("below", [False, True])
+def test_the_whole_request_split_is_tried_up_to_max_whole_units(qwen36, monkeypatch, below):
+    """The reordered wave (twenty single-request units at CP4) and the fixed-order whole split (six
+    units at CP2) are found where ``MAX_WHOLE_UNITS`` allows their units, and neither is tried with it
+    one below: the exchange search, which grows with the units squared, is not run on waves of many
+    small requests."""
+    import cpplan.pricing.wave as wave_module
+
+    lengths = [5000, 300, 7100, 1250, 2900, 640, 3333, 4100, 999, 2222, 6000, 150]
+    lengths += [1777, 2500, 820, 3100, 450, 1900, 2750, 600]
+    monkeypatch.setattr(wave_module, "MAX_WHOLE_UNITS", len(lengths) - below)
+    problem = _problem(qwen36, lengths, cp=4)
+    items = tuple(range(len(lengths)))
+    assert (whole_request_wave(problem, items, problem.pack(items, "full"), "full") is None) is below
+    lengths = [1024, 256, 768, 512, 1280, 384]
+    monkeypatch.setattr(wave_module, "MAX_WHOLE_UNITS", len(lengths) - below)
+    problem = _problem(qwen36, lengths, cp=2)
+    items = tuple(range(len(lengths)))
+    layout = problem.pack(items, "full")
+    stats = price_wave(problem, items, layout, "full").stats
+    assert (whole_request_ownership(problem, layout, stats) is None) is below
+
+
 def test_fixed_order_candidate_keeps_groups_whole(qwen36):
     """Requests whose lengths are whole chunks, in their given order: :func:`ownership_candidates`
     includes the whole-request split, which scatters requests over both ranks (not one range each),
