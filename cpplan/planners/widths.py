@@ -122,14 +122,17 @@ class WidthSearch:
         return bool(peak <= PRIOR_FIT_SHARE * self.problem.memory_bytes)
 
     def _test(self, start: int, width: int, layouts: Sequence[str]) -> WavePlan | None:
-        """The first fitting wave of ``width`` items from ``start`` under ``layouts`` (or ``None``)."""
-        return self._priced(start, width, layouts)[0]
+        """The first fitting wave of ``width`` items from ``start`` under ``layouts`` (or ``None``), priced
+        quickly (:meth:`quick`'s tests: time is up)."""
+        return self._priced(start, width, layouts, quick=True)[0]
 
-    def _priced(self, start: int, width: int, layouts: Sequence[str]) -> tuple[WavePlan | None, WavePlan]:
-        """:func:`first_fitting` of ``width`` items from ``start``, its peak taught to the model and its
-        time recorded."""
+    def _priced(
+        self, start: int, width: int, layouts: Sequence[str], *, quick: bool = False
+    ) -> tuple[WavePlan | None, WavePlan]:
+        """:func:`first_fitting` of ``width`` items from ``start`` (``quick``: its quick pricing), its
+        peak taught to the model and its time recorded."""
         started = time.perf_counter()
-        wave, lowest = first_fitting(self.problem, range(start, start + width), layouts)
+        wave, lowest = first_fitting(self.problem, range(start, start + width), layouts, quick=quick)
         self.num_priced += 1
         self.test_s = time.perf_counter() - started
         self._learn(start, width, lowest)

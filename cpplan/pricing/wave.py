@@ -308,10 +308,12 @@ def price_wave(
     owner: np.ndarray | None = None,
     *,
     split: bool = False,
+    reorder: bool = True,
 ) -> WavePlan:
     """Price ``layout`` for ``items``: with ``owner`` given, that chunk ownership; otherwise the best of
-    :func:`ownership_candidates` and the memory edge's repair (cheapest that fits, else the one with the
-    lowest peak)."""
+    :func:`ownership_candidates`, the memory edge's repair and (``reorder``) the items reordered so that
+    ranks hold whole units (:func:`_reordered_wave`): the cheapest that fits, else the one with the
+    lowest peak."""
     stats = chunk_stats(layout, problem.chunk_tokens)
     if owner is not None:
         owners = [(owner, rank_quantities(stats, owner, problem.topology.cp))]
@@ -347,7 +349,7 @@ def price_wave(
             wave = versions.wave(*repaired)
             if _better(wave, best, problem.memory_bytes):
                 best = wave
-    if owner is None and not split and problem.topology.cp > 1:
+    if reorder and owner is None and not split and problem.topology.cp > 1:
         reordered = _reordered_wave(versions, best)
         if reordered is not None and _better(reordered, best, problem.memory_bytes):
             best = reordered
@@ -500,13 +502,15 @@ def cheapest_and_lowest(waves: Iterable[WavePlan], memory_bytes: int) -> tuple[W
 
 
 def first_fitting(
-    problem: Problem, items: Sequence[int], layouts: Sequence[str]
+    problem: Problem, items: Sequence[int], layouts: Sequence[str], *, quick: bool = False
 ) -> tuple[WavePlan | None, WavePlan]:
     """The wave of the first layout (in the order given) that fits, or ``None``; and the lowest-peak
     wave priced. Layouts are priced only until one fits: whether ``items`` fit at all is the same
-    answer as :func:`best_wave`'s, usually for one pricing instead of one per layout."""
+    answer as :func:`best_wave`'s, usually for one pricing instead of one per layout. ``quick`` (greedy's
+    anytime floor, when time is up): a layout not priced yet is priced without the reordering of
+    :func:`_reordered_wave`, the costliest search of a pricing."""
     lowest: WavePlan | None = None
-    for wave in _distinct_waves(problem, tuple(items), layouts):
+    for wave in _distinct_waves(problem, tuple(items), layouts, quick=quick):
         if wave.fits(problem.memory_bytes):
             return wave, wave
         if lowest is None or wave.peak_bytes < lowest.peak_bytes:
@@ -515,10 +519,13 @@ def first_fitting(
     return None, lowest
 
 
-def _distinct_waves(problem: Problem, items: tuple[int, ...], layouts: Sequence[str]) -> Iterator[WavePlan]:
+def _distinct_waves(
+    problem: Problem, items: tuple[int, ...], layouts: Sequence[str], *, quick: bool = False
+) -> Iterator[WavePlan]:
     """The priced wave of each layout that packs ``items`` differently from the layouts before it
-    (named by that layout), priced on first use and kept in ``problem.memo``. A later layout that
-    shares nothing is left out when :func:`unshared_cannot_fit` proves it over the budget."""
+    (named by that layout), priced on first use and kept in ``problem.memo`` (``quick``: priced without
+    reordering, kept apart, and a full pricing kept already used). A later layout that shares nothing
+    is left out when :func:`unshared_cannot_fit` proves it over the budget."""
     counts = wave_counts(problem, items)
     cache = problem.memo.priced_waves
     seen: set[bytes] = set()
@@ -531,9 +538,11 @@ def _distinct_waves(problem: Problem, items: tuple[int, ...], layouts: Sequence[
         if seen != {take} and not taken.any() and unshared_cannot_fit(problem, items):
             continue  # no sharing, provably over the budget: not worth packing
         wave = cache.get((items, take))
+        if wave is None and quick:
+            wave = cache.get((items, take, "quick"))
         if wave is None:
-            wave = price_wave(problem, items, problem.pack(items, spec), spec)
-            cache[(items, take)] = wave
+            wave = price_wave(problem, items, problem.pack(items, spec), spec, reorder=not quick)
+            cache[(items, take, "quick") if quick else (items, take)] = wave
         elif wave.layout_name != spec:
             wave = replace(wave, layout_name=spec)
         yield wave

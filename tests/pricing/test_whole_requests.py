@@ -232,3 +232,18 @@ def test_exchanges_listed_or_built_keep_exactly_the_whole_ones(monkeypatch, list
         by_partner = sorted(found, key=lambda row: row[0])  # stable: each shape's rows stay in order
         expected = _exchanges_by_hand(rank_of, rank, partners, tokens.tolist(), held, 128)
         assert by_partner == expected
+
+
+def test_quick_pricing_skips_the_reordering_and_keeps_apart(qwen36):
+    """Greedy's anytime floor prices quickly: ten requests at CP2 keep their order there, while a full
+    pricing reorders them into a wave 2% cheaper; the quick wave is kept apart from the full one (a
+    full pricing after a quick one still reorders), and a quick pricing after a full one reuses it."""
+    from cpplan.pricing.wave import first_fitting
+
+    problem = _problem(qwen36, [1501, 4996, 7412, 807, 6212, 6883, 7126, 7885, 1886, 5086], cp=2)
+    items = range(problem.num_items)
+    quick, _ = first_fitting(problem, items, ("full",), quick=True)
+    full, _ = first_fitting(problem, items, ("full",))
+    assert quick.items == tuple(items)
+    assert full.items != tuple(items) and full.cost_s < 0.99 * quick.cost_s
+    assert first_fitting(problem, items, ("full",), quick=True)[0] is full
