@@ -773,6 +773,18 @@ def sweep_increase(data: dict, plan: str) -> str:
     return f"+{data[RUNTIME_LABEL]['sweep']['worst_increase'][plan] * 100:.2f}%"
 
 
+def cpsat_ran_text(case: dict) -> str:
+    """The steps of a ``bench_runtime.py`` case CP-SAT ran on, as ``17 of 20``."""
+    return f"{round(case['cpsat_ran'] * case['steps'])} of {case['steps']}"
+
+
+def one_node_cpsat_text(data: dict, label: str) -> str:
+    """The one-node (dp = 1) calls of fixed-share run ``label`` that CP-SAT answered, as ``16 of 18``."""
+    rows = [r["rank"] for r in data[label]["rows"] if r["dp"] == 1]
+    answered = sum(round(r["cpsat_share"] * len(r["walls_s"])) for r in rows)
+    return f"{answered} of {sum(len(r['walls_s']) for r in rows)}"
+
+
 def partition_ms(data: dict, completions: int) -> str:
     """``partition_items``'s median milliseconds on one step, as ``1.5``."""
     return f"{next(r for r in data['partition']['rows'] if r['completions'] == completions)['median_ms']:.1f}"
@@ -796,7 +808,7 @@ def pack_s(data: dict, profile: str) -> str:
 SWEEP_CITED = "greedy +0.40%, the deterministic profile +0.70%, the runtime profile +3.10%"
 PACK_CITED = "one process): 29.5 s with the default `offline` profile and 7.1 s with `deterministic`"
 PARTITION_CITED = "0.9 ms at 1,024 completions (dp 8), 10.0 ms at 8,192 (dp 64), 18.4 ms at 16,384 (dp 128)"
-DEFAULT_CALL_CITED = "p50 270 ms at 2,048 completions on dp 16, 2,042 ms at 16,384 on dp 128"
+DEFAULT_CALL_CITED = "p50 177 ms at 2,048 completions on dp 16, 1,792 ms at 16,384 on dp 128"
 DEFAULT_RATIO_CITED = "(0.969× and 0.959× at 1,024 completions on dp 8 × cp 8 and dp 16 × cp 4)"
 
 
@@ -856,6 +868,34 @@ RUNTIME_FIGURES = (
         "grpo32x8 p95 ms",
     ),
     _runtime(
+        "(LNS over windows) ran on 17 of 20 of its calls",
+        "17 of 20",
+        "runtime_steps",
+        lambda d: cpsat_ran_text(runtime_case(d, "grpo32x8", 4)),
+        "grpo32x8: calls CP-SAT ran on",
+    ),
+    _runtime(
+        "CP8 greedy alone takes about 74 ms of the 100 ms",
+        "74",
+        "runtime_steps",
+        lambda d: f"{runtime_case(d, 'grpo8x8', 8)['greedy_median_ms']:.0f}",
+        "grpo8x8 CP8: greedy alone, median ms",
+    ),
+    _runtime(
+        "so CP-SAT ran on 3 of 20 calls",
+        "3 of 20",
+        "runtime_steps",
+        lambda d: cpsat_ran_text(runtime_case(d, "grpo8x8", 8)),
+        "grpo8x8 CP8: calls CP-SAT ran on",
+    ),
+    _runtime(
+        "CP-SAT answered 16 of 18 one-node calls",
+        "16 of 18",
+        "fixed_share_busy",
+        lambda d: one_node_cpsat_text(d, BUSY_LABEL),
+        "one-node calls CP-SAT answered, 2 busy processes",
+    ),
+    _runtime(
         "on 17 of 20 steps of `grpo8x8` at CP4 (cost / greedy 0.9935)",
         "17 of 20",
         "runtime_steps",
@@ -911,8 +951,8 @@ RUNTIME_FIGURES = (
             f"default call p95 ms, dp {dp}, {label}",
         )
         for cited, run, label, stated_by_dp in (
-            ("on the quiet machine (p95 108 and 114 ms)", "fixed_share", "fixed_share", ("108", "114")),
-            ("processes its p95 is 213 and 207 ms", "fixed_share_busy", BUSY_LABEL, ("213", "207")),
+            ("on the quiet machine (p95 96 and 97 ms)", "fixed_share", "fixed_share", ("96", "97")),
+            ("processes its p95 is 139 and 176 ms", "fixed_share_busy", BUSY_LABEL, ("139", "176")),
         )
         for dp, stated in zip((8, 16), stated_by_dp, strict=True)
     ),
@@ -924,34 +964,34 @@ RUNTIME_FIGURES = (
             lambda d, n=n, dp=dp: f"{1e3 * fixed_share_row(d, n, dp)['default']['wall_p50_s']:,.0f}",
             f"default call p50 ms, dp {dp}",
         )
-        for n, dp, stated in ((2048, 16, "270"), (16384, 128, "2,042"))
+        for n, dp, stated in ((2048, 16, "177"), (16384, 128, "1,792"))
     ),
     *_quiet_and_busy(
-        "(cp 8: p95 at most 50 ms quiet, 89 ms busy,",
-        ("50", "89"),
+        "(cp 8: p95 at most 62 ms quiet, 86 ms busy,",
+        ("62", "86"),
         lambda d, label: f"{1e3 * worst_p95_s(d, label, cp=8):,.0f}",
         "replica call p95 ms at cp 8, worst",
     ),
     *_quiet_and_busy(
-        "the worst p95 is 0.91 times the budget quiet (the agent step at cp 8) and 0.97 beside the busy"
+        "the worst p95 is 0.90 times the budget quiet (the agent step at cp 8) and 0.97 beside the busy"
         " processes",
-        ("0.91", "0.97"),
+        ("0.90", "0.97"),
         lambda d, label: f"{max(r['rank']['p95_over_budget'] for r in d[label]['rows']):.2f}",
         "replica call p95 over the budget, worst",
     ),
     *(
         _runtime(
-            "sizes): 0.18 (p50) and 0.21 (p95) on the quiet machine, 0.25 and 0.26 beside the busy processes",
+            "sizes): 0.23 (p50) and 0.27 (p95) on the quiet machine, 0.18 and 0.15 beside the busy processes",
             stated,
             run,
             lambda d, k=key, label=label: f"{d[label]['growth_exponents'][k]:.2f}".replace("-", "−"),
             f"growth exponent, {key}, {label}",
         )
         for key, stated, run, label in (
-            ("wall_p50_s", "0.18", "fixed_share", "fixed_share"),
-            ("wall_p95_s", "0.21", "fixed_share", "fixed_share"),
-            ("wall_p50_s", "0.25", "fixed_share_busy", BUSY_LABEL),
-            ("wall_p95_s", "0.26", "fixed_share_busy", BUSY_LABEL),
+            ("wall_p50_s", "0.23", "fixed_share", "fixed_share"),
+            ("wall_p95_s", "0.27", "fixed_share", "fixed_share"),
+            ("wall_p50_s", "0.18", "fixed_share_busy", BUSY_LABEL),
+            ("wall_p95_s", "0.15", "fixed_share_busy", BUSY_LABEL),
         )
     ),
 )
@@ -1610,18 +1650,18 @@ RUNTIME_INPUTS = tuple(
         "were measured on the 2-core machine",
         "seconds (0, negative, NaN,",
         "The README example at CP2 and 8 GiB",
-        "load average 1.2–1.6): 20 steps per workload",
+        "load average 1.8–2.2): 20 steps per workload",
         "the `runtime` profile (0.1 s).",
         "| within budget + 20 ms |",
         "The workloads: `grpo8x8`, 8 prompts × 8 rollouts, one item per rollout (prompt 2–6K, completion"
         " 0.3–3K tokens); `agent6x4`, 6 tasks × 4 rollouts of three turns",
         "`grpo32x8`, 32 prompts × 8 rollouts",
         "`grpo16x4-shuffled`, 4 prompts × 16 rollouts",
-        "The budget + 20 ms is not met",
+        "ended within the budget + 20 ms",
         "(the same run): 40 items (5 GRPO groups of 8, one item per rollout), CP2, 8 layers,"
         " `--time-budget 0.05`, per-rank memory over 24 budgets",
         "never more than 1% costlier",
-        "load average 1.7–2.1): CP4, 40 GiB per rank",
+        "load average 1.8–2.2): CP4, 40 GiB per rank",
         "GRPO groups of 8 small rollouts, one item each (prompt 32–256, completion 16–128 tokens); `tiny`:"
         " prompt 8–32, completion 4–16; `one_item`: one item of 10,000 requests (a 4,000-token prompt",
         "the runtime profile (0.1 s: past",
@@ -1638,8 +1678,8 @@ RUNTIME_INPUTS = tuple(
         "its last 8 calls",
         "a core each on the 2-core machine, started 5 s before the first call",
         "| beside 2 busy processes |",
-        "At 1,024 completions it takes about 110 ms",
-        "on the 256-completion one-node steps",
+        "At 1,024 completions it takes under 100 ms",
+        "the 256-completion one-node step at cp 8",
         "up to 16,384 completions",
         "--share-rows 1024x8x8,8192x64x8,16384x128x8",
         "at the fixed share (cp 8, five sizes)",
