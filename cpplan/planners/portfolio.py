@@ -76,11 +76,14 @@ def solve(
 ) -> PlanResult:
     """Plan ``problem`` under ``profile`` within its budget (from ``deadline``'s start when given: a
     caller that started the clock before building the problem), and return the cheapest valid plan
-    with every candidate and why it lost. ``planners`` replaces strategies of
-    :data:`~cpplan.planners.PLANNERS` (``cpsat``: the whole CP-SAT candidate). Raises
+    with every candidate and why it lost (the result's problem prices waves as the profile's
+    ``greedy.reorder`` says: a copy of ``problem`` where it says otherwise). ``planners`` replaces
+    strategies of :data:`~cpplan.planners.PLANNERS` (``cpsat``: the whole CP-SAT candidate). Raises
     :class:`NoFitError` when no strategy yields a valid plan (a strategy's own refusal first)."""
     if deadline is None and "cpsat" in profile.strategies:
         ensure_solver()  # once per process, before the budget starts
+    if problem.reorder_waves != profile.greedy.reorder:
+        problem = replace(problem, reorder_waves=profile.greedy.reorder)
     budget = Budget.start(problem, profile, deadline)
     check_static_floor(problem.card, problem.memory_bytes)
     steps = {**PLANNERS, **(planners or {})}

@@ -29,6 +29,7 @@ def request_problem(problem: Problem, item: int, order: np.ndarray) -> Problem:
     return Problem.build(
         Workload(items=pieces, source=problem.workload.source, token_ids=problem.workload.token_ids),
         problem.settings,
+        reorder_waves=problem.reorder_waves,
     )
 
 

@@ -31,13 +31,15 @@ class SubProblem:
 
     @classmethod
     def of(cls, parent: Problem, items: Sequence[int], *, keep_order: bool = False) -> SubProblem:
-        """The sub-problem of ``items`` under the parent's settings: ascending, or in the order given
-        with ``keep_order`` (the items must then be distinct)."""
+        """The sub-problem of ``items`` under the parent's settings (and its pricing's
+        ``reorder_waves``): ascending, or in the order given with ``keep_order`` (the items must then
+        be distinct)."""
         chosen = (
             np.asarray(items, dtype=np.int64) if keep_order else np.unique(np.asarray(items, dtype=np.int64))
         )
         sub = sub_workload(parent.workload, chosen.tolist())
-        return cls.over(parent, Problem.build(sub, parent.settings), chosen)
+        problem = Problem.build(sub, parent.settings, reorder_waves=parent.reorder_waves)
+        return cls.over(parent, problem, chosen)
 
     @classmethod
     def over(cls, parent: Problem, problem: Problem, items: Sequence[int]) -> SubProblem:

@@ -65,19 +65,29 @@ class Problem:
     item_ptr: np.ndarray
     loss_positions: LossPositions | None = None
     chunk_tokens: int = CHUNK_TOKENS
+    reorder_waves: bool = True
+    """Whether a wave is priced also with its items reordered so that ranks hold whole requests (the
+    solver profile's ``greedy.reorder``; :func:`~cpplan.pricing.wave.price_wave`)."""
     tree_slot: TreeSlot = field(default_factory=lambda: TreeSlot(), repr=False, compare=False)
     """Where :attr:`tree` is kept once built (a copy made with :func:`dataclasses.replace` shares it)."""
     memo: PricingMemo = field(default_factory=PricingMemo, init=False, repr=False, compare=False)
 
     @classmethod
     def build(
-        cls, workload: Workload, settings: Settings, *, checked: bool = False, tree_now: bool = True
+        cls,
+        workload: Workload,
+        settings: Settings,
+        *,
+        checked: bool = False,
+        tree_now: bool = True,
+        reorder_waves: bool = True,
     ) -> Problem:
         """Validate the workload against the settings (every request within the model's context) and
         build the prefix tree. A wave of fewer 128-token chunks than CP ranks leaves the last ranks
         owning nothing (they still take part in the wave's key/value exchange). ``checked``: the items
         passed these checks already under the same settings (a share of a step built before), so they
-        are not checked again. ``tree_now=False``: the prefix tree is built when first read, not here."""
+        are not checked again. ``tree_now=False``: the prefix tree is built when first read, not here.
+        ``reorder_waves``: :attr:`reorder_waves`."""
         requests = [request for item in workload.items for request in item.requests]
         sequences = tuple([request.tokens for request in requests])
         counts = np.fromiter(map(len, (item.requests for item in workload.items)), dtype=np.int64)
@@ -96,6 +106,7 @@ class Problem:
             request_loss=np.array([request.output in ("loss", "logits") for request in requests], dtype=bool),
             item_ptr=item_ptr,
             loss_positions=LossPositions.of(requests),
+            reorder_waves=reorder_waves,
         )
         if tree_now:
             problem.tree  # noqa: B018 (built here, inside the build's time)

@@ -311,9 +311,10 @@ def price_wave(
     reorder: bool = True,
 ) -> WavePlan:
     """Price ``layout`` for ``items``: with ``owner`` given, that chunk ownership; otherwise the best of
-    :func:`ownership_candidates`, the memory edge's repair and (``reorder``) the items reordered so that
-    ranks hold whole units (:func:`_reordered_wave`): the cheapest that fits, else the one with the
-    lowest peak."""
+    :func:`ownership_candidates`, the memory edge's repair and (``reorder``, where the problem's
+    :attr:`~cpplan.pricing.problem.Problem.reorder_waves` allows it) the items reordered so that ranks
+    hold whole units (:func:`_reordered_wave`): the cheapest that fits, else the one with the lowest
+    peak."""
     stats = chunk_stats(layout, problem.chunk_tokens)
     if owner is not None:
         owners = [(owner, rank_quantities(stats, owner, problem.topology.cp))]
@@ -349,7 +350,7 @@ def price_wave(
             wave = versions.wave(*repaired)
             if _better(wave, best, problem.memory_bytes):
                 best = wave
-    if reorder and owner is None and not split and problem.topology.cp > 1:
+    if reorder and problem.reorder_waves and owner is None and not split and problem.topology.cp > 1:
         reordered = _reordered_wave(versions, best)
         if reordered is not None and _better(reordered, best, problem.memory_bytes):
             best = reordered

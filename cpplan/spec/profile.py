@@ -265,6 +265,12 @@ class GreedyParams(BaseModel):
     """Layout specs priced for every candidate wave (``full``, ``none``, ``depth:K``, ``min_span:T``);
     the cheapest that fits is kept. The seeded and CP-SAT strategies use the same list."""
 
+    reorder: bool = True
+    """Price every candidate wave also with its items reordered so that CP ranks hold whole requests and
+    nothing crosses ranks (:func:`~cpplan.pricing.wave.price_wave`): cheaper plans where many independent
+    requests share a wave (a long tail), at an exchange search per pricing that a per-step budget cannot
+    spare (the runtime and trainer profiles leave it out)."""
+
     @field_validator("layouts")
     @classmethod
     def _valid_layouts(cls, value: tuple[str, ...]) -> tuple[str, ...]:

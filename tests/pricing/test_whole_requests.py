@@ -247,3 +247,25 @@ def test_quick_pricing_skips_the_reordering_and_keeps_apart(qwen36):
     assert quick.items == tuple(items)
     assert full.items != tuple(items) and full.cost_s < 0.99 * quick.cost_s
     assert first_fitting(problem, items, ("full",), quick=True)[0] is full
+
+
+def test_the_profile_says_whether_waves_are_reordered(qwen36):
+    """``greedy.reorder`` decides: ten long requests at CP2 planned under the deterministic profile
+    come out reordered so that ranks hold whole requests, at least 1% cheaper, where it is on, in
+    arrival order where it is off; the result's problem, and every sub-problem of it, prices as the
+    profile says."""
+    from cpplan.planner import resolve_profile
+    from cpplan.planners.subproblem import SubProblem
+
+    problem = _problem(qwen36, [1501, 4996, 7412, 807, 6212, 6883, 7126, 7885, 1886, 5086], cp=2)
+    shipped = resolve_profile("deterministic")
+    results = {}
+    for reorder in (True, False):
+        greedy = shipped.greedy.model_copy(update={"reorder": reorder})
+        result = cpplan.solve(problem, shipped.model_copy(update={"greedy": greedy}))
+        in_order = [w.items for w in result.plan.waves] == [tuple(range(problem.num_items))]
+        assert in_order is not reorder
+        assert result.problem.reorder_waves is reorder
+        assert SubProblem.of(result.problem, [0, 1, 2]).problem.reorder_waves is reorder
+        results[reorder] = result.cost_s
+    assert results[True] < 0.99 * results[False]
