@@ -268,8 +268,8 @@ class GreedyParams(BaseModel):
     reorder: bool = True
     """Price every candidate wave also with its items reordered so that CP ranks hold whole requests and
     nothing crosses ranks (:func:`~cpplan.pricing.wave.price_wave`): cheaper plans where many independent
-    requests share a wave (a long tail), at an exchange search per pricing that a per-step budget cannot
-    spare (the runtime and trainer profiles leave it out)."""
+    requests share a wave (a long tail), at an exchange search per pricing (up to half a runtime call
+    on GRPO steps at CP8, where it made no plan cheaper; CHANGELOG.md, 2026-12-05)."""
 
     @field_validator("layouts")
     @classmethod
