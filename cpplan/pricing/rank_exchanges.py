@@ -91,6 +91,15 @@ def align_ranks(
     return best
 
 
+def can_align(tokens: np.ndarray, num_ranks: int, chunk_tokens: int) -> bool:
+    """Whether groups of ``tokens`` could be laid out so that every rank holds some and every rank but
+    the last a whole number of chunks (:func:`align_ranks` keeps every rank holding a group): a rank's
+    groups sum to whole chunks only as one group that does or as two or more, so with ``z`` groups of
+    whole chunks among ``n`` at most ``z + (n - z) // 2`` ranks can be aligned."""
+    whole = int((tokens % chunk_tokens == 0).sum())
+    return tokens.size >= num_ranks and whole + (tokens.size - whole) // 2 >= num_ranks - 1
+
+
 @dataclass(frozen=True, kw_only=True, eq=False)
 class _Exchanges:
     """Exchanges between rank ``rank`` and others: per exchange the ``partner`` rank, the groups going

@@ -24,7 +24,7 @@ from cpplan.pricing.ownership import (
     rank_quantities,
 )
 from cpplan.pricing.problem import Problem
-from cpplan.pricing.rank_exchanges import align_ranks, compute_s, pack_groups
+from cpplan.pricing.rank_exchanges import align_ranks, can_align, compute_s, pack_groups
 from cpplan.pricing.whole_requests import (
     chunk_group_quantities,
     chunk_groups,
@@ -393,6 +393,8 @@ def _reordered_wave(versions: _Versions, best: WavePlan | None) -> WavePlan | No
     per_unit = unit_quantities(layout, segment_unit)
     loads = group_loads(problem, per_unit, layout.packed_tokens)
     unit_tokens = per_unit[:, _TOKENS].astype(np.int64)
+    if not can_align(unit_tokens, cp, chunk_tokens):
+        return None  # no layout of whole units meets on chunk boundaries
     remote_s = layout.packed_tokens * problem.card.constants.barrier_coefficients[:, _REMOTE].sum()
     beat_s = np.inf if best is None or not best.fits(problem.memory_bytes) else best.cost_s
     beat_s -= remote_s + problem.card.wave_overhead_s

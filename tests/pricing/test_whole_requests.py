@@ -269,3 +269,29 @@ def test_the_profile_says_whether_waves_are_reordered(qwen36):
         assert SubProblem.of(result.problem, [0, 1, 2]).problem.reorder_waves is reorder
         results[reorder] = result.cost_s
     assert results[True] < 0.99 * results[False]
+
+
+def test_can_align_is_false_only_where_no_alignment_exists():
+    """On random groups of 2–9 at 2–4 ranks, ``can_align`` never refuses a case in which some layout
+    of the groups, every rank holding one, makes every rank but the last whole chunks (by enumeration
+    of every group-to-rank map); and it refuses those where fewer than ``num_ranks - 1`` ranks could be
+    made whole, such as eight groups of odd lengths on eight ranks."""
+    from cpplan.pricing.rank_exchanges import can_align
+
+    rng = np.random.default_rng(3)
+    chunk = 8
+    refused = 0
+    for _ in range(300):
+        num_ranks = int(rng.integers(2, 5))
+        tokens = rng.integers(1, 3 * chunk, int(rng.integers(2, 10))) // 4 * 4
+        tokens = np.maximum(tokens, 4)
+        exists = any(
+            len(set(ranks)) == num_ranks
+            and all(tokens[np.array(ranks) == r].sum() % chunk == 0 for r in range(num_ranks - 1))
+            for ranks in itertools.product(range(num_ranks), repeat=tokens.size)
+        )
+        allowed = can_align(tokens, num_ranks, chunk)
+        assert allowed or not exists, (tokens.tolist(), num_ranks)
+        refused += not allowed
+    assert refused > 0
+    assert not can_align(np.array([9, 11, 13, 15, 17, 19, 21, 23]), 8, 8)
