@@ -808,7 +808,7 @@ def pack_s(data: dict, profile: str) -> str:
 SWEEP_CITED = "greedy +0.40%, the deterministic profile +0.70%, the runtime profile +2.85%"
 PACK_CITED = "one process): 26.9 s with the default `offline` profile and 7.8 s with `deterministic`"
 PARTITION_CITED = "0.9 ms at 1,024 completions (dp 8), 10.0 ms at 8,192 (dp 64), 18.4 ms at 16,384 (dp 128)"
-DEFAULT_CALL_CITED = "p50 177 ms at 2,048 completions on dp 16, 1,792 ms at 16,384 on dp 128"
+DEFAULT_CALL_CITED = "p50 171 ms at 2,048 completions on dp 16, 1,447 ms at 16,384 on dp 128"
 DEFAULT_RATIO_CITED = "(0.969× and 0.959× at 1,024 completions on dp 8 × cp 8 and dp 16 × cp 4)"
 
 
@@ -889,8 +889,8 @@ RUNTIME_FIGURES = (
         "grpo8x8 CP8: calls CP-SAT ran on",
     ),
     _runtime(
-        "CP-SAT answered 16 of 18 one-node calls",
-        "16 of 18",
+        "CP-SAT answered 15 of 18 one-node calls",
+        "15 of 18",
         "fixed_share_busy",
         lambda d: one_node_cpsat_text(d, BUSY_LABEL),
         "one-node calls CP-SAT answered, 2 busy processes",
@@ -951,8 +951,8 @@ RUNTIME_FIGURES = (
             f"default call p95 ms, dp {dp}, {label}",
         )
         for cited, run, label, stated_by_dp in (
-            ("on the quiet machine (p95 96 and 97 ms)", "fixed_share", "fixed_share", ("96", "97")),
-            ("processes its p95 is 139 and 176 ms", "fixed_share_busy", BUSY_LABEL, ("139", "176")),
+            ("on the quiet machine (p95 85 and 89 ms)", "fixed_share", "fixed_share", ("85", "89")),
+            ("processes its p95 is 127 and 188 ms", "fixed_share_busy", BUSY_LABEL, ("127", "188")),
         )
         for dp, stated in zip((8, 16), stated_by_dp, strict=True)
     ),
@@ -964,34 +964,34 @@ RUNTIME_FIGURES = (
             lambda d, n=n, dp=dp: f"{1e3 * fixed_share_row(d, n, dp)['default']['wall_p50_s']:,.0f}",
             f"default call p50 ms, dp {dp}",
         )
-        for n, dp, stated in ((2048, 16, "177"), (16384, 128, "1,792"))
+        for n, dp, stated in ((2048, 16, "171"), (16384, 128, "1,447"))
     ),
     *_quiet_and_busy(
-        "(cp 8: p95 at most 62 ms quiet, 86 ms busy,",
-        ("62", "86"),
+        "(cp 8: p95 at most 51 ms quiet, 90 ms busy,",
+        ("51", "90"),
         lambda d, label: f"{1e3 * worst_p95_s(d, label, cp=8):,.0f}",
         "replica call p95 ms at cp 8, worst",
     ),
     *_quiet_and_busy(
-        "the worst p95 is 0.90 times the budget quiet (the agent step at cp 8) and 0.97 beside the busy"
+        "the worst p95 is 0.91 times the budget quiet (the agent step at cp 8) and 0.96 beside the busy"
         " processes",
-        ("0.90", "0.97"),
+        ("0.91", "0.96"),
         lambda d, label: f"{max(r['rank']['p95_over_budget'] for r in d[label]['rows']):.2f}",
         "replica call p95 over the budget, worst",
     ),
     *(
         _runtime(
-            "sizes): 0.23 (p50) and 0.27 (p95) on the quiet machine, 0.18 and 0.15 beside the busy processes",
+            "sizes): 0.19 (p50) and 0.21 (p95) on the quiet machine, 0.20 and 0.18 beside the busy processes",
             stated,
             run,
             lambda d, k=key, label=label: f"{d[label]['growth_exponents'][k]:.2f}".replace("-", "−"),
             f"growth exponent, {key}, {label}",
         )
         for key, stated, run, label in (
-            ("wall_p50_s", "0.23", "fixed_share", "fixed_share"),
-            ("wall_p95_s", "0.27", "fixed_share", "fixed_share"),
-            ("wall_p50_s", "0.18", "fixed_share_busy", BUSY_LABEL),
-            ("wall_p95_s", "0.15", "fixed_share_busy", BUSY_LABEL),
+            ("wall_p50_s", "0.19", "fixed_share", "fixed_share"),
+            ("wall_p95_s", "0.21", "fixed_share", "fixed_share"),
+            ("wall_p50_s", "0.20", "fixed_share_busy", BUSY_LABEL),
+            ("wall_p95_s", "0.18", "fixed_share_busy", BUSY_LABEL),
         )
     ),
 )
@@ -1679,7 +1679,7 @@ RUNTIME_INPUTS = tuple(
         "a core each on the 2-core machine, started 5 s before the first call",
         "| beside 2 busy processes |",
         "At 1,024 completions it takes under 100 ms",
-        "the 256-completion one-node step at cp 8",
+        "on three of the one-node steps one call in",
         "up to 16,384 completions",
         "--share-rows 1024x8x8,8192x64x8,16384x128x8",
         "at the fixed share (cp 8, five sizes)",
