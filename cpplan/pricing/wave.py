@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
@@ -309,12 +310,14 @@ def price_wave(
     *,
     split: bool = False,
     reorder: bool = True,
+    beat_s: float = math.inf,
 ) -> WavePlan:
     """Price ``layout`` for ``items``: with ``owner`` given, that chunk ownership; otherwise the best of
     :func:`ownership_candidates`, the memory edge's repair and (``reorder``, where the problem's
     :attr:`~cpplan.pricing.problem.Problem.reorder_waves` allows it) the items reordered so that ranks
-    hold whole units (:func:`_reordered_wave`): the cheapest that fits, else the one with the lowest
-    peak."""
+    hold whole units (:func:`_reordered_wave`, tried only where it could cost less than ``beat_s``, the
+    price of a fitting version of the wave in hand): the cheapest that fits, else the one with the
+    lowest peak."""
     stats = chunk_stats(layout, problem.chunk_tokens)
     if owner is not None:
         owners = [(owner, rank_quantities(stats, owner, problem.topology.cp))]
@@ -351,7 +354,7 @@ def price_wave(
             if _better(wave, best, problem.memory_bytes):
                 best = wave
     if reorder and problem.reorder_waves and owner is None and not split and problem.topology.cp > 1:
-        reordered = _reordered_wave(versions, best)
+        reordered = _reordered_wave(versions, best, beat_s)
         if reordered is not None and _better(reordered, best, problem.memory_bytes):
             best = reordered
     return best
@@ -375,14 +378,15 @@ def whole_request_wave(
     return _reordered_wave(versions, None)
 
 
-def _reordered_wave(versions: _Versions, best: WavePlan | None) -> WavePlan | None:
+def _reordered_wave(versions: _Versions, best: WavePlan | None, beat_s: float = math.inf) -> WavePlan | None:
     """The wave with its items reordered so that every rank holds whole units (root subtrees joined by
     items, :func:`~cpplan.pricing.whole_requests.segment_units`) and every rank's block but the last
     ends on a chunk boundary, so nothing crosses ranks: units bin-packed onto ranks by predicted seconds
     within the memory floors, then exchanged until the blocks align
     (:func:`~cpplan.pricing.rank_exchanges.align_ranks`). ``None`` when the wave is one unit, no such
     split is found, some rank would own nothing, its predicted cost (exact without loss masks) does not
-    beat ``best`` (which fits), or the layout's name is no layout spec to pack the new order with."""
+    beat ``best`` (which fits) and ``beat_s``, or the layout's name is no layout spec to pack the new
+    order with."""
     problem, layout, items = versions.problem, versions.layout, np.asarray(versions.items, dtype=np.int64)
     cp, chunk_tokens = problem.topology.cp, problem.chunk_tokens
     item_unit, segment_unit = segment_units(
@@ -396,7 +400,8 @@ def _reordered_wave(versions: _Versions, best: WavePlan | None) -> WavePlan | No
     if not can_align(unit_tokens, cp, chunk_tokens):
         return None  # no layout of whole units meets on chunk boundaries
     remote_s = layout.packed_tokens * problem.card.constants.barrier_coefficients[:, _REMOTE].sum()
-    beat_s = np.inf if best is None or not best.fits(problem.memory_bytes) else best.cost_s
+    if best is not None and best.fits(problem.memory_bytes):
+        beat_s = min(beat_s, best.cost_s)
     beat_s -= remote_s + problem.card.wave_overhead_s
     packed = pack_groups(loads, cp)
     if packed is None or compute_s(loads, packed, cp) >= beat_s:
@@ -527,11 +532,14 @@ def _distinct_waves(
 ) -> Iterator[WavePlan]:
     """The priced wave of each layout that packs ``items`` differently from the layouts before it
     (named by that layout), priced on first use and kept in ``problem.memo`` (``quick``: priced without
-    reordering, kept apart, and a full pricing kept already used). A later layout that shares nothing
-    is left out when :func:`unshared_cannot_fit` proves it over the budget."""
+    reordering, kept apart, and a full pricing kept already used). A layout priced after a cheaper
+    one that fits is reordered only where that could cost less (kept apart too: what it leaves out
+    could not win here). A later layout that shares nothing is left out when
+    :func:`unshared_cannot_fit` proves it over the budget."""
     counts = wave_counts(problem, items)
     cache = problem.memo.priced_waves
     seen: set[bytes] = set()
+    beat_s = math.inf  # the cheapest fitting version yielded so far
     for spec in layouts:
         taken = problem.share_mask(spec) & (counts >= 2)
         take = taken.tobytes()
@@ -540,14 +548,18 @@ def _distinct_waves(
         seen.add(take)
         if seen != {take} and not taken.any() and unshared_cannot_fit(problem, items):
             continue  # no sharing, provably over the budget: not worth packing
+        kept = (items, take, "quick") if quick else (items, take, beat_s) if beat_s < math.inf else None
         wave = cache.get((items, take))
-        if wave is None and quick:
-            wave = cache.get((items, take, "quick"))
+        if wave is None and kept is not None:
+            wave = cache.get(kept)
         if wave is None:
-            wave = price_wave(problem, items, problem.pack(items, spec), spec, reorder=not quick)
-            cache[(items, take, "quick") if quick else (items, take)] = wave
+            packed = problem.pack(items, spec)
+            wave = price_wave(problem, items, packed, spec, reorder=not quick, beat_s=beat_s)
+            cache[kept or (items, take)] = wave
         elif wave.layout_name != spec:
             wave = replace(wave, layout_name=spec)
+        if wave.fits(problem.memory_bytes):
+            beat_s = min(beat_s, wave.cost_s)
         yield wave
 
 

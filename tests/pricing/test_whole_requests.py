@@ -295,3 +295,40 @@ def test_can_align_is_false_only_where_no_alignment_exists():
         refused += not allowed
     assert refused > 0
     assert not can_align(np.array([9, 11, 13, 15, 17, 19, 21, 23]), 8, 8)
+
+
+def test_a_layout_that_cannot_win_is_not_reordered(qwen36, monkeypatch):
+    """Eight GRPO groups of 8 rollouts, one item per rollout, at CP8: after the full-sharing wave fits, the
+    unshared layout (every rollout storing its prompt) is priced without searching a reordering that
+    could not beat it (no more alignment searches than with full sharing alone), and ``best_wave``
+    answers as it does over fresh problems that price each layout alone, unpruned."""
+    import cpplan.pricing.wave as wave_module
+    from cpplan.bench.synthetic import grpo
+    from cpplan.pricing.wave import best_wave
+
+    calls = []
+    searched = wave_module.align_ranks
+    monkeypatch.setattr(wave_module, "align_ranks", lambda *a: calls.append(1) or searched(*a))
+    workload = grpo(
+        num_prompts=8,
+        group_size=8,
+        system_tokens=0,
+        prompt_tokens=(2000, 6000),
+        completion_tokens=(300, 3000),
+        items_per_prompt=False,
+        seed=1,
+    )
+    settings = Settings(topology=Topology(cp=8), model=qwen36, memory_bytes=80 * 2**30)
+
+    def fresh() -> Problem:
+        return Problem.build(workload, settings)
+
+    items = tuple(range(fresh().num_items))
+    best_wave(fresh(), items, ("full",))
+    alone = len(calls)
+    found, _ = best_wave(fresh(), items, ("full", "none"))
+    assert len(calls) == 2 * alone
+    reference = [best_wave(fresh(), items, (spec,))[0] for spec in ("full", "none")]
+    assert len(calls) > 2 * alone  # pricing "none" alone searches a reordering
+    cheapest = min((w for w in reference if w is not None), key=lambda w: w.cost_s)
+    assert found.cost_s == cheapest.cost_s and found.layout_name == cheapest.layout_name
