@@ -44,10 +44,9 @@ class ColumnVars:
 def make_columns(
     plans: Iterable[Sequence[WavePlan]], scaling: Scaling, memory_bytes: int, num_waves: int
 ) -> tuple[Column, ...]:
-    """Columns of the fitting waves of ``plans`` (each a sequence of waves, none splitting an item: the
-    joint model runs only on plans of whole items): one per item set (the cheapest wave given, first on
-    ties), in the order first seen, with every slot (position in a plan, below ``num_waves``) at which
-    it was seen."""
+    """Columns of the fitting waves of ``plans`` (each a sequence of waves, none splitting an item: the joint
+    model runs only on plans of whole items): one per item set (the cheapest wave given, first on ties), in
+    the order first seen, with every slot (position in a plan, below ``num_waves``) at which it was seen."""
     best: dict[tuple[int, ...], WavePlan] = {}
     slots: dict[tuple[int, ...], list[int]] = {}
     for plan in plans:

@@ -144,10 +144,9 @@ def add_memory(
     used: list[cp_model.IntVar],
     column: list[cp_model.IntVar | None] | None = None,
 ) -> dict[tuple[int, int], cp_model.IntVar]:
-    """One constraint per wave and envelope, enforced on used waves that take no exact column
-    (``column[w]``, see :mod:`~cpplan.cpsat.columns`), in the weighted mode's form when the wave takes
-    it. Returns the rounding variables ``r[w, e] = ceil(fraction · tokens / 128)`` of the exact-token
-    (CP1) rows."""
+    """One constraint per wave and envelope, enforced on used waves that take no exact column (``column[w]``,
+    see :mod:`~cpplan.cpsat.columns`), in the weighted mode's form when the wave takes it. Returns the
+    rounding variables ``r[w, e] = ceil(fraction · tokens / 128)`` of the exact-token (CP1) rows."""
     rounding: dict[tuple[int, int], cp_model.IntVar] = {}
     for w, bounds in enumerate(ownership.bounds):
         weighted = ownership.weighted[w]

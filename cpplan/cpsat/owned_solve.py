@@ -110,9 +110,8 @@ def solve_owned(
 def _search_on(
     owned: OwnedModel, first: tuple[cp_model.CpSolver, int, float], params: CpSatParams
 ) -> tuple[cp_model.CpSolver, int, float]:
-    """A second deterministic run on a copy of ``owned``'s model hinted with the ``first`` run's whole
-    answer, under ``params``: its run where it answers at most as dear, else the first (the wall
-    seconds of both)."""
+    """A second deterministic run on a copy of ``owned``'s model hinted with the ``first`` run's whole answer,
+    under ``params``: its run where it answers at most as dear, else the first (the wall seconds of both)."""
     solver, _, wall = first
     model = owned.model.clone()
     model.clear_hints()

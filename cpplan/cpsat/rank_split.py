@@ -33,9 +33,8 @@ def is_rank_ordered(owner: np.ndarray) -> bool:
 def boundary_windows(
     seeds: Sequence[Sequence[int]], num_chunks: int, window_chunks: int
 ) -> list[tuple[int, int]]:
-    """Per boundary ``r`` (``0..cp``) the chunks ``[lo, hi]`` its start may take: every seed's boundary
-    ``± window_chunks`` (the whole wave when that covers it); boundary 0 is chunk 0, boundary ``cp`` the
-    end."""
+    """Per boundary ``r`` (``0..cp``) the chunks ``[lo, hi]`` its start may take: every seed's boundary ``±
+    window_chunks`` (the whole wave when that covers it); boundary 0 is chunk 0, boundary ``cp`` the end."""
     num_ranks = len(seeds[0]) - 1
     windows = [(0, 0)]
     for r in range(1, num_ranks):

@@ -22,10 +22,9 @@ from cpplan.spec.quantities import ADDITIVE, QUANTITY_INDEX
 
 @dataclass(frozen=True, kw_only=True, eq=False)
 class WaveTotals:
-    """Linear expressions per wave (``amounts[name][w]`` for every additive quantity,
-    ``barrier_units[b][w]``: the node copies' time units within barrier ``b``, segment time left out,
-    only where the items carry floors),
-    and upper bounds of the packed tokens, segment starts and time units of any wave."""
+    """Linear expressions per wave (``amounts[name][w]`` for every additive quantity, ``barrier_units[b][w]``:
+    the node copies' time units within barrier ``b``, segment time left out, only where the items carry
+    floors), and upper bounds of the packed tokens, segment starts and time units of any wave."""
 
     amounts: dict[str, list[cp_model.LinearExprT]]
     segments: list[cp_model.LinearExprT]

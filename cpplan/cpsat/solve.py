@@ -90,12 +90,11 @@ def solve(
     build_s: float = 0.0,
     model: str = "joint",
 ) -> tuple[Solution | None, SolverStats]:
-    """Run CP-SAT on ``compiled``: the solution (``None`` when there is none, or it was rejected) and
-    the run's statistics (``wall_s`` the solver's; objective, bound and gap the model's; ``deterministic``:
-    no wall-clock limit, so the same answer on any machine). Stages: ``build`` (passed in), ``presolve``
-    and ``search`` (from the solver's log), ``verify``: the answer re-evaluated by
-    :meth:`CompiledModel.evaluate`, which must pass every memory row and price no higher than the
-    solver's objective, else it is rejected."""
+    """Run CP-SAT on ``compiled``: the solution (``None`` when there is none, or it was rejected) and the
+    run's statistics (``wall_s`` the solver's; objective, bound and gap the model's; ``deterministic``: no
+    wall-clock limit, so the same answer on any machine). Stages: ``build`` (passed in), ``presolve`` and
+    ``search`` (from the solver's log), ``verify``: the answer re-evaluated by :meth:`CompiledModel.evaluate`,
+    which must pass every memory row and price no higher than the solver's objective, else it is rejected."""
     solver, status, wall = run_solver(
         compiled.model, params, time_limit_s=time_limit_s, deterministic=deterministic
     )
@@ -155,12 +154,11 @@ def run_solver(
 
 
 def run_on_work(model: cp_model.CpModel, params: CpSatParams, work: float) -> tuple[cp_model.CpSolver, int]:
-    """A helper solve of ``model``, a model whose choices are fixed (completing a hint), with the
-    profile's workers and seed, stopped by ``work`` units of
-    deterministic time alone, never the clock (the same answer on a busy machine). It presolves fully
-    and stops only at optimality whatever the profile says of the search: with the choices fixed,
-    presolve all but solves the model (a few milliseconds), where the search alone can spend the whole
-    limit and still leave slack. The solver and its status."""
+    """A helper solve of ``model``, a model whose choices are fixed (completing a hint), with the profile's
+    workers and seed, stopped by ``work`` units of deterministic time alone, never the clock (the same answer
+    on a busy machine). It presolves fully and stops only at optimality whatever the profile says of the
+    search: with the choices fixed, presolve all but solves the model (a few milliseconds), where the search
+    alone can spend the whole limit and still leave slack. The solver and its status."""
     limited = params.model_copy(
         update={"deterministic_time_s": work, "presolve": "full", "relative_gap_limit": 0.0}
     )

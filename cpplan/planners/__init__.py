@@ -53,12 +53,11 @@ def _dynamic_cpsat(
 
 
 def at_every_size(strategy: Strategy, dynamic: Strategy | None = None) -> Strategy:
-    """Under dynamic CP: ``strategy`` run as the fixed-CP strategy of every group size (on the group
-    problems, each plan balanced over the pool; the topology's ``cp`` first), and ``dynamic`` (when
-    given) on the pool itself; the plan of least makespan (ties to the earlier), with the statistics of
-    the last run that had any. So a dynamic plan is never costlier than the same strategy's plan at any
-    fixed CP size of the pool; a wall-clock deadline stops the runs once one has a plan. Elsewhere,
-    ``strategy`` itself."""
+    """Under dynamic CP: ``strategy`` run as the fixed-CP strategy of every group size (on the group problems,
+    each plan balanced over the pool; the topology's ``cp`` first), and ``dynamic`` (when given) on the pool
+    itself; the plan of least makespan (ties to the earlier), with the statistics of the last run that had
+    any. So a dynamic plan is never costlier than the same strategy's plan at any fixed CP size of the pool; a
+    wall-clock deadline stops the runs once one has a plan. Elsewhere, ``strategy`` itself."""
 
     def run(problem: Problem, profile: SolverProfile, deadline: Deadline):
         if not problem.topology.dynamic_cp:

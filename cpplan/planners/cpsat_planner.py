@@ -38,9 +38,8 @@ def joint_proposal(
 def cpsat_planner(
     problem: Problem, profile: SolverProfile, deadline: Deadline
 ) -> tuple[Plan | None, SolverStats]:
-    """Registered as strategy ``cpsat``: the joint model's proposal from the greedy plan, then the
-    ownership model over the greedy and joint plans, in the budget of ``profile`` ending at
-    ``deadline``."""
+    """Registered as strategy ``cpsat``: the joint model's proposal from the greedy plan, then the ownership
+    model over the greedy and joint plans, in the budget of ``profile`` ending at ``deadline``."""
     budget = Budget.start(problem, profile, deadline)
     greedy = cached_greedy_plan(problem, profile.greedy.layouts, budget.verify_by)
     joint_by = budget.stage(profile.joint.share, budget.proposers_by())

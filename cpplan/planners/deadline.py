@@ -106,8 +106,7 @@ class Deadline:
         return replace(self, end_s=now + fraction * (self.end_s - now))
 
     def within(self, seconds: float) -> Deadline:
-        """A deadline at most ``seconds`` from now, never later than this one (itself, when
-        deterministic)."""
+        """A deadline at most ``seconds`` from now, never later than this one (itself, when deterministic)."""
         if self.deterministic:
             return self
         return replace(self, end_s=min(self.end_s, time.perf_counter() + seconds))

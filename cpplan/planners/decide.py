@@ -67,12 +67,11 @@ def _proposals(plans: Iterable[Plan]) -> tuple[Plan, ...]:
 def decide(
     problem: Problem, pool: Pool, budget: Budget, by: Deadline, *, bounded: bool = True
 ) -> tuple[Plan | None, SolverStats]:
-    """The ownership model over ``pool``, solved within the ownership stage's share of ``budget`` and
-    before ``by``: its plan and statistics (the joint model's outcome first, when it ran), with the
-    bound over the proposed waves unless not ``bounded`` (a pool's plan is bounded as a makespan). Without a
-    proposal to decide over, or without time for it, the joint model's own plan (or nothing) with an
-    outcome saying why; where it gives no answer, or one priced above the cheapest proposal, that
-    proposal."""
+    """The ownership model over ``pool``, solved within the ownership stage's share of ``budget`` and before
+    ``by``: its plan and statistics (the joint model's outcome first, when it ran), with the bound over the
+    proposed waves unless not ``bounded`` (a pool's plan is bounded as a makespan). Without a proposal to
+    decide over, or without time for it, the joint model's own plan (or nothing) with an outcome saying why;
+    where it gives no answer, or one priced above the cheapest proposal, that proposal."""
     from cpplan.bound import PROPOSED_WAVES, PlanBound, plan_bound, scoped_stats
     from cpplan.cpsat.owned_model import compile_owned, pool_columns
     from cpplan.cpsat.owned_solve import hint_plan, solve_owned

@@ -115,9 +115,8 @@ def token_caps(problem: Problem, items: Sequence[int], size: int) -> list[int | 
 
 
 def sized_plans(problem: Problem, sizes: Sequence[int], layouts: Sequence[str]) -> Iterator[Plan]:
-    """Every item ``i`` in waves of group size ``sizes[i]`` (the items of one size in order), all the
-    waves balanced over the pool: one plan per token cap of :func:`token_caps`, lazily (no cap
-    first)."""
+    """Every item ``i`` in waves of group size ``sizes[i]`` (the items of one size in order), all the waves
+    balanced over the pool: one plan per token cap of :func:`token_caps`, lazily (no cap first)."""
     classes = {g: [i for i in range(problem.num_items) if sizes[i] == g] for g in sorted(set(sizes))[::-1]}
     for k in range(3):
         waves: list[WavePlan] = []
@@ -205,10 +204,9 @@ def dynamic_greedy_plan(
     deadline: Deadline | None = None,
     allowed: Sequence[int] | None = None,
 ) -> Plan:
-    """The smallest-makespan plan of the candidates in this module's docstring (the topology's own
-    ``cp`` plans first and always; the others while ``deadline`` allows), over the group sizes in
-    ``allowed`` (default: all). Raises :class:`NoFitError` when a request fits no group, not even the
-    largest."""
+    """The smallest-makespan plan of the candidates in this module's docstring (the topology's own ``cp``
+    plans first and always; the others while ``deadline`` allows), over the group sizes in ``allowed``
+    (default: all). Raises :class:`NoFitError` when a request fits no group, not even the largest."""
 
     def fixed(size: int) -> Plan:  # the fixed-CP greedy plan of the group problem, balanced over the pool
         plan = cached_greedy_plan(group_problem(problem, size), layouts, deadline)

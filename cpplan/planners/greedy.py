@@ -146,11 +146,10 @@ def _before_last(waves: list[WavePlan]) -> list[WavePlan]:
 def last_two_waves(
     problem: Problem, start: int, first: WavePlan, layouts: Sequence[str]
 ) -> list[WavePlan] | None:
-    """When the items after ``first`` (the next wave, from ``start``) fit in one wave, the plan's last
-    two waves: ``first`` and that rest, or the two waves split at :func:`balanced_cut` if those fit and
-    cost less (a greedy first wave can leave a small, costly last one, or, at a larger budget, widen
-    over the cut a smaller budget's plan makes). ``None`` when the rest needs more than one wave (or
-    there is none)."""
+    """When the items after ``first`` (the next wave, from ``start``) fit in one wave, the plan's last two
+    waves: ``first`` and that rest, or the two waves split at :func:`balanced_cut` if those fit and cost less
+    (a greedy first wave can leave a small, costly last one, or, at a larger budget, widen over the cut a
+    smaller budget's plan makes). ``None`` when the rest needs more than one wave (or there is none)."""
     n, end = problem.num_items, start + len(first.items)
     if end >= n or first_fitting(problem, range(end, n), layouts)[0] is None:
         return None

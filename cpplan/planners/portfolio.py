@@ -74,10 +74,9 @@ def solve(
     planners: Mapping[str, Strategy] | None = None,
     deadline: Deadline | None = None,
 ) -> PlanResult:
-    """Plan ``problem`` under ``profile`` within its budget (from ``deadline``'s start when given: a
-    caller that started the clock before building the problem), and return the cheapest valid plan
-    with every candidate and why it lost (the result's problem prices waves as the profile's
-    ``greedy.reorder`` says: a copy of ``problem`` where it says otherwise). ``planners`` replaces
+    """Plan ``problem`` under ``profile`` within its budget (from ``deadline``'s start when given: a caller
+    that started the clock before building the problem), and return the cheapest valid plan with every
+    candidate and why it lost (its problem: ``problem`` reordering as the profile says). ``planners`` replaces
     strategies of :data:`~cpplan.planners.PLANNERS` (``cpsat``: the whole CP-SAT candidate). Raises
     :class:`NoFitError` when no strategy yields a valid plan (a strategy's own refusal first)."""
     if deadline is None and "cpsat" in profile.strategies:
@@ -257,8 +256,7 @@ def _decided_waves(
 
 
 def verify(problem: Problem, found: list[StrategyOutcome]) -> list[StrategyOutcome]:
-    """Stage 4: every outcome with a plan gets the independent verifier's verdict, once per distinct
-    plan."""
+    """Stage 4: every outcome with a plan gets the independent verifier's verdict, once per distinct plan."""
     verified: list[tuple[dict[str, Any], Verification]] = []
     return [verify_outcome(problem, o, verified) if o.plan is not None else o for o in found]
 

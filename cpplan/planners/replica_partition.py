@@ -323,10 +323,9 @@ def _shared(candidates: np.ndarray, column: np.ndarray) -> list[list[int]]:
 
 
 def partition_items(workload: Workload, card: ResolvedCard, topology: Topology) -> ReplicaPartition:
-    """Assign every item of ``workload`` to one of ``topology.dp`` replicas (this module's docstring):
-    prefix groups, then longest processing time first on the quick prices. Every replica gets an item
-    when there are at least ``dp`` items (groups are given up, item by item, if they would leave one
-    without)."""
+    """Assign every item of ``workload`` to one of ``topology.dp`` replicas (this module's docstring): prefix
+    groups, then longest processing time first on the quick prices. Every replica gets an item when there are
+    at least ``dp`` items (groups are given up, item by item, if they would leave one without)."""
     dp = topology.dp
     step = StepRequests.of(workload)
     prices = step_prices_s(step, card, topology.cp)

@@ -73,9 +73,8 @@ def dynamic_cpsat_planner(
     allowed: Sequence[int] | None = None,
     hint: Plan | None = None,
 ) -> tuple[Plan | None, SolverStats]:
-    """Registered as strategy ``cpsat`` when the pool holds several groups: the schedule model over the
-    group sizes in ``allowed`` (default: all), warm-started from ``hint`` (default: the greedy dynamic
-    plan)."""
+    """Registered as strategy ``cpsat`` when the pool holds several groups: the schedule model over the group
+    sizes in ``allowed`` (default: all), warm-started from ``hint`` (default: the greedy dynamic plan)."""
     started = time.perf_counter()
     budget = Budget.start(problem, profile, deadline)
     params, limit = budget.cpsat_params(profile.schedule.share), profile.schedule.max_items

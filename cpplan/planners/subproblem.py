@@ -31,9 +31,8 @@ class SubProblem:
 
     @classmethod
     def of(cls, parent: Problem, items: Sequence[int], *, keep_order: bool = False) -> SubProblem:
-        """The sub-problem of ``items`` under the parent's settings (and its pricing's
-        ``reorder_waves``): ascending, or in the order given with ``keep_order`` (the items must then
-        be distinct)."""
+        """The sub-problem of ``items`` under the parent's settings and pricing: ascending, or in the
+        order given with ``keep_order`` (the items must then be distinct)."""
         chosen = (
             np.asarray(items, dtype=np.int64) if keep_order else np.unique(np.asarray(items, dtype=np.int64))
         )

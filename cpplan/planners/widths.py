@@ -252,11 +252,10 @@ def cheapest_cut(problem: Problem, start: int, width: int) -> int:
 def cut_wave(
     problem: Problem, start: int, width: int, widest: WavePlan, layouts: Sequence[str]
 ) -> tuple[int, WavePlan]:
-    """The wave :func:`cheapest_cut` chooses, with a fitting priced version, when moving the cut pays:
-    the tokens it keeps from being stored twice, at the widest wave's seconds per packed token, cost
-    more than the share of a wave's overhead the items it leaves behind add (on a cheap model a wave's
-    fixed cost can outweigh a duplicated prompt). Otherwise, or when the shorter wave does not fit,
-    the widest wave."""
+    """The wave :func:`cheapest_cut` chooses, with a fitting priced version, when moving the cut pays: the
+    tokens it keeps from being stored twice, at the widest wave's seconds per packed token, cost more than the
+    share of a wave's overhead the items it leaves behind add (on a cheap model a wave's fixed cost can
+    outweigh a duplicated prompt). Otherwise, or when the shorter wave does not fit, the widest wave."""
     cut = cheapest_cut(problem, start, width)
     if cut == width or not _cut_pays(problem, start, width, cut, widest):
         return width, widest
