@@ -7,6 +7,7 @@ number of chunks. Every step is deterministic (the first candidate wins ties).""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from itertools import combinations
 
 import numpy as np
@@ -40,6 +41,11 @@ class GroupLoads:
     def num_groups(self) -> int:
         """Number of groups."""
         return int(self.barrier_s.shape[0])
+
+    @cached_property
+    def padded(self) -> tuple[np.ndarray, np.ndarray]:
+        """``barrier_s`` and ``bytes`` each with a row of zeros appended (what index ``-1`` reads)."""
+        return tuple(np.concatenate([v, np.zeros((1, v.shape[1]))]) for v in (self.barrier_s, self.bytes))
 
 
 def pack_groups(loads: GroupLoads, num_ranks: int) -> np.ndarray | None:
@@ -110,10 +116,11 @@ class _Exchanges:
     out: np.ndarray
     back: np.ndarray
 
-    def sums(self, values: np.ndarray) -> np.ndarray:
-        """Per exchange, what ``rank`` gives up of a per-group ``values`` (rows: groups)."""
-        padded = np.concatenate([values, np.zeros((1, *values.shape[1:]))])
-        return padded[self.out].sum(axis=1) - padded[self.back].sum(axis=1)
+    def sums(self, padded: np.ndarray) -> np.ndarray:
+        """Per exchange, what ``rank`` gives up of a per-group value (``padded``: rows of groups and a
+        last row of zeros)."""
+        out, back = self.out, self.back
+        return (padded[out[:, 0]] + padded[out[:, 1]]) - (padded[back[:, 0]] + padded[back[:, 1]])
 
     def apply(self, rank_of: np.ndarray, k: int) -> None:
         """Carry out exchange ``k`` on ``rank_of``."""
@@ -274,7 +281,7 @@ def _trials(loads: GroupLoads, rank_of: np.ndarray, num_ranks: int, ex: _Exchang
     a group: every rank of a group runs its own tokens)."""
     rank_s = _rank_sums(loads.barrier_s, rank_of, num_ranks)
     rank_bytes = _rank_sums(loads.bytes, rank_of, num_ranks)
-    moved, moved_bytes = ex.sums(loads.barrier_s), ex.sums(loads.bytes)
+    moved, moved_bytes = (ex.sums(padded) for padded in loads.padded)
     fits = ((rank_bytes[ex.partner] + moved_bytes <= loads.room_bytes).all(axis=1)) & (
         (rank_bytes[ex.rank] - moved_bytes <= loads.room_bytes).all(axis=1)
     )
@@ -370,9 +377,9 @@ def _aligning(
 
 
 def _rank_sums(values: np.ndarray, rank_of: np.ndarray, num_ranks: int) -> np.ndarray:
-    sums = np.zeros((num_ranks, *values.shape[1:]))
-    np.add.at(sums, rank_of, values)
-    return sums
+    """Per rank, the sum of its groups' rows of ``values`` (groups added in order)."""
+    columns = [np.bincount(rank_of, weights=column, minlength=num_ranks) for column in values.T]
+    return np.stack(columns, axis=1) if columns else np.zeros((num_ranks, 0))
 
 
 def _max_without(rank_s: np.ndarray, a: int) -> np.ndarray:
