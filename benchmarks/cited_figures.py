@@ -805,10 +805,10 @@ def pack_s(data: dict, profile: str) -> str:
     return f"{next(p for p in data[RUNTIME_LABEL]['packs'] if p['profile'] == profile)['wall_s']:.1f}"
 
 
-SWEEP_CITED = "greedy +0.40%, the deterministic profile +0.70%, the runtime profile +2.85%"
-PACK_CITED = "one process): 26.9 s with the default `offline` profile and 7.8 s with `deterministic`"
+SWEEP_CITED = "greedy +0.40%, the deterministic profile +0.70%, the runtime profile +3.19%"
+PACK_CITED = "one process): 22.5 s with the default `offline` profile and 7.9 s with `deterministic`"
 PARTITION_CITED = "0.9 ms at 1,024 completions (dp 8), 10.0 ms at 8,192 (dp 64), 18.4 ms at 16,384 (dp 128)"
-DEFAULT_CALL_CITED = "p50 171 ms at 2,048 completions on dp 16, 1,447 ms at 16,384 on dp 128"
+DEFAULT_CALL_CITED = "p50 173 ms at 2,048 completions on dp 16, 1,630 ms at 16,384 on dp 128"
 DEFAULT_RATIO_CITED = "(0.969× and 0.959× at 1,024 completions on dp 8 × cp 8 and dp 16 × cp 4)"
 
 
@@ -861,36 +861,36 @@ RUNTIME_FIGURES = (
         what="fixed share, 2 busy processes",
     ),
     _runtime(
-        "(p95 71.6 ms on this machine), and CP-SAT",
-        "71.6",
+        "(p95 60.9 ms on this machine), and CP-SAT",
+        "60.9",
         "runtime_steps",
         lambda d: f"{runtime_case(d, 'grpo32x8', 4)['p95_ms']:.1f}",
         "grpo32x8 p95 ms",
     ),
     _runtime(
-        "(LNS over windows) ran on 16 of 20 of its calls",
-        "16 of 20",
+        "(LNS over windows) ran on 19 of 20 of its calls",
+        "19 of 20",
         "runtime_steps",
         lambda d: cpsat_ran_text(runtime_case(d, "grpo32x8", 4)),
         "grpo32x8: calls CP-SAT ran on",
     ),
     _runtime(
-        "CP8 greedy alone takes about 69 ms of the 100 ms",
-        "69",
+        "CP8 greedy alone takes about 11 ms, so",
+        "11",
         "runtime_steps",
         lambda d: f"{runtime_case(d, 'grpo8x8', 8)['greedy_median_ms']:.0f}",
         "grpo8x8 CP8: greedy alone, median ms",
     ),
     _runtime(
-        "so CP-SAT ran on 5 of 20 calls",
-        "5 of 20",
+        "so CP-SAT ran on 20 of 20 calls",
+        "20 of 20",
         "runtime_steps",
         lambda d: cpsat_ran_text(runtime_case(d, "grpo8x8", 8)),
         "grpo8x8 CP8: calls CP-SAT ran on",
     ),
     _runtime(
-        "CP-SAT answered 15 of 18 one-node calls",
-        "15 of 18",
+        "CP-SAT answered 16 of 18 one-node calls",
+        "16 of 18",
         "fixed_share_busy",
         lambda d: one_node_cpsat_text(d, BUSY_LABEL),
         "one-node calls CP-SAT answered, 2 busy processes",
@@ -913,11 +913,11 @@ RUNTIME_FIGURES = (
         _runtime(
             SWEEP_CITED, stated, "runtime_steps", lambda d, p=plan: sweep_increase(d, p), f"sweep {plan}"
         )
-        for plan, stated in (("greedy", "+0.40%"), ("deterministic", "+0.70%"), ("runtime", "+2.85%"))
+        for plan, stated in (("greedy", "+0.40%"), ("deterministic", "+0.70%"), ("runtime", "+3.19%"))
     ),
     *(
         _runtime(PACK_CITED, stated, "scale", lambda d, p=profile: pack_s(d, p), f"cpplan pack, {profile}")
-        for profile, stated in (("offline", "26.9"), ("deterministic", "7.8"))
+        for profile, stated in (("offline", "22.5"), ("deterministic", "7.9"))
     ),
     *(
         _runtime(PARTITION_CITED, stated, "partition", lambda d, n=n: partition_ms(d, n), f"partition, {n}")
@@ -951,8 +951,8 @@ RUNTIME_FIGURES = (
             f"default call p95 ms, dp {dp}, {label}",
         )
         for cited, run, label, stated_by_dp in (
-            ("on the quiet machine (p95 85 and 89 ms)", "fixed_share", "fixed_share", ("85", "89")),
-            ("processes its p95 is 127 and 188 ms", "fixed_share_busy", BUSY_LABEL, ("127", "188")),
+            ("on the quiet machine (p95 88 and 95 ms)", "fixed_share", "fixed_share", ("88", "95")),
+            ("processes its p95 is 179 and 162 ms", "fixed_share_busy", BUSY_LABEL, ("179", "162")),
         )
         for dp, stated in zip((8, 16), stated_by_dp, strict=True)
     ),
@@ -964,11 +964,11 @@ RUNTIME_FIGURES = (
             lambda d, n=n, dp=dp: f"{1e3 * fixed_share_row(d, n, dp)['default']['wall_p50_s']:,.0f}",
             f"default call p50 ms, dp {dp}",
         )
-        for n, dp, stated in ((2048, 16, "171"), (16384, 128, "1,447"))
+        for n, dp, stated in ((2048, 16, "173"), (16384, 128, "1,630"))
     ),
     *_quiet_and_busy(
-        "(cp 8: p95 at most 51 ms quiet, 90 ms busy,",
-        ("51", "90"),
+        "(cp 8: p95 at most 57 ms quiet, 81 ms busy,",
+        ("57", "81"),
         lambda d, label: f"{1e3 * worst_p95_s(d, label, cp=8):,.0f}",
         "replica call p95 ms at cp 8, worst",
     ),
@@ -981,17 +981,17 @@ RUNTIME_FIGURES = (
     ),
     *(
         _runtime(
-            "sizes): 0.19 (p50) and 0.21 (p95) on the quiet machine, 0.20 and 0.18 beside the busy processes",
+            "sizes): 0.24 (p50) and 0.27 (p95) on the quiet machine, 0.29 and 0.14 beside the busy processes",
             stated,
             run,
             lambda d, k=key, label=label: f"{d[label]['growth_exponents'][k]:.2f}".replace("-", "−"),
             f"growth exponent, {key}, {label}",
         )
         for key, stated, run, label in (
-            ("wall_p50_s", "0.19", "fixed_share", "fixed_share"),
-            ("wall_p95_s", "0.21", "fixed_share", "fixed_share"),
-            ("wall_p50_s", "0.20", "fixed_share_busy", BUSY_LABEL),
-            ("wall_p95_s", "0.18", "fixed_share_busy", BUSY_LABEL),
+            ("wall_p50_s", "0.24", "fixed_share", "fixed_share"),
+            ("wall_p95_s", "0.27", "fixed_share", "fixed_share"),
+            ("wall_p50_s", "0.29", "fixed_share_busy", BUSY_LABEL),
+            ("wall_p95_s", "0.14", "fixed_share_busy", BUSY_LABEL),
         )
     ),
 )
@@ -1650,7 +1650,7 @@ RUNTIME_INPUTS = tuple(
         "were measured on the 2-core machine",
         "seconds (0, negative, NaN,",
         "The README example at CP2 and 8 GiB",
-        "load average 0.7–0.9): 20 steps per workload",
+        "load average 0.3–0.6): 20 steps per workload",
         "the `runtime` profile (0.1 s).",
         "| within budget + 20 ms |",
         "The workloads: `grpo8x8`, 8 prompts × 8 rollouts, one item per rollout (prompt 2–6K, completion"
@@ -1661,7 +1661,7 @@ RUNTIME_INPUTS = tuple(
         "(the same run): 40 items (5 GRPO groups of 8, one item per rollout), CP2, 8 layers,"
         " `--time-budget 0.05`, per-rank memory over 24 budgets",
         "never more than 1% costlier",
-        "load average 0.7–0.9): CP4, 40 GiB per rank",
+        "load average 1.2–1.9): CP4, 40 GiB per rank",
         "GRPO groups of 8 small rollouts, one item each (prompt 32–256, completion 16–128 tokens); `tiny`:"
         " prompt 8–32, completion 4–16; `one_item`: one item of 10,000 requests (a 4,000-token prompt",
         "the runtime profile (0.1 s: past",
@@ -1679,7 +1679,7 @@ RUNTIME_INPUTS = tuple(
         "a core each on the 2-core machine, started 5 s before the first call",
         "| beside 2 busy processes |",
         "At 1,024 completions it takes under 100 ms",
-        "on three of the one-node steps one call in",
+        "the 256-completion step at cp 8 two calls in three",
         "up to 16,384 completions",
         "--share-rows 1024x8x8,8192x64x8,16384x128x8",
         "at the fixed share (cp 8, five sizes)",
