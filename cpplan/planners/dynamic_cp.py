@@ -4,9 +4,10 @@ A wave of group size ``g`` (a power of two up to the pool) runs on an aligned bl
 and is priced on the *group problem* at ``cp = g`` (:func:`group_problem`): the same card terms as a
 fixed-CP plan at ``g``. The greedy dynamic planner (:func:`dynamic_greedy_plan`) keeps the candidate of
 least makespan (ties to the earlier; padding waves counted under equal waves, :func:`pool_padding_s`):
-the fixed-CP greedy plan at every group size (the topology's ``cp`` first), then per group-size
-assignment of :func:`item_sizes` the waves of :func:`sized_plans` (in order under token caps, or cut
-into one or two waves per group), balanced over the pool. An item that fits no group alone takes the
+the fixed-CP greedy plan at every group size (the topology's ``cp`` first), on fixed CP groups the step
+partitioned by replica (:func:`~cpplan.planners.replica_partition.partitioned_greedy_plan`), then per
+group-size assignment of :func:`item_sizes` the waves of :func:`sized_plans` (in order under token caps,
+or cut into one or two waves per group), balanced over the pool. An item that fits no group alone takes the
 split path at the pool size (docs/dynamic_cp.md).
 """
 
@@ -20,6 +21,7 @@ import numpy as np
 from cpplan.errors import NoFitError
 from cpplan.planners.deadline import Deadline
 from cpplan.planners.greedy import cached_greedy_plan, split_item
+from cpplan.planners.replica_partition import partitioned_greedy_plan
 from cpplan.planners.split import widest
 from cpplan.plans.plan import Plan, balanced
 from cpplan.pricing.memo import memoized
@@ -213,6 +215,9 @@ def dynamic_greedy_plan(
         return balanced(plan, problem.topology.pool, pool_padding_s(problem))
 
     candidates, refusal = at_each_size(problem, fixed, deadline, allowed)
+    topology = problem.topology
+    if not topology.dynamic_cp and problem.num_items >= topology.dp and candidates:
+        candidates.append(partitioned_greedy_plan(problem, layouts, deadline))
     for assignment in item_sizes(problem, layouts, allowed):
         try:
             for plan in sized_plans(problem, assignment, layouts):

@@ -21,6 +21,8 @@ from functools import cached_property
 import numpy as np
 
 from cpplan.errors import InputError
+from cpplan.planners.deadline import Deadline
+from cpplan.planners.greedy import cached_greedy_plan
 from cpplan.planners.subproblem import SubProblem, sub_workload
 from cpplan.plans.plan import Plan
 from cpplan.plans.pool_schedule import block, timed
@@ -409,3 +411,25 @@ def assemble(
     strategies = [plan.strategy for plan in plans]
     weakest = next((s for s in ("full_sharing", "greedy") if s in strategies), strategies[0])
     return Plan(strategy=weakest, waves=tuple(waves), schedule=schedule, notes=tuple(notes))
+
+
+def partitioned_greedy_plan(
+    problem: Problem, layouts: Sequence[str], deadline: Deadline | None = None
+) -> Plan:
+    """The step of ``problem`` (fixed CP groups, ``dp > 1``) partitioned by replica
+    (:func:`partition_items`), each share planned by greedy as a ``dp = 1`` problem and assembled
+    (:func:`assemble`): prefix groups stay whole on one group of the pool, which a greedy pass over the
+    pool in arrival order does not keep when the items arrive shuffled."""
+    partition = partition_items(problem.workload, problem.card, problem.topology)
+    settings = replica_settings(problem.settings)
+    problems = [
+        Problem.build(
+            replica_workload(problem.workload, partition.items(k), k),
+            settings,
+            checked=True,
+            reorder_waves=problem.reorder_waves,
+        )
+        for k in range(partition.num_replicas)
+    ]
+    plans = [cached_greedy_plan(sub, layouts, deadline) for sub in problems]
+    return assemble(problem, partition, plans, problems)

@@ -11,9 +11,12 @@ import pytest
 import cpplan
 from cpplan.planners import PLANNERS
 from cpplan.planners.deadline import Deadline
+from cpplan.planners.dynamic_cp import pool_padding_s
+from cpplan.planners.greedy import cached_greedy_plan
+from cpplan.plans.plan import balanced
 from cpplan.plans.plan_writer import plan_to_dict
 from cpplan.plans.pool_schedule import wave_counts
-from cpplan.pricing.problem import Problem
+from cpplan.pricing.problem import Problem, group_problem
 from cpplan.runtime.pool import materialize_pool, pool_waves
 from cpplan.spec.settings import Settings
 from cpplan.spec.workload import Item, Request, Workload
@@ -114,8 +117,9 @@ def test_the_verifier_refuses_unequal_waves_claimed_equal(uneven, qwen36):
     much), whose padding is left out while its ranks' counts differ under a topology that requires equal
     waves, or whose cost leaves the padding out, is refused."""
     problem = _problem(uneven, TOPOLOGIES["fixed"], qwen36)
-    profile = cpplan.load_solver("deterministic")
-    plan, _ = PLANNERS["greedy"](problem, profile, Deadline.of_profile(profile))
+    layouts = cpplan.load_solver("deterministic").greedy.layouts
+    in_order = cached_greedy_plan(group_problem(problem, problem.topology.cp), layouts)
+    plan = balanced(in_order, problem.topology.pool, pool_padding_s(problem))  # uneven wave counts
     data = plan_to_dict(problem, plan)
     assert len(set(wave_counts([w["gpus"] for w in data["waves"]], 8))) > 1
     assert verify_plan(data, problem.workload, problem.card, problem.memory_bytes).valid
