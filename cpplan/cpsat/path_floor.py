@@ -1,14 +1,13 @@
 """The least time one request's path can cost a wave under any contiguous CP split: a lower bound.
 
-A contiguous ownership splits the path into at most ``cp`` runs, and every rank's quantities in the wave
-are at least its run's, so the least, over splits of the path alone, of the per-barrier slowest-rank
-sum bounds the wave's from below. The path is relaxed to a continuum (a run ``[s, e)`` owns ``e - s``
-tokens and ``(e² - s²) / 2`` pairs) and the barriers are merged into two groups, each run's load in a
-group ``token_s · (e - s) + pair_s · (e² - s²) / 2 + offset_s``: both only lower the bound. With
-thresholds on both groups a greedy decides feasibility exactly, bisection keeps the lower end of its
-bracket, and the least of ``τ + G*(τ)`` over the first group's threshold is bounded on a grid by
-``τ_k + G*(τ_{k+1})`` per interval, refined where lowest (docs/time_model.md). Everything runs on
-arrays, one entry per (path, number of runs).
+A contiguous ownership splits the path into at most ``cp`` runs, and every rank's quantities in the wave are
+at least its run's, so the least, over splits of the path alone, of the per-barrier slowest-rank sum bounds
+the wave's from below. The path is relaxed to a continuum (a run ``[s, e)`` owns ``e - s`` tokens and ``(e² -
+s²) / 2`` pairs) and the barriers are merged into two groups, each run's load in a group ``token_s · (e - s) +
+pair_s · (e² - s²) / 2 + offset_s``: both only lower the bound. With thresholds on both groups a greedy
+decides feasibility exactly, bisection keeps the lower end of its bracket, and the least of ``τ + G*(τ)`` over
+the first group's threshold is bounded on a grid by ``τ_k + G*(τ_{k+1})`` per interval, refined where lowest
+(docs/time_model.md). Everything runs on arrays, one entry per (path, number of runs).
 """
 
 from __future__ import annotations

@@ -1,14 +1,13 @@
-"""The dynamic-CP schedule model: each block of items chooses its group size, each wave its place and
-start on the pool, and the objective is the makespan (docs/dynamic_cp.md).
+"""The dynamic-CP schedule model: each block of items chooses its group size, each wave its place and start on
+the pool, and the objective is the makespan (docs/dynamic_cp.md).
 
-The greedy dynamic plan's placement units are *blocks*; each has *alternatives* (its items as waves of
-another group size, its own waves first), each a list of *jobs* (a wave, or a split item's waves back
-to back). ``y[k, a]``: block k runs alternative a (exactly one); per job a start ``s_j`` and per aligned
-pool block ``b`` of its size ``x[j, b]`` (``Σ_b x[j, b] = y[k, a]``) with an optional interval of the
-job's exact seconds rounded up to microseconds; per GPU no two intervals overlap; ``makespan ≥ s_j +
-d_j``; under equal waves, per GPU ``makespan ≥ e_g + padding_us · (most - n_g)``. :func:`realize`
-replays the chosen jobs by start, so the realized makespan never exceeds the model's; the greedy plan
-is the complete hint.
+The greedy dynamic plan's placement units are *blocks*; each has *alternatives* (its items as waves of another
+group size, its own waves first), each a list of *jobs* (a wave, or a split item's waves back to back). ``y[k,
+a]``: block k runs alternative a (exactly one); per job a start ``s_j`` and per aligned pool block ``b`` of
+its size ``x[j, b]`` (``Σ_b x[j, b] = y[k, a]``) with an optional interval of the job's exact seconds rounded
+up to microseconds; per GPU no two intervals overlap; ``makespan ≥ s_j + d_j``; under equal waves, per GPU
+``makespan ≥ e_g + padding_us · (most - n_g)``. :func:`realize` replays the chosen jobs by start, so the
+realized makespan never exceeds the model's; the greedy plan is the complete hint.
 """
 
 from __future__ import annotations

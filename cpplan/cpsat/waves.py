@@ -1,11 +1,10 @@
 """Wave assignment: ``x[i, w, j]`` = item i runs in wave w with local layout j.
 
-Each item is covered exactly once: by one (wave, layout) pair, or by an exact column taken in some
-wave slot (:mod:`~cpplan.cpsat.columns`); a slot taking a column holds no other item. ``used[w]``
-marks waves holding an item or a column, and used waves come first. Waves are interchangeable, so item
-i may only use waves ``0..i`` (the lowest item of wave w has index at least w; likewise a column only
-slots up to its lowest item): every plan has a relabelling that satisfies this, and the greedy plan
-(items in order) satisfies it as is.
+Each item is covered exactly once: by one (wave, layout) pair, or by an exact column taken in some wave slot
+(:mod:`~cpplan.cpsat.columns`); a slot taking a column holds no other item. ``used[w]`` marks waves holding an
+item or a column, and used waves come first. Waves are interchangeable, so item i may only use waves ``0..i``
+(the lowest item of wave w has index at least w; likewise a column only slots up to its lowest item): every
+plan has a relabelling that satisfies this, and the greedy plan (items in order) satisfies it as is.
 """
 
 from __future__ import annotations

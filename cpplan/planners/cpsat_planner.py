@@ -1,8 +1,7 @@
-"""CP-SAT's two stages as the planner runs them: :func:`joint_proposal`, the CP-SAT proposer (the joint
-model warm-started from the greedy plan, or above ``joint.max_items`` its window search,
-:mod:`cpplan.planners.lns`); and :func:`cpsat_planner`, the registered ``cpsat`` strategy on its own
-(outside the planner's loop): the ownership model (:mod:`cpplan.planners.decide`) over the greedy and
-joint plans.
+"""CP-SAT's two stages as the planner runs them: :func:`joint_proposal`, the CP-SAT proposer (the joint model
+warm-started from the greedy plan, or above ``joint.max_items`` its window search,
+:mod:`cpplan.planners.lns`); and :func:`cpsat_planner`, the registered ``cpsat`` strategy on its own (outside
+the planner's loop): the ownership model (:mod:`cpplan.planners.decide`) over the greedy and joint plans.
 """
 
 from __future__ import annotations

@@ -4,21 +4,22 @@ A wave of group size ``g`` (a power of two up to the pool) runs on an aligned bl
 and is priced on the *group problem* at ``cp = g`` (:func:`group_problem`): the same card terms as a
 fixed-CP plan at ``g``. The greedy dynamic planner (:func:`dynamic_greedy_plan`) keeps the candidate of
 least makespan (ties to the earlier; padding waves counted under equal waves, :func:`pool_padding_s`):
-the fixed-CP greedy plan at every group size (the topology's ``cp`` first), on fixed CP groups the step
-partitioned by replica (:func:`~cpplan.planners.replica_partition.partitioned_greedy_plan`), then per
-group-size assignment of :func:`item_sizes` the waves of :func:`sized_plans` (in order under token caps,
-or cut into one or two waves per group), balanced over the pool. An item that fits no group alone takes the
-split path at the pool size (docs/dynamic_cp.md).
+the fixed-CP greedy plan at every group size (the topology's ``cp`` first), at every size the step
+partitioned over the pool's groups (:func:`~cpplan.planners.replica_partition.partitioned_greedy_plan`),
+then per group-size assignment of :func:`item_sizes` the waves of :func:`sized_plans` (in order under
+token caps, or cut into one or two waves per group), balanced over the pool. An item that fits no group
+alone takes the split path at the pool size (docs/dynamic_cp.md).
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 
-from cpplan.errors import NoFitError
+from cpplan.errors import InputError, NoFitError
 from cpplan.planners.deadline import Deadline
 from cpplan.planners.greedy import cached_greedy_plan, split_item
 from cpplan.planners.replica_partition import partitioned_greedy_plan
@@ -215,9 +216,10 @@ def dynamic_greedy_plan(
         return balanced(plan, problem.topology.pool, pool_padding_s(problem))
 
     candidates, refusal = at_each_size(problem, fixed, deadline, allowed)
-    topology = problem.topology
-    if not topology.dynamic_cp and problem.num_items >= topology.dp and candidates:
-        candidates.append(partitioned_greedy_plan(problem, layouts, deadline))
+    for size in group_sizes(problem, allowed) if candidates else ():
+        if problem.num_items >= problem.topology.pool // size > 1:
+            with contextlib.suppress(InputError, NoFitError):  # a replica's share left empty or too large
+                candidates.append(partitioned_greedy_plan(group_problem(problem, size), layouts, deadline))
     for assignment in item_sizes(problem, layouts, allowed):
         try:
             for plan in sized_plans(problem, assignment, layouts):

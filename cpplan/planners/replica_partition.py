@@ -416,20 +416,11 @@ def assemble(
 def partitioned_greedy_plan(
     problem: Problem, layouts: Sequence[str], deadline: Deadline | None = None
 ) -> Plan:
-    """The step of ``problem`` (fixed CP groups, ``dp > 1``) partitioned by replica
-    (:func:`partition_items`), each share planned by greedy as a ``dp = 1`` problem and assembled
-    (:func:`assemble`): prefix groups stay whole on one group of the pool, which a greedy pass over the
-    pool in arrival order does not keep when the items arrive shuffled."""
-    partition = partition_items(problem.workload, problem.card, problem.topology)
-    settings = replica_settings(problem.settings)
-    problems = [
-        Problem.build(
-            replica_workload(problem.workload, partition.items(k), k),
-            settings,
-            checked=True,
-            reorder_waves=problem.reorder_waves,
-        )
-        for k in range(partition.num_replicas)
-    ]
+    """``problem``'s step partitioned over its CP groups (:func:`partition_items`), each share planned by
+    greedy as a ``dp = 1`` problem, assembled: prefix groups stay whole, however shuffled they arrive."""
+    workload, settings = problem.workload, replica_settings(problem.settings)
+    partition = partition_items(workload, problem.card, problem.topology)
+    shares = [replica_workload(workload, partition.items(k), k) for k in range(partition.num_replicas)]
+    problems = [Problem.build(s, settings, checked=True, reorder_waves=problem.reorder_waves) for s in shares]
     plans = [cached_greedy_plan(sub, layouts, deadline) for sub in problems]
     return assemble(problem, partition, plans, problems)

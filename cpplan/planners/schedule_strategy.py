@@ -16,17 +16,11 @@ from cpplan.errors import NoFitError
 from cpplan.planners.budget import Budget
 from cpplan.planners.cpsat_strategy import not_run, reserve_s
 from cpplan.planners.deadline import Deadline
-from cpplan.planners.dynamic_cp import (
-    cached_dynamic_plan,
-    group_problem,
-    group_sizes,
-    packed_waves,
-    pool_padding_s,
-)
+from cpplan.planners.dynamic_cp import cached_dynamic_plan, group_sizes, packed_waves, pool_padding_s
 from cpplan.plans.outcome import Status
 from cpplan.plans.plan import Plan, SolverStats
 from cpplan.plans.pool_schedule import units
-from cpplan.pricing.problem import Problem
+from cpplan.pricing.problem import Problem, group_problem
 from cpplan.pricing.wave import WavePlan
 from cpplan.spec.profile import SolverProfile
 

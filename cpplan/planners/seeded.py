@@ -1,13 +1,12 @@
 """The ``seeded`` portfolio strategy: the baselines' wave groupings, priced and repaired exactly.
 
 Each baseline packer (token budgets, no-sharing bins, zigzag, prefix groups) proposes which items run
-together; every proposed wave becomes its cheapest fitting version: as the baseline laid it out and
-owned it (Megatron's zigzag keeps pieces whole that the balanced split scatters), its layout under
-:func:`~cpplan.pricing.wave.price_wave`'s ownership, or cpplan's own layouts. A wave that fits in none
-is planned again by greedy. The cheapest seeded plan is returned; under a wall-clock budget a seed
-starts only while the time left covers what the last one took. So a baseline plan that fits is never
-cheaper than the portfolio's choice, and one that does not fit is repaired instead of running out of
-memory.
+together; every proposed wave becomes its cheapest fitting version: as the baseline laid it out and owned it
+(Megatron's zigzag keeps pieces whole that the balanced split scatters), its layout under
+:func:`~cpplan.pricing.wave.price_wave`'s ownership, or cpplan's own layouts. A wave that fits in none is
+planned again by greedy. The cheapest seeded plan is returned; under a wall-clock budget a seed starts only
+while the time left covers what the last one took. So a baseline plan that fits is never cheaper than the
+portfolio's choice, and one that does not fit is repaired instead of running out of memory.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The split path's pieces: an item too large for any wave is split along its prefix tree into consecutive
-waves (:func:`cpplan.planners.greedy.split_item` plans them). Its requests, ordered by their tree paths
-so that those below a node stay adjacent, become the items of a problem of their own
-(:func:`request_problem`), planned as greedy plans waves and marked ``split`` (:func:`as_piece`); the
-item is refused only when one request alone does not fit (:func:`request_refusal`).
+waves (:func:`cpplan.planners.greedy.split_item` plans them). Its requests, ordered by their tree paths so
+that those below a node stay adjacent, become the items of a problem of their own (:func:`request_problem`),
+planned as greedy plans waves and marked ``split`` (:func:`as_piece`); the item is refused only when one
+request alone does not fit (:func:`request_refusal`).
 """
 
 from __future__ import annotations

@@ -1,12 +1,11 @@
 """How wide the greedy planner's next wave is: the widest fitting width, then where to cut.
 
-:class:`WidthSearch` finds the widest run of items from a start that fits, pricing as few candidate
-waves as it can: a linear model ``peak ≈ static + slope · tokens`` (refitted on every priced wave)
-proposes the width, every answer is an exactly priced wave
-(:func:`~cpplan.pricing.wave.first_fitting`), and a proposal outside the bracket of known fitting and
-failing widths falls back to bisection; usually two pricings settle a wave. :func:`cheapest_cut` then
-moves the cut back to where the fewest tokens are shared (a GRPO group or agent task boundary), when
-that costs at most half the wave.
+:class:`WidthSearch` finds the widest run of items from a start that fits, pricing as few candidate waves as
+it can: a linear model ``peak ≈ static + slope · tokens`` (refitted on every priced wave) proposes the width,
+every answer is an exactly priced wave (:func:`~cpplan.pricing.wave.first_fitting`), and a proposal outside
+the bracket of known fitting and failing widths falls back to bisection; usually two pricings settle a wave.
+:func:`cheapest_cut` then moves the cut back to where the fewest tokens are shared (a GRPO group or agent task
+boundary), when that costs at most half the wave.
 """
 
 from __future__ import annotations

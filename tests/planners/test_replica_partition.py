@@ -297,3 +297,42 @@ def test_partition_at_dp1_keeps_every_item():
     p = cpplan.Planner(model=MODEL, topology="cp=2", memory_bytes="3GiB", num_layers=4, solver=GREEDY)
     part = partition_items(wl, p.card, p.settings.topology)
     assert part.items(0) == tuple(range(wl.num_items))
+
+
+def test_pool_greedy_keeps_shuffled_prefix_groups_whole(qwen36):
+    """Eight GRPO groups of 8 completions, one item per completion, arriving shuffled, on two CP2 groups
+    (deterministic profile): greedy's plan on the pool gives every prompt group to one CP group (the
+    step partitioned by replica), and costs less than greedy's arrival-order plan balanced over the
+    pool, which splits prompt groups between waves."""
+    from cpplan.planners import PLANNERS
+    from cpplan.planners.deadline import Deadline
+    from cpplan.planners.dynamic_cp import pool_padding_s
+    from cpplan.planners.greedy import cached_greedy_plan
+    from cpplan.plans.plan import balanced
+    from cpplan.pricing.problem import Problem, group_problem
+    from cpplan.spec.settings import Settings
+
+    workload = grpo(
+        num_prompts=8,
+        group_size=8,
+        system_tokens=0,
+        prompt_tokens=(1500, 3000),
+        completion_tokens=(100, 600),
+        items_per_prompt=False,
+        seed=4,
+    )
+    order = np.random.default_rng(4).permutation(workload.num_items)
+    workload = Workload(items=tuple(workload.items[i] for i in order))
+    topology = cpplan.Topology(dp=2, cp=2)
+    problem = Problem.build(workload, Settings(topology=topology, model=qwen36, memory_bytes=40 * 2**30))
+    profile = load_solver("deterministic")
+    plan, _ = PLANNERS["greedy"](problem, profile, Deadline.of_profile(profile))
+    prompt = [item.requests[0].tokens[:64].tobytes() for item in workload.items]
+    gpus_of = {}
+    for wave in plan.waves:
+        for i in wave.items:
+            gpus_of.setdefault(prompt[i], set()).add(plan.schedule.gpus[plan.waves.index(wave)])
+    assert all(len(gpus) == 1 for gpus in gpus_of.values())
+    in_order = cached_greedy_plan(group_problem(problem, 2), profile.greedy.layouts)
+    arrival = balanced(in_order, problem.topology.pool, pool_padding_s(problem))
+    assert plan.cost_s < arrival.cost_s
