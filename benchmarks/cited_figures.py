@@ -808,8 +808,8 @@ def pack_s(data: dict, profile: str) -> str:
 SWEEP_CITED = "greedy +0.40%, the deterministic profile +0.70%, the runtime profile +3.19%"
 PACK_CITED = "one process): 22.5 s with the default `offline` profile and 7.9 s with `deterministic`"
 PARTITION_CITED = "0.9 ms at 1,024 completions (dp 8), 10.0 ms at 8,192 (dp 64), 18.4 ms at 16,384 (dp 128)"
-DEFAULT_CALL_CITED = "p50 173 ms at 2,048 completions on dp 16, 1,630 ms at 16,384 on dp 128"
-DEFAULT_RATIO_CITED = "(0.969× and 0.959× at 1,024 completions on dp 8 × cp 8 and dp 16 × cp 4)"
+DEFAULT_CALL_CITED = "p50 188 ms at 2,048 completions on dp 16, 1,662 ms at 16,384 on dp 128"
+DEFAULT_RATIO_CITED = "(1.000× and 1.000× at 1,024 completions on dp 8 × cp 8 and dp 16 × cp 4:"
 
 
 def _runtime(cited: str, stated: str, run: str, read, what: str) -> Figure:
@@ -889,8 +889,8 @@ RUNTIME_FIGURES = (
         "grpo8x8 CP8: calls CP-SAT ran on",
     ),
     _runtime(
-        "CP-SAT answered 16 of 18 one-node calls",
-        "16 of 18",
+        "CP-SAT answered 13 of 18 one-node calls",
+        "13 of 18",
         "fixed_share_busy",
         lambda d: one_node_cpsat_text(d, BUSY_LABEL),
         "one-node calls CP-SAT answered, 2 busy processes",
@@ -938,7 +938,7 @@ RUNTIME_FIGURES = (
             lambda d, dp=dp: f"{fixed_share_row(d, 1024, dp)['default']['over_reference']:.3f}",
             f"default call over the deterministic plan, dp {dp}",
         )
-        for dp, stated in ((8, "0.969"), (16, "0.959"))
+        for dp, stated in ((8, "1.000"), (16, "1.000"))
     ),
     *(
         _runtime(
@@ -951,8 +951,8 @@ RUNTIME_FIGURES = (
             f"default call p95 ms, dp {dp}, {label}",
         )
         for cited, run, label, stated_by_dp in (
-            ("on the quiet machine (p95 88 and 95 ms)", "fixed_share", "fixed_share", ("88", "95")),
-            ("processes its p95 is 179 and 162 ms", "fixed_share_busy", BUSY_LABEL, ("179", "162")),
+            ("on the quiet machine (p95 95 and 102 ms)", "fixed_share", "fixed_share", ("95", "102")),
+            ("processes its p95 is 140 and 149 ms", "fixed_share_busy", BUSY_LABEL, ("140", "149")),
         )
         for dp, stated in zip((8, 16), stated_by_dp, strict=True)
     ),
@@ -964,34 +964,34 @@ RUNTIME_FIGURES = (
             lambda d, n=n, dp=dp: f"{1e3 * fixed_share_row(d, n, dp)['default']['wall_p50_s']:,.0f}",
             f"default call p50 ms, dp {dp}",
         )
-        for n, dp, stated in ((2048, 16, "173"), (16384, 128, "1,630"))
+        for n, dp, stated in ((2048, 16, "188"), (16384, 128, "1,662"))
     ),
     *_quiet_and_busy(
-        "(cp 8: p95 at most 57 ms quiet, 81 ms busy,",
-        ("57", "81"),
+        "(cp 8: p95 at most 59 ms quiet, 94 ms busy,",
+        ("59", "94"),
         lambda d, label: f"{1e3 * worst_p95_s(d, label, cp=8):,.0f}",
         "replica call p95 ms at cp 8, worst",
     ),
     *_quiet_and_busy(
-        "the worst p95 is 0.91 times the budget quiet (the agent step at cp 8) and 0.96 beside the busy"
+        "the worst p95 is 0.91 times the budget quiet (the agent step at cp 8) and 0.97 beside the busy"
         " processes",
-        ("0.91", "0.96"),
+        ("0.91", "0.97"),
         lambda d, label: f"{max(r['rank']['p95_over_budget'] for r in d[label]['rows']):.2f}",
         "replica call p95 over the budget, worst",
     ),
     *(
         _runtime(
-            "sizes): 0.24 (p50) and 0.27 (p95) on the quiet machine, 0.29 and 0.14 beside the busy processes",
+            "sizes): 0.21 (p50) and 0.19 (p95) on the quiet machine, 0.19 and 0.24 beside the busy processes",
             stated,
             run,
             lambda d, k=key, label=label: f"{d[label]['growth_exponents'][k]:.2f}".replace("-", "−"),
             f"growth exponent, {key}, {label}",
         )
         for key, stated, run, label in (
-            ("wall_p50_s", "0.24", "fixed_share", "fixed_share"),
-            ("wall_p95_s", "0.27", "fixed_share", "fixed_share"),
-            ("wall_p50_s", "0.29", "fixed_share_busy", BUSY_LABEL),
-            ("wall_p95_s", "0.14", "fixed_share_busy", BUSY_LABEL),
+            ("wall_p50_s", "0.21", "fixed_share", "fixed_share"),
+            ("wall_p95_s", "0.19", "fixed_share", "fixed_share"),
+            ("wall_p50_s", "0.19", "fixed_share_busy", BUSY_LABEL),
+            ("wall_p95_s", "0.24", "fixed_share_busy", BUSY_LABEL),
         )
     ),
 )
@@ -1678,8 +1678,8 @@ RUNTIME_INPUTS = tuple(
         "its last 8 calls",
         "a core each on the 2-core machine, started 5 s before the first call",
         "| beside 2 busy processes |",
-        "At 1,024 completions it takes under 100 ms",
-        "the 256-completion step at cp 8 two calls in three",
+        "At 1,024 completions it takes about 100 ms",
+        "on the 256-completion steps most calls",
         "up to 16,384 completions",
         "--share-rows 1024x8x8,8192x64x8,16384x128x8",
         "at the fixed share (cp 8, five sizes)",
