@@ -9,7 +9,7 @@ import math
 
 import pytest
 
-from cpplan import Topology, Workload
+from cpplan import Problem, Topology, Workload
 from cpplan.api import build_problem
 from cpplan.bound import ALL_PLANS, plan_bound
 from cpplan.bound.all_plans import waves_bound
@@ -129,7 +129,6 @@ def test_assignments_of_few_items_to_groups_bound_the_pool():
     CP1 groups the floor binds above the summed share and the costliest item, and stays at most the best
     makespan of plans that give each group a set of items and run it optimally (every partition,
     layout and ownership enumerated per set)."""
-    from cpplan import Problem
 
     problem = tiny_problem(CHUNKED, cp=1, chunk_tokens=128, room=0.65)
     pooled = _pooled(problem, 2)
@@ -137,17 +136,7 @@ def test_assignments_of_few_items_to_groups_bound_the_pool():
     terms = bound.terms_s
     assert terms["enumerated_groups"] > max(terms["summed_waves_over_groups"], terms["costliest_item_wave"])
     assert bound.bound_s == pytest.approx(terms["enumerated_groups"], rel=1e-6)
-    n = problem.num_items
-
-    def best(mask: int) -> float:
-        if mask == 0:
-            return 0.0
-        items = tuple(problem.workload.items[i] for i in range(n) if mask >> i & 1)
-        sub = Problem.build(Workload(items=items), problem.settings)
-        found = optimum(dataclasses.replace(sub, chunk_tokens=problem.chunk_tokens))
-        return math.inf if found is None else found[0]
-
-    makespans = [max(best(mask), best((1 << n) - 1 ^ mask)) for mask in range(1 << n)]
+    makespans = two_group_makespans(problem)
     assert bound.bound_s <= min(makespans) * (1 + 1e-12)
 
 
@@ -210,7 +199,6 @@ def test_dynamic_cp_runs_floor_at_most_enumerated_pool_plans(model):
     most the makespan of every plan that gives each GPU a set of items run optimally alone (every
     partition, layout and ownership enumerated per set), of the optimum of every wave on both GPUs
     (group size 2), and of the deterministic profile's plan."""
-    from cpplan import Problem
 
     problem = tiny_problem(CHUNKED, cp=1, chunk_tokens=128, room=0.65, model=model)
     pool = dataclasses.replace(
@@ -219,6 +207,16 @@ def test_dynamic_cp_runs_floor_at_most_enumerated_pool_plans(model):
     )
     bound = plan_bound(pool)
     assert "enumerated_runs" in bound.terms_s
+    makespans = two_group_makespans(problem)
+    wide = optimum(dataclasses.replace(group_problem(pool, 2), chunk_tokens=problem.chunk_tokens))
+    makespans += [wide[0]] if wide is not None else []
+    makespans.append(solve(pool, load_solver("deterministic")).cost_s)
+    assert bound.bound_s <= min(makespans) * (1 + 1e-12)
+
+
+def two_group_makespans(problem: Problem) -> list[float]:
+    """Per split of ``problem``'s items between two groups, the larger of the two groups' optima (by
+    enumeration, infinite where a group's items have no plan)."""
     n = problem.num_items
 
     def best(mask: int) -> float:
@@ -229,8 +227,4 @@ def test_dynamic_cp_runs_floor_at_most_enumerated_pool_plans(model):
         found = optimum(dataclasses.replace(sub, chunk_tokens=problem.chunk_tokens))
         return math.inf if found is None else found[0]
 
-    makespans = [max(best(mask), best((1 << n) - 1 ^ mask)) for mask in range(1 << n)]
-    wide = optimum(dataclasses.replace(group_problem(pool, 2), chunk_tokens=problem.chunk_tokens))
-    makespans += [wide[0]] if wide is not None else []
-    makespans.append(solve(pool, load_solver("deterministic")).cost_s)
-    assert bound.bound_s <= min(makespans) * (1 + 1e-12)
+    return [max(best(mask), best((1 << n) - 1 ^ mask)) for mask in range(1 << n)]
