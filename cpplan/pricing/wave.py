@@ -309,15 +309,14 @@ def price_wave(
     owner: np.ndarray | None = None,
     *,
     split: bool = False,
-    reorder: bool = True,
     beat_s: float = math.inf,
 ) -> WavePlan:
     """Price ``layout`` for ``items``: with ``owner`` given, that chunk ownership; otherwise the best of
-    :func:`ownership_candidates`, the memory edge's repair and (``reorder``, where the problem's
+    :func:`ownership_candidates`, the memory edge's repair and (where the problem's
     :attr:`~cpplan.pricing.problem.Problem.reorder_waves` allows it) the items reordered so that ranks
     hold whole units (:func:`_reordered_wave`, tried only where it could cost less than ``beat_s``, the
-    price of a fitting version of the wave in hand): the cheapest that fits, else the one with the
-    lowest peak."""
+    price of a fitting version of the wave in hand; ``0``: not tried): the cheapest that fits, else the
+    one with the lowest peak."""
     stats = chunk_stats(layout, problem.chunk_tokens)
     if owner is not None:
         owners = [(owner, rank_quantities(stats, owner, problem.topology.cp))]
@@ -353,7 +352,7 @@ def price_wave(
             wave = versions.wave(*repaired)
             if _better(wave, best, problem.memory_bytes):
                 best = wave
-    if reorder and problem.reorder_waves and owner is None and not split and problem.topology.cp > 1:
+    if beat_s > 0 and problem.reorder_waves and owner is None and not split and problem.topology.cp > 1:
         reordered = _reordered_wave(versions, best, beat_s)
         if reordered is not None and _better(reordered, best, problem.memory_bytes):
             best = reordered
@@ -531,15 +530,15 @@ def _distinct_waves(
     problem: Problem, items: tuple[int, ...], layouts: Sequence[str], *, quick: bool = False
 ) -> Iterator[WavePlan]:
     """The priced wave of each layout that packs ``items`` differently from the layouts before it
-    (named by that layout), priced on first use and kept in ``problem.memo`` (``quick``: priced without
-    reordering, kept apart, and a full pricing kept already used). A layout priced after a cheaper
-    one that fits is reordered only where that could cost less (kept apart too: what it leaves out
-    could not win here). A later layout that shares nothing is left out when
+    (named by that layout), priced on first use and kept in ``problem.memo``. A layout priced after a
+    cheaper one that fits is reordered only where that could cost less, and not at all when ``quick``
+    (a price to beat of 0); such a pricing is kept apart by the price it had to beat, and a full one,
+    kept already, is used instead. A later layout that shares nothing is left out when
     :func:`unshared_cannot_fit` proves it over the budget."""
     counts = wave_counts(problem, items)
     cache = problem.memo.priced_waves
     seen: set[bytes] = set()
-    beat_s = math.inf  # the cheapest fitting version yielded so far
+    beat_s = 0.0 if quick else math.inf  # what a reordering must beat: the cheapest fit yielded so far
     for spec in layouts:
         taken = problem.share_mask(spec) & (counts >= 2)
         take = taken.tobytes()
@@ -548,14 +547,11 @@ def _distinct_waves(
         seen.add(take)
         if seen != {take} and not taken.any() and unshared_cannot_fit(problem, items):
             continue  # no sharing, provably over the budget: not worth packing
-        kept = (items, take, "quick") if quick else (items, take, beat_s) if beat_s < math.inf else None
-        wave = cache.get((items, take))
-        if wave is None and kept is not None:
-            wave = cache.get(kept)
+        key = (items, take) if beat_s == math.inf else (items, take, beat_s)
+        wave = cache.get((items, take)) or cache.get(key)
         if wave is None:
-            packed = problem.pack(items, spec)
-            wave = price_wave(problem, items, packed, spec, reorder=not quick, beat_s=beat_s)
-            cache[kept or (items, take)] = wave
+            wave = price_wave(problem, items, problem.pack(items, spec), spec, beat_s=beat_s)
+            cache[key] = wave
         elif wave.layout_name != spec:
             wave = replace(wave, layout_name=spec)
         if wave.fits(problem.memory_bytes):
