@@ -121,6 +121,29 @@ def test_fixed_order_candidate_keeps_groups_whole(qwen36):
     assert wave.handoff.seconds == 0.0
 
 
+def test_alignment_search_stops_after_a_failed_first_try(monkeypatch):
+    """Where the first try (the last rank left unaligned) finds no alignment, ``align_ranks`` answers
+    ``None`` after that one try instead of trying every rank; where the first try aligns, it keeps its
+    answer (every rank's tokens but the last's whole chunks)."""
+    from cpplan.pricing import rank_exchanges
+
+    tries = []
+    aligning = rank_exchanges._align
+    monkeypatch.setattr(rank_exchanges, "_align", lambda *a: tries.append(1) or aligning(*a))
+    seconds = np.array([[4.0], [3.0], [3.0], [2.0], [2.0], [1.0], [1.0], [1.0]])
+    loads = GroupLoads(barrier_s=seconds, bytes=np.zeros((8, 1)), room_bytes=np.array([np.inf]))
+    packed = pack_groups(loads, 4)
+    never = np.ones(8, dtype=np.int64)  # no set of up to eight one-token groups fills a 64-token chunk
+    assert rank_exchanges.align_ranks(loads, never, packed, 4, 64) is None
+    assert len(tries) == 1
+    tries.clear()
+    tokens = np.array([64, 32, 32, 64, 16, 48, 20, 12])
+    aligned = rank_exchanges.align_ranks(loads, tokens, packed, 4, 16)
+    assert aligned is not None and len(tries) >= 1
+    held = np.bincount(aligned, weights=tokens, minlength=4)
+    assert (held[:-1] % 16 == 0).all()
+
+
 def test_pack_groups_respects_the_room():
     """Four groups on two ranks, one envelope of room 10 bytes: without the room, balancing seconds puts
     more than 10 bytes on a rank; with it, every rank's bytes stay within the room; groups three times
