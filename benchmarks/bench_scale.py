@@ -449,9 +449,12 @@ def _winners(result: cpplan.PlanResult) -> list:
 
 def run_partition(args: argparse.Namespace) -> None:
     """``--cluster --partition``: :func:`~cpplan.planners.replica_partition.partition_items` alone on the
-    fixed-share rows, median of ``--repeats`` runs, the load average beside each (printed, and written to
+    fixed-share rows, and beside it what validating the step's items adds for their prefix digests
+    (:func:`~cpplan.spec.prefix_digest.prefix_digest` of every item, which the partition reads instead
+    of the tokens), medians of ``--repeats`` runs, the load average beside each (printed, and written to
     ``--output`` when given, label ``partition``)."""
     from cpplan.planners.replica_partition import partition_items
+    from cpplan.spec.prefix_digest import prefix_digest
 
     rows = []
     for spec in filter(None, args.share_rows.split(",")):
@@ -460,16 +463,30 @@ def run_partition(args: argparse.Namespace) -> None:
         planner = cpplan.Planner(
             model=MODEL_CLUSTER, topology=cpplan.Topology(dp=dp, cp=cp), memory_bytes="80GiB"
         )
-        walls = []
+        tokens = [[r.tokens for r in item.requests] for item in workload.items]
+        walls, digests = [], []
         for _ in range(args.repeats):
             t0 = time.perf_counter()
             partition_items(workload, planner.card, planner.settings.topology)
             walls.append(time.perf_counter() - t0)
-        rows.append({"completions": n, "dp": dp, "cp": cp, "median_ms": 1e3 * float(np.median(walls))})
-        rows[-1]["load_avg"] = os.getloadavg()[0]
+            t0 = time.perf_counter()
+            for requests in tokens:
+                prefix_digest(requests)
+            digests.append(time.perf_counter() - t0)
+        rows.append(
+            {
+                "completions": n,
+                "dp": dp,
+                "cp": cp,
+                "median_ms": 1e3 * float(np.median(walls)),
+                "digest_median_ms": 1e3 * float(np.median(digests)),
+                "load_avg": os.getloadavg()[0],
+            }
+        )
         print(
-            f"partition {n:>6,} completions dp {dp:>3} x cp {cp}: {rows[-1]['median_ms']:.1f} ms "
-            f"(median of {len(walls)}), load average {rows[-1]['load_avg']:.2f}"
+            f"partition {n:>6,} completions dp {dp:>3} x cp {cp}: {rows[-1]['median_ms']:.1f} ms; the items' "
+            f"digests at validation {rows[-1]['digest_median_ms']:.1f} ms (medians of {len(walls)}), load "
+            f"average {rows[-1]['load_avg']:.2f}"
         )
     if args.output is not None:
         args.output.parent.mkdir(parents=True, exist_ok=True)

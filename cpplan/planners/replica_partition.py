@@ -3,7 +3,7 @@
 :func:`partition_items` assigns items to replicas from the workload alone, deterministically (nothing
 depends on the clock, the process or Python's string hashing), and each replica's share is then a
 ``dp = 1`` problem at the same ``cp`` (:func:`replica_settings`): every item gets a quick price
-(:func:`step_prices_s`); items whose first requests share a prefix (hashes at :data:`PREFIX_LEVELS`)
+(:meth:`StepDigests.prices_s`); items whose first requests share a prefix (hashes at :data:`PREFIX_LEVELS`)
 stay in one replica while the group's price is within :data:`GROUP_SHARE` of an even share; groups go,
 dearest first (ties by smallest id), to the least-loaded replica. :func:`assemble` puts the replicas'
 plans back together as the step's plan, priced as a makespan (docs/runtime.md, "partition first").
@@ -15,7 +15,7 @@ import heapq
 import itertools
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 import numpy as np
@@ -29,21 +29,15 @@ from cpplan.plans.pool_schedule import block, timed
 from cpplan.pricing.problem import Problem
 from cpplan.pricing.wave import WavePlan
 from cpplan.spec.card import ResolvedCard
+from cpplan.spec.prefix_digest import PREFIX_LEVELS
 from cpplan.spec.quantities import QUANTITIES
 from cpplan.spec.settings import Settings
 from cpplan.spec.topology import Topology
 from cpplan.spec.workload import Workload
 
-PREFIX_LEVELS = (32768, 16384, 8192, 4096, 2048, 1024, 512, 256, 128)
-"""Prefix lengths (tokens, multiples of :data:`PREFIX_STRIDE`) at which items' first requests are
-compared, longest first."""
-
 GROUP_SHARE = 0.5
 """A prefix group stays in one replica while its price is at most this fraction of an even share
 (the step's price over ``dp``); larger groups are split so the replicas can still be balanced."""
-
-_HASH_SEED = 0x5EED_C0DE
-"""Seed of the fixed per-position multipliers of the prefix hash (the same in every process)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -54,7 +48,7 @@ class ReplicaPartition:
     replica_of_item: tuple[int, ...]
     """Per workload item (in workload order), the replica that plans it."""
     item_price_s: tuple[float, ...]
-    """Per workload item, its quick price in seconds (:func:`step_prices_s`)."""
+    """Per workload item, its quick price in seconds (:meth:`StepDigests.prices_s`)."""
     num_groups: int
     """Prefix groups the items formed (each kept whole in one replica)."""
 
@@ -104,152 +98,50 @@ def replica_settings(settings: Settings) -> Settings:
     return replace(settings, topology=topology)
 
 
-PREFIX_STRIDE = 64
-"""Prefixes are compared, and hashed, on every this many-th token (a balance price needs no more)."""
-
-
 @dataclass(frozen=True, kw_only=True)
-class StepRequests:
-    """What the partition reads of a workload's requests, gathered in one pass over them."""
+class StepDigests:
+    """The step's item digests (:mod:`cpplan.spec.prefix_digest`, computed when each item was
+    validated) as arrays, in workload order: one attribute read per item, no token read."""
 
-    tokens: tuple[np.ndarray, ...] = field(repr=False)
-    """Every request's tokens, in workload order."""
-    lengths: np.ndarray
-    """Every request's length, in workload order."""
-    request_ptr: np.ndarray
-    """Item ``i``'s requests are ``tokens[request_ptr[i] : request_ptr[i + 1]]``."""
-    first_sampled: np.ndarray = field(repr=False)
-    """Every :data:`PREFIX_STRIDE`-th token of each item's first request, the items one after another."""
-    sampled_ptr: np.ndarray
-    """Item ``i``'s samples are ``first_sampled[sampled_ptr[i] : sampled_ptr[i + 1]]``."""
+    first_tokens: np.ndarray
+    """Per item, the length of its first request."""
+    quick_tokens: np.ndarray
+    """Per item, its quick packed tokens."""
+    quick_pairs: np.ndarray
+    """Per item, the attention pairs of those tokens."""
+    level_hashes: np.ndarray
+    """Per item (row) and level of :data:`PREFIX_LEVELS` (column), its first request's prefix hash."""
 
     @classmethod
-    def of(cls, workload: Workload) -> StepRequests:
-        """The requests of ``workload`` gathered: one list of every request's tokens (their lengths read
-        from it), one slice per item for the samples of its first request."""
-        requests = [item.requests for item in workload.items]
-        tokens = tuple([r.tokens for rs in requests for r in rs])
-        lengths = np.fromiter(map(len, tokens), dtype=np.int64, count=len(tokens))
-        request_ptr = _offsets(np.fromiter(map(len, requests), dtype=np.int64, count=len(requests)))
-        firsts = request_ptr[:-1]
-        samples = [tokens[r][::PREFIX_STRIDE] for r in firsts.tolist()]
+    def of(cls, workload: Workload) -> StepDigests:
+        """The digests of ``workload``'s items gathered."""
+        digests = [item.prefix_digest for item in workload.items]
+        count = len(digests)
         return cls(
-            tokens=tokens,
-            lengths=lengths,
-            request_ptr=request_ptr,
-            first_sampled=np.concatenate(samples),
-            sampled_ptr=_offsets(-(-lengths[firsts] // PREFIX_STRIDE)),
+            first_tokens=np.fromiter((d.first_tokens for d in digests), dtype=np.int64, count=count),
+            quick_tokens=np.fromiter((d.quick_tokens for d in digests), dtype=np.float64, count=count),
+            quick_pairs=np.fromiter((d.quick_pairs for d in digests), dtype=np.float64, count=count),
+            level_hashes=np.frombuffer(b"".join(d.level_hashes for d in digests), dtype=np.uint64).reshape(
+                count, len(PREFIX_LEVELS)
+            ),
         )
 
-    @property
-    def num_items(self) -> int:
-        """Items of the workload."""
-        return self.request_ptr.size - 1
-
-    @cached_property
-    def first_lengths(self) -> np.ndarray:
-        """Per item, the length of its first request."""
-        return self.lengths[self.request_ptr[:-1]]
-
-    @cached_property
-    def request_item(self) -> np.ndarray:
-        """Per request, its item."""
-        return np.repeat(np.arange(self.num_items, dtype=np.int64), np.diff(self.request_ptr))
-
-    @cached_property
-    def request_index(self) -> np.ndarray:
-        """Per request, its index within its item (0 for the item's first)."""
-        return np.arange(self.lengths.size, dtype=np.int64) - self.request_ptr[self.request_item]
-
-    def common_prefixes(self, owner: np.ndarray, index: np.ndarray) -> np.ndarray:
-        """For request ``index[j]`` of item ``owner[j]`` (never an item's first), the length of the
-        prefix it shares with its item's first request, found on every :data:`PREFIX_STRIDE`-th
-        token (within half a stride of the exact one), the samples of both compared in one pass."""
-        first_len = self.first_lengths[owner]
-        requests = self.request_ptr[owner] + index
-        span = np.minimum(self.lengths[requests], first_len)
-        lists = zip(requests.tolist(), first_len.tolist(), strict=True)
-        heads = [self.tokens[r][:n:PREFIX_STRIDE] for r, n in lists]
-        counts = -(-span // PREFIX_STRIDE)
-        starts = _offsets(counts)
-        if not heads:
-            return span
-        reference = np.repeat(self.sampled_ptr[owner] - starts[:-1], counts)
-        reference += np.arange(reference.size, dtype=np.int64)
-        parted = np.flatnonzero(np.concatenate(heads) != self.first_sampled[reference])
-        parted = np.append(parted, starts[-1])  # a mark past every head: "never parted"
-        position = parted[np.searchsorted(parted, starts[:-1])] - starts[:-1]
-        estimate = np.maximum(0, position * PREFIX_STRIDE - PREFIX_STRIDE // 2)
-        return np.where(position < counts, np.minimum(estimate, span), span)
-
-
-def _offsets(counts: np.ndarray) -> np.ndarray:
-    """``[0, c0, c0 + c1, ...]``: where each of ``counts``' runs starts, and the total last."""
-    offsets = np.zeros(counts.size + 1, dtype=np.int64)
-    np.cumsum(counts, out=offsets[1:])
-    return offsets
-
-
-def step_prices_s(step: StepRequests, card: ResolvedCard, cp: int) -> np.ndarray:
-    """Per item, quick seconds: ``(a * tokens + b * pairs) / cp`` with ``tokens`` the item's packed
-    tokens when each request shares a prefix with the item's first request, ``pairs`` the attention
-    pairs of those tokens (a token at position ``p`` attends ``p + 1`` keys), and ``a`` / ``b`` the card's
-    seconds per owned token / pair (a balance price, not the evaluator's). Only each item's second
-    request is compared with its first (:meth:`StepRequests.common_prefixes`); every later request is
-    taken to share as much (at most its own length), as a GRPO group's completions share their prompt."""
-    coefficients = card.constants.time_coefficients
-    per_token = math.fsum(float(coefficients[k]) for k, q in enumerate(QUANTITIES) if q.count == "token")
-    per_pair = math.fsum(float(coefficients[k]) for k, q in enumerate(QUANTITIES) if q.count == "pair")
-    pairs_of = np.flatnonzero(np.diff(step.request_ptr) > 1)
-    shared = np.zeros(step.num_items, dtype=np.int64)
-    shared[pairs_of] = step.common_prefixes(pairs_of, np.ones_like(pairs_of))
-    later = np.flatnonzero(step.request_index > 0)
-    owner = step.request_item[later]
-    length = step.lengths[later]
-    n = length.astype(np.float64)
-    c = np.minimum(shared[owner], length).astype(np.float64)
-    first_len = step.first_lengths.astype(np.float64)
-    tokens = first_len + np.bincount(owner, weights=n - c, minlength=step.num_items)
-    pairs = first_len * (first_len + 1) / 2
-    pairs += np.bincount(owner, weights=(n * (n + 1) - c * (c + 1)) / 2, minlength=step.num_items)
-    return (per_token * tokens + per_pair * pairs) / cp
-
-
-def sampled_level_hashes(sampled: np.ndarray, ptr: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """Per item (row) and level of :data:`PREFIX_LEVELS` (column), a 64-bit hash of the item's first
-    request's prefix of that length (``0`` where it does not reach it): the sum of its samples
-    (``sampled[ptr[i] : ptr[i + 1]]``) times a fixed multiplier of their place, modulo ``2**64``, all items
-    as differences of one running sum."""
-    multipliers = _multipliers()
-    place = np.repeat(ptr[:-1], np.diff(ptr))
-    np.subtract(np.arange(sampled.size, dtype=np.int64), place, out=place)
-    np.minimum(place, multipliers.size - 1, out=place)
-    weighted = multipliers[place]
-    weighted *= sampled.astype(np.int64, copy=False).view(np.uint64)  # token ids are non-negative
-    running = np.zeros(sampled.size + 1, dtype=np.uint64)
-    np.cumsum(weighted, out=running[1:])
-    levels = np.array(PREFIX_LEVELS, dtype=np.int64)
-    reached = lengths[:, None] >= levels[None, :]
-    ends = np.where(reached, ptr[:-1, None] + levels[None, :] // PREFIX_STRIDE, ptr[:-1, None])
-    return running[ends] - running[ptr[:-1, None]]
-
-
-def _multipliers() -> np.ndarray:
-    """The position multipliers of the prefix hash, one per sampled place up to the longest level: odd
-    64-bit integers from a fixed seed, drawn anew on every call (a few microseconds; no module-level
-    cache, by the caching rule)."""
-    rng = np.random.default_rng(_HASH_SEED)
-    size = max(PREFIX_LEVELS) // PREFIX_STRIDE
-    return rng.integers(0, 2**63, size, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
+    def prices_s(self, card: ResolvedCard, cp: int) -> np.ndarray:
+        """Per item, quick seconds: ``(a * tokens + b * pairs) / cp`` with the item's quick packed
+        tokens and pairs and ``a`` / ``b`` the card's seconds per owned token / pair (a balance price,
+        not the evaluator's)."""
+        coefficients = card.constants.time_coefficients
+        per_token = math.fsum(float(coefficients[k]) for k, q in enumerate(QUANTITIES) if q.count == "token")
+        per_pair = math.fsum(float(coefficients[k]) for k, q in enumerate(QUANTITIES) if q.count == "pair")
+        return (per_token * self.quick_tokens + per_pair * self.quick_pairs) / cp
 
 
 def prefix_groups(workload: Workload, prices: np.ndarray, cap_s: float) -> list[list[int]]:
     """Items (workload indices) grouped by shared prefix of their first requests: at every level of
     :data:`PREFIX_LEVELS`, longest first, the groups of items with one prefix hash merge when their
     prices sum to at most ``cap_s``. Groups are listed by smallest item id, each in id order."""
-    step = StepRequests.of(workload)
-    hashes = sampled_level_hashes(step.first_sampled, step.sampled_ptr, step.first_lengths)
-    return _grouped(_id_ranks(workload), step.first_lengths, hashes, prices, cap_s)
+    step = StepDigests.of(workload)
+    return _grouped(_id_ranks(workload), step.first_tokens, step.level_hashes, prices, cap_s)
 
 
 def _id_ranks(workload: Workload) -> np.ndarray:
@@ -329,13 +221,13 @@ def partition_items(workload: Workload, card: ResolvedCard, topology: Topology) 
     groups, then longest processing time first on the quick prices. Every replica gets an item when there are
     at least ``dp`` items (groups are given up, item by item, if they would leave one without)."""
     dp = topology.dp
-    step = StepRequests.of(workload)
-    prices = step_prices_s(step, card, topology.cp)
+    step = StepDigests.of(workload)
+    prices = step.prices_s(card, topology.cp)
     listed = prices.tolist()
     ranks = _id_ranks(workload)
     if dp > 1:
-        hashes = sampled_level_hashes(step.first_sampled, step.sampled_ptr, step.first_lengths)
-        groups = _grouped(ranks, step.first_lengths, hashes, prices, GROUP_SHARE * math.fsum(listed) / dp)
+        cap_s = GROUP_SHARE * math.fsum(listed) / dp
+        groups = _grouped(ranks, step.first_tokens, step.level_hashes, prices, cap_s)
     else:
         groups = [list(range(len(listed)))]
     if len(groups) < dp <= workload.num_items:

@@ -7,9 +7,10 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, StrictBool, ValidationInfo, field_validator
 
 from cpplan.errors import InputError
+from cpplan.spec.prefix_digest import PrefixDigest, prefix_digest
 from cpplan.spec.validation import InputErrors
 
 MAX_TOKEN_ID = 2**31 - 1
@@ -145,6 +146,17 @@ class Item(BaseModel, metaclass=InputErrors):
 
     id: str = Field(min_length=1)
     requests: tuple[Request, ...] = Field(min_length=1)
+    _prefix_digest: PrefixDigest = PrivateAttr()
+
+    def model_post_init(self, context: Any, /) -> None:
+        """Compute the prefix digest once, with the item (a few microseconds; the validated requests
+        cost more)."""
+        self._prefix_digest = prefix_digest([r.tokens for r in self.requests])
+
+    @property
+    def prefix_digest(self) -> PrefixDigest:
+        """What the replica partition reads of this item (:mod:`cpplan.spec.prefix_digest`)."""
+        return self.__pydantic_private__["_prefix_digest"]  # without pydantic's __getattr__ (2 us)
 
     @property
     def num_tokens(self) -> int:

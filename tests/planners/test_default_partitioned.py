@@ -125,10 +125,11 @@ def test_two_ranks_compute_the_same_partition_and_default_plan():
     assert first["cost_s"] == second["cost_s"]
 
 
-def test_vectorized_level_hashes_are_each_items_prefix_hashes():
-    """The one-pass prefix hashes of every item equal the per-item hash at every level the item's first
-    request reaches (0 where it does not), on items sharing prefixes at several levels."""
-    from cpplan.planners.replica_partition import PREFIX_LEVELS, PREFIX_STRIDE, _offsets, sampled_level_hashes
+def test_digest_level_hashes_are_each_items_prefix_hashes():
+    """Every item's digest holds the prefix hash of its first request at every level it reaches (0
+    where it does not), on items sharing prefixes at several levels; the step's gathered hashes are
+    the items' rows."""
+    from cpplan.planners.replica_partition import PREFIX_LEVELS, StepDigests
     from tests.support.prefix_samples import prefix_hashes
 
     rng = np.random.default_rng(3)
@@ -137,9 +138,8 @@ def test_vectorized_level_hashes_are_each_items_prefix_hashes():
         np.concatenate([system[: rng.integers(0, 2048)], rng.integers(0, 1000, n)]) for n in (5, 300, 40_000)
     ]
     firsts += [firsts[1].copy(), np.concatenate([firsts[2][:20_000], rng.integers(0, 1000, 10)])]
-    samples = [f[::PREFIX_STRIDE] for f in firsts]
-    ptr = _offsets(np.array([f.size for f in samples]))
-    got = sampled_level_hashes(np.concatenate(samples), ptr, np.array([f.size for f in firsts]))
+    wl = Workload(items=tuple(Item(id=f"i{k}", requests=(Request(tokens=f),)) for k, f in enumerate(firsts)))
+    got = StepDigests.of(wl).level_hashes
     for row, first in enumerate(firsts):
         want = prefix_hashes(first, PREFIX_LEVELS)
         assert {level: int(got[row, c]) for c, level in enumerate(PREFIX_LEVELS) if level in want} == want
@@ -168,11 +168,11 @@ def test_quick_price_reads_one_request_pair_per_item():
     """The quick price compares only each item's second request with its first: on GRPO groups
     (completions sharing their prompt) it equals the price comparing every request; on an item whose
     third request shares less than the second, the third is priced as sharing what the second does."""
-    from cpplan.planners.replica_partition import StepRequests, step_prices_s
+    from cpplan.planners.replica_partition import StepDigests
 
     def item_prices_s(workload: Workload, card, cp: int) -> np.ndarray:
         """The partition's quick price of every item of ``workload``."""
-        return step_prices_s(StepRequests.of(workload), card, cp)
+        return StepDigests.of(workload).prices_s(card, cp)
 
     wl = step(num_prompts=6, seed=4)
     card = planner("trainer").card
@@ -201,3 +201,24 @@ def test_the_verifier_prices_an_assembled_step_by_its_slowest_replica():
     verdict = verify_plan(data, wl, card, memory)
     assert not verdict.valid
     assert any("slowest replica's plan" in v for v in verdict.violations), verdict.violations
+
+
+def test_the_partition_reads_each_items_digest_not_its_tokens():
+    """An item's prefix digest is computed when the item is validated, and partitioning a step reads
+    the digests alone: with every request's tokens swapped afterwards for other ids (on a copy), the
+    partition and its prices are unchanged, and a fresh item of those other ids digests differently."""
+    import copy
+
+    from cpplan.planners.replica_partition import partition_items
+
+    wl = step(num_prompts=12, seed=6)
+    p = planner("trainer")
+    want = partition_items(wl, p.card, p.settings.topology)
+    swapped = copy.deepcopy(wl)
+    for item in swapped.items:
+        for request in item.requests:
+            request.__dict__["tokens"] = request.tokens[::-1].copy()  # frozen model: past validation
+    got = partition_items(swapped, p.card, p.settings.topology)
+    assert got.replica_of_item == want.replica_of_item and got.item_price_s == want.item_price_s
+    fresh = Item(id="x", requests=tuple(Request(tokens=r.tokens) for r in swapped.items[0].requests))
+    assert fresh.prefix_digest != wl.items[0].prefix_digest

@@ -15,13 +15,9 @@ import pytest
 
 import cpplan
 from cpplan.bench.synthetic import grpo
-from cpplan.planners.replica_partition import (
-    PREFIX_LEVELS,
-    PREFIX_STRIDE,
-    partition_items,
-    prefix_groups,
-)
+from cpplan.planners.replica_partition import partition_items, prefix_groups
 from cpplan.plans.plan_writer import plan_to_dict, strip_timing
+from cpplan.spec.prefix_digest import PREFIX_LEVELS, PREFIX_STRIDE
 from cpplan.spec.profile import load_solver
 from cpplan.spec.workload import Workload
 from cpplan.verifier import verify_plan
