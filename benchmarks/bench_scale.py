@@ -451,8 +451,9 @@ def run_partition(args: argparse.Namespace) -> None:
     """``--cluster --partition``: :func:`~cpplan.planners.replica_partition.partition_items` alone on the
     fixed-share rows, and beside it what validating the step's items adds for their prefix digests
     (:func:`~cpplan.spec.prefix_digest.prefix_digest` of every item, which the partition reads instead
-    of the tokens), medians of ``--repeats`` runs, the load average beside each (printed, and written to
-    ``--output`` when given, label ``partition``)."""
+    of the tokens) and the whole validation of the step (its items built anew from their token arrays,
+    digests included), medians of ``--repeats`` runs, the load average beside each (printed, and written
+    to ``--output`` when given, label ``partition``)."""
     from cpplan.planners.replica_partition import partition_items
     from cpplan.spec.prefix_digest import prefix_digest
 
@@ -464,8 +465,16 @@ def run_partition(args: argparse.Namespace) -> None:
             model=MODEL_CLUSTER, topology=cpplan.Topology(dp=dp, cp=cp), memory_bytes="80GiB"
         )
         tokens = [[r.tokens for r in item.requests] for item in workload.items]
-        walls, digests = [], []
+        walls, digests, validations = [], [], []
         for _ in range(args.repeats):
+            t0 = time.perf_counter()
+            Workload(
+                items=tuple(
+                    Item(id=item.id, requests=tuple(Request(tokens=t) for t in requests))
+                    for item, requests in zip(workload.items, tokens, strict=True)
+                )
+            )
+            validations.append(time.perf_counter() - t0)
             t0 = time.perf_counter()
             partition_items(workload, planner.card, planner.settings.topology)
             walls.append(time.perf_counter() - t0)
@@ -480,13 +489,15 @@ def run_partition(args: argparse.Namespace) -> None:
                 "cp": cp,
                 "median_ms": 1e3 * float(np.median(walls)),
                 "digest_median_ms": 1e3 * float(np.median(digests)),
+                "validate_median_ms": 1e3 * float(np.median(validations)),
                 "load_avg": os.getloadavg()[0],
             }
         )
         print(
             f"partition {n:>6,} completions dp {dp:>3} x cp {cp}: {rows[-1]['median_ms']:.1f} ms; the items' "
-            f"digests at validation {rows[-1]['digest_median_ms']:.1f} ms (medians of {len(walls)}), load "
-            f"average {rows[-1]['load_avg']:.2f}"
+            f"digests {rows[-1]['digest_median_ms']:.1f} ms of the step's validation "
+            f"{rows[-1]['validate_median_ms']:,.0f} ms (medians of {len(walls)}), load average "
+            f"{rows[-1]['load_avg']:.2f}"
         )
     if args.output is not None:
         args.output.parent.mkdir(parents=True, exist_ok=True)

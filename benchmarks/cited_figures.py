@@ -585,7 +585,7 @@ LEARNING_FIGURES = (
 )
 
 RUNTIME_DOC = "docs/runtime.md"
-RUNTIME_LABEL = "2026-12-04"
+RUNTIME_LABEL = "2026-12-05"
 """The label under which ``bench_runtime.py`` and ``bench_scale.py`` wrote the runs docs/runtime.md cites."""
 DASH = "–"
 
@@ -785,9 +785,14 @@ def one_node_cpsat_text(data: dict, label: str) -> str:
     return f"{answered} of {sum(len(r['walls_s']) for r in rows)}"
 
 
+def partition_row(data: dict, completions: int) -> dict:
+    """The ``--cluster --partition`` run's row of one step."""
+    return next(r for r in data["partition"]["rows"] if r["completions"] == completions)
+
+
 def partition_ms(data: dict, completions: int) -> str:
     """``partition_items``'s median milliseconds on one step, as ``1.5``."""
-    return f"{next(r for r in data['partition']['rows'] if r['completions'] == completions)['median_ms']:.1f}"
+    return f"{partition_row(data, completions)['median_ms']:.1f}"
 
 
 def fixed_share_row(data: dict, completions: int, dp: int, label: str = "fixed_share") -> dict:
@@ -805,10 +810,14 @@ def pack_s(data: dict, profile: str) -> str:
     return f"{next(p for p in data[RUNTIME_LABEL]['packs'] if p['profile'] == profile)['wall_s']:.1f}"
 
 
-SWEEP_CITED = "greedy +0.40%, the deterministic profile +0.70%, the runtime profile +3.19%"
-PACK_CITED = "one process): 22.5 s with the default `offline` profile and 7.9 s with `deterministic`"
-PARTITION_CITED = "0.9 ms at 1,024 completions (dp 8), 10.0 ms at 8,192 (dp 64), 18.4 ms at 16,384 (dp 128)"
-DEFAULT_CALL_CITED = "p50 188 ms at 2,048 completions on dp 16, 1,662 ms at 16,384 on dp 128"
+SWEEP_CITED = "greedy +0.40%, the deterministic profile +0.70%, the runtime profile +2.85%"
+PACK_CITED = "one process): 21.5 s with the default `offline` profile and 8.2 s with `deterministic`"
+PARTITION_CITED = "0.5 ms at 1,024 completions (dp 8), 2.6 ms at 8,192 (dp 64), 5.8 ms at 16,384 (dp 128)"
+DIGEST_CITED = (
+    "The digests it reads cost 1.8, 14.2 and 28.1 ms of the steps' validation (53, 451 and 703 ms to build"
+    " the items anew"
+)
+DEFAULT_CALL_CITED = "p50 176 ms at 2,048 completions on dp 16, 1,477 ms at 16,384 on dp 128"
 DEFAULT_RATIO_CITED = "(1.000× and 1.000× at 1,024 completions on dp 8 × cp 8 and dp 16 × cp 4:"
 
 
@@ -861,8 +870,8 @@ RUNTIME_FIGURES = (
         what="fixed share, 2 busy processes",
     ),
     _runtime(
-        "(p95 60.9 ms on this machine), and CP-SAT",
-        "60.9",
+        "(p95 66.4 ms on this machine), and CP-SAT",
+        "66.4",
         "runtime_steps",
         lambda d: f"{runtime_case(d, 'grpo32x8', 4)['p95_ms']:.1f}",
         "grpo32x8 p95 ms",
@@ -875,8 +884,8 @@ RUNTIME_FIGURES = (
         "grpo32x8: calls CP-SAT ran on",
     ),
     _runtime(
-        "CP8 greedy alone takes about 11 ms, so",
-        "11",
+        "CP8 greedy alone takes about 12 ms, so",
+        "12",
         "runtime_steps",
         lambda d: f"{runtime_case(d, 'grpo8x8', 8)['greedy_median_ms']:.0f}",
         "grpo8x8 CP8: greedy alone, median ms",
@@ -889,8 +898,8 @@ RUNTIME_FIGURES = (
         "grpo8x8 CP8: calls CP-SAT ran on",
     ),
     _runtime(
-        "CP-SAT answered 13 of 18 one-node calls",
-        "13 of 18",
+        "CP-SAT answered 17 of 18 one-node calls",
+        "17 of 18",
         "fixed_share_busy",
         lambda d: one_node_cpsat_text(d, BUSY_LABEL),
         "one-node calls CP-SAT answered, 2 busy processes",
@@ -913,19 +922,33 @@ RUNTIME_FIGURES = (
         _runtime(
             SWEEP_CITED, stated, "runtime_steps", lambda d, p=plan: sweep_increase(d, p), f"sweep {plan}"
         )
-        for plan, stated in (("greedy", "+0.40%"), ("deterministic", "+0.70%"), ("runtime", "+3.19%"))
+        for plan, stated in (("greedy", "+0.40%"), ("deterministic", "+0.70%"), ("runtime", "+2.85%"))
     ),
     *(
         _runtime(PACK_CITED, stated, "scale", lambda d, p=profile: pack_s(d, p), f"cpplan pack, {profile}")
-        for profile, stated in (("offline", "22.5"), ("deterministic", "7.9"))
+        for profile, stated in (("offline", "21.5"), ("deterministic", "8.2"))
     ),
     *(
         _runtime(PARTITION_CITED, stated, "partition", lambda d, n=n: partition_ms(d, n), f"partition, {n}")
-        for n, stated in ((1024, "0.9"), (8192, "10.0"), (16384, "18.4"))
+        for n, stated in ((1024, "0.5"), (8192, "2.6"), (16384, "5.8"))
+    ),
+    *(
+        _runtime(
+            DIGEST_CITED,
+            stated,
+            "partition",
+            lambda d, n=n, k=key, f=fmt: format(partition_row(d, n)[k], f),
+            f"partition, {n}, {key}",
+        )
+        for key, fmt, stated_by_n in (
+            ("digest_median_ms", ".1f", ("1.8", "14.2", "28.1")),
+            ("validate_median_ms", ",.0f", ("53", "451", "703")),
+        )
+        for n, stated in zip((1024, 8192, 16384), stated_by_n, strict=True)
     ),
     _runtime(
-        "load average 1.9), made by",
-        "1.9",
+        "load average 0.2), made by",
+        "0.2",
         "partition",
         lambda d: f"{d['partition']['rows'][0]['load_avg']:.1f}",
         "partition run's load average",
@@ -951,8 +974,8 @@ RUNTIME_FIGURES = (
             f"default call p95 ms, dp {dp}, {label}",
         )
         for cited, run, label, stated_by_dp in (
-            ("on the quiet machine (p95 95 and 102 ms)", "fixed_share", "fixed_share", ("95", "102")),
-            ("processes its p95 is 140 and 149 ms", "fixed_share_busy", BUSY_LABEL, ("140", "149")),
+            ("on the quiet machine (p95 97 and 92 ms)", "fixed_share", "fixed_share", ("97", "92")),
+            ("processes its p95 is 142 and 143 ms", "fixed_share_busy", BUSY_LABEL, ("142", "143")),
         )
         for dp, stated in zip((8, 16), stated_by_dp, strict=True)
     ),
@@ -964,34 +987,34 @@ RUNTIME_FIGURES = (
             lambda d, n=n, dp=dp: f"{1e3 * fixed_share_row(d, n, dp)['default']['wall_p50_s']:,.0f}",
             f"default call p50 ms, dp {dp}",
         )
-        for n, dp, stated in ((2048, 16, "188"), (16384, 128, "1,662"))
+        for n, dp, stated in ((2048, 16, "176"), (16384, 128, "1,477"))
     ),
     *_quiet_and_busy(
-        "(cp 8: p95 at most 59 ms quiet, 94 ms busy,",
-        ("59", "94"),
+        "(cp 8: p95 at most 33 ms quiet, 61 ms busy,",
+        ("33", "61"),
         lambda d, label: f"{1e3 * worst_p95_s(d, label, cp=8):,.0f}",
         "replica call p95 ms at cp 8, worst",
     ),
     *_quiet_and_busy(
-        "the worst p95 is 0.91 times the budget quiet (the agent step at cp 8) and 0.97 beside the busy"
+        "the worst p95 is 0.94 times the budget quiet (the agent step at cp 8) and 0.97 beside the busy"
         " processes",
-        ("0.91", "0.97"),
+        ("0.94", "0.97"),
         lambda d, label: f"{max(r['rank']['p95_over_budget'] for r in d[label]['rows']):.2f}",
         "replica call p95 over the budget, worst",
     ),
     *(
         _runtime(
-            "sizes): 0.21 (p50) and 0.19 (p95) on the quiet machine, 0.19 and 0.24 beside the busy processes",
+            "sizes): 0.03 (p50) and 0.06 (p95) on the quiet machine, 0.01 and 0.02 beside the busy processes",
             stated,
             run,
             lambda d, k=key, label=label: f"{d[label]['growth_exponents'][k]:.2f}".replace("-", "−"),
             f"growth exponent, {key}, {label}",
         )
         for key, stated, run, label in (
-            ("wall_p50_s", "0.21", "fixed_share", "fixed_share"),
-            ("wall_p95_s", "0.19", "fixed_share", "fixed_share"),
-            ("wall_p50_s", "0.19", "fixed_share_busy", BUSY_LABEL),
-            ("wall_p95_s", "0.24", "fixed_share_busy", BUSY_LABEL),
+            ("wall_p50_s", "0.03", "fixed_share", "fixed_share"),
+            ("wall_p95_s", "0.06", "fixed_share", "fixed_share"),
+            ("wall_p50_s", "0.01", "fixed_share_busy", BUSY_LABEL),
+            ("wall_p95_s", "0.02", "fixed_share_busy", BUSY_LABEL),
         )
     ),
 )
@@ -1650,7 +1673,7 @@ RUNTIME_INPUTS = tuple(
         "were measured on the 2-core machine",
         "seconds (0, negative, NaN,",
         "The README example at CP2 and 8 GiB",
-        "load average 0.3–0.6): 20 steps per workload",
+        "load average 0.6–0.7): 20 steps per workload",
         "the `runtime` profile (0.1 s).",
         "| within budget + 20 ms |",
         "The workloads: `grpo8x8`, 8 prompts × 8 rollouts, one item per rollout (prompt 2–6K, completion"
@@ -1661,7 +1684,7 @@ RUNTIME_INPUTS = tuple(
         "(the same run): 40 items (5 GRPO groups of 8, one item per rollout), CP2, 8 layers,"
         " `--time-budget 0.05`, per-rank memory over 24 budgets",
         "never more than 1% costlier",
-        "load average 1.2–1.9): CP4, 40 GiB per rank",
+        "load average 0.6, five-minute, read after the run): CP4, 40 GiB per rank",
         "GRPO groups of 8 small rollouts, one item each (prompt 32–256, completion 16–128 tokens); `tiny`:"
         " prompt 8–32, completion 4–16; `one_item`: one item of 10,000 requests (a 4,000-token prompt",
         "the runtime profile (0.1 s: past",
@@ -1679,8 +1702,12 @@ RUNTIME_INPUTS = tuple(
         "a core each on the 2-core machine, started 5 s before the first call",
         "| beside 2 busy processes |",
         "At 1,024 completions it takes about 100 ms",
-        "on the 256-completion steps most calls",
+        "(the other a 256-completion call at cp 4). On the 256-completion steps at cp 8, greedy",
+        "used to spend two thirds of its time",
+        "(the bench suite's 704 plans unchanged)",
         "up to 16,384 completions",
+        "CP8 ended 25 ms past the budget: its twelfth step, which a planner given the steps alone plans in"
+        " about 90 ms",
         "--share-rows 1024x8x8,8192x64x8,16384x128x8",
         "at the fixed share (cp 8, five sizes)",
         "medians of 3 (JSON",
