@@ -130,18 +130,38 @@ class StepDigests:
         """Per item, quick seconds: ``(a * tokens + b * pairs) / cp`` with the item's quick packed
         tokens and pairs and ``a`` / ``b`` the card's seconds per owned token / pair (a balance price,
         not the evaluator's)."""
-        coefficients = card.constants.time_coefficients
-        per_token = math.fsum(float(coefficients[k]) for k, q in enumerate(QUANTITIES) if q.count == "token")
-        per_pair = math.fsum(float(coefficients[k]) for k, q in enumerate(QUANTITIES) if q.count == "pair")
+        per_token, per_pair = _token_and_pair_s(card)
         return (per_token * self.quick_tokens + per_pair * self.quick_pairs) / cp
 
 
-def prefix_groups(workload: Workload, prices: np.ndarray, cap_s: float) -> list[list[int]]:
+def level_prices_s(card: ResolvedCard, cp: int) -> np.ndarray:
+    """Per level of :data:`PREFIX_LEVELS`, the quick seconds of a prefix that long (as
+    :meth:`StepDigests.prices_s` prices tokens): what a group saves per member beyond its first that
+    shares it."""
+    per_token, per_pair = _token_and_pair_s(card)
+    levels = np.array(PREFIX_LEVELS, dtype=np.float64)
+    return (per_token * levels + per_pair * levels * (levels + 1) / 2) / cp
+
+
+def _token_and_pair_s(card: ResolvedCard) -> tuple[float, float]:
+    """The card's seconds per owned token and per attention pair."""
+    coefficients = card.constants.time_coefficients
+    per_token = math.fsum(float(coefficients[k]) for k, q in enumerate(QUANTITIES) if q.count == "token")
+    per_pair = math.fsum(float(coefficients[k]) for k, q in enumerate(QUANTITIES) if q.count == "pair")
+    return per_token, per_pair
+
+
+def prefix_groups(
+    workload: Workload, prices: np.ndarray, cap_s: float, level_s: np.ndarray | None = None
+) -> list[list[int]]:
     """Items (workload indices) grouped by shared prefix of their first requests: at every level of
     :data:`PREFIX_LEVELS`, longest first, the groups of items with one prefix hash merge when their
-    prices sum to at most ``cap_s``. Groups are listed by smallest item id, each in id order."""
+    price together is at most ``cap_s``: their prices summed, less the level's price (``level_s``, per
+    level; none when not given) for every group beyond the first, since the merged group stores that
+    prefix once. Groups are listed by smallest item id, each in id order."""
     step = StepDigests.of(workload)
-    return _grouped(_id_ranks(workload), step.first_tokens, step.level_hashes, prices, cap_s)
+    level_s = np.zeros(len(PREFIX_LEVELS)) if level_s is None else level_s
+    return _grouped(_id_ranks(workload), step.first_tokens, step.level_hashes, prices, cap_s, level_s)[0]
 
 
 def _id_ranks(workload: Workload) -> np.ndarray:
@@ -153,18 +173,23 @@ def _id_ranks(workload: Workload) -> np.ndarray:
 
 
 def _grouped(
-    ranks: np.ndarray, first_len: np.ndarray, hashes: np.ndarray, prices: np.ndarray, cap_s: float
-) -> list[list[int]]:
-    """:func:`prefix_groups` from the items' id ranks (:func:`_id_ranks`), first-request lengths and
-    level hashes: a union-find over the shared buckets alone (Python per item of a shared bucket, none
-    for an item that shares no prefix)."""
+    ranks: np.ndarray,
+    first_len: np.ndarray,
+    hashes: np.ndarray,
+    prices: np.ndarray,
+    cap_s: float,
+    level_s: np.ndarray,
+) -> tuple[list[list[int]], list[float]]:
+    """:func:`prefix_groups` and each group's price, from the items' id ranks (:func:`_id_ranks`),
+    first-request lengths and level hashes: a union-find over the shared buckets alone (Python per item
+    of a shared bucket, none for an item that shares no prefix)."""
     by_id = np.argsort(ranks)
     reached = first_len[:, None] >= np.array(PREFIX_LEVELS, dtype=np.int64)[None, :]
     columns = _repeated_columns(hashes, reached)
-    if not columns:
-        return [[i] for i in by_id.tolist()]
-    root = list(range(ranks.size))
     price = prices.tolist()
+    if not columns:
+        return [[i] for i in by_id.tolist()], [price[i] for i in by_id.tolist()]
+    root = list(range(ranks.size))
     order = ranks.tolist()
 
     def find(i: int) -> int:
@@ -176,14 +201,16 @@ def _grouped(
     for column in columns:
         for members in _shared(by_id[reached[by_id, column]], hashes[:, column]):
             roots = sorted({find(i) for i in members}, key=order.__getitem__)
-            if len(roots) > 1 and math.fsum(price[r] for r in roots) <= cap_s:
+            merged = math.fsum(price[r] for r in roots) - (len(roots) - 1) * float(level_s[column])
+            if len(roots) > 1 and merged <= cap_s:
                 for r in roots[1:]:
                     root[r] = roots[0]
-                price[roots[0]] = math.fsum(price[r] for r in roots)
+                price[roots[0]] = merged
     final = np.array([find(i) for i in range(ranks.size)], dtype=np.int64)
     members = np.lexsort((ranks, ranks[final])).tolist()
     bounds = [0, *(np.flatnonzero(np.diff(final[members])) + 1).tolist(), len(members)]
-    return [members[a:b] for a, b in itertools.pairwise(bounds)]
+    groups = [members[a:b] for a, b in itertools.pairwise(bounds)]
+    return groups, [price[int(final[g[0]])] for g in groups]
 
 
 def _repeated_columns(hashes: np.ndarray, reached: np.ndarray) -> list[int]:
@@ -226,13 +253,15 @@ def partition_items(workload: Workload, card: ResolvedCard, topology: Topology) 
     listed = prices.tolist()
     ranks = _id_ranks(workload)
     if dp > 1:
+        level_s = level_prices_s(card, topology.cp)
         cap_s = GROUP_SHARE * math.fsum(listed) / dp
-        groups = _grouped(ranks, step.first_tokens, step.level_hashes, prices, cap_s)
+        groups, group_s = _grouped(ranks, step.first_tokens, step.level_hashes, prices, cap_s, level_s)
     else:
-        groups = [list(range(len(listed)))]
+        groups, group_s = [list(range(len(listed)))], [math.fsum(listed)]
     if len(groups) < dp <= workload.num_items:
         groups = [[i] for group in groups for i in group]
-    replica_of = longest_first(groups, prices, ranks, dp)
+        group_s = [listed[g[0]] for g in groups]
+    replica_of = longest_first(groups, group_s, ranks, dp)
     return ReplicaPartition(
         num_replicas=dp,
         replica_of_item=tuple(replica_of.tolist()),
@@ -241,16 +270,13 @@ def partition_items(workload: Workload, card: ResolvedCard, topology: Topology) 
     )
 
 
-def longest_first(groups: list[list[int]], prices: np.ndarray, ranks: np.ndarray, dp: int) -> np.ndarray:
-    """Per item, its replica: ``groups`` (of item indices) by decreasing price (the sum of their items'
-    ``prices``; ties by smallest id, ``ranks`` being the items' places in id order), each to the replica
-    with the least price so far (ties to the lowest replica)."""
+def longest_first(
+    groups: list[list[int]], group_price: list[float], ranks: np.ndarray, dp: int
+) -> np.ndarray:
+    """Per item, its replica: ``groups`` (of item indices) by decreasing price (``group_price``; ties by
+    smallest id, ``ranks`` being the items' places in id order), each to the replica with the least price
+    so far (ties to the lowest replica)."""
     leaders = np.array([g[0] for g in groups], dtype=np.int64)
-    if leaders.size == prices.size:  # every group one item
-        group_price = prices[leaders].tolist()
-    else:
-        listed = prices.tolist()
-        group_price = [listed[g[0]] if len(g) == 1 else math.fsum([listed[i] for i in g]) for g in groups]
     order = np.lexsort((ranks[leaders], -np.array(group_price, dtype=np.float64))).tolist()
     least = [(0.0, r) for r in range(dp)]  # a heap of (load, replica): the least loaded, lowest first
     target = [0] * len(groups)
@@ -259,8 +285,9 @@ def longest_first(groups: list[list[int]], prices: np.ndarray, ranks: np.ndarray
         load, r = least[0]
         replace(least, (load + group_price[g], r))
         target[g] = r
-    replica_of = np.empty(prices.size, dtype=np.int64)
-    if leaders.size == prices.size:
+    _even_out(target, group_price, dp)
+    replica_of = np.empty(ranks.size, dtype=np.int64)
+    if leaders.size == ranks.size:  # every group one item
         replica_of[leaders] = target
     else:
         sizes = np.fromiter(map(len, groups), dtype=np.int64, count=len(groups))
@@ -268,6 +295,36 @@ def longest_first(groups: list[list[int]], prices: np.ndarray, ranks: np.ndarray
             target, sizes
         )
     return replica_of
+
+
+EVEN_OUT_STEPS = 64
+"""The most moves or swaps :func:`_even_out` makes after the longest-first assignment."""
+
+
+def _even_out(target: list[int], group_price: list[float], dp: int) -> None:
+    """Lower the busiest replica's price by moving one of its groups to, or swapping one with, the least
+    busy replica, the change that leaves the two closest to even (the first on ties), while one lowers
+    the pair's larger price; at most :data:`EVEN_OUT_STEPS` changes. ``target`` changes in place."""
+    for _ in range(EVEN_OUT_STEPS):
+        load = [0.0] * dp
+        for g, r in enumerate(target):
+            load[r] += group_price[g]
+        high = max(range(dp), key=lambda r: (load[r], -r))
+        low = min(range(dp), key=lambda r: (load[r], r))
+        gap = load[high] - load[low]
+        mine = [g for g, r in enumerate(target) if r == high]
+        theirs = [None, *(g for g, r in enumerate(target) if r == low)]
+        best, best_gap = None, gap
+        for a in mine:
+            for b in theirs:
+                moved = group_price[a] - (0.0 if b is None else group_price[b])
+                if 0 < moved < gap and abs(gap - 2 * moved) < best_gap:
+                    best, best_gap = (a, b), abs(gap - 2 * moved)
+        if best is None:
+            return
+        target[best[0]] = low
+        if best[1] is not None:
+            target[best[1]] = high
 
 
 def replica_workload(workload: Workload, items: Sequence[int], replica: int) -> Workload:

@@ -129,10 +129,53 @@ def test_a_group_too_large_for_a_share_is_split():
     assert set(p.partition(wl).replica_of_item) == {0, 1, 2, 3}
 
 
-def merged_by_level(workload: Workload, prices: np.ndarray, cap_s: float) -> list[list[int]]:
+def test_rollouts_of_one_prompt_stay_together_when_their_prompt_is_stored_once():
+    """One item per rollout, 8 prompts x 8 rollouts arriving shuffled, at dp 4: a prompt's rollouts
+    priced each with its own copy of the prompt make more than half a replica's share, but stored once
+    they do not, so every prompt's rollouts stay on one replica (two prompts per replica)."""
+    rng = np.random.default_rng(8)
+    prompts = [rng.integers(0, 1000, int(n)) for n in rng.integers(2000, 6000, 8)]
+    rows = [
+        (p, np.concatenate([prompts[p], rng.integers(0, 1000, int(rng.integers(200, 800)))]))
+        for p in range(8)
+        for _ in range(8)
+    ]
+    order = rng.permutation(len(rows))
+    wl = Workload(
+        items=tuple(
+            cpplan.Item(id=f"r{k}", requests=(cpplan.Request(tokens=rows[k][1]),)) for k in order.tolist()
+        )
+    )
+    p = planner(dp=4, cp=1)
+    part = p.partition(wl)
+    prompt_of = [rows[k][0] for k in order.tolist()]
+    replicas_of_prompt = {
+        q: {part.replica_of_item[i] for i in range(64) if prompt_of[i] == q} for q in range(8)
+    }
+    assert all(len(r) == 1 for r in replicas_of_prompt.values()), replicas_of_prompt
+    assert sorted(len([q for q, r in replicas_of_prompt.items() if k in r]) for k in range(4)) == [2, 2, 2, 2]
+
+
+def test_even_out_balances_what_longest_first_leaves_uneven():
+    """Longest first puts 3 + 2 + 2 on one replica and 3 + 2 on the other; moving and swapping groups
+    evens them to 6 and 6; where longest first is already even nothing moves."""
+    from cpplan.planners.replica_partition import longest_first
+
+    ranks = np.arange(5)
+    groups = [[i] for i in range(5)]
+    replica_of = longest_first(groups, [3.0, 3.0, 2.0, 2.0, 2.0], ranks, 2)
+    loads = np.bincount(replica_of, weights=[3.0, 3.0, 2.0, 2.0, 2.0], minlength=2)
+    assert sorted(loads.tolist()) == [6.0, 6.0]
+    even = longest_first(groups[:4], [3.0, 3.0, 2.0, 2.0], ranks[:4], 2)
+    assert even.tolist() == [0, 1, 0, 1]  # longest first, as it was
+
+
+def merged_by_level(
+    workload: Workload, prices: np.ndarray, cap_s: float, level_s: np.ndarray
+) -> list[list[int]]:
     """The prefix groups from their definition, one level and one shared hash at a time: items (in id
-    order) with one prefix hash at a level merge their groups when the groups' prices sum to at most
-    ``cap_s``; groups listed by smallest id."""
+    order) with one prefix hash at a level merge their groups when the groups' prices summed, less the
+    level's price for every group beyond the first, are at most ``cap_s``; groups listed by smallest id."""
     ids = [item.id for item in workload.items]
     by_id = sorted(range(len(ids)), key=ids.__getitem__)
     hashes = [prefix_hashes(item.requests[0].tokens, PREFIX_LEVELS) for item in workload.items]
@@ -141,17 +184,18 @@ def merged_by_level(workload: Workload, prices: np.ndarray, cap_s: float) -> lis
     def find(i: int) -> int:
         return i if root[i] == i else find(root[i])
 
-    for level in PREFIX_LEVELS:
+    for column, level in enumerate(PREFIX_LEVELS):
         buckets: dict[int, list[int]] = {}
         for i in by_id:
             if level in hashes[i]:
                 buckets.setdefault(hashes[i][level], []).append(i)
         for members in buckets.values():
             roots = sorted({find(i) for i in members}, key=ids.__getitem__)
-            if len(roots) > 1 and math.fsum(price[r] for r in roots) <= cap_s:
+            merged = math.fsum(price[r] for r in roots) - (len(roots) - 1) * level_s[column]
+            if len(roots) > 1 and merged <= cap_s:
                 for r in roots[1:]:
                     root[r] = roots[0]
-                price[roots[0]] = math.fsum(price[r] for r in roots)
+                price[roots[0]] = merged
     groups: dict[int, list[int]] = {}
     for i in by_id:
         groups.setdefault(find(i), []).append(i)
@@ -177,11 +221,19 @@ def test_prefix_groups_merge_level_by_level_as_defined():
     )
     prices = rng.uniform(0.5, 2.0, 40)
     merged = 0
+    none = np.zeros(len(PREFIX_LEVELS))
     for cap_s in (0.0, 2.0, 4.0, 9.0, 25.0, 1e9):
         groups = prefix_groups(wl, prices, cap_s)
-        assert groups == merged_by_level(wl, prices, cap_s), cap_s
+        assert groups == merged_by_level(wl, prices, cap_s, none), cap_s
         merged += len(groups) < 40
     assert merged >= 4 and len(prefix_groups(wl, prices, 1e9)) < 10
+    shared = np.array(PREFIX_LEVELS, dtype=float) / 20_000  # a prefix costs as much as its tokens
+    discounted = 0
+    for cap_s in (2.0, 4.0, 9.0, 25.0):
+        groups = prefix_groups(wl, prices, cap_s, shared)
+        assert groups == merged_by_level(wl, prices, cap_s, shared), cap_s
+        discounted += len(groups) < len(prefix_groups(wl, prices, cap_s))
+    assert discounted >= 1  # stored once, a shared prefix lets larger groups stay whole
 
 
 def test_sampled_prefixes_are_within_half_a_stride():
