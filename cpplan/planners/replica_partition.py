@@ -11,6 +11,7 @@ plans back together as the step's plan, priced as a makespan (docs/runtime.md, "
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import itertools
 import math
@@ -300,31 +301,42 @@ def longest_first(
 EVEN_OUT_STEPS = 64
 """The most moves or swaps :func:`_even_out` makes after the longest-first assignment."""
 
+EVEN_ENOUGH = 1e-3
+""":func:`_even_out` stops once the busiest and the least busy replica differ by at most this share of
+the mean replica's price (a quick price is no finer)."""
+
 
 def _even_out(target: list[int], group_price: list[float], dp: int) -> None:
     """Lower the busiest replica's price by moving one of its groups to, or swapping one with, the least
-    busy replica, the change that leaves the two closest to even (the first on ties), while one lowers
-    the pair's larger price; at most :data:`EVEN_OUT_STEPS` changes. ``target`` changes in place."""
+    busy replica, the change that leaves the two closest to even (the first on ties: the busiest's
+    groups in order, a move before the swaps), while one lowers the pair's larger price and they differ
+    by more than :data:`EVEN_ENOUGH`; at most :data:`EVEN_OUT_STEPS` changes, each work in the two
+    replicas' groups. ``target`` changes in place."""
+    price = np.asarray(group_price, dtype=np.float64)
+    load = np.bincount(target, weights=price, minlength=dp)
+    members: list[list[int]] = [[] for _ in range(dp)]
+    for g, r in enumerate(target):
+        members[r].append(g)
     for _ in range(EVEN_OUT_STEPS):
-        load = [0.0] * dp
-        for g, r in enumerate(target):
-            load[r] += group_price[g]
-        high = max(range(dp), key=lambda r: (load[r], -r))
-        low = min(range(dp), key=lambda r: (load[r], r))
-        gap = load[high] - load[low]
-        mine = [g for g, r in enumerate(target) if r == high]
-        theirs = [None, *(g for g, r in enumerate(target) if r == low)]
-        best, best_gap = None, gap
-        for a in mine:
-            for b in theirs:
-                moved = group_price[a] - (0.0 if b is None else group_price[b])
-                if 0 < moved < gap and abs(gap - 2 * moved) < best_gap:
-                    best, best_gap = (a, b), abs(gap - 2 * moved)
-        if best is None:
-            return
-        target[best[0]] = low
-        if best[1] is not None:
-            target[best[1]] = high
+        high, low = int(np.argmax(load)), int(np.argmin(load))
+        gap = float(load[high] - load[low])
+        if gap <= EVEN_ENOUGH * float(load.mean()):
+            break
+        mine, theirs = members[high], members[low]
+        moved = price[mine][:, None] - np.concatenate([[0.0], price[theirs]])[None, :]
+        after = np.where((moved > 0) & (moved < gap), np.abs(gap - 2 * moved), np.inf)
+        k = int(np.argmin(after))
+        if not after.flat[k] < gap:
+            break
+        a, b = divmod(k, len(theirs) + 1)
+        out, back = mine.pop(a), (theirs.pop(b - 1) if b else None)
+        bisect.insort(theirs, out)
+        target[out] = low
+        if back is not None:
+            bisect.insort(mine, back)
+            target[back] = high
+        load[high] -= moved.flat[k]
+        load[low] += moved.flat[k]
 
 
 def replica_workload(workload: Workload, items: Sequence[int], replica: int) -> Workload:
