@@ -218,8 +218,10 @@ def dynamic_greedy_plan(
     candidates, refusal = at_each_size(problem, fixed, deadline, allowed)
     for size in group_sizes(problem, allowed) if candidates else ():
         if problem.num_items >= problem.topology.pool // size > 1:
-            with contextlib.suppress(InputError, NoFitError):  # a replica's share left empty or too large
-                candidates.append(partitioned_greedy_plan(group_problem(problem, size), layouts, deadline))
+            for once in (True, False):  # a group's shared prefix priced once, or once per member
+                with contextlib.suppress(InputError, NoFitError):  # a share left empty or too large
+                    group = group_problem(problem, size)
+                    candidates.append(partitioned_greedy_plan(group, layouts, deadline, prefix_once=once))
     for assignment in item_sizes(problem, layouts, allowed):
         try:
             for plan in sized_plans(problem, assignment, layouts):

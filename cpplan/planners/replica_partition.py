@@ -11,7 +11,6 @@ plans back together as the step's plan, priced as a makespan (docs/runtime.md, "
 
 from __future__ import annotations
 
-import bisect
 import heapq
 import itertools
 import math
@@ -244,17 +243,21 @@ def _shared(candidates: np.ndarray, column: np.ndarray) -> list[list[int]]:
     return [buckets[k] for k in np.argsort(order[shared], kind="stable").tolist()]
 
 
-def partition_items(workload: Workload, card: ResolvedCard, topology: Topology) -> ReplicaPartition:
+def partition_items(
+    workload: Workload, card: ResolvedCard, topology: Topology, *, prefix_once: bool = True
+) -> ReplicaPartition:
     """Assign every item of ``workload`` to one of ``topology.dp`` replicas (this module's docstring): prefix
     groups, then longest processing time first on the quick prices. Every replica gets an item when there are
-    at least ``dp`` items (groups are given up, item by item, if they would leave one without)."""
+    at least ``dp`` items (groups are given up, item by item, if they would leave one without).
+    ``prefix_once``: a group's price stores its shared prefix once (:func:`prefix_groups`' ``level_s``);
+    otherwise it is its items' prices summed, every member paying for its own copy."""
     dp = topology.dp
     step = StepDigests.of(workload)
     prices = step.prices_s(card, topology.cp)
     listed = prices.tolist()
     ranks = _id_ranks(workload)
     if dp > 1:
-        level_s = level_prices_s(card, topology.cp)
+        level_s = level_prices_s(card, topology.cp) if prefix_once else np.zeros(len(PREFIX_LEVELS))
         cap_s = GROUP_SHARE * math.fsum(listed) / dp
         groups, group_s = _grouped(ranks, step.first_tokens, step.level_hashes, prices, cap_s, level_s)
     else:
@@ -286,7 +289,6 @@ def longest_first(
         load, r = least[0]
         replace(least, (load + group_price[g], r))
         target[g] = r
-    _even_out(target, group_price, dp)
     replica_of = np.empty(ranks.size, dtype=np.int64)
     if leaders.size == ranks.size:  # every group one item
         replica_of[leaders] = target
@@ -296,47 +298,6 @@ def longest_first(
             target, sizes
         )
     return replica_of
-
-
-EVEN_OUT_STEPS = 64
-"""The most moves or swaps :func:`_even_out` makes after the longest-first assignment."""
-
-EVEN_ENOUGH = 1e-3
-""":func:`_even_out` stops once the busiest and the least busy replica differ by at most this share of
-the mean replica's price (a quick price is no finer)."""
-
-
-def _even_out(target: list[int], group_price: list[float], dp: int) -> None:
-    """Lower the busiest replica's price by moving one of its groups to, or swapping one with, the least
-    busy replica, the change that leaves the two closest to even (the first on ties: the busiest's
-    groups in order, a move before the swaps), while one lowers the pair's larger price and they differ
-    by more than :data:`EVEN_ENOUGH`; at most :data:`EVEN_OUT_STEPS` changes, each work in the two
-    replicas' groups. ``target`` changes in place."""
-    price = np.asarray(group_price, dtype=np.float64)
-    load = np.bincount(target, weights=price, minlength=dp)
-    members: list[list[int]] = [[] for _ in range(dp)]
-    for g, r in enumerate(target):
-        members[r].append(g)
-    for _ in range(EVEN_OUT_STEPS):
-        high, low = int(np.argmax(load)), int(np.argmin(load))
-        gap = float(load[high] - load[low])
-        if gap <= EVEN_ENOUGH * float(load.mean()):
-            break
-        mine, theirs = members[high], members[low]
-        moved = price[mine][:, None] - np.concatenate([[0.0], price[theirs]])[None, :]
-        after = np.where((moved > 0) & (moved < gap), np.abs(gap - 2 * moved), np.inf)
-        k = int(np.argmin(after))
-        if not after.flat[k] < gap:
-            break
-        a, b = divmod(k, len(theirs) + 1)
-        out, back = mine.pop(a), (theirs.pop(b - 1) if b else None)
-        bisect.insort(theirs, out)
-        target[out] = low
-        if back is not None:
-            bisect.insort(mine, back)
-            target[back] = high
-        load[high] -= moved.flat[k]
-        load[low] += moved.flat[k]
 
 
 def replica_workload(workload: Workload, items: Sequence[int], replica: int) -> Workload:
@@ -375,12 +336,13 @@ def assemble(
 
 
 def partitioned_greedy_plan(
-    problem: Problem, layouts: Sequence[str], deadline: Deadline | None = None
+    problem: Problem, layouts: Sequence[str], deadline: Deadline | None = None, *, prefix_once: bool = True
 ) -> Plan:
-    """``problem``'s step partitioned over its CP groups (:func:`partition_items`), each share planned by
-    greedy as a ``dp = 1`` problem, assembled: prefix groups stay whole, however shuffled they arrive."""
+    """``problem``'s step partitioned over its CP groups (:func:`partition_items`, ``prefix_once`` as
+    there), each share planned by greedy as a ``dp = 1`` problem, assembled: prefix groups stay whole,
+    however shuffled they arrive."""
     workload, settings = problem.workload, replica_settings(problem.settings)
-    partition = partition_items(workload, problem.card, problem.topology)
+    partition = partition_items(workload, problem.card, problem.topology, prefix_once=prefix_once)
     shares = [replica_workload(workload, partition.items(k), k) for k in range(partition.num_replicas)]
     problems = [Problem.build(s, settings, checked=True, reorder_waves=problem.reorder_waves) for s in shares]
     plans = [cached_greedy_plan(sub, layouts, deadline) for sub in problems]

@@ -129,45 +129,60 @@ def test_a_group_too_large_for_a_share_is_split():
     assert set(p.partition(wl).replica_of_item) == {0, 1, 2, 3}
 
 
-def test_rollouts_of_one_prompt_stay_together_when_their_prompt_is_stored_once():
-    """One item per rollout, 8 prompts x 8 rollouts arriving shuffled, at dp 4: a prompt's rollouts
-    priced each with its own copy of the prompt make more than half a replica's share, but stored once
-    they do not, so every prompt's rollouts stay on one replica (two prompts per replica)."""
-    rng = np.random.default_rng(8)
+def shuffled_rollouts(seed: int = 8) -> tuple[Workload, list[int]]:
+    """8 prompts of 2-6K tokens x 8 rollouts of 200-800, one item per rollout, in shuffled order; and
+    each item's prompt."""
+    rng = np.random.default_rng(seed)
     prompts = [rng.integers(0, 1000, int(n)) for n in rng.integers(2000, 6000, 8)]
     rows = [
         (p, np.concatenate([prompts[p], rng.integers(0, 1000, int(rng.integers(200, 800)))]))
         for p in range(8)
         for _ in range(8)
     ]
-    order = rng.permutation(len(rows))
-    wl = Workload(
-        items=tuple(
-            cpplan.Item(id=f"r{k}", requests=(cpplan.Request(tokens=rows[k][1]),)) for k in order.tolist()
-        )
-    )
+    order = rng.permutation(len(rows)).tolist()
+    items = (cpplan.Item(id=f"r{k}", requests=(cpplan.Request(tokens=rows[k][1]),)) for k in order)
+    return Workload(items=tuple(items)), [rows[k][0] for k in order]
+
+
+def test_rollouts_of_one_prompt_stay_together_when_their_prompt_is_stored_once():
+    """One item per rollout, 8 prompts x 8 rollouts arriving shuffled, at dp 4: a prompt's rollouts
+    priced each with its own copy of the prompt make more than half a replica's share (and are
+    scattered), but stored once they do not, so every prompt's rollouts stay on one replica (two
+    prompts per replica)."""
+    wl, prompt_of = shuffled_rollouts()
     p = planner(dp=4, cp=1)
     part = p.partition(wl)
-    prompt_of = [rows[k][0] for k in order.tolist()]
-    replicas_of_prompt = {
-        q: {part.replica_of_item[i] for i in range(64) if prompt_of[i] == q} for q in range(8)
-    }
-    assert all(len(r) == 1 for r in replicas_of_prompt.values()), replicas_of_prompt
-    assert sorted(len([q for q, r in replicas_of_prompt.items() if k in r]) for k in range(4)) == [2, 2, 2, 2]
+    apart = partition_items(wl, p.card, p.settings.topology, prefix_once=False)  # a copy per member
+
+    def replicas(partition) -> dict[int, set[int]]:
+        return {
+            q: {r for r, pq in zip(partition.replica_of_item, prompt_of, strict=True) if pq == q}
+            for q in range(8)
+        }
+
+    assert any(len(r) > 1 for r in replicas(apart).values())
+    assert all(len(r) == 1 for r in replicas(part).values()), replicas(part)
+    assert sorted(sum(k in r for r in replicas(part).values()) for k in range(4)) == [2, 2, 2, 2]
 
 
-def test_even_out_balances_what_longest_first_leaves_uneven():
-    """Longest first puts 3 + 2 + 2 on one replica and 3 + 2 on the other; moving and swapping groups
-    evens them to 6 and 6; where longest first is already even nothing moves."""
-    from cpplan.planners.replica_partition import longest_first
+def test_a_pool_plans_the_partition_both_ways_and_keeps_the_cheaper():
+    """A pool's greedy plan costs what the cheaper of the step's two partitions (a group's prefix priced
+    once, or once per member), each share planned by greedy, costs: on the shuffled rollouts at dp 4 x
+    cp 1 the first wins, on the suite's shuffled GRPO step at dp 2 x cp 2 the second does."""
+    from cpplan.bench.suites import suite
+    from cpplan.planners.replica_partition import partitioned_greedy_plan
 
-    ranks = np.arange(5)
-    groups = [[i] for i in range(5)]
-    replica_of = longest_first(groups, [3.0, 3.0, 2.0, 2.0, 2.0], ranks, 2)
-    loads = np.bincount(replica_of, weights=[3.0, 3.0, 2.0, 2.0, 2.0], minlength=2)
-    assert sorted(loads.tolist()) == [6.0, 6.0]
-    even = longest_first(groups[:4], [3.0, 3.0, 2.0, 2.0], ranks[:4], 2)
-    assert even.tolist() == [0, 1, 0, 1]  # longest first, as it was
+    suite_step = next(c for c in suite(quick=True) if c.name == "grpo_g8_shuffled").build()
+    winners = []
+    for wl, dp, cp in ((shuffled_rollouts()[0], 4, 1), (suite_step, 2, 2)):
+        result = planner(dp=dp, cp=cp, memory="40GiB").plan(wl)
+        once, per_member = (
+            partitioned_greedy_plan(result.problem, GREEDY.greedy.layouts, prefix_once=v).cost_s
+            for v in (True, False)
+        )
+        assert result.cost_s == pytest.approx(min(once, per_member), rel=1e-12)
+        winners.append(once < per_member)
+    assert winners == [True, False]
 
 
 def merged_by_level(
