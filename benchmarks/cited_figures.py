@@ -812,9 +812,9 @@ def pack_s(data: dict, profile: str) -> str:
 
 SWEEP_CITED = "greedy +0.40%, the deterministic profile +0.70%, the runtime profile +2.85%"
 PACK_CITED = "one process): 21.5 s with the default `offline` profile and 8.2 s with `deterministic`"
-PARTITION_CITED = "0.5 ms at 1,024 completions (dp 8), 2.6 ms at 8,192 (dp 64), 5.8 ms at 16,384 (dp 128)"
+PARTITION_CITED = "0.6 ms at 1,024 completions (dp 8), 2.5 ms at 8,192 (dp 64), 4.7 ms at 16,384 (dp 128)"
 DIGEST_CITED = (
-    "The digests it reads cost 1.8, 14.2 and 28.1 ms of the steps' validation (53, 451 and 703 ms to build"
+    "The digests it reads cost 2.0, 14.1 and 27.7 ms of the steps' validation (55, 450 and 704 ms to build"
     " the items anew"
 )
 DEFAULT_CALL_CITED = "p50 176 ms at 2,048 completions on dp 16, 1,477 ms at 16,384 on dp 128"
@@ -930,7 +930,7 @@ RUNTIME_FIGURES = (
     ),
     *(
         _runtime(PARTITION_CITED, stated, "partition", lambda d, n=n: partition_ms(d, n), f"partition, {n}")
-        for n, stated in ((1024, "0.5"), (8192, "2.6"), (16384, "5.8"))
+        for n, stated in ((1024, "0.6"), (8192, "2.5"), (16384, "4.7"))
     ),
     *(
         _runtime(
@@ -941,14 +941,14 @@ RUNTIME_FIGURES = (
             f"partition, {n}, {key}",
         )
         for key, fmt, stated_by_n in (
-            ("digest_median_ms", ".1f", ("1.8", "14.2", "28.1")),
-            ("validate_median_ms", ",.0f", ("53", "451", "703")),
+            ("digest_median_ms", ".1f", ("2.0", "14.1", "27.7")),
+            ("validate_median_ms", ",.0f", ("55", "450", "704")),
         )
         for n, stated in zip((1024, 8192, 16384), stated_by_n, strict=True)
     ),
     _runtime(
-        "load average 0.2), made by",
-        "0.2",
+        "load average 1.0), made by",
+        "1.0",
         "partition",
         lambda d: f"{d['partition']['rows'][0]['load_avg']:.1f}",
         "partition run's load average",
