@@ -5,7 +5,7 @@ and is priced on the *group problem* at ``cp = g`` (:func:`group_problem`): the 
 fixed-CP plan at ``g``. The greedy dynamic planner (:func:`dynamic_greedy_plan`) keeps the candidate of
 least makespan (ties to the earlier; padding waves counted under equal waves, :func:`pool_padding_s`):
 the fixed-CP greedy plan at every group size (the topology's ``cp`` first), at every size the step
-partitioned over the pool's groups (:func:`~cpplan.planners.replica_partition.partitioned_greedy_plan`),
+partitioned over the pool's groups (:func:`~cpplan.planners.replica_partition.partitioned_greedy_plans`),
 then per group-size assignment of :func:`item_sizes` the waves of :func:`sized_plans` (in order under
 token caps, or cut into one or two waves per group), balanced over the pool. An item that fits no group
 alone takes the split path at the pool size (docs/dynamic_cp.md).
@@ -22,7 +22,7 @@ import numpy as np
 from cpplan.errors import InputError, NoFitError
 from cpplan.planners.deadline import Deadline
 from cpplan.planners.greedy import cached_greedy_plan, split_item
-from cpplan.planners.replica_partition import partitioned_greedy_plan
+from cpplan.planners.replica_partition import partitioned_greedy_plans
 from cpplan.planners.split import widest
 from cpplan.plans.plan import Plan, balanced
 from cpplan.pricing.memo import memoized
@@ -218,10 +218,8 @@ def dynamic_greedy_plan(
     candidates, refusal = at_each_size(problem, fixed, deadline, allowed)
     for size in group_sizes(problem, allowed) if candidates else ():
         if problem.num_items >= problem.topology.pool // size > 1:
-            for once in (True, False):  # a group's shared prefix priced once, or once per member
-                with contextlib.suppress(InputError, NoFitError):  # a share left empty or too large
-                    group = group_problem(problem, size)
-                    candidates.append(partitioned_greedy_plan(group, layouts, deadline, prefix_once=once))
+            with contextlib.suppress(InputError, NoFitError):  # a share left empty or too large
+                candidates.extend(partitioned_greedy_plans(group_problem(problem, size), layouts, deadline))
     for assignment in item_sizes(problem, layouts, allowed):
         try:
             for plan in sized_plans(problem, assignment, layouts):
