@@ -13,8 +13,12 @@ every GPU must run the same number of waves, a plan of at least ``W`` waves runs
 share counts ``(-W) mod dp`` of them too. For a few items, every assignment of them to the groups is
 priced by the partition floors (:func:`~cpplan.bound.partitions.pool_partition_bound_s`): a third floor.
 
+Where the groups may run unequal numbers of waves, a plan using ``k`` groups has ``k`` waves or more
+(:func:`used_groups_share_s`).
+
 Under dynamic CP (:func:`dynamic_pool_bound`) a wave of group size ``c`` holds ``c`` GPUs for its
-price: the makespan is at least the waves' GPU-seconds over the pool, and at least each wave's price.
+price, and every GPU a plan uses is held by some wave for at least its overhead: the makespan is at
+least the least overhead plus the work's GPU-seconds over the pool, and at least each wave's price.
 For a few items, every partition of them into the runs split items tie together is priced, each run one
 wave at some group size or split waves at any sizes (:func:`dynamic_runs_bound_s`).
 """
@@ -71,10 +75,11 @@ def pool_bound(problem: Problem, summed):
     dp = problem.topology.dp
     largest = np.argsort(-problem.item_full_tokens, kind="stable")[:ITEMS_TRIED].tolist()
     costliest = max(item_floor_s(problem, i) for i in largest)
-    share = summed.bound_s / dp
     if problem.topology.needs_equal_waves:  # every group runs ceil(W / dp) waves or more, padded
         padding = -summed.num_waves % dp
-        share += padding * problem.card.wave_overhead_s / dp
+        share = (summed.bound_s + padding * problem.card.wave_overhead_s) / dp
+    else:
+        share = used_groups_share_s(problem, summed)
     terms = {"summed_waves_over_groups": share, "costliest_item_wave": costliest}
     enumerated = pool_partition_bound_s(problem)
     if enumerated is not None:
@@ -83,6 +88,22 @@ def pool_bound(problem: Problem, summed):
     return dataclasses.replace(
         summed, bound_s=bound, terms_s={k: round(v, 9) for k, v in terms.items()}, new_plans=()
     )
+
+
+def used_groups_share_s(problem: Problem, summed) -> float:
+    """What the busiest of the groups a plan uses runs at least, from ``summed`` (the bound of the
+    waves' summed prices, :func:`~cpplan.bound.all_plans.waves_bound`): a plan that runs waves on ``k``
+    groups has at least ``k`` waves, so they cost at least ``S_k = max(S, A + k · overhead)`` (``S``:
+    the summed bound, ``A``: its rank-average terms, valid whatever the waves), and the busiest of the
+    ``k`` groups at least ``S_k / k``; the least over ``k`` from 1 to ``dp``. Where the summed bound
+    counts fewer waves than groups, this lifts the ``1 / dp`` share by the overheads of the waves the
+    other groups must run to be used at all."""
+    names = set(problem.card.barrier_names)
+    average = math.fsum(v for k, v in summed.terms_s.items() if k in names)
+    overhead = problem.card.wave_overhead_s
+    dp = problem.topology.dp
+    lifted = ((average + k * overhead) * (1 - ROUND_DOWN) for k in range(1, dp + 1))
+    return min(max(summed.bound_s, a) / k for k, a in enumerate(lifted, start=1))
 
 
 def dynamic_pool_bound(problem: Problem) -> tuple[float, dict[str, float]]:
@@ -100,7 +121,7 @@ def dynamic_pool_bound(problem: Problem) -> tuple[float, dict[str, float]]:
     overhead = min(g.card.wave_overhead_s for g in groups)
     requests = np.arange(problem.tree.num_requests, dtype=np.int64)
     totals = with_wave_counts(problem, requests, full_sharing_totals(problem, requests), remote_ranks=0)
-    gpu_seconds = (overhead + float((barriers @ totals).sum())) / topology.pool
+    gpu_seconds = overhead + float((barriers @ totals).sum()) / topology.pool
     largest = np.argsort(-problem.item_full_tokens, kind="stable")[:ITEMS_TRIED].tolist()
     costliest = max(min(item_floor_s(g, i) for g in groups) for i in largest)
     terms = {"gpu_seconds_over_pool": gpu_seconds, "costliest_item_wave": costliest}
