@@ -24,6 +24,7 @@ from cpplan.planners.deadline import NO_TIME, Deadline
 from cpplan.planners.decide import Pool, decide
 from cpplan.planners.dynamic_cp import group_problem, pool_padding_s
 from cpplan.planners.greedy import cached_greedy_plan
+from cpplan.planners.item_moves import moved_plan
 from cpplan.planners.subproblem import SubProblem
 from cpplan.plans.outcome import Ended, ModelOutcome, Status
 from cpplan.plans.plan import Candidate, Plan, SolverStats
@@ -135,7 +136,8 @@ def propose_and_decide(
             found["cpsat"] = run_strategy("cpsat", steps["cpsat"], problem, profile, budget.verify_by)
         else:
             plans = {name: o.plan for name, o in found.items()} | {"joint": joint[0]}
-            found["cpsat"] = _decided(problem, Pool.of(plans, joint[1]), budget)
+            plans, proposer = _moved(problem, budget, plans, joint[1], by)
+            found["cpsat"] = _decided(problem, Pool.of(plans, proposer), budget)
     return [found[name] for name in profile.strategies]
 
 
@@ -175,6 +177,34 @@ def _joint(
         why = f"{type(exc).__name__}: {exc}"
         return None, not_run("joint", Status.FAILED, why)
     return plan, replace(stats, wall_s=time.perf_counter() - started)
+
+
+def _moved(
+    problem: Problem,
+    budget: Budget,
+    plans: dict[str, Plan | None],
+    proposer: SolverStats | None,
+    by: Deadline,
+) -> tuple[dict[str, Plan | None], SolverStats | None]:
+    """``plans`` with the cheapest of several waves (whole items only) replaced by itself with items
+    moved between its waves (:func:`~cpplan.planners.item_moves.moved_plan`, within the profile's
+    ``moves.max_pricings`` and ``by``) where that is cheaper; and ``proposer`` with the moves' seconds
+    among its stages."""
+    whole = [n for n, p in plans.items() if p is not None and p.num_waves > 1 and not p.splits_an_item]
+    limit = budget.profile.moves.max_pricings
+    if not whole or limit == 0:
+        return plans, proposer
+    started = time.perf_counter()
+    name = min(whole, key=lambda n: plans[n].cost_s)
+    try:
+        layouts = budget.profile.greedy.layouts
+        moved = moved_plan(problem, plans[name], layouts, max_pricings=limit, deadline=by)
+    except CpplanError:  # a faulty stage costs time, never the plan
+        moved = None
+    if proposer is not None:
+        stage_s = {**proposer.stage_s, "moves": time.perf_counter() - started}
+        proposer = replace(proposer, stage_s=stage_s)
+    return (plans if moved is None else {**plans, "moves": moved}), proposer
 
 
 def _decided(problem: Problem, pool: Pool, budget: Budget) -> StrategyOutcome:

@@ -256,6 +256,17 @@ class SeededParams(BaseModel):
     proposal and the plan chosen was the same without it."""
 
 
+class MovesParams(BaseModel):
+    """Items moved between the cheapest proposal's waves before the ownership model decides (the
+    ``[moves]`` table, :mod:`cpplan.planners.item_moves`)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+    max_pricings: int = Field(default=120, ge=0)
+    """The most waves priced while moving and swapping items between waves (two per neighbour tried;
+    0: no moves). Under the clock the proposers' deadline stops it sooner."""
+
+
 class GreedyParams(BaseModel):
     """Parameters of the greedy exact planner: the layouts it tries for each candidate wave."""
 
@@ -436,6 +447,9 @@ class SolverProfile(BaseModel):
 
     seeded: SeededParams = SeededParams()
     """Parameters of the seeded proposer."""
+
+    moves: MovesParams = MovesParams()
+    """Items moved between the cheapest proposal's waves before the ownership model decides."""
 
     joint: JointParams = JointParams()
     """Parameters of the joint model (the CP-SAT proposer)."""

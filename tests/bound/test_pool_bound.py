@@ -268,9 +268,9 @@ def test_dynamic_cp_every_used_gpu_pays_an_overhead():
 def test_each_used_group_runs_a_wave():
     """A pool plan that uses ``k`` groups has at least ``k`` waves, each paying an overhead: twelve equal
     unrelated requests (too many to enumerate their assignments) that fit one wave, on four CP1 groups
-    free to run unequal numbers of waves, get a bound equal to the deterministic plan's makespan (three requests per group, one wave each),
-    where a quarter of the summed bound (which counts one wave for all twelve) and the costliest
-    request's own wave fall short."""
+    free to run unequal numbers of waves, get a bound equal to the deterministic plan's makespan (three
+    requests per group, one wave each), where a quarter of the summed bound (which counts one wave for
+    all twelve) and the costliest request's own wave fall short."""
     problem = _equal_requests(12, "dp=4,cp=1,equal_waves=0")
     summed = waves_bound(problem, None, ())
     assert summed.num_waves == 1

@@ -11,15 +11,19 @@ import pytest
 
 import cpplan
 from cpplan import Topology
+from cpplan.spec.profile import load_solver
 from cpplan.spec.workload_digest import plan_digest
 from cpplan.verifier import verify_plan
 from tests.conftest import middle_budget
 
 
 def plan_for(workload, model, topology, budget, **kwargs) -> tuple[cpplan.PlanResult, dict]:
-    """A deterministic plan and its JSON dictionary."""
+    """A deterministic plan and its JSON dictionary (without moving items between waves: the tests edit
+    fields of the proposals' own wave shapes, a first wave sharing fully)."""
+    profile = load_solver("deterministic")
+    profile = profile.model_copy(update={"moves": profile.moves.model_copy(update={"max_pricings": 0})})
     result = cpplan.plan(
-        workload, topology=topology, model=model, memory_bytes=budget, solver="deterministic", **kwargs
+        workload, topology=topology, model=model, memory_bytes=budget, solver=profile, **kwargs
     )
     return result, result.to_dict()
 

@@ -1,0 +1,84 @@
+"""Items moved between waves: from a plan, single items moved or swapped between two of its waves.
+
+Each neighbour changes two waves; both are priced exactly (:func:`~cpplan.pricing.wave.best_wave` over
+the profile's layouts) and the neighbour is taken where both fit and together cost less than the two
+waves they replace (first improvement, then the scan starts again). Neighbours come in a fixed order:
+per pair of waves (the costlier first), the swaps, pairs of items closest in full-sharing tokens first
+(a swap of like-sized items keeps both waves within memory and changes what shares them), then every
+single move. The search stops after ``max_pricings`` pricings, or at ``deadline`` under the clock,
+so a deterministic profile gets the same plan on any machine.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Sequence
+
+from cpplan.planners.deadline import Deadline
+from cpplan.plans.plan import Plan
+from cpplan.pricing.problem import Problem
+from cpplan.pricing.wave import WavePlan, best_wave
+
+Neighbour = tuple[int, int, tuple[int, ...], tuple[int, ...]]
+"""Two wave indices and the items each holds after the move or swap."""
+
+
+def moved_plan(
+    problem: Problem, plan: Plan, layouts: Sequence[str], *, max_pricings: int, deadline: Deadline
+) -> Plan | None:
+    """``plan`` (whole items only) with items moved between its waves while that makes it cheaper (see
+    the module docstring), as strategy ``"moves"``; ``None`` where no move made it cheaper."""
+    assert not plan.splits_an_item, "the moves keep items whole"
+    waves, pricings, improved = list(plan.waves), 0, False
+    while True:
+        for a, b, items_a, items_b in neighbours(problem, waves):
+            if pricings + 2 > max_pricings or deadline.expired():
+                return Plan(strategy="moves", waves=tuple(waves)) if improved else None
+            pricings += 2
+            found = _cheaper(problem, layouts, waves[a], waves[b], items_a, items_b)
+            if found is not None:
+                waves[a], waves[b] = found
+                improved = True
+                break
+        else:
+            return Plan(strategy="moves", waves=tuple(waves)) if improved else None
+
+
+def neighbours(problem: Problem, waves: Sequence[WavePlan]) -> Iterator[Neighbour]:
+    """Every move of one item from one wave to another and every swap of two items between two waves,
+    in the module docstring's order."""
+    tokens = problem.item_full_tokens
+    by_cost = sorted(range(len(waves)), key=lambda k: (-waves[k].cost_s, k))
+    for a, b in itertools.combinations(by_cost, 2):
+        held_a, held_b = waves[a].items, waves[b].items
+        pairs = itertools.product(held_a, held_b)
+        for i, j in sorted(pairs, key=lambda p: (abs(int(tokens[p[0]]) - int(tokens[p[1]])), p)):
+            yield a, b, tuple(sorted((*_without(held_a, i), j))), tuple(sorted((*_without(held_b, j), i)))
+        for src, dst, held_src, held_dst in ((a, b, held_a, held_b), (b, a, held_b, held_a)):
+            if len(held_src) < 2:
+                continue
+            for i in held_src:
+                yield src, dst, _without(held_src, i), tuple(sorted((*held_dst, i)))
+
+
+def _without(items: tuple[int, ...], item: int) -> tuple[int, ...]:
+    return tuple(i for i in items if i != item)
+
+
+def _cheaper(
+    problem: Problem,
+    layouts: Sequence[str],
+    wave_a: WavePlan,
+    wave_b: WavePlan,
+    items_a: tuple[int, ...],
+    items_b: tuple[int, ...],
+) -> tuple[WavePlan, WavePlan] | None:
+    """The two waves holding ``items_a`` and ``items_b``, where both fit and together cost less than
+    ``wave_a`` and ``wave_b``; ``None`` otherwise."""
+    new_a, _ = best_wave(problem, items_a, layouts)
+    if new_a is None or new_a.cost_s >= wave_a.cost_s + wave_b.cost_s:
+        return None
+    new_b, _ = best_wave(problem, items_b, layouts)
+    if new_b is None or new_a.cost_s + new_b.cost_s >= wave_a.cost_s + wave_b.cost_s:
+        return None
+    return new_a, new_b
