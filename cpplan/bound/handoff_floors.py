@@ -145,14 +145,11 @@ def whole_requests_floor_s(problem: Problem, requests: np.ndarray) -> float | No
     requests = np.asarray(requests, dtype=np.int64)
     if pairs_overflow(problem, requests):
         return math.inf
-    barriers = np.asarray(problem.card.constants.barrier_coefficients, dtype=np.float64).sum(axis=0)
-    remote_s = float(barriers[_REMOTE_COLUMNS].sum())
     counts = path_counts(tree, requests)
-    weight = per_copy_amounts(problem) @ barriers - remote_s * tree.node_length
-    weight[counts == 0] = 0.0
-    if (weight < 0).any():
+    found = rank_weights(problem, counts)
+    if found is None:
         return None
-    base = remote_s * float(tree.node_length[counts > 0].sum()) + float(barriers[_SEGMENT_COLUMNS].sum())
+    weight, base = found
     sums = _PathSums(problem, requests, counts, weight[:, None])
     path_w = sums.path[tree.request_leaf[requests], 0]
     best = float(path_w.max())
@@ -165,6 +162,72 @@ def whole_requests_floor_s(problem: Problem, requests: np.ndarray) -> float | No
     for k in range(1, (requests.size - 1) // cp + 1):
         most = k * cp + 1
         best = max(best, float(private[most - k - 1 : most].sum()))
+    return base + best
+
+
+def rank_weights(problem: Problem, counts: np.ndarray) -> tuple[np.ndarray, float] | None:
+    """Per node of a wave (``counts``: the wave's requests through each), ``w_v``: its seconds on a rank
+    less its remote-token price (zero off the wave), and ``base``: the whole wave's tokens as remote and
+    one piece; a rank holding the nodes ``U`` costs at least ``base + Σ_{v ∈ U} w_v``. ``None`` where
+    some ``w_v < 0``."""
+    tree = problem.tree
+    barriers = np.asarray(problem.card.constants.barrier_coefficients, dtype=np.float64).sum(axis=0)
+    remote_s = float(barriers[_REMOTE_COLUMNS].sum())
+    weight = per_copy_amounts(problem) @ barriers - remote_s * tree.node_length
+    weight[counts == 0] = 0.0
+    if (weight < 0).any():
+        return None
+    base = remote_s * float(tree.node_length[counts > 0].sum()) + float(barriers[_SEGMENT_COLUMNS].sum())
+    return weight, base
+
+
+def shared_or_copied_floor_s(problem: Problem, requests: np.ndarray, average_s: float) -> float | None:
+    """A floor of the busiest rank's seconds (summed over the barriers) in one wave of ``requests``
+    whose GDN states never cross ranks. Every segment then sits on the rank of its parent's, so a node
+    through which two requests or more pass is either shared (one copy: every request through it sits
+    whole on the rank holding it) or not (stored once per in-wave child and request end: each extra
+    copy on the average rank, :func:`~cpplan.bound.passing_floors.unshared_copies_s`, less the piece
+    the bound's branch term may hold; ``average_s``: the bound's rank average, summed over the
+    barriers). Below the nodes every request passes, more than ``cp`` nodes shared by two requests or
+    more split the requests into disjoint groups. A version then shares some common node (the whole
+    wave on one rank), or leaves them all unshared and either leaves some group's node unshared too
+    (their copies) or holds every group whole on one rank (:func:`group_packing_floor`); the busiest
+    rank costs at least the least of the three. ``average_s`` where there are not that many groups;
+    ``None`` where some ``w_v < 0``."""
+    from cpplan.bound.passing_floors import unshared_copies_s
+
+    requests = np.asarray(requests, dtype=np.int64)
+    counts = path_counts(problem.tree, requests)
+    found = rank_weights(problem, counts)
+    if found is None:
+        return None
+    weight, base = found
+    nodes = np.flatnonzero(counts >= 2)
+    nodes = nodes[nodes > 0]
+    common = counts[nodes] == requests.size  # the nodes every request of the wave passes
+    deepest = nodes[common][np.argmax(problem.tree.node_depth[nodes[common]])] if common.any() else 0
+    groups = (problem.tree.node_parent[nodes] == deepest) & ~common  # disjoint groups of requests
+    if groups.sum() <= problem.topology.cp:
+        return average_s
+    sums = _PathSums(problem, requests, counts, weight[:, None])
+    together = base + sums.path[nodes, 0] + sums.below[nodes, 0]  # a node's requests on one rank
+    copies = unshared_copies_s(problem, requests, counts)[nodes]
+    spread = average_s + float(copies[common].sum())  # no common node shared: each stored per child
+    whole = float(together[common].min()) if common.any() else math.inf
+    packed = max(spread, group_packing_floor(together[groups], base, problem.topology.cp))
+    return min(whole, spread + float(copies[groups].min()), packed)
+
+
+def group_packing_floor(together: np.ndarray, base: float, cp: int) -> float:
+    """A floor of the busiest rank's seconds where each of some disjoint groups of requests sits whole on
+    one rank (``together``: per group, ``base`` plus its nodes' weights, :func:`rank_weights`): among
+    any ``k cp + 1`` groups some rank holds ``k + 1``, so it costs at least ``base`` plus the weights of
+    the ``k + 1`` lightest of the ``k cp + 1`` heaviest."""
+    weights = np.sort(np.asarray(together, dtype=np.float64) - base)[::-1]
+    best = float(weights[0]) if weights.size else 0.0
+    for k in range(1, (weights.size - 1) // cp + 1):
+        most = k * cp + 1
+        best = max(best, float(weights[most - k - 1 : most].sum()))
     return base + best
 
 
@@ -268,8 +331,9 @@ def one_wave_floor_s(problem: Problem, average_s: np.ndarray, copy_s: np.ndarray
     barriers = np.asarray(problem.card.constants.barrier_coefficients, dtype=np.float64)
     unsplit = unsplit_rank_floor_s(problem, per_copy_amounts(problem) @ barriers.sum(axis=0))
     whole = whole_requests_floor_s(problem, requests)
-    busiest = max(unsplit, whole if whole is not None else 0.0)
     average_s = np.asarray(average_s, dtype=np.float64)
+    copied = shared_or_copied_floor_s(problem, requests, float(average_s.sum()))
+    busiest = max(unsplit, whole if whole is not None else 0.0, copied if copied is not None else 0.0)
     return min(
         head_parallel_floor_s(problem, requests, copy_s),
         passing_floor_s(problem, requests, average_s),

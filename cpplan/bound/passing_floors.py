@@ -65,7 +65,7 @@ def passing_floor_s(problem: Problem, requests: np.ndarray, average_s: np.ndarra
     packed = float(problem.tree.node_length[counts > 0].sum())
     low = packed / problem.topology.cp
     if low >= longest:
-        return base + imbalance_s(problem, counts, packed, average_s, np.array([low]))[0]
+        return float(base + imbalance_s(problem, counts, packed, average_s, np.array([low]))[0])
     grid = _grid(low, longest)
     lo, hi = grid[:-1], grid[1:]
     imbalance = imbalance_s(problem, counts, packed, average_s, lo)
@@ -162,7 +162,7 @@ def shared_prefix_s(
     grouped = np.zeros((tree.num_nodes, lo.size))
     np.add.at(grouped, above[under], low.T)
     groups = np.unique(above[under])
-    copies = _copies_s(problem, requests, counts)[groups]
+    copies = unshared_copies_s(problem, requests, counts)[groups]
     twice_s = 2 * problem.card.handoff.wait_s_per_token * grouped[groups] / cp
     return np.minimum(copies[:, None], twice_s).sum(axis=0)
 
@@ -180,7 +180,7 @@ def _longest_through(problem: Problem, requests: np.ndarray) -> np.ndarray:
     return longest
 
 
-def _copies_s(problem: Problem, requests: np.ndarray, counts: np.ndarray) -> np.ndarray:
+def unshared_copies_s(problem: Problem, requests: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """Per node, what leaving it unshared in a wave of ``requests`` adds at least to the average rank:
     one copy per in-wave child and request end beyond the first (per-copy amounts over the barriers,
     remote tokens on the other ranks), less one piece's seconds; never below zero."""

@@ -1,0 +1,113 @@
+"""The no-crossing floor of shared prefixes (:func:`~cpplan.bound.handoff_floors.shared_or_copied_floor_s`):
+without a crossing every segment sits on its parent's rank, so a shared prefix holds all its requests
+on one rank and an unshared one is stored once per child. Checked against every version of small waves
+that crosses no rank (each tree of segments on one rank, under every sharing subset)."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+
+import numpy as np
+
+from cpplan import Item, Request, Workload
+from cpplan.bound.handoff_floors import shared_or_copied_floor_s, whole_requests_floor_s
+from cpplan.bound.node_floors import per_copy_amounts, unsplit_rank_floor_s
+from cpplan.pricing.handoff import layout_pieces
+from cpplan.pricing.ownership import chunk_stats
+from cpplan.pricing.wave import price_wave, wave_counts
+from tests.bound.enumerated import tiny_problem
+from tests.bound.test_handoff_floors import _average_s
+
+MODEL = "qwen3.6-35b-a3b"
+
+
+def _groups(num_groups: int, common_tokens: int = 0) -> Workload:
+    """``num_groups`` items of two requests each behind the item's own 4-token prompt (4-token tails),
+    all behind ``common_tokens`` tokens every request shares."""
+    common = list(range(900, 900 + common_tokens))
+    items = []
+    for g in range(num_groups):
+        prompt = list(range(100 * g, 100 * g + 4))
+        tails = [list(range(100 * g + 50 + 10 * t, 100 * g + 54 + 10 * t)) for t in range(2)]
+        items.append(Item(id=f"g{g}", requests=tuple(Request(tokens=common + prompt + t) for t in tails)))
+    return Workload(items=tuple(items))
+
+
+def _roomy_problem(workload: Workload):
+    """``workload`` on two ranks, 4-token chunks, four times the memory of its full-sharing wave (so every
+    layout fits)."""
+    problem = tiny_problem(workload, cp=2, chunk_tokens=4, room=1.0, model=MODEL)
+    settings = dataclasses.replace(problem.settings, memory_bytes=4 * problem.memory_bytes)
+    return dataclasses.replace(problem, settings=settings)
+
+
+def no_crossing_versions(problem, items: tuple[int, ...]):
+    """Every version of the wave of ``items`` whose states cross no rank: each subset of its sharing
+    decisions as the layout, each tree of segments (every node one chunk here) on one rank."""
+    counts = wave_counts(problem, items)
+    shareable = np.flatnonzero(counts >= 2)
+    requests = problem.item_requests(items)
+    for chosen in itertools.product((False, True), repeat=shareable.size):
+        mask = np.zeros(problem.tree.num_nodes, dtype=bool)
+        mask[shareable[list(chosen)]] = True
+        layout = problem.pack_requests(requests, mask)
+        parent = np.asarray(layout.seg_parent)
+        root = np.arange(layout.num_segments)
+        for s in range(layout.num_segments):
+            while parent[root[s]] >= 0:
+                root[s] = parent[root[s]]
+        starts = np.arange(chunk_stats(layout, problem.chunk_tokens).num_chunks) * problem.chunk_tokens
+        segment = np.searchsorted(np.asarray(layout.seg_offset), starts, side="right") - 1
+        roots = np.unique(root).tolist()
+        for ranks in itertools.product(range(problem.topology.cp), repeat=len(roots)):
+            rank_of = dict(zip(roots, ranks, strict=True))
+            owner = np.array([rank_of[int(root[s])] for s in segment], dtype=np.int64)
+            yield price_wave(problem, items, layout, "enumerated", owner=owner)
+
+
+def _floors(problem) -> tuple[float, float, list[float]]:
+    """The new floor, the larger of the earlier whole-request floors, and every no-crossing version's
+    busiest-rank seconds (its barriers' seconds)."""
+    requests = np.arange(problem.tree.num_requests)
+    barriers = np.asarray(problem.card.constants.barrier_coefficients, dtype=np.float64).sum(axis=0)
+    new = shared_or_copied_floor_s(problem, requests, _average_s(problem))
+    old = max(
+        whole_requests_floor_s(problem, requests),
+        unsplit_rank_floor_s(problem, per_copy_amounts(problem) @ barriers),
+    )
+    found = []
+    for wave in no_crossing_versions(problem, tuple(range(problem.num_items))):
+        assert layout_pieces(wave.layout.links, wave.owner, problem.chunk_tokens).num_crossings == 0
+        found.append(wave.cost_s - problem.card.wave_overhead_s - wave.handoff.seconds)
+    return new, old, found
+
+
+def test_groups_sit_whole_on_ranks_without_crossings():
+    """Three prompt groups on two ranks: without a crossing each shared prompt holds its group on one
+    rank (unshared, it is copied per request), so a rank holds two groups; the floor is exactly the
+    cheapest version without a crossing, above the request-level floors (which let the six requests
+    spread evenly)."""
+    new, old, found = _floors(_roomy_problem(_groups(3)))
+    assert min(found) >= new * (1 - 1e-12)
+    assert min(found) <= new * (1 + 1e-6)
+    assert new > old * (1 + 0.05)
+
+
+def test_a_common_prefix_is_shared_on_one_rank_or_copied():
+    """Behind a prefix every request shares: shared, it holds the whole wave on one rank; unshared, it is
+    stored per child and the groups below sit whole on ranks. Every version without a crossing costs
+    at least the floor, which is above the request-level floors."""
+    new, old, found = _floors(_roomy_problem(_groups(3, common_tokens=4)))
+    assert min(found) >= new * (1 - 1e-12)
+    assert new > old * (1 + 0.05)
+
+
+def test_a_long_common_prefix_keeps_the_wave_on_one_rank():
+    """Behind a 40-token prefix every request shares, copying it per group costs more than running the
+    whole wave on one rank with the prefix shared: the floor is that version's price exactly (it fails
+    when the shared case is left out: the floor then exceeds the cheapest version)."""
+    new, old, found = _floors(_roomy_problem(_groups(3, common_tokens=40)))
+    assert min(found) >= new * (1 - 1e-12)
+    assert min(found) <= new * (1 + 1e-6)
+    assert new > old * (1 + 0.05)
