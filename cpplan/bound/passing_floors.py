@@ -65,7 +65,8 @@ def passing_floor_s(problem: Problem, requests: np.ndarray, average_s: np.ndarra
     packed = float(problem.tree.node_length[counts > 0].sum())
     low = packed / problem.topology.cp
     if low >= longest:
-        return float(base + imbalance_s(problem, counts, packed, average_s, np.array([low]))[0])
+        found = float(base + imbalance_s(problem, counts, packed, average_s, np.array([low]))[0])
+        return max(found, common_prefix_floor_s(problem, requests, counts, packed, average_s))
     grid = _grid(low, longest)
     lo, hi = grid[:-1], grid[1:]
     imbalance = imbalance_s(problem, counts, packed, average_s, lo)
@@ -81,7 +82,58 @@ def passing_floor_s(problem: Problem, requests: np.ndarray, average_s: np.ndarra
             parallel, passing + np.maximum(0.0, seconds.wait_s_per_token * waits + shared) - imbalance
         )
     beyond = base + imbalance_s(problem, counts, packed, average_s, np.array([longest]))[0]
-    return float(min(beyond, (imbalance + np.minimum(rounds, parallel)).min()))
+    found = float(min(beyond, (imbalance + np.minimum(rounds, parallel)).min()))
+    return max(found, common_prefix_floor_s(problem, requests, counts, packed, average_s))
+
+
+def common_prefix_floor_s(
+    problem: Problem, requests: np.ndarray, counts: np.ndarray, packed: float, average_s: np.ndarray | None
+) -> float:
+    """A floor of what a crossing wave pays beyond ``average_s`` where every request passes a node with
+    two in-wave children or request ends or more. Left unshared, such a node is stored once per child
+    and end (:func:`unshared_copies_s`), beside at least one round and one state. With every such node
+    shared, every path runs through one chain of copies, so the wave has one root segment, and with
+    ``T_r`` the ranks' owned tokens and ``M`` the busiest's:
+
+    - *rounds*: in a wave of two rounds every path starts on the rank ``R`` of that segment's first
+      piece and crosses at most once, so ``R``'s tokens are all in round 0 and every other rank's in
+      round 1, and ``min(T_R, max_{r≠R} T_r)`` tokens wait: at least ``(P - M) / (cp - 1)`` where ``R``
+      is the busiest, else at least ``P - (cp - 1) M``; a wave of three rounds or more pays two extra
+      rounds and two states;
+    - *parallel*: only the root segment's first piece runs from a zero state, so every token runs once
+      before the exchange or after it, and a node with in-wave children and two of them or request
+      ends or more that not every request passes either ends its segment (shared: each of its pieces
+      has a successor and runs twice before) or is stored once more per child (unshared): the ranks' runs
+      add up to at least ``P + I`` (``I``: those nodes' tokens, each at most twice), and at least
+      ``(P + I) / cp - M`` tokens wait.
+
+    Each beside the imbalance at ``M``, least over ``M`` from ``P / cp`` to ``P`` (the grid of
+    :func:`passing_floor_s`); 0 without such a node."""
+    tree, cp = problem.tree, problem.topology.cp
+    nodes = np.flatnonzero((counts == requests.size) & (np.arange(tree.num_nodes) > 0))
+    children = np.bincount(tree.node_parent[np.flatnonzero(counts > 0)[1:]], minlength=tree.num_nodes)
+    ends = np.bincount(tree.request_leaf[requests], minlength=tree.num_nodes)
+    branching = nodes[children[nodes] + ends[nodes] >= 2]
+    if branching.size == 0:
+        return 0.0
+    seconds = problem.card.handoff
+    base = seconds.round_s + seconds.state_s
+    unshared = base + float(unshared_copies_s(problem, requests, counts)[branching].min())
+    present = np.flatnonzero(counts > 0)
+    stored = children + ends
+    inner = present[(present > 0) & (counts[present] < requests.size) & (stored[present] >= 2)]
+    inner = inner[children[inner] > 0]  # shared, its last piece has its children as successors
+    twice = float((tree.node_length[inner] * np.minimum(2, stored[inner] - 1)).sum())
+    grid = _grid(packed / cp, packed)
+    lo, hi = grid[:-1], grid[1:]
+    imbalance = imbalance_s(problem, counts, packed, average_s, lo)
+    waits = np.minimum((packed - hi) / (cp - 1), packed - (cp - 1) * hi)
+    two_rounds = base + seconds.wait_s_per_token * np.maximum(0.0, waits)
+    rounds = np.minimum(two_rounds, 2 * base)
+    parallel = seconds.round_s + 2 * seconds.state_s
+    parallel = parallel + seconds.wait_s_per_token * np.maximum(0.0, (packed + twice) / cp - hi)
+    shared = float((imbalance + np.minimum(rounds, parallel)).min())
+    return min(unshared, shared)
 
 
 def _grid(low: float, high: float) -> np.ndarray:

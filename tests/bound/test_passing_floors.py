@@ -201,3 +201,37 @@ def test_a_shared_prefix_makes_its_childrens_low_tokens_run_twice(monkeypatch):
     assert min(_crossing_extras(problem, average)) >= floor * (1 - 1e-12)
     monkeypatch.setattr(passing_floors, "shared_prefix_s", lambda *args: np.zeros_like(args[3]))
     assert floor > passing_floor_s(problem, requests, average) * (1 + 1e-6)
+
+
+def _prompt_groups(chunk: int) -> Workload:
+    """Two prompt groups behind a common prefix, every node one ``chunk`` of tokens: two requests per
+    group, each the prefix, its group's prompt and its own tail."""
+    common = list(range(10_000, 10_000 + chunk))
+    items = []
+    for g in range(2):
+        prompt = list(range(20_000 + 20_000 * g, 20_000 + 20_000 * g + chunk))
+        tails = [
+            list(range(120_000 + 20_000 * g + 5_000 * t, 120_000 + 20_000 * g + 5_000 * t + chunk))
+            for t in range(2)
+        ]
+        items.append(
+            Item(id=f"g{g}", requests=tuple(Request(tokens=common + prompt + tail) for tail in tails))
+        )
+    return Workload(items=tuple(items))
+
+
+def test_a_common_prefix_makes_every_crossing_pay_its_rounds_or_reruns():
+    """Behind a prefix every request passes (2,048-token nodes, two ranks): unshared, the prefix is
+    stored per child; shared, the wave has one root segment, so two rounds leave a rank's share
+    waiting, more rounds pay two, and parallel passing reruns all but the first piece. Every crossing
+    version pays at least the floor, which lifts the one-round-one-state floor by more than a quarter."""
+    problem = _roomy(tiny_problem(_prompt_groups(2048), cp=2, chunk_tokens=2048, room=1.0, model=MODEL))
+    average = _average(problem)
+    requests = np.arange(problem.tree.num_requests)
+    floor = passing_floor_s(problem, requests, average)
+    assert min(_crossing_extras(problem, average)) >= floor * (1 - 1e-12)
+    seconds = problem.card.handoff
+    assert floor > 1.25 * (seconds.round_s + seconds.state_s)
+    counts = path_counts(problem.tree, requests)
+    packed = float(problem.tree.node_length[counts > 0].sum())
+    assert passing_floors.common_prefix_floor_s(problem, requests, counts, packed, average) == floor
