@@ -79,7 +79,8 @@ def solve_owned(
 ) -> OwnedAnswer:
     """Run CP-SAT on ``owned``; a free column chosen is re-priced by the evaluator under its new split.
     With ``relaxed`` (a deterministic budget's second run, ``ownership.relaxation_share``) an answer not
-    proved optimal is searched on from, and the better kept. The objective reported is the answer's own:
+    proved optimal is searched on from, and the better kept; without an answer, the model is searched
+    again under ``relaxed``. The objective reported is the answer's own:
     unproved, a time variable may keep slack, which overstates it and the model's gap, never the plan's
     price or the bound."""
     solver, status, wall = run_solver(
@@ -87,6 +88,9 @@ def solve_owned(
     )
     if relaxed is not None and status == cp_model.FEASIBLE:
         solver, status, wall = _search_on(owned, (solver, status, wall), relaxed)
+    elif relaxed is not None and status == cp_model.UNKNOWN:  # no answer yet: the rest of the share
+        solver, status, more = run_solver(owned.model, relaxed, time_limit_s=None, deterministic=True)
+        wall += more
     name = STATUSES.get(status, Status.UNKNOWN)
     stage_s = {"search": wall}
     if not name.answered:

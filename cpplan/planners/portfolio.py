@@ -186,19 +186,21 @@ def _moved(
     proposer: SolverStats | None,
     by: Deadline,
 ) -> tuple[dict[str, Plan | None], SolverStats | None]:
-    """``plans`` with the cheapest of several waves (whole items only) replaced by itself with items
-    moved between its waves (:func:`~cpplan.planners.item_moves.moved_plan`, within the profile's
-    ``moves.max_pricings`` and ``by``) where that is cheaper; and ``proposer`` with the moves' seconds
-    among its stages."""
-    whole = [n for n, p in plans.items() if p is not None and p.num_waves > 1 and not p.splits_an_item]
-    limit = budget.profile.moves.max_pricings
-    if not whole or limit == 0:
+    """``plans`` and, where the cheapest proposal that splits no item has two to ``moves.max_waves``
+    waves, that plan with items moved between its waves (:func:`~cpplan.planners.item_moves.moved_plan`,
+    within the profile's ``moves.max_pricings`` and ``by``) where that is cheaper; and ``proposer`` with
+    the moves' seconds among its stages."""
+    whole = [n for n, p in plans.items() if p is not None and not p.splits_an_item]
+    settings = budget.profile.moves
+    if not whole or settings.max_pricings == 0:
+        return plans, proposer
+    name = min(whole, key=lambda n: plans[n].cost_s)
+    if not 1 < plans[name].num_waves <= settings.max_waves:
         return plans, proposer
     started = time.perf_counter()
-    name = min(whole, key=lambda n: plans[n].cost_s)
     try:
         layouts = budget.profile.greedy.layouts
-        moved = moved_plan(problem, plans[name], layouts, max_pricings=limit, deadline=by)
+        moved = moved_plan(problem, plans[name], layouts, max_pricings=settings.max_pricings, deadline=by)
     except CpplanError:  # a faulty stage costs time, never the plan
         moved = None
     if proposer is not None:

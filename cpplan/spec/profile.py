@@ -266,6 +266,11 @@ class MovesParams(BaseModel):
     """The most waves priced while moving and swapping items between waves (two per neighbour tried;
     0: no moves). Under the clock the proposers' deadline stops it sooner."""
 
+    max_waves: int = Field(default=8, ge=2)
+    """Items move only within a proposal of at most this many waves: on 400 ShareGPT conversations at
+    CP2 (63 waves) the moves made the plan 0.02% cheaper and the ownership model's search 1.3 s
+    longer."""
+
 
 class GreedyParams(BaseModel):
     """Parameters of the greedy exact planner: the layouts it tries for each candidate wave."""

@@ -123,3 +123,19 @@ def test_a_proved_answer_is_not_searched_on(monkeypatch):
     seen = _solves(monkeypatch)
     answer = solve_owned(owned, first, time_limit_s=None, deterministic=True, relaxed=first)
     assert answer.stats.status == "optimal" and len(seen) == 1
+
+
+def test_a_run_without_an_answer_searches_on_with_the_relaxation(monkeypatch):
+    """Where the first run finds no answer in its share (the README example at CP4 after a
+    deterministic limit too small for any), the relaxed parameters search the model again for the rest
+    of the share, and that run's answer is the model's."""
+    first = PROFILE.cpsat.model_copy(update={"deterministic_time_s": 1e-6, "linearization_level": 0})
+    relaxed = PROFILE.cpsat.model_copy(update={"deterministic_time_s": 0.5, "linearization_level": 1})
+    _, plan, owned = _owned(cp=4)
+    hint_plan(owned, plan.waves)
+    alone = solve_owned(owned, first, time_limit_s=None, deterministic=True)
+    assert alone.plan is None and alone.stats.status == "unknown"
+    seen = _solves(monkeypatch)
+    answer = solve_owned(owned, first, time_limit_s=None, deterministic=True, relaxed=relaxed)
+    assert [level for level, _ in seen] == [0, 1]
+    assert answer.plan is not None and answer.stats.status in ("feasible", "optimal")

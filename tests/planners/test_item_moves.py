@@ -94,3 +94,23 @@ def test_planner_proposes_the_moved_plan(moves_on, cheaper):
     chosen = solve(problem, profile if moves_on else without)
     proposals = min(c.cost_s for c in chosen.candidates if c.strategy != "cpsat" and c.cost_s is not None)
     assert (chosen.cost_s < proposals * (1 - 5e-3)) is cheaper
+
+
+def _three_waves():
+    """Eight long-tail requests on two CP ranks with 12 GiB each: every proposal has three waves."""
+    workload = synthetic.long_tail(num_items=8, median_tokens=4096, max_tokens=32768, seed=2)
+    return build_problem(workload, topology=Topology(cp=2), model="qwen3.6-35b-a3b", memory_bytes="12GiB")
+
+
+@pytest.mark.parametrize("max_waves, moved", [(3, True), (2, False)])
+def test_moves_only_within_few_waves(monkeypatch, max_waves, moved):
+    """The planner moves items only where the cheapest proposal has at most ``moves.max_waves`` waves
+    (three here)."""
+    import cpplan.planners.portfolio as portfolio
+
+    calls = []
+    monkeypatch.setattr(portfolio, "moved_plan", lambda *a, **k: calls.append(a[1].num_waves))
+    profile = load_solver("deterministic")
+    profile = profile.model_copy(update={"moves": profile.moves.model_copy(update={"max_waves": max_waves})})
+    solve(_three_waves(), profile)
+    assert (calls == [3]) is moved and (not calls) is not moved
