@@ -31,16 +31,21 @@ def tiny_problem(
     return dataclasses.replace(Problem.build(workload, settings), chunk_tokens=chunk_tokens)
 
 
-def wave_versions(problem: Problem, items: tuple[int, ...]):
-    """Every version of the wave of ``items``: each subset of its sharing decisions as the layout, each
-    chunk-to-rank map as the ownership (the hand-off in its cheapest mode, as a wave is priced)."""
+def wave_layouts(problem: Problem, items: tuple[int, ...]):
+    """Every layout of the wave of ``items``: one per subset of its sharing decisions."""
     counts = wave_counts(problem, items)
     shareable = np.flatnonzero(counts >= 2)
     requests = problem.item_requests(items)
     for chosen in itertools.product((False, True), repeat=shareable.size):
         mask = np.zeros(problem.tree.num_nodes, dtype=bool)
         mask[shareable[list(chosen)]] = True
-        layout = problem.pack_requests(requests, mask)
+        yield problem.pack_requests(requests, mask)
+
+
+def wave_versions(problem: Problem, items: tuple[int, ...]):
+    """Every version of the wave of ``items``: each of its layouts (:func:`wave_layouts`), each
+    chunk-to-rank map as the ownership (the hand-off in its cheapest mode, as a wave is priced)."""
+    for layout in wave_layouts(problem, items):
         num_chunks = chunk_stats(layout, problem.chunk_tokens).num_chunks
         for owner in itertools.product(range(problem.topology.cp), repeat=num_chunks):
             yield price_wave(problem, items, layout, "enumerated", owner=np.array(owner, dtype=np.int64))

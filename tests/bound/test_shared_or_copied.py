@@ -15,8 +15,8 @@ from cpplan.bound.handoff_floors import shared_or_copied_floor_s, whole_requests
 from cpplan.bound.node_floors import per_copy_amounts, unsplit_rank_floor_s
 from cpplan.pricing.handoff import layout_pieces
 from cpplan.pricing.ownership import chunk_stats
-from cpplan.pricing.wave import price_wave, wave_counts
-from tests.bound.enumerated import tiny_problem
+from cpplan.pricing.wave import price_wave
+from tests.bound.enumerated import tiny_problem, wave_layouts
 from tests.bound.test_handoff_floors import _average_s
 
 MODEL = "qwen3.6-35b-a3b"
@@ -45,13 +45,7 @@ def _roomy_problem(workload: Workload):
 def no_crossing_versions(problem, items: tuple[int, ...]):
     """Every version of the wave of ``items`` whose states cross no rank: each subset of its sharing
     decisions as the layout, each tree of segments (every node one chunk here) on one rank."""
-    counts = wave_counts(problem, items)
-    shareable = np.flatnonzero(counts >= 2)
-    requests = problem.item_requests(items)
-    for chosen in itertools.product((False, True), repeat=shareable.size):
-        mask = np.zeros(problem.tree.num_nodes, dtype=bool)
-        mask[shareable[list(chosen)]] = True
-        layout = problem.pack_requests(requests, mask)
+    for layout in wave_layouts(problem, items):
         parent = np.asarray(layout.seg_parent)
         root = np.arange(layout.num_segments)
         for s in range(layout.num_segments):
