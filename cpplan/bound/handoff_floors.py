@@ -33,7 +33,7 @@ from cpplan.bound.node_floors import (
     per_copy_amounts,
     unsplit_rank_floor_s,
 )
-from cpplan.bound.passing_floors import passing_floor_s
+from cpplan.bound.passing_floors import in_wave_branches, passing_floor_s, unshared_copies_s
 from cpplan.pricing.layout import path_counts
 from cpplan.pricing.problem import Problem
 from cpplan.spec.card import HandoffSeconds
@@ -91,8 +91,7 @@ def level_floor_s(problem: Problem, requests: np.ndarray, copy_s: np.ndarray) ->
     parent = tree.node_parent
     present = np.flatnonzero(counts > 0)
     present = present[present > 0]
-    children = np.bincount(parent[present], minlength=tree.num_nodes)
-    ends = np.bincount(tree.request_leaf[requests], minlength=tree.num_nodes)
+    children, ends = in_wave_branches(problem, requests, counts)
     private = np.zeros(depth + 1)
     private[0] = math.inf  # a request keeps at least one segment
     tails = np.bincount(parent[present[counts[present] == 1]], minlength=tree.num_nodes)
@@ -194,8 +193,6 @@ def shared_or_copied_floor_s(problem: Problem, requests: np.ndarray, average_s: 
     (their copies) or holds every group whole on one rank (:func:`group_packing_floor`); the busiest
     rank costs at least the least of the three. ``average_s`` where there are not that many groups;
     ``None`` where some ``w_v < 0``."""
-    from cpplan.bound.passing_floors import unshared_copies_s
-
     requests = np.asarray(requests, dtype=np.int64)
     counts = path_counts(problem.tree, requests)
     found = rank_weights(problem, counts)

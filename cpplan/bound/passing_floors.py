@@ -111,8 +111,7 @@ def common_prefix_floor_s(
     :func:`passing_floor_s`); 0 without such a node."""
     tree, cp = problem.tree, problem.topology.cp
     nodes = np.flatnonzero((counts == requests.size) & (np.arange(tree.num_nodes) > 0))
-    children = np.bincount(tree.node_parent[np.flatnonzero(counts > 0)[1:]], minlength=tree.num_nodes)
-    ends = np.bincount(tree.request_leaf[requests], minlength=tree.num_nodes)
+    children, ends = in_wave_branches(problem, requests, counts)
     branching = nodes[children[nodes] + ends[nodes] >= 2]
     if branching.size == 0:
         return 0.0
@@ -236,14 +235,23 @@ def unshared_copies_s(problem: Problem, requests: np.ndarray, counts: np.ndarray
     """Per node, what leaving it unshared in a wave of ``requests`` adds at least to the average rank:
     one copy per in-wave child and request end beyond the first (per-copy amounts over the barriers,
     remote tokens on the other ranks), less one piece's seconds; never below zero."""
-    tree, cp = problem.tree, problem.topology.cp
+    cp = problem.topology.cp
     barriers = np.asarray(problem.card.constants.barrier_coefficients, dtype=np.float64).sum(axis=0)
     amounts = per_copy_amounts(problem).copy()
     amounts[:, _REMOTE_COLUMNS] = (cp - 1) * amounts[:, [_TOKENS]]
-    present = np.flatnonzero(counts > 0)
-    present = present[present > 0]
-    children = np.bincount(tree.node_parent[present], minlength=tree.num_nodes)
-    ends = np.bincount(tree.request_leaf[np.asarray(requests, dtype=np.int64)], minlength=tree.num_nodes)
+    children, ends = in_wave_branches(problem, requests, counts)
     extra = np.maximum(children + ends - 1, 0)
     piece = float(barriers[_SEGMENT_COLUMNS].sum())
     return np.maximum(0.0, extra * (amounts @ barriers) / cp - piece)
+
+
+def in_wave_branches(
+    problem: Problem, requests: np.ndarray, counts: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per node, its children that some of ``requests`` pass (``counts``: per node, how many do) and
+    the requests of them that end at it."""
+    tree = problem.tree
+    present = np.flatnonzero(counts > 0)
+    children = np.bincount(tree.node_parent[present[present > 0]], minlength=tree.num_nodes)
+    ends = np.bincount(tree.request_leaf[np.asarray(requests, dtype=np.int64)], minlength=tree.num_nodes)
+    return children, ends

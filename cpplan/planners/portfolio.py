@@ -136,8 +136,8 @@ def propose_and_decide(
             found["cpsat"] = run_strategy("cpsat", steps["cpsat"], problem, profile, budget.verify_by)
         else:
             plans = {name: o.plan for name, o in found.items()} | {"joint": joint[0]}
-            plans, proposer = _moved(problem, budget, plans, joint[1], by)
-            found["cpsat"] = _decided(problem, Pool.of(plans, proposer), budget)
+            pool = _moved(problem, budget, Pool.of(plans, joint[1]), by)
+            found["cpsat"] = _decided(problem, pool, budget)
     return [found[name] for name in profile.strategies]
 
 
@@ -179,34 +179,24 @@ def _joint(
     return plan, replace(stats, wall_s=time.perf_counter() - started)
 
 
-def _moved(
-    problem: Problem,
-    budget: Budget,
-    plans: dict[str, Plan | None],
-    proposer: SolverStats | None,
-    by: Deadline,
-) -> tuple[dict[str, Plan | None], SolverStats | None]:
-    """``plans`` and, where the cheapest proposal that splits no item has two to ``moves.max_waves``
-    waves, that plan with items moved between its waves (:func:`~cpplan.planners.item_moves.moved_plan`,
-    within the profile's ``moves.max_pricings`` and ``by``) where that is cheaper; and ``proposer`` with
-    the moves' seconds among its stages."""
-    whole = [n for n, p in plans.items() if p is not None and not p.splits_an_item]
-    settings = budget.profile.moves
-    if not whole or settings.max_pricings == 0:
-        return plans, proposer
-    name = min(whole, key=lambda n: plans[n].cost_s)
-    if not 1 < plans[name].num_waves <= settings.max_waves:
-        return plans, proposer
+def _moved(problem: Problem, budget: Budget, pool: Pool, by: Deadline) -> Pool:
+    """``pool`` and, where its cheapest proposal has two to ``moves.max_waves`` waves, that plan with
+    items moved between its waves (:func:`~cpplan.planners.item_moves.moved_plan`, within the profile's
+    ``moves.max_pricings`` and ``by``) where that is cheaper, the moves' seconds among the proposer's
+    stages."""
+    settings, best = budget.profile.moves, pool.cheapest
+    if best is None or settings.max_pricings == 0 or not 1 < best.num_waves <= settings.max_waves:
+        return pool
     started = time.perf_counter()
     try:
         layouts = budget.profile.greedy.layouts
-        moved = moved_plan(problem, plans[name], layouts, max_pricings=settings.max_pricings, deadline=by)
+        moved = moved_plan(problem, best, layouts, max_pricings=settings.max_pricings, deadline=by)
     except CpplanError:  # a faulty stage costs time, never the plan
         moved = None
+    proposer = pool.proposer
     if proposer is not None:
-        stage_s = {**proposer.stage_s, "moves": time.perf_counter() - started}
-        proposer = replace(proposer, stage_s=stage_s)
-    return (plans if moved is None else {**plans, "moves": moved}), proposer
+        proposer = replace(proposer, stage_s={**proposer.stage_s, "moves": time.perf_counter() - started})
+    return replace(pool, plans=(*pool.plans, *([moved] if moved is not None else ())), proposer=proposer)
 
 
 def _decided(problem: Problem, pool: Pool, budget: Budget) -> StrategyOutcome:
