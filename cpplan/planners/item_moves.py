@@ -1,4 +1,6 @@
-"""Items moved between waves: from a plan, single items moved or swapped between two of its waves.
+"""Items moved between waves, and whole requests between ranks: a plan's cheaper neighbours.
+
+Between waves (:func:`moved_plan`), single items are moved or swapped between two of a plan's waves.
 
 Each neighbour changes two waves; both are priced exactly (:func:`~cpplan.pricing.wave.best_wave` over
 the profile's layouts) and the neighbour is taken where both fit and together cost less than the two
@@ -6,7 +8,9 @@ waves they replace (first improvement, then the scan starts again). Neighbours c
 per pair of waves (the costlier first), the swaps, pairs of items closest in full-sharing tokens first
 (a swap of like-sized items keeps both waves within memory and changes what shares them), then every
 single move. The search stops after ``max_pricings`` pricings, or at ``deadline`` under the clock,
-so a deterministic profile gets the same plan on any machine.
+so a deterministic profile gets the same plan on any machine. Between ranks (:func:`repacked_plan`),
+each wave's whole requests are packed onto ranks again, the packing polished two ranks at a time
+(:func:`~cpplan.pricing.wave.repacked_wave`).
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from collections.abc import Iterator, Sequence
 from cpplan.planners.deadline import Deadline
 from cpplan.plans.plan import Plan
 from cpplan.pricing.problem import Problem
-from cpplan.pricing.wave import WavePlan, best_wave
+from cpplan.pricing.wave import WavePlan, best_wave, repacked_wave
 
 Neighbour = tuple[int, int, tuple[int, ...], tuple[int, ...]]
 """Two wave indices and the items each holds after the move or swap."""
@@ -42,6 +46,20 @@ def moved_plan(
                 break
         else:
             return Plan(strategy="moves", waves=tuple(waves)) if improved else None
+
+
+def repacked_plan(problem: Problem, plan: Plan, *, deadline: Deadline) -> Plan | None:
+    """``plan`` with every wave whose whole requests, packed onto ranks again and polished, fit and cost
+    less (:func:`~cpplan.pricing.wave.repacked_wave`) taking that version, as strategy ``"moves"``;
+    ``None`` where no wave did. Under the clock ``deadline`` stops it sooner."""
+    waves, improved = list(plan.waves), False
+    for k, wave in enumerate(plan.waves):
+        if deadline.expired():
+            break
+        found = repacked_wave(problem, wave)
+        if found is not None and found.fits(problem.memory_bytes) and found.cost_s < wave.cost_s:
+            waves[k], improved = found, True
+    return Plan(strategy="moves", waves=tuple(waves)) if improved else None
 
 
 def neighbours(problem: Problem, waves: Sequence[WavePlan]) -> Iterator[Neighbour]:

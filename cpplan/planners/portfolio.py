@@ -24,7 +24,7 @@ from cpplan.planners.deadline import NO_TIME, Deadline
 from cpplan.planners.decide import Pool, decide
 from cpplan.planners.dynamic_cp import group_problem, pool_padding_s
 from cpplan.planners.greedy import cached_greedy_plan
-from cpplan.planners.item_moves import moved_plan
+from cpplan.planners.item_moves import moved_plan, repacked_plan
 from cpplan.planners.subproblem import SubProblem
 from cpplan.plans.outcome import Ended, ModelOutcome, Status
 from cpplan.plans.plan import Candidate, Plan, SolverStats
@@ -180,23 +180,26 @@ def _joint(
 
 
 def _moved(problem: Problem, budget: Budget, pool: Pool, by: Deadline) -> Pool:
-    """``pool`` and, where its cheapest proposal has two to ``moves.max_waves`` waves, that plan with
+    """``pool`` and, where its cheapest proposal has at most ``moves.max_waves`` waves, that plan with
     items moved between its waves (:func:`~cpplan.planners.item_moves.moved_plan`, within the profile's
-    ``moves.max_pricings`` and ``by``) where that is cheaper, the moves' seconds among the proposer's
-    stages."""
+    ``moves.max_pricings`` and ``by``), then its waves' whole requests packed onto ranks again
+    (:func:`~cpplan.planners.item_moves.repacked_plan`), each where that is cheaper; the moves' seconds
+    among the proposer's stages."""
     settings, best = budget.profile.moves, pool.cheapest
-    if best is None or settings.max_pricings == 0 or not 1 < best.num_waves <= settings.max_waves:
+    if best is None or settings.max_pricings == 0 or best.num_waves > settings.max_waves:
         return pool
     started = time.perf_counter()
+    layouts, limit = budget.profile.greedy.layouts, settings.max_pricings
     try:
-        layouts = budget.profile.greedy.layouts
-        moved = moved_plan(problem, best, layouts, max_pricings=settings.max_pricings, deadline=by)
+        moved = moved_plan(problem, best, layouts, max_pricings=limit, deadline=by)  # None for one wave
+        repacked = repacked_plan(problem, moved or best, deadline=by)
     except CpplanError:  # a faulty stage costs time, never the plan
-        moved = None
+        moved = repacked = None
+    found = tuple(plan for plan in (moved, repacked) if plan is not None)
     proposer = pool.proposer
     if proposer is not None:
         proposer = replace(proposer, stage_s={**proposer.stage_s, "moves": time.perf_counter() - started})
-    return replace(pool, plans=(*pool.plans, *([moved] if moved is not None else ())), proposer=proposer)
+    return replace(pool, plans=(*pool.plans, *found), proposer=proposer)
 
 
 def _decided(problem: Problem, pool: Pool, budget: Budget) -> StrategyOutcome:

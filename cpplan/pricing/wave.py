@@ -26,6 +26,7 @@ from cpplan.pricing.ownership import (
 )
 from cpplan.pricing.problem import Problem
 from cpplan.pricing.rank_exchanges import align_ranks, can_align, compute_s, pack_groups
+from cpplan.pricing.rank_pairs import repacked_pairs
 from cpplan.pricing.whole_requests import (
     chunk_group_quantities,
     chunk_groups,
@@ -360,11 +361,12 @@ def price_wave(
 
 
 def whole_request_wave(
-    problem: Problem, items: Sequence[int], layout: PackedLayout, layout_name: str
+    problem: Problem, items: Sequence[int], layout: PackedLayout, layout_name: str, *, polish: bool = False
 ) -> WavePlan | None:
     """``items`` packed as ``layout_name`` (``layout``: in their given order) with the items reordered
-    so that every rank holds whole units and nothing crosses ranks (:func:`_reordered_wave`), priced;
-    ``None`` where no such split is found."""
+    so that every rank holds whole units and nothing crosses ranks (:func:`_reordered_wave`; ``polish``:
+    the packing then split again two ranks at a time, :func:`~cpplan.pricing.rank_pairs.repacked_pairs`),
+    priced; ``None`` where no such split is found."""
     versions = _Versions(
         problem=problem,
         items=tuple(items),
@@ -374,10 +376,26 @@ def whole_request_wave(
         split=False,
         logical_tokens=problem.logical_tokens(items),
     )
-    return _reordered_wave(versions, None)
+    return _reordered_wave(versions, None, polish=polish)
 
 
-def _reordered_wave(versions: _Versions, best: WavePlan | None, beat_s: float = math.inf) -> WavePlan | None:
+def repacked_wave(problem: Problem, wave: WavePlan) -> WavePlan | None:
+    """``wave``'s items with their whole requests packed onto ranks again and the packing polished
+    (:func:`whole_request_wave` with ``polish``), under the wave's own layout; ``None`` at one rank, for
+    a split wave or one whose layout is no spec, or where no such split is found."""
+    if problem.topology.cp == 1 or wave.split:
+        return None
+    try:
+        mask = problem.share_mask(wave.layout_name)
+    except InputError:
+        return None
+    layout = problem.pack(wave.items, mask)
+    return whole_request_wave(problem, wave.items, layout, wave.layout_name, polish=True)
+
+
+def _reordered_wave(
+    versions: _Versions, best: WavePlan | None, beat_s: float = math.inf, *, polish: bool = False
+) -> WavePlan | None:
     """The wave with its items reordered so that every rank holds whole units (root subtrees joined by
     items, :func:`~cpplan.pricing.whole_requests.segment_units`) and every rank's block but the last
     ends on a chunk boundary, so nothing crosses ranks: units bin-packed onto ranks by predicted seconds
@@ -406,6 +424,8 @@ def _reordered_wave(versions: _Versions, best: WavePlan | None, beat_s: float = 
     if packed is None or compute_s(loads, packed, cp) >= beat_s:
         return None  # aligning the blocks seldom makes a packing cheaper
     rank_of = align_ranks(loads, unit_tokens, packed, cp, chunk_tokens)
+    if rank_of is not None and polish:
+        rank_of = repacked_pairs(loads, unit_tokens, rank_of, cp, chunk_tokens)
     if rank_of is None or compute_s(loads, rank_of, cp) >= beat_s:
         return None
     if np.bincount(rank_of, minlength=cp).min() == 0:

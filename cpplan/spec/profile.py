@@ -257,19 +257,20 @@ class SeededParams(BaseModel):
 
 
 class MovesParams(BaseModel):
-    """Items moved between the cheapest proposal's waves before the ownership model decides (the
-    ``[moves]`` table, :mod:`cpplan.planners.item_moves`)."""
+    """Items moved between the cheapest proposal's waves, then each of its waves' whole requests packed
+    onto ranks again, before the ownership model decides (the ``[moves]`` table,
+    :mod:`cpplan.planners.item_moves`)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
     max_pricings: int = Field(default=120, ge=0)
     """The most waves priced while moving and swapping items between waves (two per neighbour tried;
-    0: no moves). Under the clock the proposers' deadline stops it sooner."""
+    0: no moves, and no repacking either). Under the clock the proposers' deadline stops it sooner."""
 
     max_waves: int = Field(default=8, ge=2)
-    """Items move only within a proposal of at most this many waves: on 400 ShareGPT conversations at
-    CP2 (63 waves) the moves made the plan 0.02% cheaper and the ownership model's search 1.3 s
-    longer."""
+    """Items move, and waves are repacked, only within a proposal of at most this many waves: on 400
+    ShareGPT conversations at CP2 (63 waves) the moves made the plan 0.02% cheaper and the ownership
+    model's search 1.3 s longer."""
 
 
 class GreedyParams(BaseModel):

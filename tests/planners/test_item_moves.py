@@ -1,9 +1,11 @@
-"""Items moved between waves (:mod:`cpplan.planners.item_moves`): a move or swap is taken only where
-both changed waves fit and cost less together, every item stays in exactly one wave, the search stays
-within its pricings, and the planner's loop proposes the moved plan to the ownership model."""
+"""Items moved between waves and whole requests between ranks (:mod:`cpplan.planners.item_moves`): a move
+or swap is taken only where both changed waves fit and cost less together, every item stays in exactly one
+wave, the search stays within its pricings, a repacked wave holds every request on one rank, and the
+planner's loop proposes the moved and repacked plans to the ownership model."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from cpplan import Topology
@@ -12,9 +14,11 @@ from cpplan.bench import synthetic
 from cpplan.bench.suites import suite
 from cpplan.planners.deadline import Deadline
 from cpplan.planners.greedy import cached_greedy_plan
-from cpplan.planners.item_moves import moved_plan, neighbours
+from cpplan.planners.item_moves import moved_plan, neighbours, repacked_plan
 from cpplan.planners.portfolio import solve
+from cpplan.plans.plan_writer import plan_to_dict
 from cpplan.spec.profile import load_solver
+from cpplan.verifier import verify_plan
 
 LAYOUTS = load_solver("deterministic").greedy.layouts
 UNLIMITED = Deadline.after(1.0, deterministic=True)
@@ -114,3 +118,43 @@ def test_moves_only_within_few_waves(monkeypatch, max_waves, moved):
     profile = profile.model_copy(update={"moves": profile.moves.model_copy(update={"max_waves": max_waves})})
     solve(_three_waves(), profile)
     assert (calls == [3]) is moved and (not calls) is not moved
+
+
+def _small_requests_cp4():
+    """Twenty-four independent requests (median 1,500 tokens) on four CP ranks with 40 GiB each: greedy
+    packs one wave, its whole requests on ranks."""
+    workload = synthetic.long_tail(num_items=24, median_tokens=1500, max_tokens=6000, seed=1)
+    return build_problem(workload, topology=Topology(cp=4), model="qwen3.6-35b-a3b", memory_bytes="40GiB")
+
+
+def test_repacked_wave_is_cheaper_keeps_requests_whole_and_verifies():
+    """Greedy's one wave of the small-requests step, its whole requests packed onto ranks again and the
+    packing polished two ranks at a time, costs less (0.9117 -> 0.8598 s when measured); every request
+    sits on one rank, no GDN state is handed over, and the independent verifier accepts the plan at the
+    evaluator's price."""
+    problem = _small_requests_cp4()
+    greedy = cached_greedy_plan(problem, LAYOUTS)
+    repacked = repacked_plan(problem, greedy, deadline=UNLIMITED)
+    assert greedy.num_waves == 1 and repacked is not None
+    assert repacked.cost_s < greedy.cost_s * (1 - 1e-2)
+    wave = repacked.waves[0]
+    assert wave.handoff.crossings == 0 and sorted(wave.items) == sorted(greedy.waves[0].items)
+    token_owner = np.repeat(wave.owner, wave.stats.tokens)
+    assert all(len(set(token_owner[wave.layout.readback(k)].tolist())) == 1 for k in range(len(wave.items)))
+    verdict = verify_plan(
+        plan_to_dict(problem, repacked), problem.workload, problem.card, problem.memory_bytes
+    )
+    assert verdict.valid and verdict.cost_s == pytest.approx(repacked.cost_s, rel=1e-9)
+
+
+def test_planner_proposes_the_repacked_plan():
+    """On the small-requests step the deterministic profile's plan costs at most the repacked greedy
+    wave's price, at least 1% below its plan without moves (0.9054 s when measured), so the repacked
+    plan reaches the ownership model."""
+    problem = _small_requests_cp4()
+    profile = load_solver("deterministic")
+    without = profile.model_copy(update={"moves": profile.moves.model_copy(update={"max_pricings": 0})})
+    repacked = repacked_plan(problem, cached_greedy_plan(problem, LAYOUTS), deadline=UNLIMITED)
+    chosen, before = solve(problem, profile), solve(problem, without)
+    assert chosen.cost_s <= repacked.cost_s * (1 + 1e-9)
+    assert chosen.cost_s < before.cost_s * (1 - 1e-2)
