@@ -19,6 +19,7 @@ BOUNDED_CACHES = {
     ("hf/attention.py", "_compiled"): "at most 2 entries: the compiled flex_attention, no tensor",
     ("pack/readers.py", "_sha256"): "at most 8 entries, each a hex string keyed by path, size and mtime",
     ("pack/conversations.py", "load_tokenizer"): "at most 4 tokenizers (a pack run loads one), no tensor",
+    ("pricing/rank_pairs.py", "_subsets"): "at most 4 read-only arrays of at most 2**12 x 12 booleans",
 }
 """The module-level caches allowed, each with why it is bounded and holds nothing the budget prices."""
 

@@ -13,7 +13,7 @@ over the pairs repeat while one improves, at most :data:`MAX_SWEEPS`. Every step
 
 from __future__ import annotations
 
-from functools import cache
+from functools import lru_cache
 from itertools import combinations
 
 import numpy as np
@@ -92,7 +92,7 @@ def _split_again(
     return True
 
 
-@cache
+@lru_cache(maxsize=4)
 def _subsets(size: int) -> np.ndarray:
     """Every subset of ``size`` units as a row of booleans, shape ``(2**size, size)``."""
     rows = ((np.arange(1 << size)[:, None] >> np.arange(size)[None, :]) & 1).astype(bool)
