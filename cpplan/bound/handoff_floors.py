@@ -164,6 +164,15 @@ def whole_requests_floor_s(problem: Problem, requests: np.ndarray) -> float | No
     return base + best
 
 
+def whole_or_copied_floor_s(problem: Problem, requests: np.ndarray, average_s: float) -> float:
+    """The larger of the two integral floors of the busiest rank's seconds in a wave of ``requests``
+    whose GDN states never cross ranks (:func:`whole_requests_floor_s`, :func:`shared_or_copied_floor_s`
+    with the bound's rank average ``average_s``); 0 where neither applies."""
+    whole = whole_requests_floor_s(problem, requests)
+    copied = shared_or_copied_floor_s(problem, requests, average_s)
+    return max((f for f in (whole, copied) if f is not None), default=0.0)
+
+
 def rank_weights(problem: Problem, counts: np.ndarray) -> tuple[np.ndarray, float] | None:
     """Per node of a wave (``counts``: the wave's requests through each), ``w_v``: its seconds on a rank
     less its remote-token price (zero off the wave), and ``base``: the whole wave's tokens as remote and
@@ -327,10 +336,8 @@ def one_wave_floor_s(problem: Problem, average_s: np.ndarray, copy_s: np.ndarray
     copy_s = copy_seconds(problem) if copy_s is None else copy_s
     barriers = np.asarray(problem.card.constants.barrier_coefficients, dtype=np.float64)
     unsplit = unsplit_rank_floor_s(problem, per_copy_amounts(problem) @ barriers.sum(axis=0))
-    whole = whole_requests_floor_s(problem, requests)
     average_s = np.asarray(average_s, dtype=np.float64)
-    copied = shared_or_copied_floor_s(problem, requests, float(average_s.sum()))
-    busiest = max(unsplit, whole if whole is not None else 0.0, copied if copied is not None else 0.0)
+    busiest = max(unsplit, whole_or_copied_floor_s(problem, requests, float(average_s.sum())))
     return min(
         head_parallel_floor_s(problem, requests, copy_s),
         passing_floor_s(problem, requests, average_s),

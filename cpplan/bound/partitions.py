@@ -28,8 +28,7 @@ import numpy as np
 from cpplan.bound.handoff_floors import (
     copy_seconds,
     head_parallel_floor_s,
-    shared_or_copied_floor_s,
-    whole_requests_floor_s,
+    whole_or_copied_floor_s,
 )
 from cpplan.bound.node_floors import (
     RATIO_SLACK,
@@ -87,10 +86,8 @@ def wave_floor_parts_s(
     passing = passing_floor_s(problem, requests, barriers @ totals / cp)
     extra = min(passing, head_parallel_floor_s(problem, requests, copy_s))
     if whole[requests].all():
-        pairs = whole_requests_floor_s(problem, requests)
         spread = unsplit_rank_floor_s(problem, node_s, requests)
-        copied = shared_or_copied_floor_s(problem, requests, average)
-        busiest = max(spread, pairs if pairs is not None else 0.0, copied if copied is not None else 0.0)
+        busiest = max(spread, whole_or_copied_floor_s(problem, requests, average))
         extra = min(extra, max(0.0, busiest - average))
     return floor + extra, several
 

@@ -386,10 +386,9 @@ def repacked_wave(problem: Problem, wave: WavePlan) -> WavePlan | None:
     if problem.topology.cp == 1 or wave.split:
         return None
     try:
-        mask = problem.share_mask(wave.layout_name)
+        layout = problem.pack(wave.items, wave.layout_name)
     except InputError:
         return None
-    layout = problem.pack(wave.items, mask)
     return whole_request_wave(problem, wave.items, layout, wave.layout_name, polish=True)
 
 
