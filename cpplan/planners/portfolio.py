@@ -1,11 +1,12 @@
 """The planner's loop: propose, decide, schedule, verify once, within one budget (docs/planner_loop.md).
 
-:func:`solve` runs the profile's proposers in order, each within its share of the budget; hands every
-proposal, in one :class:`~cpplan.planners.decide.Pool`, to the ownership model (the ``cpsat``
-candidate); where the waves share a pool of CP groups, lets every strategy place its waves on the pool
-and the ownership model re-decide the ``cpsat`` plan's waves (:func:`decided_on_the_pool`); then
-verifies every candidate once and keeps the cheapest valid one. Every fault of a stage is recorded as
-its outcome, never raised: a faulty backend costs time, never the plan.
+:func:`solve` is the four stages in a row, on every topology: :func:`propose` runs the profile's
+strategies in order, each within its share of the budget; :func:`decide_cpsat` has the ownership model
+decide the ``cpsat`` candidate (over one :class:`~cpplan.planners.decide.Pool` of every proposal at one CP
+size; on a pool of CP groups, the ownership of the ``cpsat`` plan's waves, one group size at a time);
+:func:`schedule` places every plan's waves on the pool of groups as decided; :func:`verify` checks every
+candidate once, and the cheapest valid one is kept. Every fault of a stage is recorded as its outcome,
+never raised: a faulty backend costs time, never the plan.
 """
 
 from __future__ import annotations
@@ -27,9 +28,8 @@ from cpplan.planners.greedy import cached_greedy_plan
 from cpplan.planners.item_moves import moved_plan, repacked_plan
 from cpplan.planners.subproblem import SubProblem
 from cpplan.plans.outcome import Ended, ModelOutcome, Status
-from cpplan.plans.plan import Candidate, Plan, SolverStats
+from cpplan.plans.plan import Candidate, Plan, SolverStats, placed_again
 from cpplan.plans.plan_writer import plan_to_dict
-from cpplan.plans.pool_schedule import timed
 from cpplan.plans.result import PlanResult
 from cpplan.pricing.problem import Problem, check_static_floor
 from cpplan.pricing.wave import WavePlan
@@ -87,12 +87,9 @@ def solve(
     budget = Budget.start(problem, profile, deadline)
     check_static_floor(problem.card, problem.memory_bytes)
     steps = {**PLANNERS, **(planners or {})}
-    if problem.topology.several_groups:
-        found = on_the_pool(problem, budget, steps)
-        if steps.get("cpsat") is _REGISTERED["cpsat"]:  # a replaced one stands for every CP-SAT stage
-            found = decided_on_the_pool(problem, budget, found)
-    else:
-        found = propose_and_decide(problem, budget, steps)
+    proposed = propose(problem, budget, steps)
+    found = decide_cpsat(problem, budget, proposed)
+    found = schedule(problem, found)
     found = verify(problem, found)
     winner = _winner(found)
     solver = _solver_stats(found)
@@ -113,32 +110,66 @@ def solve(
     )
 
 
-def propose_and_decide(
-    problem: Problem, budget: Budget, steps: Mapping[str, Strategy]
-) -> list[StrategyOutcome]:
-    """Stages 1 and 2 at one CP size: the proposers in the profile's order, then the ownership model
-    over their pool as the ``cpsat`` candidate, in its place in that order (a ``cpsat`` step other
-    than the registered one stands for both CP-SAT stages)."""
+@dataclass(frozen=True, kw_only=True)
+class Proposals:
+    """What stage 1 hands to stage 2: every strategy's outcome by name, in the profile's order but the
+    decided ``cpsat`` candidate's, and, where the loop's ownership model decides at one CP size, the
+    pool of every proposal it decides over."""
+
+    outcomes: dict[str, StrategyOutcome]
+    pool: Pool | None = None
+    decides: bool = False
+    """Whether the loop's ownership model decides the ``cpsat`` candidate (the registered step runs)."""
+
+
+def propose(problem: Problem, budget: Budget, steps: Mapping[str, Strategy]) -> Proposals:
+    """Stage 1: the strategies in the profile's order, each within its share. At one CP size the
+    registered ``cpsat`` step is the joint model's proposal, and every proposal, moved and repacked where
+    that is cheaper, goes into the ownership model's pool; where the waves share a pool of CP groups,
+    every strategy forms and places its waves on the pool itself (the ``cpsat`` one by the schedule
+    model). A ``cpsat`` step other than the registered one stands for every CP-SAT stage."""
     profile = budget.profile
     overridden = {name for name, step in steps.items() if step is not _REGISTERED.get(name)}
+    decides = "cpsat" in profile.strategies and "cpsat" not in overridden
+    if problem.topology.several_groups:
+        return Proposals(outcomes=on_the_pool(problem, budget, steps), decides=decides)
     by = budget.proposers_by()
     found: dict[str, StrategyOutcome] = {}
     joint: tuple[Plan | None, SolverStats | None] = (None, None)
     for name in profile.strategies:
-        if name == "cpsat":
-            if "cpsat" not in overridden:
-                joint = _joint(problem, budget, found, by)
+        if name == "cpsat" and "cpsat" not in overridden:
+            joint = _joint(problem, budget, found, by)
             continue
         held = _held_back(name, problem, profile, list(found.values()), by)
-        found[name] = held or run_strategy(name, steps.get(name), problem, profile, budget.stage(1.0, by))
-    if "cpsat" in profile.strategies:
-        if "cpsat" in overridden:
-            found["cpsat"] = run_strategy("cpsat", steps["cpsat"], problem, profile, budget.verify_by)
-        else:
-            plans = {name: o.plan for name, o in found.items()} | {"joint": joint[0]}
-            pool = _moved(problem, budget, Pool.of(plans, joint[1]), by)
-            found["cpsat"] = _decided(problem, pool, budget)
-    return [found[name] for name in profile.strategies]
+        stage = budget.verify_by if name == "cpsat" else budget.stage(1.0, by)
+        found[name] = held or run_strategy(name, steps.get(name), problem, profile, stage)
+    if not decides:
+        return Proposals(outcomes=found)
+    plans = {name: o.plan for name, o in found.items()} | {"joint": joint[0]}
+    pool = _moved(problem, budget, Pool.of(plans, joint[1]), by)
+    return Proposals(outcomes=found, pool=pool, decides=True)
+
+
+def decide_cpsat(problem: Problem, budget: Budget, proposed: Proposals) -> list[StrategyOutcome]:
+    """Stage 2: the ownership model decides the ``cpsat`` candidate: over the pool of proposals at one
+    CP size, or, on a pool of CP groups, the ownership of the ``cpsat`` plan's waves one group size at a
+    time (:func:`decided_on_the_pool`). Every outcome in the profile's order."""
+    found = dict(proposed.outcomes)
+    if proposed.pool is not None:
+        found["cpsat"] = _decided(problem, proposed.pool, budget)
+    elif proposed.decides:
+        found["cpsat"] = decided_on_the_pool(problem, budget, found["cpsat"])
+    return [found[name] for name in budget.profile.strategies]
+
+
+def schedule(problem: Problem, found: list[StrategyOutcome]) -> list[StrategyOutcome]:
+    """Stage 3, where the waves share a pool of CP groups: every plan's waves, as decided, timed on the
+    GPUs they hold or placed afresh where that lowers the makespan (:func:`~cpplan.plans.plan.placed_again`);
+    at one CP size, the outcomes as they are."""
+    if not problem.topology.several_groups:
+        return found
+    padding_s = pool_padding_s(problem)
+    return [o if o.plan is None else replace(o, plan=placed_again(o.plan, padding_s)) for o in found]
 
 
 def _held_back(
@@ -218,29 +249,27 @@ def _decided(problem: Problem, pool: Pool, budget: Budget) -> StrategyOutcome:
     return StrategyOutcome(strategy="cpsat", ended=Ended.PLANNED, plan=plan, stats=stats, wall_s=wall_s)
 
 
-def on_the_pool(problem: Problem, budget: Budget, steps: Mapping[str, Strategy]) -> list[StrategyOutcome]:
-    """Stage 3 where the waves share a pool of CP groups: every strategy of the profile forms and places
+def on_the_pool(
+    problem: Problem, budget: Budget, steps: Mapping[str, Strategy]
+) -> dict[str, StrategyOutcome]:
+    """Stage 1 where the waves share a pool of CP groups: every strategy of the profile forms and places
     its waves on the pool itself (:data:`~cpplan.planners.PLANNERS`), in the profile's order; one that
     could not finish before the search deadline is not started once a plan is in hand."""
-    found: list[StrategyOutcome] = []
+    found: dict[str, StrategyOutcome] = {}
     for name in budget.profile.strategies:
-        held = _held_back(name, problem, budget.profile, found, budget.verify_by)
-        found.append(held or run_strategy(name, steps.get(name), problem, budget.profile, budget.verify_by))
+        held = _held_back(name, problem, budget.profile, list(found.values()), budget.verify_by)
+        found[name] = held or run_strategy(name, steps.get(name), problem, budget.profile, budget.verify_by)
     return found
 
 
-def decided_on_the_pool(
-    problem: Problem, budget: Budget, found: list[StrategyOutcome]
-) -> list[StrategyOutcome]:
+def decided_on_the_pool(problem: Problem, budget: Budget, outcome: StrategyOutcome) -> StrategyOutcome:
     """Stage 2 on a pool: the ownership model decides the ownership of the ``cpsat`` plan's waves (those
-    splitting no item), one group size at a time; each wave keeps its place on the pool and takes the
-    decided ownership where that prices it lower, and the schedule is timed again (so the makespan never
-    grows). The ownership runs' outcomes come before the schedule model's, which places the waves (so
-    the plan JSON's ``solver.status`` stays the schedule model's); a fault is recorded, never raised."""
-    at = next((k for k, o in enumerate(found) if o.strategy == "cpsat" and o.plan is not None), None)
-    if at is None:
-        return found
-    outcome = found[at]
+    splitting no item), one group size at a time, and each wave takes the decided ownership where that
+    prices it lower; the plan keeps its placement for stage 3 to time again. The ownership runs'
+    outcomes come before the schedule model's (so the plan JSON's ``solver.status`` stays the schedule
+    model's); a fault is recorded, never raised."""
+    if outcome.plan is None:
+        return outcome
     started = time.perf_counter()
     waves, stats = list(outcome.plan.waves), outcome.stats or SolverStats()
     decided: list[ModelOutcome] = []
@@ -255,13 +284,8 @@ def decided_on_the_pool(
         failed = ModelOutcome(model="ownership", status=Status.FAILED, detail=detail)
         decided.append(failed)
     stats = replace(stats, outcomes=(*stats.outcomes[:-1], *decided, *stats.outcomes[-1:]))
-    schedule = outcome.plan.schedule
-    assert schedule is not None, "a pool's plan is scheduled"
-    costs = [w.cost_s for w in waves]
-    timed_ = timed(costs, schedule.gpus, schedule.pool, pool_padding_s(problem))
-    plan = replace(outcome.plan, waves=tuple(waves), schedule=timed_)
-    wall_s = outcome.wall_s + time.perf_counter() - started
-    return [*found[:at], replace(outcome, plan=plan, stats=stats, wall_s=wall_s), *found[at + 1 :]]
+    plan = replace(outcome.plan, waves=tuple(waves))
+    return replace(outcome, plan=plan, stats=stats, wall_s=outcome.wall_s + time.perf_counter() - started)
 
 
 def _decided_waves(

@@ -168,6 +168,18 @@ def balanced(plan: Plan, pool: int, padding_s: float | None = None) -> Plan:
     return dataclasses.replace(plan, waves=tuple(plan.waves[w] for w in order), schedule=schedule)
 
 
+def placed_again(plan: Plan, padding_s: float | None = None) -> Plan:
+    """A scheduled ``plan`` whose waves' costs may have changed: its waves timed on the GPUs they hold,
+    or placed afresh (:func:`balanced` of its waves) where that gives a lower makespan."""
+    schedule = plan.schedule
+    assert schedule is not None, "only a scheduled plan is placed again"
+    kept = dataclasses.replace(
+        plan, schedule=timed([w.cost_s for w in plan.waves], schedule.gpus, schedule.pool, padding_s)
+    )
+    fresh = balanced(dataclasses.replace(plan, schedule=None), schedule.pool, padding_s)
+    return fresh if fresh.cost_s < kept.cost_s else kept
+
+
 def repadded(plan: Plan, padding_s: float | None) -> Plan:
     """A scheduled ``plan`` with its padding (and makespan) priced at ``padding_s`` (``None``: no
     padding): the plan itself when that is how it is priced already."""
@@ -179,4 +191,4 @@ def repadded(plan: Plan, padding_s: float | None) -> Plan:
     return dataclasses.replace(plan, schedule=timed(costs, schedule.gpus, schedule.pool, padding_s))
 
 
-__all__ = ["Candidate", "Plan", "SolverStats", "balanced", "repadded"]
+__all__ = ["Candidate", "Plan", "SolverStats", "balanced", "placed_again", "repadded"]
