@@ -26,6 +26,7 @@ import math
 
 import numpy as np
 
+from cpplan.bound.makespan import makespan_floor
 from cpplan.bound.node_floors import (
     RATIO_SLACK,
     common_node,
@@ -161,7 +162,34 @@ def whole_requests_floor_s(problem: Problem, requests: np.ndarray) -> float | No
     for k in range(1, (requests.size - 1) // cp + 1):
         most = k * cp + 1
         best = max(best, float(private[most - k - 1 : most].sum()))
-    return base + best
+    return max(base + best, barrier_packing_floor_s(problem, requests, counts))
+
+
+def barrier_packing_floor_s(problem: Problem, requests: np.ndarray, counts: np.ndarray) -> float:
+    """A floor of the wave's compute seconds, ``Σ_b max_r``, where every request of ``requests`` sits
+    whole on one rank: per barrier ``b``, the slowest rank holds at least the wave's tokens as remote and
+    one piece, the nodes every request passes (on every rank that runs the wave) and the private nodes
+    of the requests it holds (passed by no other request of the wave), so at least the least makespan
+    of those private seconds packed onto ``cp`` ranks (:func:`~cpplan.bound.makespan.makespan_floor`).
+    Each barrier has its own slowest rank: a rank heavy in attention need not be the one heavy in
+    per-token work. 0 where some node's seconds in a barrier are below its remote price."""
+    tree, cp = problem.tree, problem.topology.cp
+    barriers = np.asarray(problem.card.constants.barrier_coefficients, dtype=np.float64)
+    remote_s = barriers[:, _REMOTE_COLUMNS].sum(axis=1)
+    weight = per_copy_amounts(problem) @ barriers.T - tree.node_length[:, None] * remote_s[None, :]
+    weight[counts == 0] = 0.0
+    if (weight < 0).any():
+        return 0.0
+    common = counts == requests.size
+    common[0] = False
+    private = np.where(((counts == 1) & ~common)[:, None], weight, 0.0)
+    sums = _PathSums(problem, requests, counts, private)
+    per_request = sums.path[tree.request_leaf[requests]]  # (requests, barriers)
+    packed = float(tree.node_length[counts > 0].sum())
+    floor = remote_s * packed + barriers[:, _SEGMENT_COLUMNS].sum(axis=1) + weight[common].sum(axis=0)
+    return math.fsum(
+        float(floor[b]) + makespan_floor(per_request[:, b], cp) for b in range(barriers.shape[0])
+    )
 
 
 def whole_or_copied_floor_s(problem: Problem, requests: np.ndarray, average_s: float) -> float:

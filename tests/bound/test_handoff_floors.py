@@ -53,6 +53,10 @@ DEEP = _workload(
 """A prefix tree three levels deep."""
 APART = _workload(list(range(100, 116)), list(range(200, 214)), list(range(300, 312)))
 """Three unrelated requests: on two ranks without a crossing, one rank holds two of them."""
+LOPSIDED = _workload(list(range(100, 116)), *[list(range(200 + 100 * k, 208 + 100 * k)) for k in range(3)])
+"""Unrelated requests of 16, 8, 8 and 8 tokens: on two ranks without a crossing, the rank with the
+16-token request is the slowest in attention, a rank with two 8-token ones the slowest in per-token
+work, or one rank holds 24 tokens."""
 
 
 def _extras(problem, average_s: float):
@@ -82,7 +86,9 @@ def _per_barrier(problem) -> np.ndarray:
     return np.array([bound.terms_s[name] for name in problem.card.barrier_names])
 
 
-@pytest.mark.parametrize("workload", [BRANCHY, DEEP, APART], ids=["branchy", "deep", "apart"])
+@pytest.mark.parametrize(
+    "workload", [BRANCHY, DEEP, APART, LOPSIDED], ids=["branchy", "deep", "apart", "lopsided"]
+)
 def test_each_mode_pays_at_least_its_floor(workload):
     """Over every version of a one-wave plan on two ranks: head-parallel pays at least its floor
     (latency, balanced rows, levels traded against copies) beyond the rank average; a version whose
@@ -261,3 +267,15 @@ def test_common_prefix_is_on_every_rank_without_crossings():
     assert base + common > base + 2 * longest  # above any pair of whole paths
     no_crossing = [b for _, b, crosses in _extras(problem, _average_s(problem)) if not crosses]
     assert no_crossing and min(no_crossing) >= whole * (1 - 1e-12)
+
+
+def test_whole_requests_floor_takes_each_barrier_slowest_rank():
+    """On requests of 16, 8, 8 and 8 tokens on two ranks, the whole-request floor equals the cheapest
+    version without a crossing (enumerated): per barrier, the least makespan of the requests' seconds
+    packed whole (:func:`~cpplan.bound.handoff_floors.barrier_packing_floor_s`). The floors over the
+    ranks' summed seconds (largest request, cheapest pair, mean) stay about a fifth below it."""
+    problem = tiny_problem(LOPSIDED, cp=2, chunk_tokens=4, room=1.0, model=MODEL)
+    whole = whole_requests_floor_s(problem, np.arange(problem.tree.num_requests))
+    no_crossing = [b for _, b, crosses in _extras(problem, _average_s(problem)) if not crosses]
+    assert min(no_crossing) >= whole * (1 - 1e-12)
+    assert whole == pytest.approx(min(no_crossing), rel=1e-6)

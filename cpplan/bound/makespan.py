@@ -1,0 +1,65 @@
+"""A lower bound on the least makespan of indivisible jobs on identical machines (``P || C_max``), the
+floor of the busiest rank where whole requests are packed onto ranks.
+
+A makespan ``C`` is impossible when the jobs need more than ``m`` bins of capacity ``C``. Martello and
+Toth's bound ``L2`` counts the bins any packing needs: for ``0 <= K <= C / 2``, the jobs above
+``C - K`` and those in ``(C / 2, C - K]`` each take a bin of their own (two of them never share one),
+the jobs in ``[K, C / 2]`` fit only into the room those second bins leave or into new bins, so
+``L(K) = n_big + max(0, ⌈(S_3 - (|J_2| C - S_2)) / C⌉)`` bins are needed (``n_big``: the jobs above
+``C / 2``; ``S_2``, ``S_3``: the sizes of the second and third sets), and ``L2`` is the largest over
+``K``. It holds for real sizes; :func:`makespan_floor` bisects on ``C`` from the trivial floor
+(the largest job, the mean load), keeping only capacities proved impossible, so what it returns is a
+makespan no packing beats.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+BISECTIONS = 40
+"""Halvings of the interval between the trivial floor and the total: the floor is then within
+``2^-40`` of the total of the proved impossible capacity."""
+COUNT_SLACK = 1e-9
+"""Taken off a bin count's fraction before it is rounded up: float error never adds a bin."""
+
+
+def bins_needed(sizes: np.ndarray, capacity: float) -> int:
+    """Martello and Toth's ``L2``: a floor on the bins of ``capacity`` that ``sizes`` (each at most
+    ``capacity``) need."""
+    sizes = np.sort(np.asarray(sizes, dtype=np.float64))
+    half = capacity / 2
+    big = int(np.count_nonzero(sizes > half))
+    small = sizes[sizes <= half]
+    if small.size == 0:
+        return big
+    small_prefix = np.concatenate([[0.0], np.cumsum(small)])
+    sizes_prefix = np.concatenate([[0.0], np.cumsum(sizes)])
+    ks = np.concatenate([[0.0], np.unique(small)])
+    third_from = np.searchsorted(small, ks, side="left")  # J3: small sizes at least K
+    third = small_prefix[-1] - small_prefix[third_from]
+    second_from = np.searchsorted(sizes, half, side="right")  # J2: above C / 2, at most C - K
+    second_to = np.searchsorted(sizes, capacity - ks, side="right")
+    count2 = np.maximum(second_to - second_from, 0)
+    sum2 = np.where(count2 > 0, sizes_prefix[second_to] - sizes_prefix[second_from], 0.0)
+    spill = (third - (count2 * capacity - sum2)) / capacity
+    extra = np.ceil(np.maximum(spill, 0.0) - COUNT_SLACK).astype(np.int64)
+    return big + int(np.maximum(extra, 0).max())
+
+
+def makespan_floor(sizes: np.ndarray, num_machines: int) -> float:
+    """A floor on the least makespan of jobs of ``sizes`` (each whole on one machine) on
+    ``num_machines`` identical machines: at least the largest job and the mean load, raised by bisection
+    to a capacity under which :func:`bins_needed` exceeds the machines."""
+    sizes = np.asarray(sizes, dtype=np.float64)
+    if sizes.size <= num_machines:
+        return float(sizes.max(initial=0.0))
+    low, high = max(float(sizes.max()), float(sizes.sum()) / num_machines), float(sizes.sum())
+    for _ in range(BISECTIONS):
+        middle = (low + high) / 2
+        if not low < middle < high:
+            break
+        if bins_needed(sizes, middle) > num_machines:
+            low = middle  # no packing fits under ``middle``
+        else:
+            high = middle
+    return low
