@@ -469,6 +469,7 @@ FIRST_PASS_INPUTS = (
         text="four held-out steps generated with other seeds at 40 GiB; CP 1, 2, 4 and 8: 44 instances",
     ),
     Input(doc=BENCH_DOC, text="within 0.1% on"),
+    Input(doc=BENCH_DOC, text="at its budget, at 2× and 4× it"),
 )
 
 OTHER_DOC_FIGURES = (
@@ -1599,6 +1600,30 @@ GDN_FIGURES = (
 )
 
 
+BUDGET_RUNS = (
+    Run(name="budget", command=(PY, "benchmarks/bench_budget.py", "--output", "{out}"), quick_command=()),
+)
+NUMBER_WORDS = ("no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
+
+
+def same_plans(data: dict) -> str:
+    """How many steps of ``bench_budget.py``'s run have every profile's plan at one price, as ``nine``."""
+    same = sum(len(set(row["cost_s"].values())) == 1 for row in data["rows"])
+    return NUMBER_WORDS[same] if same < len(NUMBER_WORDS) else str(same)
+
+
+BUDGET_FIGURES = (
+    Figure(
+        doc=BENCH_DOC,
+        cited="on all nine steps the four plans cost the same",
+        stated="nine",
+        run="budget",
+        read=same_plans,
+        what="steps whose plans cost the same at 1x, 2x, 4x the default budget and offline",
+    ),
+)
+
+
 COMPONENT_KEYS = {
     "attention, all-gather, CP8, 8K tokens per GPU (contiguous, even tokens)": (
         "attention_allgather_cp8_8k_per_gpu"
@@ -1640,6 +1665,7 @@ RUNS = (
     + SHARING_RUNS
     + INTEGRATIONS_RUNS
     + GDN_RUNS
+    + BUDGET_RUNS
 )
 FIGURES = (
     README_FIGURES
@@ -1660,6 +1686,7 @@ FIGURES = (
     + INTEGRATIONS_FIGURES
     + GDN_FIGURES
     + COMPONENT_FIGURES
+    + BUDGET_FIGURES
 )
 
 RUNTIME_INPUTS = tuple(
