@@ -168,28 +168,42 @@ def whole_requests_floor_s(problem: Problem, requests: np.ndarray) -> float | No
 def barrier_packing_floor_s(problem: Problem, requests: np.ndarray, counts: np.ndarray) -> float:
     """A floor of the wave's compute seconds, ``Σ_b max_r``, where every request of ``requests`` sits
     whole on one rank: per barrier ``b``, the slowest rank holds at least the wave's tokens as remote and
-    one piece, the nodes every request passes (on every rank that runs the wave) and the private nodes
-    of the requests it holds (passed by no other request of the wave), so at least the least makespan
-    of those private seconds packed onto ``cp`` ranks (:func:`~cpplan.bound.makespan.makespan_floor`).
-    Each barrier has its own slowest rank: a rank heavy in attention need not be the one heavy in
-    per-token work. 0 where some node's seconds in a barrier are below its remote price."""
-    tree, cp = problem.tree, problem.topology.cp
+    one piece (:func:`barrier_weights`), the nodes every request passes (on every rank that runs the
+    wave) and the private nodes of the requests it holds (passed by no other request of the wave), so at
+    least the least makespan of those private seconds packed onto ``cp`` ranks
+    (:func:`~cpplan.bound.makespan.makespan_floor`). Each barrier has its own slowest rank: a rank heavy
+    in attention need not be the one heavy in per-token work. 0 where :func:`barrier_weights` has none."""
+    found = barrier_weights(problem, counts)
+    if found is None:
+        return 0.0
+    weight, base = found
+    common = counts == requests.size
+    common[0] = False
+    private = np.where(((counts == 1) & ~common)[:, None], weight, 0.0)
+    sums = _PathSums(problem, requests, counts, private)
+    per_request = sums.path[problem.tree.request_leaf[requests]]  # (requests, barriers)
+    return _packed_per_barrier(base + weight[common].sum(axis=0), per_request, problem.topology.cp)
+
+
+def barrier_weights(problem: Problem, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """Per barrier, :func:`rank_weights`: ``w_{v,b}``, a node's seconds in barrier ``b`` on a rank less
+    its remote-token price (zero off the wave, shape ``(nodes, barriers)``), and ``base_b``, the wave's
+    tokens as remote and one piece; ``None`` where some ``w_{v,b} < 0``."""
+    tree = problem.tree
     barriers = np.asarray(problem.card.constants.barrier_coefficients, dtype=np.float64)
     remote_s = barriers[:, _REMOTE_COLUMNS].sum(axis=1)
     weight = per_copy_amounts(problem) @ barriers.T - tree.node_length[:, None] * remote_s[None, :]
     weight[counts == 0] = 0.0
     if (weight < 0).any():
-        return 0.0
-    common = counts == requests.size
-    common[0] = False
-    private = np.where(((counts == 1) & ~common)[:, None], weight, 0.0)
-    sums = _PathSums(problem, requests, counts, private)
-    per_request = sums.path[tree.request_leaf[requests]]  # (requests, barriers)
-    packed = float(tree.node_length[counts > 0].sum())
-    floor = remote_s * packed + barriers[:, _SEGMENT_COLUMNS].sum(axis=1) + weight[common].sum(axis=0)
-    return math.fsum(
-        float(floor[b]) + makespan_floor(per_request[:, b], cp) for b in range(barriers.shape[0])
-    )
+        return None
+    base = remote_s * float(tree.node_length[counts > 0].sum()) + barriers[:, _SEGMENT_COLUMNS].sum(axis=1)
+    return weight, base
+
+
+def _packed_per_barrier(floor: np.ndarray, units: np.ndarray, cp: int) -> float:
+    """``Σ_b (floor_b + makespan of units' seconds in b on cp ranks)``: per barrier its slowest rank,
+    which holds ``floor_b`` and whole units (``units``: shape ``(units, barriers)``)."""
+    return math.fsum(float(floor[b]) + makespan_floor(units[:, b], cp) for b in range(floor.size))
 
 
 def whole_or_copied_floor_s(problem: Problem, requests: np.ndarray, average_s: float) -> float:
@@ -224,12 +238,12 @@ def shared_or_copied_floor_s(problem: Problem, requests: np.ndarray, average_s: 
     whole on the rank holding it) or not (stored once per in-wave child and request end: each extra
     copy on the average rank, :func:`~cpplan.bound.passing_floors.unshared_copies_s`, less the piece
     the bound's branch term may hold; ``average_s``: the bound's rank average, summed over the
-    barriers). Below the nodes every request passes, more than ``cp`` nodes shared by two requests or
+    barriers). Below the nodes every request passes, the nodes shared by two requests or
     more split the requests into disjoint groups. A version then shares some common node (the whole
     wave on one rank), or leaves them all unshared and either leaves some group's node unshared too
-    (their copies) or holds every group whole on one rank (:func:`group_packing_floor`); the busiest
-    rank costs at least the least of the three. ``average_s`` where there are not that many groups;
-    ``None`` where some ``w_v < 0``."""
+    (their copies) or holds every group whole on one rank (:func:`group_packing_floor`, and per barrier
+    :func:`_groups_per_barrier`); the busiest rank costs at least the least of the three.
+    ``average_s`` where there are no such groups; ``None`` where some ``w_v < 0``."""
     requests = np.asarray(requests, dtype=np.int64)
     counts = path_counts(problem.tree, requests)
     found = rank_weights(problem, counts)
@@ -241,15 +255,32 @@ def shared_or_copied_floor_s(problem: Problem, requests: np.ndarray, average_s: 
     common = counts[nodes] == requests.size  # the nodes every request of the wave passes
     deepest = nodes[common][np.argmax(problem.tree.node_depth[nodes[common]])] if common.any() else 0
     groups = (problem.tree.node_parent[nodes] == deepest) & ~common  # disjoint groups of requests
-    if groups.sum() <= problem.topology.cp:
+    if not groups.any():
         return average_s
     sums = _PathSums(problem, requests, counts, weight[:, None])
     together = base + sums.path[nodes, 0] + sums.below[nodes, 0]  # a node's requests on one rank
     copies = unshared_copies_s(problem, requests, counts)[nodes]
     spread = average_s + float(copies[common].sum())  # no common node shared: each stored per child
     whole = float(together[common].min()) if common.any() else math.inf
-    packed = max(spread, group_packing_floor(together[groups], base, problem.topology.cp))
+    grouped = group_packing_floor(together[groups], base, problem.topology.cp)
+    packed = max(spread, grouped, _groups_per_barrier(problem, requests, counts, nodes[groups], deepest))
     return min(whole, spread + float(copies[groups].min()), packed)
+
+
+def _groups_per_barrier(
+    problem: Problem, requests: np.ndarray, counts: np.ndarray, groups: np.ndarray, deepest: int
+) -> float:
+    """Per barrier, the slowest rank of a wave whose disjoint groups of requests (below the nodes
+    ``groups``, children of ``deepest``, the deepest node every request passes) each sit whole on one
+    rank: the base, a copy of the path to ``deepest`` and the least makespan of the groups' own seconds
+    (:func:`_packed_per_barrier`); 0 where :func:`barrier_weights` has none."""
+    found = barrier_weights(problem, counts)
+    if found is None:
+        return 0.0
+    weight, base = found
+    sums = _PathSums(problem, requests, counts, weight)
+    own = sums.path[groups] - sums.path[deepest] + sums.below[groups]  # (groups, barriers)
+    return _packed_per_barrier(base + sums.path[deepest], own, problem.topology.cp)
 
 
 def group_packing_floor(together: np.ndarray, base: float, cp: int) -> float:

@@ -105,3 +105,26 @@ def test_a_long_common_prefix_keeps_the_wave_on_one_rank():
     assert min(found) >= new * (1 - 1e-12)
     assert min(found) <= new * (1 + 1e-6)
     assert new > old * (1 + 0.05)
+
+
+HEAVY, LIGHT = list(range(10, 22)), list(range(40, 44))
+UNEVEN = Workload(
+    items=tuple(
+        Item(id=f"i{k}", requests=(Request(tokens=[0, 1, 2, 3, *prompt, *range(50 + 10 * k, 54 + 10 * k)]),))
+        for k, prompt in enumerate([HEAVY, HEAVY, LIGHT, LIGHT])
+    )
+)
+"""Two groups behind a common 4-token prefix, a heavy one (a 12-token prompt) and a light one (a
+4-token prompt), each of two requests with 4-token tails: as many groups as ranks, every node a
+chunk."""
+
+
+def test_as_many_groups_as_ranks_still_sit_whole_per_barrier():
+    """Two uneven groups on two ranks: without a crossing, each group whole on a rank (or a prefix
+    copied, or the wave on one rank), so per barrier the slowest rank holds at least the heavier group.
+    Every version without a crossing costs at least the floor, which is well above the rank average
+    (what the floor was with no more groups than ranks)."""
+    problem = _roomy_problem(UNEVEN)
+    new, _, found = _floors(problem)
+    assert min(found) >= new * (1 - 1e-12)
+    assert new > _average_s(problem) * (1 + 0.2)
