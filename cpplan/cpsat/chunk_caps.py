@@ -7,20 +7,19 @@ pairs and gathered tokens ``≤`` the wave's), so one memory row per wave and en
 Under CP a wave may instead take the *weighted* mode (``weighted[w]``; every request taking gradients
 and reading its loss): chunks weigh ``A · tokens + B · segment starts`` and ranks get contiguous ranges
 of at most ``weight_cap`` with ``cp · (weight_cap - heaviest chunk) ≥`` the wave's weight, so a rank is
-charged its own segments. :func:`capped_split` (or :func:`weight_capped_split`) then assigns chunks
-within the cap, balancing predicted seconds, so realized quantities never exceed the model's bounds.
+charged its own segments. :func:`cpplan.cpsat.realize.capped_owner` then assigns chunks within the cap,
+balancing predicted seconds, so realized quantities never exceed the model's bounds.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import numpy as np
 from ortools.sat.python import cp_model
 
 from cpplan.cpsat.sharing import WaveTotals
 from cpplan.cpsat.waves import WaveVars
-from cpplan.pricing.ownership import CHUNK_TOKENS, contiguous_split
+from cpplan.pricing.ownership import CHUNK_TOKENS
 from cpplan.spec.quantities import QUANTITIES, RANK_BOUNDS, check_rules
 
 
@@ -153,19 +152,3 @@ def _weighted_mode(
         num_ranks * (weight_cap - heaviest) >= per_chunk * chunk + per_start * totals.segments[w]
     ).only_enforce_if(flag)
     return flag, weight_cap
-
-
-def capped_split(weights: np.ndarray, num_ranks: int, cap: int) -> np.ndarray:
-    """Chunk owners: ``num_ranks`` contiguous ranges of at most ``cap`` chunks each, minimizing the
-    largest range weight. Requires ``num_ranks * cap >= len(weights)``."""
-    assert num_ranks * cap >= np.asarray(weights).size, (num_ranks, cap, np.asarray(weights).size)
-    return contiguous_split(weights, num_ranks, max_chunks=cap)
-
-
-def weight_capped_split(
-    time_weights: np.ndarray, cap_weights: np.ndarray, num_ranks: int, cap: float
-) -> np.ndarray:
-    """Chunk owners: ``num_ranks`` contiguous ranges, each of total ``cap_weights`` at most ``cap``,
-    minimizing the largest range of ``time_weights``. Requires that a greedy fill under ``cap`` alone
-    covers every chunk."""
-    return contiguous_split(time_weights, num_ranks, cap_weights=cap_weights, cap=cap)
