@@ -56,27 +56,24 @@ def add_ownership(
     folded: frozenset[str],
     needed: frozenset[str],
     weights: tuple[int, int, int] | None = None,
-    chunk_tokens: int = CHUNK_TOKENS,
 ) -> OwnershipVars:
     """Chunk counts, per-rank caps and, per wave, a bound for every quantity named in ``needed`` by the
     rule its registry entry states (:data:`~cpplan.spec.quantities.RANK_BOUNDS`); the quantities in
     ``folded`` (:func:`folded_quantities`) are bounded by the same ``128 · K`` as the tokens."""
-    chunk_ub = -(-totals.packed_tokens_ub // chunk_tokens)
+    chunk_ub = -(-totals.packed_tokens_ub // CHUNK_TOKENS)
     chunks, caps, bounds, min_vars, weighted, weight_caps = [], [], [], [], [], []
     for w in range(waves.num_waves):
         packed = totals.packed_tokens[w]
         chunk = model.new_int_var(0, chunk_ub, f"chunks[{w}]")
-        model.add(chunk_tokens * chunk >= packed)
-        model.add(chunk_tokens * chunk <= packed + chunk_tokens - 1)
+        model.add(CHUNK_TOKENS * chunk >= packed)
+        model.add(CHUNK_TOKENS * chunk <= packed + CHUNK_TOKENS - 1)
         if num_ranks == 1:
             cap = chunk
         else:
             cap = model.new_int_var(0, chunk_ub, f"cap[{w}]")
             model.add(num_ranks * cap >= chunk)
             model.add(cap <= chunk)
-        rank = _RankBounds(
-            model=model, totals=totals, wave=w, num_ranks=num_ranks, cap=cap, chunk_tokens=chunk_tokens
-        )
+        rank = _RankBounds(model=model, totals=totals, wave=w, num_ranks=num_ranks, cap=cap)
         wave_bounds: dict[str, cp_model.LinearExprT] = {}
         for q in QUANTITIES:
             if q.name in folded:
@@ -106,18 +103,17 @@ class _RankBounds:
     wave: int
     num_ranks: int
     cap: cp_model.LinearExprT
-    chunk_tokens: int
     min_vars: dict[str, cp_model.IntVar] = field(default_factory=dict)
 
     @property
     def tokens(self) -> cp_model.LinearExprT:
         """A rank's tokens: at most ``128 · K``; at CP1, exactly the packed tokens."""
-        return self.totals.packed_tokens[self.wave] if self.num_ranks == 1 else self.chunk_tokens * self.cap
+        return self.totals.packed_tokens[self.wave] if self.num_ranks == 1 else CHUNK_TOKENS * self.cap
 
     def capped_total(self, name: str) -> cp_model.IntVar:
         """``min(128 · K, the wave's total of name)``."""
         var = self.model.new_int_var(0, self.totals.packed_tokens_ub, f"{name}[{self.wave}]")
-        self.model.add_min_equality(var, [self.chunk_tokens * self.cap, self.totals.amounts[name][self.wave]])
+        self.model.add_min_equality(var, [CHUNK_TOKENS * self.cap, self.totals.amounts[name][self.wave]])
         self.min_vars[name] = var
         return var
 

@@ -142,7 +142,7 @@ def add_memory(
     rows: MemoryRows,
     ownership: OwnershipVars,
     used: list[cp_model.IntVar],
-    column: list[cp_model.IntVar | None] | None = None,
+    column: list[cp_model.IntVar | None],
 ) -> dict[tuple[int, int], cp_model.IntVar]:
     """One constraint per wave and envelope, enforced on used waves that take no exact column (``column[w]``,
     see :mod:`~cpplan.cpsat.columns`), in the weighted mode's form when the wave takes it. Returns the
@@ -150,7 +150,7 @@ def add_memory(
     rounding: dict[tuple[int, int], cp_model.IntVar] = {}
     for w, bounds in enumerate(ownership.bounds):
         weighted = ownership.weighted[w]
-        active = [used[w]] if column is None or column[w] is None else [used[w], ~column[w]]
+        active = [used[w]] if column[w] is None else [used[w], ~column[w]]
         for e in range(len(rows.static_kib)):
             if rows.exact_tokens:
                 whole, fraction = rows.per_token_kib[e]
