@@ -67,10 +67,7 @@ class ReplicaPartition:
     @property
     def replica_price_s(self) -> tuple[float, ...]:
         """Per replica, the sum of its items' quick prices."""
-        sums: list[list[float]] = [[] for _ in range(self.num_replicas)]
-        for price, r in zip(self.item_price_s, self.replica_of_item, strict=True):
-            sums[r].append(price)
-        return tuple(math.fsum(s) for s in sums)
+        return tuple(math.fsum(self.item_price_s[i] for i in members) for members in self._members)
 
 
 def check_replica(replica: object, topology: Topology) -> int:
