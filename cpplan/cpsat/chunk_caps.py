@@ -7,20 +7,19 @@ pairs and gathered tokens ``≤`` the wave's), so one memory row per wave and en
 Under CP a wave may instead take the *weighted* mode (``weighted[w]``; every request taking gradients
 and reading its loss): chunks weigh ``A · tokens + B · segment starts`` and ranks get contiguous ranges
 of at most ``weight_cap`` with ``cp · (weight_cap - heaviest chunk) ≥`` the wave's weight, so a rank is
-charged its own segments. :func:`capped_split` (or :func:`weight_capped_split`) then assigns chunks
-within the cap, balancing predicted seconds, so realized quantities never exceed the model's bounds.
+charged its own segments. :func:`cpplan.cpsat.realize.capped_owner` then assigns chunks within the cap,
+balancing predicted seconds, so realized quantities never exceed the model's bounds.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import numpy as np
 from ortools.sat.python import cp_model
 
 from cpplan.cpsat.sharing import WaveTotals
 from cpplan.cpsat.waves import WaveVars
-from cpplan.pricing.ownership import CHUNK_TOKENS, contiguous_split
+from cpplan.pricing.ownership import CHUNK_TOKENS
 from cpplan.spec.quantities import QUANTITIES, RANK_BOUNDS, check_rules
 
 
@@ -57,27 +56,24 @@ def add_ownership(
     folded: frozenset[str],
     needed: frozenset[str],
     weights: tuple[int, int, int] | None = None,
-    chunk_tokens: int = CHUNK_TOKENS,
 ) -> OwnershipVars:
     """Chunk counts, per-rank caps and, per wave, a bound for every quantity named in ``needed`` by the
     rule its registry entry states (:data:`~cpplan.spec.quantities.RANK_BOUNDS`); the quantities in
     ``folded`` (:func:`folded_quantities`) are bounded by the same ``128 · K`` as the tokens."""
-    chunk_ub = -(-totals.packed_tokens_ub // chunk_tokens)
+    chunk_ub = -(-totals.packed_tokens_ub // CHUNK_TOKENS)
     chunks, caps, bounds, min_vars, weighted, weight_caps = [], [], [], [], [], []
     for w in range(waves.num_waves):
         packed = totals.packed_tokens[w]
         chunk = model.new_int_var(0, chunk_ub, f"chunks[{w}]")
-        model.add(chunk_tokens * chunk >= packed)
-        model.add(chunk_tokens * chunk <= packed + chunk_tokens - 1)
+        model.add(CHUNK_TOKENS * chunk >= packed)
+        model.add(CHUNK_TOKENS * chunk <= packed + CHUNK_TOKENS - 1)
         if num_ranks == 1:
             cap = chunk
         else:
             cap = model.new_int_var(0, chunk_ub, f"cap[{w}]")
             model.add(num_ranks * cap >= chunk)
             model.add(cap <= chunk)
-        rank = _RankBounds(
-            model=model, totals=totals, wave=w, num_ranks=num_ranks, cap=cap, chunk_tokens=chunk_tokens
-        )
+        rank = _RankBounds(model=model, totals=totals, wave=w, num_ranks=num_ranks, cap=cap)
         wave_bounds: dict[str, cp_model.LinearExprT] = {}
         for q in QUANTITIES:
             if q.name in folded:
@@ -107,18 +103,17 @@ class _RankBounds:
     wave: int
     num_ranks: int
     cap: cp_model.LinearExprT
-    chunk_tokens: int
     min_vars: dict[str, cp_model.IntVar] = field(default_factory=dict)
 
     @property
     def tokens(self) -> cp_model.LinearExprT:
         """A rank's tokens: at most ``128 · K``; at CP1, exactly the packed tokens."""
-        return self.totals.packed_tokens[self.wave] if self.num_ranks == 1 else self.chunk_tokens * self.cap
+        return self.totals.packed_tokens[self.wave] if self.num_ranks == 1 else CHUNK_TOKENS * self.cap
 
     def capped_total(self, name: str) -> cp_model.IntVar:
         """``min(128 · K, the wave's total of name)``."""
         var = self.model.new_int_var(0, self.totals.packed_tokens_ub, f"{name}[{self.wave}]")
-        self.model.add_min_equality(var, [self.chunk_tokens * self.cap, self.totals.amounts[name][self.wave]])
+        self.model.add_min_equality(var, [CHUNK_TOKENS * self.cap, self.totals.amounts[name][self.wave]])
         self.min_vars[name] = var
         return var
 
@@ -153,19 +148,3 @@ def _weighted_mode(
         num_ranks * (weight_cap - heaviest) >= per_chunk * chunk + per_start * totals.segments[w]
     ).only_enforce_if(flag)
     return flag, weight_cap
-
-
-def capped_split(weights: np.ndarray, num_ranks: int, cap: int) -> np.ndarray:
-    """Chunk owners: ``num_ranks`` contiguous ranges of at most ``cap`` chunks each, minimizing the
-    largest range weight. Requires ``num_ranks * cap >= len(weights)``."""
-    assert num_ranks * cap >= np.asarray(weights).size, (num_ranks, cap, np.asarray(weights).size)
-    return contiguous_split(weights, num_ranks, max_chunks=cap)
-
-
-def weight_capped_split(
-    time_weights: np.ndarray, cap_weights: np.ndarray, num_ranks: int, cap: float
-) -> np.ndarray:
-    """Chunk owners: ``num_ranks`` contiguous ranges, each of total ``cap_weights`` at most ``cap``,
-    minimizing the largest range of ``time_weights``. Requires that a greedy fill under ``cap`` alone
-    covers every chunk."""
-    return contiguous_split(time_weights, num_ranks, cap_weights=cap_weights, cap=cap)

@@ -25,11 +25,9 @@ from cpplan.spec.card import HandoffSeconds
 
 @dataclass(frozen=True, kw_only=True, eq=False)
 class HandoffVars:
-    """The hand-off's time in model units, and its parts (for reports and tests)."""
+    """The hand-off's time in model units, and whether it takes the parallel mode (for tests)."""
 
     units: cp_model.IntVar
-    crossings: cp_model.LinearExprT
-    extra_rounds: cp_model.IntVar
     parallel: cp_model.IntVar
 
 
@@ -136,7 +134,7 @@ def add_handoff(
         _add_head_parallel(model, handoff, heads, tables, tokens, seconds, unit_s, name)
     else:
         model.add(heads == 0)
-    return HandoffVars(units=handoff, crossings=crossings, extra_rounds=extra_rounds, parallel=parallel)
+    return HandoffVars(units=handoff, parallel=parallel)
 
 
 def _add_head_parallel(

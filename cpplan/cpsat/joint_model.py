@@ -86,7 +86,44 @@ class CompiledModel:
         items must be exactly the wave's). Waves must be used first and item i in a wave ``≤ i``."""
         taken = tuple(columns) if columns is not None else (None,) * self.num_waves
         assert len(taken) == self.num_waves
-        return _evaluate(self, assignment, frozenset(shared), taken)
+        shared = frozenset(shared)
+        used = _check_assignment(self, assignment, taken)
+        modelled = [used[w] and taken[w] is None for w in range(self.num_waves)]
+        totals = [dict.fromkeys((*_TOTALS, *_barrier_keys(self.space)), 0) for _ in range(self.num_waves)]
+        _add_local_layouts(self.space, assignment, modelled, totals)
+        layout = _LayoutValues(copies={}, starts={}, root_starts={})
+        for w in range(self.num_waves):
+            _add_cross_nodes(self.space, assignment, shared, modelled, w, totals[w], layout)
+        present = [
+            [i for i, (ww, _) in enumerate(assignment) if ww == w and modelled[w]]
+            for w in range(self.num_waves)
+        ]
+        waves = [_wave_values(self, totals[w], modelled[w], present[w]) for w in range(self.num_waves)]
+        objective = sum(
+            self.objective.overhead_units * used[w]
+            + waves[w].time
+            + (self.columns[taken[w]].time_units if taken[w] is not None else 0)
+            for w in range(self.num_waves)
+        )
+        return ModelValues(
+            assignment=tuple(tuple(a) for a in assignment),
+            shared=shared,
+            used=tuple(used),
+            copies=layout.copies,
+            starts=layout.starts,
+            root_starts=layout.root_starts,
+            totals=tuple(totals),
+            chunks=tuple(v.chunks for v in waves),
+            cap=tuple(v.cap for v in waves),
+            weighted=tuple(v.weighted for v in waves),
+            weight_cap=tuple(v.weight_cap for v in waves),
+            time=tuple(v.time for v in waves),
+            objective=objective,
+            feasible=all(v.feasible for v in waves),
+            rank_kib=tuple(v.rank_kib for v in waves),
+            columns=taken,
+            barrier=tuple(v.barrier for v in waves),
+        )
 
     def add_hint(self, values: ModelValues) -> None:
         """Hint every variable with ``values``."""
@@ -176,46 +213,6 @@ def compile_model(
         objective=objective,
         columns=columns,
         column_vars=column_vars,
-    )
-
-
-def _evaluate(compiled: CompiledModel, assignment, shared: frozenset, taken: tuple) -> ModelValues:
-    used = _check_assignment(compiled, assignment, taken)
-    modelled = [used[w] and taken[w] is None for w in range(compiled.num_waves)]
-    totals = [dict.fromkeys((*_TOTALS, *_barrier_keys(compiled.space)), 0) for _ in range(compiled.num_waves)]
-    _add_local_layouts(compiled.space, assignment, modelled, totals)
-    layout = _LayoutValues(copies={}, starts={}, root_starts={})
-    for w in range(compiled.num_waves):
-        _add_cross_nodes(compiled.space, assignment, shared, modelled, w, totals[w], layout)
-    present = [
-        [i for i, (ww, _) in enumerate(assignment) if ww == w and modelled[w]]
-        for w in range(compiled.num_waves)
-    ]
-    waves = [_wave_values(compiled, totals[w], modelled[w], present[w]) for w in range(compiled.num_waves)]
-    objective = sum(
-        compiled.objective.overhead_units * used[w]
-        + waves[w].time
-        + (compiled.columns[taken[w]].time_units if taken[w] is not None else 0)
-        for w in range(compiled.num_waves)
-    )
-    return ModelValues(
-        assignment=tuple(tuple(a) for a in assignment),
-        shared=shared,
-        used=tuple(used),
-        copies=layout.copies,
-        starts=layout.starts,
-        root_starts=layout.root_starts,
-        totals=tuple(totals),
-        chunks=tuple(v.chunks for v in waves),
-        cap=tuple(v.cap for v in waves),
-        weighted=tuple(v.weighted for v in waves),
-        weight_cap=tuple(v.weight_cap for v in waves),
-        time=tuple(v.time for v in waves),
-        objective=objective,
-        feasible=all(v.feasible for v in waves),
-        rank_kib=tuple(v.rank_kib for v in waves),
-        columns=taken,
-        barrier=tuple(v.barrier for v in waves),
     )
 
 

@@ -60,7 +60,8 @@ class MemoryRows:
 
     def rank_kib_weighted(self, envelope: int, weight_cap_kib: int, values: dict[str, int]) -> int:
         """The integer model's price of a rank whose chunks weigh at most ``weight_cap_kib`` (the
-        weighted mode of :mod:`cpplan.cpsat.chunk_caps`), with ``values`` for the other quantities."""
+        weighted mode of :mod:`cpplan.cpsat.chunk_caps`), with ``values`` for the other quantities: numbers,
+        or the model's own variables and expressions (the weighted row :func:`add_memory` states)."""
         return (
             self.static_kib[envelope]
             + weight_cap_kib
@@ -142,7 +143,7 @@ def add_memory(
     rows: MemoryRows,
     ownership: OwnershipVars,
     used: list[cp_model.IntVar],
-    column: list[cp_model.IntVar | None] | None = None,
+    column: list[cp_model.IntVar | None],
 ) -> dict[tuple[int, int], cp_model.IntVar]:
     """One constraint per wave and envelope, enforced on used waves that take no exact column (``column[w]``,
     see :mod:`~cpplan.cpsat.columns`), in the weighted mode's form when the wave takes it. Returns the
@@ -150,7 +151,7 @@ def add_memory(
     rounding: dict[tuple[int, int], cp_model.IntVar] = {}
     for w, bounds in enumerate(ownership.bounds):
         weighted = ownership.weighted[w]
-        active = [used[w]] if column is None or column[w] is None else [used[w], ~column[w]]
+        active = [used[w]] if column[w] is None else [used[w], ~column[w]]
         for e in range(len(rows.static_kib)):
             if rows.exact_tokens:
                 whole, fraction = rows.per_token_kib[e]
@@ -166,13 +167,6 @@ def add_memory(
                 row.only_enforce_if(active)
                 continue
             row.only_enforce_if([*active, ~weighted])
-            others = sum(
-                coef * bounds[name]
-                for name, coef in rows.per_unit_kib[e].items()
-                if name not in _SEGMENT_COUNTS
-            )
-            model.add(
-                rows.static_kib[e] + ownership.weight_cap[w] + rows.weight_start_kib + others
-                <= rows.memory_kib
-            ).only_enforce_if([*active, weighted])
+            by_weight = rows.rank_kib_weighted(e, ownership.weight_cap[w], bounds)
+            model.add(by_weight <= rows.memory_kib).only_enforce_if([*active, weighted])
     return rounding

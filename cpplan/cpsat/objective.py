@@ -37,8 +37,8 @@ def add_objective(
     totals: WaveTotals,
     num_ranks: int,
     overhead_units: int,
-    columns: tuple[Column, ...] = (),
-    column_vars: ColumnVars | None = None,
+    columns: tuple[Column, ...],
+    column_vars: ColumnVars,
 ) -> ObjectiveVars:
     """``T[w]``, the barrier maxima and the minimization, exact columns taken at their own time."""
     # Barrier units round up per node copy and barrier, so their sum may pass the total's bound.
@@ -51,7 +51,7 @@ def add_objective(
         model.add(num_ranks * t >= totals.time_units[w])
         time.append(t)
     barrier = _add_barriers(model, space, waves, totals, num_ranks, time, ub)
-    taken = list(column_vars.take.items()) if column_vars is not None else []
+    taken = list(column_vars.take.items())
     column_time = cp_model.LinearExpr.weighted_sum(
         [var for _, var in taken], [columns[g].time_units for (_, g), _ in taken]
     )

@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from ortools.sat.python import cp_model
 
 from cpplan.cpsat.owned_model import OwnedModel, cover_bound, layout_key
-from cpplan.cpsat.solve import STATUSES, answered, run_on_work, run_solver, run_stats
+from cpplan.cpsat.solve import STATUSES, run_on_work, run_solver, run_stats
 from cpplan.plans.outcome import ModelOutcome, Scope, Status
 from cpplan.plans.plan import Plan, SolverStats
 from cpplan.pricing.wave import WavePlan, price_wave
@@ -60,7 +60,7 @@ def _complete_hint(owned: OwnedModel, params: CpSatParams, work: float) -> bool:
     for index, value in fixed.items():
         copy.add(copy.get_int_var_from_proto_index(index) == value)
     completer, status = run_on_work(copy, params, work)
-    if not answered(status):
+    if not STATUSES.get(status, Status.UNKNOWN).answered:
         return False
     values = completer.response_proto.solution
     owned.model.clear_hints()

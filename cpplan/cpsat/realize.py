@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from cpplan.cpsat.chunk_caps import capped_split, weight_capped_split
 from cpplan.cpsat.columns import Column
 from cpplan.cpsat.memory import MemoryRows
 from cpplan.cpsat.solve import Solution
 from cpplan.cpsat.space import LayoutSpace
 from cpplan.plans.plan import Plan
 from cpplan.pricing.layout import PackedLayout
-from cpplan.pricing.ownership import ChunkStats, chunk_stats
+from cpplan.pricing.ownership import ChunkStats, chunk_stats, contiguous_split
 from cpplan.pricing.problem import Problem
 from cpplan.pricing.wave import WavePlan, price_wave
 
@@ -83,8 +82,10 @@ def capped_owner(
     if solution.weighted and solution.weighted[w]:
         weights = chunk_weights(rows, layout, stats)
         cap_bytes = space.scaling.bytes_per_unit * solution.weight_cap[w]
-        return weight_capped_split(time_weights, weights, cp, cap_bytes)
-    return capped_split(time_weights, cp, min(solution.cap[w], stats.num_chunks))
+        return contiguous_split(time_weights, cp, cap_weights=weights, cap=cap_bytes)
+    cap = min(solution.cap[w], stats.num_chunks)
+    assert cp * cap >= stats.num_chunks, (cp, cap, stats.num_chunks)
+    return contiguous_split(time_weights, cp, max_chunks=cap)
 
 
 def chunk_weights(rows: MemoryRows, layout: PackedLayout, stats: ChunkStats) -> np.ndarray:

@@ -209,8 +209,8 @@ def hint_placements(alternatives: Sequence[Sequence[Sequence[Job]]], plan: Plan)
     return found
 
 
-def realize(compiled: ScheduleModel, solver: cp_model.CpSolver, strategy: str) -> Plan:
-    """The chosen jobs in order of their starts (ties by block), replayed on the pool."""
+def realize(compiled: ScheduleModel, solver: cp_model.CpSolver) -> Plan:
+    """The chosen jobs in order of their starts (ties by block), replayed on the pool, as a ``cpsat`` plan."""
     chosen = []
     for k, alts in enumerate(compiled.alternatives):
         a = next(a for a, var in enumerate(compiled.choose[k]) if solver.boolean_value(var))
@@ -221,7 +221,7 @@ def realize(compiled: ScheduleModel, solver: cp_model.CpSolver, strategy: str) -
     waves = [w for _, _, job, _ in chosen for w in job.waves]
     gpus = [block(job.size, b) for _, _, job, b in chosen for _ in job.waves]
     schedule = timed([w.cost_s for w in waves], gpus, compiled.pool, compiled.padding_s)
-    return Plan(strategy=strategy, waves=tuple(waves), schedule=schedule)
+    return Plan(strategy="cpsat", waves=tuple(waves), schedule=schedule)
 
 
 def solve_schedule(
@@ -230,10 +230,9 @@ def solve_schedule(
     *,
     time_limit_s: float | None,
     deterministic: bool,
-    strategy: str,
 ) -> tuple[Plan | None, SolverStats]:
     """Run CP-SAT on ``compiled`` with a profile's ``params``: the realized plan (``None`` without an
-    answer) named ``strategy``, and the run's statistics (objective and bound in seconds, from the
+    answer; strategy ``cpsat``), and the run's statistics (objective and bound in seconds, from the
     model's microseconds; stages ``search`` and ``realize``)."""
     solver, status, search_s = run_solver(
         compiled.model, params, time_limit_s=time_limit_s, deterministic=deterministic
@@ -242,7 +241,7 @@ def solve_schedule(
     plan = objective = bound = None
     started = time.perf_counter()
     if name.answered:
-        plan = realize(compiled, solver, strategy)
+        plan = realize(compiled, solver)
         objective = solver.objective_value / MICROSECONDS
         bound = solver.best_objective_bound / MICROSECONDS
     realize_s = time.perf_counter() - started

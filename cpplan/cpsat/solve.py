@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import re
@@ -106,7 +107,7 @@ def solve(
     solution = None
     objective = bound = None
     verify_s = 0.0
-    if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+    if name.answered:
         objective = scaling.seconds(solver.objective_value)
         bound = scaling.seconds(solver.best_objective_bound)
         solution = _solution(compiled, solver)
@@ -166,26 +167,15 @@ def run_on_work(model: cp_model.CpModel, params: CpSatParams, work: float) -> tu
     return solver, status
 
 
-def answered(status: int) -> bool:
-    """Whether a CP-SAT status carries a solution."""
-    return status in (cp_model.OPTIMAL, cp_model.FEASIBLE)
-
-
-_WARM = False
-
-
+@functools.cache
 def warm_up() -> None:
     """Solve a one-variable model once per process, so that no planning budget pays for CP-SAT's
     first-call set-up."""
-    global _WARM
-    if _WARM:
-        return
     model = cp_model.CpModel()
     model.add(model.new_bool_var("x") >= 0)
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = 1
     solver.solve(model)
-    _WARM = True
 
 
 def run_stats(

@@ -140,13 +140,11 @@ class _TreeFacts:
         return v > 0 and len(self.items[v]) >= 2
 
 
-def build_space(
-    problem: Problem, extra_specs: tuple[str, ...] = (), scaling: Scaling = SCALING
-) -> LayoutSpace:
+def build_space(problem: Problem, extra_specs: tuple[str, ...] = ()) -> LayoutSpace:
     """Classify the tree's nodes and enumerate each item's candidate local layouts."""
     facts = _tree_facts(problem)
     order = sorted(range(1, problem.tree.num_nodes), key=lambda v: int(problem.tree.node_depth[v]))
-    cross = tuple(_cross_node(facts, v, scaling) for v in order if facts.is_cross(v))
+    cross = tuple(_cross_node(facts, v) for v in order if facts.is_cross(v))
     local_nodes: list[list[int]] = [[] for _ in range(problem.num_items)]
     for v in order:
         if not facts.is_cross(v):
@@ -156,9 +154,9 @@ def build_space(
     floors = item_floors(problem)
     items = tuple(
         replace(
-            _item_space(facts, i, local_nodes[i], masks, scaling),
-            floor_units=scaling.time_lower(float(floors.wave_s[i])),
-            barrier_floor_units=tuple(scaling.time_lower(float(b)) for b in floors.barrier_s[i]),
+            _item_space(facts, i, local_nodes[i], masks),
+            floor_units=SCALING.time_lower(float(floors.wave_s[i])),
+            barrier_floor_units=tuple(SCALING.time_lower(float(b)) for b in floors.barrier_s[i]),
         )
         for i in range(problem.num_items)
     )
@@ -170,9 +168,9 @@ def build_space(
             "grad": bool(problem.request_grad.all()),
             "loss": problem.loss_positions is None and bool(problem.request_loss.all()),
         },
-        segment_time_units=scaling.time(float(coef[QUANTITY_INDEX["segments"]])),
+        segment_time_units=SCALING.time(float(coef[QUANTITY_INDEX["segments"]])),
         max_starts_per_chunk=max_starts_per_chunk(problem.tree.node_length[1:], CHUNK_TOKENS),
-        scaling=scaling,
+        scaling=SCALING,
         num_barriers=int(facts.barrier_seconds.shape[1]),
     )
 
@@ -240,21 +238,19 @@ def copy_seconds(amounts: np.ndarray, time_coef: np.ndarray, cp: int) -> np.ndar
     return seconds
 
 
-def _cross_node(facts: _TreeFacts, v: int, scaling: Scaling) -> CrossNode:
+def _cross_node(facts: _TreeFacts, v: int) -> CrossNode:
     return CrossNode(
         node=v,
         parent=facts.parent[v],
         items=tuple(sorted(facts.items[v])),
         max_copies=facts.counts[v],
         amounts=tuple(int(a) for a in facts.amounts[v]),
-        time_units=scaling.time(facts.seconds[v]),
-        barrier_units=tuple(scaling.time(float(b)) for b in facts.barrier_seconds[v]),
+        time_units=SCALING.time(facts.seconds[v]),
+        barrier_units=tuple(SCALING.time(float(b)) for b in facts.barrier_seconds[v]),
     )
 
 
-def _item_space(
-    facts: _TreeFacts, i: int, nodes: list[int], masks: list[np.ndarray], scaling: Scaling
-) -> ItemSpace:
+def _item_space(facts: _TreeFacts, i: int, nodes: list[int], masks: list[np.ndarray]) -> ItemSpace:
     decision = tuple(v for v in nodes if facts.counts[v] >= 2)
     roots = tuple(
         (v, facts.parent[v]) for v in nodes if facts.parent[v] > 0 and facts.is_cross(facts.parent[v])
@@ -263,7 +259,7 @@ def _item_space(
         candidates = list(itertools.product((False, True), repeat=len(decision)))
     else:
         candidates = list(dict.fromkeys(tuple(bool(m[v]) for v in decision) for m in masks))
-    layouts = [_local_layout(facts, i, nodes, decision, shared, scaling) for shared in candidates]
+    layouts = [_local_layout(facts, i, nodes, decision, shared) for shared in candidates]
     kept, cover = pareto(layouts)
     return ItemSpace(
         item=i,
@@ -287,7 +283,7 @@ def local_copies(facts: _TreeFacts, item: int, nodes: list[int], shared: dict[in
     return copies
 
 
-def _local_layout(facts, item, nodes, decision, shared, scaling) -> LocalLayout:
+def _local_layout(facts, item, nodes, decision, shared) -> LocalLayout:
     is_shared = dict(zip(decision, shared, strict=True))
     copies = local_copies(facts, item, nodes, is_shared)
     starts = 0
@@ -308,8 +304,8 @@ def _local_layout(facts, item, nodes, decision, shared, scaling) -> LocalLayout:
     return LocalLayout(
         shared=tuple(shared),
         amounts=tuple(int(a) for a in amounts),
-        time_units=scaling.time(seconds),
-        barrier_units=tuple(scaling.time(float(b)) for b in barrier_seconds),
+        time_units=SCALING.time(seconds),
+        barrier_units=tuple(SCALING.time(float(b)) for b in barrier_seconds),
         fixed_starts=starts,
         root_copies=tuple(root_copies),
     )

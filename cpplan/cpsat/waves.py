@@ -34,13 +34,13 @@ def add_waves(
     model: cp_model.CpModel,
     space: LayoutSpace,
     num_waves: int,
-    columns: tuple[Column, ...] = (),
-    column_vars: ColumnVars | None = None,
+    columns: tuple[Column, ...],
+    column_vars: ColumnVars,
 ) -> WaveVars:
     """Assignment variables and constraints for ``num_waves`` candidate waves, with the exact
     ``columns`` as the other way to cover their items."""
     used = [model.new_bool_var(f"used[{w}]") for w in range(num_waves)]
-    col = column_vars.col if column_vars is not None else [None] * num_waves
+    col = column_vars.col
     x: list[list[list[cp_model.IntVar]]] = []
     presence: list[list[cp_model.LinearExprT]] = []
     for item in space.items:
@@ -49,8 +49,7 @@ def add_waves(
             [model.new_bool_var(f"x[{i},{w},{j}]") for j in range(num_layouts)] if w <= i else []
             for w in range(num_waves)
         ]
-        covers = covering(columns, column_vars, i) if column_vars is not None else []
-        model.add_exactly_one([v for row in rows for v in row] + covers)
+        model.add_exactly_one([v for row in rows for v in row] + covering(columns, column_vars, i))
         x.append(rows)
         presence.append([sum(row) if row else 0 for row in rows])
         for w, row in enumerate(rows):

@@ -83,7 +83,7 @@ def decide(
     if best is None or search_by.left_s() < profile.timing.min_search_s:
         status, detail = (Status.SKIPPED, "no proposal") if best is None else (Status.NO_TIME, "")
         outcome = ModelOutcome(model="ownership", status=status, detail=detail)
-        return pool.proposed, _then(pool.proposer, outcome)
+        return pool.proposed, (pool.proposer or SolverStats()).then(outcome)
     t0 = time.perf_counter()
     why = f"no time for it (under {profile.timing.bound_min_left_s:g} s left: timing.bound_min_left_s)"
     why = why if bounded else "not computed: a pool's plan is bounded as a makespan"
@@ -161,13 +161,8 @@ def affordable_columns(
 def _no_time(pool: Pool, detail: str, build_s: float = 0.0) -> tuple[Plan | None, SolverStats]:
     """The joint model's plan (or none) where the ownership model could not finish in the time left."""
     outcome = ModelOutcome(model="ownership", status=Status.NO_TIME, detail=detail)
-    stats = _then(pool.proposer, outcome)
+    stats = (pool.proposer or SolverStats()).then(outcome)
     return pool.proposed, replace(stats, stage_s={**stats.stage_s, "ownership_build": build_s})
-
-
-def _then(stats: SolverStats | None, outcome: ModelOutcome) -> SolverStats:
-    """``stats`` (or none) with ``outcome`` after their own."""
-    return SolverStats(outcomes=(outcome,)) if stats is None else stats.then(outcome)
 
 
 def _after(proposer: SolverStats | None, stats: SolverStats) -> SolverStats:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 
 from cpplan.errors import NoFitError
 from cpplan.planners.deadline import Deadline
@@ -51,7 +52,7 @@ def greedy_plan(
         waves, hurried_from = windowed_waves(problem, layouts, deadline)
     else:
         search = WidthSearch(problem=problem, layouts=layouts)
-        waves, hurried_from = planned_waves(problem, layouts, deadline, search, final=True)
+        waves, hurried_from = planned_waves(search, deadline, final=True)
     notes = ()
     if hurried_from is not None:
         n = problem.num_items
@@ -60,11 +61,12 @@ def greedy_plan(
 
 
 def planned_waves(
-    problem: Problem, layouts: tuple[str, ...], deadline: Deadline | None, search: WidthSearch, *, final: bool
+    search: WidthSearch, deadline: Deadline | None, *, final: bool
 ) -> tuple[list[WavePlan], int | None]:
-    """Greedy's waves over every item of ``problem`` and the item from which it hurried (``None``: it
-    did not). ``final``: the problem's last item is the workload's (only then are the last two waves
-    balanced, :func:`last_two_waves`)."""
+    """Greedy's waves over every item of the search's problem, in its layouts, and the item from which it
+    hurried (``None``: it did not). ``final``: the problem's last item is the workload's (only then are
+    the last two waves balanced, :func:`last_two_waves`)."""
+    problem, layouts = search.problem, search.layouts
     waves: list[WavePlan] = []
     start, n = 0, problem.num_items
     while start < n:
@@ -123,8 +125,8 @@ def windowed_waves(
     while start < n:
         stop = min(n, start + size)
         sub = SubProblem.of(problem, range(start, stop))
-        search = search.moved_to(sub.problem)
-        found, hurried = planned_waves(sub.problem, layouts, deadline, search, final=stop == n)
+        search = replace(search, problem=sub.problem)  # the problem's cached estimates are not carried over
+        found, hurried = planned_waves(search, deadline, final=stop == n)
         keep = found if stop == n else _before_last(found)
         if not keep:
             size *= 2
@@ -195,9 +197,8 @@ def split_item(problem: Problem, item: int, layouts: Sequence[str]) -> list[Wave
             raise request_refusal(problem, item, int(order[0]), lowest)
         return [alone]
     pieces = request_problem(problem, item, order)
-    search = WidthSearch(problem=pieces, layouts=layouts)
     try:
-        waves, _ = planned_waves(pieces, layouts, None, search, final=True)
+        waves, _ = planned_waves(WidthSearch(problem=pieces, layouts=layouts), None, final=True)
     except NoFitError as exc:
         k = pieces.workload.index_of.get(exc.item, 0)
         _, lowest = best_piece(problem, item, order[k : k + 1], layouts)

@@ -131,20 +131,19 @@ def propose(problem: Problem, budget: Budget, steps: Mapping[str, Strategy]) -> 
     profile = budget.profile
     overridden = {name for name, step in steps.items() if step is not _REGISTERED.get(name)}
     decides = "cpsat" in profile.strategies and "cpsat" not in overridden
-    if problem.topology.several_groups:
-        return Proposals(outcomes=on_the_pool(problem, budget, steps), decides=decides)
-    by = budget.proposers_by()
+    pooled = problem.topology.several_groups
+    by = budget.verify_by if pooled else budget.proposers_by()
     found: dict[str, StrategyOutcome] = {}
     joint: tuple[Plan | None, SolverStats | None] = (None, None)
     for name in profile.strategies:
-        if name == "cpsat" and "cpsat" not in overridden:
+        if name == "cpsat" and "cpsat" not in overridden and not pooled:
             joint = _joint(problem, budget, found, by)
             continue
         held = _held_back(name, problem, profile, list(found.values()), by)
-        stage = budget.verify_by if name == "cpsat" else budget.stage(1.0, by)
+        stage = budget.verify_by if name == "cpsat" or pooled else budget.stage(1.0, by)
         found[name] = held or run_strategy(name, steps.get(name), problem, profile, stage)
-    if not decides:
-        return Proposals(outcomes=found)
+    if pooled or not decides:
+        return Proposals(outcomes=found, decides=decides)
     plans = {name: o.plan for name, o in found.items()} | {"joint": joint[0]}
     pool = _moved(problem, budget, Pool.of(plans, joint[1]), by)
     return Proposals(outcomes=found, pool=pool, decides=True)
@@ -247,19 +246,6 @@ def _decided(problem: Problem, pool: Pool, budget: Budget) -> StrategyOutcome:
         return _failed("cpsat", Ended.NO_PLAN, stats.deciding.words(), started, stats=stats)
     wall_s = time.perf_counter() - started + (pool.proposer.wall_s if pool.proposer else 0.0)
     return StrategyOutcome(strategy="cpsat", ended=Ended.PLANNED, plan=plan, stats=stats, wall_s=wall_s)
-
-
-def on_the_pool(
-    problem: Problem, budget: Budget, steps: Mapping[str, Strategy]
-) -> dict[str, StrategyOutcome]:
-    """Stage 1 where the waves share a pool of CP groups: every strategy of the profile forms and places
-    its waves on the pool itself (:data:`~cpplan.planners.PLANNERS`), in the profile's order; one that
-    could not finish before the search deadline is not started once a plan is in hand."""
-    found: dict[str, StrategyOutcome] = {}
-    for name in budget.profile.strategies:
-        held = _held_back(name, problem, budget.profile, list(found.values()), budget.verify_by)
-        found[name] = held or run_strategy(name, steps.get(name), problem, budget.profile, budget.verify_by)
-    return found
 
 
 def decided_on_the_pool(problem: Problem, budget: Budget, outcome: StrategyOutcome) -> StrategyOutcome:

@@ -67,10 +67,7 @@ class ReplicaPartition:
     @property
     def replica_price_s(self) -> tuple[float, ...]:
         """Per replica, the sum of its items' quick prices."""
-        sums: list[list[float]] = [[] for _ in range(self.num_replicas)]
-        for price, r in zip(self.item_price_s, self.replica_of_item, strict=True):
-            sums[r].append(price)
-        return tuple(math.fsum(s) for s in sums)
+        return tuple(math.fsum(self.item_price_s[i] for i in members) for members in self._members)
 
 
 def check_replica(replica: object, topology: Topology) -> int:
@@ -335,30 +332,22 @@ def assemble(
     return Plan(strategy=weakest, waves=tuple(waves), schedule=schedule, notes=tuple(notes))
 
 
-def partitioned_greedy_plan(
-    problem: Problem, layouts: Sequence[str], deadline: Deadline | None = None, *, prefix_once: bool = True
-) -> Plan:
-    """``problem``'s step partitioned over its CP groups (:func:`partition_items`, ``prefix_once`` as
-    there), each share planned by greedy as a ``dp = 1`` problem, assembled: prefix groups stay whole,
-    however shuffled they arrive."""
-    partition = partition_items(problem.workload, problem.card, problem.topology, prefix_once=prefix_once)
-    return _planned_partition(problem, partition, layouts, deadline)
-
-
 def partitioned_greedy_plans(
     problem: Problem, layouts: Sequence[str], deadline: Deadline | None = None
 ) -> list[Plan]:
-    """:func:`partitioned_greedy_plan` with a group's shared prefix priced once, then once per member:
-    one plan per distinct partition (one where the two split the items alike)."""
+    """``problem``'s step partitioned over its CP groups (:func:`partition_items`) with a group's shared
+    prefix priced once, then once per member, each share planned by greedy as a ``dp = 1`` problem and
+    assembled (:func:`planned_partition`): prefix groups stay whole, however shuffled they arrive. One
+    plan per distinct partition (one where the two split the items alike)."""
     partitions: dict[tuple[int, ...], ReplicaPartition] = {}
     for once in (True, False):
         partition = partition_items(problem.workload, problem.card, problem.topology, prefix_once=once)
         partitions.setdefault(partition.replica_of_item, partition)
-    return [_planned_partition(problem, p, layouts, deadline) for p in partitions.values()]
+    return [planned_partition(problem, p, layouts, deadline) for p in partitions.values()]
 
 
-def _planned_partition(
-    problem: Problem, partition: ReplicaPartition, layouts: Sequence[str], deadline: Deadline | None
+def planned_partition(
+    problem: Problem, partition: ReplicaPartition, layouts: Sequence[str], deadline: Deadline | None = None
 ) -> Plan:
     """Each replica's share of ``partition`` planned by greedy as a ``dp = 1`` problem, assembled."""
     workload, settings = problem.workload, replica_settings(problem.settings)

@@ -87,8 +87,6 @@ def dynamic_cpsat_planner(
     left = search_by.left_s()
     if left < profile.timing.min_search_s:
         return None, not_run("schedule", Status.NO_TIME, build_s=build_s)
-    plan, stats = solve_schedule(
-        compiled, params, time_limit_s=left, deterministic=profile.deterministic, strategy="cpsat"
-    )
+    plan, stats = solve_schedule(compiled, params, time_limit_s=left, deterministic=profile.deterministic)
     stage_s = {"build": build_s, **stats.stage_s}
     return plan, replace(stats, wall_s=time.perf_counter() - started, stage_s=stage_s)

@@ -69,8 +69,7 @@ def _refill(problem: Problem, items: Sequence[int], layouts: Sequence[str]) -> l
     own (ascending, widest waves cut where the least is shared; an item too large for any wave takes
     the split path): a few pricings per wave, not one per item."""
     sub = SubProblem.of(problem, items)
-    search = WidthSearch(problem=sub.problem, layouts=tuple(layouts))
-    waves, _ = planned_waves(sub.problem, tuple(layouts), None, search, final=True)
+    waves, _ = planned_waves(WidthSearch(problem=sub.problem, layouts=tuple(layouts)), None, final=True)
     return [sub.to_parent(wave) for wave in waves]
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import cached_property
 
 import numpy as np
@@ -40,10 +40,6 @@ class WidthSearch:
     """Candidate widths tested so far (for benchmarks and tests)."""
     test_s: float = 0.0
     """Seconds the last candidate width took to price (what :meth:`floor_s` extrapolates)."""
-
-    def moved_to(self, problem: Problem) -> WidthSearch:
-        """A search over ``problem`` (the next window of items) that starts from this one's peak model."""
-        return replace(self, problem=problem)  # the problem's cached estimates are not carried over
 
     @cached_property
     def _static_bytes(self) -> float:

@@ -73,7 +73,7 @@ def test_model_optimum_is_the_brute_force_optimum(alternatives):
     compiled = compile_schedule(alternatives, pool)
     solver = _solve(compiled)
     assert solver.objective_value == _brute_force(alternatives, pool)
-    plan = realize(compiled, solver, "cpsat")
+    plan = realize(compiled, solver)
     assert plan.schedule.makespan_s <= solver.objective_value / 1e6 + 1e-12
     starts, makespan = replay([w.cost_s for w in plan.waves], plan.schedule.gpus, pool)
     assert list(plan.schedule.start_s) == starts and plan.schedule.makespan_s == makespan
@@ -92,7 +92,7 @@ def test_hinted_model_is_never_worse_than_its_hint():
     ]
     compiled = compile_schedule(alternatives, 2)
     solver = _solve(compiled, hint_plan=hint, alts=alternatives)
-    plan = realize(compiled, solver, "cpsat")
+    plan = realize(compiled, solver)
     assert hint.cost_s == 6.0 and plan.cost_s == pytest.approx(4.65, abs=1e-6)
 
 
@@ -106,7 +106,7 @@ def test_model_with_equal_waves_is_the_padded_brute_force_optimum(alternatives):
     solver = _solve(compiled)
     assert solver.objective_value == _brute_force(alternatives, pool, 400_000)
     assert solver.objective_value >= _brute_force(alternatives, pool)
-    plan = realize(compiled, solver, "cpsat")
+    plan = realize(compiled, solver)
     counts = wave_counts(plan.schedule.gpus, pool)
     assert len({n + p for n, p in zip(counts, plan.schedule.padding, strict=True)}) == 1
     assert plan.schedule.makespan_s <= solver.objective_value / 1e6 + 1e-12
@@ -126,5 +126,5 @@ def test_equal_waves_change_the_optimum_when_padding_binds():
     padded = compile_schedule(alternatives, 2, 2.0)
     solver = _solve(padded)
     assert solver.objective_value == 4_500_000
-    plan = realize(padded, solver, "cpsat")
+    plan = realize(padded, solver)
     assert sorted(w.cp for w in plan.waves) == [1, 1, 2] and plan.schedule.padding == (0, 0)

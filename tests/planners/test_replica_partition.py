@@ -170,14 +170,17 @@ def test_a_pool_plans_the_partition_both_ways_and_keeps_the_cheaper():
     once, or once per member), each share planned by greedy, costs: on the shuffled rollouts at dp 4 x
     cp 1 the first wins, on the suite's shuffled GRPO step at dp 2 x cp 2 the second does."""
     from cpplan.bench.suites import suite
-    from cpplan.planners.replica_partition import partitioned_greedy_plan
+    from cpplan.planners.replica_partition import planned_partition
 
     suite_step = next(c for c in suite(quick=True) if c.name == "grpo_g8_shuffled").build()
     winners = []
     for wl, dp, cp in ((shuffled_rollouts()[0], 4, 1), (suite_step, 2, 2)):
         result = planner(dp=dp, cp=cp, memory="40GiB").plan(wl)
+        p = result.problem
         once, per_member = (
-            partitioned_greedy_plan(result.problem, GREEDY.greedy.layouts, prefix_once=v).cost_s
+            planned_partition(
+                p, partition_items(p.workload, p.card, p.topology, prefix_once=v), GREEDY.greedy.layouts
+            ).cost_s
             for v in (True, False)
         )
         assert result.cost_s == pytest.approx(min(once, per_member), rel=1e-12)
