@@ -69,9 +69,10 @@ def at_every_size(strategy: Strategy, dynamic: Strategy | None = None) -> Strate
             stats.extend([found] if found is not None else [])
             return None if plan is None else balanced(plan, problem.topology.pool, pool_padding_s(problem))
 
-        plans, refusal = at_each_size(
-            problem, lambda size: plan_of(strategy, group_problem(problem, size)), deadline
-        )
+        def at_size(size: int) -> Plan | None:
+            return plan_of(strategy, group_problem(problem, size))
+
+        plans, refusal = at_each_size(problem, at_size, deadline)
         if dynamic is not None and not (plans and deadline.expired()):
             try:
                 plans += [plan for plan in [plan_of(dynamic, problem)] if plan is not None]
