@@ -16,6 +16,7 @@ PACKAGE = Path(cpplan.__file__).parent
 
 BOUNDED_CACHES = {
     ("version.py", "cpplan_version"): "takes no argument: one string per process",
+    ("cpsat/solve.py", "warm_up"): "takes no argument: one call per process, returns nothing",
     ("hf/attention.py", "_compiled"): "at most 2 entries: the compiled flex_attention, no tensor",
     ("pack/readers.py", "_sha256"): "at most 8 entries, each a hex string keyed by path, size and mtime",
     ("pack/conversations.py", "load_tokenizer"): "at most 4 tokenizers (a pack run loads one), no tensor",
