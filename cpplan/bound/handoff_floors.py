@@ -138,8 +138,9 @@ def whole_requests_floor_s(problem: Problem, requests: np.ndarray) -> float | No
     busiest rank holds the costliest request; among the ``cp + 1`` costliest, some rank holds two
     (:func:`pair_sums`: the cheapest pair); every rank that runs the wave holds the nodes common to all
     its requests (:func:`common_nodes_floor`); among any ``k cp + 1``, some rank holds ``k + 1``, their
-    private nodes (passed by no other request of the wave) disjoint. ``None`` where some ``w_v < 0`` (a
-    union may then cost less than a path in it); infinity where memory forbids it
+    private nodes (passed by no other request of the wave) disjoint; and, barrier by barrier, the least
+    makespan of the requests packed whole (:func:`barrier_packing_floor_s`), where larger. ``None`` where
+    some ``w_v < 0`` (a union may then cost less than a path in it); infinity where memory forbids it
     (:func:`pairs_overflow`)."""
     tree, cp = problem.tree, problem.topology.cp
     requests = np.asarray(requests, dtype=np.int64)
