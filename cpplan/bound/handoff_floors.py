@@ -147,10 +147,10 @@ def whole_requests_floor_s(problem: Problem, requests: np.ndarray) -> float | No
     if pairs_overflow(problem, requests):
         return math.inf
     counts = path_counts(tree, requests)
-    found = rank_weights(problem, counts)
-    if found is None:
+    per_barrier, barrier_base = barrier_weights(problem, counts)
+    weight, base = per_barrier.sum(axis=1), float(barrier_base.sum())
+    if (weight < 0).any():
         return None
-    weight, base = found
     sums = _PathSums(problem, requests, counts, weight[:, None])
     path_w = sums.path[tree.request_leaf[requests], 0]
     best = float(path_w.max())
@@ -163,21 +163,23 @@ def whole_requests_floor_s(problem: Problem, requests: np.ndarray) -> float | No
     for k in range(1, (requests.size - 1) // cp + 1):
         most = k * cp + 1
         best = max(best, float(private[most - k - 1 : most].sum()))
-    return max(base + best, barrier_packing_floor_s(problem, requests, counts))
+    packed = barrier_packing_floor_s(problem, requests, counts, per_barrier, barrier_base)
+    return max(base + best, packed)
 
 
-def barrier_packing_floor_s(problem: Problem, requests: np.ndarray, counts: np.ndarray) -> float:
+def barrier_packing_floor_s(
+    problem: Problem, requests: np.ndarray, counts: np.ndarray, weight: np.ndarray, base: np.ndarray
+) -> float:
     """A floor of the wave's compute seconds, ``Σ_b max_r``, where every request of ``requests`` sits
     whole on one rank: per barrier ``b``, the slowest rank holds at least the wave's tokens as remote and
     one piece (:func:`barrier_weights`), the nodes every request passes (on every rank that runs the
     wave) and the private nodes of the requests it holds (passed by no other request of the wave), so at
     least the least makespan of those private seconds packed onto ``cp`` ranks
     (:func:`~cpplan.bound.makespan.makespan_floor`). Each barrier has its own slowest rank: a rank heavy
-    in attention need not be the one heavy in per-token work. 0 where :func:`barrier_weights` has none."""
-    found = barrier_weights(problem, counts)
-    if found is None:
+    in attention need not be the one heavy in per-token work. ``weight``, ``base``: the wave's
+    :func:`barrier_weights`; 0 where some ``w_{v,b} < 0``."""
+    if (weight < 0).any():
         return 0.0
-    weight, base = found
     common = counts == requests.size
     common[0] = False
     private = np.where(((counts == 1) & ~common)[:, None], weight, 0.0)
@@ -186,17 +188,16 @@ def barrier_packing_floor_s(problem: Problem, requests: np.ndarray, counts: np.n
     return _packed_per_barrier(base + weight[common].sum(axis=0), per_request, problem.topology.cp)
 
 
-def barrier_weights(problem: Problem, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
-    """Per barrier, :func:`rank_weights`: ``w_{v,b}``, a node's seconds in barrier ``b`` on a rank less
-    its remote-token price (zero off the wave, shape ``(nodes, barriers)``), and ``base_b``, the wave's
-    tokens as remote and one piece; ``None`` where some ``w_{v,b} < 0``."""
+def barrier_weights(problem: Problem, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per node of a wave (``counts``: the wave's requests through each) and barrier ``b``, ``w_{v,b}``:
+    its seconds in ``b`` on a rank less its remote-token price (zero off the wave, shape ``(nodes,
+    barriers)``), and per barrier ``base_b``: the whole wave's tokens as remote and one piece; a rank
+    holding the nodes ``U`` costs at least ``base_b + Σ_{v ∈ U} w_{v,b}`` in ``b``."""
     tree = problem.tree
     barriers = np.asarray(problem.card.constants.barrier_coefficients, dtype=np.float64)
     remote_s = barriers[:, _REMOTE_COLUMNS].sum(axis=1)
     weight = per_copy_amounts(problem) @ barriers.T - tree.node_length[:, None] * remote_s[None, :]
     weight[counts == 0] = 0.0
-    if (weight < 0).any():
-        return None
     base = remote_s * float(tree.node_length[counts > 0].sum()) + barriers[:, _SEGMENT_COLUMNS].sum(axis=1)
     return weight, base
 
@@ -217,19 +218,11 @@ def whole_or_copied_floor_s(problem: Problem, requests: np.ndarray, average_s: f
 
 
 def rank_weights(problem: Problem, counts: np.ndarray) -> tuple[np.ndarray, float] | None:
-    """Per node of a wave (``counts``: the wave's requests through each), ``w_v``: its seconds on a rank
-    less its remote-token price (zero off the wave), and ``base``: the whole wave's tokens as remote and
-    one piece; a rank holding the nodes ``U`` costs at least ``base + Σ_{v ∈ U} w_v``. ``None`` where
-    some ``w_v < 0``."""
-    tree = problem.tree
-    barriers = np.asarray(problem.card.constants.barrier_coefficients, dtype=np.float64).sum(axis=0)
-    remote_s = float(barriers[_REMOTE_COLUMNS].sum())
-    weight = per_copy_amounts(problem) @ barriers - remote_s * tree.node_length
-    weight[counts == 0] = 0.0
-    if (weight < 0).any():
-        return None
-    base = remote_s * float(tree.node_length[counts > 0].sum()) + float(barriers[_SEGMENT_COLUMNS].sum())
-    return weight, base
+    """:func:`barrier_weights` summed over the barriers: per node ``w_v`` and the ``base``; a rank holding
+    the nodes ``U`` costs at least ``base + Σ_{v ∈ U} w_v``. ``None`` where some ``w_v < 0``."""
+    weight, base = barrier_weights(problem, counts)
+    summed = weight.sum(axis=1)
+    return None if (summed < 0).any() else (summed, float(base.sum()))
 
 
 def shared_or_copied_floor_s(problem: Problem, requests: np.ndarray, average_s: float) -> float | None:
@@ -247,10 +240,10 @@ def shared_or_copied_floor_s(problem: Problem, requests: np.ndarray, average_s: 
     ``average_s`` where there are no such groups; ``None`` where some ``w_v < 0``."""
     requests = np.asarray(requests, dtype=np.int64)
     counts = path_counts(problem.tree, requests)
-    found = rank_weights(problem, counts)
-    if found is None:
+    per_barrier, barrier_base = barrier_weights(problem, counts)
+    if (per_barrier.sum(axis=1) < 0).any():
         return None
-    weight, base = found
+    base = float(barrier_base.sum())
     nodes = np.flatnonzero(counts >= 2)
     nodes = nodes[nodes > 0]
     common = counts[nodes] == requests.size  # the nodes every request of the wave passes
@@ -258,28 +251,25 @@ def shared_or_copied_floor_s(problem: Problem, requests: np.ndarray, average_s: 
     groups = (problem.tree.node_parent[nodes] == deepest) & ~common  # disjoint groups of requests
     if not groups.any():
         return average_s
-    sums = _PathSums(problem, requests, counts, weight[:, None])
-    together = base + sums.path[nodes, 0] + sums.below[nodes, 0]  # a node's requests on one rank
+    sums = _PathSums(problem, requests, counts, per_barrier)
+    together = base + (sums.path[nodes] + sums.below[nodes]).sum(axis=1)  # a node's requests on one rank
     copies = unshared_copies_s(problem, requests, counts)[nodes]
     spread = average_s + float(copies[common].sum())  # no common node shared: each stored per child
     whole = float(together[common].min()) if common.any() else math.inf
     grouped = group_packing_floor(together[groups], base, problem.topology.cp)
-    packed = max(spread, grouped, _groups_per_barrier(problem, requests, counts, nodes[groups], deepest))
-    return min(whole, spread + float(copies[groups].min()), packed)
+    if (per_barrier >= 0).all():
+        grouped = max(grouped, _groups_per_barrier(sums, barrier_base, nodes[groups], deepest, problem))
+    return min(whole, spread + float(copies[groups].min()), max(spread, grouped))
 
 
 def _groups_per_barrier(
-    problem: Problem, requests: np.ndarray, counts: np.ndarray, groups: np.ndarray, deepest: int
+    sums: _PathSums, base: np.ndarray, groups: np.ndarray, deepest: int, problem: Problem
 ) -> float:
     """Per barrier, the slowest rank of a wave whose disjoint groups of requests (below the nodes
     ``groups``, children of ``deepest``, the deepest node every request passes) each sit whole on one
-    rank: the base, a copy of the path to ``deepest`` and the least makespan of the groups' own seconds
-    (:func:`_packed_per_barrier`); 0 where :func:`barrier_weights` has none."""
-    found = barrier_weights(problem, counts)
-    if found is None:
-        return 0.0
-    weight, base = found
-    sums = _PathSums(problem, requests, counts, weight)
+    rank: ``base`` (per barrier, :func:`barrier_weights`), a copy of the path to ``deepest`` and the
+    least makespan of the groups' own seconds (:func:`_packed_per_barrier`; ``sums``: the wave's
+    per-barrier weights summed along its tree, every ``w_{v,b} >= 0``)."""
     own = sums.path[groups] - sums.path[deepest] + sums.below[groups]  # (groups, barriers)
     return _packed_per_barrier(base + sums.path[deepest], own, problem.topology.cp)
 
