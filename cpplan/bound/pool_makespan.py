@@ -9,9 +9,12 @@ per barrier, the average rank of the item's own totals (each of its nodes once, 
 its requests, a piece per distinct request end, every other rank's tokens remote): the costliest such
 item is a floor too (:func:`item_floor_s`). The makespan is at least the larger of the two. Where
 every GPU must run the same number of waves, a plan of at least ``W`` waves runs at least
-``ceil(W / dp)`` on every group, the missing ones as padding waves of one overhead each: the summed
-share counts ``(-W) mod dp`` of them too. For a few items, every assignment of them to the groups is
-priced by the partition floors (:func:`~cpplan.bound.partitions.pool_partition_bound_s`): a third floor.
+``ceil(W / dp)`` on every group, the missing ones as padding waves of one overhead each: the waves and
+their padding cost at least the rank average plus ``ceil(W / dp) · dp`` overheads, a second floor of the
+summed share. (The summed bound's other terms, its crossing floor and its partitions, may count a wave
+beyond ``W`` that would then need no padding, so they are not added to it.) For a few items, every
+assignment of them to the groups is priced by the partition floors
+(:func:`~cpplan.bound.partitions.pool_partition_bound_s`): a third floor.
 
 Where the groups may run unequal numbers of waves, a plan using ``k`` groups has ``k`` waves or more
 (:func:`used_groups_share_s`).
@@ -76,8 +79,9 @@ def pool_bound(problem: Problem, summed):
     largest = np.argsort(-problem.item_full_tokens, kind="stable")[:ITEMS_TRIED].tolist()
     costliest = max(item_floor_s(problem, i) for i in largest)
     if problem.topology.needs_equal_waves:  # every group runs ceil(W / dp) waves or more, padded
-        padding = -summed.num_waves % dp
-        share = (summed.bound_s + padding * problem.card.wave_overhead_s) / dp
+        padded = summed.num_waves + (-summed.num_waves % dp)
+        lifted = (_average_s(problem, summed) + padded * problem.card.wave_overhead_s) * (1 - ROUND_DOWN)
+        share = max(summed.bound_s, lifted) / dp
     else:
         share = used_groups_share_s(problem, summed)
     terms = {"summed_waves_over_groups": share, "costliest_item_wave": costliest}
@@ -98,12 +102,18 @@ def used_groups_share_s(problem: Problem, summed) -> float:
     ``k`` groups at least ``S_k / k``; the least over ``k`` from 1 to ``dp``. Where the summed bound
     counts fewer waves than groups, this lifts the ``1 / dp`` share by the overheads of the waves the
     other groups must run to be used at all."""
-    names = set(problem.card.barrier_names)
-    average = math.fsum(v for k, v in summed.terms_s.items() if k in names)
+    average = _average_s(problem, summed)
     overhead = problem.card.wave_overhead_s
     dp = problem.topology.dp
     lifted = ((average + k * overhead) * (1 - ROUND_DOWN) for k in range(1, dp + 1))
     return min(max(summed.bound_s, a) / k for k, a in enumerate(lifted, start=1))
+
+
+def _average_s(problem: Problem, summed) -> float:
+    """The rank-average terms of ``summed`` (per barrier, summed): what any plan's waves cost at least
+    beside their overheads, however many waves they are."""
+    names = set(problem.card.barrier_names)
+    return math.fsum(v for k, v in summed.terms_s.items() if k in names)
 
 
 def dynamic_pool_bound(problem: Problem) -> tuple[float, dict[str, float]]:

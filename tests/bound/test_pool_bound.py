@@ -280,3 +280,26 @@ def test_each_used_group_runs_a_wave():
     assert bound.bound_s == pytest.approx(result.cost_s, rel=1e-6)
     others = max(summed.bound_s / 4, bound.terms_s["costliest_item_wave"])
     assert bound.terms_s["summed_waves_over_groups"] > others * (1 + 1e-3)
+
+
+def test_padding_is_not_added_to_waves_the_summed_bound_already_counts():
+    """Two items on a pool of two GPUs whose budget fits each alone: the node floors count one wave, the
+    item partitions two (one a GPU, no padding). The padding of a one-wave plan is not added on top of
+    the partitions' second overhead, so the bound stays at the two-wave plan's makespan (it was an
+    overhead above it)."""
+    from cpplan import Item, Request
+    from tests.bound.test_all_plans_bound import _widened
+
+    workload = Workload(
+        items=(
+            Item(id="i0", requests=(*[Request(tokens=[0])] * 3, Request(tokens=[0], output="none"))),
+            Item(id="i1", requests=(Request(tokens=[1]),)),
+        )
+    )
+    problem = tiny_problem(_widened(workload, 32), cp=1, chunk_tokens=128, room=0.984375, model="qwen3-8b")
+    pooled = _pooled(problem, 2)
+    summed = waves_bound(problem, None, ())
+    assert summed.num_waves == 1 and "enumerated_partitions" in summed.terms_s
+    plan = solve(pooled, load_solver("runtime")).plan
+    assert plan.num_waves == 2
+    assert plan_bound(pooled).bound_s <= plan.cost_s * (1 + 1e-12)
