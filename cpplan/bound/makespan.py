@@ -14,6 +14,8 @@ makespan no packing beats.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 BISECTIONS = 24
@@ -30,24 +32,38 @@ COUNT_SLACK = 1e-9
 def bins_needed(sizes: np.ndarray, capacity: float) -> int:
     """Martello and Toth's ``L2``: a floor on the bins of ``capacity`` that ``sizes`` (each at most
     ``capacity``) need."""
-    sizes = np.sort(np.asarray(sizes, dtype=np.float64))
-    half = capacity / 2
-    big = int(np.count_nonzero(sizes > half))
-    small = sizes[sizes <= half]
-    if small.size == 0:
-        return big
-    small_prefix = np.concatenate([[0.0], np.cumsum(small)])
-    sizes_prefix = np.concatenate([[0.0], np.cumsum(sizes)])
-    ks = np.concatenate([[0.0], np.unique(small)])
-    third_from = np.searchsorted(small, ks, side="left")  # J3: small sizes at least K
-    third = small_prefix[-1] - small_prefix[third_from]
-    second_from = np.searchsorted(sizes, half, side="right")  # J2: above C / 2, at most C - K
-    second_to = np.searchsorted(sizes, capacity - ks, side="right")
-    count2 = np.maximum(second_to - second_from, 0)
-    sum2 = np.where(count2 > 0, sizes_prefix[second_to] - sizes_prefix[second_from], 0.0)
-    spill = (third - (count2 * capacity - sum2)) / capacity
-    extra = np.ceil(np.maximum(spill, 0.0) - COUNT_SLACK).astype(np.int64)
-    return big + int(np.maximum(extra, 0).max())
+    return _Jobs.of(sizes).bins_needed(capacity)
+
+
+@dataclass(frozen=True)
+class _Jobs:
+    """Job sizes sorted ascending, their prefix sums and distinct values: what every bin count of one
+    bisection reads."""
+
+    sizes: np.ndarray
+    prefix: np.ndarray
+    distinct: np.ndarray
+
+    @classmethod
+    def of(cls, sizes: np.ndarray) -> _Jobs:
+        ordered = np.sort(np.asarray(sizes, dtype=np.float64))
+        return cls(ordered, np.concatenate([[0.0], np.cumsum(ordered)]), np.unique(ordered))
+
+    def bins_needed(self, capacity: float) -> int:
+        """:func:`bins_needed` at ``capacity``."""
+        sizes, prefix, half = self.sizes, self.prefix, capacity / 2
+        num_small = int(np.searchsorted(sizes, half, side="right"))  # J3 candidates: at most C / 2
+        big = sizes.size - num_small
+        if num_small == 0:
+            return big
+        ks = np.concatenate([[0.0], self.distinct[: np.searchsorted(self.distinct, half, side="right")]])
+        third = prefix[num_small] - prefix[np.searchsorted(sizes, ks, side="left")]  # J3: at least K
+        second_to = np.searchsorted(sizes, capacity - ks, side="right")  # J2: above C / 2, at most C - K
+        count2 = np.maximum(second_to - num_small, 0)
+        sum2 = np.where(count2 > 0, prefix[np.maximum(second_to, num_small)] - prefix[num_small], 0.0)
+        spill = (third - (count2 * capacity - sum2)) / capacity
+        extra = np.ceil(np.maximum(spill, 0.0) - COUNT_SLACK).astype(np.int64)
+        return big + int(extra.max())
 
 
 def makespan_floor(sizes: np.ndarray, num_machines: int) -> float:
@@ -62,13 +78,14 @@ def makespan_floor(sizes: np.ndarray, num_machines: int) -> float:
         max(float(sizes.max()), float(sizes.sum()) / num_machines),
         _longest_first(sizes, num_machines),
     )
-    if bins_needed(sizes, low * (1 + LIFT_PROBE)) <= num_machines:
+    jobs = _Jobs.of(sizes)
+    if jobs.bins_needed(low * (1 + LIFT_PROBE)) <= num_machines:
         return low  # nothing proves more than the trivial floor within a hair of it: no bisection
     for _ in range(BISECTIONS):
         middle = (low + high) / 2
         if not low < middle < high:
             break
-        if bins_needed(sizes, middle) > num_machines:
+        if jobs.bins_needed(middle) > num_machines:
             low = middle  # no packing fits under ``middle``
         else:
             high = middle
