@@ -25,10 +25,12 @@ from cpplan.spec.card import HandoffSeconds
 
 @dataclass(frozen=True, kw_only=True, eq=False)
 class HandoffVars:
-    """The hand-off's time in model units, and whether it takes the parallel mode (for tests)."""
+    """The hand-off's time in model units, and whether it takes the parallel or the head-parallel mode
+    (for tests)."""
 
     units: cp_model.IntVar
     parallel: cp_model.IntVar
+    head_parallel: cp_model.IntVar
 
 
 def exact_min(model: cp_model.CpModel, a, b, upper: int, name: str) -> cp_model.IntVar:
@@ -134,7 +136,68 @@ def add_handoff(
         _add_head_parallel(model, handoff, heads, tables, tokens, seconds, unit_s, name)
     else:
         model.add(heads == 0)
-    return HandoffVars(units=handoff, parallel=parallel)
+    return HandoffVars(units=handoff, parallel=parallel, head_parallel=heads)
+
+
+def add_reordered_handoff(
+    model: cp_model.CpModel,
+    split: RankSplit,
+    tables: SplitTables,
+    order: np.ndarray,
+    tokens: list,
+    seconds: HandoffSeconds,
+    unit_s: float,
+) -> HandoffVars:
+    """The hand-off of a split taken in chunk order ``order`` (ranks' chunks need not be contiguous in
+    packed order), never above the evaluator's: head-parallel exactly; otherwise the rounds mode's floor,
+    one round where anything crosses and one state per crossing (every waiting token, and the parallel
+    mode's second state per crossing, left out). Two chunks' owners differ where a rank boundary falls
+    between their positions in ``order``; a parent counts once, however many children cross."""
+    name = split.name
+    position = np.empty_like(order)
+    position[order] = np.arange(order.size)
+    cross = Crossings(model=model, split=split, made={})
+
+    def differ(a: int, b: int) -> cp_model.LinearExprT:
+        first, second = sorted((int(position[a]), int(position[b])))
+        return cross(first, second)
+
+    terms = [differ(c - 1, c) for c in np.flatnonzero(tables.continues >= 0).tolist() if c >= 1]
+    children: dict[int, list] = {}
+    for s in np.flatnonzero(tables.seg_parent >= 0).tolist():
+        p = int(tables.seg_parent[s])
+        children.setdefault(p, []).append(
+            differ(int(tables.seg_last_chunk[p]), int(tables.seg_first_chunk[s]))
+        )
+    terms += [_any(model, parts, f"{name}.parent_crosses[{p}]") for p, parts in sorted(children.items())]
+    anything = _any(model, terms, f"{name}.crosses")
+    packed = int(tables.stats.packed_tokens)
+    handoff = model.new_int_var(
+        0, _upper(seconds, split.num_ranks, packed, len(terms), unit_s), f"{name}.handoff"
+    )
+    heads = model.new_bool_var(f"{name}.head_parallel")
+    floor = int(np.floor(seconds.round_s / unit_s + 1e-9)) * anything
+    model.add(handoff >= floor + int(np.floor(seconds.state_s / unit_s + 1e-9)) * sum(terms)).only_enforce_if(
+        ~heads
+    )
+    if seconds.head_parallel_priced:
+        _add_head_parallel(model, handoff, heads, tables, tokens, seconds, unit_s, name)
+    else:
+        model.add(heads == 0)
+    return HandoffVars(units=handoff, parallel=model.new_constant(0), head_parallel=heads)
+
+
+def _any(model: cp_model.CpModel, terms: list, name: str) -> cp_model.LinearExprT:
+    """1 when some term (each 0 or 1) is: a constant where one is 1 or all are constants, else a boolean
+    at least each."""
+    constants = [t for t in terms if isinstance(t, int)]
+    variables = [t for t in terms if not isinstance(t, int)]
+    if 1 in constants or not variables:
+        return int(1 in constants)
+    var = model.new_bool_var(name)
+    for t in variables:
+        model.add(var >= t)
+    return var
 
 
 def _add_head_parallel(

@@ -4,7 +4,9 @@ whose objective is the evaluator's price (docs/cpsat.md, "The ownership model").
 Each distinct proposed wave (items and packed layout) is a *column*. The model covers every item with
 chosen columns, each either *as is* (its known ownership, the evaluator's price rounded down) or *free*:
 a contiguous rank-ordered split of its chunks (:mod:`~cpplan.cpsat.rank_split`) inside a window around
-the known ones, with per-rank memory floors in KiB (never more permissive than the evaluator:
+the known ones, taken in packed order or, where the cheapest known ownership is not contiguous, in that
+ownership's order (each rank's chunks in a run: :func:`chunk_order`), so the model moves chunks between
+ranks from any ownership; with per-rank memory floors in KiB (never more permissive than the evaluator:
 :mod:`~cpplan.cpsat.scaling`), per-barrier slowest-rank times rounded down, and the GDN hand-off per
 mode (:mod:`~cpplan.cpsat.handoff_terms`). So a plan's objective is never above its price, and the
 proven bound holds for every plan made of the columns.
@@ -19,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 from ortools.sat.python import cp_model
 
-from cpplan.cpsat.handoff_terms import HandoffVars, add_handoff
+from cpplan.cpsat.handoff_terms import HandoffVars, add_handoff, add_reordered_handoff
 from cpplan.cpsat.rank_split import RankSplit, boundary_windows, is_rank_ordered, seed_boundaries
 from cpplan.cpsat.scaling import FINE_SCALING, Scaling
 from cpplan.cpsat.split_tables import SplitTables, chunk_matrix, split_tables
@@ -31,12 +33,14 @@ from cpplan.spec.quantities import QUANTITY_INDEX
 
 @dataclass(frozen=True, kw_only=True, eq=False)
 class OwnedColumn:
-    """One proposed wave: its cheapest priced version (``wave``), the known rank-ordered ownerships of
-    its layout (``seeds``, boundaries per rank) and whether the model may choose a new split."""
+    """One proposed wave: its cheapest priced version (``wave``), the chunk order a new split takes
+    (``order``: ``None`` for packed order), the known ownerships contiguous in that order (``seeds``,
+    boundaries per rank) and whether the model may choose a new split."""
 
     wave: WavePlan
     seeds: tuple[tuple[int, ...], ...]
     free: bool
+    order: np.ndarray | None = None
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -47,6 +51,13 @@ class FreeVars:
     barrier: tuple[cp_model.IntVar, ...]
     handoff: HandoffVars | None
     average_units: int
+    order: np.ndarray
+
+    def owners(self, solver: cp_model.CpSolver) -> np.ndarray:
+        """The chosen owner of every chunk, in packed order."""
+        owner = np.empty_like(self.order)
+        owner[self.order] = self.split.owners(solver)
+        return owner
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -105,11 +116,24 @@ def pool_columns(
         seeds = tuple(dict.fromkeys(tuple(seed_boundaries(owner, cp)) for owner in ordered))
         columns.append((best, seeds))
     ranked = sorted(range(len(columns)), key=lambda g: -columns[g][0].cost_s)
-    chosen = set([g for g in ranked if columns[g][1]][:max_free])
+    chosen = set(ranked[:max_free])
     return tuple(
         OwnedColumn(wave=wave, seeds=seeds, free=g in chosen and problem.topology.cp > 1)
         for g, (wave, seeds) in enumerate(columns)
     )
+
+
+def reordered_column(problem: Problem, wave: WavePlan) -> OwnedColumn:
+    """``wave`` as a column whose new split is taken in its ownership's order, around it
+    (:func:`chunk_order`): free only where that ownership is not contiguous in packed order."""
+    order = chunk_order(wave.owner)
+    seeds = (tuple(seed_boundaries(wave.owner[order], problem.topology.cp)),)
+    return OwnedColumn(wave=wave, seeds=seeds, order=order, free=not is_rank_ordered(wave.owner))
+
+
+def chunk_order(owner: np.ndarray) -> np.ndarray:
+    """The chunks by owner, then position: the order in which ``owner`` is contiguous and rank-ordered."""
+    return np.argsort(owner, kind="stable")
 
 
 def layout_key(wave: WavePlan) -> tuple:
@@ -187,60 +211,89 @@ def _free_column(
     barriers and hand-off when ``chosen``."""
     cp, card = problem.topology.cp, problem.card
     tables = split_tables(column.wave)
+    order = np.arange(tables.num_chunks) if column.order is None else column.order
     windows = boundary_windows(column.seeds, tables.num_chunks, window_chunks)
     split = RankSplit(model=model, num_chunks=tables.num_chunks, num_ranks=cp, windows=windows, name=f"c{g}")
-    tokens = [split.owned(r, tables.tokens) for r in range(cp)]
-    matrix = chunk_matrix(tables.stats)
-    _add_memory_rows(model, problem, split, tables, matrix, chosen, scaling)
-    barrier, average = _add_barriers(model, card, split, tables, matrix, scaling, f"c{g}")
+    ordered = _Ordered.of(tables, order)
+    tokens = [split.owned(r, ordered.tokens) for r in range(cp)]
+    _add_memory_rows(model, problem, split, ordered, chosen, scaling)
+    barrier, average = _add_barriers(model, card, split, ordered, scaling, f"c{g}")
     # valid without enforcement (a barrier's slowest rank is at least its rank average): a linear row the
     # relaxation sees, where the enforced one below is a big-M row
     model.add(time >= average * chosen)
     handoff = None
-    if card.handoff.priced:
+    if card.handoff.priced and column.order is None:
         handoff = add_handoff(model, split, tables, tokens, card.handoff, scaling.seconds_per_unit)
+    elif card.handoff.priced:
+        handoff = add_reordered_handoff(
+            model, split, tables, order, tokens, card.handoff, scaling.seconds_per_unit
+        )
     model.add(time >= sum(barrier) + (handoff.units if handoff else 0)).only_enforce_if(chosen)
     split.hint(column.seeds[0])
-    return FreeVars(split=split, barrier=tuple(barrier), handoff=handoff, average_units=average)
+    return FreeVars(split=split, barrier=tuple(barrier), handoff=handoff, average_units=average, order=order)
 
 
-def _add_memory_rows(
-    model, problem: Problem, split: RankSplit, tables: SplitTables, matrix, chosen, scaling: Scaling
-):
+@dataclass(frozen=True, kw_only=True, eq=False)
+class _Ordered:
+    """A column's per-chunk constants in the chunk order its split takes: tokens, additive quantities
+    (:func:`~cpplan.cpsat.split_tables.chunk_matrix`), and where a piece starts: ``starts`` (per
+    boundary) where the chunk before is the packed predecessor that the chunk's segment continues from,
+    so a piece starts there only when a rank's range does; ``pieces`` (per chunk) where that predecessor
+    lies elsewhere in the order, counted as a piece whoever owns it (never fewer than there are)."""
+
+    tokens: np.ndarray
+    matrix: np.ndarray
+    starts: np.ndarray
+    pieces: np.ndarray
+    packed: int
+
+    @classmethod
+    def of(cls, tables: SplitTables, order: np.ndarray) -> _Ordered:
+        continues = tables.continues[order] >= 0
+        adjacent = np.r_[False, order[1:] == order[:-1] + 1]
+        return cls(
+            tokens=tables.tokens[order],
+            matrix=chunk_matrix(tables.stats)[order],
+            starts=np.r_[continues & adjacent, False].astype(np.int64),
+            pieces=(continues & ~adjacent).astype(np.int64),
+            packed=int(tables.stats.packed_tokens),
+        )
+
+
+def _add_memory_rows(model, problem: Problem, split: RankSplit, ordered: _Ordered, chosen, scaling: Scaling):
     """For every rank and envelope, ``static + Σ own chunks' bytes + pieces at the start ≤ B / safety``,
     in ``scaling``'s memory units (each rounded up, the budget down)."""
     card = problem.card
     coefficients = card.envelope_coefficients()
     budget = scaling.memory_kib(problem.memory_bytes, card.safety)
     remote, segments = QUANTITY_INDEX["remote_tokens"], QUANTITY_INDEX["segments"]
-    packed = tables.stats.packed_tokens
-    starts = tables.continues >= 0
     for e in range(coefficients.shape[0]):
         coef = coefficients[e]
-        positive = matrix @ coef
+        positive = ordered.matrix @ coef + coef[segments] * ordered.pieces
         per_chunk = np.ceil(positive / scaling.bytes_per_unit - 1e-9) - np.floor(
-            coef[remote] * tables.tokens / scaling.bytes_per_unit
+            coef[remote] * ordered.tokens / scaling.bytes_per_unit
         )
-        static = scaling.static(card.envelope_static_bytes[e]) + scaling.memory_coef(coef[remote] * packed)
+        static = scaling.static(card.envelope_static_bytes[e]) + scaling.memory_coef(
+            coef[remote] * ordered.packed
+        )
         piece_kib = scaling.memory_coef(coef[segments])
         for r in range(split.num_ranks):
             row = static + split.owned(r, per_chunk.astype(np.int64))
             if piece_kib and r > 0:
-                row = row + piece_kib * split.at_start(r, starts.astype(np.int64))
+                row = row + piece_kib * split.at_start(r, ordered.starts)
             model.add(row <= budget).only_enforce_if(chosen)
 
 
-def _add_barriers(model, card, split: RankSplit, tables: SplitTables, matrix, scaling: Scaling, name: str):
+def _add_barriers(model, card, split: RankSplit, ordered: _Ordered, scaling: Scaling, name: str):
     """Per barrier, a variable at least every rank's seconds in it (each chunk's rounded down); and the
     sum over barriers of their rank averages (rounded down), a lower bound of the barriers' sum."""
     remote = QUANTITY_INDEX["remote_tokens"]
-    packed = tables.stats.packed_tokens
     result, averages = [], []
     for b, coef in enumerate(card.constants.barrier_coefficients):
         # pieces at a rank's start are left out of its time: a lower bound (no card prices time per piece)
-        per_chunk_s = matrix @ coef - coef[remote] * tables.tokens
+        per_chunk_s = ordered.matrix @ coef - coef[remote] * ordered.tokens
         per_chunk = np.floor(per_chunk_s / scaling.seconds_per_unit + 1e-9).astype(np.int64)
-        const = math.floor(coef[remote] * packed / scaling.seconds_per_unit + 1e-9)
+        const = math.floor(coef[remote] * ordered.packed / scaling.seconds_per_unit + 1e-9)
         upper = int(np.abs(per_chunk).sum()) + const + 1
         var = model.new_int_var(0, upper, f"{name}.barrier[{b}]")
         for r in range(split.num_ranks):

@@ -9,11 +9,13 @@ from dataclasses import dataclass, replace
 
 from ortools.sat.python import cp_model
 
-from cpplan.cpsat.owned_model import OwnedModel, cover_bound, layout_key
+from cpplan.cpsat.owned_model import OwnedModel, compile_owned, cover_bound, layout_key, reordered_column
+from cpplan.cpsat.rank_split import is_rank_ordered
 from cpplan.cpsat.solve import STATUSES, run_on_work, run_solver, run_stats
 from cpplan.plans.outcome import ModelOutcome, Scope, Status
 from cpplan.plans.plan import Plan, SolverStats
-from cpplan.pricing.wave import WavePlan, price_wave
+from cpplan.pricing.problem import Problem
+from cpplan.pricing.wave import WavePlan, balanced_ownership, price_wave
 from cpplan.spec.profile import CpSatParams
 
 
@@ -164,8 +166,57 @@ def _chosen_waves(owned: OwnedModel, solver: cp_model.CpSolver) -> list[WavePlan
             waves.append(column.wave)
         elif owned.free[g] is not None and solver.boolean_value(owned.free[g]):
             wave = column.wave
-            owner = owned.free_vars[g].split.owners(solver)
+            owner = owned.free_vars[g].owners(solver)
             waves.append(
                 price_wave(problem, wave.items, wave.layout, wave.layout_name, owner=owner, split=wave.split)
             )
     return waves
+
+
+def reordered(
+    owned: OwnedModel,
+    answer: OwnedAnswer,
+    params: CpSatParams,
+    *,
+    time_limit_s: float | None,
+    deterministic: bool,
+    window_chunks: int,
+) -> OwnedAnswer:
+    """``answer`` with each wave of its plan re-split around an ownership not contiguous in packed
+    order, in that ownership's order (:func:`~cpplan.cpsat.owned_model.reordered_column`): the wave's
+    own, else its column's priced version's, else the proposers' balanced split's
+    (:func:`_scattered`). The ownership model over the plan's waves alone; each wave then keeps the
+    cheaper of its two versions by the evaluator, so the plan is never dearer than ``answer``'s (the
+    pass's time in ``stage_s["reorder"]``)."""
+    priced = {layout_key(column.wave): column.wave for column in owned.columns}
+    seeds = [
+        _scattered(owned.problem, wave, priced.get(layout_key(wave), wave)) for wave in answer.plan.waves
+    ]
+    columns = tuple(reordered_column(owned.problem, wave) for wave in seeds)
+    if not any(column.free for column in columns):
+        return answer
+    again = compile_owned(owned.problem, columns, window_chunks=window_chunks, scaling=owned.scaling)
+    hint_plan(again, answer.plan.waves)
+    solver, status, wall = run_solver(
+        again.model, params, time_limit_s=time_limit_s, deterministic=deterministic
+    )
+    stats = replace(answer.stats, stage_s={**answer.stats.stage_s, "reorder": wall})
+    if not STATUSES.get(status, Status.UNKNOWN).answered:
+        return replace(answer, stats=stats)
+    pairs = zip(answer.plan.waves, _chosen_waves(again, solver), strict=True)
+    waves = tuple(min(old, new, key=lambda w: w.cost_s) for old, new in pairs)
+    return OwnedAnswer(plan=replace(answer.plan, waves=waves), stats=stats)
+
+
+def _scattered(problem: Problem, wave: WavePlan, priced: WavePlan) -> WavePlan:
+    """The first of ``wave``, ``priced`` (its column's cheapest version) and ``wave`` under the proposers'
+    balanced split (:func:`~cpplan.pricing.wave.balanced_ownership`) whose ownership is not contiguous in
+    packed order; ``wave`` where none is."""
+    if not is_rank_ordered(wave.owner) or problem.topology.cp == 1:
+        return wave
+    if not is_rank_ordered(priced.owner):
+        return priced
+    owner = balanced_ownership(problem, wave.stats)
+    if owner is None or is_rank_ordered(owner):
+        return wave
+    return price_wave(problem, wave.items, wave.layout, wave.layout_name, owner=owner, split=wave.split)

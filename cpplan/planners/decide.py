@@ -25,7 +25,8 @@ from cpplan.spec.profile import TimingParams
 
 if TYPE_CHECKING:
     from cpplan.bound import PlanBound
-    from cpplan.cpsat.owned_model import OwnedColumn
+    from cpplan.cpsat.owned_model import OwnedColumn, OwnedModel
+    from cpplan.cpsat.owned_solve import OwnedAnswer
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -114,10 +115,11 @@ def decide(
     answer = solve_owned(
         owned,
         params,
-        time_limit_s=search_by.left_s(),
+        time_limit_s=search_by.less(settings.reorder_share * profile.time_budget_s).left_s(),
         deterministic=budget.deterministic,
         relaxed=relaxed if relax > 0 else None,
     )
+    answer = _reordered(owned, answer, budget, search_by)
     stage_s = {
         **(pool.proposer.stage_s if pool.proposer else {}),
         "ownership_build": build_s,
@@ -135,6 +137,28 @@ def decide(
         )
         return _kept(best, stats, note, bound)
     return answer.plan, scoped_stats(stats, bound, answer.plan.cost_s)
+
+
+def _reordered(owned: OwnedModel, answer: OwnedAnswer, budget: Budget, by: Deadline) -> OwnedAnswer:
+    """``answer`` after the ownership model's second pass
+    (:func:`~cpplan.cpsat.owned_solve.reordered`), within ``ownership.reorder_share`` of the budget and
+    before ``by``; as it is without a plan, that share or the time."""
+    from cpplan.cpsat.owned_solve import reordered
+
+    profile, settings = budget.profile, budget.profile.ownership
+    if answer.plan is None or settings.reorder_share == 0 or not by.can_finish(profile.timing.min_search_s):
+        return answer
+    params = budget.cpsat_params(settings.reorder_share).model_copy(
+        update={"linearization_level": settings.linearization_level}
+    )
+    return reordered(
+        owned,
+        answer,
+        params,
+        time_limit_s=by.left_s(),
+        deterministic=budget.deterministic,
+        window_chunks=settings.window_chunks,
+    )
 
 
 def free_chunks(columns: tuple[OwnedColumn, ...]) -> int:

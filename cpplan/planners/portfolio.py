@@ -157,8 +157,29 @@ def decide_cpsat(problem: Problem, budget: Budget, proposed: Proposals) -> list[
     if proposed.pool is not None:
         found["cpsat"] = _decided(problem, proposed.pool, budget)
     elif proposed.decides:
-        found["cpsat"] = decided_on_the_pool(problem, budget, found["cpsat"])
+        found["cpsat"] = _decided_pools(problem, budget, found)
     return [found[name] for name in budget.profile.strategies]
+
+
+def _decided_pools(problem: Problem, budget: Budget, found: dict[str, StrategyOutcome]) -> StrategyOutcome:
+    """Stage 2 on a pool of CP groups: the ``cpsat`` plan's waves decided (:func:`decided_on_the_pool`),
+    and, where another strategy proposed a cheaper plan, that plan's waves decided too, as the ``cpsat``
+    candidate's: the one of the two whose decided waves, placed again, end sooner."""
+    cpsat = found["cpsat"]
+    proposed = [o for o in found.values() if o.plan is not None]
+    cheapest = min(proposed, key=lambda o: o.plan.cost_s, default=cpsat)
+    decided = decided_on_the_pool(problem, budget, cpsat)
+    if cheapest is cpsat or (cpsat.plan is not None and cpsat.plan.cost_s <= cheapest.plan.cost_s):
+        return decided
+    other = replace(cpsat, plan=replace(cheapest.plan, strategy="cpsat"), ended=cheapest.ended, note="")
+    other = decided_on_the_pool(problem, budget, other)
+    padding_s = pool_padding_s(problem)
+    if (
+        decided.plan is None
+        or placed_again(other.plan, padding_s).cost_s < placed_again(decided.plan, padding_s).cost_s
+    ):
+        return other
+    return decided
 
 
 def schedule(problem: Problem, found: list[StrategyOutcome]) -> list[StrategyOutcome]:

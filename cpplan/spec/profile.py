@@ -68,18 +68,23 @@ def migrated_profile(data: Any) -> Any:
 
 
 def _within_one_budget(data: dict) -> dict:
-    """``data`` with its schedule share lowered to what the other stages leave of the budget where an
-    earlier state's shares add up to more than one (the offline profile of that time: joint 0.6,
-    ownership 0.3, schedule 0.2; under the clock the schedule model takes what is left anyway)."""
+    """``data`` without the ownership model's second pass where it does not say (a state saved before
+    that pass planned without it), and with its schedule share lowered to what the other stages leave of
+    the budget where an earlier state's shares add up to more than one (the offline profile of that
+    time: joint 0.6, ownership 0.3, schedule 0.2; under the clock the schedule model takes what is left
+    anyway)."""
 
     def share(section: str, key: str, default: float) -> float:
         value = data.get(section, {}).get(key, default) if isinstance(data.get(section), dict) else default
         return float(value) if isinstance(value, int | float) else default
 
     ownership = data.get("ownership") if isinstance(data.get("ownership"), dict) else {}
+    if isinstance(data.get("ownership", {}), dict):  # a state saved before the second pass ran without it
+        data.setdefault("ownership", {}).setdefault("reorder_share", 0.0)
     others = share("joint", "share", JointParams().share) + share(
         "ownership", "share", OwnershipParams().share
     )
+    others += share("ownership", "reorder_share", 0.0)
     if ownership.get("hint", OwnershipParams().hint) == "complete":
         others += share("ownership", "complete_share", OwnershipParams().complete_share)
     if others < 1 and others + share("schedule", "share", ScheduleParams().share) > 1:
@@ -212,6 +217,12 @@ class OwnershipParams(BaseModel):
     default. On the ownership models measured (the README example and the quick bench suite at CP 1 to
     8: CHANGELOG, 2026-12-04) the relaxation took most of the work without a stronger bound: without it
     more answers were proved optimal within the same limit, and none was costlier."""
+
+    reorder_share: float = Field(default=0.02, ge=0, le=1, allow_inf_nan=False)
+    """Its second pass's share of the budget (0: no second pass): each chosen wave whose ownership is
+    not contiguous in packed order is re-split in that ownership's own order, its chunks moved between
+    ranks around it, the ownership model over the chosen waves alone; a wave keeps the cheaper version.
+    Under the clock, the first pass stops this much earlier."""
 
     relaxation_share: float = Field(default=0.0, ge=0, lt=1, allow_inf_nan=False)
     """Under a deterministic budget, the part of this stage's limit kept for a second run with CP-SAT's
@@ -495,6 +506,7 @@ class SolverProfile(BaseModel):
         and the schedule model's. The window search shares ``joint.share`` out among its windows, and
         ``seeded.share`` is a share of the proposers' time, so neither adds to the sum."""
         shares = {"joint.share": self.joint.share, "ownership.share": self.ownership.share}
+        shares["ownership.reorder_share"] = self.ownership.reorder_share
         if self.ownership.hint == "complete":
             shares["ownership.complete_share"] = self.ownership.complete_share
         shares["schedule.share"] = self.schedule.share

@@ -52,14 +52,16 @@ def _limits_seen(monkeypatch) -> list[float | None]:
 def test_each_cpsat_stage_takes_its_share_of_a_deterministic_budget(problem, monkeypatch, budget):
     """Under the deterministic profile the joint model's deterministic limit is ``joint.share`` times
     the budget and the ownership model's runs share ``ownership.share`` times it (its first run all but
-    ``ownership.relaxation_share`` of that, a second run the rest only after an unproved answer), so
-    ``--time-budget`` scales them all; nothing else runs CP-SAT at one CP size."""
+    ``ownership.relaxation_share`` of that, a second run the rest only after an unproved answer) and its
+    second pass ``ownership.reorder_share`` times it, so ``--time-budget`` scales them all; nothing else
+    runs CP-SAT at one CP size."""
     seen = _limits_seen(monkeypatch)
     profile = cpplan.load_solver("deterministic").with_time_budget(budget)
     cpplan.solve(problem, profile)
     share, relax = profile.ownership.share * budget, profile.ownership.relaxation_share
     assert seen[:2] == [pytest.approx(profile.joint.share * budget), pytest.approx(share * (1 - relax))]
-    assert seen[2:] in ([], [pytest.approx(share * relax)])
+    rest = seen[3:] if seen[2:3] == [pytest.approx(share * relax)] else seen[2:]
+    assert rest in ([], [pytest.approx(profile.ownership.reorder_share * budget)])
 
 
 def test_the_ownership_model_takes_its_own_linearization_level(problem, monkeypatch):
@@ -81,7 +83,8 @@ def test_the_ownership_model_takes_its_own_linearization_level(problem, monkeypa
             base, cpsat={"linearization_level": joint_level}, ownership={"linearization_level": own_level}
         )
         cpplan.solve(problem, profile)
-        assert seen == [joint_level, own_level]
+        assert seen[:2] == [joint_level, own_level]
+        assert set(seen[2:]) <= {own_level}, "the second pass is the ownership model's"
 
 
 def test_under_the_clock_the_bound_needs_timing_bound_min_left_s(problem):
