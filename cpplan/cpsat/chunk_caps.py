@@ -4,11 +4,8 @@ Per wave the model decides ``chunks[w] = ceil(packed[w] / 128)`` and a per-rank 
 ``cp · K[w] ≥ chunks[w]``, and bounds every rank's local quantities from above (tokens ``≤ 128 · K``;
 gradient / loss tokens ``≤ min(that, wave total)``; segments touched ``≤`` the wave's segment starts;
 pairs and gathered tokens ``≤`` the wave's), so one memory row per wave and envelope covers every rank.
-Under CP a wave may instead take the *weighted* mode (``weighted[w]``; every request taking gradients
-and reading its loss): chunks weigh ``A · tokens + B · segment starts`` and ranks get contiguous ranges
-of at most ``weight_cap`` with ``cp · (weight_cap - heaviest chunk) ≥`` the wave's weight, so a rank is
-charged its own segments. :func:`cpplan.cpsat.realize.capped_owner` then assigns chunks within the cap,
-balancing predicted seconds, so realized quantities never exceed the model's bounds.
+:func:`cpplan.cpsat.realize.capped_owner` then assigns chunks within the cap, balancing predicted
+seconds, so realized quantities never exceed the model's bounds.
 """
 
 from __future__ import annotations
@@ -30,8 +27,6 @@ class OwnershipVars:
 
     chunks: list[cp_model.IntVar]
     cap: list[cp_model.IntVar]
-    weighted: list[cp_model.IntVar | None]
-    weight_cap: list[cp_model.IntVar | None]
     packed_ub: int
     bounds: list[dict[str, cp_model.LinearExprT]]
     min_vars: list[dict[str, cp_model.IntVar]]
@@ -55,13 +50,12 @@ def add_ownership(
     *,
     folded: frozenset[str],
     needed: frozenset[str],
-    weights: tuple[int, int, int] | None = None,
 ) -> OwnershipVars:
     """Chunk counts, per-rank caps and, per wave, a bound for every quantity named in ``needed`` by the
     rule its registry entry states (:data:`~cpplan.spec.quantities.RANK_BOUNDS`); the quantities in
     ``folded`` (:func:`folded_quantities`) are bounded by the same ``128 · K`` as the tokens."""
     chunk_ub = -(-totals.packed_tokens_ub // CHUNK_TOKENS)
-    chunks, caps, bounds, min_vars, weighted, weight_caps = [], [], [], [], [], []
+    chunks, caps, bounds, min_vars = [], [], [], []
     for w in range(waves.num_waves):
         packed = totals.packed_tokens[w]
         chunk = model.new_int_var(0, chunk_ub, f"chunks[{w}]")
@@ -81,16 +75,8 @@ def add_ownership(
             elif q.name in needed or q.rank_bound != "chunk_cap_or_total":
                 wave_bounds[q.name] = _BOUNDS[q.rank_bound](rank, q.name)
         chunks.append(chunk), caps.append(cap), bounds.append(wave_bounds), min_vars.append(rank.min_vars)
-        flag, weight_cap = _weighted_mode(model, totals, w, num_ranks, chunk, chunk_ub, weights)
-        weighted.append(flag), weight_caps.append(weight_cap)
     return OwnershipVars(
-        chunks=chunks,
-        cap=caps,
-        weighted=weighted,
-        weight_cap=weight_caps,
-        packed_ub=totals.packed_tokens_ub,
-        bounds=bounds,
-        min_vars=min_vars,
+        chunks=chunks, cap=caps, packed_ub=totals.packed_tokens_ub, bounds=bounds, min_vars=min_vars
     )
 
 
@@ -126,25 +112,3 @@ _BOUNDS = {
     "wave_packed": lambda rank, name: rank.totals.packed_tokens[rank.wave] if rank.num_ranks > 1 else 0,
 }
 check_rules("cpsat.chunk_caps", _BOUNDS, RANK_BOUNDS)
-
-
-def _weighted_mode(
-    model: cp_model.CpModel,
-    totals: WaveTotals,
-    w: int,
-    num_ranks: int,
-    chunk: cp_model.IntVar,
-    chunk_ub: int,
-    weights: tuple[int, int, int] | None,
-) -> tuple[cp_model.IntVar | None, cp_model.IntVar | None]:
-    """The weighted mode's flag and weight cap of wave ``w`` (``None`` without the mode)."""
-    if weights is None or num_ranks == 1:
-        return None, None
-    per_chunk, per_start, heaviest = weights
-    ub = heaviest + per_chunk * chunk_ub + per_start * totals.segments_ub
-    flag = model.new_bool_var(f"weighted[{w}]")
-    weight_cap = model.new_int_var(0, ub, f"weight_cap[{w}]")
-    model.add(
-        num_ranks * (weight_cap - heaviest) >= per_chunk * chunk + per_start * totals.segments[w]
-    ).only_enforce_if(flag)
-    return flag, weight_cap

@@ -43,8 +43,6 @@ class ModelValues:
     totals: tuple[dict[str, int], ...]
     chunks: tuple[int, ...]
     cap: tuple[int, ...]
-    weighted: tuple[bool, ...]
-    weight_cap: tuple[int, ...]
     time: tuple[int, ...]
     objective: int
     feasible: bool
@@ -115,8 +113,6 @@ class CompiledModel:
             totals=tuple(totals),
             chunks=tuple(v.chunks for v in waves),
             cap=tuple(v.cap for v in waves),
-            weighted=tuple(v.weighted for v in waves),
-            weight_cap=tuple(v.weight_cap for v in waves),
             time=tuple(v.time for v in waves),
             objective=objective,
             feasible=all(v.feasible for v in waves),
@@ -167,9 +163,6 @@ class CompiledModel:
             m.add_hint(self.objective.time[w], values.time[w])
             for b, column in enumerate(self.objective.barrier):
                 m.add_hint(column[w], values.barrier[w][b])
-            if own.weighted[w] is not None:
-                m.add_hint(own.weighted[w], values.weighted[w])
-                m.add_hint(own.weight_cap[w], values.weight_cap[w])
 
 
 def compile_model(
@@ -187,15 +180,8 @@ def compile_model(
     column_vars = add_columns(model, num_waves, columns)
     waves = add_waves(model, space, num_waves, columns, column_vars)
     layout = add_layout(model, space, waves, cp)
-    rows = memory_rows(
-        card,
-        problem.memory_bytes,
-        space.scaling,
-        folded=folded,
-        max_starts_per_chunk=space.max_starts_per_chunk,
-    )
-    weights = (rows.weight_chunk_kib, rows.weight_start_kib, rows.weight_max_kib) if rows.weighted else None
-    ownership = add_ownership(model, waves, layout.totals, cp, folded=folded, needed=needed, weights=weights)
+    rows = memory_rows(card, problem.memory_bytes, space.scaling, folded=folded)
+    ownership = add_ownership(model, waves, layout.totals, cp, folded=folded, needed=needed)
     rounding = add_memory(model, rows, ownership, waves.used, column_vars.col)
     objective = add_objective(
         model, space, waves, layout.totals, cp, space.scaling.time(card.wave_overhead_s), columns, column_vars
@@ -323,15 +309,13 @@ class _WaveValues:
     cap: int
     time: int
     rank_kib: tuple[int, ...]
-    weighted: bool
-    weight_cap: int
     feasible: bool
     barrier: tuple[int, ...]
 
 
 def _wave_values(compiled: CompiledModel, t: dict, modelled: bool, present: list[int]) -> _WaveValues:
     """Chunks, cap, slowest-rank time, every envelope's KiB for a rank at the model's bounds, and
-    whether the memory rows hold (in the chunk-cap or the weighted form)."""
+    whether the memory rows hold."""
     space, cp, rows = compiled.space, compiled.num_ranks, compiled.memory
     t["time_units"] += space.segment_time_units * (t["segments"] + (cp - 1) * modelled)
     chunks = -(-t["tokens"] // CHUNK_TOKENS)
@@ -339,12 +323,6 @@ def _wave_values(compiled: CompiledModel, t: dict, modelled: bool, present: list
     tokens = t["tokens"] if cp == 1 else CHUNK_TOKENS * cap
     values = {q.name: _RANK_VALUES[q.rank_bound](t, tokens, q.name, cp) for q in QUANTITIES}
     kib = tuple(rows.rank_kib(e, cap, values) for e in range(len(rows.static_kib)))
-    total_weight = rows.weight_chunk_kib * chunks + rows.weight_start_kib * t["segments"]
-    weight_cap = rows.weight_max_kib - (-total_weight // cp)
-    by_weight = rows.weighted and all(
-        rows.rank_kib_weighted(e, weight_cap, values) <= rows.memory_kib for e in range(len(rows.static_kib))
-    )
-    by_chunks = max(kib) <= rows.memory_kib
     barrier, time = _least_time(space, t, cp, present)
     return _WaveValues(
         chunks=chunks,
@@ -352,9 +330,7 @@ def _wave_values(compiled: CompiledModel, t: dict, modelled: bool, present: list
         time=time,
         barrier=barrier,
         rank_kib=kib,
-        weighted=by_weight and not by_chunks,
-        weight_cap=weight_cap,
-        feasible=not modelled or by_chunks or by_weight,
+        feasible=not modelled or max(kib) <= rows.memory_kib,
     )
 
 

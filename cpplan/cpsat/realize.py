@@ -9,12 +9,11 @@ from __future__ import annotations
 import numpy as np
 
 from cpplan.cpsat.columns import Column
-from cpplan.cpsat.memory import MemoryRows
 from cpplan.cpsat.solve import Solution
 from cpplan.cpsat.space import LayoutSpace
 from cpplan.plans.plan import Plan
 from cpplan.pricing.layout import PackedLayout
-from cpplan.pricing.ownership import ChunkStats, chunk_stats, contiguous_split
+from cpplan.pricing.ownership import chunk_stats, contiguous_split
 from cpplan.pricing.problem import Problem
 from cpplan.pricing.wave import WavePlan, price_wave
 
@@ -42,7 +41,6 @@ def wave_masks(
 def realize(
     problem: Problem,
     space: LayoutSpace,
-    rows: MemoryRows,
     solution: Solution,
     *,
     columns: tuple[Column, ...] = (),
@@ -64,32 +62,19 @@ def realize(
                 items,
                 layout,
                 LAYOUT_NAME,
-                owner=capped_owner(problem, space, rows, solution, w, layout),
+                owner=capped_owner(problem, solution, w, layout),
             )
         waves.append(wave)
     return Plan(strategy="cpsat", waves=tuple(waves))
 
 
-def capped_owner(
-    problem: Problem, space: LayoutSpace, rows: MemoryRows, solution: Solution, w: int, layout: PackedLayout
-) -> np.ndarray:
+def capped_owner(problem: Problem, solution: Solution, w: int, layout: PackedLayout) -> np.ndarray:
     """Chunk owners of wave ``w`` within the model's per-rank bounds: contiguous ranges balancing
-    predicted seconds, each of at most the solver's chunk cap (or, in the weighted mode, chunk weight)
-    of the wave, so the memory rows it solved hold for the packed wave."""
+    predicted seconds, each of at most the solver's chunk cap of the wave, so the memory rows it solved
+    hold for the packed wave."""
     cp = problem.topology.cp
     stats = chunk_stats(layout, problem.chunk_tokens)
     time_weights = stats.quantity_matrix() @ problem.card.time_coefficients()
-    if solution.weighted and solution.weighted[w]:
-        weights = chunk_weights(rows, layout, stats)
-        cap_bytes = space.scaling.bytes_per_unit * solution.weight_cap[w]
-        return contiguous_split(time_weights, cp, cap_weights=weights, cap=cap_bytes)
     cap = min(solution.cap[w], stats.num_chunks)
     assert cp * cap >= stats.num_chunks, (cp, cap, stats.num_chunks)
     return contiguous_split(time_weights, cp, max_chunks=cap)
-
-
-def chunk_weights(rows: MemoryRows, layout: PackedLayout, stats: ChunkStats) -> np.ndarray:
-    """The weighted mode's chunk weights in bytes: tokens and segment starts at the largest per-token and
-    per-segment bytes of any envelope."""
-    starts = np.bincount(layout.seg_offset // stats.chunk_tokens, minlength=stats.num_chunks)
-    return rows.weight_token_bytes * stats.tokens + rows.weight_start_bytes * starts[: stats.num_chunks]

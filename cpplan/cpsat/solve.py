@@ -31,14 +31,11 @@ _SEARCH_START = re.compile(r"Starting search at ([0-9.]+)s")
 @dataclass(frozen=True, kw_only=True)
 class Solution:
     """What the solver chose: per item ``(wave, layout)``, shared cross nodes ``(k, w)``, per-wave chunk
-    caps, (where the model has it) whether a wave takes the weighted mode and its weight cap, and per
-    wave the exact column it takes (``None``: none; empty: no wave takes one)."""
+    caps, and per wave the exact column it takes (``None``: none; empty: no wave takes one)."""
 
     assignment: tuple[tuple[int, int], ...]
     shared: frozenset[tuple[int, int]]
     cap: tuple[int, ...]
-    weighted: tuple[bool, ...] = ()
-    weight_cap: tuple[int, ...] = ()
     columns: tuple[int | None, ...] = ()
 
     def column(self, wave: int) -> int | None:
@@ -234,15 +231,5 @@ def _solution(compiled: CompiledModel, solver: cp_model.CpSolver) -> Solution:
         for w in range(compiled.num_waves)
         if lay.s[k][w] is not None and solver.boolean_value(lay.s[k][w])
     )
-    own = compiled.ownership
-    cap = tuple(int(solver.value(v)) for v in own.cap)
-    weighted = tuple(v is not None and solver.boolean_value(v) for v in own.weighted)
-    weight_cap = tuple(int(solver.value(v)) if v is not None else 0 for v in own.weight_cap)
-    return Solution(
-        assignment=tuple(assignment),
-        shared=shared,
-        cap=cap,
-        weighted=weighted,
-        weight_cap=weight_cap,
-        columns=tuple(columns),
-    )
+    cap = tuple(int(solver.value(v)) for v in compiled.ownership.cap)
+    return Solution(assignment=tuple(assignment), shared=shared, cap=cap, columns=tuple(columns))

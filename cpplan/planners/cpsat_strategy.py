@@ -127,7 +127,7 @@ def joint_plan(
     plan = None
     if solution is not None:
         t0 = time.perf_counter()
-        plan = realize(problem, space, compiled.memory, solution, columns=compiled.columns)
+        plan = realize(problem, space, solution, columns=compiled.columns)
         stage_s["realize"] = time.perf_counter() - t0
     return plan, replace(stats, wall_s=time.perf_counter() - started, stage_s=stage_s)
 

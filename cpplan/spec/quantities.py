@@ -139,7 +139,9 @@ ADDITIVE: tuple[Quantity, ...] = tuple(q for q in QUANTITIES if q.additive)
 """The quantities that sum over owned tokens, in registry order."""
 
 assert len(QUANTITY_INDEX) == NUM_QUANTITIES, "quantity names must be unique"
-assert sum(q.count == "segment" for q in QUANTITIES) <= 1, "one segment count (the weighted mode charges it)"
+assert sum(q.count == "segment" for q in QUANTITIES) <= 1, (
+    "one segment count (the ownership model charges pieces to it)"
+)
 
 
 def quantity(name: str) -> Quantity:

@@ -17,7 +17,7 @@ from cpplan.cpsat import CompiledModel, build_space, compile_model, realize, sol
 from cpplan.cpsat.chunk_caps import folded_quantities
 from cpplan.cpsat.columns import columns_with_items
 from cpplan.cpsat.memory import memory_rows
-from cpplan.cpsat.realize import capped_owner, chunk_weights, wave_masks
+from cpplan.cpsat.realize import capped_owner, wave_masks
 from cpplan.cpsat.scaling import SCALING
 from cpplan.cpsat.solve import Solution
 from cpplan.planners.cpsat_planner import cpsat_planner
@@ -222,8 +222,7 @@ def test_realized_plans_stay_within_the_model_bounds(cp):
     )
     assert solution is not None
     values = compiled.evaluate(solution.assignment, set(solution.shared))
-    rows = compiled.memory
-    capped = capped_waves(problem, space, rows, solution)
+    capped = capped_waves(problem, space, solution)
     used = [w for w, u in enumerate(values.used) if u]
     assert sorted(capped) == used and len(used) >= (3 if cp == 1 else 1)
     for w, wave in capped.items():
@@ -234,13 +233,13 @@ def test_realized_plans_stay_within_the_model_bounds(cp):
         assert wave.fits(problem.memory_bytes)
 
 
-def capped_waves(problem, space, rows, solution) -> dict:
+def capped_waves(problem, space, solution) -> dict:
     """Per used wave of ``solution``, the wave priced under :func:`capped_owner` (the split within the
     model's per-rank bounds), whether or not the balanced split would fit."""
     waves = {}
     for w, (items, mask) in wave_masks(problem, space, solution).items():
         layout = problem.pack(items, mask)
-        owner = capped_owner(problem, space, rows, solution, w, layout)
+        owner = capped_owner(problem, solution, w, layout)
         waves[w] = price_wave(problem, items, layout, "cpsat", owner=owner)
     return waves
 
@@ -307,7 +306,7 @@ def test_solver_plans_verify_with_mixed_flags(seed):
     assert solution is not None
     values = compiled.evaluate(solution.assignment, set(solution.shared))
     assert values.feasible and SCALING.seconds(values.objective) <= stats.objective_s + 1e-9
-    plan = realize(problem, space, compiled.memory, solution)
+    plan = realize(problem, space, solution)
     verdict = verify_plan(plan_to_dict(problem, plan), problem.workload, problem.card, problem.memory_bytes)
     assert verdict.valid, verdict.violations
 
@@ -357,48 +356,6 @@ def test_an_answer_failing_re_evaluation_is_rejected(monkeypatch):
     assert "rejected" in rejected.deciding.detail
 
 
-def test_weighted_waves_stay_within_their_weight_cap():
-    """Under CP, a wave in the weighted mode (each rank charged its own segments) is realized with
-    every rank's chunk weight (tokens and segment starts at the largest per-unit bytes of any envelope)
-    within the weight cap the memory rows admit, every rank touching at most its segment starts plus
-    one, and the wave fitting exactly (over a few budgets near the memory edge, at least one of which
-    needs the weighted mode)."""
-    base = grpo(
-        num_prompts=3,
-        group_size=4,
-        system_tokens=256,
-        prompt_tokens=(1500, 2500),
-        completion_tokens=(200, 500),
-        seed=3,
-        items_per_prompt=False,
-    )
-    order = np.random.default_rng(3).permutation(base.num_items)
-    workload = Workload(items=tuple(base.items[k] for k in order))
-    num_checked = 0
-    for memory_gib in (4.0, 4.5, 5.25):
-        problem = problem_of(workload, cp=2, memory_bytes=int(memory_gib * GIB))
-        space = build_space(problem)
-        compiled = compile_model(problem, space, greedy_plan(problem, ("full", "none")).num_waves)
-        solution, _stats = solve(
-            compiled, load_solver("deterministic").cpsat, time_limit_s=None, deterministic=True
-        )
-        assert solution is not None
-        rows = compiled.memory
-        for w, wave in capped_waves(problem, space, rows, solution).items():
-            assert wave.fits(problem.memory_bytes)
-            if not solution.weighted[w]:
-                continue
-            num_checked += 1
-            cap_kib = solution.weight_cap[w]
-            weights = chunk_weights(rows, wave.layout, wave.stats)
-            starts = np.bincount(wave.layout.seg_offset // CHUNK_TOKENS, minlength=wave.stats.num_chunks)
-            for rank in range(problem.topology.cp):
-                mine = wave.owner == rank
-                assert weights[mine].sum() <= 1024 * cap_kib
-                assert wave.quantities[rank, QUANTITY_INDEX["segments"]] <= starts[mine].sum() + 1
-    assert num_checked > 0, "no budget led the solver to a weighted wave"
-
-
 def edge_agent_problem(seed: int, memory_gib: float) -> Problem:
     """Agent trees at CP2 on the fixture card, at a budget where greedy's waves sit at the memory edge."""
     workload = agent_trees(num_trees=5, depth=3, branching=2, turn_tokens=(200, 800), seed=seed)
@@ -427,7 +384,7 @@ def test_columns_admit_the_greedy_plan_at_the_memory_edge():
     solution, stats = solve(compiled, profile.cpsat, time_limit_s=None, deterministic=True)
     assert stats.status in ("optimal", "feasible") and solution is not None
     assert stats.objective_s <= in_model_s + 1e-9 and stats.bound_s <= stats.objective_s
-    plan = realize(problem, space, compiled.memory, solution, columns=compiled.columns)
+    plan = realize(problem, space, solution, columns=compiled.columns)
     assert plan.cost_s <= greedy.cost_s + 1e-12
     verdict = verify_plan(plan_to_dict(problem, plan), problem.workload, problem.card, problem.memory_bytes)
     assert verdict.valid, verdict.violations
@@ -453,7 +410,7 @@ def test_a_slot_taking_a_column_realizes_exactly_that_wave():
     solution = Solution(
         assignment=values.assignment, shared=values.shared, cap=values.cap, columns=values.columns
     )
-    plan = realize(problem, space, compiled.memory, solution, columns=compiled.columns)
+    plan = realize(problem, space, solution, columns=compiled.columns)
     assert [id(w) for w in plan.waves] == [id(w) for w in greedy.waves]
     assert plan.cost_s == greedy.cost_s
 
@@ -463,6 +420,6 @@ def test_a_slot_taking_a_column_realizes_exactly_that_wave():
     solution, _stats = solve(compiled, profile.cpsat, time_limit_s=None, deterministic=True)
     taken = [(w, g) for w, g in enumerate(solution.columns) if g is not None]
     assert taken, "the memory-edge instance should take a column"
-    plan = realize(problem, space, compiled.memory, solution, columns=compiled.columns)
+    plan = realize(problem, space, solution, columns=compiled.columns)
     for w, g in taken:
         assert plan.waves[w] is compiled.columns[g].wave

@@ -82,7 +82,7 @@ def test_solver_plans_verify_with_masks(seed):
     solution, _ = solve(compiled, load_solver("deterministic").cpsat, time_limit_s=None, deterministic=True)
     assert solution is not None
     assert compiled.evaluate(solution.assignment, set(solution.shared)).feasible
-    plan = realize(problem, space, compiled.memory, solution)
+    plan = realize(problem, space, solution)
     assert plan.num_waves >= 2
     verdict = verify_plan(plan_to_dict(problem, plan), problem.workload, problem.card, problem.memory_bytes)
     assert verdict.valid, verdict.violations
