@@ -98,9 +98,7 @@ def add_handoff(
     internal = {c: cross(c - 1, c) for c in np.flatnonzero(tables.continues >= 0).tolist() if c >= 1}
     terms = list(internal.values()) + _parent_crossings(tables, cross)
     crossings = sum(terms)
-    anything = model.new_bool_var(f"{name}.crosses")
-    for term in terms:
-        model.add(anything >= term)
+    anything = _any(model, terms, f"{name}.crosses")
     extra_rounds = model.new_int_var(0, cp - 1, f"{name}.extra_rounds")
     for count in _path_counts(tables, cross, internal):
         model.add(extra_rounds >= count)
@@ -118,10 +116,8 @@ def add_handoff(
     model.add(rounds_wait >= tables.longest_path_tokens - most_tokens)
     model.add(rounds_wait >= most_first + most_later - most_tokens)
 
-    def units(value_s: float) -> int:
-        return int(np.floor(value_s / unit_s + 1e-9))
-
-    round_u, state_u, wait_u = units(seconds.round_s), units(seconds.state_s), units(seconds.wait_s_per_token)
+    round_u, state_u = _units(seconds.round_s, unit_s), _units(seconds.state_s, unit_s)
+    wait_u = _units(seconds.wait_s_per_token, unit_s)
     parallel = model.new_bool_var(f"{name}.parallel")
     heads = model.new_bool_var(f"{name}.head_parallel")
     rounds = model.new_bool_var(f"{name}.rounds")
@@ -148,19 +144,16 @@ def add_reordered_handoff(
     seconds: HandoffSeconds,
     unit_s: float,
 ) -> HandoffVars:
-    """The hand-off of a split taken in chunk order ``order`` (ranks' chunks need not be contiguous in
-    packed order), never above the evaluator's: head-parallel exactly; otherwise the rounds mode's floor,
-    one round where anything crosses and one state per crossing (every waiting token, and the parallel
-    mode's second state per crossing, left out). Two chunks' owners differ where a rank boundary falls
-    between their positions in ``order``; a parent counts once, however many children cross."""
-    name = split.name
-    position = np.empty_like(order)
-    position[order] = np.arange(order.size)
+    """The hand-off of a split taken in chunk order ``order`` (a rank's chunks need not be contiguous),
+    never above the evaluator's: head-parallel exactly, else the rounds mode's floor (one round where
+    anything crosses, one state per crossing, no waiting). Two chunks' owners differ where a rank
+    boundary falls between their positions in ``order``; a parent counts once, however many children
+    cross."""
+    name, position = split.name, np.argsort(order)
     cross = Crossings(model=model, split=split, made={})
 
     def differ(a: int, b: int) -> cp_model.LinearExprT:
-        first, second = sorted((int(position[a]), int(position[b])))
-        return cross(first, second)
+        return cross(*sorted((int(position[a]), int(position[b]))))
 
     terms = [differ(c - 1, c) for c in np.flatnonzero(tables.continues >= 0).tolist() if c >= 1]
     children: dict[int, list] = {}
@@ -170,16 +163,13 @@ def add_reordered_handoff(
             differ(int(tables.seg_last_chunk[p]), int(tables.seg_first_chunk[s]))
         )
     terms += [_any(model, parts, f"{name}.parent_crosses[{p}]") for p, parts in sorted(children.items())]
-    anything = _any(model, terms, f"{name}.crosses")
-    packed = int(tables.stats.packed_tokens)
-    handoff = model.new_int_var(
-        0, _upper(seconds, split.num_ranks, packed, len(terms), unit_s), f"{name}.handoff"
+    upper = _upper(seconds, split.num_ranks, int(tables.stats.packed_tokens), len(terms), unit_s)
+    handoff, heads = (
+        model.new_int_var(0, upper, f"{name}.handoff"),
+        model.new_bool_var(f"{name}.head_parallel"),
     )
-    heads = model.new_bool_var(f"{name}.head_parallel")
-    floor = int(np.floor(seconds.round_s / unit_s + 1e-9)) * anything
-    model.add(handoff >= floor + int(np.floor(seconds.state_s / unit_s + 1e-9)) * sum(terms)).only_enforce_if(
-        ~heads
-    )
+    by_rounds = _units(seconds.round_s, unit_s) * _any(model, terms, f"{name}.crosses")
+    model.add(handoff >= by_rounds + _units(seconds.state_s, unit_s) * sum(terms)).only_enforce_if(~heads)
     if seconds.head_parallel_priced:
         _add_head_parallel(model, handoff, heads, tables, tokens, seconds, unit_s, name)
     else:
@@ -187,17 +177,17 @@ def add_reordered_handoff(
     return HandoffVars(units=handoff, parallel=model.new_constant(0), head_parallel=heads)
 
 
-def _any(model: cp_model.CpModel, terms: list, name: str) -> cp_model.LinearExprT:
-    """1 when some term (each 0 or 1) is: a constant where one is 1 or all are constants, else a boolean
-    at least each."""
-    constants = [t for t in terms if isinstance(t, int)]
-    variables = [t for t in terms if not isinstance(t, int)]
-    if 1 in constants or not variables:
-        return int(1 in constants)
+def _any(model: cp_model.CpModel, terms: list, name: str) -> cp_model.IntVar:
+    """A boolean at least each of ``terms`` (each 0 or 1)."""
     var = model.new_bool_var(name)
-    for t in variables:
-        model.add(var >= t)
+    for term in terms:
+        model.add(var >= term)
     return var
+
+
+def _units(value_s: float, unit_s: float) -> int:
+    """``value_s`` in time units of ``unit_s`` seconds, rounded down."""
+    return int(np.floor(value_s / unit_s + 1e-9))
 
 
 def _add_head_parallel(
