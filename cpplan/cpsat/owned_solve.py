@@ -204,14 +204,15 @@ def reordered(
     if not STATUSES.get(status, Status.UNKNOWN).answered:
         return replace(answer, stats=stats)
     pairs = zip(answer.plan.waves, _chosen_waves(again, solver), strict=True)
-    waves = tuple(min(old, new, key=lambda w: w.cost_s) for old, new in pairs)
+    memory = owned.problem.memory_bytes
+    waves = tuple(new if new.cost_s < old.cost_s and new.fits(memory) else old for old, new in pairs)
     return OwnedAnswer(plan=replace(answer.plan, waves=waves), stats=stats)
 
 
 def _scattered(problem: Problem, wave: WavePlan, priced: WavePlan) -> WavePlan:
     """The first of ``wave``, ``priced`` (its column's cheapest version) and ``wave`` under the proposers'
-    balanced split (:func:`~cpplan.pricing.wave.balanced_ownership`) whose ownership is not contiguous in
-    packed order; ``wave`` where none is."""
+    balanced split (:func:`~cpplan.pricing.wave.balanced_ownership`, where it fits) whose ownership is
+    not contiguous in packed order; ``wave`` where none is."""
     if not is_rank_ordered(wave.owner) or problem.topology.cp == 1:
         return wave
     if not is_rank_ordered(priced.owner):
@@ -219,4 +220,5 @@ def _scattered(problem: Problem, wave: WavePlan, priced: WavePlan) -> WavePlan:
     owner = balanced_ownership(problem, wave.stats)
     if owner is None or is_rank_ordered(owner):
         return wave
-    return price_wave(problem, wave.items, wave.layout, wave.layout_name, owner=owner, split=wave.split)
+    balanced = price_wave(problem, wave.items, wave.layout, wave.layout_name, owner=owner, split=wave.split)
+    return balanced if balanced.fits(problem.memory_bytes) else wave
