@@ -48,7 +48,6 @@ class ModelValues:
     feasible: bool
     rank_kib: tuple[tuple[int, ...], ...] = field(default=())
     columns: tuple[int | None, ...] = field(default=())
-    barrier: tuple[tuple[int, ...], ...] = field(default=())
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -87,16 +86,12 @@ class CompiledModel:
         shared = frozenset(shared)
         used = _check_assignment(self, assignment, taken)
         modelled = [used[w] and taken[w] is None for w in range(self.num_waves)]
-        totals = [dict.fromkeys((*_TOTALS, *_barrier_keys(self.space)), 0) for _ in range(self.num_waves)]
+        totals = [dict.fromkeys(_TOTALS, 0) for _ in range(self.num_waves)]
         _add_local_layouts(self.space, assignment, modelled, totals)
         layout = _LayoutValues(copies={}, starts={}, root_starts={})
         for w in range(self.num_waves):
             _add_cross_nodes(self.space, assignment, shared, modelled, w, totals[w], layout)
-        present = [
-            [i for i, (ww, _) in enumerate(assignment) if ww == w and modelled[w]]
-            for w in range(self.num_waves)
-        ]
-        waves = [_wave_values(self, totals[w], modelled[w], present[w]) for w in range(self.num_waves)]
+        waves = [_wave_values(self, totals[w], modelled[w]) for w in range(self.num_waves)]
         objective = sum(
             self.objective.overhead_units * used[w]
             + waves[w].time
@@ -118,7 +113,6 @@ class CompiledModel:
             feasible=all(v.feasible for v in waves),
             rank_kib=tuple(v.rank_kib for v in waves),
             columns=taken,
-            barrier=tuple(v.barrier for v in waves),
         )
 
     def add_hint(self, values: ModelValues) -> None:
@@ -161,8 +155,6 @@ class CompiledModel:
                 if (w, e) in self.rounding:
                     m.add_hint(self.rounding[(w, e)], -(-fraction * tokens // CHUNK_TOKENS))
             m.add_hint(self.objective.time[w], values.time[w])
-            for b, column in enumerate(self.objective.barrier):
-                m.add_hint(column[w], values.barrier[w][b])
 
 
 def compile_model(
@@ -184,7 +176,7 @@ def compile_model(
     ownership = add_ownership(model, waves, layout.totals, cp, folded=folded, needed=needed)
     rounding = add_memory(model, rows, ownership, waves.used, column_vars.col)
     objective = add_objective(
-        model, space, waves, layout.totals, cp, space.scaling.time(card.wave_overhead_s), columns, column_vars
+        model, waves, layout.totals, cp, space.scaling.time(card.wave_overhead_s), columns, column_vars
     )
     return CompiledModel(
         problem=problem,
@@ -203,13 +195,7 @@ def compile_model(
 
 
 _TOTALS = (*(q.name for q in ADDITIVE), "segments", "time_units")
-"""What the model sums per wave: every additive quantity, segment starts and time units (and, with
-floors, the time units of each barrier: :func:`_barrier_keys`)."""
-
-
-def _barrier_keys(space: LayoutSpace) -> tuple[tuple[str, int], ...]:
-    """The per-barrier keys of a wave's totals: one per barrier where the items carry floors."""
-    return tuple(("barrier", b) for b in range(space.num_barriers)) if space.has_floors else ()
+"""What the model sums per wave: every additive quantity, segment starts and time units."""
 
 
 def _check_assignment(compiled: CompiledModel, assignment, taken: tuple) -> list[bool]:
@@ -228,16 +214,11 @@ def _check_assignment(compiled: CompiledModel, assignment, taken: tuple) -> list
     return used
 
 
-def _add(
-    total: dict, amounts: tuple[int, ...], copies: int, time_units: int, starts: int, barrier_units=()
-) -> None:
+def _add(total: dict, amounts: tuple[int, ...], copies: int, time_units: int, starts: int) -> None:
     for q in ADDITIVE:
         total[q.name] += amounts[QUANTITY_INDEX[q.name]] * copies
     total["time_units"] += time_units * copies
     total["segments"] += starts
-    for b, units in enumerate(barrier_units):
-        if ("barrier", b) in total:
-            total[("barrier", b)] += units * copies
 
 
 def _add_local_layouts(space: LayoutSpace, assignment, modelled: list[bool], totals: list[dict]) -> None:
@@ -245,7 +226,7 @@ def _add_local_layouts(space: LayoutSpace, assignment, modelled: list[bool], tot
         w, j = assignment[item.item]
         if modelled[w]:
             lay = item.layouts[j]
-            _add(totals[w], lay.amounts, 1, lay.time_units, lay.fixed_starts, lay.barrier_units)
+            _add(totals[w], lay.amounts, 1, lay.time_units, lay.fixed_starts)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -275,7 +256,7 @@ def _add_cross_nodes(
             c = out.copies[(k, w)]
             parent_shared = node.parent not in index or (index[node.parent], w) in shared
             out.starts[(k, w)] = c if parent_shared else 0
-            _add(total, node.amounts, c, node.time_units, out.starts[(k, w)], node.barrier_units)
+            _add(total, node.amounts, c, node.time_units, out.starts[(k, w)])
     for item in space.items:
         if w <= item.item:
             ww, j = assignment[item.item]
@@ -310,12 +291,11 @@ class _WaveValues:
     time: int
     rank_kib: tuple[int, ...]
     feasible: bool
-    barrier: tuple[int, ...]
 
 
-def _wave_values(compiled: CompiledModel, t: dict, modelled: bool, present: list[int]) -> _WaveValues:
-    """Chunks, cap, slowest-rank time, every envelope's KiB for a rank at the model's bounds, and
-    whether the memory rows hold."""
+def _wave_values(compiled: CompiledModel, t: dict, modelled: bool) -> _WaveValues:
+    """Chunks, cap, rank-average time (:mod:`~cpplan.cpsat.objective`), every envelope's KiB for a rank
+    at the model's bounds, and whether the memory rows hold."""
     space, cp, rows = compiled.space, compiled.num_ranks, compiled.memory
     t["time_units"] += space.segment_time_units * (t["segments"] + (cp - 1) * modelled)
     chunks = -(-t["tokens"] // CHUNK_TOKENS)
@@ -323,29 +303,13 @@ def _wave_values(compiled: CompiledModel, t: dict, modelled: bool, present: list
     tokens = t["tokens"] if cp == 1 else CHUNK_TOKENS * cap
     values = {q.name: _RANK_VALUES[q.rank_bound](t, tokens, q.name, cp) for q in QUANTITIES}
     kib = tuple(rows.rank_kib(e, cap, values) for e in range(len(rows.static_kib)))
-    barrier, time = _least_time(space, t, cp, present)
     return _WaveValues(
         chunks=chunks,
         cap=cap,
-        time=time,
-        barrier=barrier,
+        time=-(-t["time_units"] // cp),
         rank_kib=kib,
         feasible=not modelled or max(kib) <= rows.memory_kib,
     )
-
-
-def _least_time(space: LayoutSpace, t: dict, cp: int, present: list[int]) -> tuple[tuple[int, ...], int]:
-    """Per barrier the least slowest-rank time units (its rank average, or a present item's floor in it)
-    and the wave's least ``T`` (:mod:`~cpplan.cpsat.objective`)."""
-    average = -(-t["time_units"] // cp)
-    if not space.has_floors:
-        return (), average
-    items = [space.items[i] for i in present]
-    barrier = tuple(
-        max([-(-t[("barrier", b)] // cp), *(item.barrier_floor_units[b] for item in items)])
-        for b in range(space.num_barriers)
-    )
-    return barrier, max([average, sum(barrier), *(item.floor_units for item in items)])
 
 
 _RANK_VALUES = {

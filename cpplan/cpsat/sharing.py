@@ -22,14 +22,12 @@ from cpplan.spec.quantities import ADDITIVE, QUANTITY_INDEX
 
 @dataclass(frozen=True, kw_only=True, eq=False)
 class WaveTotals:
-    """Linear expressions per wave (``amounts[name][w]`` for every additive quantity, ``barrier_units[b][w]``:
-    the node copies' time units within barrier ``b``, segment time left out, only where the items carry
-    floors), and upper bounds of the packed tokens, segment starts and time units of any wave."""
+    """Linear expressions per wave (``amounts[name][w]`` for every additive quantity, segment starts and
+    time units), and upper bounds of the packed tokens, segment starts and time units of any wave."""
 
     amounts: dict[str, list[cp_model.LinearExprT]]
     segments: list[cp_model.LinearExprT]
     time_units: list[cp_model.LinearExprT]
-    barrier_units: list[list[cp_model.LinearExprT]]
     packed_tokens_ub: int
     segments_ub: int
     time_units_ub: int
@@ -159,17 +157,16 @@ def _add_starts(model, space: LayoutSpace, waves: WaveVars, tree: _CrossTree, la
 def _totals(space: LayoutSpace, waves: WaveVars, c, st, z, num_ranks: int) -> WaveTotals:
     amounts: dict[str, list] = {q.name: [] for q in ADDITIVE}
     segments, time_units = [], []
-    barrier_units: list[list] = [[] for _ in range(space.num_barriers if space.has_floors else 0)]
     for w in range(waves.num_waves):
-        terms = _WaveTerms(len(barrier_units))
+        terms = _WaveTerms()
         for k, node in enumerate(space.cross):
             if c[k][w] is not None:
-                terms.add(c[k][w], node.amounts, node.time_units, node.barrier_units)
+                terms.add(c[k][w], node.amounts, node.time_units)
                 terms.starts(st[k][w], 1)
         for item in space.items:
             row = waves.x[item.item][w]
             for j, lay in enumerate(item.layouts) if row else ():
-                terms.add(row[j], lay.amounts, lay.time_units, lay.barrier_units)
+                terms.add(row[j], lay.amounts, lay.time_units)
                 if lay.fixed_starts:
                     terms.starts(row[j], lay.fixed_starts)
         for (_, _, ww), var in z.items():
@@ -177,8 +174,6 @@ def _totals(space: LayoutSpace, waves: WaveVars, c, st, z, num_ranks: int) -> Wa
                 terms.starts(var, 1)
         for name, column in amounts.items():
             column.append(terms.sum(name))
-        for b, column in enumerate(barrier_units):
-            column.append(cp_model.LinearExpr.weighted_sum(terms.time_vars, terms.barrier_coefs[b]))
         seg = cp_model.LinearExpr.weighted_sum(terms.start_vars, terms.start_coefs)
         segments.append(seg)
         time_units.append(
@@ -190,7 +185,6 @@ def _totals(space: LayoutSpace, waves: WaveVars, c, st, z, num_ranks: int) -> Wa
         amounts=amounts,
         segments=segments,
         time_units=time_units,
-        barrier_units=barrier_units,
         **_upper_bounds(space, num_ranks),
     )
 
@@ -198,25 +192,21 @@ def _totals(space: LayoutSpace, waves: WaveVars, c, st, z, num_ranks: int) -> Wa
 class _WaveTerms:
     """The variables and coefficients of one wave's totals, collected in model order."""
 
-    def __init__(self, num_barriers: int) -> None:
+    def __init__(self) -> None:
         self.vars: dict[str, list] = {q.name: [] for q in ADDITIVE}
         self.coefs: dict[str, list[int]] = {q.name: [] for q in ADDITIVE}
         self.time_vars: list = []
         self.time_coefs: list[int] = []
-        self.barrier_coefs: list[list[int]] = [[] for _ in range(num_barriers)]
         self.start_vars: list = []
         self.start_coefs: list[int] = []
 
-    def add(self, var, amounts: tuple[int, ...], time_units: int, barrier_units: tuple[int, ...]) -> None:
-        """A node copy (or a local layout) chosen by ``var``: its amounts, its time and its time per
-        barrier."""
+    def add(self, var, amounts: tuple[int, ...], time_units: int) -> None:
+        """A node copy (or a local layout) chosen by ``var``: its amounts and its time."""
         for name, vs in self.vars.items():
             coef = amounts[QUANTITY_INDEX[name]]
             if coef:
                 vs.append(var), self.coefs[name].append(coef)
         self.time_vars.append(var), self.time_coefs.append(time_units)
-        for b, coefs in enumerate(self.barrier_coefs):
-            coefs.append(barrier_units[b] if barrier_units else 0)
 
     def starts(self, var, count: int) -> None:
         """``count`` segment starts per unit of ``var``."""

@@ -11,16 +11,13 @@ copy. Copies and segment starts follow :func:`cpplan.pricing.layout.pack` (:mod:
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, replace
-from functools import cached_property
+from dataclasses import dataclass
 
 import numpy as np
 
 from cpplan.cpsat.scaling import SCALING, Scaling
-from cpplan.cpsat.wave_floors import item_floors
 from cpplan.pricing.amounts import span_amounts
 from cpplan.pricing.loss_positions import set_node_loss
-from cpplan.pricing.ownership import CHUNK_TOKENS
 from cpplan.pricing.problem import Problem
 from cpplan.spec.quantities import ADDITIVE, COUNTS, QUANTITIES, QUANTITY_INDEX, check_rules
 
@@ -35,8 +32,7 @@ class LocalLayout:
     """One candidate sharing mask over an item's local decision nodes, and the constants it implies.
 
     ``amounts`` sums every additive quantity (registry order, other entries zero) over the item's local
-    node copies; ``barrier_units`` their time units within each barrier of the card (summed over ranks,
-    as ``time_units``); ``root_copies[k]`` is the number of copies of the item's k-th local root (see
+    node copies; ``root_copies[k]`` is the number of copies of the item's k-th local root (see
     :attr:`ItemSpace.roots`).
     """
 
@@ -45,12 +41,11 @@ class LocalLayout:
     time_units: int
     fixed_starts: int
     root_copies: tuple[int, ...]
-    barrier_units: tuple[int, ...] = ()
 
     def key(self) -> tuple[int, ...]:
         """Everything the model reads from this candidate (lower is better in every entry)."""
         additive = (self.amounts[QUANTITY_INDEX[q.name]] for q in ADDITIVE)
-        return (*additive, self.time_units, *self.barrier_units, self.fixed_starts, *self.root_copies)
+        return (*additive, self.time_units, self.fixed_starts, *self.root_copies)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -59,9 +54,7 @@ class ItemSpace:
 
     ``roots`` lists ``(node, parent)`` for each local node whose parent is a cross node (local nodes
     under the root start their segments unconditionally and are counted in ``fixed_starts``);
-    ``ends`` lists ``(cross node, requests of this item ending there)``. ``floor_units`` and
-    ``barrier_floor_units``: what the item's longest request costs any wave it joins at least, in time
-    units rounded down (:mod:`~cpplan.cpsat.wave_floors`; zero at one rank).
+    ``ends`` lists ``(cross node, requests of this item ending there)``.
     """
 
     item: int
@@ -71,8 +64,6 @@ class ItemSpace:
     ends: tuple[tuple[int, int], ...]
     layouts: tuple[LocalLayout, ...]
     cover: dict[tuple[bool, ...], int]
-    floor_units: int = 0
-    barrier_floor_units: tuple[int, ...] = ()
 
     def layout_of(self, mask: np.ndarray) -> int:
         """Index of a candidate at least as good as the tree-wide share ``mask`` restricted to this item."""
@@ -82,8 +73,8 @@ class ItemSpace:
 @dataclass(frozen=True, kw_only=True)
 class CrossNode:
     """A node shared by requests of several items: its span, counts and per-copy constants
-    (``amounts``: every additive quantity of one copy, in registry order; ``time_units`` and, per
-    barrier of the card, ``barrier_units``: one copy's time summed over ranks)."""
+    (``amounts``: every additive quantity of one copy, in registry order; ``time_units``: one copy's
+    time summed over ranks)."""
 
     node: int
     parent: int
@@ -91,7 +82,6 @@ class CrossNode:
     max_copies: int
     amounts: tuple[int, ...]
     time_units: int
-    barrier_units: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -104,14 +94,7 @@ class LayoutSpace:
     items: tuple[ItemSpace, ...]
     all_flagged: dict[str, bool]
     segment_time_units: int
-    max_starts_per_chunk: int
     scaling: Scaling
-    num_barriers: int = 1
-
-    @cached_property
-    def has_floors(self) -> bool:
-        """Whether the items carry floors (under CP): the model then prices each barrier's slowest rank."""
-        return any(item.floor_units or any(item.barrier_floor_units) for item in self.items)
 
     @property
     def cross_index(self) -> dict[int, int]:
@@ -133,7 +116,6 @@ class _TreeFacts:
     ends: dict[tuple[int, int], int]
     amounts: np.ndarray
     seconds: list[float]
-    barrier_seconds: np.ndarray
 
     def is_cross(self, v: int) -> bool:
         """Whether requests of two or more items pass through node ``v``."""
@@ -151,15 +133,7 @@ def build_space(problem: Problem, extra_specs: tuple[str, ...] = ()) -> LayoutSp
             (i,) = facts.items[v]
             local_nodes[i].append(v)
     masks = [problem.share_mask(spec) for spec in (*NAMED_SPECS, *extra_specs)]
-    floors = item_floors(problem)
-    items = tuple(
-        replace(
-            _item_space(facts, i, local_nodes[i], masks),
-            floor_units=SCALING.time_lower(float(floors.wave_s[i])),
-            barrier_floor_units=tuple(SCALING.time_lower(float(b)) for b in floors.barrier_s[i]),
-        )
-        for i in range(problem.num_items)
-    )
+    items = tuple(_item_space(facts, i, local_nodes[i], masks) for i in range(problem.num_items))
     coef = problem.card.time_coefficients()
     return LayoutSpace(
         cross=cross,
@@ -169,9 +143,7 @@ def build_space(problem: Problem, extra_specs: tuple[str, ...] = ()) -> LayoutSp
             "loss": problem.loss_positions is None and bool(problem.request_loss.all()),
         },
         segment_time_units=SCALING.time(float(coef[QUANTITY_INDEX["segments"]])),
-        max_starts_per_chunk=max_starts_per_chunk(problem.tree.node_length[1:], CHUNK_TOKENS),
         scaling=SCALING,
-        num_barriers=int(facts.barrier_seconds.shape[1]),
     )
 
 
@@ -207,13 +179,6 @@ def _tree_facts(problem: Problem) -> _TreeFacts:
         ends=ends,
         amounts=amounts,
         seconds=copy_seconds(amounts, problem.card.time_coefficients(), problem.topology.cp).tolist(),
-        barrier_seconds=np.stack(
-            [
-                copy_seconds(amounts, row, problem.topology.cp)
-                for row in problem.card.constants.barrier_coefficients
-            ],
-            axis=1,
-        ),
     )
 
 
@@ -246,7 +211,6 @@ def _cross_node(facts: _TreeFacts, v: int) -> CrossNode:
         max_copies=facts.counts[v],
         amounts=tuple(int(a) for a in facts.amounts[v]),
         time_units=SCALING.time(facts.seconds[v]),
-        barrier_units=tuple(SCALING.time(float(b)) for b in facts.barrier_seconds[v]),
     )
 
 
@@ -298,24 +262,13 @@ def _local_layout(facts, item, nodes, decision, shared) -> LocalLayout:
         seconds += facts.seconds[v] * n
     counts = np.array([copies[v] for v in nodes], dtype=np.int64)
     amounts = counts @ facts.amounts[nodes] if nodes else np.zeros(facts.amounts.shape[1], np.int64)
-    barrier_seconds = (
-        counts @ facts.barrier_seconds[nodes] if nodes else np.zeros(facts.barrier_seconds.shape[1])
-    )
     return LocalLayout(
         shared=tuple(shared),
         amounts=tuple(int(a) for a in amounts),
         time_units=SCALING.time(seconds),
-        barrier_units=tuple(SCALING.time(float(b)) for b in barrier_seconds),
         fixed_starts=starts,
         root_copies=tuple(root_copies),
     )
-
-
-def max_starts_per_chunk(node_lengths: np.ndarray, chunk_tokens: int) -> int:
-    """Segment starts one chunk can hold: a segment spans at least one node copy, so starts are at
-    least the shortest node apart."""
-    shortest = int(node_lengths.min()) if node_lengths.size else chunk_tokens
-    return min(chunk_tokens, (chunk_tokens - 1) // max(shortest, 1) + 1)
 
 
 def pareto(layouts: list[LocalLayout]) -> tuple[list[LocalLayout], list[int]]:
