@@ -52,6 +52,8 @@ class _Jobs:
     def bins_needed(self, capacity: float) -> int:
         """:func:`bins_needed` at ``capacity``."""
         sizes, prefix, half = self.sizes, self.prefix, capacity / 2
+        if capacity <= 0:  # only jobs of no size fit: none needs a bin, every other one its own
+            return int(np.count_nonzero(sizes > 0))
         num_small = int(np.searchsorted(sizes, half, side="right"))  # J3 candidates: at most C / 2
         big = sizes.size - num_small
         if num_small == 0:

@@ -4,12 +4,13 @@ whose objective is the evaluator's price (docs/cpsat.md, "The ownership model").
 Each distinct proposed wave (items and packed layout) is a *column*. The model covers every item with
 chosen columns, each either *as is* (its known ownership, the evaluator's price rounded down) or *free*:
 a contiguous rank-ordered split of its chunks (:mod:`~cpplan.cpsat.rank_split`) inside a window around
-the known ones, taken in packed order or, where the cheapest known ownership is not contiguous, in that
-ownership's order (each rank's chunks in a run: :func:`chunk_order`), so the model moves chunks between
-ranks from any ownership; with per-rank memory floors in KiB (never more permissive than the evaluator:
+the known ones, with per-rank memory floors in KiB (never more permissive than the evaluator:
 :mod:`~cpplan.cpsat.scaling`), per-barrier slowest-rank times rounded down, and the GDN hand-off per
 mode (:mod:`~cpplan.cpsat.handoff_terms`). So a plan's objective is never above its price, and the
-proven bound holds for every plan made of the columns.
+proven bound holds for every plan made of the columns. The split may be taken in another chunk order
+(a column's ``order``: :func:`reordered_column`, the second pass of
+:func:`~cpplan.cpsat.owned_solve.reordered`): there every rank's chunks of a scattered ownership are
+one run, so the same rows move chunks between ranks from any ownership.
 """
 
 from __future__ import annotations
@@ -123,12 +124,13 @@ def pool_columns(
     )
 
 
-def reordered_column(problem: Problem, wave: WavePlan) -> OwnedColumn:
-    """``wave`` as a column whose new split is taken in its ownership's order, around it
-    (:func:`chunk_order`): free only where that ownership is not contiguous in packed order."""
-    order = chunk_order(wave.owner)
-    seeds = (tuple(seed_boundaries(wave.owner[order], problem.topology.cp)),)
-    return OwnedColumn(wave=wave, seeds=seeds, order=order, free=not is_rank_ordered(wave.owner))
+def reordered_column(problem: Problem, wave: WavePlan, around: WavePlan) -> OwnedColumn:
+    """``wave`` (as is) as a column whose new split is taken in the order of ``around``'s ownership (a
+    version of the same layout), around it (:func:`chunk_order`): free only where that ownership is not
+    contiguous in packed order."""
+    order = chunk_order(around.owner)
+    seeds = (tuple(seed_boundaries(around.owner[order], problem.topology.cp)),)
+    return OwnedColumn(wave=wave, seeds=seeds, order=order, free=not is_rank_ordered(around.owner))
 
 
 def chunk_order(owner: np.ndarray) -> np.ndarray:

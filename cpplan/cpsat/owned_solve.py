@@ -182,20 +182,22 @@ def reordered(
     deterministic: bool,
     window_chunks: int,
 ) -> OwnedAnswer:
-    """``answer`` with each wave of its plan re-split around an ownership not contiguous in packed
-    order, in that ownership's order (:func:`~cpplan.cpsat.owned_model.reordered_column`): the wave's
-    own, else its column's priced version's, else the proposers' balanced split's
-    (:func:`_scattered`). The ownership model over the plan's waves alone; each wave then keeps the
-    cheaper of its two versions by the evaluator, so the plan is never dearer than ``answer``'s (the
-    pass's time in ``stage_s["reorder"]``)."""
+    """``answer`` after the ownership model's second pass: each wave of its plan, as is or re-split in
+    the order of an ownership not contiguous in packed order, around it
+    (:func:`~cpplan.cpsat.owned_model.reordered_column`): the wave's own, else its column's priced
+    version's, else the proposers' balanced split's (:func:`_scattered`). A re-split wave is kept where
+    the evaluator prices it lower and it fits, so the plan is never dearer than ``answer``'s. The
+    objective reported is then the pass's (it prices the plan kept), the bound the lower of the two
+    passes' (each bounds the plans of its own ownerships), the pass's time ``stage_s["reorder"]``."""
+    problem = owned.problem
     priced = {layout_key(column.wave): column.wave for column in owned.columns}
-    seeds = [
-        _scattered(owned.problem, wave, priced.get(layout_key(wave), wave)) for wave in answer.plan.waves
-    ]
-    columns = tuple(reordered_column(owned.problem, wave) for wave in seeds)
+    columns = tuple(
+        reordered_column(problem, wave, _scattered(problem, wave, priced.get(layout_key(wave), wave)))
+        for wave in answer.plan.waves
+    )
     if not any(column.free for column in columns):
         return answer
-    again = compile_owned(owned.problem, columns, window_chunks=window_chunks, scaling=owned.scaling)
+    again = compile_owned(problem, columns, window_chunks=window_chunks, scaling=owned.scaling)
     hint_plan(again, answer.plan.waves)
     solver, status, wall = run_solver(
         again.model, params, time_limit_s=time_limit_s, deterministic=deterministic
@@ -204,9 +206,31 @@ def reordered(
     if not STATUSES.get(status, Status.UNKNOWN).answered:
         return replace(answer, stats=stats)
     pairs = zip(answer.plan.waves, _chosen_waves(again, solver), strict=True)
-    memory = owned.problem.memory_bytes
-    waves = tuple(new if new.cost_s < old.cost_s and new.fits(memory) else old for old, new in pairs)
-    return OwnedAnswer(plan=replace(answer.plan, waves=waves), stats=stats)
+    waves = tuple(
+        new if new.cost_s < old.cost_s and new.fits(problem.memory_bytes) else old for old, new in pairs
+    )
+    return OwnedAnswer(
+        plan=replace(answer.plan, waves=waves), stats=_both_passes(stats, again, solver, waves)
+    )
+
+
+def _both_passes(stats: SolverStats, again: OwnedModel, solver: cp_model.CpSolver, waves) -> SolverStats:
+    """``stats`` of the first pass with the second pass's objective (``again`` solved by ``solver``) and
+    the lower of the two passes' bounds: proved optimal where that objective reaches it."""
+    first, scaling = stats.outcomes[-1], again.scaling
+    objective = scaling.seconds(solver.objective_value)
+    bound = scaling.seconds(max(math.floor(solver.best_objective_bound + 1e-9), cover_bound(again)))
+    bound = min(bound, first.bound_s)
+    status = Status.OPTIMAL if objective <= bound * (1 + 1e-12) else Status.FEASIBLE
+    outcome = replace(first, status=status, objective_s=objective, bound_s=bound)
+    return replace(
+        stats,
+        outcomes=(*stats.outcomes[:-1], outcome),
+        objective_s=objective,
+        bound_s=bound,
+        gap=outcome.gap,
+        price_terms_s=price_terms(again, solver, waves),
+    )
 
 
 def _scattered(problem: Problem, wave: WavePlan, priced: WavePlan) -> WavePlan:

@@ -3,8 +3,9 @@
 Memory is counted in KiB and time in microseconds, every rounding in the direction that keeps the
 integer model *no more permissive* than the exact evaluator: memory coefficients and statics round
 **up**, the per-rank budget ``B / safety`` **down** (less a margin far above float error); the joint
-model's time coefficients round **up**; in the ownership model (:mod:`cpplan.cpsat.owned_model`), whose objective is a price and whose bound must
-bound every plan, every time coefficient rounds **down** while memory still rounds up. So when
+model's time coefficients round **up**; in the ownership model (:mod:`cpplan.cpsat.owned_model`), whose
+objective is a price and whose bound must bound every plan, every time coefficient rounds **down**
+while memory still rounds up. So when
 ``static_kib + Σ coef_kib · q ≤ memory_kib`` holds for integer bounds ``q`` of the realized quantities,
 the evaluator's ``ceil(safety · (static + Σ coef · q)) ≤ B`` holds too.
 """

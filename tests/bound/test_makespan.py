@@ -48,3 +48,13 @@ def test_as_many_machines_as_jobs_is_the_largest_job():
     """With a machine per job the floor is the largest job, which is the best makespan."""
     assert makespan_floor(np.array([3.0, 7.0, 5.0]), 3) == 7.0
     assert makespan_floor(np.array([]), 2) == 0.0
+
+
+def test_jobs_of_no_size_need_no_bin():
+    """Jobs that are all of size zero (a barrier no job spends time in) need no bin and floor the
+    makespan at zero, with no division by a zero capacity; at zero capacity a job with a size needs a
+    bin of its own."""
+    with np.errstate(all="raise"):
+        assert bins_needed(np.zeros(5), 0.0) == 0
+        assert makespan_floor(np.zeros(5), 2) == 0.0
+        assert bins_needed(np.array([0.0, 1.0, 2.0]), 0.0) == 2
