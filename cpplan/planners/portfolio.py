@@ -3,7 +3,8 @@
 :func:`solve` is the four stages in a row, on every topology: :func:`propose` runs the profile's
 strategies in order, each within its share of the budget; :func:`decide_cpsat` has the ownership model
 decide the ``cpsat`` candidate (over one :class:`~cpplan.planners.decide.Pool` of every proposal at one CP
-size; on a pool of CP groups, the ownership of the ``cpsat`` plan's waves, one group size at a time);
+size; on a pool of CP groups, the ownership of the ``cpsat`` plan's waves, and of a cheaper proposal's,
+one group size at a time);
 :func:`schedule` places every plan's waves on the pool of groups as decided; :func:`verify` checks every
 candidate once, and the cheapest valid one is kept. Every fault of a stage is recorded as its outcome,
 never raised: a faulty backend costs time, never the plan.
@@ -151,8 +152,8 @@ def propose(problem: Problem, budget: Budget, steps: Mapping[str, Strategy]) -> 
 
 def decide_cpsat(problem: Problem, budget: Budget, proposed: Proposals) -> list[StrategyOutcome]:
     """Stage 2: the ownership model decides the ``cpsat`` candidate: over the pool of proposals at one
-    CP size, or, on a pool of CP groups, the ownership of the ``cpsat`` plan's waves one group size at a
-    time (:func:`decided_on_the_pool`). Every outcome in the profile's order."""
+    CP size, or, on a pool of CP groups, the ownership of the ``cpsat`` plan's waves (and of a cheaper
+    proposal's) one group size at a time (:func:`_decided_pools`). Every outcome in the profile's order."""
     found = dict(proposed.outcomes)
     if proposed.pool is not None:
         found["cpsat"] = _decided(problem, proposed.pool, budget)
