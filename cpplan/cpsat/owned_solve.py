@@ -186,9 +186,10 @@ def reordered(
     the order of an ownership not contiguous in packed order, around it
     (:func:`~cpplan.cpsat.owned_model.reordered_column`): the wave's own, else its column's priced
     version's, else the proposers' balanced split's (:func:`_scattered`). A re-split wave is kept where
-    the evaluator prices it lower and it fits, so the plan is never dearer than ``answer``'s. The
-    objective reported is then the pass's (it prices the plan kept), the bound the lower of the two
-    passes' (each bounds the plans of its own ownerships), the pass's time ``stage_s["reorder"]``."""
+    the evaluator prices it lower and it fits, so the plan is never dearer than ``answer``'s. Where a
+    wave is re-split, the objective reported is the pass's (it prices the plan kept) and the bound the
+    lower of the two passes' (each bounds the plans of its own ownerships); the pass's time is
+    ``stage_s["reorder"]``."""
     problem = owned.problem
     priced = {layout_key(column.wave): column.wave for column in owned.columns}
     columns = tuple(
@@ -209,6 +210,8 @@ def reordered(
     waves = tuple(
         new if new.cost_s < old.cost_s and new.fits(problem.memory_bytes) else old for old, new in pairs
     )
+    if all(new is old for new, old in zip(waves, answer.plan.waves, strict=True)):
+        return replace(answer, stats=stats)  # nothing re-split: the first pass's answer stands
     return OwnedAnswer(
         plan=replace(answer.plan, waves=waves), stats=_both_passes(stats, again, solver, waves)
     )
