@@ -37,7 +37,7 @@ from cpplan.bound.handoff_floors import (
 from cpplan.bound.node_floors import memory_ranks, node_floors, whole_on_one_rank
 from cpplan.bound.partitions import partition_bound_s
 from cpplan.bound.passing_floors import passing_floor_s
-from cpplan.bound.pool_makespan import dynamic_pool_bound, pool_bound
+from cpplan.bound.pool_makespan import dynamic_pool_bound, pool_bound, rounded_down
 from cpplan.plans.outcome import Scope
 from cpplan.plans.plan import Plan, SolverStats
 from cpplan.pricing.problem import Problem
@@ -146,7 +146,7 @@ def waves_bound(problem: Problem, best: float | None, layouts: Sequence[str]) ->
     if enumerated is not None and enumerated > math.fsum(terms.values()):
         terms["enumerated_partitions"] = enumerated - math.fsum(terms.values())
     total = math.fsum(terms.values()) * (1 - ROUND_DOWN)
-    terms = {k: round(v * (1 - ROUND_DOWN), 9) for k, v in terms.items()}
+    terms = {k: rounded_down(v * (1 - ROUND_DOWN)) for k, v in terms.items()}
     matched = matching_plan(problem, floors.pairs, layouts) if floors.pairs and layouts else None
     return PlanBound(
         bound_s=total,
