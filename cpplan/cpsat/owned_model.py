@@ -124,13 +124,13 @@ def pool_columns(
     )
 
 
-def reordered_column(problem: Problem, wave: WavePlan, around: WavePlan) -> OwnedColumn:
-    """``wave`` (as is) as a column whose new split is taken in the order of ``around``'s ownership (a
-    version of the same layout), around it (:func:`chunk_order`): free only where that ownership is not
-    contiguous in packed order."""
-    order = chunk_order(around.owner)
-    seeds = (tuple(seed_boundaries(around.owner[order], problem.topology.cp)),)
-    return OwnedColumn(wave=wave, seeds=seeds, order=order, free=not is_rank_ordered(around.owner))
+def reordered_column(problem: Problem, wave: WavePlan, around: np.ndarray) -> OwnedColumn:
+    """``wave`` (as is) as a column whose new split is taken in the order of the chunk ownership
+    ``around``, around it (:func:`chunk_order`): free only where that ownership is not contiguous in
+    packed order."""
+    order = chunk_order(around)
+    seeds = (tuple(seed_boundaries(around[order], problem.topology.cp)),)
+    return OwnedColumn(wave=wave, seeds=seeds, order=order, free=not is_rank_ordered(around))
 
 
 def chunk_order(owner: np.ndarray) -> np.ndarray:

@@ -7,6 +7,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+import numpy as np
 from ortools.sat.python import cp_model
 
 from cpplan.cpsat.owned_model import OwnedModel, compile_owned, cover_bound, layout_key, reordered_column
@@ -102,7 +103,7 @@ def solve_owned(
     waves = _chosen_waves(owned, solver)
     stage_s["realize"] = time.perf_counter() - t0
     scaling = owned.scaling
-    bound = scaling.seconds(max(math.floor(solver.best_objective_bound + 1e-9), cover_bound(owned)))
+    bound = _proven_bound_s(owned, solver)
     objective = scaling.seconds(solver.objective_value)
     outcome = ModelOutcome(
         model="ownership", status=name, objective_s=objective, bound_s=bound, bound_scope=Scope.PROPOSED_WAVES
@@ -220,10 +221,9 @@ def reordered(
 def _both_passes(stats: SolverStats, again: OwnedModel, solver: cp_model.CpSolver, waves) -> SolverStats:
     """``stats`` of the first pass with the second pass's objective (``again`` solved by ``solver``) and
     the lower of the two passes' bounds: proved optimal where that objective reaches it."""
-    first, scaling = stats.outcomes[-1], again.scaling
-    objective = scaling.seconds(solver.objective_value)
-    bound = scaling.seconds(max(math.floor(solver.best_objective_bound + 1e-9), cover_bound(again)))
-    bound = min(bound, first.bound_s)
+    first = stats.outcomes[-1]
+    objective = again.scaling.seconds(solver.objective_value)
+    bound = min(_proven_bound_s(again, solver), first.bound_s)
     status = Status.OPTIMAL if objective <= bound * (1 + 1e-12) else Status.FEASIBLE
     outcome = replace(first, status=status, objective_s=objective, bound_s=bound)
     return replace(
@@ -236,16 +236,22 @@ def _both_passes(stats: SolverStats, again: OwnedModel, solver: cp_model.CpSolve
     )
 
 
-def _scattered(problem: Problem, wave: WavePlan, priced: WavePlan) -> WavePlan:
-    """The first of ``wave``, ``priced`` (its column's cheapest version) and ``wave`` under the proposers'
-    balanced split (:func:`~cpplan.pricing.wave.balanced_ownership`, where it fits) whose ownership is
-    not contiguous in packed order; ``wave`` where none is."""
+def _proven_bound_s(owned: OwnedModel, solver: cp_model.CpSolver) -> float:
+    """What a run of ``owned`` proved, in seconds: the solver's bound, or the columns' cover bound
+    (:func:`~cpplan.cpsat.owned_model.cover_bound`) where that is higher."""
+    return owned.scaling.seconds(max(math.floor(solver.best_objective_bound + 1e-9), cover_bound(owned)))
+
+
+def _scattered(problem: Problem, wave: WavePlan, priced: WavePlan) -> np.ndarray:
+    """The first of the ownerships of ``wave``, of ``priced`` (its column's cheapest version) and of the
+    proposers' balanced split (:func:`~cpplan.pricing.wave.balanced_ownership`, where it fits) that is
+    not contiguous in packed order; ``wave``'s where none is."""
     if not is_rank_ordered(wave.owner) or problem.topology.cp == 1:
-        return wave
+        return wave.owner
     if not is_rank_ordered(priced.owner):
-        return priced
+        return priced.owner
     owner = balanced_ownership(problem, wave.stats)
     if owner is None or is_rank_ordered(owner):
-        return wave
+        return wave.owner
     balanced = price_wave(problem, wave.items, wave.layout, wave.layout_name, owner=owner, split=wave.split)
-    return balanced if balanced.fits(problem.memory_bytes) else wave
+    return owner if balanced.fits(problem.memory_bytes) else wave.owner

@@ -38,7 +38,8 @@ def migrated_profile(data: Any) -> Any:
     with keys of the earlier layout moved to their stage's section and keys no setting stands for now
     dropped; its deterministic time limits (``cpsat.deterministic_time_s``,
     ``cpsat.ownership_deterministic_time_s``, ``timing.min_deterministic_s``) read as shares of the
-    budget. Anything else is left for validation to judge."""
+    budget; without ``ownership.reorder_share``, the ownership model's second pass off (the state planned
+    without it). Anything else is left for validation to judge."""
     if not isinstance(data, dict):
         return data
     data = {k: dict(v) if isinstance(v, dict) else v for k, v in data.items()}
@@ -64,27 +65,25 @@ def migrated_profile(data: Any) -> Any:
             limit = data[old].pop(key)
             if isinstance(limit, int | float) and isinstance(budget, int | float) and budget > 0:
                 data.setdefault(new, {}).setdefault(name, min(1.0, limit / budget))
+    if isinstance(data.setdefault("ownership", {}), dict):  # saved before the second pass: planned without it
+        data["ownership"].setdefault("reorder_share", 0.0)
     return _within_one_budget(data)
 
 
 def _within_one_budget(data: dict) -> dict:
-    """``data`` without the ownership model's second pass where it does not say (a state saved before
-    that pass planned without it), and with its schedule share lowered to what the other stages leave of
-    the budget where an earlier state's shares add up to more than one (the offline profile of that
-    time: joint 0.6, ownership 0.3, schedule 0.2; under the clock the schedule model takes what is left
-    anyway)."""
+    """``data`` with its schedule share lowered to what the other stages leave of the budget where an
+    earlier state's shares add up to more than one (the offline profile of that time: joint 0.6,
+    ownership 0.3, schedule 0.2; under the clock the schedule model takes what is left anyway)."""
 
     def share(section: str, key: str, default: float) -> float:
         value = data.get(section, {}).get(key, default) if isinstance(data.get(section), dict) else default
         return float(value) if isinstance(value, int | float) else default
 
     ownership = data.get("ownership") if isinstance(data.get("ownership"), dict) else {}
-    if isinstance(data.get("ownership", {}), dict):  # a state saved before the second pass ran without it
-        data.setdefault("ownership", {}).setdefault("reorder_share", 0.0)
     others = share("joint", "share", JointParams().share) + share(
         "ownership", "share", OwnershipParams().share
     )
-    others += share("ownership", "reorder_share", 0.0)
+    others += share("ownership", "reorder_share", OwnershipParams().reorder_share)
     if ownership.get("hint", OwnershipParams().hint) == "complete":
         others += share("ownership", "complete_share", OwnershipParams().complete_share)
     if others < 1 and others + share("schedule", "share", ScheduleParams().share) > 1:

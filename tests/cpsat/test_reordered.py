@@ -47,7 +47,7 @@ def _scattered(problem, seed: int) -> WavePlan:
 def _at_seed(problem, wave: WavePlan, head_parallel: bool = False) -> tuple[cp_model.CpSolver, int, object]:
     """The ownership model of ``wave`` alone, taken in its ownership's order and fixed to it (and to
     the head-parallel mode): the solver, its status and the model."""
-    column = reordered_column(problem, wave, wave)
+    column = reordered_column(problem, wave, wave.owner)
     owned = compile_owned(problem, (column,), window_chunks=10**6)
     owned.model.add(owned.free[0] == 1)
     if head_parallel:
@@ -115,7 +115,7 @@ def test_reordered_pass_moves_chunks_to_a_cheaper_plan():
     )
     answer = OwnedAnswer(plan=plan, stats=SolverStats(outcomes=(first,)))
     owned = replace(
-        compile_owned(problem, (reordered_column(problem, wave, wave),), window_chunks=32), columns=()
+        compile_owned(problem, (reordered_column(problem, wave, wave.owner),), window_chunks=32), columns=()
     )
     again = reordered(owned, answer, QUICK, time_limit_s=None, deterministic=True, window_chunks=32)
     better = again.plan.waves[0]
