@@ -10,7 +10,8 @@ per pair of waves (the costlier first), the swaps, pairs of items closest in ful
 single move. The search stops after ``max_pricings`` pricings, or at ``deadline`` under the clock,
 so a deterministic profile gets the same plan on any machine. Between ranks (:func:`repacked_plan`),
 each wave's whole requests are packed onto ranks again, the packing polished two ranks at a time
-(:func:`~cpplan.pricing.wave.repacked_wave`).
+(:func:`~cpplan.pricing.wave.repacked_wave`). Round the ranks (:func:`chained_plan`), each wave's ranks
+are chained round its packed order (:func:`~cpplan.pricing.chained.chained_wave`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from collections.abc import Iterator, Sequence
 
 from cpplan.planners.deadline import Deadline
 from cpplan.plans.plan import Plan
-from cpplan.pricing.problem import Problem
+from cpplan.pricing.chained import chained_wave
+from cpplan.pricing.problem import Problem, group_problem
 from cpplan.pricing.wave import WavePlan, best_wave, repacked_wave
 
 Neighbour = tuple[int, int, tuple[int, ...], tuple[int, ...]]
@@ -58,6 +60,21 @@ def repacked_plan(problem: Problem, plan: Plan, *, deadline: Deadline) -> Plan |
             break
         found = repacked_wave(problem, wave)
         if found is not None and found.fits(problem.memory_bytes) and found.cost_s < wave.cost_s:
+            waves[k], improved = found, True
+    return Plan(strategy="moves", waves=tuple(waves)) if improved else None
+
+
+def chained_plan(problem: Problem, plan: Plan, *, rotations: int, deadline: Deadline) -> Plan | None:
+    """``plan`` with every wave whose ranks, chained round its packed order, cost less
+    (:func:`~cpplan.pricing.chained.chained_wave`, at ``rotations`` rotations, each wave priced for its
+    own CP group) taking that version, as strategy ``"moves"``; ``None`` where no wave did. Under the
+    clock ``deadline`` stops it sooner."""
+    waves, improved = list(plan.waves), False
+    for k, wave in enumerate(plan.waves):
+        if deadline.expired():
+            break
+        found = chained_wave(group_problem(problem, wave.cp), wave, rotations=rotations)
+        if found is not None:
             waves[k], improved = found, True
     return Plan(strategy="moves", waves=tuple(waves)) if improved else None
 

@@ -26,7 +26,7 @@ from cpplan.planners.deadline import NO_TIME, Deadline
 from cpplan.planners.decide import Pool, decide
 from cpplan.planners.dynamic_cp import group_problem, pool_padding_s
 from cpplan.planners.greedy import cached_greedy_plan
-from cpplan.planners.item_moves import moved_plan, repacked_plan
+from cpplan.planners.item_moves import chained_plan, moved_plan, repacked_plan
 from cpplan.planners.subproblem import SubProblem
 from cpplan.plans.outcome import Ended, ModelOutcome, Status
 from cpplan.plans.plan import Candidate, Plan, SolverStats, placed_again
@@ -235,19 +235,24 @@ def _moved(problem: Problem, budget: Budget, pool: Pool, by: Deadline) -> Pool:
     """``pool`` and, where its cheapest proposal has at most ``moves.max_waves`` waves, that plan with
     items moved between its waves (:func:`~cpplan.planners.item_moves.moved_plan`, within the profile's
     ``moves.max_pricings`` and ``by``), then its waves' whole requests packed onto ranks again
-    (:func:`~cpplan.planners.item_moves.repacked_plan`), each where that is cheaper; the moves' seconds
-    among the proposer's stages."""
+    (:func:`~cpplan.planners.item_moves.repacked_plan`), then its waves' ranks chained round their packed
+    order (:func:`~cpplan.planners.item_moves.chained_plan`, at ``moves.chain_rotations``), each where
+    that is cheaper; the moves' seconds among the proposer's stages."""
     settings, best = budget.profile.moves, pool.cheapest
-    if best is None or settings.max_pricings == 0 or best.num_waves > settings.max_waves:
+    if best is None or best.num_waves > settings.max_waves:
         return pool
     started = time.perf_counter()
     layouts, limit = budget.profile.greedy.layouts, settings.max_pricings
+    moved = repacked = chained = None
     try:
-        moved = moved_plan(problem, best, layouts, max_pricings=limit, deadline=by)  # None for one wave
-        repacked = repacked_plan(problem, moved or best, deadline=by)
+        if limit > 0:
+            moved = moved_plan(problem, best, layouts, max_pricings=limit, deadline=by)  # None for one wave
+            repacked = repacked_plan(problem, moved or best, deadline=by)
+        rotations = settings.chain_rotations
+        chained = chained_plan(problem, repacked or moved or best, rotations=rotations, deadline=by)
     except CpplanError:  # a faulty stage costs time, never the plan
-        moved = repacked = None
-    found = tuple(plan for plan in (moved, repacked) if plan is not None)
+        pass
+    found = tuple(plan for plan in (moved, repacked, chained) if plan is not None)
     proposer = pool.proposer
     if proposer is not None:
         proposer = replace(proposer, stage_s={**proposer.stage_s, "moves": time.perf_counter() - started})
@@ -273,7 +278,9 @@ def _decided(problem: Problem, pool: Pool, budget: Budget) -> StrategyOutcome:
 def decided_on_the_pool(problem: Problem, budget: Budget, outcome: StrategyOutcome) -> StrategyOutcome:
     """Stage 2 on a pool: the ownership model decides the ownership of the ``cpsat`` plan's waves (those
     splitting no item), one group size at a time, and each wave takes the decided ownership where that
-    prices it lower; the plan keeps its placement for stage 3 to time again. The ownership runs'
+    prices it lower, then its ranks chained round its packed order where that is cheaper still
+    (:func:`~cpplan.planners.item_moves.chained_plan`); the plan keeps its placement for stage 3 to time
+    again. The ownership runs'
     outcomes come before the schedule model's (so the plan JSON's ``solver.status`` stays the schedule
     model's); a fault is recorded, never raised."""
     if outcome.plan is None:
@@ -287,6 +294,13 @@ def decided_on_the_pool(problem: Problem, budget: Budget, outcome: StrategyOutco
             decided_waves = _decided_waves(problem, budget, size, [waves[k] for k in chosen], decided)
             for k, new in zip(chosen, decided_waves, strict=True):
                 waves[k] = new if new.cost_s < waves[k].cost_s else waves[k]
+        chained = chained_plan(
+            problem,
+            replace(outcome.plan, waves=tuple(waves)),
+            rotations=budget.profile.moves.chain_rotations,
+            deadline=budget.verify_by,
+        )
+        waves = list(chained.waves) if chained is not None else waves
     except Exception as exc:  # a faulty model costs time, never the plan
         detail = f"raised {type(exc).__name__}: {exc}"
         failed = ModelOutcome(model="ownership", status=Status.FAILED, detail=detail)

@@ -233,6 +233,29 @@ def pack(
     return out.layout(requests)
 
 
+def layout_share_mask(tree: PrefixTree, layout: PackedLayout) -> np.ndarray:
+    """A node mask under which :func:`pack` lays ``layout``'s requests out as ``layout`` does: a node
+    through which two of its requests or more pass is shared where every one of them reads it from the
+    same segment (for a layout known only by its segments, such as the joint model's)."""
+    requests = np.asarray(layout.request_ids, dtype=np.int64)
+    starts, ends = tree.path_ptr[requests], tree.path_ptr[requests + 1]
+    entry = np.repeat(starts - np.concatenate([[0], np.cumsum(ends - starts)[:-1]]), ends - starts)
+    nodes = tree.path_nodes[entry + np.arange(entry.size)]
+    request = np.repeat(np.arange(requests.size), ends - starts)
+    span = int(tree.node_start.max() + tree.node_length.max()) + 1
+    chain_request = np.repeat(np.arange(requests.size), np.diff(layout.request_ptr))
+    chain_keys = chain_request * span + layout.seg_position[layout.request_segments]
+    found = np.searchsorted(chain_keys, request * span + tree.node_start[nodes], side="right") - 1
+    segment = layout.request_segments[found]
+    low = np.full(tree.num_nodes, np.iinfo(np.int64).max)
+    high = np.full(tree.num_nodes, -1)
+    np.minimum.at(low, nodes, segment)
+    np.maximum.at(high, nodes, segment)
+    mask = (low == high) & (path_counts(tree, requests) >= 2)
+    mask[0] = False
+    return mask
+
+
 def path_counts(tree: PrefixTree, requests: np.ndarray) -> np.ndarray:
     """How many of ``requests`` (tree request indices) pass through each node: one count over their
     concatenated root-to-leaf paths (the numbers of ``PrefixTree.node_counts``, vectorized)."""

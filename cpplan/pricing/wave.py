@@ -323,7 +323,7 @@ def price_wave(
         owners = [(owner, rank_quantities(stats, owner, problem.topology.cp))]
     else:
         owners = _candidates(problem, layout, stats)
-    versions = _Versions(
+    versions = WaveVersions(
         problem=problem,
         items=tuple(items),
         layout=layout,
@@ -338,10 +338,10 @@ def price_wave(
         prices = price(problem.card, q)
         if best is None:
             first_fits = bool((prices.peak_bytes <= problem.memory_bytes).all())
-        elif _cannot_win(problem, best, prices):
+        elif cannot_win(problem, best, prices):
             continue  # the hand-off, the costliest part of a pricing, is not worth counting
         wave = versions.wave(candidate, q, prices)
-        if best is None or _better(wave, best, problem.memory_bytes):
+        if best is None or better_version(wave, best, problem.memory_bytes):
             best = wave
     assert best is not None
     # only the token-balanced split fits: repair by time (a first split that fits needs no repair:
@@ -349,13 +349,13 @@ def price_wave(
     fallback = owner is None and len(owners) > 1 and best.owner is not owners[0][0] and not first_fits
     if fallback and best.fits(problem.memory_bytes):
         repaired = _edge_repair(problem, stats, owners[0][0])
-        if repaired is not None and not _cannot_win(problem, best, repaired[2]):
+        if repaired is not None and not cannot_win(problem, best, repaired[2]):
             wave = versions.wave(*repaired)
-            if _better(wave, best, problem.memory_bytes):
+            if better_version(wave, best, problem.memory_bytes):
                 best = wave
     if beat_s > 0 and problem.reorder_waves and owner is None and not split and problem.topology.cp > 1:
         reordered = _reordered_wave(versions, best, beat_s)
-        if reordered is not None and _better(reordered, best, problem.memory_bytes):
+        if reordered is not None and better_version(reordered, best, problem.memory_bytes):
             best = reordered
     return best
 
@@ -367,7 +367,7 @@ def whole_request_wave(
     so that every rank holds whole units and nothing crosses ranks (:func:`_reordered_wave`; ``polish``:
     the packing then split again two ranks at a time, :func:`~cpplan.pricing.rank_pairs.repacked_pairs`),
     priced; ``None`` where no such split is found."""
-    versions = _Versions(
+    versions = WaveVersions(
         problem=problem,
         items=tuple(items),
         layout=layout,
@@ -393,7 +393,7 @@ def repacked_wave(problem: Problem, wave: WavePlan) -> WavePlan | None:
 
 
 def _reordered_wave(
-    versions: _Versions, best: WavePlan | None, beat_s: float = math.inf, *, polish: bool = False
+    versions: WaveVersions, best: WavePlan | None, beat_s: float = math.inf, *, polish: bool = False
 ) -> WavePlan | None:
     """The wave with its items reordered so that every rank holds whole units (root subtrees joined by
     items, :func:`~cpplan.pricing.whole_requests.segment_units`) and every rank's block but the last
@@ -446,7 +446,7 @@ def _reordered_wave(
     return moved.wave(owner, q, price(problem.card, q))
 
 
-def _cannot_win(problem: Problem, best: WavePlan, prices: RankPrices) -> bool:
+def cannot_win(problem: Problem, best: WavePlan, prices: RankPrices) -> bool:
     """Whether an ownership priced ``prices`` (its hand-off not yet counted) provably loses to ``best``
     (which fits): a version over the budget cannot win, and nor can one whose cost before its hand-off
     (:func:`~cpplan.pricing.evaluator.wave_cost_s`; a hand-off adds seconds, never takes any) is not
@@ -458,7 +458,7 @@ def _cannot_win(problem: Problem, best: WavePlan, prices: RankPrices) -> bool:
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
-class _Versions:
+class WaveVersions:
     """The versions of one packed wave under different ownerships: what they share (problem, items,
     layout, chunk statistics, unpacked tokens) and each one priced."""
 
@@ -492,7 +492,9 @@ class _Versions:
         )
 
 
-def _better(a: WavePlan, b: WavePlan, memory_bytes: int) -> bool:
+def better_version(a: WavePlan, b: WavePlan, memory_bytes: int) -> bool:
+    """Whether version ``a`` of a wave beats ``b``: it fits ``memory_bytes`` where ``b`` does not, or
+    both fit and it costs less, or neither fits and its peak is lower."""
     fa, fb = a.fits(memory_bytes), b.fits(memory_bytes)
     if fa != fb:
         return fa

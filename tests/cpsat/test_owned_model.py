@@ -155,9 +155,9 @@ def test_portfolio_cpsat_decides_and_wins():
     """In the deterministic portfolio on the quick suite's GRPO step (16 completions a prompt) at CP4 and
     40 GiB, CP-SAT's plan runs splits no proposal had, is cheaper than greedy's and every other
     candidate's, wins, and its objective is its price within 0.1% (not above); with the ownership
-    model's free columns switched off it is not cheaper than the best proposal (so the ownership
-    variables are what decide). (On the README example the proposers' own splits reach what the
-    ownership model finds.)"""
+    model's free columns and the chained ranks switched off it is not cheaper than the best proposal
+    (so the ownership variables are what decide). (On the README example the proposers' own splits
+    reach what the ownership model finds.)"""
     workload = next(c for c in suite(quick=True) if c.name == "grpo_g8_16to1").build()
     kwargs = dict(topology=Topology(cp=4), model="qwen3.6-35b-a3b", memory_bytes="40GiB")
     result = cpplan.plan(workload, solver="deterministic", **kwargs)
@@ -167,7 +167,12 @@ def test_portfolio_cpsat_decides_and_wins():
     assert result.solver.objective_s <= costs["cpsat"] + 1e-9
     assert result.solver.objective_s == pytest.approx(costs["cpsat"], rel=1e-3)
     frozen = load_solver("deterministic")
-    frozen = frozen.model_copy(update={"ownership": frozen.ownership.model_copy(update={"columns": 0})})
+    frozen = frozen.model_copy(
+        update={
+            "ownership": frozen.ownership.model_copy(update={"columns": 0}),
+            "moves": frozen.moves.model_copy(update={"chain_rotations": 0}),
+        }
+    )
     fixed = cpplan.plan(workload, solver=frozen, **kwargs)
     fixed_costs = {c.strategy: c.cost_s for c in fixed.candidates if c.valid}
     assert fixed_costs["cpsat"] >= min(v for k, v in fixed_costs.items() if k != "cpsat") - 1e-9
