@@ -8,8 +8,9 @@ so its tokens and the waiting ranks' tokens add up (:func:`~cpplan.pricing.hando
 Rotating the split so that the first rank's range wraps round the end of the packed order gives every
 rank both: the rest of a unit the rank before it cut (round 1) and whole units and the head of the unit it
 cuts (round 0). When the units come in an order that lets every cut fall where a unit's rest is short,
-about as much waits on every rank, and little waits at all. On GRPO groups at CP4 and CP8 (a prompt and its
-completions per unit) this makes the wave 3-5% cheaper than every other split the proposers price.
+about as much waits on every rank, and little waits at all. On eight GRPO groups of 8 rollouts arriving
+shuffled (a prompt and its completions per unit), the quick suite's, it makes the wave 4.9% cheaper at
+CP4 and 3.1% at CP8 than every split the proposers price (``benchmarks/bench_bound.py``).
 
 :func:`chained_wave` tries the units in two orders (as packed, and largest and smallest alternating),
 each at a few rotations of the split balanced barrier by barrier
