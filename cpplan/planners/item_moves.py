@@ -10,8 +10,8 @@ per pair of waves (the costlier first), the swaps, pairs of items closest in ful
 single move. The search stops after ``max_pricings`` pricings, or at ``deadline`` under the clock,
 so a deterministic profile gets the same plan on any machine. Between ranks (:func:`repacked_plan`),
 each wave's whole requests are packed onto ranks again, the packing polished two ranks at a time
-(:func:`~cpplan.pricing.wave.repacked_wave`). Round the ranks (:func:`chained_plan`), each wave's ranks
-are chained round its packed order (:func:`~cpplan.pricing.chained.chained_wave`).
+(:func:`~cpplan.pricing.wave.repacked_wave`). Within each wave (:func:`chained_plan`), its ranks are
+chained round its packed order (:func:`~cpplan.pricing.chained.chained_wave`).
 """
 
 from __future__ import annotations

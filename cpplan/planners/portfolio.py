@@ -280,9 +280,8 @@ def decided_on_the_pool(problem: Problem, budget: Budget, outcome: StrategyOutco
     splitting no item), one group size at a time, and each wave takes the decided ownership where that
     prices it lower, then its ranks chained round its packed order where that is cheaper still
     (:func:`~cpplan.planners.item_moves.chained_plan`); the plan keeps its placement for stage 3 to time
-    again. The ownership runs'
-    outcomes come before the schedule model's (so the plan JSON's ``solver.status`` stays the schedule
-    model's); a fault is recorded, never raised."""
+    again. The ownership runs' outcomes come before the schedule model's (so the plan JSON's
+    ``solver.status`` stays the schedule model's); a fault is recorded, never raised."""
     if outcome.plan is None:
         return outcome
     started = time.perf_counter()

@@ -61,7 +61,7 @@ def chained_wave(problem: Problem, wave: WavePlan, *, rotations: int) -> WavePla
         order = np.lexsort((np.arange(items.size), rank[item_unit]))
         layout = problem.pack(items[order], mask)
         if not _same_segments(layout, wave.layout):
-            return None
+            continue  # the mask read back does not pack this order alike: not tried
         best = _cheapest_rotation(problem, wave, tuple(items[order].tolist()), layout, rotations, best)
     return None if best is wave else best
 
