@@ -25,7 +25,7 @@ import numpy as np
 from cpplan.errors import InputError
 from cpplan.pricing.evaluator import price
 from cpplan.pricing.layout import PackedLayout, layout_share_mask
-from cpplan.pricing.ownership import chunk_stats, general_quantities, owner_of_ranges
+from cpplan.pricing.ownership import ChunkStats, chunk_stats, general_quantities, owner_of_ranges
 from cpplan.pricing.problem import Problem
 from cpplan.pricing.wave import (
     WavePlan,
@@ -59,10 +59,14 @@ def chained_wave(problem: Problem, wave: WavePlan, *, rotations: int) -> WavePla
         rank = np.empty_like(units)
         rank[units] = np.arange(units.size)
         order = np.lexsort((np.arange(items.size), rank[item_unit]))
-        layout = problem.pack(items[order], mask)
-        if not _same_segments(layout, wave.layout):
-            continue  # the mask read back does not pack this order alike: not tried
-        best = _cheapest_rotation(problem, wave, tuple(items[order].tolist()), layout, rotations, best)
+        if (order == np.arange(items.size)).all():  # the wave's own packing
+            layout, stats = wave.layout, wave.stats
+        else:
+            layout = problem.pack(items[order], mask)
+            if not _same_segments(layout, wave.layout):
+                continue  # the mask read back does not pack this order alike: not tried
+            stats = chunk_stats(layout, problem.chunk_tokens)
+        best = _cheapest_rotation(problem, wave, tuple(items[order].tolist()), stats, layout, rotations, best)
     return None if best is wave else best
 
 
@@ -108,13 +112,14 @@ def _cheapest_rotation(
     problem: Problem,
     wave: WavePlan,
     items: tuple[int, ...],
+    stats: ChunkStats,
     layout: PackedLayout,
     rotations: int,
     best: WavePlan,
 ) -> WavePlan:
-    """``best`` or the cheapest rotated split of ``items`` packed as ``layout`` that beats it."""
+    """``best`` or the cheapest rotated split of ``items`` packed as ``layout`` (chunk statistics
+    ``stats``) that beats it."""
     cp = problem.topology.cp
-    stats = chunk_stats(layout, problem.chunk_tokens)
     versions = WaveVersions(
         problem=problem,
         items=items,
