@@ -36,6 +36,7 @@ import math
 import numpy as np
 
 from cpplan.bound.node_floors import per_copy_amounts
+from cpplan.bound.round_tops import two_round_extra_s
 from cpplan.pricing.layout import path_counts
 from cpplan.pricing.problem import Problem
 from cpplan.spec.quantities import QUANTITY_INDEX, REMOTE_COLUMNS, SEGMENT_COLUMNS
@@ -54,36 +55,52 @@ CEIL_SLACK = 1e-9
 def passing_floor_s(problem: Problem, requests: np.ndarray, average_s: np.ndarray | None) -> float:
     """The least a wave of ``requests`` on ``cp > 1`` ranks pays beyond ``average_s`` (per barrier, a
     floor of its rank average; ``None``: unknown, no imbalance counted) when some GDN state crosses
-    ranks, in rounds or in parallel: the smaller of the two modes' floors (see the module docstring),
-    at least ``round_s + state_s``."""
+    ranks, in rounds or in parallel: the smaller of the two modes' floors (see the module docstring and
+    :func:`mode_floors_s`), at least ``round_s + state_s``."""
+    requests = np.asarray(requests, dtype=np.int64)
+    counts = path_counts(problem.tree, requests)
+    packed = float(problem.tree.node_length[counts > 0].sum())
+    found = min(mode_floors_s(problem, requests, average_s))
+    return max(found, common_prefix_floor_s(problem, requests, counts, packed, average_s))
+
+
+def mode_floors_s(
+    problem: Problem, requests: np.ndarray, average_s: np.ndarray | None
+) -> tuple[float, float]:
+    """What a wave of ``requests`` whose GDN states cross pays at least beyond ``average_s`` in rounds
+    and in parallel, each the least over the busiest rank's tokens ``M`` (a grid from ``P / cp`` to
+    ``P``, the imbalance at each interval's lower end, the rest at its upper end): the runs, waits and
+    reruns of the module docstring, the two-round tops of :mod:`cpplan.bound.round_tops` and the
+    shared segments' twice-run tokens (:func:`segment_twice_s`)."""
     seconds = problem.card.handoff
     base = seconds.round_s + seconds.state_s
     requests = np.asarray(requests, dtype=np.int64)
-    lengths = problem.request_tokens[requests].astype(np.float64)
-    longest = float(lengths.max())
+    longest = float(problem.request_tokens[requests].max())
     counts = path_counts(problem.tree, requests)
     packed = float(problem.tree.node_length[counts > 0].sum())
-    low = packed / problem.topology.cp
-    if low >= longest:
-        found = float(base + imbalance_s(problem, counts, packed, average_s, np.array([low]))[0])
-        return max(found, common_prefix_floor_s(problem, requests, counts, packed, average_s))
-    grid = _grid(low, longest)
+    cp = problem.topology.cp
+    grid = _grid(packed / cp, max(longest, packed / cp), packed)
     lo, hi = grid[:-1], grid[1:]
     imbalance = imbalance_s(problem, counts, packed, average_s, lo)
     runs = np.maximum(2.0, np.ceil(longest / hi * (1 - CEIL_SLACK)))
     rounds = (runs - 1) * base + seconds.wait_s_per_token * np.maximum(0.0, longest - hi)
+    copies = unshared_copies_s(problem, requests, counts)
+    tops = two_round_extra_s(problem, counts, copies, packed, hi)
+    rounds = np.maximum(rounds, np.minimum(base + np.maximum(0.0, tops - imbalance), 2 * base))
     twice = twice_run_tokens(problem, requests, counts, hi)
-    waits = (packed + 2 * twice) / problem.topology.cp - hi
+    waits = seconds.wait_s_per_token * ((packed + 2 * twice) / cp - hi)
     passing = seconds.round_s + 2 * (runs - 1) * seconds.state_s
-    parallel = passing + seconds.wait_s_per_token * np.maximum(0.0, waits)
+    parallel = passing + np.maximum(0.0, waits)
     if average_s is not None:
         shared = shared_prefix_s(problem, requests, counts, lo, hi)
-        parallel = np.maximum(
-            parallel, passing + np.maximum(0.0, seconds.wait_s_per_token * waits + shared) - imbalance
-        )
-    beyond = base + imbalance_s(problem, counts, packed, average_s, np.array([longest]))[0]
-    found = float(min(beyond, (imbalance + np.minimum(rounds, parallel)).min()))
-    return max(found, common_prefix_floor_s(problem, requests, counts, packed, average_s))
+        parallel = np.maximum(parallel, passing + np.maximum(0.0, waits + shared) - imbalance)
+    segments = segment_twice_s(problem, requests, counts, copies, hi)
+    parallel = np.maximum(parallel, passing + np.maximum(0.0, waits - imbalance + segments))
+    # a busiest rank beyond P (copies): one crossing, the imbalance at P
+    beyond = float(imbalance_s(problem, counts, packed, average_s, np.array([packed]))[0])
+    rounds_s = min(float((imbalance + rounds).min()), beyond + base)
+    parallel_s = min(float((imbalance + parallel).min()), beyond + seconds.round_s + 2 * seconds.state_s)
+    return rounds_s, parallel_s
 
 
 def common_prefix_floor_s(
@@ -135,11 +152,15 @@ def common_prefix_floor_s(
     return min(unshared, shared)
 
 
-def _grid(low: float, high: float) -> np.ndarray:
-    """Points from ``low`` to ``high``: a geometric grid and every ``high / k`` between."""
+def _grid(low: float, high: float, beyond: float | None = None) -> np.ndarray:
+    """Points from ``low`` to ``high``: a geometric grid and every ``high / k`` between; with ``beyond``,
+    a geometric grid on from ``high`` to it too."""
     ks = np.arange(1, math.floor(high / low) + 1, dtype=np.float64)
     points = np.concatenate([np.geomspace(low, high, GRID_POINTS), high / ks, [low, high]])
-    return np.unique(points[(points >= low) & (points <= high)])
+    points = points[(points >= low) & (points <= high)]
+    if beyond is not None and beyond > high:
+        points = np.concatenate([points, np.geomspace(high, beyond, GRID_POINTS // 2)])
+    return np.unique(points)
 
 
 def imbalance_s(
@@ -216,6 +237,33 @@ def shared_prefix_s(
     copies = unshared_copies_s(problem, requests, counts)[groups]
     twice_s = 2 * problem.card.handoff.wait_s_per_token * grouped[groups] / cp
     return np.minimum(copies[:, None], twice_s).sum(axis=0)
+
+
+def segment_twice_s(
+    problem: Problem, requests: np.ndarray, counts: np.ndarray, copies_s: np.ndarray, busiest: np.ndarray
+) -> np.ndarray:
+    """Per value of ``busiest`` (``M``), what a node's own segment adds at least under parallel passing,
+    beside :func:`twice_run_tokens`: a node two or more requests pass that has in-wave children, left
+    shared, is a segment of its own whose every piece has a successor (its next piece, or its children),
+    and none of its pieces starts from a zero state unless it is a root (then only its first, the tokens
+    below ``M``), so all those tokens run twice before the exchange, not only those at ``M <= p < L_v -
+    M``; left unshared, it adds its copies (``copies_s``). Per node the cheaper, summed:
+    ``Σ_v min(2 wait_s extra_v / cp, copies_v)``."""
+    tree, cp = problem.tree, problem.topology.cp
+    children = np.bincount(tree.node_parent[np.flatnonzero(counts > 0)[1:]], minlength=tree.num_nodes)
+    nodes = np.flatnonzero((counts >= 2) & (children > 0) & (np.arange(tree.num_nodes) > 0))
+    if nodes.size == 0:
+        return np.zeros_like(np.asarray(busiest, dtype=np.float64))
+    m = np.asarray(busiest, dtype=np.float64)[:, None]
+    start = tree.node_start[nodes].astype(np.float64)[None, :]
+    end = start + tree.node_length[nodes][None, :]
+    first = np.where(tree.node_parent[nodes] == 0, np.maximum(start, m), start)
+    longest = _longest_through(problem, requests)[nodes][None, :]
+    whole = np.maximum(0.0, end - first)
+    middle = np.maximum(0.0, np.minimum(end, longest - m) - np.maximum(start, m))
+    extra = np.maximum(0.0, whole - middle)
+    twice_s = 2 * problem.card.handoff.wait_s_per_token * extra / cp
+    return np.minimum(twice_s, copies_s[nodes][None, :]).sum(axis=1)
 
 
 def _longest_through(problem: Problem, requests: np.ndarray) -> np.ndarray:
