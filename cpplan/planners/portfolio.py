@@ -27,6 +27,7 @@ from cpplan.planners.decide import Pool, decide
 from cpplan.planners.dynamic_cp import group_problem, pool_padding_s
 from cpplan.planners.greedy import cached_greedy_plan
 from cpplan.planners.item_moves import chained_plan, moved_plan, repacked_plan
+from cpplan.planners.makespan_moves import makespan_moved_plan
 from cpplan.planners.subproblem import SubProblem
 from cpplan.plans.outcome import Ended, ModelOutcome, Status
 from cpplan.plans.plan import Candidate, Plan, SolverStats, placed_again
@@ -90,7 +91,7 @@ def solve(
     steps = {**PLANNERS, **(planners or {})}
     proposed = propose(problem, budget, steps)
     found = decide_cpsat(problem, budget, proposed)
-    found = schedule(problem, found)
+    found = schedule(problem, budget, found)
     found = verify(problem, found)
     winner = _winner(found)
     solver = _solver_stats(found)
@@ -183,14 +184,43 @@ def _decided_pools(problem: Problem, budget: Budget, found: dict[str, StrategyOu
     return decided
 
 
-def schedule(problem: Problem, found: list[StrategyOutcome]) -> list[StrategyOutcome]:
+def schedule(problem: Problem, budget: Budget, found: list[StrategyOutcome]) -> list[StrategyOutcome]:
     """Stage 3, where the waves share a pool of CP groups: every plan's waves, as decided, timed on the
-    GPUs they hold or placed afresh where that lowers the makespan (:func:`~cpplan.plans.plan.placed_again`);
-    at one CP size, the outcomes as they are."""
+    GPUs they hold or placed afresh where that lowers the makespan (:func:`~cpplan.plans.plan.placed_again`),
+    and the ``cpsat`` plan's items moved between its waves where that ends the step sooner
+    (:func:`_sooner`); at one CP size, the outcomes as they are."""
     if not problem.topology.several_groups:
         return found
     padding_s = pool_padding_s(problem)
-    return [o if o.plan is None else replace(o, plan=placed_again(o.plan, padding_s)) for o in found]
+    placed = [o if o.plan is None else replace(o, plan=placed_again(o.plan, padding_s)) for o in found]
+    return [_sooner(problem, budget, o, padding_s) if o.strategy == "cpsat" else o for o in placed]
+
+
+def _sooner(
+    problem: Problem, budget: Budget, outcome: StrategyOutcome, padding_s: float | None
+) -> StrategyOutcome:
+    """``outcome`` with its scheduled plan's items moved between waves of one group size while that
+    lowers the makespan (:func:`~cpplan.planners.makespan_moves.makespan_moved_plan`, within the
+    profile's ``moves.max_pricings`` and ``moves.max_waves`` and the verification's deadline), the
+    moves' seconds in its wall time."""
+    settings = budget.profile.moves
+    plan = outcome.plan
+    if plan is None or settings.max_pricings == 0 or plan.num_waves > settings.max_waves:
+        return outcome
+    started = time.perf_counter()
+    try:
+        moved = makespan_moved_plan(
+            problem,
+            plan,
+            budget.profile.greedy.layouts,
+            max_pricings=settings.max_pricings,
+            deadline=budget.verify_by,
+            padding_s=padding_s,
+        )
+    except CpplanError:  # a faulty stage costs time, never the plan
+        moved = None
+    wall_s = outcome.wall_s + time.perf_counter() - started
+    return replace(outcome, plan=moved or plan, wall_s=wall_s)
 
 
 def _held_back(

@@ -1,0 +1,154 @@
+"""Items moved between a pool plan's waves where that ends the step sooner: the makespan's neighbours.
+
+On a pool of CP groups the step ends when its busiest GPU does, so a wave on that GPU costing a little
+less can shorten the step even where the waves' sum grows. :func:`makespan_moved_plan` takes a
+scheduled plan and, while it finds one, a neighbour that lowers its makespan: an item moved from a wave
+on a GPU that ends last (a *critical* wave, the costliest first) to another wave of the same group size
+(the one on the earliest-ending GPUs first), or two items swapped between them (like-sized first, as in
+:mod:`~cpplan.planners.item_moves`). Both changed waves are priced exactly
+(:func:`~cpplan.pricing.wave.best_wave` on the group's problem) and the plan placed again
+(:func:`~cpplan.plans.plan.placed_again`); the first neighbour that fits and ends sooner is taken and
+the scan starts again. The search stops after ``max_pricings`` pricings or at ``deadline``, so a
+deterministic profile gets the same plan on any machine.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Iterator, Sequence
+
+from cpplan.planners.deadline import Deadline
+from cpplan.plans.plan import Plan, placed_again
+from cpplan.pricing.problem import Problem, group_problem
+from cpplan.pricing.wave import best_wave
+
+MIN_GAIN = 1e-9
+"""Relative makespan a neighbour must save to be taken (float noise never counts as a gain)."""
+
+
+def makespan_moved_plan(
+    problem: Problem,
+    plan: Plan,
+    layouts: Sequence[str],
+    *,
+    max_pricings: int,
+    deadline: Deadline,
+    padding_s: float | None = None,
+) -> Plan | None:
+    """``plan`` (scheduled on a pool) with items moved between its waves while that lowers its makespan
+    (see the module docstring; ``padding_s``: the seconds of a padding wave under equal waves); ``None``
+    where no move did, or where some wave holds part of an item."""
+    assert plan.schedule is not None, "only a scheduled plan has a makespan"
+    if plan.splits_an_item:
+        return None
+    pricings, improved = 0, False
+    while True:
+        for a, b, items_a, items_b in critical_neighbours(problem, plan):
+            if pricings + 2 > max_pricings or deadline.expired():
+                return plan if improved else None
+            pricings += 2
+            found = _sooner(problem, layouts, plan, (a, b), (items_a, items_b), padding_s)
+            if found is not None:
+                plan, improved = found, True
+                break
+        else:
+            return plan if improved else None
+
+
+Neighbour = tuple[int, int, tuple[int, ...], tuple[int, ...]]
+"""Two wave indices and the items each holds after the move or swap."""
+
+
+def critical_neighbours(problem: Problem, plan: Plan) -> Iterator[Neighbour]:
+    """Every swap and move from a critical wave of ``plan`` to another wave of its group size: critical
+    waves by cost (the costliest first), the other waves by when their GPUs end (the earliest first);
+    per pair, the swaps of two units (:func:`wave_units`: the items below the prefix the whole wave
+    shares, a prompt group, say), like-sized first, the moves of one unit, then the same for single
+    items."""
+    schedule = plan.schedule
+    ends = gpu_ends(plan)
+    last = max(ends, default=0.0)
+    waves = plan.waves
+    critical = [k for k, group in enumerate(schedule.gpus) if any(ends[g] >= last for g in group)]
+    critical.sort(key=lambda k: (-waves[k].cost_s, k))
+    tokens = problem.item_full_tokens
+    for a in critical:
+        others = [b for b in range(len(waves)) if b != a and waves[b].cp == waves[a].cp]
+        others.sort(key=lambda b: (max(ends[g] for g in schedule.gpus[b]), b))
+        for b in others:
+            units_a, units_b = wave_units(problem, waves[a].items), wave_units(problem, waves[b].items)
+            singles_a, singles_b = [(i,) for i in waves[a].items], [(i,) for i in waves[b].items]
+            for held_a, held_b in ((units_a, units_b), (singles_a, singles_b)):
+                if held_a == singles_a and units_a == singles_a and units_b == singles_b:
+                    break  # every unit one item: already tried
+                yield from _exchanges(a, b, held_a, held_b, tokens)
+
+
+def _exchanges(a: int, b: int, held_a: list, held_b: list, tokens) -> Iterator[Neighbour]:
+    """Swaps of a group of ``held_a`` (wave ``a``'s) with one of ``held_b``, like-sized first, then moves
+    of a group of ``held_a`` to ``b`` (where ``a`` keeps some)."""
+    every_a = tuple(i for group in held_a for i in group)
+    every_b = tuple(i for group in held_b for i in group)
+
+    def size(group: tuple[int, ...]) -> int:
+        return int(sum(int(tokens[i]) for i in group))
+
+    pairs = sorted(itertools.product(held_a, held_b), key=lambda p: (abs(size(p[0]) - size(p[1])), p))
+    for x, y in pairs:
+        yield a, b, _swapped(every_a, x, y), _swapped(every_b, y, x)
+    if len(held_a) > 1:
+        for x in held_a:
+            yield a, b, _swapped(every_a, x, ()), tuple(sorted((*every_b, *x)))
+
+
+def wave_units(problem: Problem, items: tuple[int, ...]) -> list[tuple[int, ...]]:
+    """``items`` grouped by where their first requests leave the prefix every one of them shares: items
+    whose paths part there at the same node form a unit (in order of first item)."""
+    tree = problem.tree
+    paths = [tree.path(int(problem.item_requests([i])[0])) for i in items]
+    counts: dict[int, int] = {}
+    for path in paths:
+        for node in path:
+            counts[node] = counts.get(node, 0) + 1
+    units: dict[int, list[int]] = {}
+    for item, path in zip(items, paths, strict=True):
+        parting = next((node for node in path if counts[node] < len(items)), path[-1])
+        units.setdefault(parting, []).append(item)
+    return [tuple(group) for group in units.values()]
+
+
+def _swapped(items: tuple[int, ...], out: tuple[int, ...], into: tuple[int, ...]) -> tuple[int, ...]:
+    """``items`` less ``out``, with ``into``, sorted."""
+    return tuple(sorted((*(i for i in items if i not in out), *into)))
+
+
+def gpu_ends(plan: Plan) -> list[float]:
+    """When each GPU of ``plan``'s pool finishes its last wave (padding waves not counted)."""
+    schedule = plan.schedule
+    ends = [0.0] * schedule.pool
+    for wave, start, group in zip(plan.waves, schedule.start_s, schedule.gpus, strict=True):
+        for g in group:
+            ends[g] = max(ends[g], start + wave.cost_s)
+    return ends
+
+
+def _sooner(
+    problem: Problem,
+    layouts: Sequence[str],
+    plan: Plan,
+    pair: tuple[int, int],
+    held: tuple[tuple[int, ...], tuple[int, ...]],
+    padding_s: float | None,
+) -> Plan | None:
+    """``plan`` with waves ``pair`` holding the items ``held``, placed again, where both fit and it ends
+    sooner; ``None`` otherwise."""
+    waves = list(plan.waves)
+    group = group_problem(problem, waves[pair[0]].cp)
+    for k, items in zip(pair, held, strict=True):
+        wave, _ = best_wave(group, items, layouts)
+        if wave is None:
+            return None
+        waves[k] = wave
+    moved = placed_again(dataclasses.replace(plan, waves=tuple(waves)), padding_s)
+    return moved if moved.cost_s < plan.cost_s * (1 - MIN_GAIN) else None
