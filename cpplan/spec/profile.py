@@ -275,11 +275,14 @@ class MovesParams(BaseModel):
 
     max_pricings: int = Field(default=120, ge=0)
     """The most waves priced while moving and swapping items between waves (two per neighbour tried;
-    0: no moves, and no repacking either). Under the clock the proposers' deadline stops it sooner."""
+    0: no moves, and no repacking either), and again, on a pool, while moving them between the
+    scheduled ``cpsat`` plan's waves to end the step sooner
+    (:mod:`~cpplan.planners.makespan_moves`). Under the clock the proposers' deadline (on a pool, the
+    time kept for verifying) stops it sooner."""
 
     max_waves: int = Field(default=8, ge=2)
-    """Items move, and waves are repacked and chained, only within a proposal of at most this many
-    waves: on 400 ShareGPT conversations at CP2 (63 waves) the moves made the plan 0.02% cheaper and
+    """Items move, and waves are repacked and chained, only within a proposal (on a pool, a scheduled
+    ``cpsat`` plan) of at most this many waves: on 400 ShareGPT conversations at CP2 (63 waves) the moves made the plan 0.02% cheaper and
     the ownership model's search 1.3 s longer."""
 
     chain_rotations: int = Field(default=8, ge=0)

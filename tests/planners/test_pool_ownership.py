@@ -34,8 +34,10 @@ def test_pool_plan_is_decided_by_the_ownership_model(pool_problem):
     """At dp = 2 the ownership model runs on the pool's ``cpsat`` plan (its outcome before the schedule
     model's, so ``solver.status`` stays the schedule's), the plan is valid, and it is cheaper than the
     schedule model's plan without it, wave for wave no costlier, holding the same items (in the order
-    its ranks are chained, where they are) and on the same GPUs."""
+    its ranks are chained, where they are) and on the same GPUs. The makespan moves, which would move
+    items between the decided waves, are off (``moves.max_pricings`` 0)."""
     profile = load_solver("deterministic")
+    profile = profile.model_copy(update={"moves": profile.moves.model_copy(update={"max_pricings": 0})})
     decided = solve(pool_problem, profile)
     placed = solve(pool_problem, profile, planners={"cpsat": _schedule_only})
     models = [o.model for o in decided.solver.outcomes]
