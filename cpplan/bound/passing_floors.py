@@ -21,13 +21,16 @@ wave's full-sharing packed tokens):
   at most ``M`` tokens), and a token at ``p < L_v - M`` (``L_v`` the longest request through its node)
   has a successor on that request's path (its piece, at most ``M`` tokens, ends before the request
   does). Every node is stored at least once, so ``N_s`` is at least the node tokens with ``M <= p <
-  L_v - M`` (:func:`twice_run_tokens`).
+  L_v - M`` (:func:`twice_run_tokens`); a shared inner node's tokens all run twice, or the node is
+  copied (:func:`segment_twice_s`);
+- *two-round tops* (rounds): the tokens a tree keeps before its first crossing, and the ranks holding no
+  root segment (:mod:`cpplan.bound.round_tops`).
 
 Every term is non-increasing in ``M`` but the imbalance, which is non-decreasing, so over an interval
-``[M_j, M_{j+1}]`` the floor is at least the imbalance at ``M_j`` plus the rest at ``M_{j+1}``; the floor
-is the least of these over a grid from ``P / cp`` to ``L`` (beyond ``L``: one crossing, the imbalance at
-``L``), and, over the two modes, the smaller (:func:`passing_floor_s`). Rounding goes toward a smaller
-floor (the caller rounds the sum down)."""
+``[M_j, M_{j+1}]`` the floor is at least the imbalance at ``M_j`` plus the rest at ``M_{j+1}``; each mode's
+floor is the least of these over a grid from ``P / cp`` to ``P`` (beyond ``P``, copies: one crossing, the
+imbalance at ``P``) (:func:`mode_floors_s`), and the wave's the smaller of the two
+(:func:`passing_floor_s`). Rounding goes toward a smaller floor (the caller rounds the sum down)."""
 
 from __future__ import annotations
 
