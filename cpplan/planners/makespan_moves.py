@@ -79,10 +79,9 @@ def critical_neighbours(problem: Problem, plan: Plan) -> Iterator[Neighbour]:
         for b in others:
             units_a, units_b = wave_units(problem, waves[a].items), wave_units(problem, waves[b].items)
             singles_a, singles_b = [(i,) for i in waves[a].items], [(i,) for i in waves[b].items]
-            for held_a, held_b in ((units_a, units_b), (singles_a, singles_b)):
-                if held_a == singles_a and units_a == singles_a and units_b == singles_b:
-                    break  # every unit one item: already tried
-                yield from _exchanges(a, b, held_a, held_b, tokens)
+            yield from _exchanges(a, b, units_a, units_b, tokens)
+            if units_a != singles_a or units_b != singles_b:  # else the single items were the units
+                yield from _exchanges(a, b, singles_a, singles_b, tokens)
 
 
 def _exchanges(a: int, b: int, held_a: list, held_b: list, tokens) -> Iterator[Neighbour]:

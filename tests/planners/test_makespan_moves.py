@@ -102,3 +102,18 @@ def test_a_plan_splitting_an_item_is_left_alone(shuffled_pool):
     split = dataclasses.replace(plan.waves[0], split=True)
     plan = dataclasses.replace(plan, waves=(split, *plan.waves[1:]))
     assert makespan_moved_plan(problem, plan, LAYOUTS, max_pricings=120, deadline=UNLIMITED) is None
+
+
+def test_waves_of_unrelated_items_move_them_one_by_one():
+    """The quick suite's long tail on a pool of two CP2 groups: its items share nothing, so every unit
+    is one item; the moves still swap and move them, and end the step sooner than the plan without
+    moves (2.7558 -> 2.7469 s when measured)."""
+    case = next(c for c in suite(quick=True) if c.name == "long_tail")
+    problem = build_problem(
+        case.build(), topology=Topology.parse("dp=2,cp=2"), model="qwen3.6-35b-a3b", memory_bytes="40GiB"
+    )
+    plan = solve(problem, WITHOUT).plan
+    assert all(len(u) == 1 for w in plan.waves for u in wave_units(problem, w.items))
+    moved = makespan_moved_plan(problem, plan, LAYOUTS, max_pricings=120, deadline=UNLIMITED)
+    assert moved is not None and moved.cost_s < plan.cost_s * (1 - 1e-3)
+    assert sorted(i for w in moved.waves for i in w.items) == list(range(problem.num_items))
