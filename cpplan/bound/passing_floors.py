@@ -63,7 +63,7 @@ def passing_floor_s(problem: Problem, requests: np.ndarray, average_s: np.ndarra
     requests = np.asarray(requests, dtype=np.int64)
     counts = path_counts(problem.tree, requests)
     packed = float(problem.tree.node_length[counts > 0].sum())
-    found = min(mode_floors_s(problem, requests, average_s))
+    found = min(_mode_floors_s(problem, requests, counts, packed, average_s))
     return max(found, common_prefix_floor_s(problem, requests, counts, packed, average_s))
 
 
@@ -75,12 +75,19 @@ def mode_floors_s(
     ``P``, the imbalance at each interval's lower end, the rest at its upper end): the runs, waits and
     reruns of the module docstring, the two-round tops of :mod:`cpplan.bound.round_tops` and the
     shared segments' twice-run tokens (:func:`segment_twice_s`)."""
-    seconds = problem.card.handoff
-    base = seconds.round_s + seconds.state_s
     requests = np.asarray(requests, dtype=np.int64)
-    longest = float(problem.request_tokens[requests].max())
     counts = path_counts(problem.tree, requests)
     packed = float(problem.tree.node_length[counts > 0].sum())
+    return _mode_floors_s(problem, requests, counts, packed, average_s)
+
+
+def _mode_floors_s(
+    problem: Problem, requests: np.ndarray, counts: np.ndarray, packed: float, average_s: np.ndarray | None
+) -> tuple[float, float]:
+    """:func:`mode_floors_s` of the wave's ``counts`` and full-sharing ``packed`` tokens."""
+    seconds = problem.card.handoff
+    base = seconds.round_s + seconds.state_s
+    longest = float(problem.request_tokens[requests].max())
     cp = problem.topology.cp
     grid = _grid(packed / cp, max(longest, packed / cp), packed)
     lo, hi = grid[:-1], grid[1:]
@@ -253,7 +260,7 @@ def segment_twice_s(
     M``; left unshared, it adds its copies (``copies_s``). Per node the cheaper, summed:
     ``Σ_v min(2 wait_s extra_v / cp, copies_v)``."""
     tree, cp = problem.tree, problem.topology.cp
-    children = np.bincount(tree.node_parent[np.flatnonzero(counts > 0)[1:]], minlength=tree.num_nodes)
+    children, _ = in_wave_branches(problem, requests, counts)
     nodes = np.flatnonzero((counts >= 2) & (children > 0) & (np.arange(tree.num_nodes) > 0))
     if nodes.size == 0:
         return np.zeros_like(np.asarray(busiest, dtype=np.float64))

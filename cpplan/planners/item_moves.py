@@ -35,19 +35,44 @@ def moved_plan(
     """``plan`` (whole items only) with items moved between its waves while that makes it cheaper (see
     the module docstring), as strategy ``"moves"``; ``None`` where no move made it cheaper."""
     assert not plan.splits_an_item, "the moves keep items whole"
-    waves, pricings, improved = list(plan.waves), 0, False
+
+    def cheaper(waves: list[WavePlan], neighbour: Neighbour) -> list[WavePlan] | None:
+        a, b, items_a, items_b = neighbour
+        found = _cheaper(problem, layouts, waves[a], waves[b], items_a, items_b)
+        if found is None:
+            return None
+        waves = list(waves)
+        waves[a], waves[b] = found
+        return waves
+
+    waves, improved = first_improvements(
+        list(plan.waves),
+        lambda waves: neighbours(problem, waves),
+        cheaper,
+        max_pricings=max_pricings,
+        deadline=deadline,
+    )
+    return Plan(strategy="moves", waves=tuple(waves)) if improved else None
+
+
+def first_improvements(state, neighbours_of, better, *, max_pricings: int, deadline: Deadline):
+    """``state`` improved while some neighbour improves it: the neighbours of the current state in
+    order (``neighbours_of``), each tried (``better``: the improved state, or ``None``; two pricings
+    each), the first improvement taken and the scan started again. Stops when no neighbour improves
+    it, after ``max_pricings`` pricings, or at ``deadline``. Returns the state and whether it
+    improved."""
+    pricings, improved = 0, False
     while True:
-        for a, b, items_a, items_b in neighbours(problem, waves):
+        for neighbour in neighbours_of(state):
             if pricings + 2 > max_pricings or deadline.expired():
-                return Plan(strategy="moves", waves=tuple(waves)) if improved else None
+                return state, improved
             pricings += 2
-            found = _cheaper(problem, layouts, waves[a], waves[b], items_a, items_b)
+            found = better(state, neighbour)
             if found is not None:
-                waves[a], waves[b] = found
-                improved = True
+                state, improved = found, True
                 break
         else:
-            return Plan(strategy="moves", waves=tuple(waves)) if improved else None
+            return state, improved
 
 
 def repacked_plan(problem: Problem, plan: Plan, *, deadline: Deadline) -> Plan | None:
@@ -86,14 +111,33 @@ def neighbours(problem: Problem, waves: Sequence[WavePlan]) -> Iterator[Neighbou
     by_cost = sorted(range(len(waves)), key=lambda k: (-waves[k].cost_s, k))
     for a, b in itertools.combinations(by_cost, 2):
         held_a, held_b = waves[a].items, waves[b].items
-        pairs = itertools.product(held_a, held_b)
-        for i, j in sorted(pairs, key=lambda p: (abs(int(tokens[p[0]]) - int(tokens[p[1]])), p)):
-            yield a, b, tuple(sorted((*_without(held_a, i), j))), tuple(sorted((*_without(held_b, j), i)))
+        yield from group_swaps(a, b, [(i,) for i in held_a], [(j,) for j in held_b], tokens)
         for src, dst, held_src, held_dst in ((a, b, held_a, held_b), (b, a, held_b, held_a)):
             if len(held_src) < 2:
                 continue
             for i in held_src:
                 yield src, dst, _without(held_src, i), tuple(sorted((*held_dst, i)))
+
+
+def group_swaps(
+    a: int, b: int, groups_a: Sequence[tuple[int, ...]], groups_b: Sequence[tuple[int, ...]], tokens
+) -> Iterator[Neighbour]:
+    """Every swap of a group of items of wave ``a`` (``groups_a``) with one of wave ``b``'s, the pair
+    closest in full-sharing tokens (``tokens``, per item) first; each wave's items after it sorted."""
+    every_a = tuple(i for group in groups_a for i in group)
+    every_b = tuple(i for group in groups_b for i in group)
+
+    def size(group: tuple[int, ...]) -> int:
+        return int(sum(int(tokens[i]) for i in group))
+
+    pairs = itertools.product(groups_a, groups_b)
+    for x, y in sorted(pairs, key=lambda p: (abs(size(p[0]) - size(p[1])), p)):
+        yield a, b, exchanged(every_a, x, y), exchanged(every_b, y, x)
+
+
+def exchanged(items: tuple[int, ...], out: tuple[int, ...], into: tuple[int, ...]) -> tuple[int, ...]:
+    """``items`` less ``out``, with ``into``, sorted."""
+    return tuple(sorted((*(i for i in items if i not in out), *into)))
 
 
 def _without(items: tuple[int, ...], item: int) -> tuple[int, ...]:

@@ -15,10 +15,10 @@ deterministic profile gets the same plan on any machine.
 from __future__ import annotations
 
 import dataclasses
-import itertools
 from collections.abc import Iterator, Sequence
 
 from cpplan.planners.deadline import Deadline
+from cpplan.planners.item_moves import Neighbour, exchanged, first_improvements, group_swaps
 from cpplan.plans.plan import Plan, placed_again
 from cpplan.pricing.problem import Problem, group_problem
 from cpplan.pricing.wave import best_wave
@@ -42,22 +42,19 @@ def makespan_moved_plan(
     assert plan.schedule is not None, "only a scheduled plan has a makespan"
     if plan.splits_an_item:
         return None
-    pricings, improved = 0, False
-    while True:
-        for a, b, items_a, items_b in critical_neighbours(problem, plan):
-            if pricings + 2 > max_pricings or deadline.expired():
-                return plan if improved else None
-            pricings += 2
-            found = _sooner(problem, layouts, plan, (a, b), (items_a, items_b), padding_s)
-            if found is not None:
-                plan, improved = found, True
-                break
-        else:
-            return plan if improved else None
 
+    def sooner(plan: Plan, neighbour: Neighbour) -> Plan | None:
+        a, b, items_a, items_b = neighbour
+        return _sooner(problem, layouts, plan, (a, b), (items_a, items_b), padding_s)
 
-Neighbour = tuple[int, int, tuple[int, ...], tuple[int, ...]]
-"""Two wave indices and the items each holds after the move or swap."""
+    moved, improved = first_improvements(
+        plan,
+        lambda plan: critical_neighbours(problem, plan),
+        sooner,
+        max_pricings=max_pricings,
+        deadline=deadline,
+    )
+    return moved if improved else None
 
 
 def critical_neighbours(problem: Problem, plan: Plan) -> Iterator[Neighbour]:
@@ -73,32 +70,26 @@ def critical_neighbours(problem: Problem, plan: Plan) -> Iterator[Neighbour]:
     critical = [k for k, group in enumerate(schedule.gpus) if any(ends[g] >= last for g in group)]
     critical.sort(key=lambda k: (-waves[k].cost_s, k))
     tokens = problem.item_full_tokens
+    units = [wave_units(problem, wave.items) for wave in waves]
+    singles = [[(i,) for i in wave.items] for wave in waves]
     for a in critical:
         others = [b for b in range(len(waves)) if b != a and waves[b].cp == waves[a].cp]
         others.sort(key=lambda b: (max(ends[g] for g in schedule.gpus[b]), b))
         for b in others:
-            units_a, units_b = wave_units(problem, waves[a].items), wave_units(problem, waves[b].items)
-            singles_a, singles_b = [(i,) for i in waves[a].items], [(i,) for i in waves[b].items]
-            yield from _exchanges(a, b, units_a, units_b, tokens)
-            if units_a != singles_a or units_b != singles_b:  # else the single items were the units
-                yield from _exchanges(a, b, singles_a, singles_b, tokens)
+            yield from _exchanges(a, b, units[a], units[b], tokens)
+            if units[a] != singles[a] or units[b] != singles[b]:
+                yield from _exchanges(a, b, singles[a], singles[b], tokens)
 
 
-def _exchanges(a: int, b: int, held_a: list, held_b: list, tokens) -> Iterator[Neighbour]:
-    """Swaps of a group of ``held_a`` (wave ``a``'s) with one of ``held_b``, like-sized first, then moves
-    of a group of ``held_a`` to ``b`` (where ``a`` keeps some)."""
-    every_a = tuple(i for group in held_a for i in group)
-    every_b = tuple(i for group in held_b for i in group)
-
-    def size(group: tuple[int, ...]) -> int:
-        return int(sum(int(tokens[i]) for i in group))
-
-    pairs = sorted(itertools.product(held_a, held_b), key=lambda p: (abs(size(p[0]) - size(p[1])), p))
-    for x, y in pairs:
-        yield a, b, _swapped(every_a, x, y), _swapped(every_b, y, x)
-    if len(held_a) > 1:
-        for x in held_a:
-            yield a, b, _swapped(every_a, x, ()), tuple(sorted((*every_b, *x)))
+def _exchanges(a: int, b: int, groups_a: list, groups_b: list, tokens) -> Iterator[Neighbour]:
+    """:func:`~cpplan.planners.item_moves.group_swaps` of ``groups_a`` (wave ``a``'s) with ``groups_b``,
+    then the moves of a group of ``groups_a`` to ``b`` (where ``a`` keeps some)."""
+    yield from group_swaps(a, b, groups_a, groups_b, tokens)
+    if len(groups_a) > 1:
+        every_a = tuple(i for group in groups_a for i in group)
+        every_b = tuple(i for group in groups_b for i in group)
+        for x in groups_a:
+            yield a, b, exchanged(every_a, x, ()), exchanged(every_b, (), x)
 
 
 def wave_units(problem: Problem, items: tuple[int, ...]) -> list[tuple[int, ...]]:
@@ -115,11 +106,6 @@ def wave_units(problem: Problem, items: tuple[int, ...]) -> list[tuple[int, ...]
         parting = next((node for node in path if counts[node] < len(items)), path[-1])
         units.setdefault(parting, []).append(item)
     return [tuple(group) for group in units.values()]
-
-
-def _swapped(items: tuple[int, ...], out: tuple[int, ...], into: tuple[int, ...]) -> tuple[int, ...]:
-    """``items`` less ``out``, with ``into``, sorted."""
-    return tuple(sorted((*(i for i in items if i not in out), *into)))
 
 
 def gpu_ends(plan: Plan) -> list[float]:

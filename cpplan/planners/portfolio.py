@@ -188,15 +188,15 @@ def schedule(problem: Problem, budget: Budget, found: list[StrategyOutcome]) -> 
     """Stage 3, where the waves share a pool of CP groups: every plan's waves, as decided, timed on the
     GPUs they hold or placed afresh where that lowers the makespan (:func:`~cpplan.plans.plan.placed_again`),
     and the ``cpsat`` plan's items moved between its waves where that ends the step sooner
-    (:func:`_sooner`); at one CP size, the outcomes as they are."""
+    (:func:`_makespan_moved`); at one CP size, the outcomes as they are."""
     if not problem.topology.several_groups:
         return found
     padding_s = pool_padding_s(problem)
     placed = [o if o.plan is None else replace(o, plan=placed_again(o.plan, padding_s)) for o in found]
-    return [_sooner(problem, budget, o, padding_s) if o.strategy == "cpsat" else o for o in placed]
+    return [_makespan_moved(problem, budget, o, padding_s) if o.strategy == "cpsat" else o for o in placed]
 
 
-def _sooner(
+def _makespan_moved(
     problem: Problem, budget: Budget, outcome: StrategyOutcome, padding_s: float | None
 ) -> StrategyOutcome:
     """``outcome`` with its scheduled plan's items moved between waves of one group size while that
