@@ -14,7 +14,8 @@ or more where ``S``'s average rank over some envelope's capacity adds up to more
 their totals sum to at least the full-sharing totals of ``S``), the same average and the split item's
 common nodes once more (every request of the item passes them, and its requests lie in two waves or
 more): at least the least such copy over the items of ``S`` of more than one request
-(:func:`split_copies_s`; none can be split where every item is one request). So with ``G(S)`` the least
+(:func:`split_copies_s`). Only an item no wave holds whole is ever split (:func:`splittable_items`:
+the split path's own test), so none of one request and none some wave holds. So with ``G(S)`` the least
 of the two, every valid plan, split waves included, costs at least ``min_P Σ_{S ∈ P} G(S)``: group its
 waves into the runs an item split over several waves ties together; each run holds a set of whole items,
 and the runs partition the items."""
@@ -22,6 +23,7 @@ and the runs partition the items."""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -43,6 +45,7 @@ from cpplan.pricing.amounts import span_amounts
 from cpplan.pricing.layout import path_counts
 from cpplan.pricing.ownership import chunk_stats
 from cpplan.pricing.problem import Problem
+from cpplan.pricing.wave import whole_item_wave
 from cpplan.spec.quantities import QUANTITY_INDEX, REMOTE_COLUMNS
 
 _TOKENS = QUANTITY_INDEX["tokens"]
@@ -104,12 +107,15 @@ def wave_floor_s(
     return min(wave_floor_parts_s(problem, items, copy_s, whole, node_s, split_s))
 
 
-def split_copies_s(problem: Problem, barriers: np.ndarray | None = None) -> list[float]:
+def split_copies_s(
+    problem: Problem, barriers: np.ndarray | None = None, groups: Sequence[Problem] = ()
+) -> list[float]:
     """Per item, what splitting it over two waves or more stores again at least: the nodes every one of
     its requests passes through sit in each of those waves, one more copy each (their per-copy amounts
-    on the average rank, remote tokens included); infinity for an item of one request (never split).
-    With ``barriers`` (per quantity, summed over the barriers): those seconds per unit over all ranks
-    instead, remote tokens counted as none (a copy's GPU-seconds under dynamic CP)."""
+    on the average rank, remote tokens included); infinity for an item no valid plan splits
+    (:func:`splittable_items` over ``groups``, default ``problem`` itself). With ``barriers`` (per
+    quantity, summed over the barriers): those seconds per unit over all ranks instead, remote tokens
+    counted as none (a copy's GPU-seconds under dynamic CP)."""
     cp = problem.topology.cp
     amounts = per_copy_amounts(problem).copy()
     if barriers is None:
@@ -120,15 +126,27 @@ def split_copies_s(problem: Problem, barriers: np.ndarray | None = None) -> list
         amounts[:, _REMOTE_COLUMNS] = 0.0
         seconds = amounts @ barriers
     found = []
-    for item in range(problem.num_items):
-        requests = problem.item_requests([item])
-        if requests.size < 2:
+    for item, splittable in enumerate(splittable_items(problem, groups)):
+        if not splittable:
             found.append(math.inf)
             continue
+        requests = problem.item_requests([item])
         counts = path_counts(problem.tree, requests)
         common = np.flatnonzero(counts == requests.size)
         found.append(float(seconds[common[common > 0]].sum()))
     return found
+
+
+def splittable_items(problem: Problem, groups: Sequence[Problem] = ()) -> list[bool]:
+    """Per item, whether a valid plan may split it over waves: it has two requests or more, and some
+    problem of ``groups`` (the group sizes its waves may take; default ``problem`` itself) holds it in
+    no wave whole (:func:`~cpplan.pricing.wave.whole_item_wave`, the split path's own test)."""
+    groups = tuple(groups) or (problem,)
+    return [
+        problem.item_requests([item]).size > 1
+        and any(whole_item_wave(group, item) is None for group in groups)
+        for item in range(problem.num_items)
+    ]
 
 
 def full_sharing_totals(problem: Problem, requests: np.ndarray) -> np.ndarray:
@@ -269,6 +287,8 @@ __all__ = [
     "pool_partition_bound_s",
     "set_floor_parts_s",
     "set_floors_s",
+    "split_copies_s",
+    "splittable_items",
     "wave_floor_parts_s",
     "wave_floor_s",
 ]

@@ -170,7 +170,7 @@ def run_options_s(
     solo = np.stack([*ones, np.zeros(1 << n)], axis=1)
     gpu = np.stack([g.topology.cp * one for g, one in zip(groups, ones, strict=True)], axis=1)
     overhead = min(g.topology.cp * g.card.wave_overhead_s for g in groups)
-    split = split_copies_s(problem, barriers.sum(axis=0))
+    split = split_copies_s(problem, barriers.sum(axis=0), groups)
     several = np.full(1 << n, math.inf)
     for mask in range(1, 1 << n):
         items = [i for i in range(n) if mask >> i & 1]

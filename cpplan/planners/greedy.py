@@ -25,7 +25,7 @@ from cpplan.planners.widths import WidthSearch, balanced_cut, cut_wave
 from cpplan.plans.plan import Plan
 from cpplan.pricing.memo import memoized
 from cpplan.pricing.problem import Problem
-from cpplan.pricing.wave import WavePlan, best_wave, first_fitting
+from cpplan.pricing.wave import WavePlan, best_wave, first_fitting, whole_item_wave
 
 FLOOR_LAYOUT = "full"
 """The layout of the anytime floor (:func:`hurried_waves`): full sharing, the fewest packed tokens."""
@@ -184,11 +184,16 @@ def hurried_waves(search: WidthSearch, start: int, layouts: Sequence[str]) -> li
 
 
 def split_item(problem: Problem, item: int, layouts: Sequence[str]) -> list[WavePlan]:
-    """Consecutive ``split`` waves that together hold every request of ``item`` exactly once.
+    """Consecutive ``split`` waves that together hold every request of ``item`` exactly once; the one
+    full-sharing wave of :func:`~cpplan.pricing.wave.whole_item_wave` instead where that fits (whatever
+    ``layouts`` the caller tried, an item some wave holds whole is never split).
 
     The item's requests, in prefix-tree order, become the items of a problem of their own, which greedy
     plans (:func:`planned_waves`: widths led by the peak model, cuts where the
     least is shared), so splitting costs a few pricings per piece, not a search over every width."""
+    whole = whole_item_wave(problem, item)
+    if whole is not None:
+        return [whole]
     order = tree_order(problem, problem.item_requests([item]))
     layouts = tuple(layouts)
     if order.size == 1:  # one request: it fits alone or nothing does

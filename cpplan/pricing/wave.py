@@ -515,6 +515,14 @@ def best_wave(
     return cheapest_and_lowest(_distinct_waves(problem, tuple(items), layouts), problem.memory_bytes)
 
 
+def whole_item_wave(problem: Problem, item: int) -> WavePlan | None:
+    """The cheapest fitting full-sharing wave holding ``item`` alone, or ``None``: the one test of the
+    split path. Waves never split an item that some wave holds whole, so where this finds a wave,
+    no valid plan splits ``item`` (:func:`~cpplan.planners.greedy.split_item` returns this wave instead,
+    and the bound over all plans prices the item whole)."""
+    return best_wave(problem, (item,), ("full",))[0]
+
+
 def cheapest_and_lowest(waves: Iterable[WavePlan], memory_bytes: int) -> tuple[WavePlan | None, WavePlan]:
     """Of the versions of one wave, the cheapest that fits ``memory_bytes`` (or ``None``; the first
     wins ties) and the lowest-peak one."""

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import cpplan
-from cpplan.bound import plan_bound
+from cpplan.bound import partitions, plan_bound
 from cpplan.bound.handoff_floors import copy_seconds
 from cpplan.bound.node_floors import per_copy_amounts, whole_on_one_rank
 from cpplan.bound.partitions import partition_bound_s, split_copies_s, wave_floor_s
@@ -55,7 +55,8 @@ def test_partitions_lift_a_two_wave_bound():
 
 
 def test_split_plans_stay_above_the_bound():
-    """A plan that splits an item over two waves (the split path, valid for any item) is bounded too:
+    """A plan that splits an item over two waves (the split path, for an item no wave holds whole) is
+    bounded too:
     a run of waves tied by a split item pays two overheads and the item's common nodes again, so the
     partition term stays at most the price of the planner's split plan; an item of one request cannot
     be split, and an item whose requests share nodes pays them again."""
@@ -89,3 +90,25 @@ def test_split_runs_pay_an_overhead_per_wave_their_memory_needs():
     bound = plan_bound(result.problem)
     assert bound.terms_s["enumerated_partitions"] > 0.03
     assert bound.bound_s <= result.cost_s
+
+
+def test_an_item_some_wave_holds_whole_is_priced_whole(monkeypatch):
+    """The split path is only for an item no wave holds whole, so the bound prices such an item whole:
+    the split item of the split-path workload has a split copy where it fits no wave and none where a
+    full-sharing wave holds it; on agent trees at CP4 and 20 GiB (each tree fits a wave) this lifts the
+    bound by over 3%, which pricing every item as splittable loses."""
+    from cpplan.bench import synthetic
+    from cpplan.pricing.problem import Problem
+    from cpplan.spec.settings import Settings
+    from tests.planners.test_split import PAIR_A, WHOLE, _problem
+
+    assert math.isfinite(split_copies_s(_problem((PAIR_A + WHOLE) // 2))[1])
+    assert split_copies_s(_problem(WHOLE))[1] == math.inf
+    trees = synthetic.agent_trees(num_trees=4, depth=3, branching=3, turn_tokens=(1024, 4096), seed=7)
+    settings = Settings(
+        topology=cpplan.Topology(cp=4), model=cpplan.load_model(MODEL), memory_bytes=20 * 2**30
+    )
+    priced_whole = plan_bound(Problem.build(trees, settings)).bound_s
+    monkeypatch.setattr(partitions, "splittable_items", lambda problem, groups=(): [True] * problem.num_items)
+    priced_split = plan_bound(Problem.build(trees, settings)).bound_s
+    assert priced_whole > 1.03 * priced_split

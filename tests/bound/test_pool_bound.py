@@ -322,3 +322,28 @@ def test_rounded_terms_never_lift_a_pool_bound():
     bound = plan_bound(pooled)
     assert bound.scope == ALL_PLANS
     assert bound.bound_s <= solve(pooled, load_solver("runtime")).cost_s
+
+
+def test_dynamic_cp_runs_price_items_that_fit_whole_as_one_wave(monkeypatch):
+    """Under dynamic CP an item is split only where some group size holds it in no wave whole: on four
+    agent trees on four GPUs at 40 GiB (each tree fits one wave at every size) no run splits a tree, so
+    the enumerated runs bound the makespan by the largest tree's cheapest whole wave, over 4% above the
+    GPU-seconds (what pricing every tree as splittable gives)."""
+    from cpplan.bench import synthetic
+    from cpplan.bound import partitions
+
+    trees = synthetic.agent_trees(num_trees=4, depth=3, branching=3, turn_tokens=(1024, 4096), seed=7)
+
+    def bound():
+        problem = build_problem(
+            trees,
+            topology=Topology.parse("dp=2,cp=2,dynamic_cp=1"),
+            model="qwen3.6-35b-a3b",
+            memory_bytes="40GiB",
+        )
+        return plan_bound(problem).terms_s
+
+    whole = bound()
+    assert whole["enumerated_runs"] > 1.04 * whole["gpu_seconds_over_pool"]
+    monkeypatch.setattr(partitions, "splittable_items", lambda problem, groups=(): [True] * problem.num_items)
+    assert bound()["enumerated_runs"] < 1.001 * whole["gpu_seconds_over_pool"]

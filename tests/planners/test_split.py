@@ -19,7 +19,7 @@ from cpplan.planners.greedy import greedy_plan
 from cpplan.plans.plan_writer import plan_to_dict
 from cpplan.pricing.layout import pack
 from cpplan.pricing.problem import Problem
-from cpplan.pricing.wave import price_wave
+from cpplan.pricing.wave import best_wave, price_wave
 from cpplan.spec.settings import Settings
 from cpplan.verifier import verify_plan
 
@@ -106,6 +106,17 @@ def test_split_follows_the_prefix_tree():
     assert groups == [[0, 2], [1, 3]]
     for wave in pieces:
         assert wave.packed_tokens == 1500 + 2 * 400
+
+
+def test_an_item_some_wave_holds_whole_is_never_split():
+    """The split path is only for an item no wave holds whole: at a budget where 'big' fits one
+    full-sharing wave but no unshared one, greedy over the unshared layout alone still plans it whole,
+    in its full-sharing wave, not in split pieces."""
+    problem = _problem(WHOLE)
+    assert best_wave(problem, (1,), ("none",))[0] is None  # unshared, 'big' fits no wave
+    plan = greedy_plan(problem, ("none",))
+    assert not plan.splits_an_item
+    assert [w.layout_name for w in plan.waves if 1 in w.items] == ["full"]
 
 
 def test_split_through_the_portfolio_and_cli(tmp_path):
