@@ -226,7 +226,7 @@ def _set_floor_parts_s(problem: Problem) -> tuple[np.ndarray, np.ndarray]:
     return one, several
 
 
-def _subsets(mask: int, low: bool = True):
+def item_subsets(mask: int, low: bool = True):
     """The non-empty subsets of ``mask`` (those holding its lowest item where ``low``)."""
     first = mask & -mask
     sub = mask
@@ -240,7 +240,7 @@ def partitions_s(least: np.ndarray) -> list[float]:
     """Per set of items, ``min_P Σ_{S ∈ P} least[S]`` over its partitions."""
     best = [0.0] + [math.inf] * (least.size - 1)
     for mask in range(1, least.size):
-        best[mask] = min(float(least[sub]) + best[mask ^ sub] for sub in _subsets(mask))
+        best[mask] = min(float(least[sub]) + best[mask ^ sub] for sub in item_subsets(mask))
     return best
 
 
@@ -268,21 +268,33 @@ def pool_partition_bound_s(problem: Problem) -> float | None:
     spread = list(best)  # one group
     for _ in range(min(problem.topology.dp, problem.num_items) - 1):
         spread = [
-            min([spread[mask]] + [max(best[sub], spread[mask ^ sub]) for sub in _subsets(mask, low=False)])
+            min(
+                [spread[mask]] + [max(best[sub], spread[mask ^ sub]) for sub in item_subsets(mask, low=False)]
+            )
             for mask in range(least.size)
         ]
-    split = [math.inf] * least.size
+    return min(spread[-1], partitions_marked_s(least, several)[-1] / problem.topology.dp)
+
+
+def partitions_marked_s(least: np.ndarray, marked: np.ndarray) -> list[float]:
+    """Per set of items, the least ``Σ_{S ∈ P}`` over its partitions ``P`` with at least one part
+    priced at ``marked[S]`` (the others at ``least[S]``, or ``marked[S]`` where smaller): the partitions
+    with some run of two waves or more, where ``marked`` is that floor."""
+    best = partitions_s(np.minimum(least, marked))
+    found = [math.inf] * least.size
     for mask in range(1, least.size):
-        split[mask] = min(
-            min(float(several[sub]) + best[mask ^ sub], float(least[sub]) + split[mask ^ sub])
-            for sub in _subsets(mask)
+        found[mask] = min(
+            min(float(marked[sub]) + best[mask ^ sub], float(least[sub]) + found[mask ^ sub])
+            for sub in item_subsets(mask)
         )
-    return min(spread[-1], split[-1] / problem.topology.dp)
+    return found
 
 
 __all__ = [
     "ENUMERATED_ITEMS",
+    "item_subsets",
     "partition_bound_s",
+    "partitions_marked_s",
     "partitions_s",
     "pool_partition_bound_s",
     "set_floor_parts_s",

@@ -23,20 +23,24 @@ Under dynamic CP (:func:`dynamic_pool_bound`) a wave of group size ``c`` holds `
 price, and every GPU a plan uses is held by some wave for at least its overhead: the makespan is at
 least the least overhead plus the work's GPU-seconds over the pool, and at least each wave's price.
 For a few items, every partition of them into the runs split items tie together is priced, each run one
-wave at some group size or split waves at any sizes (:func:`dynamic_runs_bound_s`).
+wave at some group size or split waves at any sizes (:func:`dynamic_runs_bound_s`): where every run is
+one wave, by the busiest GPU of the best placement of their floors (:func:`whole_runs_bound_s`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
+from collections.abc import Sequence
 
 import numpy as np
 
 from cpplan.bound.node_floors import with_wave_counts
 from cpplan.bound.partitions import (
     full_sharing_totals,
-    partitions_s,
+    item_subsets,
+    partitions_marked_s,
     pool_partition_bound_s,
     set_floor_parts_s,
     split_copies_s,
@@ -187,17 +191,30 @@ def run_options_s(
 def dynamic_runs_bound_s(problem: Problem, groups: list[Problem], barriers: np.ndarray) -> float:
     """A floor of the makespan under dynamic CP over every plan of a few items: group a plan's waves into
     the runs split items tie together; each run holds exactly a set of items, in one of the ways of
-    :func:`run_options_s`. The pool's GPUs hold the waves' GPU-seconds one at a time, so the makespan is
-    at least their sum over the pool, and at least every ``solo``: at least ``min_T max(T, D(T) /
-    pool)`` with ``D(T)`` the least summed ``gpu`` over the partitions of the items into sets, each run
-    a way whose ``solo`` is at most ``T`` (dynamic programming over item subsets; ``D`` falls as ``T``
-    grows, so a binary search over the ``solo`` values finds the least)."""
+    :func:`run_options_s`. Where every run is one wave, :func:`whole_runs_bound_s`; where some run is
+    split, :func:`split_runs_bound_s`. The smaller of the two."""
     solo, gpu = run_options_s(problem, groups, barriers)
-    thresholds = np.unique(solo[np.isfinite(solo)])
+    sizes = [g.topology.cp for g in groups]
     pool = problem.topology.pool
+    return min(whole_runs_bound_s(solo[:, :-1], sizes, pool), split_runs_bound_s(solo, gpu, pool))
+
+
+def split_runs_bound_s(solo: np.ndarray, gpu: np.ndarray, pool: int) -> float:
+    """The floor of the plans of :func:`run_options_s`'s items where some run is split (its last way):
+    the pool's GPUs hold the waves' GPU-seconds one at a time, so the makespan is at least their sum
+    over the pool, and at least every ``solo``: at least ``min_T max(T, D(T) / pool)`` with ``D(T)``
+    the least summed ``gpu`` over the partitions of the items into sets, one of them split, each run a
+    way whose ``solo`` is at most ``T`` (dynamic programming over item subsets; ``D`` falls as ``T``
+    grows, so a binary search over the ``solo`` values finds the least). Infinite where no item may be
+    split."""
+    thresholds = np.unique(solo[np.isfinite(solo)])
+    several = gpu[:, -1]
+    if not np.isfinite(several).any():
+        return math.inf
 
     def summed(limit: float) -> float:
-        return partitions_s(np.where(solo <= limit, gpu, math.inf).min(axis=1))[-1] / pool
+        one = np.where(solo[:, :-1] <= limit, gpu[:, :-1], math.inf).min(axis=1)
+        return partitions_marked_s(one, several)[-1] / pool
 
     lo, hi = 0, thresholds.size  # the first threshold at or above its own summed share
     while lo < hi:
@@ -210,6 +227,56 @@ def dynamic_runs_bound_s(problem: Problem, groups: list[Problem], barriers: np.n
     return min(below, float(thresholds[lo])) if lo < thresholds.size else below
 
 
+def whole_runs_bound_s(solo: np.ndarray, sizes: Sequence[int], pool: int) -> float:
+    """The floor of the plans where every run is one wave: per set of items (a bit mask) and group size,
+    ``solo`` is the least price of the one wave holding exactly them, which holds that many of the
+    pool's GPUs for its whole price. A GPU ends no sooner than the prices of the waves it holds add up
+    to, so the makespan is at least the least, over the partitions of the items into sets, a size for
+    each and the GPUs each wave holds (any of them, aligned blocks or not), of the busiest GPU's sum
+    (a search over partitions, sizes and GPUs, GPUs of equal sums taken as one)."""
+    full = solo.shape[0] - 1
+
+    @functools.cache
+    def least(left: int, loads: tuple[float, ...]) -> float:
+        if left == 0:
+            return loads[0]
+        found = math.inf
+        for sub in item_subsets(left):
+            for k, size in enumerate(sizes):
+                seconds = float(solo[sub, k])
+                if not math.isfinite(seconds) or size > pool:
+                    continue
+                for held in _held_loads(loads, size, seconds):
+                    if held[0] < found:
+                        found = min(found, least(left ^ sub, held))
+        return found
+
+    return least(full, (0.0,) * pool)
+
+
+def _held_loads(loads: tuple[float, ...], size: int, seconds: float):
+    """Every way ``size`` GPUs of sums ``loads`` (descending) each add ``seconds``, up to GPUs of equal
+    sums: the new sums, descending."""
+    values = sorted(set(loads), reverse=True)
+    counts = [loads.count(v) for v in values]
+    for taken in _compositions(size, counts):
+        new = []
+        for value, count, take in zip(values, counts, taken, strict=True):
+            new += [value + seconds] * take + [value] * (count - take)
+        yield tuple(sorted(new, reverse=True))
+
+
+def _compositions(total: int, limits: list[int]):
+    """Every tuple of counts, each at most its limit, summing to ``total``."""
+    if not limits:
+        if total == 0:
+            yield ()
+        return
+    for first in range(min(total, limits[0]) + 1):
+        for rest in _compositions(total - first, limits[1:]):
+            yield (first, *rest)
+
+
 __all__ = [
     "DYNAMIC_ENUMERATED_ITEMS",
     "ITEMS_TRIED",
@@ -218,4 +285,6 @@ __all__ = [
     "item_floor_s",
     "pool_bound",
     "run_options_s",
+    "split_runs_bound_s",
+    "whole_runs_bound_s",
 ]

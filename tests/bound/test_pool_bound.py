@@ -173,24 +173,61 @@ def test_dynamic_cp_runs_of_few_items_bound_the_pool():
     assert bound.bound_s == pytest.approx(terms["enumerated_runs"], rel=1e-6)
 
 
-def test_dynamic_cp_runs_search_finds_the_least_threshold():
+def test_dynamic_cp_split_runs_search_finds_the_least_threshold():
     """The binary search over the ``solo`` thresholds gives ``min_T max(T, D(T) / pool)`` exactly as
-    trying every threshold does (``D(T)``: the least summed GPU-seconds of the partitions whose runs each
-    hold one GPU at most ``T``)."""
+    trying every threshold does (``D(T)``: the least summed GPU-seconds of the partitions with a split
+    run whose one-wave runs each hold one GPU at most ``T``), on made-up ways where splitting pays."""
     import numpy as np
 
-    from cpplan.bound.partitions import partitions_s
-    from cpplan.bound.pool_makespan import dynamic_runs_bound_s, run_options_s
+    from cpplan.bound.partitions import partitions_marked_s
+    from cpplan.bound.pool_makespan import split_runs_bound_s
 
-    problem = _grpo_dynamic_pool()
-    groups = [group_problem(problem, c) for c in problem.topology.group_sizes()]
-    barriers = np.min([np.asarray(g.card.constants.barrier_coefficients) for g in groups], axis=0)
-    solo, gpu = run_options_s(problem, groups, barriers)
+    rng = np.random.default_rng(3)
+    solo = np.concatenate([rng.uniform(0.5, 2.0, (8, 3)), np.zeros((8, 1))], axis=1)
+    gpu = np.concatenate([solo[:, :3] * [1, 2, 4], rng.uniform(1.0, 3.0, (8, 1))], axis=1)
+    solo[0], gpu[0] = 0.0, 0.0
     every = []
-    for limit in np.unique(solo[np.isfinite(solo)]).tolist():
-        summed = partitions_s(np.where(solo <= limit, gpu, math.inf).min(axis=1))[-1] / problem.topology.pool
-        every.append(max(limit, summed))
-    assert dynamic_runs_bound_s(problem, groups, barriers) == pytest.approx(min(every), rel=1e-12)
+    for limit in np.unique(solo).tolist():
+        one = np.where(solo[:, :-1] <= limit, gpu[:, :-1], math.inf).min(axis=1)
+        every.append(max(limit, partitions_marked_s(one, gpu[:, -1])[-1] / 4))
+    assert split_runs_bound_s(solo, gpu, 4) == pytest.approx(min(every), rel=1e-12)
+    gpu[:, -1] = math.inf
+    assert split_runs_bound_s(solo, gpu, 4) == math.inf
+
+
+def test_dynamic_cp_whole_runs_bound_the_busiest_gpu():
+    """Where every run is one wave, each holds its GPUs for its whole price: three items costing 1.0 s on
+    one GPU or 0.9 s on both of a two-GPU pool end no sooner than 1.9 s (two on one GPU each, the third
+    on both), though their least GPU-seconds over the pool are only 1.5 s."""
+    import numpy as np
+
+    from cpplan.bound.pool_makespan import whole_runs_bound_s
+
+    solo = np.full((8, 2), math.inf)
+    for mask in range(1, 8):
+        solo[mask] = [1.0, 0.9] if mask.bit_count() == 1 else [math.inf, math.inf]
+    assert whole_runs_bound_s(solo, [1, 2], 2) == pytest.approx(1.9)
+    solo[0b011] = [1.5, math.inf]  # two items as one wave, 1.5 s on one GPU
+    assert whole_runs_bound_s(solo, [1, 2], 2) == pytest.approx(1.5)
+
+
+def test_dynamic_cp_whole_runs_prove_agent_trees_optimal():
+    """On four agent trees on four GPUs at 40 GiB (each tree fits one wave at every size, so none is
+    split), a tree on two GPUs or more leaves a GPU two waves, so the deterministic plan (each tree on one
+    GPU) is proven optimal: the bound equals its makespan."""
+    from cpplan.bench import synthetic
+
+    trees = synthetic.agent_trees(num_trees=4, depth=3, branching=3, turn_tokens=(1024, 4096), seed=7)
+    problem = build_problem(
+        trees,
+        topology=Topology.parse("dp=2,cp=2,dynamic_cp=1"),
+        model="qwen3.6-35b-a3b",
+        memory_bytes="40GiB",
+    )
+    plan = solve(problem, load_solver("deterministic"))
+    bound = plan_bound(problem)
+    assert bound.terms_s["enumerated_runs"] > 1.05 * bound.terms_s["gpu_seconds_over_pool"]
+    assert bound.bound_s == pytest.approx(plan.cost_s, rel=1e-6)
 
 
 @pytest.mark.parametrize("model", ["qwen3-8b", "qwen3.6-35b-a3b"])
