@@ -4,12 +4,12 @@ On a pool of CP groups the step ends when its busiest GPU does, so a wave on tha
 less can shorten the step even where the waves' sum grows. :func:`makespan_moved_plan` takes a
 scheduled plan and, while it finds one, a neighbour that lowers its makespan: an item moved from a wave
 on a GPU that ends last (a *critical* wave, the costliest first) to another wave of the same group size
-(the one on the earliest-ending GPUs first), or two items swapped between them (like-sized first, as in
-:mod:`~cpplan.planners.item_moves`). Both changed waves are priced exactly
-(:func:`~cpplan.pricing.wave.best_wave` on the group's problem) and the plan placed again
-(:func:`~cpplan.plans.plan.placed_again`); the first neighbour that fits and ends sooner is taken and
-the scan starts again. The search stops after ``max_pricings`` pricings or at ``deadline``, so a
-deterministic profile gets the same plan on any machine.
+(the one on the earliest-ending GPUs first), two items swapped between them (like-sized first, as in
+:mod:`~cpplan.planners.item_moves`), or the critical wave merged into the other (one wave fewer). The
+changed waves are priced exactly (:func:`~cpplan.pricing.wave.best_wave` on the group's problem) and
+the plan placed again (:func:`~cpplan.plans.plan.placed_again`); the first neighbour that fits and
+ends sooner is taken and the scan starts again. The search stops after ``max_pricings`` pricings or at
+``deadline``, so a deterministic profile gets the same plan on any machine.
 """
 
 from __future__ import annotations
@@ -35,10 +35,12 @@ def makespan_moved_plan(
     max_pricings: int,
     deadline: Deadline,
     padding_s: float | None = None,
+    merges_only: bool = False,
 ) -> Plan | None:
     """``plan`` (scheduled on a pool) with items moved between its waves while that lowers its makespan
-    (see the module docstring; ``padding_s``: the seconds of a padding wave under equal waves); ``None``
-    where no move did, or where some wave holds part of an item."""
+    (see the module docstring; ``padding_s``: the seconds of a padding wave under equal waves; with
+    ``merges_only``, only waves merged); ``None`` where no move did, or where some wave holds part of an
+    item."""
     assert plan.schedule is not None, "only a scheduled plan has a makespan"
     if plan.splits_an_item:
         return None
@@ -49,7 +51,7 @@ def makespan_moved_plan(
 
     moved, improved = first_improvements(
         plan,
-        lambda plan: critical_neighbours(problem, plan),
+        lambda plan: critical_neighbours(problem, plan, merges_only=merges_only),
         sooner,
         max_pricings=max_pricings,
         deadline=deadline,
@@ -57,25 +59,33 @@ def makespan_moved_plan(
     return moved if improved else None
 
 
-def critical_neighbours(problem: Problem, plan: Plan) -> Iterator[Neighbour]:
-    """Every swap and move from a critical wave of ``plan`` to another wave of its group size: critical
-    waves by cost (the costliest first), the other waves by when their GPUs end (the earliest first);
-    per pair, the swaps of two units (:func:`wave_units`: the items below the prefix the whole wave
-    shares, a prompt group, say), like-sized first, the moves of one unit, then the same for single
-    items."""
+def critical_neighbours(problem: Problem, plan: Plan, *, merges_only: bool = False) -> Iterator[Neighbour]:
+    """Every merge, swap and move from a critical wave of ``plan`` to another wave of its group size,
+    the other waves by when their GPUs end (the earliest first): first each critical wave merged into
+    another (every item moved, one wave fewer; the cheapest critical wave first); then, unless
+    ``merges_only``, per critical wave (the costliest first) and other wave, the swaps of two units
+    (:func:`wave_units`: the items below the prefix the whole wave shares, a prompt group, say),
+    like-sized first, the moves of one unit, then the same for single items."""
     schedule = plan.schedule
     ends = gpu_ends(plan)
     last = max(ends, default=0.0)
     waves = plan.waves
     critical = [k for k, group in enumerate(schedule.gpus) if any(ends[g] >= last for g in group)]
-    critical.sort(key=lambda k: (-waves[k].cost_s, k))
+
+    def others(a: int) -> list[int]:
+        found = [b for b in range(len(waves)) if b != a and waves[b].cp == waves[a].cp]
+        return sorted(found, key=lambda b: (max(ends[g] for g in schedule.gpus[b]), b))
+
+    for a in sorted(critical, key=lambda k: (waves[k].cost_s, k)):
+        for b in others(a):
+            yield a, b, (), exchanged(waves[b].items, (), waves[a].items)
+    if merges_only:
+        return
     tokens = problem.item_full_tokens
     units = [wave_units(problem, wave.items) for wave in waves]
     singles = [[(i,) for i in wave.items] for wave in waves]
-    for a in critical:
-        others = [b for b in range(len(waves)) if b != a and waves[b].cp == waves[a].cp]
-        others.sort(key=lambda b: (max(ends[g] for g in schedule.gpus[b]), b))
-        for b in others:
+    for a in sorted(critical, key=lambda k: (-waves[k].cost_s, k)):
+        for b in others(a):
             yield from _exchanges(a, b, units[a], units[b], tokens)
             if units[a] != singles[a] or units[b] != singles[b]:
                 yield from _exchanges(a, b, singles[a], singles[b], tokens)
@@ -126,14 +136,24 @@ def _sooner(
     held: tuple[tuple[int, ...], tuple[int, ...]],
     padding_s: float | None,
 ) -> Plan | None:
-    """``plan`` with waves ``pair`` holding the items ``held``, placed again, where both fit and it ends
-    sooner; ``None`` otherwise."""
+    """``plan`` with waves ``pair`` holding the items ``held`` (a wave left with none dropped), placed
+    again, where both fit and it ends sooner; ``None`` otherwise."""
     waves = list(plan.waves)
     group = group_problem(problem, waves[pair[0]].cp)
     for k, items in zip(pair, held, strict=True):
+        if not items:
+            continue
         wave, _ = best_wave(group, items, layouts)
         if wave is None:
             return None
         waves[k] = wave
-    moved = placed_again(dataclasses.replace(plan, waves=tuple(waves)), padding_s)
+    kept = [k for k in range(len(waves)) if k not in pair or held[pair.index(k)]]
+    schedule = plan.schedule
+    schedule = dataclasses.replace(
+        schedule,
+        gpus=tuple(schedule.gpus[k] for k in kept),
+        start_s=tuple(schedule.start_s[k] for k in kept),
+    )
+    changed = dataclasses.replace(plan, waves=tuple(waves[k] for k in kept), schedule=schedule)
+    moved = placed_again(changed, padding_s)
     return moved if moved.cost_s < plan.cost_s * (1 - MIN_GAIN) else None

@@ -201,11 +201,11 @@ def _makespan_moved(
 ) -> StrategyOutcome:
     """``outcome`` with its scheduled plan's items moved between waves of one group size while that
     lowers the makespan (:func:`~cpplan.planners.makespan_moves.makespan_moved_plan`, within the
-    profile's ``moves.max_pricings`` and ``moves.max_waves`` and the verification's deadline), the
-    moves' seconds in its wall time."""
+    profile's ``moves.max_pricings`` and the verification's deadline; above ``moves.max_waves`` waves,
+    waves merged only), the moves' seconds in its wall time."""
     settings = budget.profile.moves
     plan = outcome.plan
-    if plan is None or settings.max_pricings == 0 or plan.num_waves > settings.max_waves:
+    if plan is None or settings.max_pricings == 0:
         return outcome
     started = time.perf_counter()
     try:
@@ -216,6 +216,7 @@ def _makespan_moved(
             max_pricings=settings.max_pricings,
             deadline=budget.verify_by,
             padding_s=padding_s,
+            merges_only=plan.num_waves > settings.max_waves,
         )
     except CpplanError:  # a faulty stage costs time, never the plan
         moved = None

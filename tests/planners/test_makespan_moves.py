@@ -49,19 +49,56 @@ def test_units_are_the_prompt_groups_below_the_shared_system_prompt(shuffled_poo
 
 
 def test_neighbours_start_from_the_waves_that_end_last(shuffled_pool):
-    """Every neighbour takes items out of a wave on a GPU that ends last, keeps the two waves' items
-    between them and leaves neither empty; the first ones swap whole prompt groups."""
+    """Every neighbour takes items out of a wave on a GPU that ends last and keeps the two waves' items
+    between them; the first ones merge that wave into each other wave (it is left empty), the rest
+    leave neither empty, and the first of those swap whole prompt groups."""
     problem, result = shuffled_pool
     plan = result.plan
     ends = gpu_ends(plan)
     found = list(critical_neighbours(problem, plan))
-    assert found
+    merges = len(plan.waves) - 1
+    assert len(found) > merges
     for a, b, items_a, items_b in found:
         assert max(ends[g] for g in plan.schedule.gpus[a]) == max(ends)
         assert sorted(items_a + items_b) == sorted(plan.waves[a].items + plan.waves[b].items)
-        assert items_a and items_b
-    a, _, items_a, _ = found[0]
+    assert all(not items_a for _, _, items_a, _ in found[:merges])
+    assert all(items_a and items_b for _, _, items_a, items_b in found[merges:])
+    a, _, items_a, _ = found[merges]
     assert len(set(plan.waves[a].items) - set(items_a)) == 8
+    assert list(critical_neighbours(problem, plan, merges_only=True)) == found[:merges]
+
+
+def test_a_wave_on_the_critical_gpu_is_merged_away(shuffled_pool):
+    """A prompt group cut off into a wave of its own puts two waves on one GPU; merging waves only, the
+    moves put it back into a wave with room: one wave fewer, the step ends sooner, every item in
+    exactly one wave, and the verifier accepts the plan at its price."""
+    from cpplan.plans.plan import placed_again
+    from cpplan.pricing.problem import group_problem
+    from cpplan.pricing.wave import best_wave
+
+    problem, result = shuffled_pool
+    plan = result.plan
+    k = max(range(plan.num_waves), key=lambda w: plan.waves[w].cost_s)
+    costliest = plan.waves[k]
+    unit = wave_units(problem, costliest.items)[0]
+    group = group_problem(problem, costliest.cp)
+    kept, _ = best_wave(group, tuple(i for i in costliest.items if i not in unit), LAYOUTS)
+    cut, _ = best_wave(group, unit, LAYOUTS)
+    waves = (*plan.waves[:k], kept, *plan.waves[k + 1 :], cut)
+    schedule = plan.schedule
+    schedule = dataclasses.replace(
+        schedule, gpus=(*schedule.gpus, schedule.gpus[k]), start_s=(*schedule.start_s, 0.0)
+    )
+    cut_plan = placed_again(dataclasses.replace(plan, waves=waves, schedule=schedule), None)
+    assert cut_plan.cost_s > plan.cost_s
+    moved = makespan_moved_plan(
+        problem, cut_plan, LAYOUTS, max_pricings=120, deadline=UNLIMITED, merges_only=True
+    )
+    assert moved is not None and moved.num_waves == cut_plan.num_waves - 1
+    assert moved.cost_s < cut_plan.cost_s * 0.99
+    assert sorted(i for w in moved.waves for i in w.items) == list(range(problem.num_items))
+    verdict = verify_plan(plan_to_dict(problem, moved), problem.workload, problem.card, problem.memory_bytes)
+    assert verdict.valid and verdict.cost_s == pytest.approx(moved.cost_s, rel=1e-9)
 
 
 def test_moves_end_the_step_sooner_and_keep_every_item_once(shuffled_pool):
