@@ -1,14 +1,16 @@
-"""Items moved between a pool plan's waves where that ends the step sooner: the makespan's neighbours.
+"""Waves merged and items moved between a pool plan's waves where that ends the step sooner: the
+makespan's neighbours.
 
 On a pool of CP groups the step ends when its busiest GPU does, so a wave on that GPU costing a little
 less can shorten the step even where the waves' sum grows. :func:`makespan_moved_plan` takes a
-scheduled plan and, while it finds one, a neighbour that lowers its makespan: an item moved from a wave
-on a GPU that ends last (a *critical* wave, the costliest first) to another wave of the same group size
-(the one on the earliest-ending GPUs first), two items swapped between them (like-sized first, as in
-:mod:`~cpplan.planners.item_moves`), or the critical wave merged into the other (one wave fewer). The
-changed waves are priced exactly (:func:`~cpplan.pricing.wave.best_wave` on the group's problem) and
-the plan placed again (:func:`~cpplan.plans.plan.placed_again`); the first neighbour that fits and
-ends sooner is taken and the scan starts again. The search stops after ``max_pricings`` pricings or at
+scheduled plan and, while it finds one, takes a neighbour that lowers its makespan: first a wave on a GPU
+that ends last (a *critical* wave) merged into another of its group size (one wave fewer;
+:func:`critical_merges`); then an item moved from a critical wave (the costliest first) to another wave
+of its group size (the one on the earliest-ending GPUs first), or two items swapped between them
+(like-sized first, as in :mod:`~cpplan.planners.item_moves`; :func:`critical_neighbours`). The changed
+waves are priced exactly (:func:`~cpplan.pricing.wave.best_wave` on the group's problem) and the plan
+placed again (:func:`~cpplan.plans.plan.placed_again`); the first neighbour that fits and ends sooner
+is taken and the scan starts again. Each search stops after ``max_pricings`` pricings or at
 ``deadline``, so a deterministic profile gets the same plan on any machine.
 """
 
@@ -37,10 +39,10 @@ def makespan_moved_plan(
     padding_s: float | None = None,
     merges_only: bool = False,
 ) -> Plan | None:
-    """``plan`` (scheduled on a pool) with items moved between its waves while that lowers its makespan
-    (see the module docstring; ``padding_s``: the seconds of a padding wave under equal waves; with
-    ``merges_only``, only waves merged); ``None`` where no move did, or where some wave holds part of an
-    item."""
+    """``plan`` (scheduled on a pool) with waves merged while that lowers its makespan, then, unless
+    ``merges_only``, items moved between its waves while that does (see the module docstring; each
+    within ``max_pricings``; ``padding_s``: the seconds of a padding wave under equal waves); ``None``
+    where nothing did, or where some wave holds part of an item."""
     assert plan.schedule is not None, "only a scheduled plan has a makespan"
     if plan.splits_an_item:
         return None
@@ -49,46 +51,59 @@ def makespan_moved_plan(
         a, b, items_a, items_b = neighbour
         return _sooner(problem, layouts, plan, (a, b), (items_a, items_b), padding_s)
 
-    moved, improved = first_improvements(
-        plan,
-        lambda plan: critical_neighbours(problem, plan, merges_only=merges_only),
-        sooner,
-        max_pricings=max_pricings,
-        deadline=deadline,
-    )
-    return moved if improved else None
+    searches = [critical_merges] if merges_only else [critical_merges, critical_neighbours]
+    improved = False
+    for search in searches:
+        plan, found = first_improvements(
+            plan,
+            lambda plan, search=search: search(problem, plan),
+            sooner,
+            max_pricings=max_pricings,
+            deadline=deadline,
+        )
+        improved = improved or found
+    return plan if improved else None
 
 
-def critical_neighbours(problem: Problem, plan: Plan, *, merges_only: bool = False) -> Iterator[Neighbour]:
-    """Every merge, swap and move from a critical wave of ``plan`` to another wave of its group size,
-    the other waves by when their GPUs end (the earliest first): first each critical wave merged into
-    another (every item moved, one wave fewer; the cheapest critical wave first); then, unless
-    ``merges_only``, per critical wave (the costliest first) and other wave, the swaps of two units
-    (:func:`wave_units`: the items below the prefix the whole wave shares, a prompt group, say),
-    like-sized first, the moves of one unit, then the same for single items."""
-    schedule = plan.schedule
-    ends = gpu_ends(plan)
-    last = max(ends, default=0.0)
+def critical_merges(problem: Problem, plan: Plan) -> Iterator[Neighbour]:
+    """Every critical wave of ``plan`` (the cheapest first) merged into another wave of its group size
+    (the one on the earliest-ending GPUs first): every item moved, one wave fewer."""
     waves = plan.waves
-    critical = [k for k, group in enumerate(schedule.gpus) if any(ends[g] >= last for g in group)]
-
-    def others(a: int) -> list[int]:
-        found = [b for b in range(len(waves)) if b != a and waves[b].cp == waves[a].cp]
-        return sorted(found, key=lambda b: (max(ends[g] for g in schedule.gpus[b]), b))
-
-    for a in sorted(critical, key=lambda k: (waves[k].cost_s, k)):
-        for b in others(a):
+    for a in sorted(_critical(plan), key=lambda k: (waves[k].cost_s, k)):
+        for b in _others(plan, a):
             yield a, b, (), exchanged(waves[b].items, (), waves[a].items)
-    if merges_only:
-        return
+
+
+def critical_neighbours(problem: Problem, plan: Plan) -> Iterator[Neighbour]:
+    """Every swap and move from a critical wave of ``plan`` to another wave of its group size: critical
+    waves by cost (the costliest first), the other waves by when their GPUs end (the earliest first);
+    per pair, the swaps of two units (:func:`wave_units`: the items below the prefix the whole wave
+    shares, a prompt group, say), like-sized first, the moves of one unit, then the same for single
+    items."""
+    waves = plan.waves
     tokens = problem.item_full_tokens
     units = [wave_units(problem, wave.items) for wave in waves]
     singles = [[(i,) for i in wave.items] for wave in waves]
-    for a in sorted(critical, key=lambda k: (-waves[k].cost_s, k)):
-        for b in others(a):
+    for a in sorted(_critical(plan), key=lambda k: (-waves[k].cost_s, k)):
+        for b in _others(plan, a):
             yield from _exchanges(a, b, units[a], units[b], tokens)
             if units[a] != singles[a] or units[b] != singles[b]:
                 yield from _exchanges(a, b, singles[a], singles[b], tokens)
+
+
+def _critical(plan: Plan) -> list[int]:
+    """The waves of ``plan`` on a GPU that ends last."""
+    ends = gpu_ends(plan)
+    last = max(ends, default=0.0)
+    return [k for k, group in enumerate(plan.schedule.gpus) if any(ends[g] >= last for g in group)]
+
+
+def _others(plan: Plan, a: int) -> list[int]:
+    """The waves of ``plan`` other than ``a`` of its group size, by when their GPUs end (the earliest
+    first)."""
+    ends, gpus, waves = gpu_ends(plan), plan.schedule.gpus, plan.waves
+    found = [b for b in range(len(waves)) if b != a and waves[b].cp == waves[a].cp]
+    return sorted(found, key=lambda b: (max(ends[g] for g in gpus[b]), b))
 
 
 def _exchanges(a: int, b: int, groups_a: list, groups_b: list, tokens) -> Iterator[Neighbour]:

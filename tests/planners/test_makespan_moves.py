@@ -15,7 +15,13 @@ from cpplan.api import build_problem
 from cpplan.bench.suites import suite
 from cpplan.planners.deadline import Deadline
 from cpplan.planners.dynamic_cp import pool_padding_s
-from cpplan.planners.makespan_moves import critical_neighbours, gpu_ends, makespan_moved_plan, wave_units
+from cpplan.planners.makespan_moves import (
+    critical_merges,
+    critical_neighbours,
+    gpu_ends,
+    makespan_moved_plan,
+    wave_units,
+)
 from cpplan.planners.portfolio import solve
 from cpplan.plans.plan_writer import plan_to_dict
 from cpplan.spec.profile import load_solver
@@ -49,23 +55,25 @@ def test_units_are_the_prompt_groups_below_the_shared_system_prompt(shuffled_poo
 
 
 def test_neighbours_start_from_the_waves_that_end_last(shuffled_pool):
-    """Every neighbour takes items out of a wave on a GPU that ends last and keeps the two waves' items
-    between them; the first ones merge that wave into each other wave (it is left empty), the rest
-    leave neither empty, and the first of those swap whole prompt groups."""
+    """Every neighbour takes items out of a wave on a GPU that ends last, keeps the two waves' items
+    between them and leaves neither empty; the first ones swap whole prompt groups. The merges move
+    every item of such a wave into each other wave of its size."""
     problem, result = shuffled_pool
     plan = result.plan
     ends = gpu_ends(plan)
     found = list(critical_neighbours(problem, plan))
-    merges = len(plan.waves) - 1
-    assert len(found) > merges
+    assert found
     for a, b, items_a, items_b in found:
         assert max(ends[g] for g in plan.schedule.gpus[a]) == max(ends)
         assert sorted(items_a + items_b) == sorted(plan.waves[a].items + plan.waves[b].items)
-    assert all(not items_a for _, _, items_a, _ in found[:merges])
-    assert all(items_a and items_b for _, _, items_a, items_b in found[merges:])
-    a, _, items_a, _ = found[merges]
+        assert items_a and items_b
+    a, _, items_a, _ = found[0]
     assert len(set(plan.waves[a].items) - set(items_a)) == 8
-    assert list(critical_neighbours(problem, plan, merges_only=True)) == found[:merges]
+    merges = list(critical_merges(problem, plan))
+    assert len(merges) == plan.num_waves - 1
+    for a, b, items_a, items_b in merges:
+        assert max(ends[g] for g in plan.schedule.gpus[a]) == max(ends)
+        assert not items_a and sorted(items_b) == sorted(plan.waves[a].items + plan.waves[b].items)
 
 
 def test_a_wave_on_the_critical_gpu_is_merged_away(shuffled_pool):
