@@ -40,6 +40,7 @@ from cpplan.bound.passing_floors import passing_floor_s
 from cpplan.bound.pool_makespan import dynamic_pool_bound, pool_bound, rounded_down
 from cpplan.plans.outcome import Scope
 from cpplan.plans.plan import Plan, SolverStats
+from cpplan.pricing.layout import path_counts
 from cpplan.pricing.problem import Problem
 from cpplan.pricing.wave import best_wave
 from cpplan.spec.quantities import QUANTITY_INDEX
@@ -51,6 +52,7 @@ PROPOSED_WAVES = Scope.PROPOSED_WAVES
 BOUND_SCOPES = (ALL_PLANS, PROPOSED_WAVES)
 
 _TOKENS = QUANTITY_INDEX["tokens"]
+_REMOTE_TOKENS = QUANTITY_INDEX["remote_tokens"]
 
 ROUND_DOWN = 1e-9
 """Relative margin taken off the bound: float sums never lift it above the exact arithmetic's."""
@@ -220,18 +222,22 @@ def crossing_terms_s(problem: Problem, num_waves: int, average_s: np.ndarray) ->
     """What every plan of at least ``num_waves`` waves on ``cp > 1`` ranks pays beyond ``average_s``
     (per barrier, the bound's rank average over the plan) and ``num_waves`` overheads, for GDN states
     crossing ranks and ranks left unbalanced. A wave whose states never cross keeps every request's
-    whole path on one rank (:func:`~cpplan.bound.node_floors.whole_on_one_rank`), so:
+    whole path on one rank (:func:`~cpplan.bound.node_floors.whole_on_one_rank`); every wave pays at
+    least :func:`every_wave_floor_s` (``e``, nonzero where all requests share a prefix), so:
 
     - one wave: :func:`~cpplan.bound.handoff_floors.one_wave_floor_s` (the least over the modes), where
       some request cannot be whole on a rank its crossing floors only (head-parallel's and
-      :func:`~cpplan.bound.passing_floors.passing_floor_s`); or a second overhead;
+      :func:`~cpplan.bound.passing_floors.passing_floor_s`); or a second overhead and two waves' ``e``
+      (and one crossing, where some request cannot be whole);
     - where no request fits one rank whole, every wave crosses: each pays at least
       :func:`wave_crossing_floor_s` of its shortest possible request, and, head-parallel, the least
       levels and copies of an item (:func:`~cpplan.bound.handoff_floors.item_level_floor_s`);
-    - where some request does not, the wave holding it crosses: at least one such floor;
+    - where some request does not, the wave holding it crosses: at least one such floor, the others
+      ``e`` each;
     - otherwise either some wave crosses or every request is whole on a rank, which needs
       :func:`~cpplan.bound.node_floors.memory_ranks`' count of rank slots, ``cp`` per wave: where that
-      is more than ``num_waves`` waves hold, a crossing or one more overhead.
+      is more than ``num_waves`` waves hold, a crossing or one more overhead (and wave); every wave
+      ``e``.
     """
     seconds, overhead = problem.card.handoff, problem.card.wave_overhead_s
     if not seconds.priced:
@@ -240,19 +246,48 @@ def crossing_terms_s(problem: Problem, num_waves: int, average_s: np.ndarray) ->
     lengths = problem.request_tokens.astype(np.float64)
     copy_s = copy_seconds(problem)
     item_levels = item_level_floor_s(problem, copy_s) if seconds.head_parallel_priced else 0.0
+    every = every_wave_floor_s(problem, copy_s, item_levels)
     if num_waves == 1:
         everything = np.arange(problem.tree.num_requests, dtype=np.int64)
         if whole.all():
-            return min(one_wave_floor_s(problem, average_s, copy_s), overhead)
+            return min(one_wave_floor_s(problem, average_s, copy_s), overhead + 2 * every)
         passing = passing_floor_s(problem, everything, average_s)
         crossing = min(passing, head_parallel_floor_s(problem, everything, copy_s))
         shortest = float(lengths[~whole].min())
-        return min(crossing, overhead + wave_crossing_floor_s(problem, shortest, item_levels))
+        return min(crossing, overhead + wave_crossing_floor_s(problem, shortest, item_levels) + every)
     if not whole.any():
         return num_waves * wave_crossing_floor_s(problem, float(lengths.min()), item_levels)
     if not whole.all():
-        return wave_crossing_floor_s(problem, float(lengths[~whole].min()), item_levels)
+        crossing = wave_crossing_floor_s(problem, float(lengths[~whole].min()), item_levels)
+        return crossing + (num_waves - 1) * every
     slots = memory_ranks(problem)
     if slots is not None and slots[0] > problem.topology.cp * num_waves:
-        return min(wave_crossing_floor_s(problem, float(lengths.min()), item_levels), overhead)
-    return 0.0
+        crossing = wave_crossing_floor_s(problem, float(lengths.min()), item_levels)
+        return min(crossing + (num_waves - 1) * every, overhead + (num_waves + 1) * every)
+    return num_waves * every
+
+
+def every_wave_floor_s(problem: Problem, copy_s: np.ndarray, levels_s: float = 0.0) -> float:
+    """What any wave on ``cp > 1`` ranks pays beyond its rank average where every request of the problem
+    passes some node besides the root (a system prompt all share): its GDN states cross ranks (at least
+    :func:`wave_crossing_floor_s` of the shortest request, ``levels_s`` head-parallel), or every request
+    sits whole on a rank. On two ranks or more, each then holds the common nodes: one more copy of them
+    at least (``copy_s``, per node). On one rank, the others idle: per barrier the slowest rank is at
+    least the loaded one, whose local seconds exceed an idle rank's (its remote tokens only) by at least
+    the token coefficient less the remote one times the wave's tokens (at least the shortest
+    request's), and the average is ``1 / cp`` of the way from an idle rank to it. 0 where no node is
+    common to every request, or nothing is priced."""
+    if not problem.card.handoff.priced:
+        return 0.0
+    tree, cp = problem.tree, problem.topology.cp
+    counts = path_counts(tree, np.arange(tree.num_requests, dtype=np.int64))
+    common = np.flatnonzero(counts == tree.num_requests)
+    common = common[common > 0]
+    if common.size == 0:
+        return 0.0
+    shortest = float(problem.request_tokens.min())
+    barriers = np.asarray(problem.card.constants.barrier_coefficients, dtype=np.float64)
+    per_token = np.maximum(barriers[:, _TOKENS] - barriers[:, _REMOTE_TOKENS], 0.0)
+    alone = (cp - 1) / cp * float(per_token.sum()) * shortest
+    crossing = wave_crossing_floor_s(problem, shortest, levels_s)
+    return min(crossing, float(copy_s[common].sum()), alone)

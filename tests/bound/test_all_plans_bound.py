@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from cpplan import Item, Request, Workload
 from cpplan.bound import ALL_PLANS, plan_bound
 from cpplan.bound.all_plans import wave_crossing_floor_s
+from cpplan.bound.handoff_floors import copy_seconds
 from cpplan.bound.node_floors import memory_ranks, node_floors, once_amounts, waves_needed, whole_on_one_rank
 from cpplan.errors import NoFitError
 from cpplan.planners.greedy import cached_greedy_plan
@@ -351,3 +352,26 @@ def _widened(workload: Workload, width: int) -> Workload:
         )
         items.append(Item(id=item.id, requests=requests))
     return Workload(items=tuple(items))
+
+
+SHARED_BY_ALL = _workload(
+    [*SHARED, 11, 12, 13], [*SHARED, 14, 15, 16, 17, 18], [*SHARED, 20, 21], [*SHARED, 30, 31, 32, 33, 34, 35]
+)
+"""Four requests behind one 10-token prefix that all of them pass (a system prompt)."""
+
+
+def test_every_wave_behind_a_common_prefix_crosses_or_copies(monkeypatch):
+    """Where every request passes a common prefix, each wave of a plan of several on two ranks crosses
+    (a hand-off) or keeps its requests whole on ranks (the prefix copied, or all on one rank while the
+    other waits): the bound counts the least of these per wave, which lifts it, and it stays at most the
+    enumerated optimum (every partition, layout and ownership)."""
+    from cpplan.bound import all_plans
+
+    problem = tiny_problem(SHARED_BY_ALL, cp=2, chunk_tokens=4, room=0.6, model="qwen3.6-35b-a3b")
+    best = optimum(problem)
+    bound = plan_bound(problem)
+    assert best is not None and len(best[1]) >= 2 and bound.num_waves >= 2
+    assert all_plans.every_wave_floor_s(problem, copy_seconds(problem)) > 0
+    assert bound.bound_s <= best[0]
+    monkeypatch.setattr(all_plans, "every_wave_floor_s", lambda *args: 0.0)
+    assert plan_bound(dataclasses.replace(problem)).bound_s < bound.bound_s
