@@ -1,17 +1,18 @@
-"""Waves merged and items moved between a pool plan's waves where that ends the step sooner: the
+"""Items moved between a pool plan's waves, or waves merged, where that ends the step sooner: the
 makespan's neighbours.
 
 On a pool of CP groups the step ends when its busiest GPU does, so a wave on that GPU costing a little
 less can shorten the step even where the waves' sum grows. :func:`makespan_moved_plan` takes a
-scheduled plan and, while it finds one, takes a neighbour that lowers its makespan: first a wave on a GPU
-that ends last (a *critical* wave) merged into another of its group size (one wave fewer;
-:func:`critical_merges`); then an item moved from a critical wave (the costliest first) to another wave
-of its group size (the one on the earliest-ending GPUs first), or two items swapped between them
-(like-sized first, as in :mod:`~cpplan.planners.item_moves`; :func:`critical_neighbours`). The changed
-waves are priced exactly (:func:`~cpplan.pricing.wave.best_wave` on the group's problem) and the plan
-placed again (:func:`~cpplan.plans.plan.placed_again`); the first neighbour that fits and ends sooner
-is taken and the scan starts again. Each search stops after ``max_pricings`` pricings or at
-``deadline``, so a deterministic profile gets the same plan on any machine.
+scheduled plan and, while it finds one, takes a neighbour that lowers its makespan: an item moved from a
+wave on a GPU that ends last (a *critical* wave, the costliest first) to another wave of its group size
+(the one on the earliest-ending GPUs first), or two items swapped between them (like-sized first, as in
+:mod:`~cpplan.planners.item_moves`; :func:`critical_neighbours`); on a plan of too many waves for
+those, a critical wave merged into another of its group size instead (one wave fewer;
+:func:`critical_merges`). The changed waves are priced exactly
+(:func:`~cpplan.pricing.wave.best_wave` on the group's problem) and the plan placed again
+(:func:`~cpplan.plans.plan.placed_again`); the first neighbour that fits and ends sooner is taken and
+the scan starts again. The search stops after ``max_pricings`` pricings or at ``deadline``, so a
+deterministic profile gets the same plan on any machine.
 """
 
 from __future__ import annotations
@@ -37,12 +38,12 @@ def makespan_moved_plan(
     max_pricings: int,
     deadline: Deadline,
     padding_s: float | None = None,
-    merges_only: bool = False,
+    merge_waves: bool = False,
 ) -> Plan | None:
-    """``plan`` (scheduled on a pool) with waves merged while that lowers its makespan, then, unless
-    ``merges_only``, items moved between its waves while that does (see the module docstring; each
-    within ``max_pricings``; ``padding_s``: the seconds of a padding wave under equal waves); ``None``
-    where nothing did, or where some wave holds part of an item."""
+    """``plan`` (scheduled on a pool) with items moved between its waves while that lowers its makespan,
+    or, with ``merge_waves`` (a plan too long for those moves), waves merged while that does (see the
+    module docstring; within ``max_pricings``; ``padding_s``: the seconds of a padding wave under equal
+    waves); ``None`` where nothing did, or where some wave holds part of an item."""
     assert plan.schedule is not None, "only a scheduled plan has a makespan"
     if plan.splits_an_item:
         return None
@@ -51,18 +52,15 @@ def makespan_moved_plan(
         a, b, items_a, items_b = neighbour
         return _sooner(problem, layouts, plan, (a, b), (items_a, items_b), padding_s)
 
-    searches = [critical_merges] if merges_only else [critical_merges, critical_neighbours]
-    improved = False
-    for search in searches:
-        plan, found = first_improvements(
-            plan,
-            lambda plan, search=search: search(problem, plan),
-            sooner,
-            max_pricings=max_pricings,
-            deadline=deadline,
-        )
-        improved = improved or found
-    return plan if improved else None
+    search = critical_merges if merge_waves else critical_neighbours
+    moved, improved = first_improvements(
+        plan,
+        lambda plan: search(problem, plan),
+        sooner,
+        max_pricings=max_pricings,
+        deadline=deadline,
+    )
+    return moved if improved else None
 
 
 def critical_merges(problem: Problem, plan: Plan) -> Iterator[Neighbour]:

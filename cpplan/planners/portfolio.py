@@ -202,7 +202,7 @@ def _makespan_moved(
     """``outcome`` with its scheduled plan's items moved between waves of one group size while that
     lowers the makespan (:func:`~cpplan.planners.makespan_moves.makespan_moved_plan`, within the
     profile's ``moves.max_pricings`` and the verification's deadline; above ``moves.max_waves`` waves,
-    waves merged only), the moves' seconds in its wall time."""
+    its waves merged instead), the moves' seconds in its wall time."""
     settings = budget.profile.moves
     plan = outcome.plan
     if plan is None or settings.max_pricings == 0:
@@ -216,7 +216,7 @@ def _makespan_moved(
             max_pricings=settings.max_pricings,
             deadline=budget.verify_by,
             padding_s=padding_s,
-            merges_only=plan.num_waves > settings.max_waves,
+            merge_waves=plan.num_waves > settings.max_waves,
         )
     except CpplanError:  # a faulty stage costs time, never the plan
         moved = None

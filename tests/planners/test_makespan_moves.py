@@ -100,7 +100,7 @@ def test_a_wave_on_the_critical_gpu_is_merged_away(shuffled_pool):
     cut_plan = placed_again(dataclasses.replace(plan, waves=waves, schedule=schedule), None)
     assert cut_plan.cost_s > plan.cost_s
     moved = makespan_moved_plan(
-        problem, cut_plan, LAYOUTS, max_pricings=120, deadline=UNLIMITED, merges_only=True
+        problem, cut_plan, LAYOUTS, max_pricings=120, deadline=UNLIMITED, merge_waves=True
     )
     assert moved is not None and moved.num_waves == cut_plan.num_waves - 1
     assert moved.cost_s < cut_plan.cost_s * 0.99
