@@ -34,13 +34,12 @@ from cpplan.bound.handoff_floors import (
     one_wave_floor_s,
     rows_floor_s,
 )
-from cpplan.bound.node_floors import memory_ranks, node_floors, whole_on_one_rank
+from cpplan.bound.node_floors import common_nodes, memory_ranks, node_floors, whole_on_one_rank
 from cpplan.bound.partitions import partition_bound_s
 from cpplan.bound.passing_floors import passing_floor_s
 from cpplan.bound.pool_makespan import dynamic_pool_bound, pool_bound, rounded_down
 from cpplan.plans.outcome import Scope
 from cpplan.plans.plan import Plan, SolverStats
-from cpplan.pricing.layout import path_counts
 from cpplan.pricing.problem import Problem
 from cpplan.pricing.wave import best_wave
 from cpplan.spec.quantities import QUANTITY_INDEX
@@ -279,10 +278,8 @@ def every_wave_floor_s(problem: Problem, copy_s: np.ndarray, levels_s: float = 0
     common to every request, or nothing is priced."""
     if not problem.card.handoff.priced:
         return 0.0
-    tree, cp = problem.tree, problem.topology.cp
-    counts = path_counts(tree, np.arange(tree.num_requests, dtype=np.int64))
-    common = np.flatnonzero(counts == tree.num_requests)
-    common = common[common > 0]
+    cp = problem.topology.cp
+    common = common_nodes(problem, np.arange(problem.tree.num_requests, dtype=np.int64))
     if common.size == 0:
         return 0.0
     shortest = float(problem.request_tokens.min())

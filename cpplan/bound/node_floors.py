@@ -90,6 +90,13 @@ def cached_per_problem(problem: Problem, name: str, make):
     return memoized(problem.memo.planned, ("bound", name), read_only)
 
 
+def common_nodes(problem: Problem, requests: np.ndarray) -> np.ndarray:
+    """The nodes besides the root that every one of ``requests`` (tree request indices) passes: the
+    prefix they all share."""
+    common = np.flatnonzero(path_counts(problem.tree, requests) == requests.size)
+    return common[common > 0]
+
+
 def per_copy_amounts(problem: Problem) -> np.ndarray:
     """Per node, shape ``(nodes, quantities)``: what every copy of the node carries in any layout (its
     tokens and attended pairs; its gradient and loss amounts when every request through it has the

@@ -35,6 +35,7 @@ from cpplan.bound.handoff_floors import (
 from cpplan.bound.node_floors import (
     RATIO_SLACK,
     cached_per_problem,
+    common_nodes,
     per_copy_amounts,
     unsplit_rank_floor_s,
     whole_on_one_rank,
@@ -130,10 +131,7 @@ def split_copies_s(
         if not splittable:
             found.append(math.inf)
             continue
-        requests = problem.item_requests([item])
-        counts = path_counts(problem.tree, requests)
-        common = np.flatnonzero(counts == requests.size)
-        found.append(float(seconds[common[common > 0]].sum()))
+        found.append(float(seconds[common_nodes(problem, problem.item_requests([item]))].sum()))
     return found
 
 

@@ -244,7 +244,7 @@ def whole_runs_bound_s(solo: np.ndarray, sizes: Sequence[int], pool: int) -> flo
         for sub in item_subsets(left):
             for k, size in enumerate(sizes):
                 seconds = float(solo[sub, k])
-                if not math.isfinite(seconds) or size > pool:
+                if not math.isfinite(seconds):
                     continue
                 for held in _held_loads(loads, size, seconds):
                     if held[0] < found:

@@ -66,9 +66,9 @@ def makespan_moved_plan(
 def critical_merges(problem: Problem, plan: Plan) -> Iterator[Neighbour]:
     """Every critical wave of ``plan`` (the cheapest first) merged into another wave of its group size
     (the one on the earliest-ending GPUs first): every item moved, one wave fewer."""
-    waves = plan.waves
-    for a in sorted(_critical(plan), key=lambda k: (waves[k].cost_s, k)):
-        for b in _others(plan, a):
+    waves, ends = plan.waves, gpu_ends(plan)
+    for a in sorted(_critical(plan, ends), key=lambda k: (waves[k].cost_s, k)):
+        for b in _others(plan, a, ends):
             yield a, b, (), exchanged(waves[b].items, (), waves[a].items)
 
 
@@ -78,28 +78,27 @@ def critical_neighbours(problem: Problem, plan: Plan) -> Iterator[Neighbour]:
     per pair, the swaps of two units (:func:`wave_units`: the items below the prefix the whole wave
     shares, a prompt group, say), like-sized first, the moves of one unit, then the same for single
     items."""
-    waves = plan.waves
+    waves, ends = plan.waves, gpu_ends(plan)
     tokens = problem.item_full_tokens
     units = [wave_units(problem, wave.items) for wave in waves]
     singles = [[(i,) for i in wave.items] for wave in waves]
-    for a in sorted(_critical(plan), key=lambda k: (-waves[k].cost_s, k)):
-        for b in _others(plan, a):
+    for a in sorted(_critical(plan, ends), key=lambda k: (-waves[k].cost_s, k)):
+        for b in _others(plan, a, ends):
             yield from _exchanges(a, b, units[a], units[b], tokens)
             if units[a] != singles[a] or units[b] != singles[b]:
                 yield from _exchanges(a, b, singles[a], singles[b], tokens)
 
 
-def _critical(plan: Plan) -> list[int]:
-    """The waves of ``plan`` on a GPU that ends last."""
-    ends = gpu_ends(plan)
+def _critical(plan: Plan, ends: list[float]) -> list[int]:
+    """The waves of ``plan`` on a GPU that ends last (``ends``: :func:`gpu_ends`)."""
     last = max(ends, default=0.0)
     return [k for k, group in enumerate(plan.schedule.gpus) if any(ends[g] >= last for g in group)]
 
 
-def _others(plan: Plan, a: int) -> list[int]:
-    """The waves of ``plan`` other than ``a`` of its group size, by when their GPUs end (the earliest
-    first)."""
-    ends, gpus, waves = gpu_ends(plan), plan.schedule.gpus, plan.waves
+def _others(plan: Plan, a: int, ends: list[float]) -> list[int]:
+    """The waves of ``plan`` other than ``a`` of its group size, by when their GPUs end (``ends``: the
+    earliest first)."""
+    gpus, waves = plan.schedule.gpus, plan.waves
     found = [b for b in range(len(waves)) if b != a and waves[b].cp == waves[a].cp]
     return sorted(found, key=lambda b: (max(ends[g] for g in gpus[b]), b))
 
@@ -160,7 +159,8 @@ def _sooner(
         if wave is None:
             return None
         waves[k] = wave
-    kept = [k for k in range(len(waves)) if k not in pair or held[pair.index(k)]]
+    emptied = {k for k, items in zip(pair, held, strict=True) if not items}
+    kept = [k for k in range(len(waves)) if k not in emptied]
     schedule = plan.schedule
     schedule = dataclasses.replace(
         schedule,
