@@ -15,8 +15,9 @@ toward a smaller bound.
 
 Under dynamic CP the bound is of the makespan over every group size
 (:func:`~cpplan.bound.pool_makespan.dynamic_pool_bound`). Where the argument does not hold (a card with
-a negative coefficient, or a problem where some request alone cannot fit) the bound has the scope
-:data:`PROPOSED_WAVES`: the caller's own bound over the proposed waves stands, this one says nothing."""
+a negative coefficient, or a problem where some request alone, or some item in every wave, cannot fit)
+the bound has the scope :data:`PROPOSED_WAVES`: the caller's own bound over the proposed waves stands,
+this one says nothing."""
 
 from __future__ import annotations
 
@@ -63,8 +64,11 @@ class PlanBound:
     where nothing is proved, scope :data:`PROPOSED_WAVES`); ``num_waves``: the least number of waves
     of such a plan; ``terms_s``: the bound's parts (``overhead``, each barrier, on several ranks
     ``handoff_or_imbalance``, and ``enumerated_partitions`` where the partitions of the items lift the
-    sum; on a pool, ``summed_waves_over_groups``, ``costliest_item_wave`` and, for a few items,
-    ``enumerated_groups``, the largest the bound);
+    sum; on a pool, ``summed_waves_over_groups``, ``costliest_item_wave`` and, for a few items or
+    prefix units, ``enumerated_groups``; under dynamic CP, ``gpu_seconds_over_pool``,
+    ``costliest_item_wave``, ``enumerated_runs`` and ``whole_blocks``: the largest the bound);
+    ``wave_floor_s``: what every wave of any plan pays
+    at least beyond its overhead and rank average (:func:`every_wave_floor_s`; 0 on one rank);
     ``best_plan_s``: the cheapest plan of the pool given, if
     any (``gap(best_plan_s)`` is then the pool's proven distance to the best plan); ``why``: where the
     scope is :data:`PROPOSED_WAVES`, the reason; ``new_plans``: where the waves were counted by a
@@ -79,6 +83,7 @@ class PlanBound:
     best_plan_s: float | None = None
     new_plans: tuple[Plan, ...] = ()
     why: str = ""
+    wave_floor_s: float = 0.0
 
     def gap(self, cost_s: float) -> float | None:
         """``(cost - bound) / cost`` of a plan priced ``cost_s`` (``None`` without a bound), never
@@ -139,11 +144,14 @@ def waves_bound(problem: Problem, best: float | None, layouts: Sequence[str]) ->
     per_barrier = barriers @ floors.totals / topology.cp
     for name, seconds in zip(card.barrier_names, per_barrier.tolist(), strict=True):
         terms[name] = seconds
+    wave_floor = 0.0
     if topology.cp > 1:
-        extra = crossing_terms_s(problem, num_waves, per_barrier)
+        extra, wave_floor = crossing_terms_s(problem, num_waves, per_barrier)
         if extra > 0:
             terms["handoff_or_imbalance"] = extra
     enumerated = partition_bound_s(problem)
+    if enumerated is not None and math.isinf(enumerated):
+        return PlanBound(bound_s=None, scope=PROPOSED_WAVES, best_plan_s=best, why="some item fits no wave")
     if enumerated is not None and enumerated > math.fsum(terms.values()):
         terms["enumerated_partitions"] = enumerated - math.fsum(terms.values())
     total = math.fsum(terms.values()) * (1 - ROUND_DOWN)
@@ -156,6 +164,7 @@ def waves_bound(problem: Problem, best: float | None, layouts: Sequence[str]) ->
         terms_s=terms,
         best_plan_s=best,
         new_plans=(matched,) if matched is not None else (),
+        wave_floor_s=wave_floor * (1 - ROUND_DOWN),
     )
 
 
@@ -217,7 +226,7 @@ def wave_crossing_floor_s(problem: Problem, packed_tokens: float, levels_s: floa
     return floor
 
 
-def crossing_terms_s(problem: Problem, num_waves: int, average_s: np.ndarray) -> float:
+def crossing_terms_s(problem: Problem, num_waves: int, average_s: np.ndarray) -> tuple[float, float]:
     """What every plan of at least ``num_waves`` waves on ``cp > 1`` ranks pays beyond ``average_s``
     (per barrier, the bound's rank average over the plan) and ``num_waves`` overheads, for GDN states
     crossing ranks and ranks left unbalanced. A wave whose states never cross keeps every request's
@@ -237,15 +246,31 @@ def crossing_terms_s(problem: Problem, num_waves: int, average_s: np.ndarray) ->
       :func:`~cpplan.bound.node_floors.memory_ranks`' count of rank slots, ``cp`` per wave: where that
       is more than ``num_waves`` waves hold, a crossing or one more overhead (and wave); every wave
       ``e``.
+
+    Returns that and ``e`` (what each wave pays, however many the plan has).
     """
-    seconds, overhead = problem.card.handoff, problem.card.wave_overhead_s
+    seconds = problem.card.handoff
     if not seconds.priced:
-        return 0.0
-    whole = whole_on_one_rank(problem)
-    lengths = problem.request_tokens.astype(np.float64)
+        return 0.0, 0.0
     copy_s = copy_seconds(problem)
     item_levels = item_level_floor_s(problem, copy_s) if seconds.head_parallel_priced else 0.0
     every = every_wave_floor_s(problem, copy_s, item_levels)
+    return _crossing_s(problem, num_waves, average_s, copy_s, item_levels, every), every
+
+
+def _crossing_s(
+    problem: Problem,
+    num_waves: int,
+    average_s: np.ndarray,
+    copy_s: np.ndarray,
+    item_levels: float,
+    every: float,
+) -> float:
+    """:func:`crossing_terms_s`'s first part, from the per-node copies' seconds ``copy_s``, an item's
+    least head-parallel levels ``item_levels`` and ``every``, :func:`every_wave_floor_s`."""
+    overhead = problem.card.wave_overhead_s
+    whole = whole_on_one_rank(problem)
+    lengths = problem.request_tokens.astype(np.float64)
     if num_waves == 1:
         everything = np.arange(problem.tree.num_requests, dtype=np.int64)
         if whole.all():

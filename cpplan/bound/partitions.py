@@ -18,7 +18,12 @@ more): at least the least such copy over the items of ``S`` of more than one req
 the split path's own test), so none of one request and none some wave holds. So with ``G(S)`` the least
 of the two, every valid plan, split waves included, costs at least ``min_P Σ_{S ∈ P} G(S)``: group its
 waves into the runs an item split over several waves ties together; each run holds a set of whole items,
-and the runs partition the items."""
+and the runs partition the items.
+
+On a pool, the sets enumerated may be *blocks* of items instead (:mod:`cpplan.bound.blocks`): where the
+items are too many but form few prefix units, each unit is a block, the runs are tied by split units,
+and a split unit pays the nodes all its requests pass once more (a unit of several items may be split
+between any two of them)."""
 
 from __future__ import annotations
 
@@ -27,6 +32,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from cpplan.bound.blocks import Blocks, block_items, block_split_copies_s, item_blocks
 from cpplan.bound.handoff_floors import (
     copy_seconds,
     head_parallel_floor_s,
@@ -117,15 +123,7 @@ def split_copies_s(
     (:func:`splittable_items` over ``groups``, default ``problem`` itself). With ``barriers`` (per
     quantity, summed over the barriers): those seconds per unit over all ranks instead, remote tokens
     counted as none (a copy's GPU-seconds under dynamic CP)."""
-    cp = problem.topology.cp
-    amounts = per_copy_amounts(problem).copy()
-    if barriers is None:
-        barriers = np.asarray(problem.card.constants.barrier_coefficients, dtype=np.float64).sum(axis=0)
-        amounts[:, _REMOTE_COLUMNS] = (cp - 1) * amounts[:, [_TOKENS]]
-        seconds = amounts @ barriers / cp
-    else:
-        amounts[:, _REMOTE_COLUMNS] = 0.0
-        seconds = amounts @ barriers
+    seconds = copy_node_seconds(problem, barriers)
     found = []
     for item, splittable in enumerate(splittable_items(problem, groups)):
         if not splittable:
@@ -133,6 +131,20 @@ def split_copies_s(
             continue
         found.append(float(seconds[common_nodes(problem, problem.item_requests([item]))].sum()))
     return found
+
+
+def copy_node_seconds(problem: Problem, barriers: np.ndarray | None = None) -> np.ndarray:
+    """Per node, one more copy's seconds as :func:`split_copies_s` prices it: its per-copy amounts on
+    the average rank, remote tokens included; with ``barriers``, those seconds over all ranks, remote
+    tokens counted as none."""
+    cp = problem.topology.cp
+    amounts = per_copy_amounts(problem).copy()
+    if barriers is None:
+        barriers = np.asarray(problem.card.constants.barrier_coefficients, dtype=np.float64).sum(axis=0)
+        amounts[:, _REMOTE_COLUMNS] = (cp - 1) * amounts[:, [_TOKENS]]
+        return amounts @ barriers / cp
+    amounts[:, _REMOTE_COLUMNS] = 0.0
+    return amounts @ barriers
 
 
 def splittable_items(problem: Problem, groups: Sequence[Problem] = ()) -> list[bool]:
@@ -191,35 +203,49 @@ def _node_amounts(problem: Problem) -> tuple[np.ndarray, np.ndarray, np.ndarray]
     return plain, amounts(yes, no) - plain, amounts(no, yes) - plain
 
 
-def set_floors_s(problem: Problem) -> tuple[np.ndarray, np.ndarray] | None:
-    """Per set of items (a bit mask), ``G(S)`` and the floor of two waves or more holding exactly
-    them (:func:`wave_floor_parts_s`); ``None`` beyond :data:`ENUMERATED_ITEMS` items."""
-    parts = set_floor_parts_s(problem)
+def enumerated_blocks(problem: Problem, *, units: bool = False) -> Blocks | None:
+    """The blocks the partition bounds enumerate: the items, at most :data:`ENUMERATED_ITEMS`, or with
+    ``units`` their prefix units where the items are more (:func:`~cpplan.bound.blocks.item_blocks`);
+    ``None`` where there are more blocks. Units are for pools only: their ``2^8`` wave floors take
+    about a second on two cores, and a single group's bound gains next to nothing from them (0.06% of
+    the plan on the bench suite's GRPO steps)."""
+    if units:
+        return item_blocks(problem, ENUMERATED_ITEMS)
+    return item_blocks(problem, ENUMERATED_ITEMS) if problem.num_items <= ENUMERATED_ITEMS else None
+
+
+def set_floors_s(problem: Problem, *, units: bool = False) -> tuple[np.ndarray, np.ndarray] | None:
+    """Per set of blocks (a bit mask), ``G(S)`` and the floor of two waves or more holding exactly
+    them (:func:`wave_floor_parts_s`); ``None`` beyond :data:`ENUMERATED_ITEMS` blocks."""
+    parts = set_floor_parts_s(problem, units=units)
     return None if parts is None else (np.minimum(*parts), parts[1])
 
 
-def set_floor_parts_s(problem: Problem) -> tuple[np.ndarray, np.ndarray] | None:
-    """Per set of items (a bit mask), ``F(S)`` (one wave holding exactly them) and the floor of two
-    waves or more (:func:`wave_floor_parts_s`); ``None`` beyond :data:`ENUMERATED_ITEMS` items.
-    Computed once per problem."""
-    if problem.num_items > ENUMERATED_ITEMS:
+def set_floor_parts_s(problem: Problem, *, units: bool = False) -> tuple[np.ndarray, np.ndarray] | None:
+    """Per set of blocks (a bit mask over :func:`enumerated_blocks`), ``F(S)`` (one wave holding exactly
+    their items) and the floor of two waves or more (:func:`wave_floor_parts_s`, split blocks priced by
+    :func:`~cpplan.bound.blocks.block_split_copies_s`); ``None`` beyond :data:`ENUMERATED_ITEMS`
+    blocks. Computed once per problem and kind of blocks."""
+    blocks = enumerated_blocks(problem, units=units)
+    if blocks is None:
         return None
-    return cached_per_problem(problem, "set_floors", lambda: _set_floor_parts_s(problem))
+    name = "set_floors_units" if len(blocks) < problem.num_items else "set_floors"
+    return cached_per_problem(problem, name, lambda: _set_floor_parts_s(problem, blocks))
 
 
-def _set_floor_parts_s(problem: Problem) -> tuple[np.ndarray, np.ndarray]:
+def _set_floor_parts_s(problem: Problem, blocks: Blocks) -> tuple[np.ndarray, np.ndarray]:
     """:func:`set_floor_parts_s`, computed."""
-    n = problem.num_items
+    n = len(blocks)
     copy_s, whole = copy_seconds(problem), whole_on_one_rank(problem)
     barriers = np.asarray(problem.card.constants.barrier_coefficients, dtype=np.float64).sum(axis=0)
     node_s = per_copy_amounts(problem) @ barriers
-    split = split_copies_s(problem)
+    split = block_split_copies_s(problem, blocks, split_copies_s(problem), copy_node_seconds(problem))
     one, several = np.full(1 << n, math.inf), np.full(1 << n, math.inf)
     one[0] = 0.0
     for mask in range(1, 1 << n):
-        items = tuple(i for i in range(n) if mask >> i & 1)
+        least = min(split[k] for k in range(n) if mask >> k & 1)
         one[mask], several[mask] = wave_floor_parts_s(
-            problem, items, copy_s, whole, node_s, min(split[i] for i in items)
+            problem, tuple(block_items(blocks, mask)), copy_s, whole, node_s, least
         )
     return one, several
 
@@ -251,20 +277,21 @@ def partition_bound_s(problem: Problem) -> float | None:
 
 def pool_partition_bound_s(problem: Problem) -> float | None:
     """A floor of the makespan of a pool of ``dp`` groups of one CP size over every plan of its few
-    items (``None`` beyond :data:`ENUMERATED_ITEMS`). Group a plan's waves into the runs split items tie
-    together: each run holds exactly a set ``S`` of items and costs at least ``G(S)``. Where no run
-    spans two groups, every group holds a set of items whose runs partition it, and runs at least its
-    partition bound: the makespan is at least the least, over the assignments of the items to ``dp``
-    groups, of the largest group's. Where a run spans two groups it has two waves or more, so the plan's
-    waves cost at least the partition bound with some set priced as two waves or more, and the busiest
-    group a ``1 / dp`` share of it. The smaller of the two."""
-    floors = set_floors_s(problem)
+    items, or of the few prefix units of its many (:func:`enumerated_blocks` with units; ``None`` beyond
+    :data:`ENUMERATED_ITEMS` blocks; "items" below reads "blocks"). Group a plan's waves into the
+    runs split items tie together: each run holds exactly a set ``S`` of items and costs at least
+    ``G(S)``. Where no run spans two groups, every group holds a set of items whose runs partition it,
+    and runs at least its partition bound: the makespan is at least the least, over the assignments of
+    the items to ``dp`` groups, of the largest group's. Where a run spans two groups it has two waves or
+    more, so the plan's waves cost at least the partition bound with some set priced as two waves or
+    more, and the busiest group a ``1 / dp`` share of it. The smaller of the two."""
+    floors = set_floors_s(problem, units=True)
     if floors is None:
         return None
     least, several = floors
     best = partitions_s(least)
     spread = list(best)  # one group
-    for _ in range(min(problem.topology.dp, problem.num_items) - 1):
+    for _ in range(min(problem.topology.dp, least.size.bit_length() - 1) - 1):
         spread = [
             min(
                 [spread[mask]] + [max(best[sub], spread[mask ^ sub]) for sub in item_subsets(mask, low=False)]
@@ -290,6 +317,8 @@ def partitions_marked_s(least: np.ndarray, marked: np.ndarray) -> list[float]:
 
 __all__ = [
     "ENUMERATED_ITEMS",
+    "copy_node_seconds",
+    "enumerated_blocks",
     "item_subsets",
     "partition_bound_s",
     "partitions_marked_s",

@@ -11,13 +11,14 @@ item is a floor too (:func:`item_floor_s`). The makespan is at least the larger 
 every GPU must run the same number of waves, a plan of at least ``W`` waves runs at least
 ``ceil(W / dp)`` on every group, the missing ones as padding waves of one overhead each: the waves and
 their padding cost at least the rank average plus ``ceil(W / dp) · dp`` overheads, a second floor of the
-summed share. (The summed bound's other terms, its crossing floor and its partitions, may count a wave
-beyond ``W`` that would then need no padding, so they are not added to it.) For a few items, every
+summed share (the summed bound's crossing floor and partitions may count a wave beyond ``W`` that
+would then need no padding, so they are not added to it). Every wave that holds requests also pays
+what any wave pays beyond its overhead and rank average
+(:attr:`~cpplan.bound.all_plans.PlanBound.wave_floor_s`, nonzero where all requests share a prefix; a
+padding wave holds none), and a plan that runs waves on ``k`` groups has ``k`` waves or more
+(:func:`used_groups_share_s`). For a few items, every
 assignment of them to the groups is priced by the partition floors
 (:func:`~cpplan.bound.partitions.pool_partition_bound_s`): a third floor.
-
-Where the groups may run unequal numbers of waves, a plan using ``k`` groups has ``k`` waves or more
-(:func:`used_groups_share_s`).
 
 Under dynamic CP (:func:`dynamic_pool_bound`) a wave of group size ``c`` holds ``c`` GPUs for its
 price, and every GPU a plan uses is held by some wave for at least its overhead: the makespan is at
@@ -36,8 +37,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from cpplan.bound.blocks import block_items, block_split_copies_s
 from cpplan.bound.node_floors import with_wave_counts
 from cpplan.bound.partitions import (
+    copy_node_seconds,
+    enumerated_blocks,
     full_sharing_totals,
     item_subsets,
     partitions_marked_s,
@@ -45,6 +49,7 @@ from cpplan.bound.partitions import (
     set_floor_parts_s,
     split_copies_s,
 )
+from cpplan.bound.unit_pieces import unit_pieces_bound_s
 from cpplan.pricing.ownership import chunk_stats
 from cpplan.pricing.problem import Problem
 
@@ -55,6 +60,10 @@ prices: the costliest item is almost always among them, and any item's floor is 
 DYNAMIC_ENUMERATED_ITEMS = 4
 """The most items whose runs :func:`dynamic_runs_bound_s` enumerates: it prices every set of items at
 every group size (about 0.35 s at five items and 1.5 s at eight on four GPUs, on a busy machine)."""
+
+PIECES_MAX_POOL = 8
+"""The most GPUs a dynamic-CP pool may have for :func:`~cpplan.bound.unit_pieces.unit_pieces_bound_s` to
+search its blocks' placements (its search branches over the ways a block's pieces take GPUs)."""
 
 ROUND_DOWN = 1e-9
 """Relative margin taken off the bound (as :data:`cpplan.bound.all_plans.ROUND_DOWN`)."""
@@ -85,18 +94,12 @@ def pool_bound(problem: Problem, summed):
     where it proves nothing."""
     if summed.bound_s is None:
         return summed
-    dp = problem.topology.dp
     largest = np.argsort(-problem.item_full_tokens, kind="stable")[:ITEMS_TRIED].tolist()
     costliest = max(item_floor_s(problem, i) for i in largest)
-    if problem.topology.needs_equal_waves:  # every group runs ceil(W / dp) waves or more, padded
-        padded = summed.num_waves + (-summed.num_waves % dp)
-        lifted = (_average_s(problem, summed) + padded * problem.card.wave_overhead_s) * (1 - ROUND_DOWN)
-        share = max(summed.bound_s, lifted) / dp
-    else:
-        share = used_groups_share_s(problem, summed)
+    share = used_groups_share_s(problem, summed)
     terms = {"summed_waves_over_groups": share, "costliest_item_wave": costliest}
     enumerated = pool_partition_bound_s(problem)
-    if enumerated is not None:
+    if enumerated is not None and math.isfinite(enumerated):  # infinite: some item fits no wave
         terms["enumerated_groups"] = enumerated
     bound = max(share, max(v for k, v in terms.items() if k != "summed_waves_over_groups") * (1 - ROUND_DOWN))
     return dataclasses.replace(
@@ -106,17 +109,25 @@ def pool_bound(problem: Problem, summed):
 
 def used_groups_share_s(problem: Problem, summed) -> float:
     """What the busiest of the groups a plan uses runs at least, from ``summed`` (the bound of the
-    waves' summed prices, :func:`~cpplan.bound.all_plans.waves_bound`): a plan that runs waves on ``k``
-    groups has at least ``k`` waves, so they cost at least ``S_k = max(S, A + k · overhead)`` (``S``:
-    the summed bound, ``A``: its rank-average terms, valid whatever the waves), and the busiest of the
-    ``k`` groups at least ``S_k / k``; the least over ``k`` from 1 to ``dp``. Where the summed bound
-    counts fewer waves than groups, this lifts the ``1 / dp`` share by the overheads of the waves the
-    other groups must run to be used at all."""
+    waves' summed prices, :func:`~cpplan.bound.all_plans.waves_bound`: ``S``, its rank-average terms
+    ``A``, valid whatever the waves, and ``e``, what each wave pays beyond its overhead and rank
+    average, :attr:`~cpplan.bound.all_plans.PlanBound.wave_floor_s`). A plan that runs waves on
+    ``k < dp`` groups has at least ``k`` waves, so they cost at least ``S_k = max(S, A + k ·
+    (overhead + e))`` and the busiest of the ``k`` groups at least ``S_k / k``. One that runs waves on
+    all ``dp`` groups has ``m = max(W, dp)`` waves or more (``W``: the summed bound's least number) and,
+    where every group must run as many waves as the others, padding waves of one overhead each up to a
+    multiple of ``dp``: at least ``max(S, A + P · overhead + m · e)`` over ``dp`` (``P``: ``m`` or its
+    padded count). The least over ``k`` from 1 to ``dp``: where the summed bound counts fewer waves than
+    groups, the ``1 / dp`` share lifted by the waves the other groups must run to be used at all."""
     average = _average_s(problem, summed)
-    overhead = problem.card.wave_overhead_s
+    overhead, each = problem.card.wave_overhead_s, problem.card.wave_overhead_s + summed.wave_floor_s
     dp = problem.topology.dp
-    lifted = ((average + k * overhead) * (1 - ROUND_DOWN) for k in range(1, dp + 1))
-    return min(max(summed.bound_s, a) / k for k, a in enumerate(lifted, start=1))
+    shares = [max(summed.bound_s, (average + k * each) * (1 - ROUND_DOWN)) / k for k in range(1, dp)]
+    waves = max(summed.num_waves, dp)
+    padded = waves + (-waves % dp) if problem.topology.needs_equal_waves else waves
+    every_group = average + padded * overhead + waves * summed.wave_floor_s
+    shares.append(max(summed.bound_s, every_group * (1 - ROUND_DOWN)) / dp)
+    return min(shares)
 
 
 def _average_s(problem: Problem, summed) -> float:
@@ -145,13 +156,13 @@ def dynamic_pool_bound(problem: Problem) -> tuple[float, dict[str, float]]:
     largest = np.argsort(-problem.item_full_tokens, kind="stable")[:ITEMS_TRIED].tolist()
     costliest = max(min(item_floor_s(g, i) for g in groups) for i in largest)
     terms = {"gpu_seconds_over_pool": gpu_seconds, "costliest_item_wave": costliest}
-    runs = (
-        dynamic_runs_bound_s(problem, groups, barriers)
-        if problem.num_items <= DYNAMIC_ENUMERATED_ITEMS
-        else 0.0
-    )
+    blocks = enumerated_blocks(problem, units=True)
+    few = blocks is not None and len(blocks) <= DYNAMIC_ENUMERATED_ITEMS
+    runs = dynamic_runs_bound_s(problem, groups, barriers) if few else 0.0
     if math.isfinite(runs) and runs > 0:  # infinite: some item fits no wave (nothing to bound)
         terms["enumerated_runs"] = runs
+    if blocks is not None and topology.pool <= PIECES_MAX_POOL:
+        terms["whole_blocks"] = unit_pieces_bound_s(problem, blocks, groups, barriers, gpu_seconds)
     bound = max(terms.values()) * (1 - ROUND_DOWN)
     return bound, {k: rounded_down(v * (1 - ROUND_DOWN)) for k, v in terms.items()}
 
@@ -169,18 +180,21 @@ def run_options_s(
     ``c`` times overhead plus, per barrier, the least coefficient over the sizes times its totals
     (``barriers``; remote tokens as none), and the waves' totals sum to at least the full-sharing
     totals of ``S`` and the split item's common nodes once more (``split_copies_s`` at ``barriers``)."""
-    n = problem.num_items
-    ones = [set_floor_parts_s(g)[0] for g in groups]
+    blocks = enumerated_blocks(problem, units=True)
+    n = len(blocks)
+    ones = [set_floor_parts_s(g, units=True)[0] for g in groups]
     solo = np.stack([*ones, np.zeros(1 << n)], axis=1)
     gpu = np.stack([g.topology.cp * one for g, one in zip(groups, ones, strict=True)], axis=1)
     overhead = min(g.topology.cp * g.card.wave_overhead_s for g in groups)
-    split = split_copies_s(problem, barriers.sum(axis=0), groups)
+    summed = barriers.sum(axis=0)
+    split = block_split_copies_s(
+        problem, blocks, split_copies_s(problem, summed, groups), copy_node_seconds(problem, summed)
+    )
     several = np.full(1 << n, math.inf)
     for mask in range(1, 1 << n):
-        items = [i for i in range(n) if mask >> i & 1]
-        least = min(split[i] for i in items)
+        least = min(split[k] for k in range(n) if mask >> k & 1)
         if math.isfinite(least):
-            requests = problem.item_requests(items)
+            requests = problem.item_requests(block_items(blocks, mask))
             totals = with_wave_counts(
                 problem, requests, full_sharing_totals(problem, requests), remote_ranks=0
             )

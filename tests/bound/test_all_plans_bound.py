@@ -8,7 +8,7 @@ import dataclasses
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from cpplan import Item, Request, Workload
@@ -154,6 +154,22 @@ def _instances(draw):
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_instances())
+@example(
+    instance=(
+        Workload(
+            items=(
+                Item(id="i0", requests=(Request(tokens=np.zeros(8, dtype=np.int64), output="none"),)),
+                Item(id="i1", requests=(Request(tokens=np.zeros(13, dtype=np.int64), output="loss"),)),
+                Item(id="i2", requests=(Request(tokens=np.array([1] + [0] * 10), output="loss"),)),
+            )
+        ),
+        1,
+        "qwen3-8b",
+        0.53125,
+        [0, 0, 0],
+        0,
+    ),
+).via("discovered failure: an item no wave fits, its partitions' bound infinite")
 def test_bound_never_above_a_valid_candidate(instance):
     """Over random prefix-tree workloads, CP sizes, cards and budgets: the bound is at most the price of
     greedy's plan and of every fitting plan made of a random wave partition, each wave under the best

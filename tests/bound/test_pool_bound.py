@@ -384,3 +384,34 @@ def test_dynamic_cp_runs_price_items_that_fit_whole_as_one_wave(monkeypatch):
     assert whole["enumerated_runs"] > 1.04 * whole["gpu_seconds_over_pool"]
     monkeypatch.setattr(partitions, "splittable_items", lambda problem, groups=(): [True] * problem.num_items)
     assert bound()["enumerated_runs"] < 1.001 * whole["gpu_seconds_over_pool"]
+
+
+@pytest.mark.parametrize("topology", ["dp=2,cp=2", "dp=2,cp=2,equal_waves=0"])
+def test_every_wave_on_a_pool_pays_the_shared_prefix_floor(topology):
+    """Ten prompts behind a system prompt every request passes (ten units: nothing enumerated), on two
+    CP2 groups: each group runs a wave, and each wave crosses, copies the system prompt or idles a
+    rank, so the summed share counts each wave's floor ``e`` (``PlanBound.wave_floor_s``) beside its
+    overhead, above the share without it, and stays at most the deterministic plan's makespan."""
+    from cpplan.bench import synthetic
+    from cpplan.bound.pool_makespan import used_groups_share_s
+
+    workload = synthetic.grpo(
+        num_prompts=10,
+        group_size=1,
+        system_tokens=1024,
+        prompt_tokens=(600, 1200),
+        completion_tokens=(100, 300),
+        items_per_prompt=False,
+        seed=4,
+    )
+    problem = build_problem(
+        workload, topology=Topology.parse(topology), model="qwen3.6-35b-a3b", memory_bytes="40GiB"
+    )
+    summed = waves_bound(problem, None, ())
+    assert summed.wave_floor_s > 0
+    share = used_groups_share_s(problem, summed)
+    assert share > used_groups_share_s(problem, dataclasses.replace(summed, wave_floor_s=0.0)) * (1 + 1e-3)
+    bound = plan_bound(problem)
+    assert "enumerated_groups" not in bound.terms_s
+    assert bound.bound_s >= share * (1 - 1e-9)
+    assert bound.bound_s <= solve(problem, load_solver("deterministic")).cost_s * (1 + 1e-12)
