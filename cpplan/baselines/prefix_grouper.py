@@ -24,6 +24,7 @@ from cpplan.baselines.capacity import token_capacity
 from cpplan.baselines.shard_rules import even_tokens
 from cpplan.plans.plan import Plan
 from cpplan.pricing.problem import Problem
+from cpplan.pricing.union_find import UnionFind
 
 NAME = "prefix_grouper"
 
@@ -32,32 +33,20 @@ def groups(problem: Problem) -> tuple[list[list[int]], np.ndarray]:
     """Item groups (each sorted, in order of their first item) and the share mask of their prompts."""
     tree = problem.tree
     counts = tree.request_counts
-    parent = list(range(tree.num_requests))
-
-    def find(r: int) -> int:
-        while parent[r] != r:
-            parent[r] = parent[parent[r]]
-            r = parent[r]
-        return r
-
-    def union(a: int, b: int) -> None:
-        ra, rb = find(a), find(b)
-        if ra != rb:
-            parent[max(ra, rb)] = min(ra, rb)
-
+    joined = UnionFind(tree.num_requests)
     by_prompt: dict[int, int] = {}
     for r in range(tree.num_requests):
         shared = [v for v in tree.path(r) if counts[v] >= 2]
         if shared:
             first = by_prompt.setdefault(shared[-1], r)
-            union(first, r)
+            joined.union(first, r)
     for i in range(problem.num_items):
         lo, hi = int(problem.item_ptr[i]), int(problem.item_ptr[i + 1])
         for r in range(lo + 1, hi):
-            union(lo, r)
+            joined.union(lo, r)
     members: dict[int, list[int]] = {}
     for r in range(tree.num_requests):
-        members.setdefault(find(r), []).append(r)
+        members.setdefault(joined.find(r), []).append(r)
     mask = np.zeros(tree.num_nodes, dtype=bool)
     item_groups = []
     for requests in members.values():

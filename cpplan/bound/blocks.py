@@ -18,6 +18,7 @@ import numpy as np
 
 from cpplan.bound.node_floors import common_nodes
 from cpplan.pricing.problem import Problem
+from cpplan.pricing.union_find import UnionFind
 
 Blocks = tuple[tuple[int, ...], ...]
 """Sets of item indices, disjoint, covering every item, in order of their first item."""
@@ -38,25 +39,16 @@ def prefix_units(problem: Problem) -> Blocks:
     item."""
     tree = problem.tree
     num_common = common_nodes(problem, np.arange(tree.num_requests, dtype=np.int64)).size
-    parent = list(range(problem.num_items))
-
-    def find(a: int) -> int:
-        while parent[a] != a:
-            parent[a] = parent[parent[a]]
-            a = parent[a]
-        return a
-
+    joined = UnionFind(problem.num_items)
     first_item: dict[int, int] = {}
     for request, item in enumerate(problem.request_item.tolist()):
         path = tree.path(request)
         if len(path) <= num_common:
             continue
-        seen = first_item.setdefault(path[num_common], item)
-        low, high = sorted((find(seen), find(item)))
-        parent[high] = low
+        joined.union(first_item.setdefault(path[num_common], item), item)
     units: dict[int, list[int]] = {}
     for item in range(problem.num_items):
-        units.setdefault(find(item), []).append(item)
+        units.setdefault(joined.find(item), []).append(item)
     return tuple(tuple(members) for members in units.values())
 
 

@@ -19,6 +19,7 @@ from cpplan.pricing.layout import PackedLayout
 from cpplan.pricing.ownership import ChunkStats
 from cpplan.pricing.problem import Problem
 from cpplan.pricing.rank_exchanges import GroupLoads
+from cpplan.pricing.union_find import UnionFind
 from cpplan.spec.quantities import QUANTITIES, QUANTITY_INDEX, SEGMENT_COLUMNS
 
 _REMOTE = np.array([QUANTITY_INDEX[q.name] for q in QUANTITIES if q.count == "remote"])
@@ -46,7 +47,7 @@ def chunk_groups(layout: PackedLayout, stats: ChunkStats) -> np.ndarray:
     """Per chunk, its group: root subtrees of the layout joined where a chunk holds tokens of both,
     numbered in the order of their first chunk. A rank owning a group's chunks owns its segments whole."""
     root = segment_roots(layout)
-    joined = _UnionFind(layout.num_segments)
+    joined = UnionFind(layout.num_segments)
     chunk_tokens = stats.chunk_tokens
     for s in np.flatnonzero(layout.seg_offset[1:] % chunk_tokens != 0).tolist():
         joined.union(int(root[s]), int(root[s + 1]))  # a chunk holds the end of s and the start of s + 1
@@ -60,7 +61,7 @@ def segment_units(layout: PackedLayout, num_requests: Sequence[int]) -> tuple[np
     Returns each item's unit and each segment's unit; a unit's segments are its items' alone."""
     root = segment_roots(layout)
     request_root = root[layout.request_segments[layout.request_ptr[:-1]]].tolist()
-    joined = _UnionFind(layout.num_segments)
+    joined = UnionFind(layout.num_segments)
     start = 0
     for n in num_requests:
         for r in request_root[start + 1 : start + n]:
@@ -70,27 +71,6 @@ def segment_units(layout: PackedLayout, num_requests: Sequence[int]) -> tuple[np
     item_first = np.cumsum([0, *num_requests])[:-1]
     numbered = _numbered(np.concatenate([label[np.asarray(request_root, dtype=np.int64)[item_first]], label]))
     return numbered[: len(num_requests)], numbered[len(num_requests) :]
-
-
-class _UnionFind:
-    """Disjoint sets over ``0..n-1``, the smaller index a set's representative."""
-
-    def __init__(self, n: int) -> None:
-        self.up = list(range(n))
-
-    def find(self, a: int) -> int:
-        """The representative of ``a``'s set."""
-        up = self.up
-        while up[a] != a:
-            up[a] = up[up[a]]
-            a = up[a]
-        return a
-
-    def union(self, a: int, b: int) -> None:
-        """Join the sets of ``a`` and ``b``."""
-        a, b = self.find(a), self.find(b)
-        if a != b:
-            self.up[max(a, b)] = min(a, b)
 
 
 def group_loads(problem: Problem, per_group: np.ndarray, packed_tokens: int) -> GroupLoads:
