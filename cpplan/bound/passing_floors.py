@@ -97,6 +97,9 @@ def _mode_floors_s(
     copies = unshared_copies_s(problem, requests, counts)
     tops = two_round_extra_s(problem, counts, copies, packed, hi)
     rounds = np.maximum(rounds, np.minimum(base + np.maximum(0.0, tops - imbalance), 2 * base))
+    tail_wait = seconds.wait_s_per_token * np.maximum(0.0, longest - hi)
+    branch = branch_waits_s(problem, requests, counts, copies, hi, tail_wait)
+    rounds = np.maximum(rounds, np.minimum(base + branch, 2 * base + tail_wait))
     twice = twice_run_tokens(problem, requests, counts, hi)
     waits = seconds.wait_s_per_token * ((packed + 2 * twice) / cp - hi)
     passing = seconds.round_s + 2 * (runs - 1) * seconds.state_s
@@ -111,6 +114,42 @@ def _mode_floors_s(
     rounds_s = min(float((imbalance + rounds).min()), beyond + base)
     parallel_s = min(float((imbalance + parallel).min()), beyond + seconds.round_s + 2 * seconds.state_s)
     return rounds_s, parallel_s
+
+
+def branch_waits_s(
+    problem: Problem,
+    requests: np.ndarray,
+    counts: np.ndarray,
+    copies: np.ndarray,
+    busiest: np.ndarray,
+    tail_wait: np.ndarray,
+) -> np.ndarray:
+    """Per value of ``busiest`` (``M``), what a two-round wave of ``requests`` waits at least where some
+    node ``v`` ends further than ``M`` tokens into its requests (``ℓ_v``) and has ``D_v > 0`` tokens of
+    the wave below it. Its path then crosses once: the part before the crossing is in round 0 on one
+    rank, the rest of the path and, shared, everything below ``v`` in round 1 on another (a second
+    crossing would start a third round), so ``Σ_k max_r W[r, k] - M >= ℓ_v + D_v - M`` tokens wait.
+    Unshared, ``v`` is stored once more per in-wave child and end (``copies``, seconds on the average
+    rank) beside the wait of the longest request (``tail_wait``). The largest over the nodes, at least
+    ``tail_wait``."""
+    tree = problem.tree
+    present = counts > 0
+    present[0] = False
+    below = np.zeros(tree.num_nodes)
+    length = np.where(present, tree.node_length, 0).astype(np.float64)
+    for depth in range(int(tree.node_depth.max()), 0, -1):  # children before parents
+        nodes = np.flatnonzero(tree.node_depth == depth)
+        np.add.at(below, tree.node_parent[nodes], below[nodes] + length[nodes])
+    nodes = np.flatnonzero(present & (below > 0))
+    found = np.asarray(tail_wait, dtype=np.float64).copy()
+    if nodes.size == 0:
+        return found
+    reach = (tree.node_start[nodes] + tree.node_length[nodes]).astype(np.float64)[:, None]
+    m = np.asarray(busiest, dtype=np.float64)[None, :]
+    shared = problem.card.handoff.wait_s_per_token * (reach + below[nodes][:, None] - m)
+    each = np.minimum(shared, copies[nodes][:, None] + found[None, :])
+    each = np.where(reach > m, each, 0.0)  # a path within one rank's tokens need not cross
+    return np.maximum(found, each.max(axis=0))
 
 
 def common_prefix_floor_s(

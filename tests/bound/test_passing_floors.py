@@ -235,3 +235,32 @@ def test_a_common_prefix_makes_every_crossing_pay_its_rounds_or_reruns():
     counts = path_counts(problem.tree, requests)
     packed = float(problem.tree.node_length[counts > 0].sum())
     assert passing_floors.common_prefix_floor_s(problem, requests, counts, packed, average) == floor
+
+
+BRANCHED = _workload([*range(12), 50, 51, 52, 53], [*range(12), 60, 61, 62, 63])
+"""A 12-token prefix shared by two requests, each 4 tokens beyond it: on two ranks (an even share of 10
+tokens) the prefix ends beyond a rank's share, and 8 tokens hang below it."""
+
+
+def test_a_node_beyond_a_ranks_share_makes_two_rounds_wait_for_its_subtree(monkeypatch):
+    """Every two-round version of the wave that shares the prefix waits at least ``ℓ_v + D_v - M`` tokens
+    (the prefix's end and the 8 tokens below it on one rank in round 1, its head on another in round 0;
+    ``M`` the version's busiest rank), and some version waits exactly that; every crossing version still
+    pays at least the floor, which is above the floor without the term."""
+    problem = _roomy(tiny_problem(BRANCHED, cp=2, chunk_tokens=4, room=1.0, model=MODEL))
+    requests = np.arange(problem.tree.num_requests)
+    slack = []
+    for wave in wave_versions(problem, (0, 1)):
+        chunk, packed = problem.chunk_tokens, int(wave.layout.packed_tokens)
+        if packed != 20 or layout_pieces(wave.layout.links, wave.owner, chunk).num_crossings == 0:
+            continue  # the prefix copied, or nothing crosses
+        rounds = handoff_modes(wave.layout, wave.owner, chunk, 2, problem.card.handoff)[ROUNDS]
+        if rounds.rounds == 2:
+            busiest = float(owned_tokens(wave.owner, chunk, packed, 2).max())
+            slack.append(rounds.wait_tokens - (12 + 8 - busiest))
+    assert slack and min(slack) == 0
+    average = _average(problem)
+    floor = passing_floor_s(problem, requests, average)
+    assert all(extra >= floor * (1 - 1e-12) for extra in _crossing_extras(problem, average))
+    monkeypatch.setattr(passing_floors, "branch_waits_s", lambda *args: np.asarray(args[-1], dtype=float))
+    assert passing_floor_s(problem, requests, average) < floor * (1 - 1e-6)
