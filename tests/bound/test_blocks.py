@@ -8,7 +8,6 @@ import pytest
 
 from cpplan import Item, Request, Topology, Workload
 from cpplan.api import build_problem
-from cpplan.bench import synthetic
 from cpplan.bound import blocks as blocks_module
 from cpplan.bound import plan_bound
 from cpplan.bound.blocks import block_split_copies_s, item_blocks, prefix_units
@@ -16,22 +15,9 @@ from cpplan.bound.node_floors import common_nodes
 from cpplan.bound.partitions import copy_node_seconds, split_copies_s
 from cpplan.planners.portfolio import solve
 from cpplan.spec.profile import load_solver
+from tests.support.grpo_arrivals import rollouts
 
 MODEL = "qwen3.6-35b-a3b"
-
-
-def _rollouts(num_prompts: int, group_size: int, *, system_tokens: int = 256, seed: int = 3) -> Workload:
-    """``num_prompts`` GRPO groups of ``group_size`` rollouts, one item per rollout, in group order,
-    behind a ``system_tokens`` prefix every request shares (none at 0)."""
-    return synthetic.grpo(
-        num_prompts=num_prompts,
-        group_size=group_size,
-        system_tokens=system_tokens,
-        prompt_tokens=(600, 1200),
-        completion_tokens=(100, 300),
-        items_per_prompt=False,
-        seed=seed,
-    )
 
 
 def _problem(workload: Workload, topology: str = "cp=2", memory: str = "40GiB"):
@@ -42,7 +28,7 @@ def _problem(workload: Workload, topology: str = "cp=2", memory: str = "40GiB"):
 def test_prefix_units_are_the_groups_below_the_common_prefix(system_tokens):
     """Rollouts of three prompts, one item each, form three units of four items, with or without a
     system prompt every request passes (the shared prefix joins nothing)."""
-    problem = _problem(_rollouts(3, 4, system_tokens=system_tokens))
+    problem = _problem(rollouts(3, 4, system_tokens=system_tokens))
     assert problem.num_items == 12
     units = prefix_units(problem)
     assert sorted(len(u) for u in units) == [4, 4, 4]
@@ -56,7 +42,7 @@ def test_prefix_units_are_the_groups_below_the_common_prefix(system_tokens):
 def test_unrelated_requests_and_requests_ending_in_the_prefix_stay_alone():
     """An item whose requests share no node below the prefix every request passes, and one that ends
     where that prefix does, are units of their own; an item reaching two groups joins them."""
-    base = [tuple(int(t) for t in item.requests[0].tokens) for item in _rollouts(2, 2).items]
+    base = [tuple(int(t) for t in item.requests[0].tokens) for item in rollouts(2, 2).items]
     system = base[0][:256]
     items = [Item(id=f"r{k}", requests=(Request(tokens=list(tokens)),)) for k, tokens in enumerate(base)]
     items.append(Item(id="prefix", requests=(Request(tokens=list(system)),)))
@@ -73,9 +59,9 @@ def test_unrelated_requests_and_requests_ending_in_the_prefix_stay_alone():
 def test_blocks_are_items_where_few_units_where_many():
     """At most ``limit`` items, each its own block; more items in few units, the units; more units than
     the limit, no blocks."""
-    few = _problem(_rollouts(2, 3))
+    few = _problem(rollouts(2, 3))
     assert item_blocks(few, 8) == tuple((i,) for i in range(6))
-    many = _problem(_rollouts(3, 4))
+    many = _problem(rollouts(3, 4))
     assert item_blocks(many, 8) == prefix_units(many)
     assert item_blocks(many, 2) is None
 
@@ -83,7 +69,7 @@ def test_blocks_are_items_where_few_units_where_many():
 def test_a_split_unit_copies_the_nodes_all_its_requests_pass():
     """Holding a unit's rollouts in two waves stores its system prompt and prompt once more: its split
     copy is their seconds; a single-request item cannot be split."""
-    problem = _problem(_rollouts(3, 4))
+    problem = _problem(rollouts(3, 4))
     units = prefix_units(problem)
     node_s = copy_node_seconds(problem)
     found = block_split_copies_s(problem, units, split_copies_s(problem), node_s)
@@ -99,7 +85,7 @@ def test_a_pool_bound_enumerates_prefix_units(monkeypatch):
     paying a prompt's copy where one is split) lifts the pool's bound above the summed share, and it
     stays at most the deterministic profile's makespan; with items as the only blocks (too many to
     enumerate) the lift is gone."""
-    workload = _rollouts(3, 4)
+    workload = rollouts(3, 4)
     problem = _problem(workload, "dp=2,cp=2")
     bound = plan_bound(problem)
     assert bound.terms_s["enumerated_groups"] > bound.terms_s["summed_waves_over_groups"] * (1 + 1e-3)
@@ -113,5 +99,5 @@ def test_a_pool_bound_enumerates_prefix_units(monkeypatch):
 def test_a_single_group_bound_enumerates_items_only():
     """On one CP group the partition bound enumerates items alone: twelve single-rollout items (more
     than it enumerates) get no enumerated term, whatever their units."""
-    bound = plan_bound(_problem(_rollouts(3, 4)))
+    bound = plan_bound(_problem(rollouts(3, 4)))
     assert "enumerated_partitions" not in bound.terms_s

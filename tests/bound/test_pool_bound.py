@@ -392,18 +392,10 @@ def test_every_wave_on_a_pool_pays_the_shared_prefix_floor(topology):
     CP2 groups: each group runs a wave, and each wave crosses, copies the system prompt or idles a
     rank, so the summed share counts each wave's floor ``e`` (``PlanBound.wave_floor_s``) beside its
     overhead, above the share without it, and stays at most the deterministic plan's makespan."""
-    from cpplan.bench import synthetic
     from cpplan.bound.pool_makespan import used_groups_share_s
+    from tests.support.grpo_arrivals import rollouts
 
-    workload = synthetic.grpo(
-        num_prompts=10,
-        group_size=1,
-        system_tokens=1024,
-        prompt_tokens=(600, 1200),
-        completion_tokens=(100, 300),
-        items_per_prompt=False,
-        seed=4,
-    )
+    workload = rollouts(10, 1, system_tokens=1024, seed=4)
     problem = build_problem(
         workload, topology=Topology.parse(topology), model="qwen3.6-35b-a3b", memory_bytes="40GiB"
     )

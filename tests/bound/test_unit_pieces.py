@@ -9,7 +9,6 @@ import pytest
 
 from cpplan import Topology
 from cpplan.api import build_problem
-from cpplan.bench import synthetic
 from cpplan.bound import plan_bound
 from cpplan.bound.blocks import prefix_units
 from cpplan.bound.node_floors import with_wave_counts
@@ -18,6 +17,7 @@ from cpplan.bound.unit_pieces import block_loads_s, unit_pieces_bound_s, whole_b
 from cpplan.planners.portfolio import solve
 from cpplan.pricing.problem import group_problem
 from cpplan.spec.profile import load_solver
+from tests.support.grpo_arrivals import rollouts
 
 MODEL = "qwen3.6-35b-a3b"
 
@@ -46,18 +46,6 @@ def test_whole_blocks_search_finds_the_least_busiest_gpu(seed):
     assert whole_blocks_floor_s(own, [1, 2], 3) == pytest.approx(_brute_force(own, [1, 2], 3), rel=1e-12)
 
 
-def _rollouts(num_prompts: int, group_size: int):
-    return synthetic.grpo(
-        num_prompts=num_prompts,
-        group_size=group_size,
-        system_tokens=256,
-        prompt_tokens=(600, 1200),
-        completion_tokens=(100, 300),
-        items_per_prompt=False,
-        seed=6,
-    )
-
-
 def _dynamic(workload):
     return build_problem(
         workload, topology=Topology.parse("dp=2,cp=2,dynamic_cp=1"), model=MODEL, memory_bytes="40GiB"
@@ -68,7 +56,7 @@ def test_block_loads_add_up_to_one_wave_of_everything():
     """A wave holding every block at size ``c`` holds each GPU for at least its ``fixed`` plus every
     block's ``own``: at most its overhead and full-sharing average rank (flags some requests lack are
     left out), and within 1% of it."""
-    problem = _dynamic(_rollouts(3, 4))
+    problem = _dynamic(rollouts(3, 4, seed=6))
     blocks = prefix_units(problem)
     groups = [group_problem(problem, size) for size in problem.topology.group_sizes()]
     fixed, own = block_loads_s(problem, blocks, groups)
@@ -87,7 +75,7 @@ def test_a_dynamic_pool_bound_counts_its_units():
     """Six prompts' rollouts, one item each (twelve items, six units: too many for the enumerated runs),
     on four GPUs under dynamic CP: placing the whole units (or paying a prompt's copy to split one) lifts
     the bound above the GPU-seconds share, and it stays at most the deterministic plan's makespan."""
-    problem = _dynamic(_rollouts(6, 2))
+    problem = _dynamic(rollouts(6, 2, seed=6))
     bound = plan_bound(problem)
     assert "enumerated_runs" not in bound.terms_s
     assert bound.terms_s["whole_blocks"] > bound.terms_s["gpu_seconds_over_pool"] * (1 + 1e-3)
@@ -98,7 +86,7 @@ def test_a_cheap_split_caps_the_whole_blocks_floor():
     """Where splitting some unit costs its prompt's copy, the floor is at most the GPU-seconds share
     plus that copy over the pool: with no share given, exactly the least copy's share (the whole-blocks
     placement costs more)."""
-    problem = _dynamic(_rollouts(6, 2))
+    problem = _dynamic(rollouts(6, 2, seed=6))
     blocks = prefix_units(problem)
     groups = [group_problem(problem, size) for size in problem.topology.group_sizes()]
     barriers = np.min([np.asarray(g.card.constants.barrier_coefficients) for g in groups], axis=0)

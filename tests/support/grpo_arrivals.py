@@ -35,3 +35,18 @@ def shuffled_completions(seed: int = 0) -> Workload:
         items_per_prompt=False,
     )
     return shuffled(base, seed)
+
+
+def rollouts(num_prompts: int, group_size: int, *, system_tokens: int = 256, seed: int = 3) -> Workload:
+    """``num_prompts`` GRPO groups of ``group_size`` rollouts (prompts of 600-1,200 tokens, completions
+    of 100-300), one item per rollout, in group order, behind a ``system_tokens`` prefix every request
+    shares (none at 0)."""
+    return grpo(
+        num_prompts=num_prompts,
+        group_size=group_size,
+        system_tokens=system_tokens,
+        prompt_tokens=(600, 1200),
+        completion_tokens=(100, 300),
+        items_per_prompt=False,
+        seed=seed,
+    )
