@@ -6,13 +6,11 @@ groups, the blocks are *prefix units*: items joined wherever their requests pass
 the prefix every request passes (GRPO rollouts of one prompt below a system prompt all share, the
 turns of one agent tree). A plan may hold a unit's requests in several waves; those waves then each
 store the nodes every request of the unit passes, one copy more than the unit's full-sharing totals
-count (:func:`block_split_copies_s`), which is what the partition bounds charge a run of waves tied
-together by a split block.
+count (:func:`~cpplan.bound.partitions.block_split_copies_s`), which is what the partition bounds
+charge a run of waves tied together by a split block.
 """
 
 from __future__ import annotations
-
-from collections.abc import Sequence
 
 import numpy as np
 
@@ -50,23 +48,6 @@ def prefix_units(problem: Problem) -> Blocks:
     for item in range(problem.num_items):
         units.setdefault(joined.find(item), []).append(item)
     return tuple(tuple(members) for members in units.values())
-
-
-def block_split_copies_s(
-    problem: Problem, blocks: Blocks, item_copies_s: Sequence[float], node_s: np.ndarray
-) -> list[float]:
-    """Per block, what holding its requests in two waves or more stores again at least: a block of one
-    item, that item's ``item_copies_s`` (infinite where no valid plan splits it); a block of several
-    items, the nodes every one of its requests passes, one more copy each (``node_s``: per node, one
-    copy's seconds as :func:`~cpplan.bound.partitions.split_copies_s` prices it)."""
-    found = []
-    for block in blocks:
-        if len(block) == 1:
-            found.append(float(item_copies_s[block[0]]))
-            continue
-        common = common_nodes(problem, problem.item_requests(list(block)))
-        found.append(float(node_s[common].sum()))
-    return found
 
 
 def block_items(blocks: Blocks, mask: int) -> list[int]:

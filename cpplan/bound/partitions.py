@@ -32,7 +32,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from cpplan.bound.blocks import Blocks, block_items, block_split_copies_s, item_blocks
+from cpplan.bound.blocks import Blocks, block_items, item_blocks
 from cpplan.bound.handoff_floors import (
     copy_seconds,
     head_parallel_floor_s,
@@ -133,6 +133,24 @@ def split_copies_s(
     return found
 
 
+def block_split_copies_s(
+    problem: Problem, blocks: Blocks, barriers: np.ndarray | None = None, groups: Sequence[Problem] = ()
+) -> list[float]:
+    """Per block, what holding its requests in two waves or more stores again at least, priced as
+    :func:`split_copies_s` prices a copy (``barriers``, ``groups``): a block of one item, that item's
+    split copy (infinite where no valid plan splits it); a block of several items, the nodes every one
+    of its requests passes, one more copy each (it may be split between any two of its items)."""
+    seconds = copy_node_seconds(problem, barriers)
+    single = any(len(block) == 1 for block in blocks)
+    items = split_copies_s(problem, barriers, groups) if single else []  # prices the items' waves
+    return [
+        float(items[block[0]])
+        if len(block) == 1
+        else float(seconds[common_nodes(problem, problem.item_requests(list(block)))].sum())
+        for block in blocks
+    ]
+
+
 def copy_node_seconds(problem: Problem, barriers: np.ndarray | None = None) -> np.ndarray:
     """Per node, one more copy's seconds as :func:`split_copies_s` prices it: its per-copy amounts on
     the average rank, remote tokens included; with ``barriers``, those seconds over all ranks, remote
@@ -209,9 +227,9 @@ def enumerated_blocks(problem: Problem, *, units: bool = False) -> Blocks | None
     ``None`` where there are more blocks. Units are for pools only: their ``2^8`` wave floors take
     about a second on two cores, and a single group's bound gains next to nothing from them (0.06% of
     the plan on the bench suite's GRPO steps)."""
-    if units:
+    if units or problem.num_items <= ENUMERATED_ITEMS:
         return item_blocks(problem, ENUMERATED_ITEMS)
-    return item_blocks(problem, ENUMERATED_ITEMS) if problem.num_items <= ENUMERATED_ITEMS else None
+    return None
 
 
 def set_floors_s(problem: Problem, *, units: bool = False) -> tuple[np.ndarray, np.ndarray] | None:
@@ -224,7 +242,7 @@ def set_floors_s(problem: Problem, *, units: bool = False) -> tuple[np.ndarray, 
 def set_floor_parts_s(problem: Problem, *, units: bool = False) -> tuple[np.ndarray, np.ndarray] | None:
     """Per set of blocks (a bit mask over :func:`enumerated_blocks`), ``F(S)`` (one wave holding exactly
     their items) and the floor of two waves or more (:func:`wave_floor_parts_s`, split blocks priced by
-    :func:`~cpplan.bound.blocks.block_split_copies_s`); ``None`` beyond :data:`ENUMERATED_ITEMS`
+    :func:`block_split_copies_s`); ``None`` beyond :data:`ENUMERATED_ITEMS`
     blocks. Computed once per problem and kind of blocks."""
     blocks = enumerated_blocks(problem, units=units)
     if blocks is None:
@@ -239,7 +257,7 @@ def _set_floor_parts_s(problem: Problem, blocks: Blocks) -> tuple[np.ndarray, np
     copy_s, whole = copy_seconds(problem), whole_on_one_rank(problem)
     barriers = np.asarray(problem.card.constants.barrier_coefficients, dtype=np.float64).sum(axis=0)
     node_s = per_copy_amounts(problem) @ barriers
-    split = block_split_copies_s(problem, blocks, split_copies_s(problem), copy_node_seconds(problem))
+    split = block_split_copies_s(problem, blocks)
     one, several = np.full(1 << n, math.inf), np.full(1 << n, math.inf)
     one[0] = 0.0
     for mask in range(1, 1 << n):
@@ -317,6 +335,7 @@ def partitions_marked_s(least: np.ndarray, marked: np.ndarray) -> list[float]:
 
 __all__ = [
     "ENUMERATED_ITEMS",
+    "block_split_copies_s",
     "copy_node_seconds",
     "enumerated_blocks",
     "item_subsets",

@@ -37,17 +37,16 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from cpplan.bound.blocks import block_items, block_split_copies_s
+from cpplan.bound.blocks import block_items
 from cpplan.bound.node_floors import with_wave_counts
 from cpplan.bound.partitions import (
-    copy_node_seconds,
+    block_split_copies_s,
     enumerated_blocks,
     full_sharing_totals,
     item_subsets,
     partitions_marked_s,
     pool_partition_bound_s,
     set_floor_parts_s,
-    split_copies_s,
 )
 from cpplan.bound.unit_pieces import unit_pieces_bound_s
 from cpplan.pricing.ownership import chunk_stats
@@ -179,7 +178,8 @@ def run_options_s(
     once on different groups: ``solo`` 0): each wave's ``c`` times its price is at least its size's
     ``c`` times overhead plus, per barrier, the least coefficient over the sizes times its totals
     (``barriers``; remote tokens as none), and the waves' totals sum to at least the full-sharing
-    totals of ``S`` and the split item's common nodes once more (``split_copies_s`` at ``barriers``)."""
+    totals of ``S`` and the split block's common nodes once more (``block_split_copies_s`` at
+    ``barriers``)."""
     blocks = enumerated_blocks(problem, units=True)
     n = len(blocks)
     ones = [set_floor_parts_s(g, units=True)[0] for g in groups]
@@ -187,9 +187,7 @@ def run_options_s(
     gpu = np.stack([g.topology.cp * one for g, one in zip(groups, ones, strict=True)], axis=1)
     overhead = min(g.topology.cp * g.card.wave_overhead_s for g in groups)
     summed = barriers.sum(axis=0)
-    split = block_split_copies_s(
-        problem, blocks, split_copies_s(problem, summed, groups), copy_node_seconds(problem, summed)
-    )
+    split = block_split_copies_s(problem, blocks, summed, groups)
     several = np.full(1 << n, math.inf)
     for mask in range(1, 1 << n):
         least = min(split[k] for k in range(n) if mask >> k & 1)

@@ -12,7 +12,7 @@ of ``own_c(u)``, one on each of its GPUs, and the least busiest-GPU sum over eve
 GPUs is found by a search over the blocks, largest first, GPUs of equal sums taken as one
 (:func:`whole_blocks_floor_s`). Where some block is split over two waves or more, they store the nodes
 all its requests pass once more, so the pool's GPU-seconds grow by that copy at least
-(:func:`~cpplan.bound.blocks.block_split_copies_s`; none for a block no valid plan splits). The
+(:func:`~cpplan.bound.partitions.block_split_copies_s`; none for a block no valid plan splits). The
 makespan is at least the smaller of the two (:func:`unit_pieces_bound_s`).
 """
 
@@ -25,9 +25,9 @@ from itertools import combinations
 
 import numpy as np
 
-from cpplan.bound.blocks import Blocks, block_split_copies_s
+from cpplan.bound.blocks import Blocks
 from cpplan.bound.node_floors import common_nodes, per_copy_amounts
-from cpplan.bound.partitions import copy_node_seconds, split_copies_s
+from cpplan.bound.partitions import block_split_copies_s
 from cpplan.pricing.layout import path_counts
 from cpplan.pricing.problem import Problem
 from cpplan.spec.quantities import QUANTITY_INDEX, REMOTE_COLUMNS, SEGMENT_COLUMNS
@@ -131,8 +131,5 @@ def unit_pieces_bound_s(
     pool = problem.topology.pool
     fixed, own = block_loads_s(problem, blocks, groups)
     whole = float(fixed.min()) + whole_blocks_floor_s(own, sizes, pool)
-    summed = barriers.sum(axis=0)
-    split = block_split_copies_s(
-        problem, blocks, split_copies_s(problem, summed, groups), copy_node_seconds(problem, summed)
-    )
+    split = block_split_copies_s(problem, blocks, barriers.sum(axis=0), groups)
     return min(whole, gpu_seconds_s + min(split) / pool)

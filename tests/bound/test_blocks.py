@@ -10,9 +10,9 @@ from cpplan import Item, Request, Topology, Workload
 from cpplan.api import build_problem
 from cpplan.bound import blocks as blocks_module
 from cpplan.bound import plan_bound
-from cpplan.bound.blocks import block_split_copies_s, item_blocks, prefix_units
+from cpplan.bound.blocks import item_blocks, prefix_units
 from cpplan.bound.node_floors import common_nodes
-from cpplan.bound.partitions import copy_node_seconds, split_copies_s
+from cpplan.bound.partitions import block_split_copies_s, copy_node_seconds
 from cpplan.planners.portfolio import solve
 from cpplan.spec.profile import load_solver
 from tests.support.grpo_arrivals import rollouts
@@ -72,12 +72,12 @@ def test_a_split_unit_copies_the_nodes_all_its_requests_pass():
     problem = _problem(rollouts(3, 4))
     units = prefix_units(problem)
     node_s = copy_node_seconds(problem)
-    found = block_split_copies_s(problem, units, split_copies_s(problem), node_s)
+    found = block_split_copies_s(problem, units)
     for unit, seconds in zip(units, found, strict=True):
         common = common_nodes(problem, problem.item_requests(list(unit)))
         assert seconds == pytest.approx(float(node_s[common].sum())) and seconds > 0
     singles = tuple((i,) for i in range(problem.num_items))
-    assert all(s == np.inf for s in block_split_copies_s(problem, singles, split_copies_s(problem), node_s))
+    assert all(s == np.inf for s in block_split_copies_s(problem, singles))
 
 
 def test_a_pool_bound_enumerates_prefix_units(monkeypatch):
