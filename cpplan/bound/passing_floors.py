@@ -51,6 +51,11 @@ _SEGMENT_COLUMNS = list(SEGMENT_COLUMNS)
 
 GRID_POINTS = 96
 """Geometric grid points between ``P / cp`` and ``L`` (beside every ``L / k``) the floor is taken over."""
+BISECTION_STEPS = 20
+"""Halvings of the bracket round the least wait of :func:`sliding_wait_tokens` (its lower end is kept)."""
+EXACT_WINDOW_NODES = 64
+"""Up to this many nodes longer than the busiest rank's tokens, :func:`sliding_wait_tokens` finds the
+least window over every breakpoint; above, each node's least (a smaller count, still a floor)."""
 CEIL_SLACK = 1e-9
 """Relative margin taken off a ratio before it is rounded up: float error never adds a run."""
 
@@ -109,6 +114,8 @@ def _mode_floors_s(
         parallel = np.maximum(parallel, passing + np.maximum(0.0, waits + shared) - imbalance)
     segments = segment_twice_s(problem, requests, counts, copies, hi)
     parallel = np.maximum(parallel, passing + np.maximum(0.0, waits - imbalance + segments))
+    sliding = sliding_wait_tokens(problem, requests, counts, packed, hi)
+    parallel = np.maximum(parallel, passing + seconds.wait_s_per_token * sliding)
     # a busiest rank beyond P (copies): one crossing, the imbalance at P
     beyond = float(imbalance_s(problem, counts, packed, average_s, np.array([packed]))[0])
     rounds_s = min(float((imbalance + rounds).min()), beyond + base)
@@ -252,6 +259,71 @@ def twice_run_tokens(
     m = np.asarray(busiest, dtype=np.float64)[:, None]
     span = np.minimum(end[None, :], longest[present][None, :] - m) - np.maximum(start[None, :], m)
     return np.maximum(span, 0.0).sum(axis=1)
+
+
+def sliding_wait_tokens(
+    problem: Problem, requests: np.ndarray, counts: np.ndarray, packed: float, busiest: np.ndarray
+) -> np.ndarray:
+    """Per value of ``busiest`` (``M``), a floor of the tokens that wait under parallel passing, from the
+    pieces' own caps rather than ``M``'s. With ``B = max_r before_r`` and ``A = max_r after_r`` the wait
+    is ``w = B + A - M``. A request's first piece runs from zero, so it holds at most ``min(B, M)``
+    tokens; its last, rerun, at most ``min(A, M)`` (a request in one piece has no tokens between). So a
+    node token at position ``p`` with ``B' <= p < L_v - A'`` (``B' = min(B, M)``, ``A' = min(A, M)``,
+    ``B' + A' <= M + w``) runs in a piece with a successor that does not start from zero: twice before
+    the exchange. With ``N(B', A')`` those tokens (one copy of each node, the one on the longest request
+    through it), the means give ``w >= (P + 2 N) / cp - M``, and ``N`` is least, for a window of
+    ``L_v - M - w`` tokens sliding with ``B'`` from ``w`` to ``M``, at a breakpoint
+    (:func:`_least_window_tokens`). The least ``w`` meeting that (the right side falls as ``w`` grows) is
+    bracketed by bisection and its lower end kept. Ten requests of 24,000 tokens among 167,000 on
+    eight ranks: at ``M = P / cp`` every such request holds ``L - M - w`` middle tokens, about 1,560 wait
+    where the window ``[M, L_v - M)`` of :func:`twice_run_tokens` holds none."""
+    tree, cp = problem.tree, problem.topology.cp
+    longest = _longest_through(problem, requests)
+    present = np.flatnonzero(counts > 0)
+    present = present[present > 0]
+    start = tree.node_start[present].astype(np.float64)
+    end = start + tree.node_length[present]
+    reach = longest[present]
+    found = np.zeros(np.asarray(busiest).shape)
+    for k, m in enumerate(np.asarray(busiest, dtype=np.float64).tolist()):
+        keep = reach > m
+        if not keep.any():
+            continue
+        nodes = (start[keep], end[keep], reach[keep])
+
+        def excess(w: float, m: float = m, nodes: tuple = nodes) -> float:
+            return (packed + 2 * _least_window_tokens(*nodes, m, w)) / cp - m
+
+        low, high = 0.0, excess(0.0)
+        if high <= 0:
+            continue
+        for _ in range(BISECTION_STEPS):
+            middle = (low + high) / 2
+            low, high = (low, middle) if middle >= excess(middle) else (middle, high)
+        found[k] = low
+    return found
+
+
+def _least_window_tokens(
+    start: np.ndarray, end: np.ndarray, reach: np.ndarray, busiest: float, wait: float
+) -> float:
+    """The least over ``B`` from ``wait`` to ``busiest`` of the node tokens in ``[B, L_v - M - w + B)``
+    (nodes ``[start, end)``, ``L_v`` = ``reach``): each node's count is piecewise linear in ``B``, so the
+    least is at a breakpoint of some node or an end; above :data:`EXACT_WINDOW_NODES` nodes, each
+    node's own least, summed (no more)."""
+    width = reach - busiest - wait
+    low, high = wait, busiest
+    if start.size > EXACT_WINDOW_NODES:
+        shift = np.stack(
+            [start, end, start - width, end - width, np.full_like(start, low), np.full_like(start, high)]
+        )
+        shift = np.clip(shift, low, high)
+        span = np.minimum(end, width + shift) - np.maximum(start, shift)
+        return float(np.maximum(span, 0.0).min(axis=0).sum())
+    points = np.concatenate([start, end, start - width, end - width, [low, high]])
+    points = np.clip(points, low, high)[:, None]
+    span = np.minimum(end, width + points) - np.maximum(start, points)
+    return float(np.maximum(span, 0.0).sum(axis=1).min())
 
 
 def shared_prefix_s(

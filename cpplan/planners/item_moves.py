@@ -10,8 +10,9 @@ per pair of waves (the costlier first), the swaps, pairs of items closest in ful
 single move. The search stops after ``max_pricings`` pricings, or at ``deadline`` under the clock,
 so a deterministic profile gets the same plan on any machine. Between ranks (:func:`repacked_plan`),
 each wave's whole requests are packed onto ranks again, the packing polished two ranks at a time
-(:func:`~cpplan.pricing.wave.repacked_wave`). Within each wave (:func:`chained_plan`), its ranks are
-chained round its packed order (:func:`~cpplan.pricing.chained.chained_wave`).
+(:func:`~cpplan.pricing.wave.repacked_wave`), up to :data:`REPACK_ROUNDS` times. Within each wave
+(:func:`chained_plan`), its ranks are chained round its packed order
+(:func:`~cpplan.pricing.chained.chained_wave`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,12 @@ from cpplan.plans.plan import Plan
 from cpplan.pricing.chained import chained_wave
 from cpplan.pricing.problem import Problem, group_problem
 from cpplan.pricing.wave import WavePlan, best_wave, repacked_wave
+
+REPACK_ROUNDS = 3
+"""The most times :func:`repacked_plan` packs one wave's whole requests again, each from the order the
+last left, while that makes the wave cheaper: the packing's ties are broken by the units' order, so a
+second pass from a new order often finds a cheaper one (48 ShareGPT conversations at CP8: 0.6207 s,
+0.5998 s, then 0.5908 s)."""
 
 Neighbour = tuple[int, int, tuple[int, ...], tuple[int, ...]]
 """Two wave indices and the items each holds after the move or swap."""
@@ -77,14 +84,17 @@ def first_improvements(state, neighbours_of, better, *, max_pricings: int, deadl
 
 def repacked_plan(problem: Problem, plan: Plan, *, deadline: Deadline) -> Plan | None:
     """``plan`` with every wave whose whole requests, packed onto ranks again and polished, fit and cost
-    less (:func:`~cpplan.pricing.wave.repacked_wave`) taking that version, as strategy ``"moves"``;
+    less (:func:`~cpplan.pricing.wave.repacked_wave`, again from the new order while that is cheaper,
+    at most :data:`REPACK_ROUNDS` times) taking that version, as strategy ``"moves"``;
     ``None`` where no wave did. Under the clock ``deadline`` stops it sooner."""
     waves, improved = list(plan.waves), False
-    for k, wave in enumerate(plan.waves):
-        if deadline.expired():
-            break
-        found = repacked_wave(problem, wave)
-        if found is not None and found.fits(problem.memory_bytes) and found.cost_s < wave.cost_s:
+    for k in range(len(waves)):
+        for _ in range(REPACK_ROUNDS):
+            if deadline.expired():
+                break
+            found = repacked_wave(problem, waves[k])
+            if found is None or not found.fits(problem.memory_bytes) or found.cost_s >= waves[k].cost_s:
+                break
             waves[k], improved = found, True
     return Plan(strategy="moves", waves=tuple(waves)) if improved else None
 

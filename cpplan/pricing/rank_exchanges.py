@@ -67,6 +67,13 @@ def pack_groups(loads: GroupLoads, num_ranks: int) -> np.ndarray | None:
         rank_of[g] = rank
         rank_s[rank] += seconds[g]
         rank_bytes[rank] += loads.bytes[g]
+    return improved_packing(loads, rank_of, num_ranks)
+
+
+def improved_packing(loads: GroupLoads, rank_of: np.ndarray, num_ranks: int) -> np.ndarray:
+    """A copy of ``rank_of`` after up to :data:`IMPROVING_STEPS` moves or swaps out of the slowest rank,
+    each the one that lowers :func:`compute_s` most within the room."""
+    rank_of = np.array(rank_of, dtype=np.int64)
     for _ in range(IMPROVING_STEPS):
         if not _improve(loads, rank_of, num_ranks, None):
             break

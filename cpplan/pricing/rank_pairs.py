@@ -8,7 +8,8 @@ units split again between the two in every way: the :data:`MAX_FREE_UNITS` light
 (by predicted seconds; the others stay where they are), each split kept only where both ranks own
 tokens, fit their memory room and, but for the last rank, end on a chunk boundary. The split of least
 compute seconds (per barrier the slowest rank, summed) replaces the pair's where it is lower. Sweeps
-over the pairs repeat while one improves, at most :data:`MAX_SWEEPS`. Every step is deterministic.
+over the pairs repeat while one improves, at most :data:`MAX_SWEEPS`. :func:`searched_pairs` then
+frees units drawn at random instead of the lightest. Every step is deterministic.
 """
 
 from __future__ import annotations
@@ -28,6 +29,12 @@ for the same seconds."""
 MAX_SWEEPS = 8
 """The most sweeps over the pairs of ranks."""
 
+SEARCH_ROUNDS = 4
+"""Sweeps over the pairs of ranks :func:`searched_pairs` makes."""
+
+SEARCH_SEED = 0
+"""The seed of :func:`searched_pairs`' draws of free units."""
+
 IMPROVEMENT = 1e-12
 """Seconds by which a split must lower the compute seconds to replace the pair's."""
 
@@ -43,10 +50,45 @@ def repacked_pairs(
     for _ in range(MAX_SWEEPS):
         improved = False
         for a, b in combinations(range(num_ranks), 2):
-            improved |= _split_again(loads, tokens, seconds, rank_of, (a, b), num_ranks, chunk_tokens)
+            improved |= _split_again(loads, tokens, seconds, rank_of, (a, b), None, num_ranks, chunk_tokens)
         if not improved:
             break
     return rank_of
+
+
+def searched_pairs(
+    loads: GroupLoads,
+    tokens: np.ndarray,
+    rank_of: np.ndarray,
+    num_ranks: int,
+    chunk_tokens: int,
+    *,
+    num_rounds: int = SEARCH_ROUNDS,
+    seed: int = SEARCH_SEED,
+) -> np.ndarray:
+    """A copy of ``rank_of`` improved as :func:`repacked_pairs` does, but with each pair's free units
+    drawn at random (:data:`MAX_FREE_UNITS` of them, from a generator seeded ``seed``, so the result is
+    deterministic) rather than its lightest: ``num_rounds`` sweeps over every pair of ranks. Where
+    :func:`repacked_pairs` stops, no split of its lightest units helps; another draw often moves a
+    heavier unit that does."""
+    rank_of = np.array(rank_of, dtype=np.int64)
+    seconds = loads.barrier_s.sum(axis=1)
+    draws = np.random.default_rng(seed)
+    for _ in range(num_rounds):
+        for a, b in combinations(range(num_ranks), 2):
+            units = np.flatnonzero((rank_of == a) | (rank_of == b))
+            if units.size > MAX_FREE_UNITS:
+                free = np.sort(draws.choice(units, MAX_FREE_UNITS, replace=False))
+            else:
+                free = units
+            _split_again(loads, tokens, seconds, rank_of, (a, b), free, num_ranks, chunk_tokens)
+    return rank_of
+
+
+def _lightest(seconds: np.ndarray, rank_of: np.ndarray, pair: tuple[int, int]) -> np.ndarray:
+    """The :data:`MAX_FREE_UNITS` units of ``pair`` of least predicted seconds."""
+    units = np.flatnonzero((rank_of == pair[0]) | (rank_of == pair[1]))
+    return units[np.argsort(seconds[units], kind="stable")[:MAX_FREE_UNITS]]
 
 
 def _split_again(
@@ -55,11 +97,13 @@ def _split_again(
     seconds: np.ndarray,
     rank_of: np.ndarray,
     pair: tuple[int, int],
+    free: np.ndarray | None,
     num_ranks: int,
     chunk_tokens: int,
 ) -> bool:
-    """Split the units of ``pair`` again (in place, in ``rank_of``) where some split lowers the compute
-    seconds; whether one did. A pair neither of which is the slowest at some barrier cannot lower it."""
+    """Split the ``free`` units of ``pair`` (``None``: its lightest) again, in place in ``rank_of``,
+    where some split lowers the compute seconds; whether one did. A pair neither of which is the
+    slowest at some barrier cannot lower it."""
     a, b = pair
     barrier_s = loads.barrier_s
     rank_s = np.zeros((num_ranks, barrier_s.shape[1]))
@@ -68,7 +112,7 @@ def _split_again(
     units = np.flatnonzero((rank_of == a) | (rank_of == b))
     if not slowest & {a, b} or units.size < 2:
         return False
-    free = units[np.argsort(seconds[units], kind="stable")[:MAX_FREE_UNITS]]
+    free = _lightest(seconds, rank_of, pair) if free is None else free
     kept_a = units[(rank_of[units] == a) & ~np.isin(units, free)]
     on_a = _subsets(free.size)  # split k puts free unit j on rank a where on_a[k, j]
     others = np.delete(rank_s, [a, b], axis=0).max(axis=0, initial=0.0)

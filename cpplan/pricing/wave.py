@@ -25,8 +25,8 @@ from cpplan.pricing.ownership import (
     rank_quantities,
 )
 from cpplan.pricing.problem import Problem
-from cpplan.pricing.rank_exchanges import align_ranks, can_align, compute_s, pack_groups
-from cpplan.pricing.rank_pairs import repacked_pairs
+from cpplan.pricing.rank_exchanges import can_align, compute_s, pack_groups
+from cpplan.pricing.unit_packing import packed_units
 from cpplan.pricing.whole_requests import (
     chunk_group_quantities,
     chunk_groups,
@@ -399,10 +399,10 @@ def _reordered_wave(
     items, :func:`~cpplan.pricing.whole_requests.segment_units`) and every rank's block but the last
     ends on a chunk boundary, so nothing crosses ranks: units bin-packed onto ranks by predicted seconds
     within the memory floors, then exchanged until the blocks align
-    (:func:`~cpplan.pricing.rank_exchanges.align_ranks`). ``None`` when the wave is one unit, no such
-    split is found, some rank would own nothing, its predicted cost (exact without loss masks) does not
-    beat ``best`` (which fits) and ``beat_s``, or the layout's name is no layout spec to pack the new
-    order with."""
+    (:func:`~cpplan.pricing.unit_packing.packed_units`; ``polish``: from a second start too, each
+    packing split again two ranks at a time). ``None`` when the wave is one unit, no such split is
+    found, some rank would own nothing, its predicted cost does not beat ``best`` (which fits) and
+    ``beat_s``, or the layout's name is no layout spec to pack the new order with."""
     problem, layout, items = versions.problem, versions.layout, np.asarray(versions.items, dtype=np.int64)
     cp, chunk_tokens = problem.topology.cp, problem.chunk_tokens
     item_unit, segment_unit = segment_units(
@@ -420,11 +420,9 @@ def _reordered_wave(
         beat_s = min(beat_s, best.cost_s)
     beat_s -= remote_s + problem.card.wave_overhead_s
     packed = pack_groups(loads, cp)
-    if packed is None or compute_s(loads, packed, cp) >= beat_s:
+    if packed is None or (not polish and compute_s(loads, packed, cp) >= beat_s):
         return None  # aligning the blocks seldom makes a packing cheaper
-    rank_of = align_ranks(loads, unit_tokens, packed, cp, chunk_tokens)
-    if rank_of is not None and polish:
-        rank_of = repacked_pairs(loads, unit_tokens, rank_of, cp, chunk_tokens)
+    rank_of = packed_units(loads, unit_tokens, packed, cp, chunk_tokens, polish=polish)
     if rank_of is None or compute_s(loads, rank_of, cp) >= beat_s:
         return None
     if np.bincount(rank_of, minlength=cp).min() == 0:

@@ -14,8 +14,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from cpplan.pricing.amounts import span_amounts
+from cpplan.pricing.amounts import SPAN_RULES, span_amounts
 from cpplan.pricing.layout import PackedLayout
+from cpplan.pricing.loss_positions import LOSS_COLUMNS
 from cpplan.pricing.ownership import ChunkStats
 from cpplan.pricing.problem import Problem
 from cpplan.pricing.rank_exchanges import GroupLoads
@@ -101,12 +102,18 @@ def chunk_group_quantities(stats: ChunkStats, matrix: np.ndarray, groups: np.nda
 
 def unit_quantities(layout: PackedLayout, segment_unit: np.ndarray) -> np.ndarray:
     """Per unit of :func:`segment_units`, its local quantities for :func:`group_loads` when a rank owns
-    it whole: its segments' amounts, one piece per segment (a loss mask's loss columns counted over
-    whole segments: an estimate, the exact price comes after)."""
+    it whole: its segments' amounts, one piece per segment, and under loss masks the loss columns of
+    the needed spans inside its segments (``layout.loss_spans``), as the exact price counts them."""
     flags = {"grad": layout.seg_grad, "loss": layout.seg_loss}
     per_segment = span_amounts(layout.seg_length, layout.seg_position, flags).astype(np.float64)
     per_segment[:, _SEGMENTS] = 1.0
     per_segment[:, _REMOTE] = -layout.seg_length[:, None]
     per_unit = np.zeros((int(segment_unit.max()) + 1, per_segment.shape[1]))
     np.add.at(per_unit, segment_unit, per_segment)
+    spans = layout.loss_spans
+    if spans is not None:
+        span_unit = segment_unit[spans.segment]
+        for column, count in LOSS_COLUMNS:
+            amounts = SPAN_RULES[count](spans.length, spans.position).astype(np.float64)
+            per_unit[:, column] = np.bincount(span_unit, weights=amounts, minlength=per_unit.shape[0])
     return per_unit

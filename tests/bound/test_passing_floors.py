@@ -17,7 +17,13 @@ from cpplan import Item, Request, Workload
 from cpplan.bound import passing_floors, plan_bound
 from cpplan.bound.handoff_floors import crossing_floor_s
 from cpplan.bound.node_floors import per_copy_amounts
-from cpplan.bound.passing_floors import imbalance_s, passing_floor_s, shared_prefix_s, twice_run_tokens
+from cpplan.bound.passing_floors import (
+    imbalance_s,
+    passing_floor_s,
+    shared_prefix_s,
+    sliding_wait_tokens,
+    twice_run_tokens,
+)
 from cpplan.pricing.handoff import PARALLEL, ROUNDS, handoff_modes, layout_pieces
 from cpplan.pricing.head_parallel import owned_tokens
 from cpplan.pricing.layout import path_counts
@@ -264,3 +270,39 @@ def test_a_node_beyond_a_ranks_share_makes_two_rounds_wait_for_its_subtree(monke
     assert all(extra >= floor * (1 - 1e-12) for extra in _crossing_extras(problem, average))
     monkeypatch.setattr(passing_floors, "branch_waits_s", lambda *args: np.asarray(args[-1], dtype=float))
     assert passing_floor_s(problem, requests, average) < floor * (1 - 1e-6)
+
+
+@pytest.mark.parametrize("shared", [False, True], ids=["unique", "prefixed"])
+def test_parallel_waits_at_least_the_sliding_window(shared):
+    """Version by version of a wave holding a request longer than any rank's tokens (three ranks,
+    2,048-token chunks), with ``M`` its busiest rank's tokens: the tokens it waits under parallel passing
+    are at least :func:`sliding_wait_tokens` at ``M`` (its first piece within the largest run before the
+    exchange, its last within the largest rerun, so most of it runs twice before it), which is attained
+    by some version (within a chunk) and lies above the means over ``[M, L - M)`` for some ``M`` of at
+    least half the request (where that window is empty)."""
+    scale = 256
+    if shared:
+        workload = PREFIXED
+    else:
+        short = [list(range(k * 10**5, k * 10**5 + 8 * scale)) for k in (1, 2)]
+        workload = _workload(list(range(48 * scale)), *short)
+    problem = tiny_problem(workload, cp=3, chunk_tokens=2048, room=1.0, model=MODEL)
+    requests = np.arange(problem.tree.num_requests)
+    counts = path_counts(problem.tree, requests)
+    longest = float(problem.request_tokens.max())
+    slack, lifted = [], []
+    for wave in wave_versions(problem, tuple(range(problem.num_items))):
+        chunk, packed = problem.chunk_tokens, float(wave.layout.packed_tokens)
+        if layout_pieces(wave.layout.links, wave.owner, chunk).num_crossings == 0:
+            continue
+        wait = handoff_modes(wave.layout, wave.owner, chunk, 3, problem.card.handoff)[PARALLEL].wait_tokens
+        busiest = np.array([float(owned_tokens(wave.owner, chunk, int(packed), 3).max())])
+        full = float(problem.tree.node_length[counts > 0].sum())
+        sliding = float(sliding_wait_tokens(problem, requests, counts, full, busiest)[0])
+        means = (full + 2 * float(twice_run_tokens(problem, requests, counts, busiest)[0])) / 3 - busiest[0]
+        slack.append(wait - sliding)
+        if 2 * busiest[0] >= longest:
+            lifted.append(sliding - max(0.0, means))
+    assert min(slack) >= -1e-9
+    assert min(slack) <= chunk
+    assert lifted and max(lifted) > 0

@@ -158,3 +158,25 @@ def test_planner_proposes_the_repacked_plan():
     chosen, before = solve(problem, profile), solve(problem, without)
     assert chosen.cost_s <= repacked.cost_s * (1 + 1e-9)
     assert chosen.cost_s < before.cost_s * (1 - 1e-2)
+
+
+def test_a_wave_is_repacked_again_from_the_order_it_was_left_in(monkeypatch):
+    """Twenty-four long-tail requests on four ranks: packing greedy's wave once more from the order the
+    first repacking left finds a cheaper packing (ties are broken by the units' order), so the plan
+    repacked up to ``REPACK_ROUNDS`` times costs less than one repacked once (1.1566 -> 1.1209 -> 1.1134 s
+    when measured); both verify."""
+    import cpplan.planners.item_moves as item_moves
+
+    workload = synthetic.long_tail(num_items=24, median_tokens=2048, max_tokens=8192, seed=3)
+    problem = build_problem(workload, topology=Topology(cp=4), model="qwen3.6-35b-a3b", memory_bytes="80GiB")
+    greedy = cached_greedy_plan(problem, LAYOUTS)
+    again = repacked_plan(problem, greedy, deadline=UNLIMITED)
+    monkeypatch.setattr(item_moves, "REPACK_ROUNDS", 1)
+    once = repacked_plan(problem, greedy, deadline=UNLIMITED)
+    assert greedy.num_waves == 1 and once is not None and again is not None
+    assert again.cost_s < once.cost_s * (1 - 1e-3)
+    for plan in (once, again):
+        verdict = verify_plan(
+            plan_to_dict(problem, plan), problem.workload, problem.card, problem.memory_bytes
+        )
+        assert verdict.valid and verdict.cost_s == pytest.approx(plan.cost_s, rel=1e-9)

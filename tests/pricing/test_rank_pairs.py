@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from cpplan.pricing.rank_exchanges import GroupLoads, align_ranks, compute_s, pack_groups
-from cpplan.pricing.rank_pairs import MAX_FREE_UNITS, repacked_pairs
+from cpplan.pricing.rank_pairs import MAX_FREE_UNITS, repacked_pairs, searched_pairs
 
 CHUNK = 128
 
@@ -79,3 +79,17 @@ def test_packing_stays_aligned_within_room_and_never_dearer(seed, room):
     assert compute_s(loads, found, 4) <= compute_s(loads, start, 4)
     assert np.array_equal(found, repacked_pairs(loads, tokens, start, 4, CHUNK))
     assert MAX_FREE_UNITS < 40 // 2
+
+
+@pytest.mark.parametrize("seed", [1, 3, 5])
+def test_random_draws_split_what_the_lightest_units_cannot(seed):
+    """Forty units on four ranks, from ``repacked_pairs``' answer (no split of any pair's lightest units
+    lowers it): ``searched_pairs``, freeing units drawn at random, lowers the compute seconds, keeps
+    every block but the last aligned and every rank within its room, and answers the same twice."""
+    loads, tokens = _units(seed, 40)
+    start = align_ranks(loads, tokens, pack_groups(loads, 4), 4, CHUNK)
+    stuck = repacked_pairs(loads, tokens, start, 4, CHUNK)
+    found = searched_pairs(loads, tokens, stuck, 4, CHUNK)
+    assert _valid(loads, tokens, found, 4)
+    assert compute_s(loads, found, 4) < compute_s(loads, stuck, 4)
+    assert np.array_equal(found, searched_pairs(loads, tokens, stuck, 4, CHUNK))

@@ -326,13 +326,13 @@ def test_a_layout_that_cannot_win_is_not_reordered(qwen36, monkeypatch):
     unshared layout (every rollout storing its prompt) is priced without searching a reordering that
     could not beat it (no more alignment searches than with full sharing alone), and ``best_wave``
     answers as it does over fresh problems that price each layout alone, unpruned."""
-    import cpplan.pricing.wave as wave_module
+    import cpplan.pricing.unit_packing as packing_module
     from cpplan.bench.synthetic import grpo
     from cpplan.pricing.wave import best_wave
 
     calls = []
-    searched = wave_module.align_ranks
-    monkeypatch.setattr(wave_module, "align_ranks", lambda *a: calls.append(1) or searched(*a))
+    searched = packing_module.align_ranks
+    monkeypatch.setattr(packing_module, "align_ranks", lambda *a: calls.append(1) or searched(*a))
     workload = grpo(
         num_prompts=8,
         group_size=8,
@@ -378,3 +378,27 @@ def test_a_second_try_finds_the_alignment_the_first_misses(qwen36, monkeypatch):
     two = greedy_cost_s()
     monkeypatch.setattr(rank_exchanges, "FAILED_TRIES", 1)
     assert greedy_cost_s() > two * 1.01
+
+
+def test_units_count_only_the_needed_loss_tokens():
+    """Completion-only masks: the units' loss tokens add up to the packed wave's own count (its needed
+    spans), not to every token of the segments a loss request passes, so the bin packing balances the
+    LM head's real work."""
+    from cpplan.bench.synthetic import grpo
+    from cpplan.pricing.loss_positions import layout_totals
+    from cpplan.pricing.whole_requests import unit_quantities
+    from cpplan.spec.quantities import NUM_QUANTITIES, QUANTITY_INDEX
+    from tests.pricing.test_loss_positions import _completion_only
+    from tests.support.prefix_trees import build_problem
+
+    workload = _completion_only(
+        grpo(num_prompts=3, group_size=4, system_tokens=40, prompt_tokens=60, completion_tokens=(5, 30))
+    )
+    problem = build_problem(workload, cp=2, chunk_tokens=8)
+    items = list(range(problem.num_items))
+    layout = problem.pack(items, "full")
+    _, segment_unit = segment_units(layout, (problem.item_ptr[1:] - problem.item_ptr[:-1]).tolist())
+    loss = QUANTITY_INDEX["loss_tokens"]
+    per_unit = unit_quantities(layout, segment_unit)
+    assert per_unit[:, loss].sum() == layout_totals(np.zeros(NUM_QUANTITIES, dtype=np.int64), layout)[loss]
+    assert per_unit[:, loss].sum() < layout.seg_length[layout.seg_loss].sum()
