@@ -21,6 +21,7 @@ BOUNDED_CACHES = {
     ("pack/readers.py", "_sha256"): "at most 8 entries, each a hex string keyed by path, size and mtime",
     ("pack/conversations.py", "load_tokenizer"): "at most 4 tokenizers (a pack run loads one), no tensor",
     ("pricing/rank_pairs.py", "_subsets"): "at most 4 read-only arrays of at most 2**12 x 12 booleans",
+    ("bound/aligned_units.py", "_partitions"): "at most 8 read-only arrays of at most 4,140 x 8 integers",
 }
 """The module-level caches allowed, each with why it is bounded and holds nothing the budget prices."""
 

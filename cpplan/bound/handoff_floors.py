@@ -26,6 +26,7 @@ import math
 
 import numpy as np
 
+from cpplan.bound.aligned_units import MAX_UNITS, aligned_units_floor_s
 from cpplan.bound.makespan import makespan_floor
 from cpplan.bound.node_floors import (
     RATIO_SLACK,
@@ -259,7 +260,43 @@ def shared_or_copied_floor_s(problem: Problem, requests: np.ndarray, average_s: 
     grouped = group_packing_floor(together[groups], base, problem.topology.cp)
     if (per_barrier >= 0).all():
         grouped = max(grouped, _groups_per_barrier(sums, barrier_base, nodes[groups], deepest, problem))
+    grouped = max(grouped, _aligned_units_s(problem, requests, counts, sums, barrier_base, deepest))
     return min(whole, spread + float(copies[groups].min()), max(spread, grouped))
+
+
+def _aligned_units_s(
+    problem: Problem,
+    requests: np.ndarray,
+    counts: np.ndarray,
+    sums: _PathSums,
+    base: np.ndarray,
+    deepest: int,
+) -> float:
+    """The busiest ranks' seconds of a wave whose units (the subtrees below ``deepest``, the deepest node
+    every request passes) sit whole on ranks, each with its own copy of the common prefix, its chunks
+    aligned (:func:`~cpplan.bound.aligned_units.aligned_units_floor_s`); 0 where that is not exact: more
+    than :data:`~cpplan.bound.aligned_units.MAX_UNITS` units, a request ending at or above ``deepest``,
+    or a node two requests pass inside a unit below its top."""
+    tree = problem.tree
+    present = np.flatnonzero(counts > 0)
+    present = present[present > 0]
+    tops = present[tree.node_parent[present] == deepest]
+    above = np.asarray(tree.path(int(requests[0])), dtype=np.int64)
+    above = above[tree.node_depth[above] <= tree.node_depth[deepest]] if deepest else above[:0]
+    inner = present[(counts[present] >= 2) & (counts[present] < requests.size)]
+    if not 1 <= tops.size <= MAX_UNITS or sums.own_end[above].any() or sums.own_end[deepest]:
+        return 0.0
+    if (tree.node_parent[inner] != deepest).any():
+        return 0.0
+    lengths = _PathSums(problem, requests, counts, tree.node_length[:, None].astype(np.float64))
+    common_s = sums.path[deepest] if deepest else np.zeros_like(base)
+    common_tokens = int(lengths.path[deepest, 0]) if deepest else 0
+    unit_s = sums.path[tops] - common_s[None, :] + sums.below[tops]
+    unit_tokens = (lengths.path[tops, 0] - common_tokens + lengths.below[tops, 0]).astype(np.int64)
+    seconds = aligned_units_floor_s(
+        unit_s, unit_tokens, common_s, common_tokens, base, problem.topology.cp, problem.chunk_tokens
+    )
+    return seconds
 
 
 def _groups_per_barrier(

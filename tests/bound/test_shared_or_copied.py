@@ -9,6 +9,7 @@ import dataclasses
 import itertools
 
 import numpy as np
+import pytest
 
 from cpplan import Item, Request, Workload
 from cpplan.bound.handoff_floors import shared_or_copied_floor_s, whole_requests_floor_s
@@ -128,3 +129,62 @@ def test_as_many_groups_as_ranks_still_sit_whole_per_barrier():
     new, _, found = _floors(problem)
     assert min(found) >= new * (1 - 1e-12)
     assert new > _average_s(problem) * (1 + 0.2)
+
+
+def _odd_groups(num_groups: int, prompt_tokens: int) -> Workload:
+    """``num_groups`` items of two requests behind the item's own ``prompt_tokens``-token prompt (3-token
+    tails), all behind a 4-token common prefix: on 4-token chunks no group's tree ends on a chunk
+    boundary."""
+    common = list(range(900, 904))
+    items = []
+    for g in range(num_groups):
+        prompt = list(range(100 * g, 100 * g + prompt_tokens))
+        tails = [list(range(100 * g + 50 + 10 * t, 100 * g + 53 + 10 * t)) for t in range(2)]
+        items.append(Item(id=f"g{g}", requests=tuple(Request(tokens=common + prompt + t) for t in tails)))
+    return Workload(items=tuple(items))
+
+
+@pytest.mark.parametrize("num_groups, prompt_tokens", [(2, 5), (4, 3)])
+def test_groups_whole_on_ranks_keep_their_chunks_aligned(num_groups, prompt_tokens, monkeypatch):
+    """Prompt groups whose trees end off chunk boundaries, behind a common prefix, on two ranks: every
+    version without a crossing costs at least the floor, and the floor lies above the same floor
+    without the chunk alignment of whole groups (a rank holding whole groups but not a whole number of
+    chunks needs a crossing), which the packings of groups alone would allow."""
+    from cpplan.bound import handoff_floors
+
+    problem = _roomy_problem(_odd_groups(num_groups, prompt_tokens))
+    requests = np.arange(problem.tree.num_requests)
+    new = shared_or_copied_floor_s(problem, requests, _average_s(problem))
+    found = [
+        wave.cost_s - problem.card.wave_overhead_s - wave.handoff.seconds
+        for wave in no_crossing_versions(problem, tuple(range(problem.num_items)))
+        if layout_pieces(wave.layout.links, wave.owner, problem.chunk_tokens).num_crossings == 0
+    ]
+    assert min(found) >= new * (1 - 1e-12)
+    monkeypatch.setattr(handoff_floors, "_aligned_units_s", lambda *args: 0.0)
+    assert new > shared_or_copied_floor_s(problem, requests, _average_s(problem)) * (1 + 0.02)
+
+
+def test_aligned_units_floor_is_the_least_aligned_assignment():
+    """Six units on three ranks: the least compute seconds over the set partitions equals the least
+    over every assignment of units to ranks (3^6) that leaves at most one rank off a chunk boundary, and
+    is above the least over all assignments (alignment binds)."""
+    from cpplan.bound.aligned_units import aligned_units_floor_s
+
+    rng = np.random.default_rng(4)
+    unit_s = rng.uniform(0.1, 1.0, (6, 3))
+    tokens = rng.integers(100, 900, 6)
+    common_s, base_s = np.array([0.05, 0.02, 0.01]), np.array([0.01, 0.01, 0.0])
+    best_aligned = best = np.inf
+    for ranks in itertools.product(range(3), repeat=6):
+        ranks = np.array(ranks)
+        held = np.bincount(ranks, minlength=3)
+        load = np.stack([base_s + (unit_s[ranks == r] + common_s).sum(axis=0) for r in range(3)])
+        seconds = float(load.max(axis=0).sum())
+        rank_tokens = np.bincount(ranks, weights=tokens + 7, minlength=3)
+        best = min(best, seconds)
+        if ((rank_tokens % 64 != 0) & (held > 0)).sum() <= 1:
+            best_aligned = min(best_aligned, seconds)
+    found = aligned_units_floor_s(unit_s, tokens, common_s, 7, base_s, 3, 64)
+    assert found == pytest.approx(best_aligned, rel=1e-12)
+    assert best_aligned > best
