@@ -172,7 +172,9 @@ def common_prefix_floor_s(
       piece and crosses at most once, so ``R``'s tokens are all in round 0 and every other rank's in
       round 1, and ``min(T_R, max_{r≠R} T_r)`` tokens wait: at least ``(P - M) / (cp - 1)`` where ``R``
       is the busiest, else at least ``P - (cp - 1) M``; a wave of three rounds or more pays two extra
-      rounds and two states;
+      rounds and two states. On two ranks a crossing always changes rank, so a piece's round is even on
+      ``R`` and odd on the other: every round holds one rank's tokens, ``Σ_k max_r W[r, k]`` is every
+      token, and ``P - M`` wait however many rounds there are;
     - *parallel*: only the root segment's first piece runs from a zero state, so every token runs once
       before the exchange or after it, and a node with in-wave children and two of them or request
       ends or more that not every request passes either ends its segment (shared: each of its pieces
@@ -201,7 +203,7 @@ def common_prefix_floor_s(
     imbalance = imbalance_s(problem, counts, packed, average_s, lo)
     waits = np.minimum((packed - hi) / (cp - 1), packed - (cp - 1) * hi)
     two_rounds = base + seconds.wait_s_per_token * np.maximum(0.0, waits)
-    rounds = np.minimum(two_rounds, 2 * base)
+    rounds = two_rounds if cp == 2 else np.minimum(two_rounds, 2 * base)  # two ranks: see the docstring
     parallel = seconds.round_s + 2 * seconds.state_s
     parallel = parallel + seconds.wait_s_per_token * np.maximum(0.0, (packed + twice) / cp - hi)
     shared = float((imbalance + np.minimum(rounds, parallel)).min())

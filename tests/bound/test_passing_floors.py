@@ -13,7 +13,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cpplan import Item, Request, Workload
+from cpplan import Item, Request, Topology, Workload
+from cpplan.api import build_problem
+from cpplan.bench import synthetic
 from cpplan.bound import passing_floors, plan_bound
 from cpplan.bound.handoff_floors import crossing_floor_s
 from cpplan.bound.node_floors import per_copy_amounts
@@ -306,3 +308,42 @@ def test_parallel_waits_at_least_the_sliding_window(shared):
     assert min(slack) >= -1e-9
     assert min(slack) <= chunk
     assert lifted and max(lifted) > 0
+
+
+def test_on_two_ranks_every_round_holds_one_ranks_tokens():
+    """Behind a prefix every request passes, shared (one root segment), on two ranks: a crossing always
+    changes rank, so every round holds one rank's tokens and every version whose states cross in rounds
+    leaves at least ``P - M`` tokens waiting however many rounds it runs (some with three or more); the
+    common-prefix floor counts that, above the two rounds and two states it allowed a wave of three
+    rounds or more: on the held-out-style GRPO step (two prompt groups behind a 2,048-token system
+    prompt) at CP2 and 20 GiB, more than a fifth above them."""
+    problem = _roomy(tiny_problem(_prompt_groups(2048), cp=2, chunk_tokens=2048, room=1.0, model=MODEL))
+    slack, many = [], 0
+    for wave in wave_versions(problem, tuple(range(problem.num_items))):
+        chunk, links = problem.chunk_tokens, wave.layout.links
+        if not (links.is_root.sum() == 1 and layout_pieces(links, wave.owner, chunk).num_crossings):
+            continue
+        rounds = handoff_modes(wave.layout, wave.owner, chunk, 2, problem.card.handoff)[ROUNDS]
+        busiest = float(owned_tokens(wave.owner, chunk, int(wave.layout.packed_tokens), 2).max())
+        slack.append(rounds.wait_tokens - (float(wave.layout.packed_tokens) - busiest))
+        many += rounds.rounds >= 3
+    assert many and min(slack) >= 0
+    step = build_problem(
+        synthetic.grpo(
+            num_prompts=2,
+            group_size=8,
+            system_tokens=2048,
+            prompt_tokens=8192,
+            completion_tokens=(256, 1024),
+            seed=11,
+        ),
+        topology=Topology(cp=2),
+        model=MODEL,
+        memory_bytes="20GiB",
+    )
+    requests = np.arange(step.tree.num_requests)
+    counts = path_counts(step.tree, requests)
+    packed = float(step.tree.node_length[counts > 0].sum())
+    floor = passing_floors.common_prefix_floor_s(step, requests, counts, packed, _average(step))
+    seconds = step.card.handoff
+    assert floor > 2 * (seconds.round_s + seconds.state_s) * (1 + 0.2)
