@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 
 import cpplan
-from cpplan.bench import synthetic
+from cpplan.bench.held_out import agent_trees_step, grpo_step, long_tail_step, long_unique_step
 from cpplan.bench.outputs import QUICK_FOLDER
 from cpplan.bench.suites import suite
 from cpplan.bound import plan_bound
@@ -53,38 +53,15 @@ POOL = "dp=2,cp=2"
 DYNAMIC_POOL = "dp=2,cp=2,dynamic_cp=1"
 
 
-def _grpo() -> cpplan.Workload:
-    return synthetic.grpo(
-        num_prompts=2,
-        group_size=8,
-        system_tokens=2048,
-        prompt_tokens=8192,
-        completion_tokens=(256, 1024),
-        seed=11,
-    )
-
-
-def _trees() -> cpplan.Workload:
-    return synthetic.agent_trees(num_trees=4, depth=3, branching=3, turn_tokens=(1024, 4096), seed=7)
-
-
-def _tail() -> cpplan.Workload:
-    return synthetic.long_tail(num_items=16, median_tokens=4096, max_tokens=32768, seed=3)
-
-
-def _long_unique() -> cpplan.Workload:
-    return synthetic.long_tail(num_items=10, median_tokens=19500, max_tokens=24000, seed=5)
-
-
 STEPS: tuple[tuple[str, Callable[[], cpplan.Workload], str, str], ...] = (
-    ("step_grpo", _grpo, "cp=2", "20GiB"),
-    ("step_agent_trees", _trees, "cp=4", "20GiB"),
-    ("step_long_tail", _tail, "cp=4", "40GiB"),
-    ("step_grpo", _grpo, "cp=8", "20GiB"),
-    ("step_agent_trees", _trees, "cp=8", "40GiB"),
-    ("step_long_unique", _long_unique, "cp=8", "40GiB"),
-    ("step_grpo", _grpo, POOL, "20GiB"),
-    ("step_grpo", _grpo, DYNAMIC_POOL, "20GiB"),
+    ("step_grpo", grpo_step, "cp=2", "20GiB"),
+    ("step_agent_trees", agent_trees_step, "cp=4", "20GiB"),
+    ("step_long_tail", long_tail_step, "cp=4", "40GiB"),
+    ("step_grpo", grpo_step, "cp=8", "20GiB"),
+    ("step_agent_trees", agent_trees_step, "cp=8", "40GiB"),
+    ("step_long_unique", long_unique_step, "cp=8", "40GiB"),
+    ("step_grpo", grpo_step, POOL, "20GiB"),
+    ("step_grpo", grpo_step, DYNAMIC_POOL, "20GiB"),
 )
 """Held-out-style steps: (name, workload, topology, memory per rank)."""
 

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from cpplan import Item, Request, Topology, Workload
 from cpplan.api import build_problem
-from cpplan.bench import synthetic
+from cpplan.bench.held_out import grpo_step
 from cpplan.bound import passing_floors, plan_bound
 from cpplan.bound.handoff_floors import crossing_floor_s
 from cpplan.bound.node_floors import per_copy_amounts
@@ -73,6 +73,24 @@ def _crossing_extras(problem, average: np.ndarray):
         barriers = wave.cost_s - overhead - wave.handoff.seconds
         modes = handoff_modes(wave.layout, wave.owner, chunk, cp, problem.card.handoff)
         yield barriers - float(average.sum()) + min(modes[ROUNDS].seconds, modes[PARALLEL].seconds)
+
+
+SCALE = 256
+LONG_BESIDE_SHORT = _workload(
+    list(range(48 * SCALE)), *(list(range(k * 10**5, k * 10**5 + 8 * SCALE)) for k in (1, 2))
+)
+"""A 12,288-token request beside two of 2,048: on three ranks longer than any rank's tokens."""
+
+
+def _crossing_versions(problem):
+    """Every version of the one wave whose states cross: the wave, its hand-off in every mode and its
+    busiest rank's owned tokens."""
+    chunk, cp = problem.chunk_tokens, problem.topology.cp
+    for wave in wave_versions(problem, tuple(range(problem.num_items))):
+        if layout_pieces(wave.layout.links, wave.owner, chunk).num_crossings == 0:
+            continue
+        modes = handoff_modes(wave.layout, wave.owner, chunk, cp, problem.card.handoff)
+        yield wave, modes, float(owned_tokens(wave.owner, chunk, int(wave.layout.packed_tokens), cp).max())
 
 
 @pytest.mark.parametrize(
@@ -157,20 +175,13 @@ def test_each_version_pays_the_runs_and_waits_of_its_busiest_rank():
     beside two of 2,048 on three ranks (2,048-token chunks), with ``M`` the version's busiest rank's
     tokens: rounds at least ``⌈L / M⌉`` and waiting tokens at least ``L - M`` in rounds (both attained by
     some version), and in parallel at least ``(P + 2 N_s(M)) / cp - M``."""
-    scale = 256
-    short = [list(range(k * 10**5, k * 10**5 + 8 * scale)) for k in (1, 2)]
-    workload = _workload(list(range(48 * scale)), *short)
-    problem = tiny_problem(workload, cp=3, chunk_tokens=2048, room=1.0, model=MODEL)
+    problem = tiny_problem(LONG_BESIDE_SHORT, cp=3, chunk_tokens=2048, room=1.0, model=MODEL)
     requests = np.arange(problem.tree.num_requests)
     counts = path_counts(problem.tree, requests)
     longest = float(problem.request_tokens.max())
     slack = {"rounds": [], "wait": [], "parallel": []}
-    for wave in wave_versions(problem, (0, 1, 2)):
-        chunk, packed = problem.chunk_tokens, float(wave.layout.packed_tokens)
-        if layout_pieces(wave.layout.links, wave.owner, chunk).num_crossings == 0:
-            continue
-        modes = handoff_modes(wave.layout, wave.owner, chunk, 3, problem.card.handoff)
-        busiest = float(owned_tokens(wave.owner, chunk, int(packed), 3).max())
+    for wave, modes, busiest in _crossing_versions(problem):
+        packed = float(wave.layout.packed_tokens)
         twice = float(twice_run_tokens(problem, requests, counts, np.array([busiest]))[0])
         slack["rounds"].append(modes[ROUNDS].rounds - math.ceil(longest / busiest))
         slack["wait"].append(modes[ROUNDS].wait_tokens - (longest - busiest))
@@ -282,23 +293,14 @@ def test_parallel_waits_at_least_the_sliding_window(shared):
     exchange, its last within the largest rerun, so most of it runs twice before it), which is attained
     by some version (within a chunk) and lies above the means over ``[M, L - M)`` for some ``M`` of at
     least half the request (where that window is empty)."""
-    scale = 256
-    if shared:
-        workload = PREFIXED
-    else:
-        short = [list(range(k * 10**5, k * 10**5 + 8 * scale)) for k in (1, 2)]
-        workload = _workload(list(range(48 * scale)), *short)
+    workload = PREFIXED if shared else LONG_BESIDE_SHORT
     problem = tiny_problem(workload, cp=3, chunk_tokens=2048, room=1.0, model=MODEL)
     requests = np.arange(problem.tree.num_requests)
     counts = path_counts(problem.tree, requests)
     longest = float(problem.request_tokens.max())
     slack, lifted = [], []
-    for wave in wave_versions(problem, tuple(range(problem.num_items))):
-        chunk, packed = problem.chunk_tokens, float(wave.layout.packed_tokens)
-        if layout_pieces(wave.layout.links, wave.owner, chunk).num_crossings == 0:
-            continue
-        wait = handoff_modes(wave.layout, wave.owner, chunk, 3, problem.card.handoff)[PARALLEL].wait_tokens
-        busiest = np.array([float(owned_tokens(wave.owner, chunk, int(packed), 3).max())])
+    for _, modes, most in _crossing_versions(problem):
+        wait, busiest = modes[PARALLEL].wait_tokens, np.array([most])
         full = float(problem.tree.node_length[counts > 0].sum())
         sliding = float(sliding_wait_tokens(problem, requests, counts, full, busiest)[0])
         means = (full + 2 * float(twice_run_tokens(problem, requests, counts, busiest)[0])) / 3 - busiest[0]
@@ -306,7 +308,7 @@ def test_parallel_waits_at_least_the_sliding_window(shared):
         if 2 * busiest[0] >= longest:
             lifted.append(sliding - max(0.0, means))
     assert min(slack) >= -1e-9
-    assert min(slack) <= chunk
+    assert min(slack) <= problem.chunk_tokens
     assert lifted and max(lifted) > 0
 
 
@@ -319,28 +321,12 @@ def test_on_two_ranks_every_round_holds_one_ranks_tokens():
     prompt) at CP2 and 20 GiB, more than a fifth above them."""
     problem = _roomy(tiny_problem(_prompt_groups(2048), cp=2, chunk_tokens=2048, room=1.0, model=MODEL))
     slack, many = [], 0
-    for wave in wave_versions(problem, tuple(range(problem.num_items))):
-        chunk, links = problem.chunk_tokens, wave.layout.links
-        if not (links.is_root.sum() == 1 and layout_pieces(links, wave.owner, chunk).num_crossings):
-            continue
-        rounds = handoff_modes(wave.layout, wave.owner, chunk, 2, problem.card.handoff)[ROUNDS]
-        busiest = float(owned_tokens(wave.owner, chunk, int(wave.layout.packed_tokens), 2).max())
-        slack.append(rounds.wait_tokens - (float(wave.layout.packed_tokens) - busiest))
-        many += rounds.rounds >= 3
+    for wave, modes, busiest in _crossing_versions(problem):
+        if wave.layout.links.is_root.sum() == 1:  # the prefix shared
+            slack.append(modes[ROUNDS].wait_tokens - (float(wave.layout.packed_tokens) - busiest))
+            many += modes[ROUNDS].rounds >= 3
     assert many and min(slack) >= 0
-    step = build_problem(
-        synthetic.grpo(
-            num_prompts=2,
-            group_size=8,
-            system_tokens=2048,
-            prompt_tokens=8192,
-            completion_tokens=(256, 1024),
-            seed=11,
-        ),
-        topology=Topology(cp=2),
-        model=MODEL,
-        memory_bytes="20GiB",
-    )
+    step = build_problem(grpo_step(), topology=Topology(cp=2), model=MODEL, memory_bytes="20GiB")
     requests = np.arange(step.tree.num_requests)
     counts = path_counts(step.tree, requests)
     packed = float(step.tree.node_length[counts > 0].sum())

@@ -143,18 +143,10 @@ def test_assignments_of_few_items_to_groups_bound_the_pool():
 def _grpo_dynamic_pool():
     """The bench's held-out GRPO step (two groups of eight behind a 10k-token prefix) on a pool of four
     GPUs under dynamic CP, 20 GiB each."""
-    from cpplan.bench import synthetic
+    from cpplan.bench.held_out import grpo_step
 
-    workload = synthetic.grpo(
-        num_prompts=2,
-        group_size=8,
-        system_tokens=2048,
-        prompt_tokens=8192,
-        completion_tokens=(256, 1024),
-        seed=11,
-    )
     return build_problem(
-        workload,
+        grpo_step(),
         topology=Topology.parse("dp=2,cp=2,dynamic_cp=1"),
         model="qwen3.6-35b-a3b",
         memory_bytes="20GiB",
