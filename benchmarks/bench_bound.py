@@ -4,7 +4,8 @@ pays in GDN hand-off and in imbalance (per barrier the slowest rank less the ave
 waves and barriers), and the bound's own time (on a copy of the problem with a memo of its own, so that
 nothing the planning computed, such as the partitions' set floors, is reused).
 
-Instances: the quick suite (``cpplan.bench.suites.suite(quick=True)``) at CP 1, 2, 4 and 8 and
+Instances: the quick suite (``cpplan.bench.suites.suite(quick=True)``; ``--full``: the whole suite,
+``suite()``, whose 22 cases at CP 1, 2, 4 and 8 are the 88-instance suite) at CP 1, 2, 4 and 8 and
 ``--memory`` per rank, each also on a pool of two CP2 groups (``dp=2,cp=2``) and on that pool under
 dynamic CP (``dp=2,cp=2,dynamic_cp=1``), and eight held-out-style steps shaped like the bound issue's
 (GRPO groups, agent trees, a long tail, a wave of ten long unique requests: ``STEPS``). Each is planned
@@ -15,7 +16,7 @@ the old bounds from an earlier run's JSON instead (its new bounds; an instance i
 table ends with the median and the largest gap, old and new, and the bound's median and largest time;
 the load average stands beside every row.
 
-Usage: ``python benchmarks/bench_bound.py [--quick] [--profile NAME] [--memory SIZE] [--old-ref REF]
+Usage: ``python benchmarks/bench_bound.py [--quick] [--full] [--profile NAME] [--memory SIZE] [--old-ref REF]
 [--compare OLD.json] [--output PATH]`` (prints a table, writes JSON, default
 ``./cpplan-bench/bench_bound.json``).
 """
@@ -91,10 +92,11 @@ def old_bound_module(ref: str):
     return module
 
 
-def instances(quick: bool, memory: str):
-    """(name, workload builder, topology, memory) of every instance."""
+def instances(quick: bool, memory: str, full: bool = False):
+    """(name, workload builder, topology, memory) of every instance (``full``: the whole suite's cases,
+    not the quick suite's)."""
     found = []
-    for case in suite(quick=True):
+    for case in suite(quick=not full):
         for cp in (2, 8) if quick else CP_SIZES:
             found.append((case.name, case.build, f"cp={cp}", memory))
         found.append((case.name, case.build, POOL, memory))
@@ -219,6 +221,7 @@ def main(argv: list[str] | None = None) -> None:
     """Parse the options, run, print and write the JSON."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="the suite at CP 2 and 8 only")
+    parser.add_argument("--full", action="store_true", help="the whole suite (88 instances at CP 1-8)")
     parser.add_argument("--profile", default="deterministic", help="solver profile (default: deterministic)")
     parser.add_argument("--memory", default="40GiB", help="memory per rank for the suite (default 40GiB)")
     parser.add_argument("--old-ref", default=OLD_REF, help=f"git ref of the old bound (default {OLD_REF})")
@@ -230,7 +233,7 @@ def main(argv: list[str] | None = None) -> None:
     old = compared_bounds(args.compare) if args.compare else old_bound_module(args.old_ref)
     print(HEADER)
     rows = []
-    for name, build, topology, memory in instances(args.quick, args.memory):
+    for name, build, topology, memory in instances(args.quick, args.memory, args.full):
         rows.append(measure(name, build, topology, memory, args.profile, old))
         print_row(rows[-1])
     found = summary(rows)
