@@ -276,9 +276,9 @@ def sliding_wait_tokens(
     through it), the means give ``w >= (P + 2 N) / cp - M``, and ``N`` is least, for a window of
     ``L_v - M - w`` tokens sliding with ``B'`` from ``w`` to ``M``, at a breakpoint
     (:func:`_least_window_tokens`). The least ``w`` meeting that (the right side falls as ``w`` grows) is
-    bracketed by bisection and its lower end kept. Ten requests of 24,000 tokens among 167,000 on
-    eight ranks: at ``M = P / cp`` every such request holds ``L - M - w`` middle tokens, about 1,560 wait
-    where the window ``[M, L_v - M)`` of :func:`twice_run_tokens` holds none."""
+    bracketed by bisection and its lower end kept. Ten requests on eight ranks, four of them of 24,000
+    tokens among 167,019: at ``M = P / cp`` each of the four holds ``L - M - w`` middle tokens, and
+    about 1,560 wait where the window ``[M, L_v - M)`` of :func:`twice_run_tokens` holds none."""
     tree, cp = problem.tree, problem.topology.cp
     longest = _longest_through(problem, requests)
     present = np.flatnonzero(counts > 0)

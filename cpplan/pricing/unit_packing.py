@@ -1,15 +1,16 @@
 """Whole units packed onto CP ranks with every rank's block but the last ending on a chunk boundary:
-several starting packings, each aligned and polished, the one of least compute seconds kept.
+from one starting packing (every pricing) or two (``polish``: the ``[moves]`` repacking, which also
+polishes each), aligned, the one of least compute seconds kept.
 
 The seconds of a wave are per barrier the slowest rank, summed: a vector objective, while the
 alignment (a rank's tokens a whole number of chunks) is a residue constraint. A packing balanced on
 one start often aligns only at a high price, and which start aligns cheaply differs from wave to
-wave, so two starts are aligned (:func:`~cpplan.pricing.rank_exchanges.align_ranks`): longest first
-to the least-loaded rank (:func:`~cpplan.pricing.rank_exchanges.pack_groups`), and longest first to
-the rank that raises the compute seconds least (:func:`vector_greedy`), balanced further with no
-alignment by splitting pairs of ranks again. With ``polish``, each aligned packing is split again two
-ranks at a time, first over the lightest units of each pair, then over units drawn at random
-(:mod:`cpplan.pricing.rank_pairs`). Every step is deterministic.
+wave. The starts, each aligned by :func:`~cpplan.pricing.rank_exchanges.align_ranks`: longest first to
+the least-loaded rank (:func:`~cpplan.pricing.rank_exchanges.pack_groups`), and, with ``polish``,
+longest first to the rank that raises the compute seconds least (:func:`vector_greedy`), balanced
+further with no alignment by splitting pairs of ranks again. With ``polish`` each aligned packing is
+then split again two ranks at a time, first over the lightest units of each pair, then over units
+drawn at random (:mod:`cpplan.pricing.rank_pairs`). Every step is deterministic.
 """
 
 from __future__ import annotations
