@@ -284,7 +284,7 @@ def _aligned_units_s(
     above = np.asarray(tree.path(int(requests[0])), dtype=np.int64)
     above = above[tree.node_depth[above] <= tree.node_depth[deepest]] if deepest else above[:0]
     inner = present[(counts[present] >= 2) & (counts[present] < requests.size)]
-    if not 1 <= tops.size <= MAX_UNITS or sums.own_end[above].any() or sums.own_end[deepest]:
+    if not 1 <= tops.size <= MAX_UNITS or sums.own_end[above].any():
         return 0.0
     if (tree.node_parent[inner] != deepest).any():
         return 0.0
@@ -293,10 +293,9 @@ def _aligned_units_s(
     common_tokens = int(lengths.path[deepest, 0]) if deepest else 0
     unit_s = sums.path[tops] - common_s[None, :] + sums.below[tops]
     unit_tokens = (lengths.path[tops, 0] - common_tokens + lengths.below[tops, 0]).astype(np.int64)
-    seconds = aligned_units_floor_s(
+    return aligned_units_floor_s(
         unit_s, unit_tokens, common_s, common_tokens, base, problem.topology.cp, problem.chunk_tokens
     )
-    return seconds
 
 
 def _groups_per_barrier(

@@ -420,7 +420,7 @@ def _reordered_wave(
         beat_s = min(beat_s, best.cost_s)
     beat_s -= remote_s + problem.card.wave_overhead_s
     packed = pack_groups(loads, cp)
-    if packed is None or (not polish and compute_s(loads, packed, cp) >= beat_s):
+    if packed is None or compute_s(loads, packed, cp) >= beat_s:
         return None  # aligning the blocks seldom makes a packing cheaper
     rank_of = packed_units(loads, unit_tokens, packed, cp, chunk_tokens, polish=polish)
     if rank_of is None or compute_s(loads, rank_of, cp) >= beat_s:
