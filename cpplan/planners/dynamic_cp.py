@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator, Sequence
 import numpy as np
 
 from cpplan.errors import InputError, NoFitError
+from cpplan.planners.block_sizes import makespan_sizes
 from cpplan.planners.deadline import Deadline
 from cpplan.planners.greedy import cached_greedy_plan, split_item
 from cpplan.planners.replica_partition import partitioned_greedy_plans
@@ -162,7 +163,9 @@ def item_sizes(
     """Group-size assignments to try, lazily: every item at the topology's ``cp`` first (nothing to
     price before it), then at each other size where all fit, then per floor ``f`` every item at
     ``max(f, its smallest fit)`` (the largest size for an item that fits no group whole), then the
-    balance-minded one of :func:`spread_sizes`; distinct assignments only."""
+    balance-minded one of :func:`spread_sizes`, then the makespan-minded one of
+    :func:`~cpplan.planners.block_sizes.makespan_sizes` (small groups first, then a larger group on
+    their union); distinct assignments only."""
     sizes = group_sizes(problem, allowed)
     base = problem.topology.cp if problem.topology.cp in sizes else sizes[0]
     first = [base] * problem.num_items
@@ -177,7 +180,24 @@ def item_sizes(
             yield assignment
     spread = spread_sizes(problem, layouts, sizes, [f or sizes[-1] for f in fits])
     if spread not in found:
+        found.append(spread)
         yield spread
+    placed = makespan_sizes(alone_seconds(problem, layouts, sizes), sizes, problem.topology.pool)
+    if placed is not None and placed not in found:
+        yield placed
+
+
+def alone_seconds(problem: Problem, layouts: Sequence[str], sizes: Sequence[int]) -> np.ndarray:
+    """Per item and group size, the seconds of its wave alone at that size (``inf`` where it does not
+    fit)."""
+    seconds = np.full((problem.num_items, len(sizes)), math.inf)
+    for k, size in enumerate(sizes):
+        group = group_problem(problem, size)
+        for item in range(problem.num_items):
+            wave = best_wave(group, [item], layouts)[0]
+            if wave is not None:
+                seconds[item, k] = wave.cost_s
+    return seconds
 
 
 def spread_sizes(

@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 
 import cpplan
+from cpplan.bench import synthetic
 from cpplan.errors import NoFitError, UnsupportedTopologyError
+from cpplan.planners import dynamic_cp
 from cpplan.planners.dynamic_cp import dynamic_greedy_plan, group_problem, sized_plans
 from cpplan.planners.greedy import cached_greedy_plan
 from cpplan.plans.plan import balanced
@@ -235,3 +237,17 @@ def test_the_schedule_model_reports_its_own_gap():
     assert result.solver.deciding.model == "schedule" and result.solver.deciding.status.answered
     assert solver["model_gap"] == pytest.approx(result.solver.deciding.gap)
     assert solver["bound_scope"] == "all plans" and solver["gap"] is not None
+
+
+def test_dynamic_greedy_runs_trees_alone_then_on_pairs_where_that_ends_sooner(qwen36, monkeypatch):
+    """Six agent trees on four GPUs: the greedy dynamic plan holds the makespan-minded group sizes
+    (some trees alone on one GPU, the others on pairs after them), which end sooner than every other
+    assignment it tries (those with the makespan-minded one left out), and it verifies."""
+    trees = synthetic.agent_trees(num_trees=6, depth=2, branching=2, turn_tokens=(2048, 8192), seed=7)
+    topology = cpplan.Topology(dp=2, cp=2, dynamic_cp=True)
+    plan = dynamic_greedy_plan(_problem(trees, topology, qwen36, memory="40GiB"), LAYOUTS)
+    monkeypatch.setattr(dynamic_cp, "makespan_sizes", lambda *_: None)
+    without = dynamic_greedy_plan(_problem(trees, topology, qwen36, memory="40GiB"), LAYOUTS)
+    assert {w.cp for w in plan.waves} == {1, 2}
+    assert plan.cost_s < without.cost_s * (1 - 0.005)
+    assert _verify(_problem(trees, topology, qwen36, memory="40GiB"), plan).valid
