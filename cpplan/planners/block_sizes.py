@@ -9,8 +9,10 @@ two CP2 groups under dynamic CP finish in 4.08 s when every tree takes one size;
 GPU each, then the other two on the two pairs, in 3.87 s. :func:`makespan_sizes` searches such
 placements: from every uniform size and from every item at its smallest fit, longest first onto the
 block that finishes soonest, then items moved and swapped between blocks while the makespan falls
-(and, at equal makespan, the GPU-seconds). Only each item's size is kept: the plans are made and priced
-exactly by :func:`~cpplan.planners.dynamic_cp.sized_plans`. Every step is deterministic.
+(and, at equal makespan, the GPU-seconds), then a depth-first search over every block of every item
+cut where a partial placement reaches the best makespan found. Only each item's size is kept: the plans
+are made and priced exactly by :func:`~cpplan.planners.dynamic_cp.sized_plans`. Every step is
+deterministic; the search takes 5 ms on six items and about 0.3 s on 64 here.
 """
 
 from __future__ import annotations
@@ -21,13 +23,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
+MAX_ITEMS = 64
+"""The most items :func:`~cpplan.planners.dynamic_cp.item_sizes` places this way (each priced alone at
+every size): mixing sizes pays where items are few and coarse against the pool."""
 MAX_NODES = 20_000
 """Partial placements :func:`makespan_sizes`' depth-first search visits at most: every placement of six
 items on the seven blocks of four GPUs (the quick suite's agent trees) within it; beyond, the best
 found so far."""
 MAX_TRIALS = 20_000
-"""Placements :func:`makespan_sizes`' local search prices at most, per start (about 0.3 s here): on 64
-items and seven blocks one pass of moves and swaps is about 2,500."""
+"""Placements :func:`makespan_sizes`' local search prices at most, per start: on 64 items and seven
+blocks one pass of moves and swaps is about 2,500."""
 
 
 @dataclass(frozen=True, kw_only=True)

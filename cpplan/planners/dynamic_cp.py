@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator, Sequence
 import numpy as np
 
 from cpplan.errors import InputError, NoFitError
-from cpplan.planners.block_sizes import makespan_sizes
+from cpplan.planners.block_sizes import MAX_ITEMS, makespan_sizes
 from cpplan.planners.deadline import Deadline
 from cpplan.planners.greedy import cached_greedy_plan, split_item
 from cpplan.planners.replica_partition import partitioned_greedy_plans
@@ -165,7 +165,8 @@ def item_sizes(
     ``max(f, its smallest fit)`` (the largest size for an item that fits no group whole), then the
     balance-minded one of :func:`spread_sizes`, then the makespan-minded one of
     :func:`~cpplan.planners.block_sizes.makespan_sizes` (small groups first, then a larger group on
-    their union); distinct assignments only."""
+    their union; up to :data:`~cpplan.planners.block_sizes.MAX_ITEMS` items); distinct assignments
+    only."""
     sizes = group_sizes(problem, allowed)
     base = problem.topology.cp if problem.topology.cp in sizes else sizes[0]
     first = [base] * problem.num_items
@@ -182,6 +183,8 @@ def item_sizes(
     if spread not in found:
         found.append(spread)
         yield spread
+    if problem.num_items > MAX_ITEMS:
+        return
     placed = makespan_sizes(alone_seconds(problem, layouts, sizes), sizes, problem.topology.pool)
     if placed is not None and placed not in found:
         yield placed
