@@ -62,15 +62,9 @@ def selected(runs: list[str], threshold: float) -> list[tuple]:
     return found
 
 
-def without_head_parallel(card: cpplan.ModelCard) -> cpplan.ModelCard:
-    """``card`` with head-parallel GDN offered nowhere."""
-    handoff = card.cost.handoff.model_copy(update={"head_parallel_when": "false"})
-    return card.model_copy(update={"cost": card.cost.model_copy(update={"handoff": handoff})})
-
-
 def planned(build, topology: str, memory: str, way: str, card: cpplan.ModelCard):
     """The plan result of one way, and its seconds."""
-    model = without_head_parallel(card) if way == "no_head_parallel" else card
+    model = card.without_head_parallel() if way == "no_head_parallel" else card
     profile = "offline" if way == "offline" else "deterministic"
     started = time.perf_counter()
     result = cpplan.plan(

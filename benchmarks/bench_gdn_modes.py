@@ -24,12 +24,6 @@ MEMORY = 40 * 2**30
 CARD = "qwen3.6-35b-a3b"
 
 
-def two_modes(card: cpplan.ModelCard) -> cpplan.ModelCard:
-    """``card`` without head-parallel (rounds and parallel passing only)."""
-    handoff = card.cost.handoff.model_copy(update={"head_parallel_when": "false"})
-    return card.model_copy(update={"cost": card.cost.model_copy(update={"handoff": handoff})})
-
-
 def planned(workload: cpplan.Workload, cp: int, card: cpplan.ModelCard) -> cpplan.PlanResult:
     """The deterministic profile's plan at CP ``cp``."""
     return cpplan.plan(
@@ -44,7 +38,7 @@ def planned(workload: cpplan.Workload, cp: int, card: cpplan.ModelCard) -> cppla
 def run(quick: bool) -> dict:
     """``{case: {cp: {"modes": {mode: waves}, "cost_s", "cost_s_two_modes", "strategy"}}}``."""
     card = cpplan.load_model(CARD)
-    without = two_modes(card)
+    without = card.without_head_parallel()
     rows: dict = {}
     for case in suite(quick=quick):
         workload = case.build()

@@ -50,10 +50,9 @@ def qwen36() -> cpplan.ModelCard:
 
 
 def without_head_parallel(card: cpplan.ModelCard) -> cpplan.ModelCard:
-    """``card`` with head-parallel GDN not offered anywhere (``head_parallel_when = "false"``): the
-    choice between rounds and parallel passing alone, as before the third mode."""
-    handoff = card.cost.handoff.model_copy(update={"head_parallel_when": "false"})
-    return card.model_copy(update={"cost": card.cost.model_copy(update={"handoff": handoff})})
+    """``card`` with head-parallel GDN not offered anywhere: the choice between rounds and parallel
+    passing alone, as before the third mode (:meth:`cpplan.ModelCard.without_head_parallel`)."""
+    return card.without_head_parallel()
 
 
 @pytest.fixture(scope="session")

@@ -77,7 +77,7 @@ def smallest_fit(
 ) -> int | None:
     """The smallest group size at which ``item`` alone fits one wave (``None``: none, even the largest)."""
     for size in group_sizes(problem, allowed):
-        if best_wave(group_problem(problem, size), [item], layouts)[0] is not None:
+        if alone_s(problem, layouts, item, size) is not None:
             return size
     return None
 
@@ -190,16 +190,19 @@ def item_sizes(
         yield placed
 
 
+def alone_s(problem: Problem, layouts: Sequence[str], item: int, size: int) -> float | None:
+    """The price of ``item``'s wave alone at group size ``size`` (``None`` where it fits no wave)."""
+    wave = best_wave(group_problem(problem, size), [item], layouts)[0]
+    return None if wave is None else wave.cost_s
+
+
 def alone_seconds(problem: Problem, layouts: Sequence[str], sizes: Sequence[int]) -> np.ndarray:
-    """Per item and group size, the seconds of its wave alone at that size (``inf`` where it does not
-    fit)."""
+    """Per item and group size, :func:`alone_s` (``inf`` where the item does not fit)."""
     seconds = np.full((problem.num_items, len(sizes)), math.inf)
     for k, size in enumerate(sizes):
-        group = group_problem(problem, size)
         for item in range(problem.num_items):
-            wave = best_wave(group, [item], layouts)[0]
-            if wave is not None:
-                seconds[item, k] = wave.cost_s
+            alone = alone_s(problem, layouts, item, size)
+            seconds[item, k] = math.inf if alone is None else alone
     return seconds
 
 
@@ -211,8 +214,8 @@ def spread_sizes(
     share of the step takes a group large enough to finish within it."""
 
     def seconds(item: int, size: int) -> float | None:
-        wave = best_wave(group_problem(problem, size), [item], layouts)[0]
-        return None if wave is None else wave.cost_s - group_problem(problem, size).card.wave_overhead_s
+        alone = alone_s(problem, layouts, item, size)
+        return None if alone is None else alone - group_problem(problem, size).card.wave_overhead_s
 
     alone = [seconds(i, f) or 0.0 for i, f in enumerate(fits)]
     share = sum(a * f for a, f in zip(alone, fits, strict=True)) / problem.topology.pool

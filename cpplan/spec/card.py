@@ -411,6 +411,12 @@ class ModelCard(_Strict):
             env[name] = evaluate(formula, env)
         return env
 
+    def without_head_parallel(self) -> ModelCard:
+        """This card with head-parallel GDN offered nowhere (``head_parallel_when = "false"``): the
+        choice between rounds and parallel passing alone."""
+        handoff = self.cost.handoff.model_copy(update={"head_parallel_when": "false"})
+        return self.model_copy(update={"cost": self.cost.model_copy(update={"handoff": handoff})})
+
     def check_supported(self, topology: Topology) -> None:
         """Raise :class:`UnsupportedTopologyError` for a topology the card cannot price: one its
         ``supports`` formula excludes, or one whose sizes cannot shard the model's geometry
